@@ -1,0 +1,219 @@
+"""One typed, validated run configuration.
+
+The single source of configuration is Flower's run config (``[tool.flwr.app.config]`` in
+``pyproject.toml``, plus ``--run-config`` overrides). Its kebab-case keys map one-to-one to
+the snake_case fields of :class:`RunConfig`. :meth:`RunConfig.from_flower` parses it once;
+unknown keys, wrong types and out-of-range values raise :class:`ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import tomllib
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+DATASETS = ("digits", "mnist", "cifar10", "cifar100", "synthetic")
+MODELS = ("mlp", "cnn", "resnet18", "cnn1d")
+ATTACKS = ("none", "tsa", "noise", "labelflip")
+PARTITIONS = ("dirichlet", "iid")
+STRATEGIES = ("fedavg",)
+DEVICES = ("auto", "cpu", "cuda")
+
+# Keys that describe where and how a run executes, not what it computes: they are left
+# out of the config hash so the same experiment on CPU or GPU is recognised as the same.
+_NON_SEMANTIC = {"output_dir", "run_name", "device", "data_dir", "eval_batch_size", "client_cpus", "client_gpus"}
+
+
+class ConfigError(ValueError):
+    """A run-config key is unknown, mistyped or out of range. The message names the key."""
+
+
+def key_of(field_name: str) -> str:
+    """Run-config key (kebab-case) of a :class:`RunConfig` field."""
+    return field_name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything one federated run needs. Defaults are SPEC §2's MNIST–MLP table row."""
+
+    dataset: str = "mnist"
+    data_dir: str = ""  # "" → $FEDCAL_DATA_DIR, else ~/.cache/fedcal/data
+    model: str = "mlp"
+    num_clients: int = 50  # K
+    clients_per_round: int = 5  # M
+    num_rounds: int = 100
+    partition: str = "dirichlet"
+    dirichlet_alpha: float = 1.0
+    attack: str = "tsa"  # what the attacker subset does; "none" = all benign
+    attacker_ratio: float = 0.25  # 13 of 50
+    tau: float = 1.0  # TSA temperature (1.0 = benign behaviour)
+    coupled: bool = True  # η = β·τ (False: the uncoupled ablation, η = β)
+    noise_sigma: float = 0.1
+    flip_shift: int = 1
+    lr: float = 0.01  # β, the benign learning rate
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    batch_size: int = 64  # B
+    local_steps: int = 5  # E
+    seed: int = 0
+    n_bins: int = 15
+    strategy: str = "fedavg"
+    eval_batch_size: int = 1000
+    device: str = "auto"
+    client_cpus: float = 1.0  # Ray resources per virtual client (simulation only)
+    client_gpus: float = 0.0  # fractional GPUs per virtual client, e.g. 0.25
+    output_dir: str = "runs"
+    run_name: str = ""
+
+    # ------------------------------------------------------------------ parsing
+    @classmethod
+    def from_flower(cls, run_config: Mapping[str, Any] | None = None, **overrides: Any) -> RunConfig:
+        """Build from a Flower run config (kebab-case keys) plus keyword overrides.
+
+        Keyword overrides may use either snake_case or kebab-case names.
+        """
+        raw: dict[str, Any] = {}
+        for source in (run_config or {}), overrides:
+            for k, v in source.items():
+                raw[str(k).replace("_", "-")] = v
+        known = {key_of(f.name): f for f in fields(cls)}
+        unknown = sorted(set(raw) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"unknown run-config key {unknown[0]!r}"
+                + (f" (and {unknown[1:]})" if len(unknown) > 1 else "")
+                + f"; known keys: {', '.join(sorted(known))}"
+            )
+        values = {known[k].name: _coerce(k, v, known[k].type) for k, v in raw.items()}
+        cfg = cls(**values)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` for the first out-of-range value."""
+        _choice("dataset", self.dataset, DATASETS)
+        _choice("model", self.model, MODELS)
+        _choice("attack", self.attack, ATTACKS)
+        _choice("partition", self.partition, PARTITIONS)
+        _choice("strategy", self.strategy, STRATEGIES)
+        _choice("device", self.device, DEVICES)
+        _check("num-clients", self.num_clients >= 1, self.num_clients, "must be >= 1")
+        _check("clients-per-round", self.clients_per_round >= 1, self.clients_per_round, "must be >= 1")
+        _check(
+            "clients-per-round",
+            self.clients_per_round <= self.num_clients,
+            self.clients_per_round,
+            f"must not exceed num-clients ({self.num_clients})",
+        )
+        _check("num-rounds", self.num_rounds >= 1, self.num_rounds, "must be >= 1")
+        _check("dirichlet-alpha", self.dirichlet_alpha > 0, self.dirichlet_alpha, "must be > 0")
+        _check("attacker-ratio", 0 <= self.attacker_ratio < 1, self.attacker_ratio, "must lie in [0, 1)")
+        _check("tau", self.tau > 0 and math.isfinite(self.tau), self.tau, "must be a finite number > 0")
+        _check("noise-sigma", self.noise_sigma >= 0, self.noise_sigma, "must be >= 0")
+        _check("flip-shift", self.flip_shift >= 1, self.flip_shift, "must be >= 1")
+        _check("lr", self.lr > 0 and math.isfinite(self.lr), self.lr, "must be a finite number > 0")
+        _check("momentum", 0 <= self.momentum < 1, self.momentum, "must lie in [0, 1)")
+        _check("weight-decay", self.weight_decay >= 0, self.weight_decay, "must be >= 0")
+        _check("batch-size", self.batch_size >= 1, self.batch_size, "must be >= 1")
+        _check("local-steps", self.local_steps >= 1, self.local_steps, "must be >= 1")
+        _check("seed", self.seed >= 0, self.seed, "must be >= 0")
+        _check("n-bins", self.n_bins >= 1, self.n_bins, "must be >= 1")
+        _check("client-cpus", self.client_cpus > 0, self.client_cpus, "must be > 0")
+        _check("client-gpus", self.client_gpus >= 0, self.client_gpus, "must be >= 0")
+        _check("eval-batch-size", self.eval_batch_size >= 1, self.eval_batch_size, "must be >= 1")
+
+    # ------------------------------------------------------------------ output
+    def to_flower(self) -> dict[str, Any]:
+        """Kebab-case dict of every key: a valid Flower run config / ConfigRecord."""
+        return {key_of(f.name): getattr(self, f.name) for f in fields(self)}
+
+    def replace(self, **changes: Any) -> RunConfig:
+        """A validated copy with some fields changed (snake_case or kebab-case names)."""
+        return RunConfig.from_flower(self.to_flower(), **changes)
+
+    def config_hash(self) -> str:
+        """Stable hash of the keys that change what is computed (not where it runs)."""
+        semantic = {k: v for k, v in dataclasses.asdict(self).items() if k not in _NON_SEMANTIC}
+        blob = json.dumps(semantic, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+    def default_run_name(self) -> str:
+        """Readable, unique-per-config directory name."""
+        what = self.attack if self.attack != "tsa" else f"tsa{self.tau:g}" + ("" if self.coupled else "u")
+        return f"{self.dataset}-{self.model}-{self.strategy}-{what}-s{self.seed}-{self.config_hash()[:8]}"
+
+    @property
+    def num_attackers(self) -> int:
+        """Number of malicious clients: round-half-up of ratio·K (0.25·50 → 13)."""
+        if self.attack == "none":
+            return 0
+        return int(math.floor(self.attacker_ratio * self.num_clients + 0.5 + 1e-9))
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse one ``key=value`` override; values are TOML (``tau=5``, ``coupled=false``).
+
+    Bare words that are not TOML are taken as strings (``dataset=digits``).
+    """
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} is not of the form key=value")
+    key, value = (s.strip() for s in text.split("=", 1))
+    try:
+        parsed = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value
+    return key, parsed
+
+
+def _coerce(key: str, value: Any, typ: Any) -> Any:
+    typ = {"int": int, "float": float, "bool": bool, "str": str}.get(typ, typ) if isinstance(typ, str) else typ
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise ConfigError(f"run-config key {key!r} must be a bool, got {value!r}")
+    if typ is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"run-config key {key!r} must be an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"run-config key {key!r} must be an integer, got {value!r}")
+    if typ is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"run-config key {key!r} must be a number, got {value!r}")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"run-config key {key!r} must be a number, got {value!r}")
+    if typ is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"run-config key {key!r} must be a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config type {typ!r}")  # pragma: no cover
+
+
+def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"run-config key {key!r}: unknown value {value!r}; choose one of {', '.join(allowed)}")
+
+
+def _check(key: str, ok: bool, value: Any, why: str) -> None:
+    if not ok:
+        raise ConfigError(f"run-config key {key!r} {why}, got {value!r}")

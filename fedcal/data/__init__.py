@@ -1,0 +1,49 @@
+"""Datasets and client partitions (flwr-free)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+
+from fedcal.data.datasets import Dataset, default_data_dir, load_dataset, synthetic_dataset
+from fedcal.data.partition import dirichlet_partition, iid_partition, partition_indices
+
+__all__ = [
+    "Dataset", "ClientData", "default_data_dir", "load_dataset", "synthetic_dataset",
+    "dirichlet_partition", "iid_partition", "partition_indices", "client_partitions",
+    "client_data",
+]
+
+
+class ClientData:
+    """One client's training shard (views into the cached dataset tensors)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, num_classes: int):
+        self.x, self.y, self.num_classes = x, y, num_classes
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+@functools.lru_cache(maxsize=8)
+def client_partitions(
+    dataset: str, data_dir: str, num_clients: int, scheme: str, alpha: float, seed: int
+) -> tuple[np.ndarray, ...]:
+    """Partition a dataset once per process and reuse it for every round."""
+    ds = load_dataset(dataset, data_dir)
+    return tuple(partition_indices(ds.y_train.numpy(), num_clients, scheme, alpha, seed))
+
+
+@functools.lru_cache(maxsize=512)
+def client_data(
+    dataset: str, data_dir: str, num_clients: int, scheme: str, alpha: float, seed: int,
+    partition_id: int,
+) -> ClientData:
+    """The training shard of client ``partition_id`` (cached per process)."""
+    if not 0 <= partition_id < num_clients:
+        raise ValueError(f"partition id {partition_id} outside [0, {num_clients})")
+    ds = load_dataset(dataset, data_dir)
+    idx = torch.from_numpy(client_partitions(dataset, data_dir, num_clients, scheme, alpha, seed)[partition_id])
+    return ClientData(ds.x_train[idx], ds.y_train[idx], ds.num_classes)

@@ -1,0 +1,161 @@
+"""Datasets as in-memory tensors.
+
+Every loader returns a :class:`Dataset` of normalised float32 tensors (images NCHW, tabular
+N×D) and int64 labels. Sources, in order of preference:
+
+* ``<data_dir>/<name>_{train,test}.npz`` (arrays ``x`` uint8, ``y`` int64) — the offline
+  format of ``../shared/data``;
+* torchvision's own loaders (download on networked machines, cached under ``data_dir``);
+* scikit-learn's bundled ``digits`` (offline default) and a seeded ``synthetic`` task.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedcal.config import ConfigError
+
+# Per-channel statistics of the training sets (the usual published values).
+_NORMALISATION = {
+    "mnist": ((0.1307,), (0.3081,)),
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+}
+_NUM_CLASSES = {"mnist": 10, "cifar10": 10, "cifar100": 100, "digits": 10}
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A classification task held in memory."""
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+
+def default_data_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """``data_dir`` if given, else ``$FEDCAL_DATA_DIR``, else ``~/.cache/fedcal/data``."""
+    if data_dir:
+        return Path(data_dir).expanduser()
+    env = os.environ.get("FEDCAL_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "fedcal" / "data"
+
+
+def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> Dataset:
+    """Load a dataset by name (cached per process: a client never re-reads its data).
+
+    Raises :class:`fedcal.config.ConfigError` naming ``dataset``/``data-dir`` when the data
+    cannot be found or downloaded.
+    """
+    return _load_cached(name, str(default_data_dir(data_dir)))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_cached(name: str, data_dir: str) -> Dataset:
+    root = Path(data_dir)
+    if name == "digits":
+        return _digits()
+    if name == "synthetic":
+        return synthetic_dataset()
+    if name not in _NORMALISATION:
+        raise ConfigError(f"run-config key 'dataset': unknown dataset {name!r}")
+    npz_train, npz_test = root / f"{name}_train.npz", root / f"{name}_test.npz"
+    if npz_train.exists() and npz_test.exists():
+        xtr, ytr = _read_npz(npz_train)
+        xte, yte = _read_npz(npz_test)
+    else:
+        xtr, ytr, xte, yte = _torchvision(name, root)
+    mean, std = _NORMALISATION[name]
+    return Dataset(
+        name=name,
+        x_train=_images_to_tensor(xtr, mean, std),
+        y_train=torch.as_tensor(ytr, dtype=torch.int64),
+        x_test=_images_to_tensor(xte, mean, std),
+        y_test=torch.as_tensor(yte, dtype=torch.int64),
+        num_classes=_NUM_CLASSES[name],
+    )
+
+
+def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    with np.load(path) as f:
+        missing = {"x", "y"} - set(f.files)
+        if missing:
+            raise ConfigError(f"run-config key 'data-dir': {path} lacks arrays {sorted(missing)}")
+        return f["x"], f["y"].astype(np.int64)
+
+
+def _torchvision(name: str, root: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    import torchvision  # imported lazily: only networked users reach this path
+
+    cls = {"mnist": torchvision.datasets.MNIST, "cifar10": torchvision.datasets.CIFAR10,
+           "cifar100": torchvision.datasets.CIFAR100}[name]
+    try:
+        train = cls(str(root), train=True, download=True)
+        test = cls(str(root), train=False, download=True)
+    except Exception as exc:  # torchvision raises URLError/RuntimeError offline
+        raise ConfigError(
+            f"run-config key 'dataset': cannot load {name!r}: no {name}_train.npz/{name}_test.npz "
+            f"in data-dir {str(root)!r} and torchvision could not download it ({exc}). "
+            f"Set 'data-dir' (or $FEDCAL_DATA_DIR) to a folder holding the data."
+        ) from exc
+
+    def arrays(ds):  # MNIST stores tensors, CIFAR numpy arrays + lists
+        x = ds.data.numpy() if isinstance(ds.data, torch.Tensor) else np.asarray(ds.data)
+        return x, np.asarray(ds.targets, dtype=np.int64)
+
+    return (*arrays(train), *arrays(test))
+
+
+def _images_to_tensor(x: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
+    t = torch.from_numpy(np.ascontiguousarray(x)).float().div_(255.0)
+    if t.ndim == 3:  # N,H,W grey
+        t = t.unsqueeze(1)
+    elif t.ndim == 4 and t.shape[-1] in (1, 3):  # N,H,W,C → N,C,H,W
+        t = t.permute(0, 3, 1, 2).contiguous()
+    m = torch.tensor(mean).view(1, -1, 1, 1)
+    s = torch.tensor(std).view(1, -1, 1, 1)
+    return (t - m) / s
+
+
+def _digits() -> Dataset:
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_digits(return_X_y=True)
+    # A fixed split (independent of the run seed) so every run is scored on the same test set.
+    xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.25, random_state=0, stratify=y)
+    mean, std = xtr.mean(0), xtr.std(0) + 1e-6
+    f = lambda a: torch.as_tensor((a - mean) / std, dtype=torch.float32)  # noqa: E731
+    return Dataset("digits", f(xtr), torch.as_tensor(ytr), f(xte), torch.as_tensor(yte), 10)
+
+
+def synthetic_dataset(
+    n_train: int = 2000, n_test: int = 500, num_features: int = 20, num_classes: int = 4,
+    separation: float = 1.5, seed: int = 1234,
+) -> Dataset:
+    """Gaussian class clusters: a small, fast, fully deterministic task for tests."""
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.randn(num_classes, num_features, generator=g) * separation
+
+    def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.randint(0, num_classes, (n,), generator=g)
+        return centres[y] + torch.randn(n, num_features, generator=g), y
+
+    xtr, ytr = draw(n_train)
+    xte, yte = draw(n_test)
+    return Dataset("synthetic", xtr, ytr, xte, yte, num_classes)

@@ -1,0 +1,82 @@
+"""Calibration metrics (SPEC §1), always evaluated at temperature 1.
+
+Functional, torch in / floats out. Bins are equal-width over (0, 1], right-closed:
+bin b holds confidences in (b/M, (b+1)/M]; a confidence of exactly 0 joins the first bin.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+METRIC_KEYS = ("accuracy", "ece", "sece", "brier", "nll")
+
+
+def _check(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = torch.as_tensor(logits)
+    labels = torch.as_tensor(labels)
+    if logits.ndim != 2:
+        raise ValueError(f"logits must be (n, C), got shape {tuple(logits.shape)}")
+    if labels.ndim != 1 or labels.shape[0] != logits.shape[0]:
+        raise ValueError(f"labels must be (n,) with n = {logits.shape[0]}, got shape {tuple(labels.shape)}")
+    if logits.shape[0] == 0:
+        raise ValueError("cannot compute metrics on an empty set")
+    if not torch.isfinite(logits).all():
+        raise ValueError("logits contain NaN or Inf")
+    labels = labels.long()
+    if labels.min() < 0 or labels.max() >= logits.shape[1]:
+        raise ValueError(f"labels must lie in [0, {logits.shape[1]})")
+    return logits.detach().double().cpu(), labels.cpu()
+
+
+def bin_index(confidence: torch.Tensor, n_bins: int) -> torch.Tensor:
+    """Equal-width, right-closed bin of each confidence in [0, 1] (0 → first, 1 → last)."""
+    inner = torch.linspace(0, 1, n_bins + 1, dtype=torch.float64)[1:-1]
+    return torch.bucketize(confidence.double(), inner, right=False)
+
+
+def reliability_bins(logits: torch.Tensor, labels: torch.Tensor, n_bins: int = 15) -> dict[str, torch.Tensor]:
+    """Reliability-diagram data per bin: edges, count, mean confidence, accuracy.
+
+    Empty bins have count 0 and NaN confidence/accuracy.
+    """
+    logits, labels = _check(logits, labels)
+    probs = logits.softmax(dim=1)
+    conf, pred = probs.max(dim=1)
+    correct = (pred == labels).double()
+    b = bin_index(conf, n_bins)
+    count = torch.bincount(b, minlength=n_bins).double()
+    conf_sum = torch.bincount(b, weights=conf, minlength=n_bins)
+    acc_sum = torch.bincount(b, weights=correct, minlength=n_bins)
+    nan = torch.full_like(count, float("nan"))
+    edges = torch.linspace(0, 1, n_bins + 1, dtype=torch.float64)
+    return {
+        "lower": edges[:-1],
+        "upper": edges[1:],
+        "count": count,
+        "confidence": torch.where(count > 0, conf_sum / count.clamp(min=1), nan),
+        "accuracy": torch.where(count > 0, acc_sum / count.clamp(min=1), nan),
+    }
+
+
+def calibration_metrics(logits: torch.Tensor, labels: torch.Tensor, n_bins: int = 15) -> dict[str, float]:
+    """Accuracy, ECE, signed ECE, Brier score and NLL of a classifier's logits.
+
+    ``accuracy``/``ece`` are fractions in [0, 1] and ``sece`` in [−1, 1] (negative means
+    over-confident). ``brier`` sums the squared error over classes; ``nll`` comes from
+    ``log_softmax``, never ``log(softmax)``.
+    """
+    logits, labels = _check(logits, labels)
+    n = labels.shape[0]
+    probs = logits.softmax(dim=1)
+    bins = reliability_bins(logits, labels, n_bins)
+    weight = bins["count"] / n
+    gap = torch.nan_to_num(bins["accuracy"] - bins["confidence"])  # empty bins weigh 0
+    onehot = F.one_hot(labels, logits.shape[1]).double()
+    return {
+        "accuracy": float((probs.argmax(1) == labels).double().mean()),
+        "ece": float((weight * gap.abs()).sum()),
+        "sece": float((weight * gap).sum()),
+        "brier": float(((probs - onehot) ** 2).sum(1).mean()),
+        "nll": float(F.cross_entropy(logits, labels)),
+    }

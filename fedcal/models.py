@@ -1,0 +1,113 @@
+"""Model zoo: MLP, small CNN, ResNet-18 for 32×32 inputs, 1-D CNN. ``build_model(name, ...)``.
+
+Every model exposes ``features(x)`` (penultimate representation, used by CKA analyses)
+and ``head`` (the final linear layer), with ``forward(x) = head(features(x))``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    """Fully connected ReLU network (SPEC: 784-200-200-10 on MNIST)."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...] = (200, 200)):
+        super().__init__()
+        layers: list[nn.Module] = [nn.Flatten()]
+        width = math.prod(input_shape)
+        for h in hidden:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            width = h
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(width, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+class CNN(nn.Module):
+    """Two 5×5 conv layers with max-pooling, then two linear layers (the FedAvg CNN)."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, width: int = 512):
+        super().__init__()
+        if len(input_shape) != 3:
+            raise ValueError(f"CNN needs C×H×W inputs, got shape {input_shape}")
+        c = input_shape[0]
+        self.conv = nn.Sequential(
+            nn.Conv2d(c, 32, 5), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+        )
+        with torch.no_grad():
+            flat = self.conv(torch.zeros(1, *input_shape)).shape[1]
+        self.fc = nn.Sequential(nn.Linear(flat, width), nn.ReLU())
+        self.head = nn.Linear(width, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.conv(x))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+class ResNet18(nn.Module):
+    """torchvision's ResNet-18 adapted to 32×32 inputs: 3×3 stride-1 stem, no max-pool."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int):
+        super().__init__()
+        from torchvision.models import resnet18
+
+        net = resnet18(weights=None, num_classes=num_classes)
+        net.conv1 = nn.Conv2d(input_shape[0], 64, kernel_size=3, stride=1, padding=1, bias=False)
+        net.maxpool = nn.Identity()
+        self.head = net.fc
+        net.fc = nn.Identity()
+        self.net = net
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+class CNN1D(nn.Module):
+    """1-D CNN for single-lead heartbeat segments (N×L or N×1×L inputs)."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int):
+        super().__init__()
+        channels = 1 if len(input_shape) == 1 else input_shape[0]
+        self.conv = nn.Sequential(
+            nn.Conv1d(channels, 32, 5, padding=2), nn.ReLU(), nn.MaxPool1d(2),
+            nn.Conv1d(32, 64, 5, padding=2), nn.ReLU(), nn.AdaptiveAvgPool1d(8), nn.Flatten(),
+        )
+        self.fc = nn.Sequential(nn.Linear(64 * 8, 128), nn.ReLU())
+        self.head = nn.Linear(128, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        if x.ndim == 2:
+            x = x.unsqueeze(1)
+        return self.fc(self.conv(x))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+MODEL_REGISTRY = {"mlp": MLP, "cnn": CNN, "resnet18": ResNet18, "cnn1d": CNN1D}
+
+
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, seed: int | None = None) -> nn.Module:
+    """Build a model by name; with ``seed`` its initial weights are reproducible."""
+    if name not in MODEL_REGISTRY:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODEL_REGISTRY)}")
+    if seed is None:
+        return MODEL_REGISTRY[name](tuple(input_shape), num_classes)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return MODEL_REGISTRY[name](tuple(input_shape), num_classes)

@@ -1,0 +1,1 @@
+"""Flower ServerApps and experiment drivers."""

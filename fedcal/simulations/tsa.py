@@ -1,0 +1,134 @@
+"""ServerApp of the Temperature Scaling Attack simulation.
+
+Runs FedAvg (data-size weighted) through Flower's strategy API for ``num-rounds`` rounds,
+with clients chosen reproducibly per (seed, round), and evaluates the global model on the
+test set after every round (SPEC §1 metrics). Each round's metrics are appended to the run
+store as soon as they exist.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from logging import INFO, WARNING
+
+import pandas as pd
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid, ServerApp
+from flwr.supercore import log
+
+from fedcal.attacks import attackers_of
+from fedcal.config import RunConfig
+from fedcal.data import load_dataset
+from fedcal.metrics import calibration_metrics, reliability_bins
+from fedcal.models import build_model
+from fedcal.results import RunStore, run_dir_for
+from fedcal.strategies import FedAvg
+from fedcal.train import predict_logits, resolve_device
+
+app = ServerApp()
+
+# progress(round, metrics) → None; called after each round's evaluation.
+ProgressFn = Callable[[int, dict[str, float]], None]
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Entry point for ``flwr run`` and deployments: config from Flower's run config."""
+    run_tsa(grid, RunConfig.from_flower(context.run_config))
+
+
+def server_app_for(cfg: RunConfig, progress: ProgressFn | None = None) -> ServerApp:
+    """A ServerApp bound to an already-validated config (used by ``fedcal run``)."""
+    bound = ServerApp()
+
+    @bound.main()
+    def _main(grid: Grid, context: Context) -> None:
+        run_tsa(grid, cfg, progress)
+
+    return bound
+
+
+def discover_clients(grid: Grid, expected: int, timeout: float = 600.0) -> dict[int, int]:
+    """Ask every connected node for its partition id; returns {node id: partition id}.
+
+    Waits until ``expected`` nodes are connected. Nodes that do not answer are logged
+    and left out (they are then never sampled).
+    """
+    t0 = time.monotonic()
+    while len(nodes := list(grid.get_node_ids())) < expected:
+        if time.monotonic() - t0 > timeout:
+            raise TimeoutError(f"only {len(nodes)} of {expected} nodes connected after {timeout:.0f}s")
+        time.sleep(0.5)
+    messages = [Message(content=RecordDict(), message_type="query.identity", dst_node_id=n) for n in nodes]
+    mapping: dict[int, int] = {}
+    for reply in grid.send_and_receive(messages, timeout=timeout):
+        node = reply.metadata.src_node_id
+        if reply.has_error():
+            log(WARNING, "node %s did not report its identity: %s", node, reply.error.reason)
+            continue
+        mapping[node] = int(reply.content["identity"]["partition-id"])
+    dupes = len(mapping) - len(set(mapping.values()))
+    if dupes:
+        raise ValueError(f"{dupes} nodes share a partition id; give each node its own 'partition-id'")
+    return mapping
+
+
+def build_strategy(cfg: RunConfig, node_to_client: dict[int, int]) -> FedAvg:
+    """The configured aggregation strategy (issue 3 adds the robust ones)."""
+    return FedAvg(
+        fraction_train=cfg.clients_per_round / cfg.num_clients,
+        fraction_evaluate=0.0,  # the global model is evaluated centrally, on the test set
+        min_train_nodes=cfg.clients_per_round,
+        min_evaluate_nodes=0,
+        min_available_nodes=cfg.num_clients,
+        weighted_by_key="num-examples",
+        sampling_seed=cfg.seed,
+        node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
+    )
+
+
+def run_tsa(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> pd.DataFrame:
+    """Run one federated TSA experiment on ``grid``; returns the per-round metrics table."""
+    store = RunStore(run_dir_for(cfg), cfg)
+    store.start()
+    ds = load_dataset(cfg.dataset, cfg.data_dir)
+    device = resolve_device(cfg.device)
+    model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
+    node_to_client = discover_clients(grid, cfg.num_clients)
+    log(INFO, "attackers (%s, %d of %d): %s", cfg.attack,
+        cfg.num_attackers, cfg.num_clients, sorted(attackers_of(cfg)))
+    strategy = build_strategy(cfg, node_to_client)
+    rows: list[dict[str, float]] = []
+    clock = [time.perf_counter()]
+
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        model.load_state_dict(arrays.to_torch_state_dict())
+        logits = predict_logits(model, ds.x_test, cfg.eval_batch_size, device)
+        if torch.isfinite(logits).all():
+            metrics = calibration_metrics(logits, ds.y_test, cfg.n_bins)
+        else:  # a diverged model is a result (e.g. extreme τ), not a crash
+            log(WARNING, "round %d: global model produced non-finite logits", server_round)
+            metrics = {k: float("nan") for k in ("accuracy", "ece", "sece", "brier", "nll")}
+        now = time.perf_counter()
+        metrics["round_seconds"] = now - clock[0]
+        clock[0] = now
+        store.log_round(server_round, metrics)
+        rows.append({"round": server_round, **metrics})
+        if server_round == cfg.num_rounds and torch.isfinite(logits).all():
+            bins = reliability_bins(logits, ds.y_test, cfg.n_bins)
+            store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in bins.items()}))
+        if progress is not None:
+            progress(server_round, metrics)
+        return MetricRecord({k: float(v) for k, v in metrics.items()})
+
+    strategy.start(
+        grid=grid,
+        initial_arrays=ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()}),
+        num_rounds=cfg.num_rounds,
+        train_config=ConfigRecord(cfg.to_flower()),
+        evaluate_fn=evaluate_fn,
+    )
+    store.finish()
+    return pd.DataFrame(rows)

@@ -1,0 +1,5 @@
+"""Flower strategies (Message API) that drop into any Flower ServerApp."""
+
+from fedcal.strategies.fedavg import FedAvg
+
+__all__ = ["FedAvg"]

@@ -1,0 +1,112 @@
+"""Local training with the temperature-scaled loss, and evaluation (flwr-free).
+
+TSA (SPEC §2): a client minimises CE(softmax(z/τ), y) with learning rate η = β·τ
+(``coupled=True``) or η = β (the uncoupled ablation). τ = 1 is plain benign training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """``auto`` picks CUDA when present, else CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' requested but no CUDA device is available")
+    return torch.device(name)
+
+
+def effective_lr(lr: float, tau: float, coupled: bool) -> float:
+    """η = β·τ when coupled (keeps attacked updates collinear with benign ones), else β."""
+    return lr * tau if coupled else lr
+
+
+@dataclass
+class TrainStats:
+    loss: float  # mean temperature-scaled training loss over the local steps
+    steps: int
+    num_examples: int
+
+
+def batch_schedule(n: int, steps: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """Index batches for ``steps`` SGD steps: walk seeded permutations of the local data,
+    reshuffling at each epoch boundary (batches never straddle two epochs)."""
+    if n < 1:
+        raise ValueError("a client needs at least one training sample")
+    bs = min(batch_size, n)
+    out: list[torch.Tensor] = []
+    perm, pos = torch.randperm(n, generator=generator), 0
+    for _ in range(steps):
+        if pos + bs > n:
+            perm, pos = torch.randperm(n, generator=generator), 0
+        out.append(perm[pos:pos + bs])
+        pos += bs
+    return out
+
+
+def local_train(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    tau: float = 1.0,
+    coupled: bool = True,
+    momentum: float = 0.0,
+    weight_decay: float = 0.0,
+    generator: torch.Generator | None = None,
+    device: torch.device | str = "cpu",
+    batches: list[torch.Tensor] | None = None,
+    on_step: Callable[[int, nn.Module], None] | None = None,
+) -> TrainStats:
+    """Run ``steps`` SGD steps on CE(softmax(model(x)/τ), y) in place.
+
+    ``batches`` (index tensors) overrides the seeded schedule, so two variants can be
+    trained on exactly the same batches; ``on_step(k, model)`` is called after step k.
+    """
+    if tau <= 0:
+        raise ValueError(f"tau must be > 0, got {tau}")
+    device = torch.device(device)
+    model.to(device).train()
+    if batches is None:
+        batches = batch_schedule(len(y), steps, batch_size, generator or torch.Generator().manual_seed(0))
+    opt = torch.optim.SGD(model.parameters(), lr=effective_lr(lr, tau, coupled), momentum=momentum,
+                          weight_decay=weight_decay)
+    total = 0.0
+    for k, idx in enumerate(batches[:steps], start=1):
+        xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(xb) / tau, yb)
+        loss.backward()
+        opt.step()
+        total += float(loss.detach())
+        if on_step is not None:
+            on_step(k, model)
+    return TrainStats(loss=total / max(1, len(batches[:steps])), steps=len(batches[:steps]), num_examples=len(y))
+
+
+@torch.no_grad()
+def predict_logits(model: nn.Module, x: torch.Tensor, batch_size: int = 1000,
+                   device: torch.device | str = "cpu") -> torch.Tensor:
+    """Logits at temperature 1 for all of ``x`` (returned on the CPU, float32)."""
+    device = torch.device(device)
+    model.to(device).eval()
+    out = [model(x[i:i + batch_size].to(device)).float().cpu() for i in range(0, len(x), batch_size)]
+    return torch.cat(out) if out else torch.empty(0)
+
+
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_bins: int = 15, batch_size: int = 1000,
+             device: torch.device | str = "cpu") -> dict[str, float]:
+    """All SPEC §1 metrics of ``model`` on (x, y)."""
+    from fedcal.metrics import calibration_metrics
+
+    return calibration_metrics(predict_logits(model, x, batch_size, device), y, n_bins)
