@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import warnings
 from pathlib import Path
 
@@ -19,12 +20,22 @@ def _quiet_flower(verbose: bool):
     """Flower logs every round at INFO; keep warnings/errors unless asked for more."""
     logger = logging.getLogger("flwr")
     old = logger.level
+    drop = _DropDeprecation()
     if not verbose:
         logger.setLevel(logging.WARNING)
+        logger.addFilter(drop)
     try:
         yield
     finally:
         logger.setLevel(old)
+        logger.removeFilter(drop)
+
+
+class _DropDeprecation(logging.Filter):
+    # run_simulation is Flower's supported in-process engine entry point in the pinned
+    # version; its deprecation banner is noise for fedcal users.
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "DEPRECATED FEATURE" not in record.getMessage()
 
 
 def backend_config(cfg: RunConfig) -> dict:
@@ -41,6 +52,7 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
 
     A run already finished with the same config hash is skipped unless ``force``.
     """
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # silence a Ray FutureWarning
     from flwr.simulation import run_simulation
 
     from fedcal.clients.trainer import app as client_app
@@ -56,8 +68,9 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
 
     def on_round(server_round: int, metrics: dict[str, float]) -> None:
         if server_round > 0:
+            bar.set_postfix(acc=f"{100 * metrics['accuracy']:.1f}", sece=f"{100 * metrics['sece']:+.2f}",
+                            refresh=False)
             bar.update(1)
-            bar.set_postfix(acc=f"{100 * metrics['accuracy']:.1f}", sece=f"{100 * metrics['sece']:+.2f}")
 
     try:
         with _quiet_flower(verbose), warnings.catch_warnings():

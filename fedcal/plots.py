@@ -1,0 +1,67 @@
+"""Matplotlib figures built from run-store tables (never from live objects)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: works on headless machines
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+
+def reliability_panel(ax_rel, ax_hist, bins: pd.DataFrame, title: str) -> None:
+    """Reliability diagram (accuracy per confidence bin vs the diagonal) above a
+    confidence histogram, from a ``reliability.csv`` table."""
+    width = (bins["upper"] - bins["lower"]).to_numpy()
+    centre = ((bins["upper"] + bins["lower"]) / 2).to_numpy()
+    acc = bins["accuracy"].to_numpy()
+    conf = bins["confidence"].to_numpy()
+    ok = bins["count"].to_numpy() > 0
+    ax_rel.bar(centre[ok], acc[ok], width=width[ok], edgecolor="black", color="#4C72B0", label="accuracy")
+    gap_lo = np.minimum(acc, conf)[ok]
+    ax_rel.bar(centre[ok], np.abs(conf - acc)[ok], bottom=gap_lo, width=width[ok], color="#DD8452",
+               alpha=0.6, edgecolor="#DD8452", label="gap to confidence")
+    ax_rel.plot([0, 1], [0, 1], "k--", lw=1)
+    ax_rel.set(xlim=(0, 1), ylim=(0, 1), title=title, ylabel="accuracy")
+    ax_rel.legend(loc="upper left", fontsize=7)
+    frac = bins["count"].to_numpy() / max(1.0, bins["count"].sum())
+    ax_hist.bar(centre, frac, width=width, color="grey", edgecolor="black")
+    ax_hist.set(xlim=(0, 1), xlabel="confidence", ylabel="fraction")
+
+
+def reliability_grid(tables: Sequence[tuple[str, pd.DataFrame]], path: str | Path) -> Path:
+    """One column per (title, bins) pair; writes a PNG and returns its path."""
+    n = len(tables)
+    fig, axes = plt.subplots(2, n, figsize=(3.6 * n, 4.8), gridspec_kw={"height_ratios": [3, 1]}, squeeze=False)
+    for j, (title, bins) in enumerate(tables):
+        reliability_panel(axes[0, j], axes[1, j], bins, title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def trajectories(metrics: pd.DataFrame, label_col: str, path: str | Path,
+                 metric_names: Sequence[str] = ("accuracy", "sece")) -> Path:
+    """Per-round curves of ``metric_names`` (in %) for each value of ``label_col``."""
+    fig, axes = plt.subplots(1, len(metric_names), figsize=(4.5 * len(metric_names), 3.4), squeeze=False)
+    for ax, name in zip(axes[0], metric_names):
+        sub = metrics[metrics["metric"] == name]
+        for label, g in sub.groupby(label_col, sort=True):
+            g = g.groupby("round")["value"].mean()
+            ax.plot(g.index, 100 * g.to_numpy(), label=str(label))
+        ax.set(xlabel="round", ylabel=f"{name} (%)", title=name)
+        if name == "sece":
+            ax.axhline(0, color="black", lw=0.8)
+        ax.legend(title=label_col, fontsize=7)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
