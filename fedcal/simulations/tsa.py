@@ -56,10 +56,16 @@ def discover_clients(grid: Grid, expected: int, timeout: float = 600.0) -> dict[
     Waits until ``expected`` nodes are connected. Nodes that do not answer are logged
     and left out (they are then never sampled).
     """
-    t0 = time.monotonic()
+    t0, warned = time.monotonic(), False
     while len(nodes := list(grid.get_node_ids())) < expected:
-        if time.monotonic() - t0 > timeout:
-            raise TimeoutError(f"only {len(nodes)} of {expected} nodes connected after {timeout:.0f}s")
+        waited = time.monotonic() - t0
+        if waited > timeout:
+            raise TimeoutError(f"only {len(nodes)} of {expected} nodes connected after {timeout:.0f}s; "
+                               f"run-config 'num-clients' must equal the number of SuperNodes")
+        if waited > 10 and not warned:
+            warned = True
+            log(WARNING, "waiting for %d nodes (%d connected). With `flwr run`, start as many virtual "
+                "nodes as 'num-clients': --federation-config \"num-supernodes=%d\"", expected, len(nodes), expected)
         time.sleep(0.5)
     messages = [Message(content=RecordDict(), message_type="query.identity", dst_node_id=n) for n in nodes]
     mapping: dict[int, int] = {}

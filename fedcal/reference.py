@@ -1,0 +1,73 @@
+"""A plain-PyTorch federated loop, without Flower (flwr-free).
+
+It performs exactly the computation of a fedcal simulation — same seeded client sample per
+round, same client rounds (:func:`fedcal.attacks.client_round`), data-size weighted FedAvg,
+central evaluation after every round — in one process. Two uses:
+
+* the *compute limit* in benchmarks (what a round costs with no framework at all);
+* an independent second implementation: tests check that the Flower apps give the same
+  metrics for the same seed.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+import torch
+
+from fedcal.attacks import behaviour_for, client_round
+from fedcal.config import RunConfig
+from fedcal.data import client_data, load_dataset
+from fedcal.metrics import calibration_metrics
+from fedcal.models import build_model
+from fedcal.train import predict_logits, resolve_device
+
+
+def sampled_clients(cfg: RunConfig, server_round: int) -> list[int]:
+    """The clients trained in ``server_round`` (same rule as fedcal's seeded FedAvg)."""
+    return random.Random(f"{cfg.seed}/{server_round}").sample(range(cfg.num_clients), cfg.clients_per_round)
+
+
+def run_plain(cfg: RunConfig, on_round: Callable[[int, dict[str, float]], None] | None = None
+              ) -> list[dict[str, float]]:
+    """Run ``cfg`` without Flower; returns one metrics dict per round (round 0 = initial)."""
+    ds = load_dataset(cfg.dataset, cfg.data_dir)
+    device = resolve_device(cfg.device)
+    global_model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
+    worker = build_model(cfg.model, ds.input_shape, ds.num_classes)
+    state = {k: v.detach().clone() for k, v in global_model.state_dict().items()}
+    rows: list[dict[str, float]] = []
+    clock = time.perf_counter()
+
+    def evaluate(server_round: int) -> None:
+        nonlocal clock
+        global_model.load_state_dict(state)
+        logits = predict_logits(global_model, ds.x_test, cfg.eval_batch_size, device)
+        m = calibration_metrics(logits, ds.y_test, cfg.n_bins)
+        now = time.perf_counter()
+        m["round_seconds"] = now - clock
+        clock = now
+        rows.append({"round": server_round, **m})
+        if on_round:
+            on_round(server_round, m)
+
+    evaluate(0)
+    for rnd in range(1, cfg.num_rounds + 1):
+        acc: dict[str, torch.Tensor] = {}
+        total = 0
+        for cid in sampled_clients(cfg, rnd):
+            data = client_data(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha,
+                               cfg.seed, cid)
+            worker.load_state_dict(state)
+            stats = client_round(worker, data.x, data.y, data.num_classes, behaviour_for(cfg, cid), cfg, rnd, cid,
+                                 device)
+            n = stats.num_examples
+            total += n
+            for k, v in worker.state_dict().items():
+                v = v.detach().to("cpu", torch.float64) * n
+                acc[k] = acc[k] + v if k in acc else v
+        state = {k: (acc[k] / total).to(state[k].dtype) for k in state}
+        evaluate(rnd)
+    return rows
