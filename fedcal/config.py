@@ -20,7 +20,8 @@ DATASETS = ("digits", "mnist", "cifar10", "cifar100", "synthetic")
 MODELS = ("mlp", "cnn", "resnet18", "cnn1d")
 ATTACKS = ("none", "tsa", "noise", "labelflip")
 PARTITIONS = ("dirichlet", "iid")
-STRATEGIES = ("fedavg",)
+STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "trimmed_mean", "median", "geometric_median",
+              "median_of_means")
 DEVICES = ("auto", "cpu", "cuda")
 
 # Keys that describe where and how a run executes, not what it computes: they are left
@@ -63,6 +64,12 @@ class RunConfig:
     seed: int = 0
     n_bins: int = 15
     strategy: str = "fedavg"
+    krum_f: int = 1  # MultiKrum: assumed Byzantine replies per round (f = 1 for n = 5)
+    krum_m: int = 0  # MultiKrum: updates averaged; 0 → n − f
+    trim_f: int = 1  # trimmed mean: values dropped per side and coordinate
+    root_size: int = 100  # FLTrust: server's clean root set, drawn from the training data
+    mom_groups: int = 3  # median-of-means: number of groups
+    foolsgold_kappa: float = 1.0
     eval_batch_size: int = 1000
     device: str = "auto"
     client_cpus: float = 1.0  # Ray resources per virtual client (simulation only)
@@ -125,6 +132,20 @@ class RunConfig:
         _check("n-bins", self.n_bins >= 1, self.n_bins, "must be >= 1")
         _check("client-cpus", self.client_cpus > 0, self.client_cpus, "must be > 0")
         _check("client-gpus", self.client_gpus >= 0, self.client_gpus, "must be >= 0")
+        _check("krum-f", self.krum_f >= 0, self.krum_f, "must be >= 0")
+        _check("krum-m", self.krum_m >= 0, self.krum_m, "must be >= 0 (0 = n - f)")
+        if self.strategy == "multikrum":
+            _check("krum-f", self.clients_per_round >= self.krum_f + 3, self.krum_f,
+                   f"needs clients-per-round >= krum-f + 3 (clients-per-round = {self.clients_per_round})")
+            _check("krum-m", self.krum_m <= self.clients_per_round, self.krum_m,
+                   f"must not exceed clients-per-round ({self.clients_per_round})")
+        _check("trim-f", self.trim_f >= 0, self.trim_f, "must be >= 0")
+        if self.strategy == "trimmed_mean":
+            _check("trim-f", self.clients_per_round > 2 * self.trim_f, self.trim_f,
+                   f"needs clients-per-round > 2 * trim-f (clients-per-round = {self.clients_per_round})")
+        _check("root-size", self.root_size >= 1, self.root_size, "must be >= 1")
+        _check("mom-groups", self.mom_groups >= 1, self.mom_groups, "must be >= 1")
+        _check("foolsgold-kappa", self.foolsgold_kappa > 0, self.foolsgold_kappa, "must be > 0")
         _check("eval-batch-size", self.eval_batch_size >= 1, self.eval_batch_size, "must be >= 1")
 
     # ------------------------------------------------------------------ output

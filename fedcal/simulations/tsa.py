@@ -12,19 +12,21 @@ import time
 from collections.abc import Callable
 from logging import INFO, WARNING
 
+import numpy as np
 import pandas as pd
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
-from fedcal.attacks import attackers_of
+from fedcal import strategies
+from fedcal.attacks import BENIGN, attackers_of, client_round
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
 from fedcal.metrics import calibration_metrics, reliability_bins
 from fedcal.models import build_model
 from fedcal.results import RunStore, run_dir_for
-from fedcal.strategies import FedAvg
+from fedcal.strategies import UpdateAggregationStrategy
 from fedcal.train import predict_logits, resolve_device
 
 app = ServerApp()
@@ -81,9 +83,26 @@ def discover_clients(grid: Grid, expected: int, timeout: float = 600.0) -> dict[
     return mapping
 
 
-def build_strategy(cfg: RunConfig, node_to_client: dict[int, int]) -> FedAvg:
-    """The configured aggregation strategy (issue 3 adds the robust ones)."""
-    return FedAvg(
+def root_train_fn_for(cfg: RunConfig, ds, device: torch.device) -> Callable[[ArrayRecord, int], ArrayRecord]:
+    """FLTrust's server update: the benign local procedure (same E, B, β) on a seeded root
+    set of ``root-size`` samples drawn from the training data."""
+    rng = np.random.default_rng([cfg.seed, 0xF17])
+    idx = torch.from_numpy(rng.choice(len(ds.y_train), size=min(cfg.root_size, len(ds.y_train)), replace=False))
+    x_root, y_root = ds.x_train[idx], ds.y_train[idx]
+    model = build_model(cfg.model, ds.input_shape, ds.num_classes)
+
+    def root_train(arrays: ArrayRecord, server_round: int) -> ArrayRecord:
+        model.load_state_dict(arrays.to_torch_state_dict())
+        client_round(model, x_root, y_root, ds.num_classes, BENIGN, cfg, server_round, client_id=-1, device=device)
+        return ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()})
+
+    return root_train
+
+
+def build_strategy(cfg: RunConfig, node_to_client: dict[int, int],
+                   root_train_fn: Callable[[ArrayRecord, int], ArrayRecord] | None = None) -> UpdateAggregationStrategy:
+    """The configured aggregation strategy, sampling clients reproducibly."""
+    common = dict(
         fraction_train=cfg.clients_per_round / cfg.num_clients,
         fraction_evaluate=0.0,  # the global model is evaluated centrally, on the test set
         min_train_nodes=cfg.clients_per_round,
@@ -93,6 +112,26 @@ def build_strategy(cfg: RunConfig, node_to_client: dict[int, int]) -> FedAvg:
         sampling_seed=cfg.seed,
         node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
     )
+    name = cfg.strategy
+    if name == "fedavg":
+        return strategies.FedAvg(**common)
+    if name == "fltrust":
+        if root_train_fn is None:
+            raise ValueError("strategy 'fltrust' needs a root_train_fn")
+        return strategies.FLTrust(root_train_fn, **common)
+    if name == "foolsgold":
+        return strategies.FoolsGold(kappa=cfg.foolsgold_kappa, **common)
+    if name == "multikrum":
+        return strategies.MultiKrum(num_malicious_nodes=cfg.krum_f, num_nodes_to_select=cfg.krum_m or None, **common)
+    if name == "trimmed_mean":
+        return strategies.TrimmedMean(trim=cfg.trim_f, **common)
+    if name == "median":
+        return strategies.Median(**common)
+    if name == "geometric_median":
+        return strategies.GeometricMedian(**common)
+    if name == "median_of_means":
+        return strategies.MedianOfMeans(num_groups=cfg.mom_groups, seed=cfg.seed, **common)
+    raise ValueError(f"unknown strategy {name!r}")
 
 
 def run_tsa(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> pd.DataFrame:
@@ -105,7 +144,8 @@ def run_tsa(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> p
     node_to_client = discover_clients(grid, cfg.num_clients)
     log(INFO, "attackers (%s, %d of %d): %s", cfg.attack,
         cfg.num_attackers, cfg.num_clients, sorted(attackers_of(cfg)))
-    strategy = build_strategy(cfg, node_to_client)
+    root_fn = root_train_fn_for(cfg, ds, device) if cfg.strategy == "fltrust" else None
+    strategy = build_strategy(cfg, node_to_client, root_fn)
     rows: list[dict[str, float]] = []
     clock = [time.perf_counter()]
 

@@ -1,0 +1,1 @@
+"""quickstart-robust: a Flower app using fedcal's robust strategies."""
