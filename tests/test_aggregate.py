@@ -560,3 +560,19 @@ def test_cuda_matches_cpu():
     a, wa = A.FoolsGold()(list(range(9)), xc, wc)
     b, wb = A.FoolsGold()(list(range(9)), x, w)
     assert a.is_cuda and torch.allclose(a.cpu(), b, atol=1e-4) and torch.allclose(wa.cpu(), wb, atol=1e-5)
+
+
+def test_krum_distances_exact_for_near_duplicates_far_from_origin():
+    # Sybil-like updates: a large shared component plus tiny individual differences. A float32
+    # Gram trick would rank these in rounding noise; the scores must match float64 differences.
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(200_000, generator=g) * 10
+    scales = torch.tensor([1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2])
+    ups = (base + scales[:, None] * torch.randn(6, 200_000, generator=g)).float()
+    x = ups.double()
+    exact = ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
+    exact.fill_diagonal_(float("inf"))
+    expected = torch.sort(exact, dim=1).values[:, : 6 - 1 - 2].sum(1)
+    got = A.krum_scores(ups, 1)
+    torch.testing.assert_close(got.double(), expected, rtol=1e-6, atol=0)
+    assert A.multikrum_select(ups, 1, 1).item() == int(torch.argmin(expected))

@@ -85,3 +85,13 @@ def test_missing_dataset_fails_at_once_naming_the_key(tmp_path, monkeypatch, cap
     dsmod._load_cached.cache_clear()
     assert cli_main(["run", "dataset=mnist", f"data-dir={str(tmp_path)!r}".replace("'", '"')]) == 2
     assert "'dataset'" in capsys.readouterr().err
+
+
+def test_strategy_parameters_are_checked_against_the_round_size():
+    with pytest.raises(ConfigError, match="'krum-f'"):
+        RunConfig.from_flower({"strategy": "multikrum", "krum-f": 3})  # needs M >= f + 3 = 6
+    with pytest.raises(ConfigError, match="'trim-f'"):
+        RunConfig.from_flower({"strategy": "trimmed_mean", "trim-f": 3})
+    with pytest.raises(ConfigError, match="'strategy'"):
+        RunConfig.from_flower({"strategy": "krum"})
+    assert RunConfig.from_flower({"strategy": "multikrum"}).krum_f == 1

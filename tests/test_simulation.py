@@ -62,3 +62,11 @@ def test_interrupted_run_keeps_finished_rounds(tmp_path, monkeypatch):
     df = load_metrics(run_dir_for(cfg))
     assert sorted(df["round"].unique()) == [0, 1, 2]
     assert not (run_dir_for(cfg) / "DONE").exists()
+
+
+def test_robust_strategy_is_a_run_config_choice(tmp_path):
+    # FLTrust needs the server's root set wired in: the most involved of the choices.
+    cfg = tiny(tmp_path, strategy="fltrust", root_size=50, num_rounds=2)
+    df = load_metrics(simulate(cfg, progress=False))
+    assert sorted(df["round"].unique()) == [0, 1, 2]
+    assert df[df.metric == "accuracy"]["value"].notna().all()
