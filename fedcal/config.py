@@ -71,6 +71,7 @@ class RunConfig:
     mom_groups: int = 3  # median-of-means: number of groups
     foolsgold_kappa: float = 1.0
     eval_batch_size: int = 1000
+    eval_every: int = 1  # central evaluation every k rounds (and always after round 0 and the last)
     device: str = "auto"
     client_cpus: float = 1.0  # Ray resources per virtual client (simulation only)
     client_gpus: float = 0.0  # fractional GPUs per virtual client, e.g. 0.25
@@ -146,6 +147,7 @@ class RunConfig:
         _check("root-size", self.root_size >= 1, self.root_size, "must be >= 1")
         _check("mom-groups", self.mom_groups >= 1, self.mom_groups, "must be >= 1")
         _check("foolsgold-kappa", self.foolsgold_kappa > 0, self.foolsgold_kappa, "must be > 0")
+        _check("eval-every", self.eval_every >= 1, self.eval_every, "must be >= 1")
         _check("eval-batch-size", self.eval_batch_size >= 1, self.eval_batch_size, "must be >= 1")
 
     # ------------------------------------------------------------------ output

@@ -66,7 +66,9 @@ def test_interrupted_run_keeps_finished_rounds(tmp_path, monkeypatch):
 
 def test_robust_strategy_is_a_run_config_choice(tmp_path):
     # FLTrust needs the server's root set wired in: the most involved of the choices.
-    cfg = tiny(tmp_path, strategy="fltrust", root_size=50, num_rounds=2)
+    # (also: eval-every=2 evaluates rounds 0, 2 and the last, and times every round)
+    cfg = tiny(tmp_path, strategy="fltrust", root_size=50, num_rounds=3, eval_every=2)
     df = load_metrics(simulate(cfg, progress=False))
-    assert sorted(df["round"].unique()) == [0, 1, 2]
+    assert sorted(df[df.metric == "accuracy"]["round"]) == [0, 2, 3]
+    assert sorted(df[df.metric == "round_seconds"]["round"]) == [0, 1, 2, 3]
     assert df[df.metric == "accuracy"]["value"].notna().all()

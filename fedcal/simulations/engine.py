@@ -68,8 +68,9 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
 
     def on_round(server_round: int, metrics: dict[str, float]) -> None:
         if server_round > 0:
-            bar.set_postfix(acc=f"{100 * metrics['accuracy']:.1f}", sece=f"{100 * metrics['sece']:+.2f}",
-                            refresh=False)
+            if "accuracy" in metrics:
+                bar.set_postfix(acc=f"{100 * metrics['accuracy']:.1f}", sece=f"{100 * metrics['sece']:+.2f}",
+                                refresh=False)
             bar.update(1)
 
     try:

@@ -23,7 +23,7 @@ from fedcal import strategies
 from fedcal.attacks import BENIGN, attackers_of, client_round
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
-from fedcal.metrics import calibration_metrics, reliability_bins
+from fedcal.metrics import METRIC_KEYS, calibration_metrics, reliability_bins
 from fedcal.models import build_model
 from fedcal.results import RunStore, run_dir_for
 from fedcal.strategies import UpdateAggregationStrategy
@@ -150,19 +150,24 @@ def run_tsa(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> p
     clock = [time.perf_counter()]
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        model.load_state_dict(arrays.to_torch_state_dict())
-        logits = predict_logits(model, ds.x_test, cfg.eval_batch_size, device)
-        if torch.isfinite(logits).all():
-            metrics = calibration_metrics(logits, ds.y_test, cfg.n_bins)
-        else:  # a diverged model is a result (e.g. extreme τ), not a crash
-            log(WARNING, "round %d: global model produced non-finite logits", server_round)
-            metrics = {k: float("nan") for k in ("accuracy", "ece", "sece", "brier", "nll")}
+        metrics: dict[str, float] = {}
+        due = server_round in (0, cfg.num_rounds) or server_round % cfg.eval_every == 0
+        logits = None
+        if due:
+            model.load_state_dict(arrays.to_torch_state_dict())
+            logits = predict_logits(model, ds.x_test, cfg.eval_batch_size, device)
+            if torch.isfinite(logits).all():
+                metrics.update(calibration_metrics(logits, ds.y_test, cfg.n_bins))
+            else:  # a diverged model is a result (e.g. extreme τ), not a crash
+                log(WARNING, "round %d: global model produced non-finite logits", server_round)
+                metrics.update({k: float("nan") for k in METRIC_KEYS})
+                logits = None
         now = time.perf_counter()
-        metrics["round_seconds"] = now - clock[0]
+        metrics["round_seconds"] = now - clock[0]  # whole round: train, aggregate, evaluate
         clock[0] = now
         store.log_round(server_round, metrics)
         rows.append({"round": server_round, **metrics})
-        if server_round == cfg.num_rounds and torch.isfinite(logits).all():
+        if server_round == cfg.num_rounds and logits is not None:
             bins = reliability_bins(logits, ds.y_test, cfg.n_bins)
             store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in bins.items()}))
         if progress is not None:
