@@ -2,6 +2,7 @@
 
     fedcal run  [key=value ...]              one Flower simulation (any run-config key)
     fedcal taus --taus 0.2,1,5 [key=value]   benign run + TSA per τ, table and plots
+                [--strategies fedavg,fltrust,foolsgold,multikrum]   … under each defense
     fedcal demo                              the README's main job (digits, offline)
 
 Overrides are Flower run-config keys with TOML values (``tau=5 dataset="cifar10"``,
@@ -68,14 +69,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tau_report(args: argparse.Namespace, base: RunConfig, taus: list[float], out: Path, title: str) -> int:
+def _tau_report(args: argparse.Namespace, base: RunConfig, taus: list[float], out: Path, title: str,
+                strategies: list[str] | None = None) -> int:
     from fedcal.experiments import run_tau_comparison, to_markdown
 
-    table = run_tau_comparison(base, taus, out, _simulate(args), title)
+    table = run_tau_comparison(base, taus, out, _simulate(args), title, strategies)
     print()
     print(to_markdown(table, title))
-    print(f"table: {out / 'table.csv'}\nreliability diagrams: {out / 'reliability.png'}\n"
-          f"trajectories: {out / 'trajectories.png'}")
+    pngs = ["defenses.png"] if table["strategy"].nunique() > 1 else ["reliability.png", "trajectories.png"]
+    print(f"table: {out / 'table.csv'}\n" + "\n".join(f"plot: {out / p}" for p in pngs))
     return 0
 
 
@@ -85,8 +87,12 @@ def cmd_taus(args: argparse.Namespace) -> int:
     overrides.setdefault("output-dir", str(out / "runs"))
     base = RunConfig.from_flower(overrides)
     title = f"{base.dataset}–{base.model}, K={base.num_clients}, M={base.clients_per_round}, " \
-            f"{base.num_attackers} attackers, {base.num_rounds} rounds, seed {base.seed}"
-    return _tau_report(args, base, _parse_taus(args.taus), out, title)
+            f"{base.replace(attack='tsa').num_attackers} attackers, " \
+            f"{base.num_rounds} rounds, seed {base.seed}"
+    strategies = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
+    for s in strategies or []:
+        base.replace(strategy=s)  # validates each name (and its parameters) before anything runs
+    return _tau_report(args, base, _parse_taus(args.taus), out, title, strategies)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -113,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.add_argument("--taus", default="0.2,0.5,1,2,5", help="comma-separated τ values (1 = benign run)")
     p.add_argument("--report", default="fedcal-report", help="folder for table.csv/table.md/PNGs")
+    p.add_argument("--strategies", default="", help="comma-separated strategies to compare (default: the config's)")
     p.set_defaults(func=cmd_taus)
     p = sub.add_parser("demo", help="the README's main job: digits, benign vs TSA τ=0.2 and τ=5")
     _add_common(p)

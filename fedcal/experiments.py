@@ -12,22 +12,24 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from fedcal.config import RunConfig
-from fedcal.plots import reliability_grid, trajectories
+from fedcal.plots import defense_bars, reliability_grid, trajectories
 from fedcal.results import load_metrics, run_dir_for
 
-TABLE_COLUMNS = ["tau", "run", "accuracy_%", "ece_%", "sece_%", "brier", "nll", "run_id"]
+TABLE_COLUMNS = ["strategy", "tau", "run", "accuracy_%", "ece_%", "sece_%", "brier", "nll", "run_id"]
 
 
-def tau_configs(base: RunConfig, taus: Sequence[float]) -> list[RunConfig]:
-    """τ = 1 is the benign run (no attacker at all); every other τ is TSA at that τ."""
+def tau_configs(base: RunConfig, taus: Sequence[float], strategies: Sequence[str] | None = None) -> list[RunConfig]:
+    """One config per (strategy, τ). τ = 1 is the benign run (no attacker at all); every
+    other τ is TSA at that τ. ``strategies`` defaults to the base config's."""
     out = []
-    for tau in taus:
-        if tau <= 0:
-            raise ValueError(f"tau must be > 0, got {tau}")
-        if float(tau) == 1.0:
-            out.append(base.replace(attack="none", tau=1.0))
-        else:
-            out.append(base.replace(attack="tsa", tau=float(tau)))
+    for strategy in strategies or [base.strategy]:
+        for tau in taus:
+            if tau <= 0:
+                raise ValueError(f"tau must be > 0, got {tau}")
+            if float(tau) == 1.0:
+                out.append(base.replace(attack="none", tau=1.0, strategy=strategy))
+            else:
+                out.append(base.replace(attack="tsa", tau=float(tau), strategy=strategy))
     return out
 
 
@@ -40,12 +42,15 @@ def summarise(configs: Sequence[RunConfig]) -> pd.DataFrame:
             continue
         last = df[df["round"] == df["round"].max()].set_index("metric")["value"]
         rows.append({
-            "tau": cfg.tau,
+            "strategy": cfg.strategy, "tau": cfg.tau,
             "run": "benign" if cfg.attack == "none" else f"TSA{'' if cfg.coupled else ' (uncoupled)'}",
             "accuracy_%": 100 * last["accuracy"], "ece_%": 100 * last["ece"], "sece_%": 100 * last["sece"],
             "brier": last["brier"], "nll": last["nll"], "run_id": df["run_id"].iloc[0],
         })
-    return pd.DataFrame(rows, columns=TABLE_COLUMNS).sort_values("tau").reset_index(drop=True)
+    table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
+    order = {s: i for i, s in enumerate(dict.fromkeys(c.strategy for c in configs))}
+    table["_o"] = table["strategy"].map(order)
+    return table.sort_values(["_o", "tau"]).drop(columns="_o").reset_index(drop=True)
 
 
 def write_report(configs: Sequence[RunConfig], out_dir: str | Path, title: str = "") -> pd.DataFrame:
@@ -55,6 +60,9 @@ def write_report(configs: Sequence[RunConfig], out_dir: str | Path, title: str =
     table = summarise(configs)
     table.to_csv(out / "table.csv", index=False)
     (out / "table.md").write_text(to_markdown(table, title))
+    if table["strategy"].nunique() > 1:
+        defense_bars(table, out / "defenses.png", title)
+        return table
     panels = []
     for cfg in sorted(configs, key=lambda c: c.tau):
         rel = run_dir_for(cfg) / "reliability.csv"
@@ -71,7 +79,7 @@ def write_report(configs: Sequence[RunConfig], out_dir: str | Path, title: str =
 
 def to_markdown(table: pd.DataFrame, title: str = "") -> str:
     """A plain Markdown table (no optional dependency such as tabulate)."""
-    cols = [c for c in table.columns if c != "run_id"]
+    cols = [c for c in table.columns if c != "run_id" and not (c == "strategy" and table[c].nunique() <= 1)]
     fmt = {"tau": "{:g}", "accuracy_%": "{:.2f}", "ece_%": "{:.2f}", "sece_%": "{:+.2f}", "brier": "{:.4f}",
            "nll": "{:.4f}"}
     lines = ([f"**{title}**", ""] if title else []) + ["| " + " | ".join(cols) + " |",
@@ -82,9 +90,10 @@ def to_markdown(table: pd.DataFrame, title: str = "") -> str:
 
 
 def run_tau_comparison(base: RunConfig, taus: Sequence[float], out_dir: str | Path,
-                       run_fn: Callable[[RunConfig], object], title: str = "") -> pd.DataFrame:
-    """Run (or skip, if finished) each τ with ``run_fn`` and write the report."""
-    configs = tau_configs(base, taus)
+                       run_fn: Callable[[RunConfig], object], title: str = "",
+                       strategies: Sequence[str] | None = None) -> pd.DataFrame:
+    """Run (or skip, if finished) each (strategy, τ) with ``run_fn`` and write the report."""
+    configs = tau_configs(base, taus, strategies)
     for cfg in configs:
         run_fn(cfg)
     return write_report(configs, out_dir, title)

@@ -65,3 +65,29 @@ def trajectories(metrics: pd.DataFrame, label_col: str, path: str | Path,
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def defense_bars(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
+    """Grouped bars of accuracy and sECE (%) per strategy, one bar per τ (a τ table)."""
+    strategies = list(dict.fromkeys(table["strategy"]))
+    taus = sorted(table["tau"].unique())
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    width = 0.8 / len(taus)
+    x = np.arange(len(strategies))
+    for ax, col, label in zip(axes, ["accuracy_%", "sece_%"], ["accuracy (%)", "sECE (%)"]):
+        for i, tau in enumerate(taus):
+            sub = table[table["tau"] == tau].set_index("strategy").reindex(strategies)
+            name = "benign (τ=1)" if tau == 1 else f"TSA τ={tau:g}"
+            ax.bar(x + (i - (len(taus) - 1) / 2) * width, sub[col].to_numpy(), width, label=name)
+        ax.set_xticks(x, strategies)
+        ax.set_ylabel(label)
+        if col == "sece_%":
+            ax.axhline(0, color="black", lw=0.8)
+    axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
