@@ -14,7 +14,6 @@ import argparse
 import gc
 import time
 
-import numpy as np
 import torch
 
 from fedcal import aggregate as agg
@@ -59,37 +58,39 @@ def main() -> None:
     print("-" * len(header))
     for d in (int(x) for x in args.d):
         for n in args.n:
-            g = torch.Generator().manual_seed(0)
-            updates = torch.randn(n, d, generator=g).to(args.device)
-            weights = torch.rand(n, generator=g).to(args.device) + 0.5
-            f = max(1, n // 5)
-            sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
-
-            def timed(fn):
-                return best_of(lambda: (fn(), sync()), args.repeat)
-
-            read = timed(lambda: updates.sum())
-            fg = agg.FoolsGold()
-            ids = list(range(n))
-            root = torch.randn(d, generator=g).to(args.device)
-            rules = {
-                "fedavg": lambda: agg.fedavg(updates, weights),
-                "trimmed_mean": lambda: agg.trimmed_mean(updates, f),
-                "median": lambda: agg.coordinate_median(updates),
-                "geometric_median": lambda: agg.geometric_median(updates, weights),
-                "median_of_means": lambda: agg.median_of_means(updates, 3, generator=torch.Generator().manual_seed(0)),
-                "multikrum": lambda: agg.multikrum(updates, f, weights=weights),
-                "fltrust": lambda: agg.fltrust(updates, root),
-                "foolsgold": lambda: fg(ids, updates),
-            }
-            rows = [("read n·d once", read)] + [(k, timed(v)) for k, v in rules.items()]
-            if args.device == "cpu":
-                rows.append(("flwr MultiKrum", timed(flower_multikrum(n, updates, f))))
-            for name, secs in rows:
+            for name, secs, read in bench_one(n, d, args.device, args.repeat):
                 print(f"{n:>4} {d:>10.2e} {name:<18}{secs:>10.4f}{secs / read:>9.1f}")
-            del updates, fg
             gc.collect()
 
+
+def bench_one(n: int, d: int, device: str, repeat: int) -> list[tuple[str, float, float]]:
+    """(rule, seconds, seconds to read the inputs once) for one (n, d)."""
+    g = torch.Generator().manual_seed(0)
+    updates = torch.randn(n, d, generator=g).to(device)
+    weights = torch.rand(n, generator=g).to(device) + 0.5
+    root = torch.randn(d, generator=g).to(device)
+    f = max(1, n // 5)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def timed(fn) -> float:
+        return best_of(lambda: (fn(), sync()), repeat)
+
+    fg, ids = agg.FoolsGold(), list(range(n))
+    rules = {
+        "fedavg": lambda: agg.fedavg(updates, weights),
+        "trimmed_mean": lambda: agg.trimmed_mean(updates, f),
+        "median": lambda: agg.coordinate_median(updates),
+        "geometric_median": lambda: agg.geometric_median(updates, weights),
+        "median_of_means": lambda: agg.median_of_means(updates, 3, generator=torch.Generator().manual_seed(0)),
+        "multikrum": lambda: agg.multikrum(updates, f, weights=weights),
+        "fltrust": lambda: agg.fltrust(updates, root),
+        "foolsgold": lambda: fg(ids, updates),
+    }
+    read = timed(lambda: updates.sum())
+    rows = [("read n·d once", read, read)] + [(k, timed(v), read) for k, v in rules.items()]
+    if device == "cpu":
+        rows.append(("flwr MultiKrum", timed(flower_multikrum(n, updates, f)), read))
+    return rows
 
 if __name__ == "__main__":
     main()

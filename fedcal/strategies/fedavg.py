@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 
 from fedcal import aggregate as agg
 from fedcal.strategies.base import UpdateAggregationStrategy
