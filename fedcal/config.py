@@ -23,10 +23,11 @@ PARTITIONS = ("dirichlet", "iid")
 STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "trimmed_mean", "median", "geometric_median",
               "median_of_means")
 DEVICES = ("auto", "cpu", "cuda")
+ENGINES = ("ray", "inprocess")
 
 # Keys that describe where and how a run executes, not what it computes: they are left
 # out of the config hash so the same experiment on CPU or GPU is recognised as the same.
-_NON_SEMANTIC = {"output_dir", "run_name", "device", "data_dir", "eval_batch_size", "client_cpus", "client_gpus"}
+_NON_SEMANTIC = {"output_dir", "run_name", "device", "data_dir", "eval_batch_size", "client_cpus", "client_gpus", "engine"}
 
 
 class ConfigError(ValueError):
@@ -73,6 +74,7 @@ class RunConfig:
     eval_batch_size: int = 1000
     eval_every: int = 1  # central evaluation every k rounds (and always after round 0 and the last)
     device: str = "auto"
+    engine: str = "ray"  # "ray": Flower's Simulation Engine; "inprocess": same apps, no Ray
     client_cpus: float = 1.0  # Ray resources per virtual client (simulation only)
     client_gpus: float = 0.0  # fractional GPUs per virtual client, e.g. 0.25
     output_dir: str = "runs"
@@ -110,6 +112,7 @@ class RunConfig:
         _choice("partition", self.partition, PARTITIONS)
         _choice("strategy", self.strategy, STRATEGIES)
         _choice("device", self.device, DEVICES)
+        _choice("engine", self.engine, ENGINES)
         _check("num-clients", self.num_clients >= 1, self.num_clients, "must be >= 1")
         _check("clients-per-round", self.clients_per_round >= 1, self.clients_per_round, "must be >= 1")
         _check(

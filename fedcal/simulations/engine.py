@@ -1,4 +1,5 @@
-"""Run a fedcal simulation in-process through Flower's Simulation Engine (Ray backend)."""
+"""Run a fedcal simulation: Flower's Simulation Engine (Ray backend, the default) or the
+in-process engine (``engine=inprocess``: the same apps through a Grid without Ray)."""
 
 from __future__ import annotations
 
@@ -76,13 +77,18 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
     try:
         with _quiet_flower(verbose), warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            run_simulation(
-                server_app=server_app_for(cfg, on_round),
-                client_app=client_app,
-                num_supernodes=cfg.num_clients,
-                backend_config=backend_config(cfg),
-                verbose_logging=verbose,
-            )
+            if cfg.engine == "inprocess":
+                from fedcal.simulations.inprocess import run_inprocess
+
+                run_inprocess(server_app_for(cfg, on_round), client_app, cfg.num_clients, seed=cfg.seed)
+            else:
+                run_simulation(
+                    server_app=server_app_for(cfg, on_round),
+                    client_app=client_app,
+                    num_supernodes=cfg.num_clients,
+                    backend_config=backend_config(cfg),
+                    verbose_logging=verbose,
+                )
     finally:
         bar.close()
     if not RunStore(run_dir, cfg).is_done():

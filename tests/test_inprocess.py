@@ -1,0 +1,47 @@
+"""The in-process engine behaves like SuperNodes: identities, isolation, error replies."""
+
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from fedcal.simulations.inprocess import run_inprocess
+
+client = ClientApp()
+
+
+@client.train()
+def train(msg: Message, context: Context) -> Message:
+    pid = int(context.node_config["partition-id"])
+    if pid == 2:
+        raise RuntimeError("boom")
+    msg.content["config"]["tampered"] = 1  # must not leak to the server or other nodes
+    seen = int(context.state["seen"]["n"]) + 1 if "seen" in context.state else 1
+    context.state["seen"] = MetricRecord({"n": seen})  # node state persists across messages
+    return Message(content=RecordDict({"m": MetricRecord({"pid": pid, "seen": seen})}), reply_to=msg)
+
+
+def test_grid_runs_the_client_app_like_supernodes():
+    out = {}
+    server = ServerApp()
+
+    @server.main()
+    def main(grid: Grid, context: Context) -> None:
+        nodes = list(grid.get_node_ids())
+        content = RecordDict({"config": ConfigRecord({"x": 1})})
+        for rnd in (1, 2):
+            msgs = [Message(content=content, message_type="train", dst_node_id=n) for n in nodes]
+            replies = list(grid.send_and_receive(msgs))
+            out[rnd] = replies
+        out["content"] = content
+        out["nodes"] = nodes
+
+    run_inprocess(server, client, num_supernodes=4, seed=0)
+    replies = out[2]
+    assert len(out["nodes"]) == 4
+    errors = [r for r in replies if r.has_error()]
+    assert len(errors) == 1 and "boom" in errors[0].error.reason
+    good = sorted(int(r.content["m"]["pid"]) for r in replies if not r.has_error())
+    assert good == [0, 1, 3]
+    assert all(int(r.content["m"]["seen"]) == 2 for r in replies if not r.has_error())
+    assert "tampered" not in out["content"]["config"]
+    assert {r.metadata.src_node_id for r in replies} == set(out["nodes"])
