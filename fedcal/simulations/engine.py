@@ -33,10 +33,14 @@ def _quiet_flower(verbose: bool):
 
 
 class _DropDeprecation(logging.Filter):
-    # run_simulation is Flower's supported in-process engine entry point in the pinned
-    # version; its deprecation banner is noise for fedcal users.
+    # run_simulation is the pinned Flower's in-process entry to its Simulation Engine; its
+    # deprecation banner, and the notice that fedcal evaluates centrally (fraction_evaluate=0),
+    # are noise for fedcal users.
+    NOISE = ("DEPRECATED FEATURE", "Federated evaluation will be skipped")
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return "DEPRECATED FEATURE" not in record.getMessage()
+        msg = record.getMessage()
+        return not any(n in msg for n in self.NOISE)
 
 
 def backend_config(cfg: RunConfig) -> dict:

@@ -1,0 +1,379 @@
+"""Stealth analyses (SPEC §4) and decision-threshold triage (SPEC §6). flwr-free.
+
+* Update geometry: how aligned an attacker's local update stays with the benign update
+  computed from the same global model on the same batches (:func:`update_cosine_curves`).
+* Representation similarity of two models on a shared evaluation set: row-wise logit
+  cosine (:func:`logit_cosine`) and linear CKA of penultimate features (:func:`linear_cka`).
+* Triage: a prediction is sent for (human) verification when its top-class confidence is
+  below a threshold γ; :func:`triage_curves` counts unnecessary verifications and missed
+  errors per γ, :func:`triage_change` compares an attacked model against a benign one.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from fedcal.attacks import Behaviour, flip_labels, round_generator
+from fedcal.train import batch_schedule, local_train, predict_logits
+
+__all__ = [
+    "flat_params", "update_vector", "default_variants", "update_cosine_curves",
+    "logit_cosine", "linear_cka", "penultimate_features", "representation_similarity",
+    "triage_curves", "triage_change",
+]
+
+_KINDS = ("benign", "tsa", "noise", "labelflip")
+
+
+# ---------------------------------------------------------------------------- helpers
+def _as_float64(a, name: str, ndim: int | None = None) -> np.ndarray:
+    """``a`` (tensor / array-like) as a float64 numpy array; rejects NaN/Inf and wrong ndim."""
+    if isinstance(a, torch.Tensor):
+        a = a.detach().cpu().double().numpy()
+    arr = np.asarray(a, dtype=np.float64)
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or Inf")
+    return arr
+
+
+def _as_labels(labels, n: int, num_classes: int) -> np.ndarray:
+    if isinstance(labels, torch.Tensor):
+        labels = labels.detach().cpu().numpy()
+    lab = np.asarray(labels)
+    if lab.ndim != 1 or lab.shape[0] != n:
+        raise ValueError(f"labels must have shape ({n},), got {lab.shape}")
+    if lab.dtype.kind == "f":
+        if not np.all(np.isfinite(lab)) or not np.all(lab == np.round(lab)):
+            raise ValueError("labels must be integers (no NaN)")
+    elif lab.dtype.kind not in "iu":
+        raise ValueError(f"labels must be integers, got dtype {lab.dtype}")
+    lab = lab.astype(np.int64)
+    if n and (lab.min() < 0 or lab.max() >= num_classes):
+        raise ValueError(f"labels must lie in [0, {num_classes})")
+    return lab
+
+
+# ---------------------------------------------------------------------------- update geometry
+def flat_params(model: nn.Module) -> torch.Tensor:
+    """θ as one flat vector: a detached copy of the trainable parameters (``requires_grad``),
+    concatenated in ``model.parameters()`` order. Buffers (e.g. BatchNorm statistics) are
+    excluded, as they are not part of the SGD update."""
+    params = [p.detach().flatten() for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model has no trainable parameters")
+    return torch.cat(params).clone()
+
+
+def update_vector(model: nn.Module, start_params: torch.Tensor | nn.Module) -> torch.Tensor:
+    """Δθ = θ_model − θ_start over the trainable parameters (see :func:`flat_params`).
+
+    ``start_params`` is a flat vector from :func:`flat_params` or a model of the same
+    architecture (e.g. the global model before local training)."""
+    now = flat_params(model)
+    start = flat_params(start_params) if isinstance(start_params, nn.Module) else torch.as_tensor(start_params)
+    if start.ndim != 1 or start.shape != now.shape:
+        raise ValueError(f"start_params must be a flat vector of {now.numel()} values, got shape {tuple(start.shape)}")
+    return now - start.to(device=now.device, dtype=now.dtype)
+
+
+def _cosine64(a: torch.Tensor, b: torch.Tensor) -> float:
+    """cos(a, b) = a·b / (‖a‖‖b‖) in float64, clipped to [−1, 1]; NaN if either is 0."""
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
+    na, nb = float(a.norm()), float(b.norm())
+    if na == 0.0 or nb == 0.0:
+        return float("nan")
+    return float(np.clip(float(a @ b) / (na * nb), -1.0, 1.0))
+
+
+def default_variants() -> dict[str, Behaviour]:
+    """The stealth-analysis variant set: TSA coupled/uncoupled at τ ∈ {0.2, 5}; noise
+    injection σ ∈ {0.1, 0.05, 0.01}; label flipping k ∈ {1, …, 5}."""
+    out: dict[str, Behaviour] = {}
+    for coupled in (True, False):
+        for tau in (0.2, 5.0):
+            out[f"tsa_{'coupled' if coupled else 'uncoupled'}_tau{tau:g}"] = Behaviour("tsa", tau=tau, coupled=coupled)
+    for sigma in (0.1, 0.05, 0.01):
+        out[f"noise_sigma{sigma:g}"] = Behaviour("noise", noise_sigma=sigma)
+    for k in range(1, 6):
+        out[f"labelflip_k{k}"] = Behaviour("labelflip", flip_shift=k)
+    return out
+
+
+def update_cosine_curves(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    num_classes: int,
+    variants: Mapping[str, Behaviour] | None = None,
+    steps: int = 10,
+    batch_size: int = 64,
+    lr: float = 0.01,
+    seed: int = 0,
+    momentum: float = 0.0,
+    device: torch.device | str = "cpu",
+) -> pd.DataFrame:
+    """cos(Δ_benign(k), Δ_attack(k)) after each local step k = 1..``steps``.
+
+    Δ(k) = θ after k local SGD steps − θ_global, over trainable parameters, and
+    cos(a, b) = a·b / (‖a‖‖b‖) (float64). Every run starts from a copy of ``model`` (left
+    unchanged) and uses the same batch schedule (``batch_schedule`` seeded with ``seed``):
+
+    * benign: τ = 1, learning rate β = ``lr``;
+    * ``tsa``: loss CE(softmax(z/τ), y) with η = β·τ (coupled) or η = β (uncoupled);
+    * ``noise``: Δ_attack(k) = Δ_benign(k) + ε, ε = σ·z with z ~ N(0, I) drawn once from a
+      generator seeded by ``seed`` (stream ``round_generator(seed, 0, 0, "noise")``), shared by
+      all noise variants, so curves for different σ differ only in σ;
+    * ``labelflip``: benign training on labels (y + k) mod C;
+    * ``benign``: the benign run itself (cosine 1).
+
+    Source: the stealth argument of SPEC §4 (coupling η = β·τ keeps TSA updates collinear).
+
+    Returns a DataFrame with columns ``variant, step, cosine`` (``variants`` defaults to
+    :func:`default_variants`). A step where either update is exactly 0 gives NaN.
+    """
+    variants = default_variants() if variants is None else dict(variants)
+    if not variants:
+        raise ValueError("variants must not be empty")
+    for name, b in variants.items():
+        if not isinstance(b, Behaviour):
+            raise ValueError(f"variant {name!r} must be a Behaviour, got {type(b).__name__}")
+        if b.kind not in _KINDS:
+            raise ValueError(f"variant {name!r}: unknown kind {b.kind!r}; choose one of {', '.join(_KINDS)}")
+        if b.kind == "noise" and not (b.noise_sigma >= 0 and np.isfinite(b.noise_sigma)):
+            raise ValueError(f"variant {name!r}: noise_sigma must be a finite number >= 0")
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if not (lr > 0 and np.isfinite(lr)):
+        raise ValueError(f"lr must be a finite number > 0, got {lr}")
+    x, y = torch.as_tensor(x), torch.as_tensor(y)
+    if y.ndim != 1 or x.shape[0] != y.shape[0]:
+        raise ValueError(f"x and y must hold the same number of samples, got {tuple(x.shape)} and {tuple(y.shape)}")
+    if x.is_floating_point() and not torch.isfinite(x).all():
+        raise ValueError("x contains NaN or Inf")
+    _as_labels(y, len(y), num_classes)
+    y = y.long()
+
+    start = flat_params(model)
+    batches = batch_schedule(len(y), steps, batch_size, torch.Generator().manual_seed(seed))
+
+    def trajectory(labels: torch.Tensor, tau: float, coupled: bool) -> list[torch.Tensor]:
+        m = copy.deepcopy(model)
+        deltas: list[torch.Tensor] = []
+        local_train(m, x, labels, steps=steps, batch_size=batch_size, lr=lr, tau=tau, coupled=coupled,
+                    momentum=momentum, device=device, batches=batches,
+                    on_step=lambda k, mm: deltas.append(update_vector(mm, start).double().cpu()))
+        return deltas
+
+    benign = trajectory(y, 1.0, True)
+    noise_dir: torch.Tensor | None = None
+    rows = []
+    for name, b in variants.items():
+        if b.kind in ("benign", "noise"):
+            attack = benign
+            if b.kind == "noise":
+                if noise_dir is None:
+                    noise_dir = torch.randn(start.numel(), generator=round_generator(seed, 0, 0, "noise"),
+                                            dtype=torch.float64)
+                attack = [d + b.noise_sigma * noise_dir for d in benign]
+        elif b.kind == "tsa":
+            attack = trajectory(y, b.tau, b.coupled)
+        else:  # labelflip
+            attack = trajectory(flip_labels(y, b.flip_shift, num_classes), 1.0, True)
+        rows += [(name, k, _cosine64(db, da)) for k, (db, da) in enumerate(zip(benign, attack), start=1)]
+    return pd.DataFrame(rows, columns=["variant", "step", "cosine"])
+
+
+# ---------------------------------------------------------------------------- representations
+def logit_cosine(logits_a, logits_b) -> float:
+    """Mean row-wise cosine similarity of two models' logits on the same n samples:
+    (1/n) Σ_i z_a,i·z_b,i / (‖z_a,i‖‖z_b,i‖), in float64.
+
+    A row that is exactly zero in either argument contributes 0 (torch's
+    ``cosine_similarity`` convention). Source: standard cosine similarity of output vectors.
+    """
+    a = _as_float64(logits_a, "logits_a", 2)
+    b = _as_float64(logits_b, "logits_b", 2)
+    if a.shape != b.shape:
+        raise ValueError(f"logits_a and logits_b must have the same shape, got {a.shape} and {b.shape}")
+    if a.shape[0] == 0:
+        raise ValueError("logits are empty")
+    den = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    num = np.einsum("ij,ij->i", a, b)
+    cos = np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+    return float(np.clip(cos, -1.0, 1.0).mean())
+
+
+def linear_cka(X, Y) -> float:
+    """Linear centred kernel alignment of two representations of the same n samples.
+
+    CKA(X, Y) = ‖X̃ᵀỸ‖_F² / (‖X̃ᵀX̃‖_F ‖ỸᵀỸ‖_F), X̃, Ỹ column-centred; rows are samples,
+    widths may differ. Computed in float64. By cyclicity of the trace the same quantity is
+    ⟨K, L⟩_F / (‖K‖_F ‖L‖_F) with Gram matrices K = X̃X̃ᵀ, L = ỸỸᵀ (n × n); this algebraically
+    identical form is used when it is cheaper (n²(d_x + d_y) < n(d_x d_y + d_x² + d_y²)),
+    the two agreeing to float64 rounding. Invariant to orthogonal transforms and isotropic
+    scaling of either argument; lies in [0, 1].
+
+    Source: Kornblith et al., "Similarity of Neural Network Representations Revisited", ICML 2019.
+
+    Raises ValueError for non-2-D or non-finite inputs, differing n, n < 2, or a
+    representation that is constant across samples (CKA undefined).
+    """
+    x = _as_float64(X, "X", 2)
+    y = _as_float64(Y, "Y", 2)
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"X and Y must have the same number of rows (samples), got {x.shape[0]} and {y.shape[0]}")
+    n, dx, dy = x.shape[0], x.shape[1], y.shape[1]
+    if n < 2:
+        raise ValueError("linear CKA needs at least 2 samples")
+    if dx == 0 or dy == 0:
+        raise ValueError("X and Y need at least one column")
+    x = x - x.mean(axis=0, keepdims=True)
+    y = y - y.mean(axis=0, keepdims=True)
+    if n * (dx + dy) < dx * dy + dx * dx + dy * dy:  # Gram (n×n) form
+        k, l = x @ x.T, y @ y.T
+        cross, nx, ny = float(np.vdot(k, l)), float(np.linalg.norm(k)), float(np.linalg.norm(l))
+    else:  # feature (d×d) form
+        cross = float(np.linalg.norm(x.T @ y) ** 2)
+        nx, ny = float(np.linalg.norm(x.T @ x)), float(np.linalg.norm(y.T @ y))
+    if nx == 0.0 or ny == 0.0:
+        raise ValueError("linear CKA is undefined for a representation that is constant across samples")
+    return float(np.clip(cross / (nx * ny), 0.0, 1.0))
+
+
+@torch.no_grad()
+def penultimate_features(model: nn.Module, x: torch.Tensor, batch_size: int = 1000,
+                         device: torch.device | str = "cpu") -> torch.Tensor:
+    """Penultimate representation ``model.features(x)`` (eval mode, batched), as a CPU
+    float32 tensor of shape (n, width). The model's train/eval mode is restored."""
+    if not hasattr(model, "features"):
+        raise ValueError(f"{type(model).__name__} has no features(x) method")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    x = torch.as_tensor(x)
+    if len(x) == 0:
+        raise ValueError("x is empty")
+    device = torch.device(device)
+    was_training = model.training
+    model.to(device).eval()
+    try:
+        out = [model.features(x[i:i + batch_size].to(device)).float().flatten(1).cpu()
+               for i in range(0, len(x), batch_size)]
+    finally:
+        model.train(was_training)
+    return torch.cat(out)
+
+
+def representation_similarity(model_a: nn.Module, model_b: nn.Module, x: torch.Tensor, batch_size: int = 1000,
+                              device: torch.device | str = "cpu") -> dict[str, float]:
+    """Similarity of two models on a shared evaluation set ``x``:
+    ``logit_cosine`` (:func:`logit_cosine` of their temperature-1 logits) and ``cka``
+    (:func:`linear_cka` of their penultimate features; Kornblith et al. 2019)."""
+    la = predict_logits(model_a, x, batch_size, device)
+    lb = predict_logits(model_b, x, batch_size, device)
+    fa = penultimate_features(model_a, x, batch_size, device)
+    fb = penultimate_features(model_b, x, batch_size, device)
+    return {"logit_cosine": logit_cosine(la, lb), "cka": linear_cka(fa, fb)}
+
+
+# ---------------------------------------------------------------------------- triage (SPEC §6)
+def _check_gammas(gammas) -> np.ndarray:
+    g = np.linspace(0.0, 1.0, 101) if gammas is None else _as_float64(gammas, "gammas")
+    g = np.atleast_1d(g)
+    if g.ndim != 1 or g.size == 0:
+        raise ValueError(f"gammas must be a non-empty 1-D sequence, got shape {g.shape}")
+    if g.min() < 0.0 or g.max() > 1.0:
+        raise ValueError("gammas must lie in [0, 1]")
+    return g
+
+
+def triage_curves(logits, labels, gammas: Sequence[float] | np.ndarray | None = None,
+                  from_logits: bool = True) -> pd.DataFrame:
+    """Verification triage at thresholds γ (SPEC §6).
+
+    With confidence c_i = max_j p_ij (p = softmax(logits) in float64 when ``from_logits``,
+    else the given probabilities) and prediction ŷ_i = argmax_j p_ij (first index on ties),
+    sample i is *sent* for verification iff c_i < γ. Per γ:
+
+    * ``sent`` = #{c_i < γ};
+    * ``unnecessary`` = #{c_i < γ and ŷ_i = y_i} (a correct prediction verified anyway);
+    * ``missed`` = #{c_i ≥ γ and ŷ_i ≠ y_i} (an error that slips through);
+    * ``unnecessary_rate``, ``missed_rate`` = the counts divided by n.
+
+    γ = 0 sends nothing; γ = 1 sends every sample with confidence < 1. ``sent`` and
+    ``unnecessary`` are non-decreasing in γ, ``missed`` non-increasing.
+    Source: selective prediction / reject option (Chow 1970), as used in SPEC §6.
+
+    ``gammas`` defaults to ``np.linspace(0, 1, 101)`` and keeps the given order.
+    """
+    p = _as_float64(logits, "logits" if from_logits else "probabilities", 2)
+    n, c = p.shape
+    if n == 0 or c == 0:
+        raise ValueError(f"need a non-empty (n, C) array, got shape {p.shape}")
+    lab = _as_labels(labels, n, c)
+    g = _check_gammas(gammas)
+    if from_logits:
+        p = p - p.max(axis=1, keepdims=True)
+        p = np.exp(p)
+        p /= p.sum(axis=1, keepdims=True)
+    else:
+        if p.min() < 0.0 or p.max() > 1.0:
+            raise ValueError("probabilities must lie in [0, 1] (pass from_logits=True for logits)")
+        if not np.allclose(p.sum(axis=1), 1.0, rtol=0.0, atol=1e-4):
+            raise ValueError("probability rows must sum to 1 (pass from_logits=True for logits)")
+    conf = p.max(axis=1)
+    correct = p.argmax(axis=1) == lab
+    sent = conf[None, :] < g[:, None]  # (γ, n)
+    n_sent = sent.sum(axis=1)
+    unnecessary = (sent & correct[None, :]).sum(axis=1)
+    missed = (~sent & ~correct[None, :]).sum(axis=1)
+    return pd.DataFrame({
+        "gamma": g,
+        "sent": n_sent.astype(np.int64),
+        "unnecessary": unnecessary.astype(np.int64),
+        "missed": missed.astype(np.int64),
+        "unnecessary_rate": unnecessary / n,
+        "missed_rate": missed / n,
+    })
+
+
+def triage_change(attacked_df: pd.DataFrame, benign_df: pd.DataFrame) -> pd.DataFrame:
+    """Per-γ change caused by an attack: attacked − benign (both from :func:`triage_curves`).
+
+    Columns ``gamma, unnecessary_change, missed_change, unnecessary_rate_change,
+    missed_rate_change``, sorted by γ. The two γ grids must be identical (as sets, up to
+    1e-12) and free of duplicates, else ValueError. Count changes are only meaningful when
+    both were evaluated on the same set; the rate changes are always comparable.
+    """
+    need = ["gamma", "unnecessary", "missed", "unnecessary_rate", "missed_rate"]
+    frames = []
+    for name, df in (("attacked_df", attacked_df), ("benign_df", benign_df)):
+        if not isinstance(df, pd.DataFrame):
+            raise ValueError(f"{name} must be a DataFrame from triage_curves")
+        missing = [k for k in need if k not in df.columns]
+        if missing:
+            raise ValueError(f"{name} lacks columns {missing}")
+        df = df[need].sort_values("gamma", kind="stable").reset_index(drop=True)
+        if df["gamma"].duplicated().any():
+            raise ValueError(f"{name} has duplicate gamma values")
+        frames.append(df)
+    a, b = frames
+    if len(a) != len(b) or not np.allclose(a["gamma"].to_numpy(float), b["gamma"].to_numpy(float),
+                                           rtol=0.0, atol=1e-12):
+        raise ValueError("attacked_df and benign_df have different gamma grids")
+    return pd.DataFrame({
+        "gamma": a["gamma"].to_numpy(float),
+        "unnecessary_change": a["unnecessary"].to_numpy() - b["unnecessary"].to_numpy(),
+        "missed_change": a["missed"].to_numpy() - b["missed"].to_numpy(),
+        "unnecessary_rate_change": a["unnecessary_rate"].to_numpy(float) - b["unnecessary_rate"].to_numpy(float),
+        "missed_rate_change": a["missed_rate"].to_numpy(float) - b["missed_rate"].to_numpy(float),
+    })
