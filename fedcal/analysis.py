@@ -23,9 +23,16 @@ from fedcal.attacks import Behaviour, flip_labels, round_generator
 from fedcal.train import batch_schedule, local_train, predict_logits
 
 __all__ = [
-    "flat_params", "update_vector", "default_variants", "update_cosine_curves",
-    "logit_cosine", "linear_cka", "penultimate_features", "representation_similarity",
-    "triage_curves", "triage_change",
+    "default_variants",
+    "flat_params",
+    "linear_cka",
+    "logit_cosine",
+    "penultimate_features",
+    "representation_similarity",
+    "triage_change",
+    "triage_curves",
+    "update_cosine_curves",
+    "update_vector",
 ]
 
 _KINDS = ("benign", "tsa", "noise", "labelflip")
@@ -144,7 +151,7 @@ def update_cosine_curves(
         raise ValueError("variants must not be empty")
     for name, b in variants.items():
         if not isinstance(b, Behaviour):
-            raise ValueError(f"variant {name!r} must be a Behaviour, got {type(b).__name__}")
+            raise TypeError(f"variant {name!r} must be a Behaviour, got {type(b).__name__}")
         if b.kind not in _KINDS:
             raise ValueError(f"variant {name!r}: unknown kind {b.kind!r}; choose one of {', '.join(_KINDS)}")
         if b.kind == "noise" and not (b.noise_sigma >= 0 and np.isfinite(b.noise_sigma)):
@@ -358,7 +365,7 @@ def triage_change(attacked_df: pd.DataFrame, benign_df: pd.DataFrame) -> pd.Data
     frames = []
     for name, df in (("attacked_df", attacked_df), ("benign_df", benign_df)):
         if not isinstance(df, pd.DataFrame):
-            raise ValueError(f"{name} must be a DataFrame from triage_curves")
+            raise TypeError(f"{name} must be a DataFrame from triage_curves")
         missing = [k for k in need if k not in df.columns]
         if missing:
             raise ValueError(f"{name} lacks columns {missing}")
