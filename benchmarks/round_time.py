@@ -1,10 +1,12 @@
-"""Wall time per round: fedcal through Flower's Simulation Engine vs a plain PyTorch loop.
+"""Wall time per round: fedcal through Flower (Ray engine and in-process engine) vs a plain
+PyTorch loop.
 
-Both do the same work — the paper's MNIST–MLP configuration (K=50, M=5, 13 attackers,
+All three do the same work — the paper's MNIST–MLP configuration (K=50, M=5, 13 attackers,
 B=64, E=5, β=0.01, TSA τ=5), the same clients per round, central evaluation on the 10k
 test images after every round — in this run, on this machine. Prints seconds per round
 (steady state: round 1, which includes Ray's actor start-up and data loading, is excluded),
-total wall time including start-up, and the ratio Flower/plain.
+total wall time including start-up, peak resident memory of this process (children not
+included: Ray's actors live in their own processes), and the ratios to the plain loop.
 
     python benchmarks/round_time.py --rounds 20 --data-dir ../shared/data
 """
@@ -12,6 +14,7 @@ total wall time including start-up, and the ratio Flower/plain.
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import tempfile
 import time
@@ -37,20 +40,31 @@ def main() -> None:
         t0 = time.perf_counter()
         plain_rows = run_plain(cfg)
         plain_total = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        run_dir = simulate(cfg, progress=False)
-        flower_total = time.perf_counter() - t0
-        df = load_metrics(run_dir)
+        results = {}
+        for engine in ("inprocess", "ray"):
+            t0 = time.perf_counter()
+            run_dir = simulate(cfg.replace(engine=engine, output_dir=f"{tmp}/{engine}"), progress=False)
+            total = time.perf_counter() - t0
+            df = load_metrics(run_dir)
+            results[engine] = (df[df.metric == "round_seconds"].sort_values("round")["value"].tolist(), total, df)
 
     steady = lambda xs: statistics.mean(xs[2:]) if len(xs) > 2 else float("nan")  # noqa: E731
     plain = steady([r["round_seconds"] for r in plain_rows])
-    flower = steady(df[df.metric == "round_seconds"].sort_values("round")["value"].tolist())
     print(f"{args.dataset}-{args.model}, K={cfg.num_clients} M={cfg.clients_per_round} B={cfg.batch_size} "
-          f"E={cfg.local_steps}, {args.rounds} rounds")
-    print(f"{'path':<32}{'s/round (steady)':>18}{'total s':>10}")
-    print(f"{'plain PyTorch loop (limit)':<32}{plain:>18.3f}{plain_total:>10.1f}")
-    print(f"{'fedcal run (Flower + Ray)':<32}{flower:>18.3f}{flower_total:>10.1f}")
-    print(f"ratio Flower/plain: {flower / plain:.2f}x per round, {flower_total / plain_total:.2f}x total")
+          f"E={cfg.local_steps}, {args.rounds} rounds; peak RSS of this process "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    print(f"{'path':<36}{'s/round (steady)':>18}{'× plain':>9}{'total s':>10}")
+    print(f"{'(a) plain PyTorch loop (limit)':<36}{plain:>18.3f}{1:>9.2f}{plain_total:>10.1f}")
+    names = {"ray": "(b) fedcal run, Flower + Ray", "inprocess": "(c) fedcal run, engine=inprocess"}
+    for engine in ("ray", "inprocess"):
+        rounds, total, _ = results[engine]
+        per = steady(rounds)
+        print(f"{names[engine]:<36}{per:>18.3f}{per / plain:>9.2f}{total:>10.1f}")
+    # the three paths compute the same thing: show it
+    last = {e: r[2][(r[2]["round"] == args.rounds) & (r[2].metric == "accuracy")]["value"].item()
+            for e, r in results.items()}
+    print(f"final accuracy: plain {plain_rows[-1]['accuracy']:.6f}, ray {last['ray']:.6f}, "
+          f"inprocess {last['inprocess']:.6f}")
 
 
 if __name__ == "__main__":
