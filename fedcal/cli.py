@@ -74,6 +74,11 @@ def _tau_report(args: argparse.Namespace, base: RunConfig, taus: list[float], ou
                 strategies: list[str] | None = None) -> int:
     from fedcal.experiments import run_tau_comparison, to_markdown
 
+    if getattr(args, "jobs", 0) > 1:  # run the cells in parallel first; the report then skips them
+        from fedcal.experiments import tau_configs
+        from fedcal.simulations.sweep import run_sweep
+
+        run_sweep(tau_configs(base, taus, strategies), jobs=args.jobs, progress=not args.no_progress)
     table = run_tau_comparison(base, taus, out, _simulate(args), title, strategies)
     print()
     print(to_markdown(table, title))
@@ -142,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--taus", default="0.2,0.5,1,2,5", help="comma-separated τ values (1 = benign run)")
     p.add_argument("--report", default="fedcal-report", help="folder for table.csv/table.md/PNGs")
     p.add_argument("--strategies", default="", help="comma-separated strategies to compare (default: the config's)")
+    p.add_argument("--jobs", type=int, default=0, help="runs in parallel (with engine=inprocess)")
     p.set_defaults(func=cmd_taus)
     p = sub.add_parser("sweep", help="a grid of runs (TOML file and/or --grid), resumable, parallel",
                        description="fedcal sweep [grid.toml] [--grid key=v1,v2 ...] [key=value ...]")
