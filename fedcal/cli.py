@@ -4,6 +4,7 @@
     fedcal taus --taus 0.2,1,5 [key=value]   benign run + TSA per τ, table and plots
                 [--strategies fedavg,fltrust,foolsgold,multikrum]   … under each defense
     fedcal sweep grid.toml [--grid k=a,b]    a resumable, parallel grid of runs → one tidy table
+    fedcal report RUN_DIR ... --out DIR      table + plots from finished runs (the run store only)
     fedcal demo                              the README's main job (digits, offline)
 
 Overrides are Flower run-config keys with TOML values (``tau=5 dataset="cifar10"``,
@@ -135,6 +136,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from fedcal.experiments import to_markdown, write_report
+
+    dirs = [Path(d) for d in args.run_dirs]
+    missing = [str(d) for d in dirs if not (d / "metrics.csv").exists()]
+    if missing:
+        raise ConfigError(f"not a run directory (no metrics.csv): {', '.join(missing)}")
+    table = write_report(dirs, args.out, args.title)
+    print(to_markdown(table, args.title))
+    print(f"report: {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedcal", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -156,6 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=0, help="cells run in parallel (default 1; use engine=inprocess)")
     p.add_argument("--report", default="fedcal-sweep", help="folder for cells.csv and rounds.csv")
     p.set_defaults(func=cmd_sweep)
+    p = sub.add_parser("report", help="table and plots from finished run directories (the run store)")
+    p.add_argument("run_dirs", nargs="+", help="run directories (each with config.json and metrics.csv)")
+    p.add_argument("--out", default="fedcal-report", help="output folder")
+    p.add_argument("--title", default="", help="table title")
+    p.set_defaults(func=cmd_report)
     p = sub.add_parser("demo", help="the README's main job: digits, benign vs TSA τ=0.2 and τ=5")
     _add_common(p)
     p.add_argument("--output", default="fedcal-demo", help="output folder")

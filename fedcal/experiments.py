@@ -1,7 +1,9 @@
 """Small experiment drivers shared by the CLI, benchmarks and docs (flwr-free).
 
-``tau_table`` runs a benign run plus TSA at each τ (same seed, data and clients) and
-summarises the final global model of each as one table, built from the run store.
+``run_tau_comparison`` runs a benign run plus TSA at each τ (same seed, data and clients),
+optionally under several strategies, and ``write_report`` summarises the final global model
+of each run as one table (with the change against the benign run) and plots, built from the
+run store only.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import pandas as pd
 
 from fedcal.config import RunConfig
 from fedcal.plots import defense_bars, reliability_grid, trajectories
-from fedcal.results import load_metrics, run_dir_for
+from fedcal.results import load_metrics, load_run_config, run_dir_for
 
 TABLE_COLUMNS = ["strategy", "tau", "run", "accuracy_%", "ece_%", "sece_%", "brier", "nll", "run_id"]
 
@@ -33,45 +35,69 @@ def tau_configs(base: RunConfig, taus: Sequence[float], strategies: Sequence[str
     return out
 
 
-def summarise(configs: Sequence[RunConfig]) -> pd.DataFrame:
-    """Final-round metrics of each run, percentages for accuracy/ECE/sECE."""
+def _config_of(run_dir: Path) -> RunConfig | None:
+    try:
+        return RunConfig.from_flower(load_run_config(run_dir)["config"])
+    except (FileNotFoundError, KeyError):
+        return None
+    except Exception:  # noqa: BLE001 — a run of an older fedcal with keys since renamed
+        raw = load_run_config(run_dir)["config"]
+        known = set(RunConfig().to_flower())
+        return RunConfig.from_flower({k: v for k, v in raw.items() if k in known})
+
+
+def summarise(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
+    """Final-round metrics of each run (from its store), percentages for accuracy/ECE/sECE,
+    and the change of accuracy and sECE against the benign run of the same strategy."""
     rows = []
-    for cfg in configs:
-        df = load_metrics(run_dir_for(cfg))
-        if df.empty:
+    for d in map(Path, run_dirs):
+        cfg = _config_of(d)
+        df = load_metrics(d)
+        if cfg is None or df.empty:
             continue
-        last = df[df["round"] == df["round"].max()].set_index("metric")["value"]
+        final = df[df["metric"] == "accuracy"]["round"].max()  # last evaluated round
+        last = df[df["round"] == final].set_index("metric")["value"]
         rows.append({
-            "strategy": cfg.strategy, "tau": cfg.tau,
+            "strategy": cfg.strategy, "tau": cfg.tau, "seed": cfg.seed,
             "run": "benign" if cfg.attack == "none" else f"TSA{'' if cfg.coupled else ' (uncoupled)'}",
             "accuracy_%": 100 * last["accuracy"], "ece_%": 100 * last["ece"], "sece_%": 100 * last["sece"],
             "brier": last["brier"], "nll": last["nll"], "run_id": df["run_id"].iloc[0],
         })
-    table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
-    order = {s: i for i, s in enumerate(dict.fromkeys(c.strategy for c in configs))}
+    table = pd.DataFrame(rows, columns=[*TABLE_COLUMNS, "seed"])
+    benign = table[table["run"] == "benign"].set_index(["strategy", "seed"])
+    dupes = benign.index[benign.index.duplicated()].unique().tolist()
+    if dupes:
+        raise ValueError(f"several benign runs for (strategy, seed) {dupes}: pass one run per cell")
+    key = pd.MultiIndex.from_frame(table[["strategy", "seed"]])
+    table["d_accuracy"] = table["accuracy_%"].to_numpy() - benign["accuracy_%"].reindex(key).to_numpy()
+    table["d_sece"] = table["sece_%"].to_numpy() - benign["sece_%"].reindex(key).to_numpy()
+    order = {s: i for i, s in enumerate(dict.fromkeys(table["strategy"]))}
     table["_o"] = table["strategy"].map(order)
     return table.sort_values(["_o", "tau"]).drop(columns="_o").reset_index(drop=True)
 
 
-def write_report(configs: Sequence[RunConfig], out_dir: str | Path, title: str = "") -> pd.DataFrame:
-    """Table (CSV + Markdown), reliability diagrams and trajectories of a τ comparison."""
+def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str = "") -> pd.DataFrame:
+    """Table (CSV + Markdown) and plots of a τ comparison, from the runs' stores only:
+    reliability diagrams and trajectories for one strategy, grouped bars for several."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    table = summarise(configs)
+    run_dirs = [Path(d) for d in run_dirs]
+    table = summarise(run_dirs)
     table.to_csv(out / "table.csv", index=False)
     (out / "table.md").write_text(to_markdown(table, title))
     if table["strategy"].nunique() > 1:
         defense_bars(table, out / "defenses.png", title)
         return table
     panels = []
-    for cfg in sorted(configs, key=lambda c: c.tau):
-        rel = run_dir_for(cfg) / "reliability.csv"
+    by_tau = sorted(((c, d) for d in run_dirs if (c := _config_of(d)) is not None), key=lambda cd: cd[0].tau)
+    for cfg, d in by_tau:
+        rel = d / "reliability.csv"
         if rel.exists():
             name = "benign (τ=1)" if cfg.attack == "none" else f"TSA τ={cfg.tau:g}"
             panels.append((name, pd.read_csv(rel)))
     if panels:
         reliability_grid(panels, out / "reliability.png")
-    metrics = load_metrics([run_dir_for(c) for c in configs])
+    metrics = load_metrics(run_dirs)
     if not metrics.empty:
         trajectories(metrics, "tau", out / "trajectories.png")
     return table
@@ -79,9 +105,10 @@ def write_report(configs: Sequence[RunConfig], out_dir: str | Path, title: str =
 
 def to_markdown(table: pd.DataFrame, title: str = "") -> str:
     """A plain Markdown table (no optional dependency such as tabulate)."""
-    cols = [c for c in table.columns if c != "run_id" and not (c == "strategy" and table[c].nunique() <= 1)]
+    cols = [c for c in table.columns
+            if c != "run_id" and not (c in ("strategy", "seed") and table[c].nunique() <= 1)]
     fmt = {"tau": "{:g}", "accuracy_%": "{:.2f}", "ece_%": "{:.2f}", "sece_%": "{:+.2f}", "brier": "{:.4f}",
-           "nll": "{:.4f}"}
+           "nll": "{:.4f}", "d_accuracy": "{:+.2f}", "d_sece": "{:+.2f}"}
     lines = ([f"**{title}**", ""] if title else []) + ["| " + " | ".join(cols) + " |",
                                                        "|" + "---|" * len(cols)]
     for _, r in table.iterrows():
@@ -96,4 +123,4 @@ def run_tau_comparison(base: RunConfig, taus: Sequence[float], out_dir: str | Pa
     configs = tau_configs(base, taus, strategies)
     for cfg in configs:
         run_fn(cfg)
-    return write_report(configs, out_dir, title)
+    return write_report([run_dir_for(c) for c in configs], out_dir, title)

@@ -83,7 +83,7 @@ def defense_bars(table: pd.DataFrame, path: str | Path, title: str = "") -> Path
         ax.set_ylabel(label)
         if col == "sece_%":
             ax.axhline(0, color="black", lw=0.8)
-    axes[0].legend(fontsize=8)
+    axes[1].legend(fontsize=8, loc="best")
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()

@@ -1,4 +1,5 @@
 import pandas as pd
+import pytest
 
 from fedcal.config import RunConfig
 from fedcal.experiments import summarise, tau_configs, to_markdown
@@ -39,8 +40,9 @@ def test_tau_configs_and_summary(tmp_path):
         s = RunStore(run_dir_for(c), c)
         s.start()
         s.log_round(3, {"accuracy": acc, "ece": 0.1, "sece": -0.1, "brier": 0.2, "nll": 0.3})
-    table = summarise(cfgs)
+    table = summarise([run_dir_for(c) for c in cfgs])
     assert table["tau"].tolist() == [0.2, 1.0, 5.0]
     assert table["accuracy_%"].tolist() == [85.0, 90.0, 80.0]
+    assert table["d_accuracy"].tolist() == pytest.approx([-5.0, 0.0, -10.0])
     assert "| 0.2 | TSA | 85.00" in to_markdown(table)
     assert isinstance(table, pd.DataFrame)
