@@ -44,7 +44,7 @@ from sklearn.exceptions import NotFittedError  # subclass of ValueError (and Att
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
-from fedcal.metrics import bin_index
+from fedcal.metrics import bin_index, metrics_from_probs
 
 __all__ = [
     "CALIBRATORS",
@@ -436,24 +436,8 @@ def probs_metrics(probs: Any, labels: Any, n_bins: int = 15) -> dict[str, float]
         raise ValueError("probs must lie in [0, 1]")
     if ((p.sum(dim=1) - 1).abs() > 1e-6).any():
         raise ValueError("probs rows must sum to 1")
-    n = p.shape[0]
-    conf, pred = p.max(dim=1)
-    correct = (pred == y).double()
-    b = bin_index(conf, n_bins)
-    count = torch.bincount(b, minlength=n_bins).double()
-    conf_sum = torch.bincount(b, weights=conf, minlength=n_bins)
-    acc_sum = torch.bincount(b, weights=correct, minlength=n_bins)
-    gap = torch.where(count > 0, (acc_sum - conf_sum) / count.clamp(min=1), 0.0)
-    weight = count / n
-    onehot = F.one_hot(y, p.shape[1]).double()
     p_true = p.gather(1, y[:, None]).squeeze(1)
-    return {
-        "accuracy": float((p.argmax(1) == y).double().mean()),
-        "ece": float((weight * gap.abs()).sum()),
-        "sece": float((weight * gap).sum()),
-        "brier": float(((p - onehot) ** 2).sum(1).mean()),
-        "nll": float(-torch.log(p_true.clamp(min=_NLL_FLOOR)).mean()),
-    }
+    return metrics_from_probs(p, y, n_bins, float(-torch.log(p_true.clamp(min=_NLL_FLOOR)).mean()))
 
 
 def split_calibration(n: int, n_cal: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

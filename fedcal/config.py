@@ -204,30 +204,19 @@ def _coerce(key: str, value: Any, typ: Any) -> Any:
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
         raise ConfigError(f"run-config key {key!r} must be a bool, got {value!r}")
-    if typ is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"run-config key {key!r} must be an integer, got {value!r}")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
+    if typ in (int, float):
+        kind = "an integer" if typ is int else "a number"
+        if not isinstance(value, bool):
+            if typ is int and isinstance(value, float) and value.is_integer():
                 return int(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"run-config key {key!r} must be an integer, got {value!r}")
-    if typ is float:
-        if isinstance(value, bool):
-            raise ConfigError(f"run-config key {key!r} must be a number, got {value!r}")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"run-config key {key!r} must be a number, got {value!r}")
+            if isinstance(value, int) or (typ is float and isinstance(value, float)):
+                return typ(value)
+            if isinstance(value, str):
+                try:
+                    return typ(value)
+                except ValueError:
+                    pass
+        raise ConfigError(f"run-config key {key!r} must be {kind}, got {value!r}")
     if typ is str:
         if not isinstance(value, str):
             raise ConfigError(f"run-config key {key!r} must be a string, got {value!r}")

@@ -41,12 +41,16 @@ def reliability_bins(logits: torch.Tensor, labels: torch.Tensor, n_bins: int = 1
     Empty bins have count 0 and NaN confidence/accuracy.
     """
     logits, labels = _check(logits, labels)
-    probs = logits.softmax(dim=1)
+    return confidence_bins(logits.softmax(dim=1), labels, n_bins)
+
+
+def confidence_bins(probs: torch.Tensor, labels: torch.Tensor, n_bins: int = 15) -> dict[str, torch.Tensor]:
+    """:func:`reliability_bins` from probabilities (rows on the simplex, float64 advised)."""
     conf, pred = probs.max(dim=1)
     correct = (pred == labels).double()
     b = bin_index(conf, n_bins)
     count = torch.bincount(b, minlength=n_bins).double()
-    conf_sum = torch.bincount(b, weights=conf, minlength=n_bins)
+    conf_sum = torch.bincount(b, weights=conf.double(), minlength=n_bins)
     acc_sum = torch.bincount(b, weights=correct, minlength=n_bins)
     nan = torch.full_like(count, float("nan"))
     edges = torch.linspace(0, 1, n_bins + 1, dtype=torch.float64)
@@ -67,16 +71,24 @@ def calibration_metrics(logits: torch.Tensor, labels: torch.Tensor, n_bins: int 
     ``log_softmax``, never ``log(softmax)``.
     """
     logits, labels = _check(logits, labels)
+    return metrics_from_probs(logits.softmax(dim=1), labels, n_bins, float(F.cross_entropy(logits, labels)))
+
+
+def metrics_from_probs(probs: torch.Tensor, labels: torch.Tensor, n_bins: int, nll: float) -> dict[str, float]:
+    """Accuracy, ECE, sECE and Brier of (validated) probabilities, with a given NLL.
+
+    Shared by :func:`calibration_metrics` (logits) and the post-hoc calibrators (which output
+    probabilities), so both use exactly the same bins and definitions.
+    """
     n = labels.shape[0]
-    probs = logits.softmax(dim=1)
-    bins = reliability_bins(logits, labels, n_bins)
+    bins = confidence_bins(probs, labels, n_bins)
     weight = bins["count"] / n
     gap = torch.nan_to_num(bins["accuracy"] - bins["confidence"])  # empty bins weigh 0
-    onehot = F.one_hot(labels, logits.shape[1]).double()
+    onehot = F.one_hot(labels, probs.shape[1]).double()
     return {
         "accuracy": float((probs.argmax(1) == labels).double().mean()),
         "ece": float((weight * gap.abs()).sum()),
         "sece": float((weight * gap).sum()),
-        "brier": float(((probs - onehot) ** 2).sum(1).mean()),
-        "nll": float(F.cross_entropy(logits, labels)),
+        "brier": float(((probs.double() - onehot) ** 2).sum(1).mean()),
+        "nll": float(nll),
     }

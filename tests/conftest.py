@@ -13,3 +13,18 @@ def shared_data() -> Path:
     if not (path / "mnist_train.npz").exists():
         pytest.skip("../shared/data is not available")
     return path
+
+
+def partly_trained_digits_mlp():
+    """digits + an MLP after 30 SGD steps: a global model mid-federation, not at init."""
+    import torch
+
+    from fedcal.data import load_dataset
+    from fedcal.models import build_model
+    from fedcal.train import local_train
+
+    ds = load_dataset("digits")
+    base = build_model("mlp", ds.input_shape, ds.num_classes, seed=0)
+    local_train(base, ds.x_train, ds.y_train, steps=30, batch_size=32, lr=0.05,
+                generator=torch.Generator().manual_seed(1))
+    return ds, base

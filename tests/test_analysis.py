@@ -4,6 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+
+from tests.conftest import partly_trained_digits_mlp
 import torch.nn.functional as F
 
 from fedcal.analysis import (
@@ -19,7 +21,7 @@ from fedcal.analysis import (
     update_vector,
 )
 from fedcal.attacks import Behaviour
-from fedcal.data import load_dataset, synthetic_dataset
+from fedcal.data import synthetic_dataset
 from fedcal.models import build_model
 from fedcal.train import batch_schedule, local_train
 
@@ -156,11 +158,7 @@ def test_penultimate_features_and_similarity():
 # ---------------------------------------------------------------------------- update cosine curves
 @pytest.fixture(scope="module")
 def digits_curves():
-    ds = load_dataset("digits")
-    base = build_model("mlp", ds.input_shape, ds.num_classes, seed=0)
-    # a partly trained global model, as in tests/test_train.py
-    local_train(base, ds.x_train, ds.y_train, steps=30, batch_size=32, lr=0.05,
-                generator=torch.Generator().manual_seed(1))
+    ds, base = partly_trained_digits_mlp()
     before = flat_params(base)
     variants = {"benign": Behaviour(), **default_variants()}
     df = update_cosine_curves(base, ds.x_train, ds.y_train, ds.num_classes, variants,

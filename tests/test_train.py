@@ -4,9 +4,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedcal.data import load_dataset, synthetic_dataset
+from fedcal.data import synthetic_dataset
 from fedcal.models import build_model
 from fedcal.train import batch_schedule, effective_lr, local_train
+from tests.conftest import partly_trained_digits_mlp
 
 
 def flat_delta(model, base):
@@ -15,12 +16,7 @@ def flat_delta(model, base):
 
 @pytest.fixture(scope="module")
 def digits_setup():
-    ds = load_dataset("digits")
-    base = build_model("mlp", ds.input_shape, ds.num_classes, seed=0)
-    # Start from a partly trained global model, as in mid-federation.
-    local_train(base, ds.x_train, ds.y_train, steps=30, batch_size=32, lr=0.05,
-                generator=torch.Generator().manual_seed(1))
-    return ds, base
+    return partly_trained_digits_mlp()
 
 
 def test_effective_lr_coupling():
