@@ -160,7 +160,7 @@ def test_tls_deployment_with_supernode_auth(tmp_path):
         _check_results(dep, out / "deploy", nodes)
 
         # Only the three registered SuperNodes are known to the SuperLink, all online.
-        listing = _flwr_json(flwr_cli(["supernode", "ls", "fedcal-tls", "--format", "json"],
+        listing = _flwr_json(flwr_cli(["supernode", "list", "fedcal-tls", "--format", "json"],
                                       cli_home, tmp_path, timeout=NODE_TIMEOUT))
         known = {int(n["node-id"]): n["status"] for n in listing["nodes"]}
         assert known == {n: "online" for n in registered}, f"{listing}\n{dep.logs()}"

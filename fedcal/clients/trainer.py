@@ -55,9 +55,18 @@ def _model(name: str, input_shape: tuple[int, ...], num_classes: int) -> torch.n
     return build_model(name, input_shape, num_classes)
 
 
+def check_partitions(cfg: RunConfig, context: Context) -> None:
+    """A node told a different federation size than the run's would train on the wrong shard."""
+    k = context.node_config.get("num-partitions")
+    if k is not None and int(k) != cfg.num_clients:
+        raise ValueError(f"node config num-partitions={k} but run-config 'num-clients'={cfg.num_clients}: "
+                         "they must be equal")
+
+
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     cfg, server_round = message_config(msg, context)
+    check_partitions(cfg, context)
     cid = client_id(context)
     data = client_data(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha,
                        cfg.seed, cid)

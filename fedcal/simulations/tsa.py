@@ -66,8 +66,10 @@ def discover_clients(grid: Grid, expected: int, timeout: float = 600.0) -> dict[
                                f"run-config 'num-clients' must equal the number of SuperNodes")
         if waited > 10 and not warned:
             warned = True
-            log(WARNING, "waiting for %d nodes (%d connected). With `flwr run`, start as many virtual "
-                "nodes as 'num-clients': --federation-config \"num-supernodes=%d\"", expected, len(nodes), expected)
+            log(WARNING, "waiting for %d nodes (%d connected). With `flwr run` on a local simulation, start "
+                "as many virtual nodes as 'num-clients': --federation-config \"num-supernodes=%d\"; in a "
+                "deployment, start %d SuperNodes with --node-config \"partition-id=k num-partitions=%d\"",
+                expected, len(nodes), expected, expected, expected)
         time.sleep(0.5)
     messages = [Message(content=RecordDict(), message_type="query.identity", dst_node_id=n) for n in nodes]
     mapping: dict[int, int] = {}
