@@ -6,6 +6,7 @@ A run directory holds
 * ``metrics.csv`` — tidy rows ``run_id, round, metric, value, config_hash``, appended and
   flushed after every round, so an interrupted run keeps every finished round;
 * ``reliability.csv`` — reliability-diagram bins of the final global model;
+* ``model.pt`` — the final global model's state dict (for post-hoc calibration, triage, CKA);
 * ``DONE`` — written last; a run with a ``DONE`` matching its config hash is finished.
 
 Tables and plots are built from these files only (:func:`load_metrics`, :func:`final_table`).
@@ -26,6 +27,7 @@ import pandas as pd
 from fedcal.config import RunConfig
 
 METRICS_FILE = "metrics.csv"
+MODEL_FILE = "model.pt"
 COLUMNS = ("run_id", "round", "metric", "value", "config_hash")
 
 
@@ -46,7 +48,7 @@ class RunStore:
     def start(self) -> None:
         """Begin a fresh run: clear partial results of an earlier attempt, write config."""
         if self.dir.exists():
-            for name in (METRICS_FILE, "reliability.csv", "DONE", "config.json"):
+            for name in (METRICS_FILE, "reliability.csv", "DONE", "config.json", MODEL_FILE):
                 (self.dir / name).unlink(missing_ok=True)
         self.dir.mkdir(parents=True, exist_ok=True)
         _atomic_write(self.dir / "config.json", json.dumps(
@@ -68,6 +70,16 @@ class RunStore:
         path = self.dir / name
         tmp = path.with_suffix(path.suffix + ".tmp")
         frame.to_csv(tmp, index=False)
+        os.replace(tmp, path)
+        return path
+
+    def save_model(self, state_dict: Mapping[str, Any]) -> Path:
+        """The final global model (``model.pt``, a state dict) for post-hoc analyses."""
+        import torch
+
+        path = self.dir / MODEL_FILE
+        tmp = path.with_suffix(".tmp")
+        torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, tmp)
         os.replace(tmp, path)
         return path
 
@@ -123,3 +135,20 @@ def final_table(metrics: pd.DataFrame, by: list[str], round_: int | None = None)
 
 def remove_run(run_dir: str | os.PathLike[str]) -> None:
     shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def load_model(run_dir: str | os.PathLike[str]):
+    """(RunConfig, model with the run's final global weights, dataset) of a finished run."""
+    import torch
+
+    from fedcal.data import load_dataset
+    from fedcal.models import build_model
+
+    cfg = RunConfig.from_flower(load_run_config(run_dir)["config"])
+    path = Path(run_dir) / MODEL_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: the run is unfinished or predates model saving")
+    ds = load_dataset(cfg.dataset, cfg.data_dir)
+    model = build_model(cfg.model, ds.input_shape, ds.num_classes)
+    model.load_state_dict(torch.load(path, weights_only=True))
+    return cfg, model, ds

@@ -30,6 +30,14 @@ def test_simulation_records_every_round(tmp_path):
     rel = pd.read_csv(run_dir / "reliability.csv")
     assert int(rel["count"].sum()) == 500  # every test sample binned
     assert (run_dir / "DONE").exists()
+    # the final global model is stored and reproduces the last round's metrics
+    from fedcal.metrics import calibration_metrics
+    from fedcal.results import load_model
+    from fedcal.train import predict_logits
+
+    _, model, ds = load_model(run_dir)
+    m = calibration_metrics(predict_logits(model, ds.x_test), ds.y_test)
+    assert m["accuracy"] == pytest.approx(acc[3], abs=1e-9)
     # the same config again is recognised as finished and skipped
     before = (run_dir / "metrics.csv").stat().st_mtime_ns
     simulate(cfg, progress=False)

@@ -176,12 +176,15 @@ def run_tsa(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> p
             progress(server_round, metrics)
         return MetricRecord({k: float(v) for k, v in metrics.items()})
 
-    strategy.start(
+    initial = ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()})
+    result = strategy.start(
         grid=grid,
-        initial_arrays=ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()}),
+        initial_arrays=initial,
         num_rounds=cfg.num_rounds,
         train_config=ConfigRecord(cfg.to_flower()),
         evaluate_fn=evaluate_fn,
     )
+    final = result.arrays if result.arrays is not None else initial  # no round aggregated: still initial
+    store.save_model(final.to_torch_state_dict())
     store.finish()
     return pd.DataFrame(rows)
