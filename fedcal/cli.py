@@ -5,6 +5,7 @@
                 [--strategies fedavg,fltrust,foolsgold,multikrum]   … under each defense
     fedcal sweep grid.toml [--grid k=a,b]    a resumable, parallel grid of runs → one tidy table
     fedcal report RUN_DIR ... --out DIR      table + plots from finished runs (the run store only)
+    fedcal posthoc|triage|similarity|stealth RUN_DIR ...   analyses of finished runs
     fedcal demo                              the README's main job (digits, offline)
 
 Overrides are Flower run-config keys with TOML values (``tau=5 dataset="cifar10"``,
@@ -149,6 +150,57 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write(table, out: Path, name: str, plot) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / f"{name}.csv", index=False)
+    plot(table, out / f"{name}.png")
+    print(f"table: {out / (name + '.csv')}\nplot: {out / (name + '.png')}")
+
+
+def cmd_posthoc(args: argparse.Namespace) -> int:
+    from fedcal.plots import posthoc_curves
+    from fedcal.studies import posthoc_table
+
+    n_cals = [int(x) for x in args.n_cal.split(",")]
+    table = posthoc_table(args.run_dirs, n_cals=n_cals, seed=args.seed)
+    summary = table.pivot_table(index=["run", "n_cal"], columns="method", values="sece").mul(100).round(2)
+    print("sECE (%) after post-hoc calibration\n" + summary.to_string())
+    _write(table, Path(args.out), "posthoc", posthoc_curves)
+    return 0
+
+
+def cmd_triage(args: argparse.Namespace) -> int:
+    from fedcal.plots import triage_plot
+    from fedcal.studies import triage_table
+
+    table = triage_table(args.run_dirs, args.benign)
+    at = table[(table["gamma"] - 0.9).abs() < 1e-9]
+    print("at γ = 0.9:\n" + at[["run", "sent", "unnecessary", "missed", "unnecessary_change",
+                                 "missed_change"]].to_string(index=False))
+    _write(table, Path(args.out), "triage", triage_plot)
+    return 0
+
+
+def cmd_similarity(args: argparse.Namespace) -> int:
+    from fedcal.plots import similarity_scatter
+    from fedcal.studies import similarity_table
+
+    table = similarity_table(args.benign, args.run_dirs)
+    print(table.groupby("pair")[["logit_cosine", "cka"]].agg(["mean", "std", "count"]).round(4).to_string())
+    _write(table, Path(args.out), "similarity", similarity_scatter)
+    return 0
+
+
+def cmd_stealth(args: argparse.Namespace) -> int:
+    from fedcal.plots import stealth_plot
+    from fedcal.studies import stealth_table
+
+    table = stealth_table(args.run_dir, client_id=args.client, steps=args.steps)
+    print(table.pivot(index="variant", columns="step", values="cosine").round(3).to_string())
+    _write(table, Path(args.out), "stealth", stealth_plot)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedcal", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -175,6 +227,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="fedcal-report", help="output folder")
     p.add_argument("--title", default="", help="table title")
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser("posthoc", help="post-hoc calibrators on finished runs' final models vs n_cal")
+    p.add_argument("run_dirs", nargs="+")
+    p.add_argument("--n-cal", default="10,50,100,250,500", help="calibration-set sizes")
+    p.add_argument("--seed", type=int, default=0, help="seed of the held-out calibration split")
+    p.add_argument("--out", default="fedcal-report")
+    p.set_defaults(func=cmd_posthoc)
+    p = sub.add_parser("triage", help="unnecessary/missed verifications vs threshold, against a benign run")
+    p.add_argument("run_dirs", nargs="+", help="attacked runs")
+    p.add_argument("--benign", required=True, help="the benign run directory")
+    p.add_argument("--out", default="fedcal-report")
+    p.set_defaults(func=cmd_triage)
+    p = sub.add_parser("similarity", help="logit cosine and linear CKA against benign models")
+    p.add_argument("run_dirs", nargs="+", help="attacked runs")
+    p.add_argument("--benign", nargs="+", required=True, help="benign runs (several seeds give the reference)")
+    p.add_argument("--out", default="fedcal-report")
+    p.set_defaults(func=cmd_similarity)
+    p = sub.add_parser("stealth", help="update cosine to the benign update after each local step")
+    p.add_argument("run_dir", help="a run whose final global model is the starting point")
+    p.add_argument("--client", type=int, default=0)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--out", default="fedcal-report")
+    p.set_defaults(func=cmd_stealth)
     p = sub.add_parser("demo", help="the README's main job: digits, benign vs TSA τ=0.2 and τ=5")
     _add_common(p)
     p.add_argument("--output", default="fedcal-demo", help="output folder")

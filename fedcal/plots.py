@@ -91,3 +91,68 @@ def defense_bars(table: pd.DataFrame, path: str | Path, title: str = "") -> Path
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _save(fig, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def posthoc_curves(table: pd.DataFrame, path: str | Path) -> Path:
+    """sECE (%) after each post-hoc calibrator vs the calibration-set size, a panel per run."""
+    runs = list(dict.fromkeys(table["run"]))
+    fig, axes = plt.subplots(1, len(runs), figsize=(4 * len(runs), 3.4), squeeze=False, sharey=True)
+    for ax, run in zip(axes[0], runs):
+        sub = table[table["run"] == run]
+        for method, g in sub.groupby("method", sort=False):
+            g = g.groupby("n_cal")["sece"].mean()
+            ax.plot(g.index, 100 * g.to_numpy(), marker="o", label=method, ls="--" if method == "none" else "-")
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set(xscale="log", xlabel="calibration samples", title=run)
+    axes[0, 0].set_ylabel("sECE after calibration (%)")
+    axes[0, -1].legend(fontsize=7)
+    return _save(fig, path)
+
+
+def triage_plot(table: pd.DataFrame, path: str | Path) -> Path:
+    """Unnecessary and missed verifications (rates) vs γ, and their change vs benign."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for run, g in table.groupby("run", sort=False):
+        axes[0].plot(g["gamma"], 100 * g["unnecessary_rate"], label=f"{run}: unnecessary")
+        axes[0].plot(g["gamma"], 100 * g["missed_rate"], ls="--", label=f"{run}: missed")
+        if run != "benign":
+            axes[1].plot(g["gamma"], g["unnecessary_change"], label=f"{run}: unnecessary")
+            axes[1].plot(g["gamma"], g["missed_change"], ls="--", label=f"{run}: missed")
+    axes[0].set(xlabel="threshold γ", ylabel="% of test samples", title="verifications")
+    axes[1].set(xlabel="threshold γ", ylabel="change in count vs benign", title="change vs benign model")
+    axes[1].axhline(0, color="black", lw=0.8)
+    for ax in axes:
+        ax.legend(fontsize=6)
+    return _save(fig, path)
+
+
+def similarity_scatter(table: pd.DataFrame, path: str | Path) -> Path:
+    """Linear CKA vs logit cosine of each model pair, coloured by pair type."""
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for pair, g in table.groupby("pair", sort=False):
+        ax.scatter(g["logit_cosine"], g["cka"], label=pair, s=30)
+    ax.set(xlabel="logit cosine similarity", ylabel="linear CKA (penultimate)")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def stealth_plot(table: pd.DataFrame, path: str | Path) -> Path:
+    """Cosine similarity to the benign update vs local step, one line per variant."""
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for variant, g in table.groupby("variant", sort=False):
+        if variant == "benign":
+            continue
+        style = "-" if variant.startswith("tsa_coupled") else ":" if variant.startswith("tsa") else "--"
+        ax.plot(g["step"], g["cosine"], style, marker=".", label=variant)
+    ax.set(xlabel="local SGD step", ylabel="cosine to benign update", ylim=(-1.05, 1.05))
+    ax.legend(fontsize=6, ncol=2)
+    return _save(fig, path)

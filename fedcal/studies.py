@@ -1,0 +1,107 @@
+"""Analyses of finished runs (flwr-free): post-hoc calibration, triage thresholds,
+representation similarity and update-cosine curves. Every function reads run directories
+(config + final global model from the run store) and returns tidy pandas tables; the
+``write_*`` helpers add the PNG made from that table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from fedcal.analysis import (default_variants, representation_similarity, triage_change, triage_curves,
+                             update_cosine_curves)
+from fedcal.attacks import BENIGN
+from fedcal.calibrate import CALIBRATORS, probs_metrics, split_calibration
+from fedcal.data import client_data
+from fedcal.results import load_model
+from fedcal.train import predict_logits
+
+N_CALS = (10, 50, 100, 250, 500)
+
+
+def _label(cfg) -> str:
+    return "benign" if cfg.attack == "none" else f"{cfg.attack} τ={cfg.tau:g}"
+
+
+def test_logits(run_dir: str | Path) -> tuple[object, torch.Tensor, torch.Tensor]:
+    """(config, logits of the final global model on the test set, labels)."""
+    cfg, model, ds = load_model(run_dir)
+    return cfg, predict_logits(model, ds.x_test, cfg.eval_batch_size), ds.y_test
+
+
+# --------------------------------------------------------------------------- post-hoc calibration
+def posthoc_table(run_dirs: Sequence[str | Path], n_cals: Sequence[int] = N_CALS,
+                  methods: Sequence[str] = tuple(CALIBRATORS), seed: int = 0, n_bins: int = 15) -> pd.DataFrame:
+    """Fit each calibrator on n_cal held-out test samples of each run's final model and
+    score it on the remaining test samples (SPEC §5). ``method = "none"`` is the uncalibrated
+    model on the same remaining samples."""
+    rows = []
+    for d in run_dirs:
+        cfg, logits, y = test_logits(d)
+        for n_cal in n_cals:
+            cal, rest = split_calibration(len(y), n_cal, seed)
+            cal_t, rest_t = torch.from_numpy(cal), torch.from_numpy(rest)
+            base = probs_metrics(logits[rest_t].double().softmax(1), y[rest_t], n_bins)
+            rows.append({"run": _label(cfg), "tau": cfg.tau, "seed": cfg.seed, "strategy": cfg.strategy,
+                         "method": "none", "n_cal": n_cal, **base, "run_dir": str(d)})
+            for name in methods:
+                calib = CALIBRATORS[name]().fit(logits[cal_t], y[cal_t])
+                m = probs_metrics(calib.predict_proba(logits[rest_t]), y[rest_t], n_bins)
+                rows.append({"run": _label(cfg), "tau": cfg.tau, "seed": cfg.seed, "strategy": cfg.strategy,
+                             "method": name, "n_cal": n_cal, **m, "run_dir": str(d)})
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- triage
+def triage_table(attacked_dirs: Sequence[str | Path], benign_dir: str | Path,
+                 gammas: np.ndarray | None = None) -> pd.DataFrame:
+    """Unnecessary / missed verifications vs γ for each run, and their change against the
+    benign run (SPEC §6); one tidy table with a ``run`` column."""
+    gammas = np.linspace(0, 1, 101) if gammas is None else gammas
+    _, bl, by = test_logits(benign_dir)
+    benign = triage_curves(bl, by, gammas)
+    frames = [benign.assign(run="benign", unnecessary_change=0.0, missed_change=0.0)]
+    for d in attacked_dirs:
+        cfg, logits, y = test_logits(d)
+        cur = triage_curves(logits, y, gammas)
+        change = triage_change(cur, benign)
+        cur = cur.merge(change[["gamma", "unnecessary_change", "missed_change"]], on="gamma")
+        frames.append(cur.assign(run=_label(cfg)))
+    return pd.concat(frames, ignore_index=True)
+
+
+# --------------------------------------------------------------------------- representations
+def similarity_table(reference_dirs: Sequence[str | Path], other_dirs: Sequence[str | Path]) -> pd.DataFrame:
+    """Logit cosine and linear CKA (penultimate features) on the test set between every
+    reference (benign) model and every other model; benign–benign pairs of different seeds
+    are the seed-to-seed reference (``pair = "benign vs benign"``)."""
+    loaded = {str(d): load_model(d) for d in [*reference_dirs, *other_dirs]}
+    rows = []
+    refs = [str(d) for d in reference_dirs]
+    for i, a in enumerate(refs):
+        cfg_a, model_a, ds = loaded[a]
+        targets = [(b, "benign vs benign") for b in refs[i + 1:]] + [(str(b), None) for b in other_dirs]
+        for b, pair in targets:
+            cfg_b, model_b, _ = loaded[b]
+            sim = representation_similarity(model_a, model_b, ds.x_test)
+            rows.append({"pair": pair or f"benign vs {_label(cfg_b)}", "tau": cfg_b.tau, "seed_a": cfg_a.seed,
+                         "seed_b": cfg_b.seed, **sim})
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- update cosine
+def stealth_table(run_dir: str | Path, client_id: int = 0, steps: int = 10, seed: int = 0) -> pd.DataFrame:
+    """Cosine similarity to the benign update after each of 1..steps local steps, for TSA
+    (coupled/uncoupled), noise injection and label flipping (SPEC §4), from the run's final
+    global model on client ``client_id``'s data with the run's B and β."""
+    cfg, model, ds = load_model(run_dir)
+    data = client_data(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha, cfg.seed,
+                       client_id)
+    variants = {"benign": BENIGN, **default_variants()}
+    return update_cosine_curves(model, data.x, data.y, data.num_classes, variants, steps=steps,
+                                batch_size=cfg.batch_size, lr=cfg.lr, seed=seed, momentum=cfg.momentum)

@@ -1,0 +1,64 @@
+"""Analyses of finished runs, end to end on tiny in-process runs (through the CLI)."""
+
+import pandas as pd
+import pytest
+
+from fedcal.cli import main as cli_main
+from fedcal.config import RunConfig
+from fedcal.results import run_dir_for
+from fedcal.simulations.sweep import run_sweep
+
+BASE = dict(dataset="digits", num_clients=6, clients_per_round=3, num_rounds=8, batch_size=32, local_steps=5,
+            lr=0.1, engine="inprocess", attacker_ratio=0.34)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    cfgs = {
+        "benign0": RunConfig.from_flower(dict(BASE, attack="none", seed=0, output_dir=str(out))),
+        "benign1": RunConfig.from_flower(dict(BASE, attack="none", seed=1, output_dir=str(out))),
+        "tsa5": RunConfig.from_flower(dict(BASE, attack="tsa", tau=5.0, seed=0, output_dir=str(out))),
+    }
+    assert run_sweep(list(cfgs.values()), jobs=1, progress=False) == {}
+    return {k: run_dir_for(c) for k, c in cfgs.items()}
+
+
+def test_posthoc(runs, tmp_path):
+    assert cli_main(["posthoc", str(runs["tsa5"]), str(runs["benign0"]), "--n-cal", "10,100",
+                     "--out", str(tmp_path)]) == 0
+    t = pd.read_csv(tmp_path / "posthoc.csv")
+    assert set(t["method"]) == {"none", "temperature", "platt", "isotonic", "histogram"}
+    assert set(t["n_cal"]) == {10, 100}
+    assert (tmp_path / "posthoc.png").exists()
+    # temperature scaling never changes accuracy; with 100 samples it should not worsen |sECE| much
+    for (run, n), g in t.groupby(["run", "n_cal"]):
+        g = g.set_index("method")
+        assert g.loc["temperature", "accuracy"] == pytest.approx(g.loc["none", "accuracy"])
+
+
+def test_triage(runs, tmp_path):
+    assert cli_main(["triage", str(runs["tsa5"]), "--benign", str(runs["benign0"]), "--out", str(tmp_path)]) == 0
+    t = pd.read_csv(tmp_path / "triage.csv")
+    assert set(t["run"]) == {"benign", "tsa τ=5"}
+    benign = t[t.run == "benign"]
+    assert (benign["unnecessary_change"] == 0).all()
+    at0 = t[t.gamma == 0]
+    assert (at0["sent"] == 0).all()  # γ = 0: nothing is sent for verification
+
+
+def test_similarity(runs, tmp_path):
+    assert cli_main(["similarity", str(runs["tsa5"]), "--benign", str(runs["benign0"]), str(runs["benign1"]),
+                     "--out", str(tmp_path)]) == 0
+    t = pd.read_csv(tmp_path / "similarity.csv")
+    assert set(t["pair"]) == {"benign vs benign", "benign vs tsa τ=5"}
+    assert len(t) == 1 + 2  # one seed-to-seed pair, two benign-vs-attacked pairs
+    assert t["cka"].between(0, 1).all() and t["logit_cosine"].between(-1, 1).all()
+
+
+def test_stealth(runs, tmp_path):
+    assert cli_main(["stealth", str(runs["benign0"]), "--steps", "4", "--out", str(tmp_path)]) == 0
+    t = pd.read_csv(tmp_path / "stealth.csv")
+    assert set(t["step"]) == {1, 2, 3, 4}
+    last = t[t.step == 4].set_index("variant")["cosine"]
+    assert last["tsa_coupled_tau5"] > last["labelflip_k1"]
