@@ -28,7 +28,19 @@ def test_sampling_is_seeded_per_round():
 
 
 def test_inprocess_engine_matches_ray_engine(tmp_path):
-    """The in-process engine drives the same ServerApp/ClientApp/strategy: same metrics."""
+    """The in-process engine drives the same ServerApp/ClientApp/strategy: same metrics —
+    bit for bit when the clients use the same intra-op thread count as Ray's actors (1)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _compare_engines(tmp_path)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _compare_engines(tmp_path):
     base = dict(dataset="synthetic", num_clients=6, clients_per_round=3, num_rounds=3, attacker_ratio=0.34,
                 attack="tsa", tau=0.2, lr=0.05, batch_size=16, local_steps=3, strategy="foolsgold")
     frames = {}
@@ -36,4 +48,4 @@ def test_inprocess_engine_matches_ray_engine(tmp_path):
         cfg = RunConfig.from_flower(dict(base, engine=engine, output_dir=str(tmp_path / engine)))
         df = load_metrics(simulate(cfg, progress=False))
         frames[engine] = df[df.metric != "round_seconds"].pivot(index="round", columns="metric", values="value")
-    pd.testing.assert_frame_equal(frames["ray"], frames["inprocess"], rtol=1e-5, atol=1e-5)
+    pd.testing.assert_frame_equal(frames["ray"], frames["inprocess"], check_exact=True)

@@ -105,7 +105,9 @@ def test_foolsgold_history_survives_rounds_and_down_weights_sybils():
 
     def respond(node, content):
         current = {k: torch.from_numpy(np.array(v.numpy())) for k, v in content["arrays"].items()}
-        vec = torch.from_numpy(sybil if node >= 4 else honest[node] + rng.normal(size=9).astype(np.float32))
+        rnd = int(content["config"]["server-round"])
+        noise = np.random.default_rng([node, rnd]).normal(size=9).astype(np.float32)  # order-independent
+        vec = torch.from_numpy(sybil if node >= 4 else honest[node] + noise)
         new = dict(current)
         new["fc.weight"] = current["fc.weight"] + vec[:6].reshape(3, 2)
         new["fc.bias"] = current["fc.bias"] + vec[6:]

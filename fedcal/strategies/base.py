@@ -109,6 +109,9 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
                 log(WARNING, "round %d: dropped reply of node %s: %s", server_round, node, reason)
             else:
                 good.append((node, msg.content, weight))
+        # Replies arrive in completion order, which differs between engines and runs; a fixed
+        # order makes the floating-point sums (and so whole runs) reproducible.
+        good.sort(key=lambda g: (self.node_sort_key(g[0]), g[0]))
         if not good:
             log(WARNING, "round %d: no valid reply; the global model is kept", server_round)
             self.last_weights = {}
