@@ -74,7 +74,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _tau_report(args: argparse.Namespace, base: RunConfig, taus: list[float], out: Path, title: str,
                 strategies: list[str] | None = None) -> int:
-    from fedcal.experiments import run_tau_comparison, to_markdown
+    from fedcal.experiments import run_tau_comparison
 
     if getattr(args, "jobs", 0) > 1:  # run the cells in parallel first; the report then skips them
         from fedcal.experiments import tau_configs
@@ -83,7 +83,7 @@ def _tau_report(args: argparse.Namespace, base: RunConfig, taus: list[float], ou
         run_sweep(tau_configs(base, taus, strategies), jobs=args.jobs, progress=not args.no_progress)
     table = run_tau_comparison(base, taus, out, _simulate(args), title, strategies)
     print()
-    print(to_markdown(table, title))
+    print((out / "table.md").read_text())
     pngs = ["defenses.png"] if table["strategy"].nunique() > 1 else ["reliability.png", "trajectories.png"]
     print(f"table: {out / 'table.csv'}\n" + "\n".join(f"plot: {out / p}" for p in pngs))
     return 0
@@ -138,14 +138,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from fedcal.experiments import to_markdown, write_report
+    from fedcal.experiments import write_report
 
     dirs = [Path(d) for d in args.run_dirs]
     missing = [str(d) for d in dirs if not (d / "metrics.csv").exists()]
     if missing:
         raise ConfigError(f"not a run directory (no metrics.csv): {', '.join(missing)}")
-    table = write_report(dirs, args.out, args.title)
-    print(to_markdown(table, args.title))
+    write_report(dirs, args.out, args.title)
+    print((Path(args.out) / "table.md").read_text())
     print(f"report: {args.out}")
     return 0
 

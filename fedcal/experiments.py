@@ -84,13 +84,21 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str
     run_dirs = [Path(d) for d in run_dirs]
     table = summarise(run_dirs)
     table.to_csv(out / "table.csv", index=False)
-    (out / "table.md").write_text(to_markdown(table, title))
+    seeds = sorted(int(x) for x in table["seed"].unique())
+    if len(seeds) > 1:  # one row per (strategy, τ): mean ± std over seeds
+        agg = seed_summary(table)
+        agg.to_csv(out / "table_seeds.csv", index=False)
+        (out / "table.md").write_text(seeds_markdown(agg, title + f" (mean ± std over seeds {', '.join(map(str, seeds))})"))
+    else:
+        (out / "table.md").write_text(to_markdown(table, title))
     if table["strategy"].nunique() > 1:
         defense_bars(table, out / "defenses.png", title)
         return table
     panels = []
     by_tau = sorted(((c, d) for d in run_dirs if (c := _config_of(d)) is not None), key=lambda cd: cd[0].tau)
     for cfg, d in by_tau:
+        if cfg.seed != seeds[0]:  # diagrams of one seed; the table covers all of them
+            continue
         rel = d / "reliability.csv"
         if rel.exists():
             name = "benign (τ=1)" if cfg.attack == "none" else f"TSA τ={cfg.tau:g}"
@@ -101,6 +109,36 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str
     if not metrics.empty:
         trajectories(metrics, "tau", out / "trajectories.png")
     return table
+
+
+SUMMARY_METRICS = ["accuracy_%", "ece_%", "sece_%", "brier", "nll", "d_accuracy", "d_sece"]
+
+
+def seed_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Mean and standard deviation over seeds of every metric, per (strategy, τ, run)."""
+    g = table.groupby(["strategy", "tau", "run"], sort=False)[SUMMARY_METRICS]
+    out = g.mean().add_suffix("_mean").join(g.std(ddof=1).add_suffix("_std")).join(g.size().rename("seeds"))
+    return out.reset_index()
+
+
+def seeds_markdown(agg: pd.DataFrame, title: str = "") -> str:
+    """Markdown of :func:`seed_summary` as "mean ± std" cells."""
+    show_strategy = agg["strategy"].nunique() > 1
+    cols = (["strategy"] if show_strategy else []) + ["tau", "run", *SUMMARY_METRICS, "seeds"]
+    digits = {"brier": 4, "nll": 4}
+    lines = ([f"**{title}**", ""] if title else []) + ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in agg.iterrows():
+        cells = []
+        for c in cols:
+            if c in SUMMARY_METRICS:
+                d = digits.get(c, 2)
+                cells.append(f"{r[c + '_mean']:.{d}f} ± {r[c + '_std']:.{d}f}")
+            elif c == "tau":
+                cells.append(f"{r[c]:g}")
+            else:
+                cells.append(str(r[c]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def to_markdown(table: pd.DataFrame, title: str = "") -> str:
