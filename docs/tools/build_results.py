@@ -57,9 +57,11 @@ SECTIONS = [
      "Run with the in-process engine (the same apps without Ray) and central evaluation every 10 rounds "
      "(the table needs the final round only). These runs aggregate in a fixed client order, so their FedAvg "
      "rows differ from the CIFAR τ table above in the first decimal: 100 rounds amplify float rounding. "
-     "Unlike on MNIST, FLTrust and MultiKrum absorb the τ = 5 shift here (d_sece near zero), "
-     "while FoolsGold does not; MultiKrum's benign run is itself less accurate and over-confident, "
-     "since dropping one of five updates per round removes honest non-IID information."),
+     "Unlike on MNIST, FLTrust and MultiKrum remove the over-confidence of τ = 5 here (d_sece near zero "
+     "or positive) while FoolsGold does not; FLTrust also shrinks the τ = 0.2 shift, MultiKrum does not. "
+     "MultiKrum's benign run is itself less accurate and more over-confident than FedAvg's: dropping one "
+     "of five updates every round discards honest non-IID information. One seed only: the effect sizes "
+     "of these defenses need the seed grid before they are trusted."),
 ]
 
 HEADER = """# Results: the Temperature Scaling Attack reproduced
