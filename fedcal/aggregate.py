@@ -68,7 +68,9 @@ def _check_updates(updates) -> torch.Tensor:
     if not updates.is_floating_point():
         updates = updates.to(torch.get_default_dtype())
     # A single NaN/Inf would silently poison every rule (or every norm), so refuse it early.
-    if not bool(torch.isfinite(updates).all()):
+    # Any NaN/Inf makes the sum non-finite, so one reduction (no n×d mask) clears the common
+    # case; only a non-finite sum (NaN/Inf, or a float overflow) needs the element-wise check.
+    if not bool(torch.isfinite(updates.sum())) and not bool(torch.isfinite(updates).all()):
         raise ValueError("updates contain NaN or Inf values")
     return updates
 
