@@ -42,7 +42,7 @@ def train(net: Net, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float, see
         loss = F.cross_entropy(net(x[idx]), y[idx])
         loss.backward()
         opt.step()
-    return float(loss)
+    return float(loss.detach())
 
 
 @torch.no_grad()
