@@ -134,6 +134,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     shown = [c for c in [*grid.axes, "accuracy", "ece", "sece", "brier", "nll"] if c in cells.columns]
     print(cells[shown].to_string(index=False) if not cells.empty else "(no finished cell)")
     print(f"tables: {args.report}/cells.csv, {args.report}/rounds.csv")
+    if args.plot_x and not cells.empty:
+        from fedcal.plots import sweep_curves
+
+        hue = args.plot_hue or None
+        path = sweep_curves(cells, args.plot_x, Path(args.report) / f"sweep_{args.plot_x}.png", hue)
+        print(f"plot: {path}")
     return 1 if failures else 0
 
 
@@ -221,6 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", action="append", help="an axis: key=v1,v2,... (repeatable)")
     p.add_argument("--jobs", type=int, default=0, help="cells run in parallel (default 1; use engine=inprocess)")
     p.add_argument("--report", default="fedcal-sweep", help="folder for cells.csv and rounds.csv")
+    p.add_argument("--plot-x", default="", help="plot final accuracy and sECE against this key")
+    p.add_argument("--plot-hue", default="", help="one line per value of this key")
     p.set_defaults(func=cmd_sweep)
     p = sub.add_parser("report", help="table and plots from finished run directories (the run store)")
     p.add_argument("run_dirs", nargs="+", help="run directories (each with config.json and metrics.csv)")

@@ -148,11 +148,28 @@ def similarity_scatter(table: pd.DataFrame, path: str | Path) -> Path:
 def stealth_plot(table: pd.DataFrame, path: str | Path) -> Path:
     """Cosine similarity to the benign update vs local step, one line per variant."""
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for variant, g in table.groupby("variant", sort=False):
-        if variant == "benign":
-            continue
+    colours = plt.cm.tab20.colors  # 12+ variants: the default 10-colour cycle would repeat
+    for i, (variant, g) in enumerate((v, g) for v, g in table.groupby("variant", sort=False) if v != "benign"):
         style = "-" if variant.startswith("tsa_coupled") else ":" if variant.startswith("tsa") else "--"
-        ax.plot(g["step"], g["cosine"], style, marker=".", label=variant)
+        ax.plot(g["step"], g["cosine"], style, marker=".", label=variant, color=colours[i % len(colours)])
     ax.set(xlabel="local SGD step", ylabel="cosine to benign update", ylim=(-1.05, 1.05))
     ax.legend(fontsize=6, ncol=2)
+    return _save(fig, path)
+
+
+def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None = None,
+                 metric_names: Sequence[str] = ("accuracy", "sece")) -> Path:
+    """Final accuracy and sECE (%) against a swept key ``x``, one line per ``hue`` value
+    (mean over any other varying key, e.g. seeds)."""
+    fig, axes = plt.subplots(1, len(metric_names), figsize=(4.6 * len(metric_names), 3.5), squeeze=False)
+    groups = cells.groupby(hue, sort=True) if hue else [("all", cells)]
+    for ax, name in zip(axes[0], metric_names):
+        for label, g in groups:
+            m = g.groupby(x)[name].mean().sort_index()
+            ax.plot(m.index, 100 * m.to_numpy(), marker="o", label=f"{hue}={label}" if hue else None)
+        ax.set(xlabel=x, ylabel=f"{name} (%)")
+        if name == "sece":
+            ax.axhline(0, color="black", lw=0.8)
+        if hue:
+            ax.legend(fontsize=7)
     return _save(fig, path)
