@@ -95,3 +95,8 @@ def test_strategy_parameters_are_checked_against_the_round_size():
     with pytest.raises(ConfigError, match="'strategy'"):
         RunConfig.from_flower({"strategy": "krum"})
     assert RunConfig.from_flower({"strategy": "multikrum"}).krum_f == 1
+
+
+def test_every_key_is_documented():
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    assert [k for k in RunConfig().to_flower() if f"`{k}`" not in doc] == []

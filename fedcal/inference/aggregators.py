@@ -1,0 +1,135 @@
+"""Robust aggregators of client probit vectors (SPEC §7, robust federated inference).
+
+Every aggregator maps ``probits`` of shape (B, n, C) -- B queries, n clients, C classes,
+each row a probability vector -- to (B, C) probabilities (rows on the simplex).
+Mean and TrimmedMean are differentiable w.r.t. the input; CoordinateMedian uses torch
+sort (subgradients flow to the selected entries); GeometricMedian runs Weiszfeld
+iterations in torch, so gradients flow through the unrolled iterations.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = [
+    "Mean",
+    "CoordinateMedian",
+    "GeometricMedian",
+    "TrimmedMean",
+    "AGGREGATORS",
+    "check_probits",
+    "renormalise",
+    "trimmed_mean_dim",
+]
+
+
+def check_probits(probits: torch.Tensor) -> torch.Tensor:
+    """Validate a (B, n, C) probit tensor; raise ValueError on wrong rank or NaN."""
+    if not isinstance(probits, torch.Tensor):
+        probits = torch.as_tensor(probits)
+    if probits.dim() != 3:
+        raise ValueError(f"probits must be 3-D (B, n, C); got shape {tuple(probits.shape)}")
+    if probits.shape[1] < 1 or probits.shape[2] < 1:
+        raise ValueError(f"probits needs n >= 1 clients and C >= 1 classes; got {tuple(probits.shape)}")
+    if torch.isnan(probits).any():
+        raise ValueError("probits contain NaN")
+    if not probits.is_floating_point():
+        probits = probits.float()
+    return probits
+
+
+def renormalise(z: torch.Tensor) -> torch.Tensor:
+    """Clamp at 0 and divide each row by its sum; rows with zero sum become uniform."""
+    z = z.clamp_min(0.0)
+    s = z.sum(dim=-1, keepdim=True)
+    uniform = torch.full_like(z, 1.0 / z.shape[-1])
+    safe = torch.where(s > 0, s, torch.ones_like(s))
+    return torch.where(s > 0, z / safe, uniform)
+
+
+def trimmed_mean_dim(x: torch.Tensor, f: int, dim: int) -> torch.Tensor:
+    """Coordinate-wise trimmed mean along ``dim``: drop f largest and f smallest, mean the rest."""
+    n = x.shape[dim]
+    if f < 0:
+        raise ValueError(f"f must be >= 0; got {f}")
+    if n <= 2 * f:
+        raise ValueError(f"trimmed mean needs n > 2f; got n={n}, f={f}")
+    if f == 0:
+        return x.mean(dim=dim)
+    s, _ = torch.sort(x, dim=dim)
+    return s.narrow(dim, f, n - 2 * f).mean(dim=dim)
+
+
+class Mean(nn.Module):
+    """Plain average of the client probits."""
+
+    def forward(self, probits: torch.Tensor) -> torch.Tensor:
+        probits = check_probits(probits)
+        return renormalise(probits.mean(dim=1))
+
+
+class CoordinateMedian(nn.Module):
+    """Coordinate-wise median (mean of the two middle values for even n), renormalised."""
+
+    def forward(self, probits: torch.Tensor) -> torch.Tensor:
+        probits = check_probits(probits)
+        n = probits.shape[1]
+        s, _ = torch.sort(probits, dim=1)
+        if n % 2 == 1:
+            med = s[:, n // 2]
+        else:
+            med = 0.5 * (s[:, n // 2 - 1] + s[:, n // 2])
+        return renormalise(med)
+
+
+class GeometricMedian(nn.Module):
+    """Smoothed Weiszfeld geometric median per query, batched over B.
+
+    Minimises sum_i sqrt(||z - p_i||^2 + eps) approximately (eps smoothing avoids
+    division by zero at data points). Starts from the coordinate-wise mean; stops when
+    the largest update over the batch is below ``tol`` or after ``max_iter`` steps.
+    The result lies in the convex hull of the inputs (hence on the simplex); it is
+    renormalised to remove float drift.
+    """
+
+    def __init__(self, eps: float = 1e-8, max_iter: int = 100, tol: float = 1e-6):
+        super().__init__()
+        if eps <= 0 or max_iter < 1 or tol < 0:
+            raise ValueError("GeometricMedian needs eps > 0, max_iter >= 1, tol >= 0")
+        self.eps, self.max_iter, self.tol = eps, max_iter, tol
+
+    def forward(self, probits: torch.Tensor) -> torch.Tensor:
+        probits = check_probits(probits)
+        z = probits.mean(dim=1)  # (B, C)
+        for _ in range(self.max_iter):
+            d = torch.sqrt(((probits - z[:, None, :]) ** 2).sum(-1) + self.eps)  # (B, n)
+            w = 1.0 / d
+            z_new = (w[..., None] * probits).sum(1) / w.sum(1, keepdim=True)
+            delta = (z_new - z).abs().max()
+            z = z_new
+            if delta.item() < self.tol:
+                break
+        return renormalise(z)
+
+
+class TrimmedMean(nn.Module):
+    """Coordinate-wise trimmed mean (CWTM): per class drop f largest and f smallest of the
+    n client values, average the rest, then divide by the row sum (zero sum -> uniform)."""
+
+    def __init__(self, f: int):
+        super().__init__()
+        if int(f) != f or f < 0:
+            raise ValueError(f"f must be a non-negative integer; got {f}")
+        self.f = int(f)
+
+    def forward(self, probits: torch.Tensor) -> torch.Tensor:
+        probits = check_probits(probits)
+        return renormalise(trimmed_mean_dim(probits, self.f, dim=1))
+
+
+AGGREGATORS = {
+    "mean": Mean,
+    "median": CoordinateMedian,
+    "geometric_median": GeometricMedian,
+    "trimmed_mean": TrimmedMean,
+}
