@@ -32,7 +32,7 @@ def test_posthoc(runs, tmp_path):
     assert set(t["n_cal"]) == {10, 100}
     assert (tmp_path / "posthoc.png").exists()
     # temperature scaling never changes accuracy; with 100 samples it should not worsen |sECE| much
-    for (run, n), g in t.groupby(["run", "n_cal"]):
+    for _, g in t.groupby(["run", "n_cal"]):
         g = g.set_index("method")
         assert g.loc["temperature", "accuracy"] == pytest.approx(g.loc["none", "accuracy"])
 

@@ -1,0 +1,188 @@
+"""DeepSet aggregator of client probits and its (adversarial) training (SPEC §7).
+
+phi(Z) = softmax(mu(pool_i rho(z_i))) for Z = (z_1..z_n), z_i on the simplex Delta^C.
+
+* rho: R^C -> R^h is a two-layer MLP Linear(C,h)-ReLU-Linear(h,h), followed by a ReLU
+  (so the pooled client embeddings are non-negative features);
+* mu: R^h -> R^C is a two-layer MLP Linear(h,h)-ReLU-Linear(h,C) producing logits;
+* pool is the mean over clients ("mean") or the coordinate-wise trimmed mean over the
+  n hidden vectors dropping f per side ("trimmed"). Both are exactly permutation
+  invariant over the client axis.
+
+DeepSet-TM = a DeepSet trained with mean pooling and evaluated with trimmed pooling
+(same weights): ``model.as_trimmed(f)`` / ``as_trimmed(model, f)``.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .aggregators import check_probits, trimmed_mean_dim
+
+__all__ = ["DeepSet", "as_trimmed", "train_deepset", "accuracy", "POOLINGS"]
+
+POOLINGS = ("mean", "trimmed")
+
+
+class DeepSet(nn.Module):
+    def __init__(self, num_classes: int, hidden: int = 224, pooling: str = "mean", f: int = 0,
+                 seed: int | None = None):
+        super().__init__()
+        if num_classes < 2:
+            raise ValueError(f"num_classes must be >= 2; got {num_classes}")
+        if hidden < 1:
+            raise ValueError(f"hidden must be >= 1; got {hidden}")
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}; got {pooling!r}")
+        if int(f) != f or f < 0:
+            raise ValueError(f"f must be a non-negative integer; got {f}")
+        self.num_classes, self.hidden, self.pooling, self.f = num_classes, hidden, pooling, int(f)
+        if seed is not None:
+            state = torch.random.get_rng_state()
+            torch.manual_seed(seed)
+        self.rho = nn.Sequential(nn.Linear(num_classes, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, hidden), nn.ReLU())
+        self.mu = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(),
+                                nn.Linear(hidden, num_classes))
+        if seed is not None:
+            torch.random.set_rng_state(state)
+
+    def pool(self, h: torch.Tensor) -> torch.Tensor:
+        """(B, n, h) -> (B, h)."""
+        if self.pooling == "mean":
+            return h.mean(dim=1)
+        return trimmed_mean_dim(h, self.f, dim=1)
+
+    def logits(self, probits: torch.Tensor) -> torch.Tensor:
+        probits = check_probits(probits)
+        if probits.shape[2] != self.num_classes:
+            raise ValueError(f"expected C={self.num_classes} classes; got {probits.shape[2]}")
+        if self.pooling == "trimmed" and probits.shape[1] <= 2 * self.f:
+            raise ValueError(f"trimmed pooling needs n > 2f; got n={probits.shape[1]}, f={self.f}")
+        return self.mu(self.pool(self.rho(probits)))
+
+    def forward(self, probits: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.logits(probits), dim=-1)
+
+    def as_trimmed(self, f: int) -> "DeepSet":
+        """A DeepSet sharing these weights (same rho/mu modules) with trimmed pooling of f per side."""
+        new = DeepSet.__new__(DeepSet)
+        nn.Module.__init__(new)
+        new.num_classes, new.hidden, new.pooling, new.f = self.num_classes, self.hidden, "trimmed", int(f)
+        if int(f) != f or f < 0:
+            raise ValueError(f"f must be a non-negative integer; got {f}")
+        new.rho, new.mu = self.rho, self.mu
+        new.train(self.training)
+        return new
+
+    def extra_repr(self) -> str:
+        return f"num_classes={self.num_classes}, hidden={self.hidden}, pooling={self.pooling!r}, f={self.f}"
+
+
+def as_trimmed(model: DeepSet, f: int) -> DeepSet:
+    """DeepSet-TM: same weights as ``model``, coordinate-wise trimmed pooling (f per side)."""
+    return model.as_trimmed(f)
+
+
+def _corruption_mask(b: int, n: int, f: int, m: int | None, generator) -> torch.Tensor:
+    """(b, n) bool: per sample m (or m_s ~ U{1..f}) random client positions."""
+    if m is None:
+        ms = torch.randint(1, f + 1, (b,), generator=generator)
+    else:
+        ms = torch.full((b,), int(m))
+    ranks = torch.argsort(torch.rand(b, n, generator=generator), dim=1)  # random permutation per row
+    return ranks < ms[:, None]
+
+
+def _worst_case_inputs(model: DeepSet, x: torch.Tensor, y: torch.Tensor, f: int, m: int | None,
+                       n_restarts: int, attack_steps: int, attack_lr: float, generator) -> torch.Tensor:
+    """Sign-gradient ascent on the training loss over the corrupted rows; worst of n_restarts."""
+    b, n, c = x.shape
+    best_x = x.clone()
+    best_loss = torch.full((b,), -float("inf"))
+    params = list(model.parameters())
+    flags = [p.requires_grad for p in params]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        for _ in range(n_restarts):
+            mask = _corruption_mask(b, n, f, m, generator)[..., None]  # (b, n, 1)
+            noise = 0.1 * torch.randn(b, n, c, generator=generator)
+            u = (torch.log(x.clamp_min(1e-6)) + noise).requires_grad_(True)
+            for _ in range(attack_steps):
+                z = torch.where(mask, torch.softmax(u, dim=-1), x)
+                loss = F.cross_entropy(model.logits(z), y, reduction="sum")
+                (g,) = torch.autograd.grad(loss, u)
+                with torch.no_grad():
+                    u += attack_lr * g.sign()
+            with torch.no_grad():
+                z = torch.where(mask, torch.softmax(u, dim=-1), x)
+                per = F.cross_entropy(model.logits(z), y, reduction="none")
+                better = per > best_loss
+                best_x[better] = z[better]
+                best_loss = torch.where(better, per, best_loss)
+    finally:
+        for p, fl in zip(params, flags):
+            p.requires_grad_(fl)
+    return best_x.detach()
+
+
+def train_deepset(model: DeepSet, probits: torch.Tensor, labels: torch.Tensor, epochs: int,
+                  lr: float = 1e-3, batch_size: int = 256, adversarial: bool = False, f: int = 0,
+                  m: int | None = None, n_restarts: int = 1, attack_steps: int = 10,
+                  attack_lr: float = 0.1, generator: torch.Generator | None = None) -> list[float]:
+    """Train ``model`` with Adam on CE(model.logits(probits), labels); returns per-epoch mean losses.
+
+    With ``adversarial=True`` each minibatch is first replaced by worst-case inputs: per
+    sample m (or m ~ U{1..f}) random client rows are set to softmax(u), u found by
+    ``attack_steps`` sign-gradient ascent steps of size ``attack_lr`` on the loss, from
+    log(probits) + N(0, 0.1^2) noise; the worst of ``n_restarts`` restarts per sample is kept.
+    The model's parameters are frozen during the attack.
+    """
+    probits = check_probits(probits)
+    labels = torch.as_tensor(labels).long()
+    if labels.shape != (probits.shape[0],):
+        raise ValueError(f"labels must have shape ({probits.shape[0]},); got {tuple(labels.shape)}")
+    n = probits.shape[1]
+    if adversarial:
+        if f < 1:
+            raise ValueError("adversarial training needs f >= 1")
+        if 2 * f >= n:
+            raise ValueError(f"adversarial training needs f < n/2; got n={n}, f={f}")
+        if m is not None and not 1 <= m <= f:
+            raise ValueError(f"m must be in 1..f; got m={m}, f={f}")
+        if n_restarts < 1 or attack_steps < 0:
+            raise ValueError("n_restarts must be >= 1 and attack_steps >= 0")
+    if generator is None:
+        generator = torch.Generator().manual_seed(0)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    history: list[float] = []
+    N = probits.shape[0]
+    for _ in range(epochs):
+        model.train()
+        perm = torch.randperm(N, generator=generator)
+        total = 0.0
+        for start in range(0, N, batch_size):
+            idx = perm[start:start + batch_size]
+            x, y = probits[idx], labels[idx]
+            if adversarial:
+                x = _worst_case_inputs(model, x, y, f, m, n_restarts, attack_steps, attack_lr, generator)
+            loss = F.cross_entropy(model.logits(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(idx)
+        history.append(total / N)
+    model.eval()
+    return history
+
+
+@torch.no_grad()
+def accuracy(agg: Callable[[torch.Tensor], torch.Tensor], probits: torch.Tensor, labels: torch.Tensor) -> float:
+    """Top-1 accuracy of ``agg(probits)`` (B, C) against ``labels`` (B,)."""
+    labels = torch.as_tensor(labels).long()
+    out = agg(check_probits(probits))
+    return (out.argmax(dim=-1) == labels).float().mean().item()
