@@ -101,12 +101,26 @@ def _check_int(name: str, value, low: int) -> int:
     return value
 
 
-def _true_median(updates: torch.Tensor) -> torch.Tensor:
-    """Coordinate-wise median with the mean of the two middle values for even n."""
-    n = updates.shape[0]
-    s = torch.sort(updates, dim=0).values
+def true_median(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """Median along ``dim`` with the mean of the two middle values for even sizes (not
+    ``torch.median``, which returns the lower one). Shared with the inference aggregators."""
+    n = x.shape[dim]
+    s = torch.sort(x, dim=dim).values
     # For odd n both indices are the middle one; for even n they are the two middle ones.
-    return 0.5 * (s[(n - 1) // 2] + s[n // 2])
+    return 0.5 * (s.select(dim, (n - 1) // 2) + s.select(dim, n // 2))
+
+
+def trimmed_mean_along(x: torch.Tensor, f: int, dim: int = 0) -> torch.Tensor:
+    """Mean along ``dim`` after dropping the f largest and f smallest values (needs n > 2f).
+    Shared with the inference aggregators (CWTM, DeepSet-TM pooling)."""
+    n = x.shape[dim]
+    if f < 0:
+        raise ValueError(f"f must be >= 0; got {f}")
+    if n <= 2 * f:
+        raise ValueError(f"trimmed mean needs n > 2f, got n = {n} and f = {f} (at most f = {(n - 1) // 2})")
+    if f == 0:
+        return x.mean(dim=dim)
+    return torch.sort(x, dim=dim).values.narrow(dim, f, n - 2 * f).mean(dim=dim)
 
 
 # ---------------------------------------------------------------------------
@@ -171,14 +185,7 @@ def trimmed_mean(updates: torch.Tensor, f: int) -> torch.Tensor:
     Source: Yin et al., "Byzantine-Robust Distributed Learning: Towards Optimal Statistical
     Rates" (ICML 2018); SPEC §3 coordinate-wise trimmed mean.
     """
-    updates = _check_updates(updates)
-    f = _check_int("f", f, 0)
-    n = updates.shape[0]
-    if n <= 2 * f:
-        raise ValueError(f"trimmed mean needs n > 2f, got n = {n} and f = {f} (at most f = {(n - 1) // 2})")
-    if f == 0:
-        return updates.mean(dim=0)
-    return torch.sort(updates, dim=0).values[f : n - f].mean(dim=0)
+    return trimmed_mean_along(_check_updates(updates), _check_int("f", f, 0), dim=0)
 
 
 def coordinate_median(updates: torch.Tensor) -> torch.Tensor:
@@ -190,7 +197,7 @@ def coordinate_median(updates: torch.Tensor) -> torch.Tensor:
     Source: Yin et al., "Byzantine-Robust Distributed Learning: Towards Optimal Statistical
     Rates" (ICML 2018); SPEC §3 coordinate-wise median.
     """
-    return _true_median(_check_updates(updates))
+    return true_median(_check_updates(updates), dim=0)
 
 
 def geometric_median(
@@ -279,7 +286,7 @@ def median_of_means(
     sums = torch.zeros(num_groups, updates.shape[1], dtype=updates.dtype, device=updates.device)
     sums.index_add_(0, labels, updates)
     means = sums / counts.to(device=updates.device, dtype=updates.dtype).unsqueeze(1)
-    return _true_median(means)
+    return true_median(means, dim=0)
 
 
 # ---------------------------------------------------------------------------

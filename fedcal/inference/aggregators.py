@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from fedcal.aggregate import trimmed_mean_along, true_median
+
 __all__ = [
     "Mean",
     "CoordinateMedian",
@@ -48,16 +50,9 @@ def renormalise(z: torch.Tensor) -> torch.Tensor:
 
 
 def trimmed_mean_dim(x: torch.Tensor, f: int, dim: int) -> torch.Tensor:
-    """Coordinate-wise trimmed mean along ``dim``: drop f largest and f smallest, mean the rest."""
-    n = x.shape[dim]
-    if f < 0:
-        raise ValueError(f"f must be >= 0; got {f}")
-    if n <= 2 * f:
-        raise ValueError(f"trimmed mean needs n > 2f; got n={n}, f={f}")
-    if f == 0:
-        return x.mean(dim=dim)
-    s, _ = torch.sort(x, dim=dim)
-    return s.narrow(dim, f, n - 2 * f).mean(dim=dim)
+    """Coordinate-wise trimmed mean along ``dim``: drop f largest and f smallest, mean the rest
+    (the same rule as the update aggregation's trimmed mean)."""
+    return trimmed_mean_along(x, f, dim)
 
 
 class Mean(nn.Module):
@@ -72,14 +67,7 @@ class CoordinateMedian(nn.Module):
     """Coordinate-wise median (mean of the two middle values for even n), renormalised."""
 
     def forward(self, probits: torch.Tensor) -> torch.Tensor:
-        probits = check_probits(probits)
-        n = probits.shape[1]
-        s, _ = torch.sort(probits, dim=1)
-        if n % 2 == 1:
-            med = s[:, n // 2]
-        else:
-            med = 0.5 * (s[:, n // 2 - 1] + s[:, n // 2])
-        return renormalise(med)
+        return renormalise(true_median(check_probits(probits), dim=1))
 
 
 class GeometricMedian(nn.Module):
