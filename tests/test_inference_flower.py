@@ -52,3 +52,20 @@ def test_federated_inference_round_trip(monkeypatch):
     assert res.accuracy["mean"] > 0.7  # locally trained clients agree on digits
     assert res.accuracy["deepset"] > 0.7  # the aggregator learned from the server's held-out split
     assert all(0 <= a <= 1 for a in res.accuracy.values())
+
+
+def test_local_models_are_seeded_per_client():
+    """Two runs of train.local give the same client models (init and batches are seeded)."""
+    from flwr.app import ConfigRecord, Context, Message, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 1
+    cfg = RunConfig.from_flower(dict(dataset="digits", num_clients=3, clients_per_round=3, lr=0.1, batch_size=32))
+    states = []
+    for _ in range(2):
+        ctx = Context(run_id=1, node_id=7, node_config={"partition-id": 1, "num-partitions": 3}, state=RecordDict(),
+                      run_config={})
+        content = RecordDict({"config": ConfigRecord({**cfg.to_flower(), "server-frac": 0.1, "local-epochs": 1})})
+        responder.train_local(Message(content=content, message_type="train.local", dst_node_id=7), ctx)
+        states.append(ctx.state[responder.MODEL_KEY].to_torch_state_dict())
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])

@@ -7,6 +7,7 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from fedcal.clients.trainer import _model as cached_model
 from fedcal.clients.trainer import client_id, identity, message_config
 from fedcal.data import load_dataset
 from fedcal.inference.federated import client_indices, train_local_classifier
@@ -18,10 +19,6 @@ app.query("identity")(identity)  # the same identity handshake as the trainer's
 MODEL_KEY = "local-model"
 
 
-def _model(cfg, ds) -> torch.nn.Module:
-    return build_model(cfg.model, ds.input_shape, ds.num_classes)
-
-
 @app.train("local")
 def train_local(msg: Message, context: Context) -> Message:
     """Train this client's classifier from scratch on its own Dirichlet partition."""
@@ -31,10 +28,10 @@ def train_local(msg: Message, context: Context) -> Message:
     ds = load_dataset(cfg.dataset, cfg.data_dir)
     idx = client_indices(ds.y_train.numpy(), cfg.num_clients, cfg.dirichlet_alpha,
                          float(extra["server-frac"]), cfg.seed)[cid]
-    model = _model(cfg, ds)
-    torch.manual_seed(cfg.seed * 1000 + cid)
+    seed = cfg.seed * 1000 + cid  # each client its own initialisation and batches
+    model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=seed)
     loss = train_local_classifier(model, ds.x_train[idx], ds.y_train[idx], int(extra["local-epochs"]), cfg.lr,
-                                  cfg.batch_size, seed=cfg.seed * 1000 + cid, device=resolve_device(cfg.device))
+                                  cfg.batch_size, seed=seed, device=resolve_device(cfg.device))
     context.state[MODEL_KEY] = ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()})
     return Message(content=RecordDict({"metrics": MetricRecord({"train-loss": loss, "num-examples": len(idx)})}),
                    reply_to=msg)
@@ -47,7 +44,7 @@ def probits(msg: Message, context: Context) -> Message:
     if MODEL_KEY not in context.state:
         raise RuntimeError("no local model: the node has not run train.local")
     ds = load_dataset(cfg.dataset, cfg.data_dir)
-    model = _model(cfg, ds)
+    model = cached_model(cfg.model, ds.input_shape, ds.num_classes)  # built once per process
     model.load_state_dict(context.state[MODEL_KEY].to_torch_state_dict())
     x = torch.from_numpy(msg.content["queries"]["x"].numpy().copy())
     with torch.no_grad():
