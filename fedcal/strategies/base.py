@@ -87,7 +87,8 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         """Aggregate an (n, d) float32 update matrix; return (Δ (d,), per-node weights (n,)).
 
         ``weights`` are the replies' ``weighted_by_key`` values (data sizes). The returned
-        per-node weights only describe the aggregation (they are logged), they are not reused.
+        per-node weights (any non-negative scale; the base normalises them) only describe the
+        aggregation in :attr:`last_weights`, they are not reused.
         """
         raise NotImplementedError
 
@@ -120,16 +121,16 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         nodes = [g[0] for g in good]
         weights = torch.tensor([g[2] for g in good], dtype=torch.float64)
         keys = list(sent.keys())
-        train_keys = [k for k in keys if self._trainable(k, sent)]
-        base = {k: torch.from_numpy(np.asarray(sent[k].numpy())) for k in keys}
+        train_keys = self.trainable_keys(sent)
+        base = {k: _tensor(sent[k]) for k in keys}
         if train_keys:
-            updates = torch.stack([
-                torch.cat([(_tensor(g[1][self.arrayrecord_key][k]) - base[k]).reshape(-1).float()
-                           for k in train_keys]) for g in good])
+            updates = torch.stack([self._flat_update(g[1][self.arrayrecord_key], base, train_keys) for g in good])
             delta, node_w = self.aggregate_updates(server_round, nodes, updates, weights.float())
             if not torch.isfinite(delta).all():  # a rule must never produce a NaN model
                 log(WARNING, "round %d: aggregate is not finite; the global model is kept", server_round)
                 return None, None
+            total = node_w.sum()
+            node_w = node_w / total if total > 0 else node_w
             self.last_weights = {n: float(w) for n, w in zip(nodes, node_w)}
         new: dict[str, torch.Tensor] = {}
         offset = 0
@@ -152,6 +153,15 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         return ArrayRecord(new), metrics
 
     # ------------------------------------------------------------------ helpers
+    def trainable_keys(self, sent: ArrayRecord) -> list[str]:
+        """Names of the trained (floating, non-buffer) arrays, in record order."""
+        return [k for k in sent.keys() if self._trainable(k, sent)]
+
+    @staticmethod
+    def _flat_update(arrays: ArrayRecord, base: dict[str, torch.Tensor], keys: list[str]) -> torch.Tensor:
+        """Δ = arrays − base over ``keys`` (base: the sent arrays as tensors), one float32 vector."""
+        return torch.cat([(_tensor(arrays[k]) - base[k]).reshape(-1).float() for k in keys])
+
     def _trainable(self, key: str, sent: ArrayRecord) -> bool:
         return np.issubdtype(np.dtype(sent[key].dtype), np.floating) and not self.buffer_key(key)
 

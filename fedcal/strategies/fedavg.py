@@ -16,4 +16,4 @@ class FedAvg(UpdateAggregationStrategy):
     """
 
     def aggregate_updates(self, server_round, node_ids, updates, weights):
-        return agg.fedavg(updates, weights), weights / weights.sum()
+        return agg.fedavg(updates, weights), weights

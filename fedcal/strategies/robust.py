@@ -8,17 +8,16 @@ from collections.abc import Callable
 from logging import INFO
 from typing import Any
 
-import numpy as np
 import torch
 from flwr.app import ArrayRecord
 from flwr.supercore import log
 
 from fedcal import aggregate as agg
-from fedcal.strategies.base import UpdateAggregationStrategy
+from fedcal.strategies.base import UpdateAggregationStrategy, _tensor
 
 
 def _equal(n: int) -> torch.Tensor:
-    return torch.full((n,), 1.0 / n)
+    return torch.ones(n)
 
 
 class FLTrust(UpdateAggregationStrategy):
@@ -44,16 +43,13 @@ class FLTrust(UpdateAggregationStrategy):
     def aggregate_updates(self, server_round, node_ids, updates, weights):
         sent = self._sent[server_round]
         trained = self.root_train_fn(sent, server_round)
-        keys = [k for k in sent.keys() if self._trainable(k, sent)]
-        g0 = torch.cat([
-            (torch.from_numpy(np.array(trained[k].numpy(), copy=True)).float()
-             - torch.from_numpy(np.array(sent[k].numpy(), copy=True)).float()).reshape(-1) for k in keys])
+        keys = self.trainable_keys(sent)
+        g0 = self._flat_update(trained, {k: _tensor(sent[k]) for k in keys}, keys)
         delta, trust = agg.fltrust(updates, g0)
         self.last_trust = {n: float(t) for n, t in zip(node_ids, trust)}
         log(INFO, "FLTrust round %d trust scores: %s", server_round,
             {n: round(t, 3) for n, t in self.last_trust.items()})
-        total = trust.sum()
-        return delta, (trust / total if total > 0 else trust)
+        return delta, trust
 
 
 class FoolsGold(UpdateAggregationStrategy):
@@ -81,8 +77,7 @@ class FoolsGold(UpdateAggregationStrategy):
         delta, w = self.rule(node_ids, updates)
         log(INFO, "FoolsGold round %d weights: %s", server_round,
             {n: round(float(x), 3) for n, x in zip(node_ids, w)})
-        total = w.sum()
-        return delta, (w / total if total > 0 else w)
+        return delta, w
 
 
 class MultiKrum(UpdateAggregationStrategy):
@@ -117,7 +112,7 @@ class MultiKrum(UpdateAggregationStrategy):
         mask[selected] = 1.0
         w = weights * mask
         log(INFO, "MultiKrum round %d selected nodes %s", server_round, [node_ids[i] for i in selected.tolist()])
-        return agg.fedavg(updates[selected], weights[selected]), w / w.sum()
+        return agg.fedavg(updates[selected], weights[selected]), w
 
 
 class TrimmedMean(UpdateAggregationStrategy):
@@ -147,8 +142,7 @@ class GeometricMedian(UpdateAggregationStrategy):
         self.max_iter, self.tol = max_iter, tol
 
     def aggregate_updates(self, server_round, node_ids, updates, weights):
-        return (agg.geometric_median(updates, weights, max_iter=self.max_iter, tol=self.tol),
-                weights / weights.sum())
+        return agg.geometric_median(updates, weights, max_iter=self.max_iter, tol=self.tol), weights
 
 
 class MedianOfMeans(UpdateAggregationStrategy):
