@@ -269,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ConfigError as exc:
+    except (ConfigError, FileNotFoundError) as exc:  # bad config, or a run dir without its files
         print(f"fedcal: error: {exc}", file=sys.stderr)
         return 2
 

@@ -62,3 +62,8 @@ def test_stealth(runs, tmp_path):
     assert set(t["step"]) == {1, 2, 3, 4}
     last = t[t.step == 4].set_index("variant")["cosine"]
     assert last["tsa_coupled_tau5"] > last["labelflip_k1"]
+
+
+def test_analysis_of_a_non_run_fails_clearly(tmp_path, capsys):
+    assert cli_main(["posthoc", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "config.json" in capsys.readouterr().err

@@ -81,13 +81,14 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
     try:
         with _quiet_flower(verbose), warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
+            server_app = server_app_for(cfg, on_round)
             if cfg.engine == "inprocess":
                 from fedcal.simulations.inprocess import run_inprocess
 
-                run_inprocess(server_app_for(cfg, on_round), client_app, cfg.num_clients, seed=cfg.seed)
+                run_inprocess(server_app, client_app, cfg.num_clients, seed=cfg.seed)
             else:
                 run_simulation(
-                    server_app=server_app_for(cfg, on_round),
+                    server_app=server_app,
                     client_app=client_app,
                     num_supernodes=cfg.num_clients,
                     backend_config=backend_config(cfg),
