@@ -15,7 +15,7 @@ import pandas as pd
 
 from fedcal.config import RunConfig
 from fedcal.plots import defense_bars, reliability_grid, trajectories
-from fedcal.results import load_metrics, load_run_config, run_dir_for
+from fedcal.results import load_config, load_metrics, run_dir_for
 
 TABLE_COLUMNS = ["strategy", "tau", "run", "accuracy_%", "ece_%", "sece_%", "brier", "nll", "run_id"]
 
@@ -35,26 +35,15 @@ def tau_configs(base: RunConfig, taus: Sequence[float], strategies: Sequence[str
     return out
 
 
-def _config_of(run_dir: Path) -> RunConfig | None:
-    try:
-        return RunConfig.from_flower(load_run_config(run_dir)["config"])
-    except (FileNotFoundError, KeyError):
-        return None
-    except Exception:  # noqa: BLE001 — a run of an older fedcal with keys since renamed
-        raw = load_run_config(run_dir)["config"]
-        known = set(RunConfig().to_flower())
-        return RunConfig.from_flower({k: v for k, v in raw.items() if k in known})
-
-
 def summarise(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
     """Final-round metrics of each run (from its store), percentages for accuracy/ECE/sECE,
     and the change of accuracy and sECE against the benign run of the same strategy."""
     rows = []
     for d in map(Path, run_dirs):
-        cfg = _config_of(d)
         df = load_metrics(d)
-        if cfg is None or df.empty:
+        if df.empty:  # not started (or no round finished yet)
             continue
+        cfg = load_config(d)
         final = df[df["metric"] == "accuracy"]["round"].max()  # last evaluated round
         last = df[df["round"] == final].set_index("metric")["value"]
         rows.append({
@@ -88,14 +77,15 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str
     if len(seeds) > 1:  # one row per (strategy, τ): mean ± std over seeds
         agg = seed_summary(table)
         agg.to_csv(out / "table_seeds.csv", index=False)
-        (out / "table.md").write_text(seeds_markdown(agg, title + f" (mean ± std over seeds {', '.join(map(str, seeds))})"))
+        (out / "table.md").write_text(seeds_markdown(agg, (title + f" (mean ± std over seeds {', '.join(map(str, seeds))})").strip()))
     else:
         (out / "table.md").write_text(to_markdown(table, title))
     if table["strategy"].nunique() > 1:
         defense_bars(table, out / "defenses.png", title)
         return table
     panels = []
-    by_tau = sorted(((c, d) for d in run_dirs if (c := _config_of(d)) is not None), key=lambda cd: cd[0].tau)
+    by_tau = sorted(((load_config(d), d) for d in run_dirs if (d / "config.json").exists()),
+                    key=lambda cd: cd[0].tau)
     for cfg, d in by_tau:
         if cfg.seed != seeds[0]:  # diagrams of one seed; the table covers all of them
             continue

@@ -102,6 +102,11 @@ def load_run_config(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     return json.loads((Path(run_dir) / "config.json").read_text())
 
 
+def load_config(run_dir: str | os.PathLike[str]) -> RunConfig:
+    """The validated run config a run directory was produced with."""
+    return RunConfig.from_flower(load_run_config(run_dir)["config"])
+
+
 def load_metrics(run_dirs: list[str | os.PathLike[str]] | str | os.PathLike[str]) -> pd.DataFrame:
     """Tidy per-round metrics of one or many runs, with their config columns joined."""
     if isinstance(run_dirs, (str, os.PathLike)):
@@ -144,7 +149,7 @@ def load_model(run_dir: str | os.PathLike[str]):
     from fedcal.data import load_dataset
     from fedcal.models import build_model
 
-    cfg = RunConfig.from_flower(load_run_config(run_dir)["config"])
+    cfg = load_config(run_dir)
     path = Path(run_dir) / MODEL_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: the run is unfinished or predates model saving")
