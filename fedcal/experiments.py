@@ -77,7 +77,8 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str
     if len(seeds) > 1:  # one row per (strategy, τ): mean ± std over seeds
         agg = seed_summary(table)
         agg.to_csv(out / "table_seeds.csv", index=False)
-        (out / "table.md").write_text(seeds_markdown(agg, (title + f" (mean ± std over seeds {', '.join(map(str, seeds))})").strip()))
+        note = f"(mean ± std over seeds {', '.join(map(str, seeds))})"
+        (out / "table.md").write_text(seeds_markdown(agg, f"{title} {note}".strip()))
     else:
         (out / "table.md").write_text(to_markdown(table, title))
     if table["strategy"].nunique() > 1:
