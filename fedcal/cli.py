@@ -6,6 +6,7 @@
     fedcal sweep grid.toml [--grid k=a,b]    a resumable, parallel grid of runs → one tidy table
     fedcal report RUN_DIR ... --out DIR      table + plots from finished runs (the run store only)
     fedcal posthoc|triage|similarity|stealth RUN_DIR ...   analyses of finished runs
+    fedcal inference --nf 17:4 --seeds 0-4   robust federated inference: aggregators × attacks
     fedcal demo                              the README's main job (digits, offline)
 
 Overrides are Flower run-config keys with TOML values (``tau=5 dataset="cifar10"``,
@@ -207,6 +208,51 @@ def cmd_stealth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_ints(text: str, what: str) -> list[int]:
+    """``0,1,2`` or ``0-4``."""
+    try:
+        out: list[int] = []
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            lo, _, hi = part.partition("-")
+            out += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
+        return out
+    except ValueError:
+        raise ConfigError(f"{what} must be integers such as 0,1,2 or 0-4, got {text!r}") from None
+
+
+def _parse_nf(items: list[str]) -> list[tuple[int, int]]:
+    out = []
+    for text in items:
+        n, sep, f = text.partition(":")
+        if not sep or not n.strip().isdigit() or not f.strip().isdigit():
+            raise ConfigError(f"--nf takes n:f such as 17:4, got {text!r}")
+        out.append((int(n), int(f)))
+    return out
+
+
+def cmd_inference(args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    from fedcal.experiments import inference_configs, inference_report
+    from fedcal.results import run_dir_for
+    from fedcal.simulations.engine import simulate
+
+    base = RunConfig.from_flower({"task": "inference", **_overrides(args)})
+    configs = inference_configs(base, _parse_nf(args.nf or ["17:4"]), _parse_ints(args.seeds, "--seeds"))
+    failed = []
+    for cfg in tqdm(configs, desc="inference cells", unit="cell", disable=args.no_progress):
+        try:
+            simulate(cfg, progress=False, verbose=args.verbose, force=args.force)
+        except Exception as exc:  # noqa: BLE001 — one failed cell must not lose the others
+            failed.append(cfg)
+            print(f"fedcal: cell n={cfg.num_clients} f={cfg.inf_f} seed={cfg.seed} failed: {exc}", file=sys.stderr)
+    done = [run_dir_for(c) for c in configs if c not in failed]
+    if done:
+        print(inference_report(done, args.report))
+        print(f"report: {args.report}")
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedcal", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -257,6 +303,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--out", default="fedcal-report")
     p.set_defaults(func=cmd_stealth)
+    p = sub.add_parser("inference", help="robust federated inference: aggregators × probit attacks over seeds",
+                       description="Every (n, f) and seed is one Flower run (task = inference): clients train "
+                                   "their own classifiers, the server trains its DeepSet on held-out probits and "
+                                   "evaluates every aggregator under every attack. Finished runs are skipped.")
+    _add_common(p)
+    p.add_argument("--nf", action="append", help="clients:adversaries, e.g. 17:4 (repeatable; default 17:4)")
+    p.add_argument("--seeds", default="0", help="seeds, e.g. 0-4 or 0,2")
+    p.add_argument("--report", default="fedcal-inference", help="folder for the tables and plots")
+    p.set_defaults(func=cmd_inference)
     p = sub.add_parser("demo", help="the README's main job: digits, benign vs TSA τ=0.2 and τ=5")
     _add_common(p)
     p.add_argument("--output", default="fedcal-demo", help="output folder")

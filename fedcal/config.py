@@ -24,10 +24,20 @@ STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "trimmed_mean", "me
               "median_of_means")
 DEVICES = ("auto", "cpu", "cuda")
 ENGINES = ("ray", "inprocess")
+TASKS = ("tsa", "inference")
+# Probit-space attacks of robust federated inference (SPEC §7); fedcal.inference.attacks.ATTACKS.
+INFERENCE_ATTACKS = ("none", "logit_flip", "sia_blackbox", "sia_blackbox_colluding", "sia_whitebox", "lma", "cpa",
+                     "pgd_cw")
 
 # Keys that describe where and how a run executes, not what it computes: they are left
 # out of the config hash so the same experiment on CPU or GPU is recognised as the same.
-_NON_SEMANTIC = {"output_dir", "run_name", "device", "data_dir", "eval_batch_size", "client_cpus", "client_gpus", "engine"}
+_NON_SEMANTIC = {"output_dir", "run_name", "device", "data_dir", "eval_batch_size", "client_cpus", "client_gpus", "engine",
+                 "inf_timeout", "inf_query_batch"}
+# Keys read only by the inference task: a TSA run's hash leaves them (and ``task``) out, so
+# TSA hashes are those of configs written before the inference task existed.
+_INFERENCE_ONLY = {"task", "inf_f", "inf_server_frac", "inf_local_epochs", "inf_attacks", "inf_amplification",
+                   "inf_pgd_steps", "inf_f_curve", "inf_amp_curve", "agg_hidden", "agg_epochs", "agg_lr",
+                   "agg_adv_epochs", "agg_attack_steps", "inf_test_queries", "inf_curve_queries"}
 
 
 class ConfigError(ValueError):
@@ -79,6 +89,25 @@ class RunConfig:
     client_gpus: float = 0.0  # fractional GPUs per virtual client, e.g. 0.25
     output_dir: str = "runs"
     run_name: str = ""
+    # --- robust federated inference (task = "inference", SPEC §7) ---
+    task: str = "tsa"  # "tsa": federated training under TSA; "inference": robust federated inference
+    inf_f: int = 4  # adversarial clients per query, and what the robust aggregators are built for
+    inf_server_frac: float = 0.1  # training data kept by the server for training its aggregator
+    inf_local_epochs: int = 10  # epochs each client trains its own classifier
+    inf_attacks: str = ",".join(INFERENCE_ATTACKS)  # evaluated attacks (comma-separated)
+    inf_amplification: float = 2.0  # logit flipping's a
+    inf_pgd_steps: int = 50  # PGD-CW sign-gradient steps (step 0.1)
+    inf_test_queries: int = 0  # test queries evaluated (the first k of the test set; 0 = all)
+    inf_f_curve: bool = True  # also evaluate every f_adv = 0..(n-1)//2 (aggregators stay built for inf-f)
+    inf_curve_queries: int = 2000  # test queries of the accuracy-vs-f and vs-amplification curves (0 = all)
+    inf_amp_curve: str = "0.5,1,2,4,8,16"  # logit-flip amplifications for the accuracy-vs-a curve ("" = none)
+    inf_query_batch: int = 500  # queries per message
+    inf_timeout: float = 600.0  # seconds the server waits for replies to one query message
+    agg_hidden: int = 224  # DeepSet width h
+    agg_epochs: int = 100  # DeepSet epochs on the clean probits (cheap) ...
+    agg_adv_epochs: int = 20  # ... then epochs of adversarial training (SPEC §7; 0 = plain DeepSet)
+    agg_lr: float = 1e-3
+    agg_attack_steps: int = 10  # sign-gradient steps per adversarial-training batch
 
     # ------------------------------------------------------------------ parsing
     @classmethod
@@ -152,6 +181,34 @@ class RunConfig:
         _check("foolsgold-kappa", self.foolsgold_kappa > 0, self.foolsgold_kappa, "must be > 0")
         _check("eval-every", self.eval_every >= 1, self.eval_every, "must be >= 1")
         _check("eval-batch-size", self.eval_batch_size >= 1, self.eval_batch_size, "must be >= 1")
+        _choice("task", self.task, TASKS)
+        _check("inf-f", self.inf_f >= 0, self.inf_f, "must be >= 0")
+        if self.task == "inference":
+            _check("inf-f", 2 * self.inf_f < self.num_clients, self.inf_f,
+                   f"needs 2 * inf-f < num-clients (num-clients = {self.num_clients})")
+        _check("inf-server-frac", 0 < self.inf_server_frac < 1, self.inf_server_frac, "must lie in (0, 1)")
+        _check("inf-local-epochs", self.inf_local_epochs >= 1, self.inf_local_epochs, "must be >= 1")
+        for name in self.inference_attacks:
+            _choice("inf-attacks", name, INFERENCE_ATTACKS)
+        _check("inf-attacks", bool(self.inference_attacks), self.inf_attacks, "must name at least one attack")
+        _check("inf-amplification", self.inf_amplification > 0, self.inf_amplification, "must be > 0")
+        _check("inf-pgd-steps", self.inf_pgd_steps >= 0, self.inf_pgd_steps, "must be >= 0")
+        try:
+            amps = self.amplification_curve
+        except ValueError:
+            raise ConfigError(f"run-config key 'inf-amp-curve' must be comma-separated numbers, got {self.inf_amp_curve!r}")
+        _check("inf-amp-curve", all(a > 0 for a in amps), self.inf_amp_curve, "values must be > 0")
+        _check("inf-query-batch", self.inf_query_batch >= 1, self.inf_query_batch, "must be >= 1")
+        _check("inf-timeout", self.inf_timeout > 0, self.inf_timeout, "must be > 0")
+        _check("agg-hidden", self.agg_hidden >= 1, self.agg_hidden, "must be >= 1")
+        _check("agg-epochs", self.agg_epochs >= 0, self.agg_epochs, "must be >= 0")
+        _check("agg-adv-epochs", self.agg_adv_epochs >= 0, self.agg_adv_epochs, "must be >= 0")
+        _check("inf-test-queries", self.inf_test_queries >= 0, self.inf_test_queries, "must be >= 0 (0 = all)")
+        _check("inf-curve-queries", self.inf_curve_queries >= 0, self.inf_curve_queries, "must be >= 0 (0 = all)")
+        _check("agg-lr", self.agg_lr > 0, self.agg_lr, "must be > 0")
+        _check("agg-attack-steps", self.agg_attack_steps >= 0, self.agg_attack_steps, "must be >= 0")
+        if self.task == "inference" and self.agg_adv_epochs:
+            _check("inf-f", self.inf_f >= 1, self.inf_f, "must be >= 1 for adversarial training (agg-adv-epochs > 0)")
 
     # ------------------------------------------------------------------ output
     def to_flower(self) -> dict[str, Any]:
@@ -164,14 +221,28 @@ class RunConfig:
 
     def config_hash(self) -> str:
         """Stable hash of the keys that change what is computed (not where it runs)."""
-        semantic = {k: v for k, v in dataclasses.asdict(self).items() if k not in _NON_SEMANTIC}
+        skip = _NON_SEMANTIC | (_INFERENCE_ONLY if self.task == "tsa" else set())
+        semantic = {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
         blob = json.dumps(semantic, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
 
     def default_run_name(self) -> str:
         """Readable, unique-per-config directory name."""
+        if self.task == "inference":
+            return (f"{self.dataset}-{self.model}-inference-n{self.num_clients}-f{self.inf_f}-s{self.seed}-"
+                    f"{self.config_hash()[:8]}")
         what = self.attack if self.attack != "tsa" else f"tsa{self.tau:g}" + ("" if self.coupled else "u")
         return f"{self.dataset}-{self.model}-{self.strategy}-{what}-s{self.seed}-{self.config_hash()[:8]}"
+
+    @property
+    def inference_attacks(self) -> tuple[str, ...]:
+        """``inf-attacks`` as a tuple of names."""
+        return tuple(a.strip() for a in self.inf_attacks.split(",") if a.strip())
+
+    @property
+    def amplification_curve(self) -> tuple[float, ...]:
+        """``inf-amp-curve`` as a tuple of amplifications (empty: no curve)."""
+        return tuple(float(a) for a in self.inf_amp_curve.split(",") if a.strip())
 
     @property
     def num_attackers(self) -> int:

@@ -153,3 +153,71 @@ def run_tau_comparison(base: RunConfig, taus: Sequence[float], out_dir: str | Pa
     for cfg in configs:
         run_fn(cfg)
     return write_report([run_dir_for(c) for c in configs], out_dir, title)
+
+
+def inference_configs(base: RunConfig, nf: Sequence[tuple[int, int]], seeds: Sequence[int]) -> list[RunConfig]:
+    """One robust-federated-inference config per (n, f) and seed."""
+    return [base.replace(task="inference", num_clients=n, clients_per_round=min(base.clients_per_round, n),
+                         inf_f=f, seed=s) for n, f in nf for s in seeds]
+
+
+def _read_cells(run_dirs: Sequence[str | Path], name: str) -> pd.DataFrame:
+    frames = [pd.read_csv(Path(d) / name) for d in run_dirs if (Path(d) / name).exists()]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str = "") -> str:
+    """Tables and plots of finished inference runs (their ``accuracy.csv`` and curves).
+
+    Writes ``cells.csv`` (every run's rows), ``table_n<n>_f<f>.md/.csv`` (aggregators ×
+    attacks + worst case, mean ± std over seeds) per (n, f), ``scalability.md`` (worst case
+    per (n, f)), and ``acc_vs_f.png`` / ``acc_vs_amplification.png`` from the curves. Returns
+    the Markdown of all tables.
+    """
+    from fedcal.inference.evaluate import seed_table, worst_case
+    from fedcal.plots import inference_curve
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cells = _read_cells(run_dirs, "accuracy.csv")
+    if cells.empty:
+        raise FileNotFoundError(f"no accuracy.csv in {len(run_dirs)} run directories: no finished inference run")
+    cells.to_csv(out / "cells.csv", index=False)
+    parts = [f"**{title}**\n"] if title else []
+    for (n, f), g in cells.groupby(["n", "f"]):
+        table = seed_table(g)
+        seeds = g["seed"].nunique()
+        table.to_csv(out / f"table_n{n}_f{f}.csv")
+        md = _frame_markdown(table.reset_index(), f"n = {n}, f = {f}: accuracy (%) per attack, mean ± std over "
+                                                  f"{seeds} seed{'s' if seeds > 1 else ''}")
+        (out / f"table_n{n}_f{f}.md").write_text(md)
+        parts.append(md)
+    worst = worst_case(cells, by=("n", "f", "seed", "aggregator"))
+    scal = worst.groupby(["n", "f", "aggregator"])["accuracy"].agg(["mean", "std", "count"]).reset_index()
+    scal["cell"] = [f"{100 * m:.2f} ± {100 * (0 if pd.isna(s) else s):.2f}" for m, s in zip(scal["mean"], scal["std"])]
+    wide = scal.pivot(index="aggregator", columns=["n", "f"], values="cell")
+    wide.columns = [f"n={n}, f={f}" for n, f in wide.columns]
+    from fedcal.inference.evaluate import AGGREGATOR_NAMES
+
+    wide = wide.loc[[a for a in AGGREGATOR_NAMES if a in wide.index]]
+    md = _frame_markdown(wide.reset_index(), "worst-case accuracy (%) over attacks per (n, f), mean ± std over seeds")
+    (out / "scalability.md").write_text(md)
+    parts.append(md)
+    for name, x, png in (("curve_f.csv", "f_adv", "acc_vs_f.png"),
+                         ("curve_amp.csv", "amplification", "acc_vs_amplification.png")):
+        curve = _read_cells(run_dirs, name)
+        for (n, f), g in (curve.groupby(["n", "f"]) if not curve.empty else []):
+            suffix = "" if curve[["n", "f"]].drop_duplicates().shape[0] == 1 else f"_n{n}_f{f}"
+            g.to_csv(out / f"{Path(png).stem}{suffix}.csv", index=False)
+            inference_curve(g, x, out / f"{Path(png).stem}{suffix}.png",
+                            f"n = {n}, aggregators built for f = {f}, {g['seed'].nunique()} seeds")
+    text = "\n".join(parts)
+    (out / "tables.md").write_text(text)
+    return text
+
+
+def _frame_markdown(frame: pd.DataFrame, title: str) -> str:
+    cols = list(frame.columns)
+    lines = [f"**{title}**", "", "| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines) + "\n"

@@ -173,3 +173,20 @@ def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None 
         if hue:
             ax.legend(fontsize=7)
     return _save(fig, path)
+
+
+def inference_curve(curve: pd.DataFrame, x: str, path: str | Path, title: str = "") -> Path:
+    """Worst-case accuracy over attacks (%) per aggregator against ``x`` (``f_adv`` or
+    ``amplification``): mean over seeds, ±1 std band."""
+    worst = curve.groupby(["aggregator", "seed", x])["accuracy"].min().reset_index()
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    for name, g in worst.groupby("aggregator", sort=False):
+        s = g.groupby(x)["accuracy"].agg(["mean", "std"]).fillna(0.0).sort_index()
+        ax.plot(s.index, 100 * s["mean"], marker="o", label=name, lw=2.2 if name == "deepset_tm" else 1.2)
+        ax.fill_between(s.index, 100 * (s["mean"] - s["std"]), 100 * (s["mean"] + s["std"]), alpha=0.15)
+    label = {"f_adv": "adversarial clients per query", "amplification": "logit-flip amplification a"}.get(x, x)
+    ax.set(xlabel=label, ylabel="worst-case accuracy (%)" if x == "f_adv" else "accuracy (%)", title=title)
+    if x == "amplification":
+        ax.set_xscale("log", base=2)
+    ax.legend(fontsize=7)
+    return _save(fig, path)

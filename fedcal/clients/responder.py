@@ -1,5 +1,7 @@
-"""ClientApp of federated inference: each client trains its own classifier on its own
-partition (``train.local``), then answers ``query.probits`` messages with its probabilities."""
+"""Client side of robust federated inference (SPEC §7): each client trains its own classifier
+on its own partition (``train.local``), then answers ``query.probits`` messages with its
+probabilities. ``app`` is a ClientApp with only these handlers; fedcal's main ClientApp
+(:mod:`fedcal.clients.trainer`) registers them too."""
 
 from __future__ import annotations
 
@@ -7,8 +9,8 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedcal.clients.trainer import _model as cached_model
-from fedcal.clients.trainer import client_id, identity, message_config
+from fedcal.clients.common import _model as cached_model
+from fedcal.clients.common import check_partitions, client_id, identity, message_config
 from fedcal.data import load_dataset
 from fedcal.inference.federated import client_indices, train_local_classifier
 from fedcal.models import build_model
@@ -23,14 +25,14 @@ MODEL_KEY = "local-model"
 def train_local(msg: Message, context: Context) -> Message:
     """Train this client's classifier from scratch on its own Dirichlet partition."""
     cfg, _ = message_config(msg, context)
-    extra = msg.content["config"]
+    check_partitions(cfg, context)
     cid = client_id(context)
     ds = load_dataset(cfg.dataset, cfg.data_dir)
-    idx = client_indices(ds.y_train.numpy(), cfg.num_clients, cfg.dirichlet_alpha,
-                         float(extra["server-frac"]), cfg.seed)[cid]
+    idx = client_indices(ds.y_train.numpy(), cfg.num_clients, cfg.dirichlet_alpha, cfg.inf_server_frac,
+                         cfg.seed)[cid]
     seed = cfg.seed * 1000 + cid  # each client its own initialisation and batches
     model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=seed)
-    loss = train_local_classifier(model, ds.x_train[idx], ds.y_train[idx], int(extra["local-epochs"]), cfg.lr,
+    loss = train_local_classifier(model, ds.x_train[idx], ds.y_train[idx], cfg.inf_local_epochs, cfg.lr,
                                   cfg.batch_size, seed=seed, device=resolve_device(cfg.device))
     context.state[MODEL_KEY] = ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()})
     return Message(content=RecordDict({"metrics": MetricRecord({"train-loss": loss, "num-examples": len(idx)})}),

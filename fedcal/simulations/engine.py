@@ -53,7 +53,8 @@ def backend_config(cfg: RunConfig) -> dict:
 
 def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, force: bool = False,
              desc: str | None = None) -> Path:
-    """Run ``cfg`` as a Flower simulation; returns its run directory.
+    """Run ``cfg`` as a Flower simulation (TSA training, or robust federated inference when
+    ``task = "inference"``); returns its run directory.
 
     A run already finished with the same config hash is skipped unless ``force``.
     """
@@ -69,7 +70,9 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
             tqdm.write(f"{run_dir}: already finished, skipped")
         return run_dir
     load_dataset(cfg.dataset, cfg.data_dir)  # fail fast (and naming the key) before Ray starts
-    bar = tqdm(total=cfg.num_rounds, desc=desc or run_dir.name, disable=not progress, unit="round")
+    inference = cfg.task == "inference"
+    bar = tqdm(total=None if inference else cfg.num_rounds, desc=desc or run_dir.name, disable=not progress,
+               unit="run" if inference else "round")
 
     def on_round(server_round: int, metrics: dict[str, float]) -> None:
         if server_round > 0:
@@ -81,7 +84,12 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
     try:
         with _quiet_flower(verbose), warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            server_app = server_app_for(cfg, on_round)
+            if inference:
+                from fedcal.simulations.inference import server_app_for as inference_app
+
+                server_app = inference_app(cfg)
+            else:
+                server_app = server_app_for(cfg, on_round)
             if cfg.engine == "inprocess":
                 from fedcal.simulations.inprocess import run_inprocess
 
@@ -97,5 +105,6 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
     finally:
         bar.close()
     if not RunStore(run_dir, cfg).is_done():
-        raise RuntimeError(f"simulation ended before finishing {cfg.num_rounds} rounds; partial results in {run_dir}")
+        what = "the inference evaluation" if inference else f"{cfg.num_rounds} rounds"
+        raise RuntimeError(f"simulation ended before finishing {what}; partial results in {run_dir}")
     return run_dir

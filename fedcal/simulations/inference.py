@@ -10,52 +10,50 @@ it was built from.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
+from pathlib import Path
 
+import pandas as pd
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
-from fedcal.inference import AGGREGATORS, DeepSet, accuracy, as_trimmed, train_deepset
+from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators
 from fedcal.inference.federated import assemble, server_split
+from fedcal.results import RunStore, run_dir_for
 from fedcal.simulations.tsa import discover_clients
 
-
-@dataclass
-class InferenceOptions:
-    f: int = 1  # adversarial clients tolerated (trimmed means, adversarial training)
-    server_frac: float = 0.1  # training data kept by the server for the aggregator
-    local_epochs: int = 1
-    query_batch: int = 500
-    agg_hidden: int = 224
-    agg_epochs: int = 200
-    agg_lr: float = 1e-3
-    adversarial: bool = True
-    timeout: float = 600.0
+PROBITS_FILE = "probits.pt"
 
 
 @dataclass
 class InferenceResult:
-    accuracy: dict[str, float] = field(default_factory=dict)
-    clients_per_answer: list[int] = field(default_factory=list)  # one entry per test batch
-    dropped: dict[int, list[str]] = field(default_factory=dict)  # client id → reasons
+    """What one inference run produced (also on disk in its run directory)."""
+
+    run_dir: Path
+    accuracy: pd.DataFrame  # attack_accuracy rows at f_adv = inf-f
+    clients_per_answer: list[int] = field(default_factory=list)  # valid clients per test query message
+    dropped: dict[int, list[str]] = field(default_factory=dict)  # client id → reasons it was left out
 
 
-def _config(cfg: RunConfig, opts: InferenceOptions) -> ConfigRecord:
-    return ConfigRecord({**cfg.to_flower(), "server-frac": opts.server_frac, "local-epochs": opts.local_epochs})
+def _config(cfg: RunConfig) -> ConfigRecord:
+    return ConfigRecord(cfg.to_flower())
 
 
-def query_all(grid: Grid, node_to_client: dict[int, int], x: torch.Tensor, cfg: RunConfig, opts: InferenceOptions,
-              num_classes: int, result: InferenceResult) -> tuple[torch.Tensor, list[int]]:
-    """Fan one batch out to every node; (B, n', C) valid probits and the client ids used."""
-    content = RecordDict({"queries": ArrayRecord({"x": x}), "config": _config(cfg, opts)})
+def query_all(grid: Grid, node_to_client: dict[int, int], x: torch.Tensor, cfg: RunConfig, num_classes: int,
+              dropped: dict[int, list[str]]) -> tuple[torch.Tensor, list[int]]:
+    """Fan one batch of queries out to every node; returns (B, n', C) valid probits and the
+    client ids they came from. A client that errs, does not answer within ``inf-timeout`` or
+    answers with something that is not a probit matrix is logged and left out."""
+    content = RecordDict({"queries": ArrayRecord({"x": x}), "config": _config(cfg)})
     msgs = [Message(content=content, message_type="query.probits", dst_node_id=n) for n in node_to_client]
     replies: dict[int, torch.Tensor | None] = {cid: None for cid in node_to_client.values()}
-    for reply in grid.send_and_receive(msgs, timeout=opts.timeout):
+    for reply in grid.send_and_receive(msgs, timeout=cfg.inf_timeout):
         cid = node_to_client.get(reply.metadata.src_node_id)
         if cid is None or reply.has_error():
             continue
@@ -63,72 +61,131 @@ def query_all(grid: Grid, node_to_client: dict[int, int], x: torch.Tensor, cfg: 
             replies[cid] = torch.from_numpy(reply.content["probits"]["p"].numpy().copy())
         except Exception:  # noqa: BLE001 — a malformed reply is an absent client
             replies[cid] = torch.full((1,), float("nan"))
-    probits, used, dropped = assemble(replies, len(x), num_classes)
-    for cid, why in dropped.items():
-        log(WARNING, "query: client %d left out of this answer: %s", cid, why)
-        result.dropped.setdefault(cid, []).append(why)
+    probits, used, why = assemble(replies, len(x), num_classes)
+    for cid, reason in why.items():
+        log(WARNING, "query: client %d left out of this answer: %s", cid, reason)
+        dropped.setdefault(cid, []).append(reason)
     return probits, used
 
 
-def run_inference(grid: Grid, cfg: RunConfig, opts: InferenceOptions | None = None) -> InferenceResult:
-    opts = opts or InferenceOptions()
-    result = InferenceResult()
+def collect_probits(grid: Grid, cfg: RunConfig, clients_per_answer: list[int],
+                    dropped: dict[int, list[str]]) -> ProbitData:
+    """Phases (a) of SPEC §7 over Flower: every client trains its own classifier, then the
+    server queries all of them on its held-out split and on the test set."""
     ds = load_dataset(cfg.dataset, cfg.data_dir)
     node_to_client = discover_clients(grid, cfg.num_clients)
     if not node_to_client:
         raise RuntimeError("no node reported its partition id; is the responder ClientApp running?")
-    train_msgs = [Message(content=RecordDict({"config": _config(cfg, opts)}), message_type="train.local",
-                          dst_node_id=n) for n in node_to_client]
-    failed = [r.metadata.src_node_id for r in grid.send_and_receive(train_msgs, timeout=opts.timeout) if r.has_error()]
+    train_msgs = [Message(content=RecordDict({"config": _config(cfg)}), message_type="train.local", dst_node_id=n)
+                  for n in node_to_client]
+    failed = [r.metadata.src_node_id for r in grid.send_and_receive(train_msgs, timeout=cfg.inf_timeout)
+              if r.has_error()]
     if failed:
-        log(WARNING, "%d nodes failed to train their local model", len(failed))
+        log(WARNING, "%d nodes failed to train their local model; they will not answer queries", len(failed))
+    clients = sorted(node_to_client.values())
+    col = {c: j for j, c in enumerate(clients)}
 
-    srv_idx, _ = server_split(ds.y_train.numpy(), opts.server_frac, cfg.seed)
-    xs, ys = ds.x_train[torch.from_numpy(srv_idx)], ds.y_train[torch.from_numpy(srv_idx)]
-    batches = []
-    for i in range(0, len(ys), opts.query_batch):
-        p, used = query_all(grid, node_to_client, xs[i:i + opts.query_batch], cfg, opts, ds.num_classes, result)
-        batches.append((p, used, ys[i:i + opts.query_batch]))
-    # DeepSet pools over however many clients answer, so it trains on the clients that answered
-    # validly on the whole split (a client absent there is simply not part of its training sets).
-    common = sorted(set.intersection(*(set(b[1]) for b in batches)))
-    if len(common) <= 2 * opts.f:
-        raise RuntimeError(f"only {len(common)} clients answered the aggregator-training split validly; "
-                           f"need more than 2f = {2 * opts.f}")
-    train_p = torch.cat([b[0][:, [b[1].index(c) for c in common]] for b in batches])
-    train_y = torch.cat([b[2] for b in batches])
-    deepset = DeepSet(ds.num_classes, hidden=opts.agg_hidden, seed=cfg.seed)
-    train_deepset(deepset, train_p, train_y, epochs=opts.agg_epochs, lr=opts.agg_lr, adversarial=opts.adversarial,
-                  f=opts.f, generator=torch.Generator().manual_seed(cfg.seed))
-    aggregators = {"mean": AGGREGATORS["mean"](), "median": AGGREGATORS["median"](),
-                   "geometric_median": AGGREGATORS["geometric_median"](),
-                   "trimmed_mean": AGGREGATORS["trimmed_mean"](opts.f),
-                   "deepset": deepset, "deepset_tm": as_trimmed(deepset, opts.f)}
-    correct = {k: 0.0 for k in aggregators}
-    total = 0
-    for i in range(0, len(ds.y_test), opts.query_batch):
-        x, y = ds.x_test[i:i + opts.query_batch], ds.y_test[i:i + opts.query_batch]
-        p, used = query_all(grid, node_to_client, x, cfg, opts, ds.num_classes, result)
-        result.clients_per_answer.append(len(used))
-        log(INFO, "test batch %d: answers built from %d of %d clients", i // opts.query_batch, len(used),
-            len(node_to_client))
-        if len(used) <= 2 * opts.f:
-            log(WARNING, "test batch %d: too few valid clients (%d) for f = %d; counted as wrong", i, len(used), opts.f)
-        else:
-            with torch.no_grad():
-                for name, agg in aggregators.items():
-                    correct[name] += accuracy(agg, p, y) * len(y)
-        total += len(y)
-    result.accuracy = {k: v / total for k, v in correct.items()}
+    def ask(x: torch.Tensor, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+        probits = torch.zeros(len(x), len(clients), ds.num_classes)
+        valid = torch.zeros(len(x), len(clients), dtype=torch.bool)
+        for i in range(0, len(x), cfg.inf_query_batch):
+            p, used = query_all(grid, node_to_client, x[i:i + cfg.inf_query_batch], cfg, ds.num_classes, dropped)
+            cols = [col[c] for c in used]
+            probits[i:i + len(p), cols] = p
+            valid[i:i + len(p), cols] = True
+            if what == "test":
+                clients_per_answer.append(len(used))
+                log(INFO, "test queries %d-%d: answers built from %d of %d clients", i, i + len(p) - 1, len(used),
+                    len(clients))
+        return probits, valid
+
+    srv_idx = torch.from_numpy(server_split(ds.y_train.numpy(), cfg.inf_server_frac, cfg.seed)[0])
+    sp, sv = ask(ds.x_train[srv_idx], "server")
+    # The DeepSet trains on fixed-size sets: the clients that answered the whole split validly.
+    keep = sv.all(dim=0)
+    if int(keep.sum()) <= 2 * cfg.inf_f:
+        raise RuntimeError(f"only {int(keep.sum())} clients answered the aggregator-training split validly; "
+                           f"need more than 2 * inf-f = {2 * cfg.inf_f}")
+    n_test = cfg.inf_test_queries or len(ds.y_test)
+    tp, tv = ask(ds.x_test[:n_test], "test")
+    return ProbitData(server_probits=sp[:, keep], server_labels=ds.y_train[srv_idx], test_probits=tp, test_valid=tv,
+                      test_labels=ds.y_test[:n_test], clients=clients)
+
+
+def _subset(data: ProbitData, k: int) -> ProbitData:
+    if not k or k >= len(data.test_labels):
+        return data
+    return ProbitData(data.server_probits, data.server_labels, data.test_probits[:k], data.test_valid[:k],
+                      data.test_labels[:k], data.clients)
+
+
+def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFrame:
+    """Phases (b)–(c): build the aggregators from the server split, then write the accuracy
+    of every aggregator under every attack (``accuracy.csv``) and the curves against the
+    number of adversaries (``curve_f.csv``) and the logit-flip amplification (``curve_amp.csv``)."""
+    aggs, history = build_aggregators(data.server_probits, data.server_labels, cfg.inf_f, hidden=cfg.agg_hidden,
+                                      epochs=cfg.agg_epochs, adv_epochs=cfg.agg_adv_epochs, lr=cfg.agg_lr,
+                                      attack_steps=cfg.agg_attack_steps, seed=cfg.seed)
+    torch.save(aggs["deepset"].state_dict(), store.dir / "deepset.pt")
+    store.write_table("deepset_loss.csv", pd.DataFrame({"epoch": range(1, len(history) + 1), "loss": history}))
+    cell = {"seed": cfg.seed, "n": cfg.num_clients, "f": cfg.inf_f}
+    kw = dict(pgd_steps=cfg.inf_pgd_steps, seed=cfg.seed)
+    table = attack_accuracy(aggs, data, cfg.inf_f, cfg.inference_attacks, amplification=cfg.inf_amplification, **kw)
+    store.write_table("accuracy.csv", table.assign(**cell))
+    curve_data = _subset(data, cfg.inf_curve_queries)
+    if cfg.inf_f_curve:
+        n_valid = int(data.test_valid.sum(dim=1).min())
+        rows = [attack_accuracy(aggs, curve_data, fa, cfg.inference_attacks if fa else ("none",),
+                                amplification=cfg.inf_amplification, **kw) for fa in range(0, (n_valid - 1) // 2 + 1)]
+        store.write_table("curve_f.csv", pd.concat(rows).assign(**cell))
+    if cfg.amplification_curve:
+        rows = [attack_accuracy(aggs, curve_data, cfg.inf_f, ("logit_flip",), amplification=a, **kw)
+                for a in cfg.amplification_curve]
+        store.write_table("curve_amp.csv", pd.concat(rows).assign(**cell))
+    return table
+
+
+def run_inference(grid: Grid, cfg: RunConfig) -> InferenceResult:
+    """The whole inference task on ``grid``; results land in the run directory.
+
+    The clients' probits are saved (``probits.pt``) as soon as they are collected: a run
+    interrupted later resumes from them without retraining or re-querying the clients.
+    """
+    if cfg.task != "inference":
+        raise ValueError(f"run_inference needs task = 'inference', got {cfg.task!r}")
+    store = RunStore(run_dir_for(cfg), cfg)
+    path = store.dir / PROBITS_FILE
+    result = InferenceResult(run_dir=store.dir, accuracy=pd.DataFrame())
+    if path.exists() and _same_config(store):
+        log(INFO, "%s: reusing the probits collected earlier", path)
+        data = ProbitData.load(path)
+    else:
+        store.start()
+        path.unlink(missing_ok=True)
+        data = collect_probits(grid, cfg, result.clients_per_answer, result.dropped)
+        data.save(path)
+        store.write_table("answers.csv", pd.DataFrame({"message": range(len(result.clients_per_answer)),
+                                                       "clients": result.clients_per_answer}))
+    result.accuracy = evaluate_run(data, cfg, store)
+    store.finish()
     return result
 
 
-def server_app_for(cfg: RunConfig, opts: InferenceOptions, sink: list) -> ServerApp:
-    """A ServerApp running :func:`run_inference`; the result is appended to ``sink``."""
+def _same_config(store: RunStore) -> bool:
+    try:
+        return json.loads((store.dir / "config.json").read_text())["config_hash"] == store.config_hash
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def server_app_for(cfg: RunConfig, sink: list | None = None) -> ServerApp:
+    """A ServerApp running :func:`run_inference` for ``cfg``; results are appended to ``sink``."""
     app = ServerApp()
 
     @app.main()
-    def _main(grid: Grid, context) -> None:
-        sink.append(run_inference(grid, cfg, opts))
+    def _main(grid: Grid, context: Context) -> None:
+        res = run_inference(grid, cfg)
+        if sink is not None:
+            sink.append(res)
 
     return app

@@ -37,8 +37,15 @@ ProgressFn = Callable[[int, dict[str, float]], None]
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Entry point for ``flwr run`` and deployments: config from Flower's run config."""
-    run_tsa(grid, RunConfig.from_flower(context.run_config))
+    """Entry point for ``flwr run`` and deployments: config from Flower's run config;
+    ``task = "inference"`` runs robust federated inference instead of TSA training."""
+    cfg = RunConfig.from_flower(context.run_config)
+    if cfg.task == "inference":
+        from fedcal.simulations.inference import run_inference  # it imports this module
+
+        run_inference(grid, cfg)
+    else:
+        run_tsa(grid, cfg)
 
 
 def server_app_for(cfg: RunConfig, progress: ProgressFn | None = None) -> ServerApp:

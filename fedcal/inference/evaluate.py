@@ -1,0 +1,182 @@
+"""Evaluation of robust federated inference (SPEC §7), flwr-free.
+
+Input is what the server collected from its clients: their probits on the server's
+aggregator-training split and on the test set, with a validity mask (a client that did not
+answer a query, or answered with something that is not a probit vector, is absent for that
+query). From it this module
+
+* builds the aggregators (Mean, coordinate-wise median, geometric median, trimmed mean, and a
+  DeepSet trained on the server split, adversarially by default, plus its DeepSet-TM view);
+* evaluates each aggregator under each attack on ``f_adv`` adversarial rows per query, the
+  adversaries' identities redrawn per query and shared by every attack and aggregator (so the
+  comparison is paired); white-box attacks query the aggregator under evaluation;
+* reduces per-attack accuracies to the worst case and summarises seeds as mean ± std.
+
+Results are tidy :class:`pandas.DataFrame` rows (``aggregator, attack, f_adv, amplification,
+accuracy, queries``).
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import pandas as pd
+import torch
+
+from .aggregators import AGGREGATORS
+from .attacks import ATTACKS, adversary_mask, apply_attack, class_covariance
+from .deepset import DeepSet, as_trimmed, train_deepset
+
+__all__ = ["ProbitData", "AGGREGATOR_NAMES", "build_aggregators", "attack_accuracy", "worst_case",
+           "seed_table", "WHITE_BOX"]
+
+log = logging.getLogger(__name__)
+
+AGGREGATOR_NAMES = ("mean", "median", "geometric_median", "trimmed_mean", "deepset", "deepset_tm")
+# Attacks that query the aggregator (SPEC §7 "white-box"): evaluated once per aggregator.
+WHITE_BOX = tuple(name for name, fn in ATTACKS.items() if "aggregator" in inspect.signature(fn).parameters)
+
+
+@dataclass
+class ProbitData:
+    """Client probits collected by the server.
+
+    ``server_probits`` (N_s, n, C) / ``server_labels`` (N_s,): the aggregator-training split,
+    clients that answered every query of it validly. ``test_probits`` (N_t, n, C) /
+    ``test_valid`` (N_t, n) bool / ``test_labels`` (N_t,): the test queries; invalid rows hold
+    zeros and are never read. ``clients`` names the n client ids of the test columns.
+    """
+
+    server_probits: torch.Tensor
+    server_labels: torch.Tensor
+    test_probits: torch.Tensor
+    test_valid: torch.Tensor
+    test_labels: torch.Tensor
+    clients: list[int]
+
+    def save(self, path: str | Path) -> None:
+        tmp = Path(path).with_suffix(".tmp")
+        torch.save(self.__dict__, tmp)
+        tmp.replace(path)  # atomic: an interrupted save never leaves half a file
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ProbitData":
+        return cls(**torch.load(path, weights_only=True))
+
+
+def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor, f: int, *, hidden: int = 224,
+                      epochs: int = 100, adv_epochs: int = 20, lr: float = 1e-3, attack_steps: int = 10,
+                      seed: int = 0) -> tuple[dict[str, Callable], list[float]]:
+    """The six aggregators of SPEC §7 built for ``f`` adversaries; returns them and the
+    DeepSet's per-epoch training losses.
+
+    The DeepSet trains on the server split: ``epochs`` epochs on the clients' clean probits,
+    then ``adv_epochs`` epochs of adversarial training (worst-case corruption of up to ``f``
+    rows per sample, ``attack_steps`` sign-gradient steps). The clean warm-up is there because
+    an adversarial epoch costs ``attack_steps + 1`` forward/backward passes: on a CPU the
+    worst-case phase is affordable only as a fine-tuning of an already trained set function.
+    """
+    num_classes = server_probits.shape[2]
+    gen = torch.Generator().manual_seed(seed)
+    deepset = DeepSet(num_classes, hidden=hidden, seed=seed)
+    history = train_deepset(deepset, server_probits, server_labels, epochs=epochs, lr=lr, generator=gen)
+    if adv_epochs:
+        history += train_deepset(deepset, server_probits, server_labels, epochs=adv_epochs, lr=lr, adversarial=True,
+                                 f=f, attack_steps=attack_steps, generator=gen)
+    aggs: dict[str, Callable] = {"mean": AGGREGATORS["mean"](), "median": AGGREGATORS["median"](),
+                                 "geometric_median": AGGREGATORS["geometric_median"](),
+                                 "trimmed_mean": AGGREGATORS["trimmed_mean"](f),
+                                 "deepset": deepset, "deepset_tm": as_trimmed(deepset, f)}
+    return aggs, history
+
+
+def _groups(valid: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(query rows, client columns) per distinct validity pattern of ``valid`` (N, n)."""
+    patterns, inverse = torch.unique(valid, dim=0, return_inverse=True)
+    return [(torch.nonzero(inverse == i).flatten(), torch.nonzero(p).flatten()) for i, p in enumerate(patterns)]
+
+
+def _needs(agg: Callable) -> int:
+    """Smallest number of clients the aggregator accepts (trimming f per side needs n > 2f)."""
+    f = getattr(agg, "f", 0) if getattr(agg, "pooling", "trimmed") == "trimmed" else 0
+    return 2 * int(f) + 1
+
+
+@torch.no_grad()
+def _correct(agg: Callable, probits: torch.Tensor, labels: torch.Tensor) -> int:
+    return int((agg(probits).argmax(dim=-1) == labels).sum())
+
+
+def attack_accuracy(aggregators: Mapping[str, Callable], data: ProbitData, f_adv: int, attacks: Sequence[str], *,
+                    amplification: float = 2.0, pgd_steps: int = 50, seed: int = 0, batch: int = 1000,
+                    class_cov: torch.Tensor | None = None) -> pd.DataFrame:
+    """Accuracy of every aggregator under every attack with ``f_adv`` adversarial rows per query.
+
+    The adversaries of each query are drawn once (seeded by ``seed`` and the query's position)
+    and shared by all attacks and aggregators. A query with too few valid clients for an
+    aggregator (n' ≤ 2f for trimming) counts as wrong for it, with a warning.
+    """
+    unknown = [a for a in attacks if a not in ATTACKS]
+    if unknown:
+        raise ValueError(f"unknown attacks {unknown}; known: {sorted(ATTACKS)}")
+    if f_adv < 0:
+        raise ValueError(f"f_adv must be >= 0, got {f_adv}")
+    if class_cov is None:
+        class_cov = class_covariance(data.server_probits)
+    correct = {(a, k): 0 for a in aggregators for k in attacks}
+    total = 0
+    for rows, cols in _groups(data.test_valid):
+        n = len(cols)
+        if n <= 2 * f_adv:
+            log.warning("%d queries answered by %d clients: f_adv = %d is not a minority; counted as wrong",
+                        len(rows), n, f_adv)
+            total += len(rows)
+            continue
+        for start in range(0, len(rows), batch):
+            idx = rows[start:start + batch]
+            p = data.test_probits[idx][:, cols]
+            y = data.test_labels[idx]
+            gen = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(idx[0]))
+            mask = adversary_mask(len(idx), n, f_adv, generator=gen)
+            ctx = dict(labels=y, class_cov=class_cov, amplification=amplification, steps=pgd_steps)
+            for attack in attacks:
+                shared = None if attack in WHITE_BOX else apply_attack(attack, p, mask, **ctx)
+                for name, agg in aggregators.items():
+                    if n < _needs(agg):
+                        continue  # counted as wrong
+                    attacked = shared if shared is not None else apply_attack(attack, p, mask, aggregator=agg, **ctx)
+                    correct[name, attack] += _correct(agg, attacked, y)
+            total += len(idx)
+    return pd.DataFrame([{"aggregator": a, "attack": k, "f_adv": f_adv, "amplification": amplification,
+                          "accuracy": correct[a, k] / max(total, 1), "queries": total}
+                         for a in aggregators for k in attacks])
+
+
+def worst_case(df: pd.DataFrame, by: Sequence[str] = ("aggregator",)) -> pd.DataFrame:
+    """Per group, the lowest accuracy over attacks and the attack achieving it."""
+    idx = df.groupby(list(by))["accuracy"].idxmin()
+    out = df.loc[idx, [*by, "accuracy", "attack"]].rename(columns={"attack": "worst_attack"})
+    return out.reset_index(drop=True)
+
+
+def seed_table(cells: pd.DataFrame, order: Sequence[str] = AGGREGATOR_NAMES) -> pd.DataFrame:
+    """Aggregators × attacks (+ worst case) of accuracy in %, "mean ± std" over seeds.
+
+    ``cells`` holds :func:`attack_accuracy` rows with a ``seed`` column (one f_adv). The worst
+    case is taken per seed, then averaged.
+    """
+    if cells["f_adv"].nunique() != 1:
+        raise ValueError("seed_table expects rows of a single f_adv")
+    worst = worst_case(cells, by=("aggregator", "seed")).assign(attack="worst case")
+    full = pd.concat([cells[["aggregator", "seed", "attack", "accuracy"]], worst[["aggregator", "seed", "attack",
+                                                                                   "accuracy"]]])
+    stats = full.groupby(["aggregator", "attack"])["accuracy"].agg(["mean", "std", "count"]).reset_index()
+    stats["std"] = stats["std"].fillna(0.0)
+    stats["cell"] = [f"{100 * m:.2f} ± {100 * s:.2f}" for m, s in zip(stats["mean"], stats["std"])]
+    attacks = [a for a in ATTACKS if a in set(cells["attack"])] + ["worst case"]
+    table = stats.pivot(index="aggregator", columns="attack", values="cell")[attacks]
+    present = [a for a in order if a in table.index] + [a for a in table.index if a not in order]
+    return table.loc[present]
