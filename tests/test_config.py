@@ -33,6 +33,10 @@ def test_attacker_count_rounds_half_up(ratio, k, expected):
     ({"dataset": "imagenet"}, "dataset"), ({"model": "vit"}, "model"), ({"lr": 0}, "lr"),
     ({"num-rounds": "ten"}, "num-rounds"), ({"coupled": "maybe"}, "coupled"), ({"local-steps": 0}, "local-steps"),
     ({"dirichlet-alpha": 0}, "dirichlet-alpha"),
+    ({"task": "serve"}, "task"), ({"task": "inference", "num-clients": 8, "inf-f": 4}, "inf-f"),
+    ({"inf-attacks": "none,pgd"}, "inf-attacks"), ({"inf-attacks": ""}, "inf-attacks"),
+    ({"inf-amp-curve": "1,x"}, "inf-amp-curve"), ({"inf-server-frac": 1.0}, "inf-server-frac"),
+    ({"task": "inference", "inf-f": 0}, "inf-f"), ({"agg-adv-epochs": -1}, "agg-adv-epochs"),
 ])
 def test_invalid_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):
@@ -63,6 +67,18 @@ def test_hash_ignores_where_it_runs_but_not_what_it_computes():
     a = RunConfig()
     assert a.config_hash() == a.replace(device="cpu", output_dir="elsewhere").config_hash()
     assert a.config_hash() != a.replace(tau=5.0).config_hash()
+
+
+def test_tsa_hashes_predate_the_inference_keys():
+    """Run directories written before the inference task existed keep their names (and are
+    recognised as finished): a TSA hash ignores task and the inference-only keys."""
+    cfg = RunConfig.from_flower({"dataset": "cifar10", "model": "cnn", "lr": 0.05, "eval-every": 10, "tau": 0.2})
+    assert cfg.default_run_name() == "cifar10-cnn-fedavg-tsa0.2-s0-df591996"  # a directory made by the older code
+    assert cfg.config_hash() == cfg.replace(inf_f=2, agg_epochs=3).config_hash()
+    inf = cfg.replace(task="inference", num_clients=17)
+    assert inf.config_hash() != inf.replace(inf_f=2).config_hash()
+    assert inf.config_hash() == inf.replace(inf_timeout=5.0, inf_query_batch=7).config_hash()
+    assert inf.default_run_name().startswith("cifar10-cnn-inference-n17-f4-s0-")
 
 
 def test_cli_rejects_bad_config_before_running(capsys):

@@ -3,10 +3,15 @@ Flower Grid (in-process engine), with a client that answers garbage."""
 
 import torch
 
+import pandas as pd
+
 import fedcal.clients.responder as responder
+import fedcal.clients.trainer as trainer
+import fedcal.simulations.inference as inference
 from fedcal.config import RunConfig
+from fedcal.inference.evaluate import AGGREGATOR_NAMES
 from fedcal.inference.federated import assemble, client_indices, server_split
-from fedcal.simulations.inference import InferenceOptions, server_app_for
+from fedcal.simulations.inference import query_all, server_app_for
 from fedcal.simulations.inprocess import run_inprocess
 
 
@@ -28,30 +33,87 @@ def test_assemble_drops_invalid_replies():
     assert set(dropped) == {1, 2, 3, 4}
 
 
-def test_federated_inference_round_trip(monkeypatch):
-    cfg = RunConfig.from_flower(dict(dataset="digits", num_clients=5, clients_per_round=5, dirichlet_alpha=0.5,
-                                     lr=0.1, batch_size=32, seed=0))
-    real = responder.probits
+CFG = dict(task="inference", dataset="digits", num_clients=5, clients_per_round=5, dirichlet_alpha=0.5, lr=0.1,
+           batch_size=32, seed=0, inf_f=1, inf_local_epochs=5, agg_epochs=150, agg_adv_epochs=2, agg_lr=3e-3,
+           agg_hidden=32, inf_query_batch=150, inf_pgd_steps=5, inf_amp_curve="1,4")
 
-    def garbage_from_client_4(msg, context):  # one client answers with non-probits
+
+def _garbage_from_client_4(real):
+    def handler(msg, context):  # one client answers with non-probits
         reply = real(msg, context)
         if int(context.node_config["partition-id"]) == 4:
             from flwr.app import ArrayRecord, RecordDict
             from flwr.app import Message as M
-            return M(content=RecordDict({"probits": ArrayRecord({"p": torch.full((len(msg.content["queries"]["x"].numpy()), 10), float("nan"))})}), reply_to=msg)
+            n = len(msg.content["queries"]["x"].numpy())
+            return M(content=RecordDict({"probits": ArrayRecord({"p": torch.full((n, 10), float("nan"))})}),
+                     reply_to=msg)
         return reply
+    return handler
 
-    monkeypatch.setitem(responder.app._registered_funcs, "query.probits", garbage_from_client_4)
+
+def test_federated_inference_round_trip(monkeypatch, tmp_path):
+    """The main ClientApp answers inference queries; a client answering NaN is left out of every
+    answer; the run directory holds the tables; a re-run resumes from the saved probits."""
+    cfg = RunConfig.from_flower(dict(CFG, output_dir=str(tmp_path)))
+    monkeypatch.setitem(trainer.app._registered_funcs, "query.probits", _garbage_from_client_4(responder.probits))
     sink = []
-    opts = InferenceOptions(f=1, local_epochs=5, agg_epochs=300, agg_lr=3e-3, agg_hidden=32, query_batch=150)
-    run_inprocess(server_app_for(cfg, opts, sink), responder.app, num_supernodes=5, seed=0)
+    run_inprocess(server_app_for(cfg, sink), trainer.app, num_supernodes=5, seed=0)
     (res,) = sink
-    assert set(res.accuracy) == {"mean", "median", "geometric_median", "trimmed_mean", "deepset", "deepset_tm"}
+    acc = res.accuracy.set_index(["aggregator", "attack"])["accuracy"]
+    assert set(res.accuracy["aggregator"]) == set(AGGREGATOR_NAMES)
+    assert set(res.accuracy["attack"]) == set(cfg.inference_attacks)
     assert all(n == 4 for n in res.clients_per_answer)  # the garbage client is left out of every answer
     assert 4 in res.dropped and all("probit" in r for r in res.dropped[4])
-    assert res.accuracy["mean"] > 0.7  # locally trained clients agree on digits
-    assert res.accuracy["deepset"] > 0.7  # the aggregator learned from the server's held-out split
-    assert all(0 <= a <= 1 for a in res.accuracy.values())
+    assert acc["mean", "none"] > 0.7  # locally trained clients agree on digits
+    assert acc["deepset", "none"] > 0.7  # the aggregator learned from the server's held-out split
+    assert acc["mean", "sia_whitebox"] < acc["mean", "none"]  # the attack bites the plain mean
+    files = {p.name for p in res.run_dir.iterdir()}
+    assert {"probits.pt", "accuracy.csv", "curve_f.csv", "curve_amp.csv", "answers.csv", "DONE"} <= files
+    curve = pd.read_csv(res.run_dir / "curve_f.csv")
+    assert sorted(curve["f_adv"].unique()) == [0, 1]  # 4 valid clients: at most 1 adversary is a minority
+    assert sorted(pd.read_csv(res.run_dir / "curve_amp.csv")["amplification"].unique()) == [1.0, 4.0]
+
+    # Interrupted after collecting the probits: the re-run neither trains nor queries the clients.
+    (res.run_dir / "DONE").unlink()
+    (res.run_dir / "accuracy.csv").unlink()
+
+    def no_clients(*a, **k):
+        raise AssertionError("clients were queried again")
+
+    monkeypatch.setattr(inference, "collect_probits", no_clients)
+    again = []
+    run_inprocess(server_app_for(cfg, again), trainer.app, num_supernodes=5, seed=0)
+    assert again[0].accuracy.equals(res.accuracy)  # same probits, same seeds: the same table
+
+
+class _SilentGrid:
+    """A Grid whose send_and_receive returns only some replies (the rest timed out)."""
+
+    def __init__(self, answer_from):
+        self.answer_from = answer_from
+
+    def send_and_receive(self, messages, *, timeout=None):
+        from flwr.app import ArrayRecord, RecordDict
+        from flwr.app import Message as M
+
+        out = []
+        for m in messages:
+            if m.metadata.dst_node_id in self.answer_from:
+                n = len(m.content["queries"]["x"].numpy())
+                reply = M(content=RecordDict({"probits": ArrayRecord({"p": torch.full((n, 3), 1 / 3)})}), reply_to=m)
+                out.append(reply)
+        return out
+
+
+def test_a_client_that_does_not_answer_in_time_is_absent():
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 1
+    cfg = RunConfig.from_flower(CFG)
+    dropped = {}
+    p, used = query_all(_SilentGrid({11, 13}), {11: 0, 12: 1, 13: 2}, torch.zeros(4, 8), cfg, 3, dropped)
+    assert used == [0, 2] and p.shape == (4, 2, 3)
+    assert dropped == {1: ["no reply"]}
 
 
 def test_local_models_are_seeded_per_client():
@@ -65,7 +127,31 @@ def test_local_models_are_seeded_per_client():
     for _ in range(2):
         ctx = Context(run_id=1, node_id=7, node_config={"partition-id": 1, "num-partitions": 3}, state=RecordDict(),
                       run_config={})
-        content = RecordDict({"config": ConfigRecord({**cfg.to_flower(), "server-frac": 0.1, "local-epochs": 1})})
+        content = RecordDict({"config": ConfigRecord(cfg.to_flower())})
         responder.train_local(Message(content=content, message_type="train.local", dst_node_id=7), ctx)
         states.append(ctx.state[responder.MODEL_KEY].to_torch_state_dict())
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+
+
+def test_inference_command_runs_cells_and_reports(tmp_path, capsys):
+    from fedcal.cli import main
+
+    args = ["inference", "--nf", "5:1", "--seeds", "0-1", "--report", str(tmp_path / "rep"), "--no-progress",
+            "dataset=digits", "engine=inprocess", f"output-dir={tmp_path / 'runs'}", "dirichlet-alpha=0.5", "lr=0.1",
+            "batch-size=32", "inf-local-epochs=2", "agg-epochs=20", "agg-adv-epochs=1", "agg-hidden=16",
+            "inf-pgd-steps=2", "inf-f-curve=false", 'inf-amp-curve=""', "inf-attacks=none,lma,sia_whitebox"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    table = pd.read_csv(tmp_path / "rep" / "table_n5_f1.csv", index_col=0)
+    assert list(table.columns) == ["none", "sia_whitebox", "lma", "worst case"]  # registry order
+    assert list(table.index) == list(AGGREGATOR_NAMES)
+    cells = pd.read_csv(tmp_path / "rep" / "cells.csv")
+    assert sorted(cells["seed"].unique()) == [0, 1] and len(cells) == 2 * 6 * 3
+    assert "worst case" in out and "± " in out
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/accuracy.csv")}
+    assert len(stamps) == 2
+    assert main(args) == 0  # finished cells are skipped: the report is rebuilt from the run store
+    assert stamps == {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/accuracy.csv")}
+    capsys.readouterr()
+    assert main(["inference", "--nf", "5", "dataset=digits"]) == 2
+    assert "--nf" in capsys.readouterr().err
