@@ -108,28 +108,29 @@ def analysis_tables() -> dict[str, str]:
     """Markdown summaries of the analysis CSVs (read, never typed)."""
     res = DOCS / "results"
     out = {}
-    if (f := res / "mnist-posthoc" / "posthoc.csv").exists():
-        t = pd.read_csv(f)
-        w = t.pivot_table(index=["run", "n_cal"], columns="method", values="sece").reset_index()
-        out["mnist-posthoc"] = "sECE (%) on the held-out rest of the test set:\n\n" + markdown(
-            w[["run", "n_cal", "none", "temperature", "platt", "isotonic", "histogram"]],
-            pct=("none", "temperature", "platt", "isotonic", "histogram"))
-    if (f := res / "mnist-triage" / "triage.csv").exists():
-        t = pd.read_csv(f)
-        t = t[t["gamma"].round(6).isin([0.5, 0.7, 0.9, 0.99])]
-        out["mnist-triage"] = "Counts on the 10,000 test images at a few thresholds γ:\n\n" + markdown(
-            t[["run", "gamma", "sent", "unnecessary", "missed", "unnecessary_change", "missed_change"]])
-    if (f := res / "mnist-similarity" / "similarity.csv").exists():
-        t = pd.read_csv(f)
-        g = t.groupby("pair", sort=False).agg(pairs=("cka", "size"), logit_cosine_mean=("logit_cosine", "mean"),
-                                              logit_cosine_std=("logit_cosine", "std"), cka_mean=("cka", "mean"),
-                                              cka_std=("cka", "std")).reset_index()
-        out["mnist-similarity"] = markdown(g)
-    if (f := res / "mnist-stealth" / "stealth.csv").exists():
-        t = pd.read_csv(f)
-        w = t[t["step"].isin([1, 5, 10])].pivot(index="variant", columns="step", values="cosine").reset_index()
-        w.columns = ["variant", *[f"step {c}" for c in w.columns[1:]]]
-        out["mnist-stealth"] = markdown(w)
+    for ds in ("mnist", "cifar10"):
+        if (f := res / f"{ds}-posthoc" / "posthoc.csv").exists():
+            t = pd.read_csv(f)
+            w = t.pivot_table(index=["run", "n_cal"], columns="method", values="sece").reset_index()
+            out[f"{ds}-posthoc"] = "sECE (%) on the held-out rest of the test set:\n\n" + markdown(
+                w[["run", "n_cal", "none", "temperature", "platt", "isotonic", "histogram"]],
+                pct=("none", "temperature", "platt", "isotonic", "histogram"))
+        if (f := res / f"{ds}-triage" / "triage.csv").exists():
+            t = pd.read_csv(f)
+            t = t[t["gamma"].round(6).isin([0.5, 0.7, 0.9, 0.99])]
+            out[f"{ds}-triage"] = "Counts on the 10,000 test images at a few thresholds γ:\n\n" + markdown(
+                t[["run", "gamma", "sent", "unnecessary", "missed", "unnecessary_change", "missed_change"]])
+        if (f := res / f"{ds}-similarity" / "similarity.csv").exists():
+            t = pd.read_csv(f)
+            g = t.groupby("pair", sort=False).agg(pairs=("cka", "size"), logit_cosine_mean=("logit_cosine", "mean"),
+                                                  logit_cosine_std=("logit_cosine", "std"), cka_mean=("cka", "mean"),
+                                                  cka_std=("cka", "std")).reset_index()
+            out[f"{ds}-similarity"] = markdown(g)
+        if (f := res / f"{ds}-stealth" / "stealth.csv").exists():
+            t = pd.read_csv(f)
+            w = t[t["step"].isin([1, 5, 10])].pivot(index="variant", columns="step", values="cosine").reset_index()
+            w.columns = ["variant", *[f"step {c}" for c in w.columns[1:]]]
+            out[f"{ds}-stealth"] = markdown(w)
     for name, x in (("mnist-extreme-tau", "tau"), ("mnist-sens-ratio", "attacker-ratio"),
                     ("mnist-sens-alpha", "dirichlet-alpha"), ("mnist-sens-beta", "lr")):
         if (f := res / name / "cells.csv").exists():
