@@ -33,11 +33,15 @@ INFERENCE_ATTACKS = ("none", "logit_flip", "sia_blackbox", "sia_blackbox_colludi
 # out of the config hash so the same experiment on CPU or GPU is recognised as the same.
 _NON_SEMANTIC = {"output_dir", "run_name", "device", "data_dir", "eval_batch_size", "client_cpus", "client_gpus", "engine",
                  "inf_timeout", "inf_query_batch"}
+# What the clients' probits of an inference run depend on (their local training and the queries):
+# runs that differ only in aggregator or attack settings reuse each other's probits.
+_COLLECTION_KEYS = ("dataset", "model", "num_clients", "dirichlet_alpha", "lr", "momentum", "weight_decay",
+                    "batch_size", "seed", "inf_server_frac", "inf_local_epochs", "inf_test_queries")
 # Keys read only by the inference task: a TSA run's hash leaves them (and ``task``) out, so
 # TSA hashes are those of configs written before the inference task existed.
 _INFERENCE_ONLY = {"task", "inf_f", "inf_server_frac", "inf_local_epochs", "inf_attacks", "inf_amplification",
                    "inf_pgd_steps", "inf_f_curve", "inf_amp_curve", "agg_hidden", "agg_epochs", "agg_lr",
-                   "agg_adv_epochs", "agg_attack_steps", "inf_test_queries", "inf_curve_queries"}
+                   "agg_adv_epochs", "agg_attack_steps", "agg_restarts", "inf_test_queries", "inf_curve_queries"}
 
 
 class ConfigError(ValueError):
@@ -108,6 +112,7 @@ class RunConfig:
     agg_adv_epochs: int = 20  # ... then epochs of adversarial training (SPEC §7; 0 = plain DeepSet)
     agg_lr: float = 1e-3
     agg_attack_steps: int = 10  # sign-gradient steps per adversarial-training batch
+    agg_restarts: int = 2  # adversarial-training starts per batch (the 2nd from a simplex vertex); worst kept
 
     # ------------------------------------------------------------------ parsing
     @classmethod
@@ -207,6 +212,7 @@ class RunConfig:
         _check("inf-curve-queries", self.inf_curve_queries >= 0, self.inf_curve_queries, "must be >= 0 (0 = all)")
         _check("agg-lr", self.agg_lr > 0, self.agg_lr, "must be > 0")
         _check("agg-attack-steps", self.agg_attack_steps >= 0, self.agg_attack_steps, "must be >= 0")
+        _check("agg-restarts", self.agg_restarts >= 1, self.agg_restarts, "must be >= 1")
         if self.task == "inference" and self.agg_adv_epochs:
             _check("inf-f", self.inf_f >= 1, self.inf_f, "must be >= 1 for adversarial training (agg-adv-epochs > 0)")
 
@@ -224,6 +230,11 @@ class RunConfig:
         skip = _NON_SEMANTIC | (_INFERENCE_ONLY if self.task == "tsa" else set())
         semantic = {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
         blob = json.dumps(semantic, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+    def collection_hash(self) -> str:
+        """Hash of what an inference run's collected client probits depend on."""
+        blob = json.dumps({k: getattr(self, k) for k in _COLLECTION_KEYS}, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
 
     def default_run_name(self) -> str:

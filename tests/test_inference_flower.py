@@ -85,6 +85,13 @@ def test_federated_inference_round_trip(monkeypatch, tmp_path):
     run_inprocess(server_app_for(cfg, again), trainer.app, num_supernodes=5, seed=0)
     assert again[0].accuracy.equals(res.accuracy)  # same probits, same seeds: the same table
 
+    # Other aggregator settings, same clients: the run copies the probits instead of collecting.
+    other = []
+    run_inprocess(server_app_for(cfg.replace(agg_epochs=20, inf_attacks="none"), other), trainer.app,
+                  num_supernodes=5, seed=0)
+    assert other[0].run_dir != res.run_dir and (other[0].run_dir / "probits.pt").exists()
+    assert other[0].accuracy.set_index(["aggregator", "attack"])["accuracy"]["mean", "none"] == acc["mean", "none"]
+
 
 class _SilentGrid:
     """A Grid whose send_and_receive returns only some replies (the rest timed out)."""

@@ -25,6 +25,8 @@ from .aggregators import check_probits, trimmed_mean_dim
 __all__ = ["DeepSet", "as_trimmed", "train_deepset", "accuracy", "POOLINGS"]
 
 POOLINGS = ("mean", "trimmed")
+# Logit of the chosen class at a vertex start: softmax puts ~0.94 on it for C = 10.
+VERTEX_LOGIT = 5.0
 
 
 class DeepSet(nn.Module):
@@ -108,10 +110,14 @@ def _worst_case_inputs(model: DeepSet, x: torch.Tensor, y: torch.Tensor, f: int,
     for p in params:
         p.requires_grad_(False)
     try:
-        for _ in range(n_restarts):
+        for r in range(n_restarts):
             mask = _corruption_mask(b, n, f, m, generator)[..., None]  # (b, n, 1)
             noise = 0.1 * torch.randn(b, n, c, generator=generator)
-            u = (torch.log(x.clamp_min(1e-6)) + noise).requires_grad_(True)
+            if r % 2 == 0:
+                start = torch.log(x.clamp_min(1e-6))
+            else:  # a vertex of the simplex: a random class's near-one-hot (see train_deepset)
+                start = VERTEX_LOGIT * F.one_hot(torch.randint(0, c, (b, n), generator=generator), c).to(x.dtype)
+            u = (start + noise).requires_grad_(True)
             for _ in range(attack_steps):
                 z = torch.where(mask, torch.softmax(u, dim=-1), x)
                 loss = F.cross_entropy(model.logits(z), y, reduction="sum")
@@ -140,6 +146,10 @@ def train_deepset(model: DeepSet, probits: torch.Tensor, labels: torch.Tensor, e
     sample m (or m ~ U{1..f}) random client rows are set to softmax(u), u found by
     ``attack_steps`` sign-gradient ascent steps of size ``attack_lr`` on the loss, from
     log(probits) + N(0, 0.1^2) noise; the worst of ``n_restarts`` restarts per sample is kept.
+    Odd restarts start instead from a vertex of the simplex (``VERTEX_LOGIT`` on a random class,
+    plus the same noise): that is where the known attacks (SIA, LMA, CPA) put their rows, and a
+    step-0.1 ascent from log(probits) moves u by at most 0.1 per step, too little to get there
+    from a diffuse client probit in 10–50 steps.
     The model's parameters are frozen during the attack.
     """
     probits = check_probits(probits)

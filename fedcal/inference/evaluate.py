@@ -69,13 +69,14 @@ class ProbitData:
 
 def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor, f: int, *, hidden: int = 224,
                       epochs: int = 100, adv_epochs: int = 20, lr: float = 1e-3, attack_steps: int = 10,
-                      seed: int = 0) -> tuple[dict[str, Callable], list[float]]:
+                      restarts: int = 2, seed: int = 0) -> tuple[dict[str, Callable], list[float]]:
     """The six aggregators of SPEC §7 built for ``f`` adversaries; returns them and the
     DeepSet's per-epoch training losses.
 
     The DeepSet trains on the server split: ``epochs`` epochs on the clients' clean probits,
     then ``adv_epochs`` epochs of adversarial training (worst-case corruption of up to ``f``
-    rows per sample, ``attack_steps`` sign-gradient steps). The clean warm-up is there because
+    rows per sample, ``attack_steps`` sign-gradient steps, the worst of ``restarts`` starts:
+    from the clients' probits and, for the second, from a simplex vertex). The clean warm-up is there because
     an adversarial epoch costs ``attack_steps + 1`` forward/backward passes: on a CPU the
     worst-case phase is affordable only as a fine-tuning of an already trained set function.
     """
@@ -85,7 +86,8 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
     history = train_deepset(deepset, server_probits, server_labels, epochs=epochs, lr=lr, generator=gen)
     if adv_epochs:
         history += train_deepset(deepset, server_probits, server_labels, epochs=adv_epochs, lr=lr, adversarial=True,
-                                 f=f, attack_steps=attack_steps, generator=gen)
+                                 f=f, attack_steps=attack_steps, n_restarts=restarts,
+                                 generator=gen)
     aggs: dict[str, Callable] = {"mean": AGGREGATORS["mean"](), "median": AGGREGATORS["median"](),
                                  "geometric_median": AGGREGATORS["geometric_median"](),
                                  "trimmed_mean": AGGREGATORS["trimmed_mean"](f),

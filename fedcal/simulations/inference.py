@@ -11,6 +11,7 @@ it was built from.
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from pathlib import Path
@@ -25,7 +26,7 @@ from fedcal.config import RunConfig
 from fedcal.data import load_dataset
 from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators
 from fedcal.inference.federated import assemble, server_split
-from fedcal.results import RunStore, run_dir_for
+from fedcal.results import RunStore, load_config, run_dir_for
 from fedcal.simulations.tsa import discover_clients
 
 PROBITS_FILE = "probits.pt"
@@ -125,7 +126,8 @@ def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFr
     number of adversaries (``curve_f.csv``) and the logit-flip amplification (``curve_amp.csv``)."""
     aggs, history = build_aggregators(data.server_probits, data.server_labels, cfg.inf_f, hidden=cfg.agg_hidden,
                                       epochs=cfg.agg_epochs, adv_epochs=cfg.agg_adv_epochs, lr=cfg.agg_lr,
-                                      attack_steps=cfg.agg_attack_steps, seed=cfg.seed)
+                                      attack_steps=cfg.agg_attack_steps, restarts=cfg.agg_restarts,
+                                      seed=cfg.seed)
     torch.save(aggs["deepset"].state_dict(), store.dir / "deepset.pt")
     store.write_table("deepset_loss.csv", pd.DataFrame({"epoch": range(1, len(history) + 1), "loss": history}))
     cell = {"seed": cfg.seed, "n": cfg.num_clients, "f": cfg.inf_f}
@@ -149,7 +151,9 @@ def run_inference(grid: Grid, cfg: RunConfig) -> InferenceResult:
     """The whole inference task on ``grid``; results land in the run directory.
 
     The clients' probits are saved (``probits.pt``) as soon as they are collected: a run
-    interrupted later resumes from them without retraining or re-querying the clients.
+    interrupted later resumes from them without retraining or re-querying the clients, and a
+    run in the same output directory that differs only in aggregator or attack settings copies
+    them instead of collecting its own.
     """
     if cfg.task != "inference":
         raise ValueError(f"run_inference needs task = 'inference', got {cfg.task!r}")
@@ -162,13 +166,36 @@ def run_inference(grid: Grid, cfg: RunConfig) -> InferenceResult:
     else:
         store.start()
         path.unlink(missing_ok=True)
-        data = collect_probits(grid, cfg, result.clients_per_answer, result.dropped)
-        data.save(path)
-        store.write_table("answers.csv", pd.DataFrame({"message": range(len(result.clients_per_answer)),
-                                                       "clients": result.clients_per_answer}))
+        earlier = _earlier_collection(cfg, store.dir)
+        if earlier is not None:
+            log(INFO, "reusing the client probits of %s (same clients, data and queries)", earlier.name)
+            for name in (PROBITS_FILE, "answers.csv"):
+                shutil.copyfile(earlier / name, store.dir / name)
+            data = ProbitData.load(path)
+        else:
+            data = collect_probits(grid, cfg, result.clients_per_answer, result.dropped)
+            data.save(path)
+            store.write_table("answers.csv", pd.DataFrame({"message": range(len(result.clients_per_answer)),
+                                                           "clients": result.clients_per_answer}))
     result.accuracy = evaluate_run(data, cfg, store)
     store.finish()
     return result
+
+
+def _earlier_collection(cfg: RunConfig, here: Path) -> Path | None:
+    """A finished-collection run directory next to ``here`` whose probits this run can reuse:
+    same clients, partitions, local training and queries (:meth:`RunConfig.collection_hash`)."""
+    want = cfg.collection_hash()
+    for d in sorted(here.parent.glob("*/")):
+        if d == here or not (d / PROBITS_FILE).exists() or not (d / "answers.csv").exists():
+            continue
+        try:
+            other = load_config(d)
+        except (OSError, ValueError, KeyError):
+            continue
+        if other.task == "inference" and other.collection_hash() == want:
+            return d
+    return None
 
 
 def _same_config(store: RunStore) -> bool:
