@@ -211,9 +211,30 @@ def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title:
             g.to_csv(out / f"{Path(png).stem}{suffix}.csv", index=False)
             inference_curve(g, x, out / f"{Path(png).stem}{suffix}.png",
                             f"n = {n}, aggregators built for f = {f}, {g['seed'].nunique()} seeds")
+    clients = client_accuracies(run_dirs)
+    if not clients.empty:
+        clients.to_csv(out / "clients.csv", index=False)
     text = "\n".join(parts)
     (out / "tables.md").write_text(text)
     return text
+
+
+def client_accuracies(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
+    """Each client's own test accuracy (its probits' argmax, on the queries it answered validly)
+    in each inference run, from the saved probits."""
+    from fedcal.inference.evaluate import ProbitData
+
+    rows = []
+    for d in map(Path, run_dirs):
+        if not (d / "probits.pt").exists():
+            continue
+        cfg = load_config(d)
+        data = ProbitData.load(d / "probits.pt")
+        hit = (data.test_probits.argmax(-1) == data.test_labels[:, None]) & data.test_valid
+        acc = hit.sum(0) / data.test_valid.sum(0).clamp_min(1)
+        rows += [{"seed": cfg.seed, "n": cfg.num_clients, "f": cfg.inf_f, "client": c, "accuracy": float(a)}
+                 for c, a in zip(data.clients, acc)]
+    return pd.DataFrame(rows)
 
 
 def _frame_markdown(frame: pd.DataFrame, title: str) -> str:
