@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from fedcal.config import RunConfig
-from fedcal.plots import defense_bars, reliability_grid, trajectories
+from fedcal.plots import defense_bars, reliability_grid, trajectories, trajectory_table
 from fedcal.results import load_config, load_metrics, run_dir_for
 
 TABLE_COLUMNS = ["strategy", "tau", "run", "accuracy_%", "ece_%", "sece_%", "brier", "nll", "run_id"]
@@ -94,11 +94,14 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str
         if rel.exists():
             name = "benign (τ=1)" if cfg.attack == "none" else f"TSA τ={cfg.tau:g}"
             panels.append((name, pd.read_csv(rel)))
-    if panels:
+    if panels:  # each figure is written with the table it is drawn from
+        pd.concat([bins.assign(run=name) for name, bins in panels]).to_csv(out / "reliability.csv", index=False)
         reliability_grid(panels, out / "reliability.png")
     metrics = load_metrics(run_dirs)
     if not metrics.empty:
-        trajectories(metrics, "tau", out / "trajectories.png")
+        traj = trajectory_table(metrics, "tau")
+        traj.to_csv(out / "trajectories.csv", index=False)
+        trajectories(traj, "tau", out / "trajectories.png")
     return table
 
 

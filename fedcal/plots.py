@@ -47,15 +47,28 @@ def reliability_grid(tables: Sequence[tuple[str, pd.DataFrame]], path: str | Pat
     return path
 
 
-def trajectories(metrics: pd.DataFrame, label_col: str, path: str | Path,
-                 metric_names: Sequence[str] = ("accuracy", "sece")) -> Path:
-    """Per-round curves of ``metric_names`` (in %) for each value of ``label_col``."""
-    fig, axes = plt.subplots(1, len(metric_names), figsize=(4.5 * len(metric_names), 3.4), squeeze=False)
-    for ax, name in zip(axes[0], metric_names):
-        sub = metrics[metrics["metric"] == name]
-        for label, g in sub.groupby(label_col, sort=True):
-            g = g.groupby("round")["value"].mean()
-            ax.plot(g.index, 100 * g.to_numpy(), label=str(label))
+def trajectory_table(metrics: pd.DataFrame, label_col: str,
+                     metric_names: Sequence[str] = ("accuracy", "sece")) -> pd.DataFrame:
+    """The table behind :func:`trajectories`: per ``label_col`` value, round and metric, the
+    mean and standard deviation over the runs (seeds) sharing that value, and their count."""
+    sub = metrics[metrics["metric"].isin(metric_names)]
+    g = sub.groupby([label_col, "metric", "round"], sort=True)["value"]
+    out = g.agg(mean="mean", std="std", runs="size").reset_index()
+    out["std"] = out["std"].fillna(0.0)
+    return out
+
+
+def trajectories(table: pd.DataFrame, label_col: str, path: str | Path) -> Path:
+    """Per-round curves (in %) of each metric of a :func:`trajectory_table`, one line per
+    value of ``label_col`` (the mean over its runs, a band of ± one standard deviation)."""
+    names = list(dict.fromkeys(table["metric"]))
+    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.4), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        for label, g in table[table["metric"] == name].groupby(label_col, sort=True):
+            mean, std = 100 * g["mean"].to_numpy(), 100 * g["std"].to_numpy()
+            (line,) = ax.plot(g["round"], mean, label=str(label))
+            if (g["runs"] > 1).any():
+                ax.fill_between(g["round"], mean - std, mean + std, color=line.get_color(), alpha=0.15, lw=0)
         ax.set(xlabel="round", ylabel=f"{name} (%)", title=name)
         if name == "sece":
             ax.axhline(0, color="black", lw=0.8)

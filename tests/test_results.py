@@ -46,3 +46,33 @@ def test_tau_configs_and_summary(tmp_path):
     assert table["d_accuracy"].tolist() == pytest.approx([-5.0, 0.0, -10.0])
     assert "| 0.2 | TSA | 85.00" in to_markdown(table)
     assert isinstance(table, pd.DataFrame)
+
+
+def test_report_writes_the_tables_behind_its_figures(tmp_path):
+    """reliability.png and trajectories.png come with the tables they are drawn from:
+    trajectories are the per-round mean ± std over seeds, checked here by hand."""
+    from fedcal.experiments import write_report
+
+    dirs = []
+    for seed, accs in ((0, (0.5, 0.7)), (1, (0.7, 0.9))):
+        for cfg in tau_configs(RunConfig(dataset="synthetic", seed=seed, output_dir=str(tmp_path / "runs")), [1.0, 5.0]):
+            s = RunStore(run_dir_for(cfg), cfg)
+            s.start()
+            for rnd, acc in zip((10, 20), accs):
+                shift = 0.1 if cfg.tau == 5.0 else 0.0
+                s.log_round(rnd, {"accuracy": acc + shift, "ece": 0.1, "sece": -shift, "brier": 0.2, "nll": 0.3})
+            s.write_table("reliability.csv", pd.DataFrame({"lower": [0.0, 0.5], "upper": [0.5, 1.0], "count": [3, 7],
+                                                           "confidence": [0.3, 0.8], "accuracy": [0.2, 0.9]}))
+            s.finish()
+            dirs.append(run_dir_for(cfg))
+    write_report(dirs, tmp_path / "report")
+    traj = pd.read_csv(tmp_path / "report" / "trajectories.csv")
+    acc5 = traj[(traj["tau"] == 5.0) & (traj["metric"] == "accuracy")].set_index("round")
+    assert acc5["mean"].to_dict() == pytest.approx({10: 0.7, 20: 0.9})  # (0.6 + 0.8) / 2, (0.8 + 1.0) / 2
+    assert acc5["std"].to_dict() == pytest.approx({10: 0.1414213, 20: 0.1414213})  # sample std of a 0.2 gap
+    assert set(acc5["runs"]) == {2}
+    assert set(traj["metric"]) == {"accuracy", "sece"}
+    rel = pd.read_csv(tmp_path / "report" / "reliability.csv")
+    assert sorted(rel["run"].unique()) == ["TSA τ=5", "benign (τ=1)"]  # seed 0's diagrams only
+    assert len(rel) == 4
+    assert (tmp_path / "report" / "reliability.png").exists() and (tmp_path / "report" / "trajectories.png").exists()

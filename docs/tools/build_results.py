@@ -142,8 +142,9 @@ def analysis_tables() -> dict[str, str]:
             w = t[t["step"].isin([1, 5, 10])].pivot(index="variant", columns="step", values="cosine").reset_index()
             w.columns = ["variant", *[f"step {c}" for c in w.columns[1:]]]
             out[f"{ds}-stealth"] = markdown(w)
-    for name, x in (("mnist-extreme-tau", "tau"), ("mnist-sens-ratio", "attacker-ratio"),
-                    ("mnist-sens-alpha", "dirichlet-alpha"), ("mnist-sens-beta", "lr")):
+    sweeps = (("extreme-tau", "tau"), ("sens-ratio", "attacker-ratio"), ("sens-alpha", "dirichlet-alpha"),
+              ("sens-beta", "lr"))
+    for name, x in ((f"{ds}-{sweep}", key) for ds in ("mnist", "cifar10") for sweep, key in sweeps):
         if (f := res / name / "cells.csv").exists():
             t = pd.read_csv(f)
             keys = [k for k in (x, "tau") if k in t.columns and (k == x or t[k].nunique() > 1)]
