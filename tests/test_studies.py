@@ -67,3 +67,21 @@ def test_stealth(runs, tmp_path):
 def test_analysis_of_a_non_run_fails_clearly(tmp_path, capsys):
     assert cli_main(["posthoc", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     assert "config.json" in capsys.readouterr().err
+
+
+def test_report_command_on_real_runs(runs, tmp_path):
+    """`fedcal report` over finished runs: the table, and each figure with its table."""
+    assert cli_main(["report", str(runs["benign0"]), str(runs["benign1"]), str(runs["tsa5"]),
+                     "--out", str(tmp_path)]) == 0
+    table = pd.read_csv(tmp_path / "table.csv")
+    assert sorted(table["run"]) == ["TSA", "benign", "benign"]
+    assert table.loc[table["run"] == "benign", "d_sece"].tolist() == [0.0, 0.0]
+    traj = pd.read_csv(tmp_path / "trajectories.csv")
+    benign = traj[(traj["tau"] == 1.0) & (traj["metric"] == "accuracy")]
+    assert set(benign["runs"]) == {2} and benign["round"].max() == BASE["num_rounds"]
+    rel = pd.read_csv(tmp_path / "reliability.csv")
+    assert set(rel["run"]) == {"benign (τ=1)", "TSA τ=5"}  # seed 0's diagrams
+    # every bin's count adds up to the test set, per diagram
+    assert rel.groupby("run")["count"].sum().nunique() == 1
+    for png in ("reliability.png", "trajectories.png"):
+        assert (tmp_path / png).stat().st_size > 0
