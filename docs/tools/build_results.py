@@ -254,13 +254,18 @@ GRID_COMMAND = (
     "inf-local-epochs=5 agg-adv-epochs=25 inf-pgd-steps=20 inf-curve-queries=1000")
 
 
-def _clients_sentence(res: Path) -> str:
-    if not (res / "clients.csv").exists():
-        return ""
-    c = pd.read_csv(res / "clients.csv")
-    return (f"The {c['client'].nunique()} clients' own test accuracies range over {100 * c['accuracy'].min():.1f}–"
-            f"{100 * c['accuracy'].max():.1f}% (mean {100 * c['accuracy'].mean():.1f}%) across the seeds; the "
-            "`none` column is what each aggregator makes of them without an attack.\n")
+def _clients_sentence(*folders: Path, n: int = 17) -> str:
+    """The range of the clients' own test accuracies, from the first report folder that has them."""
+    for res in folders:
+        if (res / "clients.csv").exists():
+            c = pd.read_csv(res / "clients.csv")
+            c = c[c["n"] == n]
+            seeds = sorted(c["seed"].unique())
+            which = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}–{seeds[-1]}"
+            return (f"The {n} clients' own test accuracies ({which}) range over {100 * c['accuracy'].min():.1f}–"
+                    f"{100 * c['accuracy'].max():.1f}% (mean {100 * c['accuracy'].mean():.1f}%); the `none` column is "
+                    "what each aggregator makes of them without an attack.\n")
+    return ""
 
 
 def inference_results() -> str:
@@ -282,7 +287,7 @@ def inference_results() -> str:
         "batches, the server's split, the DeepSet's initialisation and the adversaries of every query). "
         "`worst case` is the lowest accuracy over the attacks, taken per seed and then averaged.", "",
         table,
-        _clients_sentence(res),
+        _clients_sentence(res, DOCS / "results" / "inference-cifar10-grid"),
         "Ranking by mean worst-case accuracy: " + ", ".join(
             f"{a} {100 * v:.2f}" for a, v in ranking.items()) + ". "
         f"Highest worst-case accuracy per seed: " + ", ".join(
