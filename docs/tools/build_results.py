@@ -210,9 +210,10 @@ ANALYSES = [
      ["similarity.png"],
      "Logit cosine and linear CKA of penultimate features against benign models of every seed (25 pairs per "
      "τ, five of them same-seed). τ = 0.2 models are as close to benign ones as benign models of different "
-     "seeds are to each other; τ = 5 models are too by logit cosine, while their CKA sits somewhat below the "
-     "seed-to-seed reference — on CIFAR-10 the strongest over-confidence attack leaves a faint trace in the "
-     "penultimate features, too small to single out one model against seed-to-seed variation."),
+     "seeds are to each other; τ = 5 models are too by logit cosine, but against benign models of *other* seeds "
+     "every pair's CKA falls below the lowest benign–benign CKA (scatter): on CIFAR-10 the strongest "
+     "over-confidence attack leaves a trace in the penultimate features that linear CKA picks up and logit "
+     "cosine does not — a detector would still need benign reference models of the same task."),
     ("cifar10-stealth", "Update similarity per local step (SPEC §4; CIFAR10–CNN)",
      "fedcal stealth runs/cifar-tau-seeds/cifar10-cnn-fedavg-none-s0-* --out docs/results/cifar10-stealth",
      ["stealth.png"],
