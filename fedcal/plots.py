@@ -62,17 +62,21 @@ def trajectories(table: pd.DataFrame, label_col: str, path: str | Path) -> Path:
     """Per-round curves (in %) of each metric of a :func:`trajectory_table`, one line per
     value of ``label_col`` (the mean over its runs, a band of ± one standard deviation)."""
     names = list(dict.fromkeys(table["metric"]))
-    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.4), squeeze=False)
+    labels = sorted(table[label_col].unique())
+    # An ordered key (τ) gets an ordered colour map, so nine lines stay readable.
+    colours = dict(zip(labels, plt.get_cmap("coolwarm")(np.linspace(0, 1, len(labels))))) if len(labels) > 3 else {}
+    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names) + 1.0, 3.4), squeeze=False)
     for ax, name in zip(axes[0], names):
         for label, g in table[table["metric"] == name].groupby(label_col, sort=True):
             mean, std = 100 * g["mean"].to_numpy(), 100 * g["std"].to_numpy()
-            (line,) = ax.plot(g["round"], mean, label=str(label))
+            (line,) = ax.plot(g["round"], mean, label=f"{label:g}" if isinstance(label, float) else str(label),
+                              color=colours.get(label))
             if (g["runs"] > 1).any():
                 ax.fill_between(g["round"], mean - std, mean + std, color=line.get_color(), alpha=0.15, lw=0)
         ax.set(xlabel="round", ylabel=f"{name} (%)", title=name)
         if name == "sece":
             ax.axhline(0, color="black", lw=0.8)
-        ax.legend(title=label_col, fontsize=7)
+    axes[0, -1].legend(title=label_col, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=120)
