@@ -62,8 +62,8 @@ SECTIONS = [
      "under-confident at τ < 1 to strongly over-confident at τ > 1, while accuracy stays within half a point of "
      "benign up to τ = 3 and pays a few points only at τ = 4–5. The reliability diagrams show the mechanism: "
      "τ > 1 moves mass into the high-confidence bins without raising their accuracy. Trajectories (a point every "
-     "10 rounds) show the ordering by τ holding at almost every evaluated round despite the round-to-round swings "
-     "of 5-of-50 non-IID client sampling."),
+     "10 rounds) show the ordering by τ holding at most evaluated rounds from round 30 on, through the "
+     "round-to-round swings of 5-of-50 non-IID client sampling."),
     ("defenses-mnist", "Defenses: robust aggregation against TSA, MNIST–MLP",
      "fedcal taus --taus 0.2,1,5 --strategies fedavg,fltrust,foolsgold,multikrum "
      "--report docs/results/defenses-mnist dataset=mnist data-dir=../shared/data",
