@@ -177,7 +177,7 @@ def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title:
     per (n, f)), and ``acc_vs_f.png`` / ``acc_vs_amplification.png`` from the curves. Returns
     the Markdown of all tables.
     """
-    from fedcal.inference.evaluate import seed_table, worst_case
+    from fedcal.inference.evaluate import percent_cell, seed_table, worst_case
     from fedcal.plots import inference_curve
 
     out = Path(out_dir)
@@ -189,21 +189,19 @@ def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title:
     parts = [f"**{title}**\n"] if title else []
     for (n, f), g in cells.groupby(["n", "f"]):
         table = seed_table(g)
-        seeds = g["seed"].nunique()
         table.to_csv(out / f"table_n{n}_f{f}.csv")
-        md = _frame_markdown(table.reset_index(), f"n = {n}, f = {f}: accuracy (%) per attack, mean ± std over "
-                                                  f"{seeds} seed{'s' if seeds > 1 else ''}")
+        md = _frame_markdown(table.reset_index(), f"n = {n}, f = {f}: accuracy (%) per attack, {_over_seeds(g)}")
         (out / f"table_n{n}_f{f}.md").write_text(md)
         parts.append(md)
     worst = worst_case(cells, by=("n", "f", "seed", "aggregator"))
     scal = worst.groupby(["n", "f", "aggregator"])["accuracy"].agg(["mean", "std", "count"]).reset_index()
-    scal["cell"] = [f"{100 * m:.2f} ± {100 * (0 if pd.isna(s) else s):.2f}" for m, s in zip(scal["mean"], scal["std"])]
+    scal["cell"] = [percent_cell(m, s, k) for m, s, k in zip(scal["mean"], scal["std"], scal["count"])]
     wide = scal.pivot(index="aggregator", columns=["n", "f"], values="cell")
     wide.columns = [f"n={n}, f={f}" for n, f in wide.columns]
     from fedcal.inference.evaluate import AGGREGATOR_NAMES
 
     wide = wide.loc[[a for a in AGGREGATOR_NAMES if a in wide.index]]
-    md = _frame_markdown(wide.reset_index(), "worst-case accuracy (%) over attacks per (n, f), mean ± std over seeds")
+    md = _frame_markdown(wide.reset_index(), f"worst-case accuracy (%) over attacks per (n, f), {_over_seeds(cells)}")
     (out / "scalability.md").write_text(md)
     parts.append(md)
     for name, x, png in (("curve_f.csv", "f_adv", "acc_vs_f.png"),
@@ -213,7 +211,7 @@ def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title:
             suffix = "" if curve[["n", "f"]].drop_duplicates().shape[0] == 1 else f"_n{n}_f{f}"
             g.to_csv(out / f"{Path(png).stem}{suffix}.csv", index=False)
             inference_curve(g, x, out / f"{Path(png).stem}{suffix}.png",
-                            f"n = {n}, aggregators built for f = {f}, {g['seed'].nunique()} seeds")
+                            f"n = {n}, aggregators built for f = {f}, {_over_seeds(g).replace('mean ± std over ', '')}")
     clients = client_accuracies(run_dirs)
     if not clients.empty:
         clients.to_csv(out / "clients.csv", index=False)
@@ -238,6 +236,11 @@ def client_accuracies(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
         rows += [{"seed": cfg.seed, "n": cfg.num_clients, "f": cfg.inf_f, "client": c, "accuracy": float(a)}
                  for c, a in zip(data.clients, acc)]
     return pd.DataFrame(rows)
+
+
+def _over_seeds(rows: pd.DataFrame) -> str:
+    seeds = sorted(int(s) for s in rows["seed"].unique())
+    return f"seed {seeds[0]}" if len(seeds) == 1 else f"mean ± std over {len(seeds)} seeds"
 
 
 def _frame_markdown(frame: pd.DataFrame, title: str) -> str:

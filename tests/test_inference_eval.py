@@ -96,6 +96,9 @@ def test_worst_case_and_seed_table_by_hand():
     assert table.loc["mean", "worst case"] == "40.00 ± 14.14"
     assert table.loc["mean", "none"] == "85.00 ± 7.07"
     assert list(table.columns) == ["none", "lma", "cpa", "worst case"]
+    # one seed: the mean alone (a spread of one value is unknown, not zero)
+    one = seed_table(df[df["seed"] == 1])
+    assert one.loc["mean", "worst case"] == "30.00" and one.loc["mean", "none"] == "80.00"
 
 
 def test_probit_data_round_trip(tmp_path):

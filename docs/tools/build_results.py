@@ -267,7 +267,7 @@ GRID_COMMAND = (
     "inf-local-epochs=5 agg-adv-epochs=25 inf-pgd-steps=20 inf-curve-queries=1000")
 
 
-def _clients_sentence(*folders: Path, n: int = 17) -> str:
+def _clients_sentence(*folders: Path, n: int = 17, tail: bool = True) -> str:
     """The range of the clients' own test accuracies, from the first report folder that has them."""
     for res in folders:
         if (res / "clients.csv").exists():
@@ -276,8 +276,9 @@ def _clients_sentence(*folders: Path, n: int = 17) -> str:
             seeds = sorted(c["seed"].unique())
             which = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}–{seeds[-1]}"
             return (f"The {n} clients' own test accuracies ({which}) range over {100 * c['accuracy'].min():.1f}–"
-                    f"{100 * c['accuracy'].max():.1f}% (mean {100 * c['accuracy'].mean():.1f}%); the `none` column is "
-                    "what each aggregator makes of them without an attack.\n")
+                    f"{100 * c['accuracy'].max():.1f}% (mean {100 * c['accuracy'].mean():.1f}%)"
+                    + ("; the `none` column is what each aggregator makes of them without an attack.\n" if tail
+                       else ". "))
     return ""
 
 
@@ -314,10 +315,22 @@ def inference_results() -> str:
                           "(f = 4; first 1,000 test images).")):
         if (res / png).exists():
             lines += [f"![{png}](results/inference-cifar10/{png})", "", caption, ""]
-    grid = DOCS / "results" / "inference-cifar10-grid" / "scalability.md"
-    if grid.exists():
+    grid_dir = DOCS / "results" / "inference-cifar10-grid"
+    if (grid_dir / "scalability.md").exists():
+        g = pd.read_csv(grid_dir / "cells.csv")
+        w = g.loc[g.groupby(["n", "f", "seed", "aggregator"])["accuracy"].idxmin()]
+        best = w.loc[w.groupby(["n", "f", "seed"])["accuracy"].idxmax()]
         lines += ["## Scalability: (n, f) = (10, 3), (17, 4), (25, 5)", "", "```bash", GRID_COMMAND, "```", "",
-                  grid.read_text().split("\n", 2)[2]]
+                  (grid_dir / "scalability.md").read_text().split("\n", 2)[2],
+                  "Highest worst-case accuracy per (n, f): " + "; ".join(
+                      f"n = {r.n}, f = {r.f}: {r.aggregator}" for r in best.itertuples()) + ". "
+                  + _clients_sentence(grid_dir, n=10, tail=False) + _clients_sentence(grid_dir, n=25, tail=False) +
+                  "\nThe (17, 4) cell is seed 0 of the five-seed table above (same run directory). Per-attack tables "
+                  "of each cell are `docs/results/inference-cifar10-grid/table_n*_f*.md`, the curves against f "
+                  "`acc_vs_f_n*_f*.png`.", ""]
+        lines += [f"![acc_vs_f_n25_f5.png](results/inference-cifar10-grid/acc_vs_f_n25_f5.png)", "",
+                  "Worst-case accuracy against the number of adversarial clients, n = 25 (aggregators built for "
+                  "f = 5; first 1,000 test images).", ""]
     return "\n".join(lines)
 
 

@@ -31,7 +31,7 @@ from .attacks import ATTACKS, adversary_mask, apply_attack, class_covariance
 from .deepset import DeepSet, as_trimmed, train_deepset
 
 __all__ = ["ProbitData", "AGGREGATOR_NAMES", "build_aggregators", "attack_accuracy", "worst_case",
-           "seed_table", "WHITE_BOX"]
+           "seed_table", "percent_cell", "WHITE_BOX"]
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +164,11 @@ def worst_case(df: pd.DataFrame, by: Sequence[str] = ("aggregator",)) -> pd.Data
     return out.reset_index(drop=True)
 
 
+def percent_cell(mean: float, std: float, count: int) -> str:
+    """A fraction as "mean ± std" in percent; the mean alone for a single seed (its spread is unknown, not 0)."""
+    return f"{100 * mean:.2f}" if count <= 1 else f"{100 * mean:.2f} ± {100 * std:.2f}"
+
+
 def seed_table(cells: pd.DataFrame, order: Sequence[str] = AGGREGATOR_NAMES) -> pd.DataFrame:
     """Aggregators × attacks (+ worst case) of accuracy in %, "mean ± std" over seeds.
 
@@ -176,8 +181,7 @@ def seed_table(cells: pd.DataFrame, order: Sequence[str] = AGGREGATOR_NAMES) -> 
     full = pd.concat([cells[["aggregator", "seed", "attack", "accuracy"]], worst[["aggregator", "seed", "attack",
                                                                                    "accuracy"]]])
     stats = full.groupby(["aggregator", "attack"])["accuracy"].agg(["mean", "std", "count"]).reset_index()
-    stats["std"] = stats["std"].fillna(0.0)
-    stats["cell"] = [f"{100 * m:.2f} ± {100 * s:.2f}" for m, s in zip(stats["mean"], stats["std"])]
+    stats["cell"] = [percent_cell(m, s, k) for m, s, k in zip(stats["mean"], stats["std"], stats["count"])]
     attacks = [a for a in ATTACKS if a in set(cells["attack"])] + ["worst case"]
     table = stats.pivot(index="aggregator", columns="attack", values="cell")[attacks]
     present = [a for a in order if a in table.index] + [a for a in table.index if a not in order]
