@@ -185,6 +185,11 @@ def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None 
             m = g.groupby(x)[name].mean().sort_index()
             ax.plot(m.index, 100 * m.to_numpy(), marker="o", label=f"{hue}={label}" if hue else None)
         ax.set(xlabel=x, ylabel=f"{name} (%)")
+        values = pd.to_numeric(cells[x], errors="coerce")
+        if values.notna().all() and values.min() > 0 and values.max() / values.min() > 10:
+            ax.set_xscale("log")  # Dirichlet α 0.1–10, τ 1–20: a linear axis crowds the small values
+            ax.set_xticks(sorted(values.unique()), [f"{v:g}" for v in sorted(values.unique())])
+            ax.minorticks_off()
         if name == "sece":
             ax.axhline(0, color="black", lw=0.8)
         if hue:
