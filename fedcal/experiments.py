@@ -211,7 +211,7 @@ def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title:
             suffix = "" if curve[["n", "f"]].drop_duplicates().shape[0] == 1 else f"_n{n}_f{f}"
             g.to_csv(out / f"{Path(png).stem}{suffix}.csv", index=False)
             inference_curve(g, x, out / f"{Path(png).stem}{suffix}.png",
-                            f"n = {n}, aggregators built for f = {f}, {_over_seeds(g).replace('mean ± std over ', '')}")
+                            f"n = {n}, aggregators built for f = {f}, {_over_seeds(g, spread=False)}")
     clients = client_accuracies(run_dirs)
     if not clients.empty:
         clients.to_csv(out / "clients.csv", index=False)
@@ -238,9 +238,12 @@ def client_accuracies(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _over_seeds(rows: pd.DataFrame) -> str:
+def _over_seeds(rows: pd.DataFrame, spread: bool = True) -> str:
+    """Which seeds ``rows`` cover, for titles: "seed 0", or "(mean ± std over) 5 seeds"."""
     seeds = sorted(int(s) for s in rows["seed"].unique())
-    return f"seed {seeds[0]}" if len(seeds) == 1 else f"mean ± std over {len(seeds)} seeds"
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    return f"mean ± std over {len(seeds)} seeds" if spread else f"{len(seeds)} seeds"
 
 
 def _frame_markdown(frame: pd.DataFrame, title: str) -> str:
