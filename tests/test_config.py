@@ -99,7 +99,10 @@ def test_missing_dataset_fails_at_once_naming_the_key(tmp_path, monkeypatch, cap
 
     monkeypatch.setattr("torchvision.datasets.MNIST.__init__", offline)
     dsmod._load_cached.cache_clear()
-    assert cli_main(["run", "dataset=mnist", f"data-dir={str(tmp_path)!r}".replace("'", '"')]) == 2
+    # output-dir in tmp_path: a finished run of this config under the working directory's runs/
+    # would be skipped without loading anything
+    assert cli_main(["run", "dataset=mnist", f"data-dir={str(tmp_path)!r}".replace("'", '"'),
+                     f"output-dir={str(tmp_path / 'runs')!r}".replace("'", '"')]) == 2
     assert "'dataset'" in capsys.readouterr().err
 
 
