@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedcal.inference.evaluate import worst_case
+
 DOCS = Path(__file__).resolve().parents[1]
 
 
@@ -16,6 +18,9 @@ def table(name: str) -> str:
     text = (DOCS / "results" / name / "table.md").read_text()
     return text.split("\n", 2)[2] if text.startswith("**") else text
 
+
+# The keys every CIFAR10-CNN cell of the tau grid and the seed-0 sweeps shares (one run store).
+CIFAR_KEYS = "engine=inprocess eval-every=10 dataset=cifar10 model=cnn lr=0.05 data-dir=../shared/data output-dir=runs/cifar-tau-seeds"
 
 SECTIONS = [
     ("mnist-mlp-tau", "MNIST–MLP (784-200-200-10, β = 0.01), τ ∈ {0.2, 0.5, 1, 2, 5}",
@@ -53,9 +58,7 @@ SECTIONS = [
      "standard deviations wide, while the accuracy changes stay within about one standard deviation of zero. "
      "Reliability diagrams are seed 0's; trajectories average the seeds."),
     ("cifar10-cnn-tau-grid", "CIFAR10–CNN, the full τ grid (seed 0)",
-     "fedcal taus --taus 0.2,0.25,0.33,0.5,1,2,3,4,5 --jobs 2 --report docs/results/cifar10-cnn-tau-grid "
-     "engine=inprocess eval-every=10 dataset=cifar10 model=cnn lr=0.05 data-dir=../shared/data "
-     "output-dir=runs/cifar-tau-seeds",
+     "fedcal taus --taus 0.2,0.25,0.33,0.5,1,2,3,4,5 --jobs 2 --report docs/results/cifar10-cnn-tau-grid " + CIFAR_KEYS,
      ["reliability.png", "trajectories.png"],
      "The nine τ of SPEC §2 on seed 0 (its τ = 0.2, 1 and 5 cells are those of the five-seed table above, "
      "shared through the run store). sECE falls monotonically with τ across the whole grid, from "
@@ -256,8 +259,7 @@ ANALYSES = [
      ["sweep_lr.png"], "β × 0.5 and × 2 around the default; the attacker's η = β·τ follows β."),
 
     ("cifar10-extreme-tau", "Extreme τ at fixed β (CIFAR10–CNN, seed 0)",
-     "fedcal sweep --grid tau=1,2,5,8,10,12,15,20 --jobs 2 --plot-x tau --report docs/results/cifar10-extreme-tau "
-     "engine=inprocess eval-every=10 dataset=cifar10 model=cnn lr=0.05 data-dir=../shared/data output-dir=runs/cifar-tau-seeds",
+     "fedcal sweep --grid tau=1,2,5,8,10,12,15,20 --jobs 2 --plot-x tau --report docs/results/cifar10-extreme-tau " + CIFAR_KEYS,
      ["sweep_tau.png"],
      "(τ = 1 is TSA at τ = 1, which computes exactly the benign run; every cell shares the run store of the τ "
      "tables, so τ = 2 and 5 are their cells.) sECE falls steeply up to τ = 5, plateaus up to τ ≈ 12 and "
@@ -266,7 +268,7 @@ ANALYSES = [
      "collapse at τ ≈ 10 with this β and E."),
     ("cifar10-sens-ratio", "Sensitivity: attacker ratio (CIFAR10–CNN, seed 0)",
      "fedcal sweep --grid attacker-ratio=0.1,0.2,0.3,0.4 --grid tau=0.2,5 --jobs 2 --plot-x attacker-ratio "
-     "--plot-hue tau --report docs/results/cifar10-sens-ratio engine=inprocess eval-every=10 dataset=cifar10 model=cnn lr=0.05 data-dir=../shared/data output-dir=runs/cifar-tau-seeds",
+     "--plot-hue tau --report docs/results/cifar10-sens-ratio " + CIFAR_KEYS,
      ["sweep_attacker-ratio.png"],
      "τ = 0.2 and τ = 5 only: the benign run does not depend on the attacker ratio (it is the τ = 1 row of "
      "the τ table). τ = 0.2 stays above τ = 5 at every ratio and 40% attackers give by far the widest gap, but "
@@ -275,7 +277,7 @@ ANALYSES = [
      "points (see the swings in the τ-grid trajectories). The trend in the ratio needs the seed grid."),
     ("cifar10-sens-alpha", "Sensitivity: Dirichlet α (CIFAR10–CNN, seed 0)",
      "fedcal sweep --grid dirichlet-alpha=0.1,0.5,1.0,10.0 --grid tau=0.2,1,5 --jobs 2 --plot-x dirichlet-alpha "
-     "--plot-hue tau --report docs/results/cifar10-sens-alpha engine=inprocess eval-every=10 dataset=cifar10 model=cnn lr=0.05 data-dir=../shared/data output-dir=runs/cifar-tau-seeds",
+     "--plot-hue tau --report docs/results/cifar10-sens-alpha " + CIFAR_KEYS,
      ["sweep_dirichlet-alpha.png"],
      "At every α the order is the attack's: τ = 0.2 above the benign sECE (τ = 1), τ = 5 below it. The benign "
      "model's own calibration at round 100 moves with α, so read the gaps to the τ = 1 line. The over-confidence "
@@ -283,12 +285,13 @@ ANALYSES = [
      "near-IID clients (α = 10) both directions stay wide and τ = 5 costs no accuracy."),
     ("cifar10-sens-beta", "Sensitivity: benign learning rate β (CIFAR10–CNN, seed 0)",
      "fedcal sweep --grid lr=0.025,0.05,0.1 --grid tau=0.2,1,5 --jobs 2 --plot-x lr --plot-hue tau "
-     "--report docs/results/cifar10-sens-beta engine=inprocess eval-every=10 dataset=cifar10 model=cnn lr=0.05 data-dir=../shared/data output-dir=runs/cifar-tau-seeds",
+     "--report docs/results/cifar10-sens-beta " + CIFAR_KEYS,
      ["sweep_lr.png"],
      "β × 0.5 and × 2 around the default; the attacker's η = β·τ follows β. The direction holds at every "
      "β. At β × 0.5 both shifts are about as wide as at the default; at β × 2 (η = 0.5 for τ = 5) both "
      "shrink, τ = 5's to under a third of its default size, and τ = 0.2 now costs about two points of "
-     "accuracy — a federation that trains with larger steps is less exposed to this attacker."),]
+     "accuracy — a federation that trains with larger steps is less exposed to this attacker."),
+]
 
 
 INFERENCE_COMMAND = (
@@ -322,11 +325,11 @@ def inference_results() -> str:
     if not (res / "cells.csv").exists():
         return ""
     cells = pd.read_csv(res / "cells.csv")
-    worst = cells.loc[cells.groupby(["seed", "aggregator"])["accuracy"].idxmin()]
+    worst = worst_case(cells, by=("seed", "aggregator"))
     ranking = worst.groupby("aggregator")["accuracy"].mean().sort_values(ascending=False)
     per_seed_best = worst.loc[worst.groupby("seed")["accuracy"].idxmax(), "aggregator"].value_counts()
     table = (res / "table_n17_f4.md").read_text().split("\n", 2)[2]
-    attacks = worst.groupby("aggregator")["attack"].agg(lambda a: ", ".join(sorted(set(a))))
+    attacks = worst.groupby("aggregator")["worst_attack"].agg(lambda a: ", ".join(sorted(set(a))))
     lines = [
         "## Results: CIFAR-10, n = 17 clients, f = 4 adversarial, Dirichlet α = 0.5, seeds 0–4",
         "", "```bash", INFERENCE_COMMAND, "```", "",
@@ -352,7 +355,7 @@ def inference_results() -> str:
     grid_dir = DOCS / "results" / "inference-cifar10-grid"
     if (grid_dir / "scalability.md").exists():
         g = pd.read_csv(grid_dir / "cells.csv")
-        w = g.loc[g.groupby(["n", "f", "seed", "aggregator"])["accuracy"].idxmin()]
+        w = worst_case(g, by=("n", "f", "seed", "aggregator"))
         best = w.loc[w.groupby(["n", "f", "seed"])["accuracy"].idxmax()]
         lines += ["## Scalability: (n, f) = (10, 3), (17, 4), (25, 5)", "", "```bash", GRID_COMMAND, "```", "",
                   (grid_dir / "scalability.md").read_text().split("\n", 2)[2],
