@@ -22,7 +22,7 @@ import time
 from fedcal.config import RunConfig
 from fedcal.reference import run_plain
 from fedcal.results import load_metrics
-from fedcal.simulations.engine import simulate
+from fedcal.app.engine import simulate
 
 
 def main() -> None:

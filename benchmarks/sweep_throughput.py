@@ -15,9 +15,9 @@ import os
 import time
 
 from fedcal.config import RunConfig
-from fedcal.experiments import tau_configs
+from fedcal.reports import tau_configs
 from fedcal.results import RunStore, run_dir_for
-from fedcal.simulations.sweep import run_sweep
+from fedcal.app.sweep import run_sweep
 
 TAUS = (0.2, 0.25, 0.33, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0)
 

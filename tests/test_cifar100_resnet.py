@@ -6,7 +6,7 @@ import numpy as np
 from fedcal.config import RunConfig
 from fedcal.data.datasets import _load_cached
 from fedcal.results import load_metrics
-from fedcal.simulations.engine import simulate
+from fedcal.app.engine import simulate
 
 
 def test_cifar100_resnet18_federated_round(tmp_path):

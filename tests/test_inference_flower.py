@@ -1,18 +1,19 @@
-"""Federated inference end to end: the responder ClientApp and the inference ServerApp through a
-Flower Grid (in-process engine), with a client that answers garbage."""
+"""Federated inference end to end: the one ClientApp and ServerApp running task 'inference'
+through a Flower Grid (in-process engine), with a client that answers garbage."""
 
 import torch
 
 import pandas as pd
 
-import fedcal.clients.responder as responder
-import fedcal.clients.trainer as trainer
-import fedcal.simulations.inference as inference
+import fedcal.tasks.inference as inference
+from fedcal.app.client import app as client_app
+from fedcal.app.client import build_client_app
+from fedcal.app.inprocess import run_inprocess
+from fedcal.app.server import server_app_for
 from fedcal.config import RunConfig
 from fedcal.inference.evaluate import AGGREGATOR_NAMES
 from fedcal.inference.federated import assemble, client_indices, server_split
-from fedcal.simulations.inference import query_all, server_app_for
-from fedcal.simulations.inprocess import run_inprocess
+from fedcal.tasks.inference import query_all
 
 
 def test_server_split_is_never_given_to_clients():
@@ -55,9 +56,10 @@ def test_federated_inference_round_trip(monkeypatch, tmp_path):
     """The main ClientApp answers inference queries; a client answering NaN is left out of every
     answer; the run directory holds the tables; a re-run resumes from the saved probits."""
     cfg = RunConfig.from_flower(dict(CFG, output_dir=str(tmp_path)))
-    monkeypatch.setitem(trainer.app._registered_funcs, "query.probits", _garbage_from_client_4(responder.probits))
+    monkeypatch.setitem(inference.TASK.handlers, "query.probits", _garbage_from_client_4(inference.probits))
+    garbage_app = build_client_app()  # the one ClientApp, with the task's handler swapped
     sink = []
-    run_inprocess(server_app_for(cfg, sink), trainer.app, num_supernodes=5, seed=0)
+    run_inprocess(server_app_for(cfg, sink=sink), garbage_app, num_supernodes=5, seed=0)
     (res,) = sink
     acc = res.accuracy.set_index(["aggregator", "attack"])["accuracy"]
     assert set(res.accuracy["aggregator"]) == set(AGGREGATOR_NAMES)
@@ -82,12 +84,12 @@ def test_federated_inference_round_trip(monkeypatch, tmp_path):
 
     monkeypatch.setattr(inference, "collect_probits", no_clients)
     again = []
-    run_inprocess(server_app_for(cfg, again), trainer.app, num_supernodes=5, seed=0)
+    run_inprocess(server_app_for(cfg, sink=again), client_app, num_supernodes=5, seed=0)
     assert again[0].accuracy.equals(res.accuracy)  # same probits, same seeds: the same table
 
     # Other aggregator settings, same clients: the run copies the probits instead of collecting.
     other = []
-    run_inprocess(server_app_for(cfg.replace(agg_epochs=20, inf_attacks="none"), other), trainer.app,
+    run_inprocess(server_app_for(cfg.replace(agg_epochs=20, inf_attacks="none"), sink=other), client_app,
                   num_supernodes=5, seed=0)
     assert other[0].run_dir != res.run_dir and (other[0].run_dir / "probits.pt").exists()
     assert other[0].accuracy.set_index(["aggregator", "attack"])["accuracy"]["mean", "none"] == acc["mean", "none"]
@@ -135,8 +137,8 @@ def test_local_models_are_seeded_per_client():
         ctx = Context(run_id=1, node_id=7, node_config={"partition-id": 1, "num-partitions": 3}, state=RecordDict(),
                       run_config={})
         content = RecordDict({"config": ConfigRecord(cfg.to_flower())})
-        responder.train_local(Message(content=content, message_type="train.local", dst_node_id=7), ctx)
-        states.append(ctx.state[responder.MODEL_KEY].to_torch_state_dict())
+        inference.train_local(Message(content=content, message_type="train.local", dst_node_id=7), ctx)
+        states.append(ctx.state[inference.MODEL_KEY].to_torch_state_dict())
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
 
 

@@ -4,7 +4,7 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from fedcal.simulations.inprocess import run_inprocess
+from fedcal.app.inprocess import run_inprocess
 
 client = ClientApp()
 

@@ -5,7 +5,7 @@ import pandas as pd
 from fedcal.config import RunConfig
 from fedcal.reference import run_plain, sampled_clients
 from fedcal.results import load_metrics
-from fedcal.simulations.engine import simulate
+from fedcal.app.engine import simulate
 
 
 def test_flower_run_matches_plain_pytorch_loop(tmp_path):

@@ -5,7 +5,7 @@ import pytest
 
 from fedcal.config import RunConfig
 from fedcal.results import load_metrics, run_dir_for
-from fedcal.simulations.engine import simulate
+from fedcal.app.engine import simulate
 
 METRICS = {"accuracy", "ece", "sece", "brier", "nll", "round_seconds"}
 
@@ -53,18 +53,18 @@ def test_same_seed_same_results(tmp_path):
 
 
 def test_interrupted_run_keeps_finished_rounds(tmp_path, monkeypatch):
-    import fedcal.simulations.tsa as tsa
+    import fedcal.app.server as server
 
     cfg = tiny(tmp_path, num_rounds=4)
-    real = tsa.server_app_for
+    real = server.server_app_for
 
-    def crashing(cfg_, progress=None):
+    def crashing(cfg_, progress=None, sink=None):
         def boom(server_round, metrics):
             if server_round == 2:
                 raise RuntimeError("simulated interruption")
         return real(cfg_, boom)
 
-    monkeypatch.setattr(tsa, "server_app_for", crashing)
+    monkeypatch.setattr(server, "server_app_for", crashing)
     with pytest.raises(RuntimeError):
         simulate(cfg, progress=False)
     df = load_metrics(run_dir_for(cfg))

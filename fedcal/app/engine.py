@@ -1,4 +1,4 @@
-"""Run a fedcal simulation: Flower's Simulation Engine (Ray backend, the default) or the
+"""Run a fedcal simulation of any task: Flower's Simulation Engine (Ray backend, the default) or the
 in-process engine (``engine=inprocess``: the same apps through a Grid without Ray)."""
 
 from __future__ import annotations
@@ -53,16 +53,17 @@ def backend_config(cfg: RunConfig) -> dict:
 
 def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, force: bool = False,
              desc: str | None = None) -> Path:
-    """Run ``cfg`` as a Flower simulation (TSA training, or robust federated inference when
-    ``task = "inference"``); returns its run directory.
+    """Run ``cfg`` as a Flower simulation of its task (``task``: federated training, robust
+    federated inference, …); returns its run directory.
 
     A run already finished with the same config hash is skipped unless ``force``.
     """
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # silence a Ray FutureWarning
     from flwr.simulation import run_simulation
 
-    from fedcal.clients.trainer import app as client_app
-    from fedcal.simulations.tsa import server_app_for
+    from fedcal.app.client import app as client_app
+    from fedcal.app.server import server_app_for
+    from fedcal.tasks import get_task
 
     run_dir = run_dir_for(cfg)
     if not force and RunStore(run_dir, cfg).is_done():
@@ -70,9 +71,9 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
             tqdm.write(f"{run_dir}: already finished, skipped")
         return run_dir
     load_dataset(cfg.dataset, cfg.data_dir)  # fail fast (and naming the key) before Ray starts
-    inference = cfg.task == "inference"
-    bar = tqdm(total=None if inference else cfg.num_rounds, desc=desc or run_dir.name, disable=not progress,
-               unit="run" if inference else "round")
+    rounds = get_task(cfg.task).rounds(cfg)
+    bar = tqdm(total=rounds, desc=desc or run_dir.name, disable=not progress,
+               unit="run" if rounds is None else "round")
 
     def on_round(server_round: int, metrics: dict[str, float]) -> None:
         if server_round > 0:
@@ -84,14 +85,9 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
     try:
         with _quiet_flower(verbose), warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            if inference:
-                from fedcal.simulations.inference import server_app_for as inference_app
-
-                server_app = inference_app(cfg)
-            else:
-                server_app = server_app_for(cfg, on_round)
+            server_app = server_app_for(cfg, on_round)
             if cfg.engine == "inprocess":
-                from fedcal.simulations.inprocess import run_inprocess
+                from fedcal.app.inprocess import run_inprocess
 
                 run_inprocess(server_app, client_app, cfg.num_clients, seed=cfg.seed)
             else:
@@ -105,6 +101,6 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
     finally:
         bar.close()
     if not RunStore(run_dir, cfg).is_done():
-        what = "the inference evaluation" if inference else f"{cfg.num_rounds} rounds"
+        what = "its task" if rounds is None else f"{rounds} rounds"
         raise RuntimeError(f"simulation ended before finishing {what}; partial results in {run_dir}")
     return run_dir

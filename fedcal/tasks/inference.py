@@ -1,4 +1,4 @@
-"""ServerApp logic of robust federated inference (SPEC §7).
+"""Task ``inference``: robust federated inference (SPEC §7).
 
 (a) every node trains its own classifier on its own partition (``train.local``); (b) the server
 queries all nodes on its held-out aggregator-training split (``query.probits``) and trains a
@@ -6,6 +6,10 @@ DeepSet (adversarially, against f corrupted positions); (c) test queries fan out
 the replies are aggregated by each aggregator. A reply that is not a valid probit matrix, or an
 error, counts as that client being absent for that batch; every answer records how many clients
 it was built from.
+
+Client side: ``train.local`` (each client trains its own classifier from scratch on its own
+Dirichlet partition of what the server did not keep) and ``query.probits`` (answer a batch of
+queries with its probability vectors). Report: :func:`fedcal.reports.inference_report`.
 """
 
 from __future__ import annotations
@@ -18,16 +22,21 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
-from flwr.serverapp import Grid, ServerApp
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
 from flwr.supercore import log
 
+from fedcal.app.nodes import (check_partitions, client_id, config_record, discover_clients, message_config,
+                              shared_model)
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
 from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators
-from fedcal.inference.federated import assemble, server_split
+from fedcal.inference.federated import assemble, client_indices, server_split, train_local_classifier
+from fedcal.models import build_model
+from fedcal.reports import inference_report
 from fedcal.results import RunStore, load_config, run_dir_for
-from fedcal.simulations.tsa import discover_clients
+from fedcal.tasks.registry import ProgressFn, Task, register
+from fedcal.train import resolve_device
 
 PROBITS_FILE = "probits.pt"
 
@@ -42,16 +51,12 @@ class InferenceResult:
     dropped: dict[int, list[str]] = field(default_factory=dict)  # client id → reasons it was left out
 
 
-def _config(cfg: RunConfig) -> ConfigRecord:
-    return ConfigRecord(cfg.to_flower())
-
-
 def query_all(grid: Grid, node_to_client: dict[int, int], x: torch.Tensor, cfg: RunConfig, num_classes: int,
               dropped: dict[int, list[str]]) -> tuple[torch.Tensor, list[int]]:
     """Fan one batch of queries out to every node; returns (B, n', C) valid probits and the
     client ids they came from. A client that errs, does not answer within ``inf-timeout`` or
     answers with something that is not a probit matrix is logged and left out."""
-    content = RecordDict({"queries": ArrayRecord({"x": x}), "config": _config(cfg)})
+    content = RecordDict({"queries": ArrayRecord({"x": x}), "config": config_record(cfg)})
     msgs = [Message(content=content, message_type="query.probits", dst_node_id=n) for n in node_to_client]
     replies: dict[int, torch.Tensor | None] = {cid: None for cid in node_to_client.values()}
     for reply in grid.send_and_receive(msgs, timeout=cfg.inf_timeout):
@@ -76,8 +81,8 @@ def collect_probits(grid: Grid, cfg: RunConfig, clients_per_answer: list[int],
     ds = load_dataset(cfg.dataset, cfg.data_dir)
     node_to_client = discover_clients(grid, cfg.num_clients)
     if not node_to_client:
-        raise RuntimeError("no node reported its partition id; is the responder ClientApp running?")
-    train_msgs = [Message(content=RecordDict({"config": _config(cfg)}), message_type="train.local", dst_node_id=n)
+        raise RuntimeError("no node reported its partition id; is fedcal.app.client:app the ClientApp?")
+    train_msgs = [Message(content=RecordDict({"config": config_record(cfg)}), message_type="train.local", dst_node_id=n)
                   for n in node_to_client]
     failed = [r.metadata.src_node_id for r in grid.send_and_receive(train_msgs, timeout=cfg.inf_timeout)
               if r.has_error()]
@@ -147,7 +152,7 @@ def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFr
     return table
 
 
-def run_inference(grid: Grid, cfg: RunConfig) -> InferenceResult:
+def run_inference(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> InferenceResult:
     """The whole inference task on ``grid``; results land in the run directory.
 
     The clients' probits are saved (``probits.pt``) as soon as they are collected: a run
@@ -205,14 +210,45 @@ def _same_config(store: RunStore) -> bool:
         return False
 
 
-def server_app_for(cfg: RunConfig, sink: list | None = None) -> ServerApp:
-    """A ServerApp running :func:`run_inference` for ``cfg``; results are appended to ``sink``."""
-    app = ServerApp()
+# ---------------------------------------------------------------------------------- client side
+MODEL_KEY = "local-model"  # where a node keeps its own classifier (its Context state) between messages
 
-    @app.main()
-    def _main(grid: Grid, context: Context) -> None:
-        res = run_inference(grid, cfg)
-        if sink is not None:
-            sink.append(res)
 
-    return app
+def train_local(msg: Message, context: Context) -> Message:
+    """Train this client's classifier from scratch on its own Dirichlet partition."""
+    cfg, _ = message_config(msg, context)
+    check_partitions(cfg, context)
+    cid = client_id(context)
+    ds = load_dataset(cfg.dataset, cfg.data_dir)
+    idx = client_indices(ds.y_train.numpy(), cfg.num_clients, cfg.dirichlet_alpha, cfg.inf_server_frac,
+                         cfg.seed)[cid]
+    seed = cfg.seed * 1000 + cid  # each client its own initialisation and batches
+    model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=seed)
+    loss = train_local_classifier(model, ds.x_train[idx], ds.y_train[idx], cfg.inf_local_epochs, cfg.lr,
+                                  cfg.batch_size, seed=seed, device=resolve_device(cfg.device))
+    context.state[MODEL_KEY] = ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()})
+    return Message(content=RecordDict({"metrics": MetricRecord({"train-loss": loss, "num-examples": len(idx)})}),
+                   reply_to=msg)
+
+
+def probits(msg: Message, context: Context) -> Message:
+    """Answer a batch of queries with this client's probability vectors."""
+    cfg, _ = message_config(msg, context)
+    if MODEL_KEY not in context.state:
+        raise RuntimeError("no local model: the node has not run train.local")
+    ds = load_dataset(cfg.dataset, cfg.data_dir)
+    model = shared_model(cfg.model, ds.input_shape, ds.num_classes)
+    model.load_state_dict(context.state[MODEL_KEY].to_torch_state_dict())
+    x = torch.from_numpy(msg.content["queries"]["x"].numpy().copy())
+    with torch.no_grad():
+        p = model.eval()(x).softmax(dim=1)
+    return Message(content=RecordDict({"probits": ArrayRecord({"p": p})}), reply_to=msg)
+
+
+TASK = register(Task(
+    name="inference",
+    summary="robust federated inference: aggregators of client probits under probit-space attacks",
+    run=run_inference,
+    handlers={"train.local": train_local, "query.probits": probits},
+    report=inference_report,
+))

@@ -6,11 +6,15 @@ Why: for the paper's small models a round costs milliseconds of compute, and Ray
 start-up and per-message scheduling dominate a simulation on a 2-core machine. This engine
 keeps the protocol (Messages, Contexts with ``partition-id`` node configs, error replies when a
 ClientApp raises) and drops only the transport. Ray stays the engine for scale-out and GPUs.
+
+Messages cross between server and nodes through Flower's own wire format
+(``flwr.common.serde``), as they would between a SuperLink and a SuperNode: each side gets a
+deserialised copy carrying the message id the link assigned, and neither can alter what the
+other holds. No private Flower field is written.
 """
 
 from __future__ import annotations
 
-import copy
 import random
 import traceback
 from collections.abc import Iterable
@@ -20,6 +24,7 @@ from uuid import uuid4
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
+from flwr.common.serde import message_from_proto, message_to_proto
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 from flwr.supercore.run import Run
@@ -74,9 +79,8 @@ class InProcessGrid(Grid):
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         ids = []
         for msg in messages:
-            message_id = str(uuid4())
-            msg.metadata.__dict__["_message_id"] = message_id  # as the SuperLink assigns it
-            self._replies[message_id] = self._execute(msg)
+            message_id = str(uuid4())  # as the SuperLink assigns it
+            self._replies[message_id] = self._execute(_transmit(msg, message_id))
             ids.append(message_id)
         return ids
 
@@ -90,18 +94,23 @@ class InProcessGrid(Grid):
     def _execute(self, msg: Message) -> Message:
         node = msg.metadata.dst_node_id
         if node not in self.contexts:
-            return Message(error=Error(code=ErrorCode.NODE_UNAVAILABLE, reason=f"no node {node}"), reply_to=msg)
-        # A real SuperNode receives a deserialised copy: a ClientApp must not be able to
-        # alter what the server (or another node) holds.
-        delivered = Message(metadata=copy.copy(msg.metadata), content=copy.deepcopy(msg.content))
+            reply = Message(error=Error(code=ErrorCode.NODE_UNAVAILABLE, reason=f"no node {node}"), reply_to=msg)
+            return _transmit(reply, str(uuid4()))
         try:
-            reply = self.client_app(delivered, self.contexts[node])
+            reply = self.client_app(msg, self.contexts[node])
         except Exception as ex:  # noqa: BLE001 — like a SuperNode, report it as an error reply
             log(ERROR, "ClientApp raised on node %s: %s\n%s", node, ex, traceback.format_exc())
-            return Message(error=Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
-                                       reason=f"{type(ex)}:<'{ex}'>"), reply_to=msg)
-        reply.metadata.__dict__["_message_id"] = str(uuid4())
-        return reply
+            reply = Message(error=Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
+                                        reason=f"{type(ex)}:<'{ex}'>"), reply_to=msg)
+        return _transmit(reply, str(uuid4()))
+
+
+def _transmit(msg: Message, message_id: str) -> Message:
+    """What the receiving side gets: ``msg`` serialised and deserialised in Flower's wire
+    format, carrying ``message_id`` (a link assigns ids on arrival)."""
+    proto = message_to_proto(msg)
+    proto.metadata.message_id = message_id
+    return message_from_proto(proto)
 
 
 def run_inprocess(server_app: ServerApp, client_app: ClientApp, num_supernodes: int,
@@ -112,14 +121,12 @@ def run_inprocess(server_app: ServerApp, client_app: ClientApp, num_supernodes: 
     ServerApp's context after the run.
     """
     grid = InProcessGrid(client_app, num_supernodes, run_config, seed)
-    previous = (TaskIdentity._run_id, TaskIdentity._task_id, TaskIdentity._node_id)
+    # Messages created in this process (by the ServerApp) carry the run and the sender's
+    # identity, as in a ServerApp process started by a SuperLink.
     TaskIdentity.run_id = grid.run.run_id
     TaskIdentity.task_id = grid.run.primary_task_id
     TaskIdentity.node_id = SUPERLINK_NODE_ID
     context = Context(run_id=grid.run.run_id, node_id=SUPERLINK_NODE_ID, node_config={}, state=RecordDict(),
                       run_config=dict(run_config or {}))
-    try:
-        server_app(grid, context)
-    finally:
-        TaskIdentity._run_id, TaskIdentity._task_id, TaskIdentity._node_id = previous
+    server_app(grid, context)
     return context

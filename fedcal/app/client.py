@@ -1,0 +1,36 @@
+"""The one ClientApp of the Flower App (``[tool.flwr.app.components] clientapp``).
+
+Every node answers the identity handshake (:func:`fedcal.app.nodes.identity`) and every
+message type a registered task handles (:mod:`fedcal.tasks`): ``train`` for federated
+training, ``train.local`` and ``query.probits`` for robust federated inference, … What a node
+does with a message is chosen from the run config the message carries and the node's
+partition id, so one ClientApp serves every task, in simulation and on real SuperNodes.
+"""
+
+from __future__ import annotations
+
+from flwr.clientapp import ClientApp
+
+from fedcal.app.nodes import IDENTITY, identity
+from fedcal.tasks import Handler, all_tasks
+
+
+def _register(app: ClientApp, message_type: str, handler: Handler) -> None:
+    """``"train"`` → ``@app.train()``, ``"query.probits"`` → ``@app.query("probits")``."""
+    kind, _, action = message_type.partition(".")
+    if kind not in ("train", "evaluate", "query"):
+        raise ValueError(f"message type {message_type!r} must start with train, evaluate or query")
+    getattr(app, kind)(action or "default")(handler)
+
+
+def build_client_app() -> ClientApp:
+    """A ClientApp with the handshake and the handlers of every registered task."""
+    client = ClientApp()
+    _register(client, IDENTITY, identity)
+    for task in all_tasks():
+        for message_type, handler in task.handlers.items():
+            _register(client, message_type, handler)
+    return client
+
+
+app = build_client_app()

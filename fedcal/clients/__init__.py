@@ -1,1 +1,0 @@
-"""Flower ClientApps."""

@@ -1,1 +1,0 @@
-"""Flower ServerApps and experiment drivers."""

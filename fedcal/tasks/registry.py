@@ -1,0 +1,91 @@
+"""The task registry: what the one Flower App can run, chosen by the run config's ``task``.
+
+A task is one kind of federated job: its server side (what the ServerApp does on the grid),
+its client side (the ClientApp handlers it answers, by message type) and its report (tables
+and plots from finished run directories). Each task lives in its own module of this package
+and registers itself with :func:`register` when imported; :mod:`fedcal.app.server` and
+:mod:`fedcal.app.client` dispatch through :func:`get_task` and :func:`all_tasks` and know no
+task by name.
+
+The registry itself imports no task; ``fedcal/tasks/__init__.py`` imports the task modules
+(each registers itself), so the import graph stays acyclic: tasks → registry, never back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context, Message
+from flwr.serverapp import Grid
+
+from fedcal.config import TASKS as CONFIG_TASKS
+from fedcal.config import RunConfig
+
+# progress(round, metrics) → None, called by a task's server side after each round.
+ProgressFn = Callable[[int, dict[str, float]], None]
+Handler = Callable[[Message, Context], Message]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One kind of federated job of the Flower App.
+
+    Attributes
+    ----------
+    name : str
+        The run config's ``task`` value.
+    summary : str
+        One line for ``--help`` and logs.
+    run : callable
+        ``run(grid, cfg, progress)``: the server side, on a Flower ``Grid``. It writes its
+        results to the run store (``fedcal.results``) and finishes the run (``DONE``).
+    handlers : mapping
+        ClientApp handlers by Flower message type (``"train"``, ``"train.local"``,
+        ``"query.probits"``, …). Two tasks may not claim the same type.
+    rounds : callable, optional
+        ``rounds(cfg)``: how many progress steps ``run`` reports (None: no round structure).
+    report : callable, optional
+        ``report(run_dirs, out_dir, title)``: tables and plots from finished run directories.
+    """
+
+    name: str
+    summary: str
+    run: Callable[[Grid, RunConfig, ProgressFn | None], Any]
+    handlers: Mapping[str, Handler] = field(default_factory=dict)
+    rounds: Callable[[RunConfig], int | None] = lambda cfg: None
+    report: Callable[[Sequence[Path], Path, str], Any] | None = None
+
+
+_REGISTRY: dict[str, Task] = {}
+
+
+def register(task: Task) -> Task:
+    """Add ``task`` to the registry (its name must be a config ``task`` value, its message
+    types unclaimed). Returns it, so a module can write ``TASK = register(Task(...))``."""
+    if task.name in _REGISTRY and _REGISTRY[task.name] is not task:
+        raise ValueError(f"task {task.name!r} is registered twice")
+    if task.name not in CONFIG_TASKS:
+        raise ValueError(f"task {task.name!r} is not a value of run-config key 'task' ({', '.join(CONFIG_TASKS)}): "
+                         "add it to fedcal.config.TASKS with its config group")
+    for other in _REGISTRY.values():
+        clash = set(other.handlers) & set(task.handlers)
+        if other is not task and clash:
+            raise ValueError(f"tasks {other.name!r} and {task.name!r} both handle message type(s) {sorted(clash)}")
+    _REGISTRY[task.name] = task
+    return task
+
+
+def get_task(name: str) -> Task:
+    """The registered task called ``name`` (a clear error naming the known ones otherwise)."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown task {name!r}; registered tasks: {', '.join(sorted(_REGISTRY))}") from None
+
+
+def all_tasks() -> list[Task]:
+    """Every registered task, in registration order."""
+    return list(_REGISTRY.values())

@@ -1,0 +1,145 @@
+"""Task ``train``: federated training under client poisoning — the Temperature Scaling
+Attack (:mod:`fedcal.attacks.tsa`) and the poisoning baselines (:mod:`fedcal.attacks`) —
+aggregated by any strategy of :mod:`fedcal.strategies`.
+
+Server side: the configured strategy runs ``num-rounds`` rounds through Flower's strategy API
+with clients chosen reproducibly per (seed, round), and the global model is evaluated
+centrally on the test set (SPEC §1 metrics) every ``eval-every`` rounds; each round's metrics
+are appended to the run store as soon as they exist. Client side: one ``train`` handler for
+every client, benign or malicious — what it does is chosen from the run config and its client
+id (:func:`fedcal.attacks.behaviour_for`). Report: :func:`fedcal.reports.write_report`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from logging import INFO, WARNING
+
+import numpy as np
+import pandas as pd
+import torch
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from fedcal.app.nodes import (check_partitions, client_id, config_record, discover_clients, message_config,
+                              shared_model)
+from fedcal.attacks import BENIGN, attackers_of, behaviour_for, client_round
+from fedcal.config import RunConfig
+from fedcal.data import client_data, load_dataset
+from fedcal.metrics import METRIC_KEYS, calibration_metrics, reliability_bins
+from fedcal.models import build_model
+from fedcal.reports import write_report
+from fedcal.results import RunStore, run_dir_for
+from fedcal.strategies import strategy_from_config
+from fedcal.tasks.registry import ProgressFn, Task, register
+from fedcal.train import predict_logits, resolve_device
+
+
+# ---------------------------------------------------------------------------------- server side
+def root_train_fn_for(cfg: RunConfig, ds, device: torch.device) -> Callable[[ArrayRecord, int], ArrayRecord]:
+    """FLTrust's server update: the benign local procedure (same E, B, β) on a seeded root
+    set of ``root-size`` samples drawn from the training data."""
+    rng = np.random.default_rng([cfg.seed, 0xF17])
+    idx = torch.from_numpy(rng.choice(len(ds.y_train), size=min(cfg.root_size, len(ds.y_train)), replace=False))
+    x_root, y_root = ds.x_train[idx], ds.y_train[idx]
+    model = build_model(cfg.model, ds.input_shape, ds.num_classes)
+
+    def root_train(arrays: ArrayRecord, server_round: int) -> ArrayRecord:
+        model.load_state_dict(arrays.to_torch_state_dict())
+        client_round(model, x_root, y_root, ds.num_classes, BENIGN, cfg, server_round, client_id=-1, device=device)
+        return ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()})
+
+    return root_train
+
+
+def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> pd.DataFrame:
+    """Run one federated training experiment on ``grid``; returns the per-round metrics table."""
+    store = RunStore(run_dir_for(cfg), cfg)
+    store.start()
+    ds = load_dataset(cfg.dataset, cfg.data_dir)
+    device = resolve_device(cfg.device)
+    model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
+    node_to_client = discover_clients(grid, cfg.num_clients)
+    log(INFO, "attackers (%s, %d of %d): %s", cfg.attack,
+        cfg.num_attackers, cfg.num_clients, sorted(attackers_of(cfg)))
+    root_fn = root_train_fn_for(cfg, ds, device) if cfg.strategy == "fltrust" else None
+    strategy = strategy_from_config(cfg, node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
+                                    root_train_fn=root_fn)
+    rows: list[dict[str, float]] = []
+    clock = [time.perf_counter()]
+
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        metrics: dict[str, float] = {}
+        due = server_round in (0, cfg.num_rounds) or server_round % cfg.eval_every == 0
+        logits = None
+        if due:
+            model.load_state_dict(arrays.to_torch_state_dict())
+            logits = predict_logits(model, ds.x_test, cfg.eval_batch_size, device)
+            if torch.isfinite(logits).all():
+                metrics.update(calibration_metrics(logits, ds.y_test, cfg.n_bins))
+            else:  # a diverged model is a result (e.g. extreme τ), not a crash
+                log(WARNING, "round %d: global model produced non-finite logits", server_round)
+                metrics.update({k: float("nan") for k in METRIC_KEYS})
+                logits = None
+        now = time.perf_counter()
+        metrics["round_seconds"] = now - clock[0]  # whole round: train, aggregate, evaluate
+        clock[0] = now
+        store.log_round(server_round, metrics)
+        rows.append({"round": server_round, **metrics})
+        if server_round == cfg.num_rounds and logits is not None:
+            bins = reliability_bins(logits, ds.y_test, cfg.n_bins)
+            store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in bins.items()}))
+        if progress is not None:
+            progress(server_round, metrics)
+        return MetricRecord({k: float(v) for k, v in metrics.items()})
+
+    initial = ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()})
+    result = strategy.start(
+        grid=grid,
+        initial_arrays=initial,
+        num_rounds=cfg.num_rounds,
+        train_config=config_record(cfg),
+        evaluate_fn=evaluate_fn,
+    )
+    final = result.arrays if result.arrays is not None else initial  # no round aggregated: still initial
+    store.save_model(final.to_torch_state_dict())
+    store.finish()
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------- client side
+def train(msg: Message, context: Context) -> Message:
+    """One client's local round on the arrays the server sent, as its behaviour dictates."""
+    cfg, server_round = message_config(msg, context)
+    check_partitions(cfg, context)
+    cid = client_id(context)
+    data = client_data(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha,
+                       cfg.seed, cid)
+    device = resolve_device(cfg.device)
+    model = shared_model(cfg.model, tuple(data.x.shape[1:]), data.num_classes)
+    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    behaviour = behaviour_for(cfg, cid)
+    stats = client_round(model, data.x, data.y, data.num_classes, behaviour, cfg, server_round, cid, device)
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    content = RecordDict({
+        "arrays": ArrayRecord(state),
+        "metrics": MetricRecord({
+            "train-loss": stats.loss,
+            "num-examples": stats.num_examples,
+            "partition-id": cid,
+            "malicious": int(behaviour.malicious),
+        }),
+    })
+    return Message(content=content, reply_to=msg)
+
+
+TASK = register(Task(
+    name="train",
+    summary="federated training under client poisoning (TSA, noise, label flipping) with a robust strategy",
+    run=run_train,
+    handlers={"train": train},
+    rounds=lambda cfg: cfg.num_rounds,
+    report=write_report,
+))

@@ -1,0 +1,147 @@
+"""The house rules of the layout (docs/design.md), checked on the source itself.
+
+* the core (every module of ``fedcal/`` outside the Flower shell and the command) never
+  imports flwr, nor the shell, not even inside a function;
+* importing every core module leaves flwr unloaded;
+* no import cycle anywhere in ``fedcal/``, counting imports inside functions;
+* the task registry, the strategy registry and the config agree on names.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "fedcal"
+SHELL = ("fedcal.app", "fedcal.tasks", "fedcal.strategies")  # the Flower shell: may import flwr
+COMMAND = ("fedcal.cli", "fedcal.__main__")  # the command: drives the shell, imports no flwr itself
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _in(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+CORE = sorted(m for m in MODULES if not _in(m, SHELL + COMMAND))
+
+
+def _imports(module: str) -> set[str]:
+    """Every module ``module`` imports (at any depth of its code), resolved to absolute names;
+    ``from pkg import sub`` counts as importing ``pkg.sub`` when ``sub`` is a module."""
+    path = MODULES[module]
+    is_pkg = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base[: len(base) - node.level + (1 if is_pkg else 0)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            subs = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in MODULES]
+            out.update(subs or [target])
+    return out
+
+
+def test_the_module_list_is_real():
+    assert {"fedcal.config", "fedcal.app.server", "fedcal.tasks.train", "fedcal.aggregate"} <= set(MODULES)
+    assert "fedcal.app.server" not in CORE and "fedcal.metrics" in CORE
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_core_never_imports_flwr_or_the_shell(module):
+    bad = sorted(i for i in _imports(module) if i == "flwr" or i.startswith("flwr.") or _in(i, SHELL))
+    assert not bad, f"{module} (core) imports {bad}: algorithms stay flwr-free; the shell calls the core"
+
+
+def test_importing_the_core_loads_no_flwr():
+    code = ("import importlib, sys\n"
+            f"for m in {CORE!r}: importlib.import_module(m)\n"
+            "print(sorted(k for k in sys.modules if k == 'flwr' or k.startswith('flwr.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=PACKAGE.parent)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_no_import_cycle_in_the_package():
+    graph = {m: {i for i in _imports(m) if i in MODULES and i != m} for m in MODULES}
+    # a package's __init__ re-exporting its own submodules is not a cycle of the code's layers
+    graph = {m: {i for i in deps if not (MODULES[m].name == "__init__.py" and i.startswith(m + "."))}
+             for m, deps in graph.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                cycle = stack[stack.index(d):] + [d]
+                raise AssertionError("import cycle: " + " → ".join(cycle))
+            if d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+def test_task_registry_matches_the_config():
+    from fedcal.config import TASKS
+    from fedcal.tasks import all_tasks, get_task
+
+    assert [t.name for t in all_tasks()] == list(TASKS)
+    with pytest.raises(ValueError, match="unknown task 'serve'"):
+        get_task("serve")
+    types = [t for task in all_tasks() for t in task.handlers]
+    assert len(types) == len(set(types)), "two tasks claim one message type"
+
+
+def test_registering_a_clashing_task_is_refused(monkeypatch):
+    import fedcal.tasks.registry as registry
+    from fedcal.tasks import Task, get_task, register
+
+    train = get_task("train")
+    monkeypatch.setattr(registry, "CONFIG_TASKS", (*registry.CONFIG_TASKS, "extra"))
+    with pytest.raises(ValueError, match="both handle"):
+        register(Task(name="extra", summary="x", run=train.run, handlers={"train": train.handlers["train"]}))
+    assert [t.name for t in registry.all_tasks()] == ["train", "inference"]  # nothing half-registered
+    with pytest.raises(ValueError, match="registered twice"):
+        register(Task(name="train", summary="x", run=train.run))
+    with pytest.raises(ValueError, match="not a value of run-config key 'task'"):
+        register(Task(name="nonexistent", summary="x", run=train.run))
+
+
+def test_the_client_app_answers_every_task():
+    """The one ClientApp registers the handshake and every task's message types."""
+    from flwr.app import ConfigRecord, Context, Message, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedcal.app.client import build_client_app
+
+    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 1
+    app = build_client_app()
+    ctx = Context(run_id=1, node_id=7, node_config={"partition-id": 2, "num-partitions": 3}, state=RecordDict(),
+                  run_config={})
+    reply = app(Message(content=RecordDict(), message_type="query.identity", dst_node_id=7), ctx)
+    assert int(reply.content["identity"]["partition-id"]) == 2
+    # an inference query before train.local is an error reply naming the cause, not a crash
+    content = RecordDict({"config": ConfigRecord({"task": "inference", "num-clients": 3})})
+    with pytest.raises(RuntimeError, match="train.local"):
+        app(Message(content=content, message_type="query.probits", dst_node_id=7), ctx)
