@@ -203,3 +203,11 @@ def test_cross_field_rules(overrides, key):
     else:
         with pytest.raises(ConfigError, match=f"'{key}'"):
             RunConfig.from_flower(overrides)
+
+
+def test_docs_list_each_key_under_its_group():
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    sections = {part.split("\n", 1)[0].split()[0]: part for part in doc.split("\n## ")[1:]}
+    for group in GROUPS:
+        missing = [i.key for i in describe(group) if f"`{i.key}`" not in sections[group]]
+        assert missing == [], group
