@@ -1,16 +1,17 @@
-"""The ``fedcal`` command.
+"""The fedcal command.
 
-    fedcal run  [key=value ...]              one Flower simulation (any run-config key)
-    fedcal taus --taus 0.2,1,5 [key=value]   benign run + TSA per τ, table and plots
-                [--strategies fedavg,fltrust,foolsgold,multikrum]   … under each defense
-    fedcal sweep grid.toml [--grid k=a,b]    a resumable, parallel grid of runs → one tidy table
-    fedcal report RUN_DIR ... --out DIR      table + plots from finished runs (the run store only)
-    fedcal posthoc|triage|similarity|stealth RUN_DIR ...   analyses of finished runs
-    fedcal inference --nf 17:4 --seeds 0-4   robust federated inference: aggregators × attacks
-    fedcal demo                              the README's main job (digits, offline)
+  fedcal run  [key=value ...]              one Flower simulation (any run-config key)
+  fedcal taus --taus 0.2,1,5 [key=value]   benign run + TSA per tau, table and plots
+              [--strategies fedavg,fltrust,foolsgold,multikrum]   ... under each defense
+  fedcal sweep grid.toml [--grid k=a,b]    a resumable, parallel grid of runs -> one tidy table
+  fedcal report RUN_DIR ... --out DIR      table + plots from finished runs (the run store only)
+  fedcal posthoc|triage|similarity|stealth RUN_DIR ...   analyses of finished runs
+  fedcal inference --nf 17:4 --seeds 0-4   robust federated inference: aggregators x attacks
+  fedcal demo                              the README's main job (digits, offline)
 
-Overrides are Flower run-config keys with TOML values (``tau=5 dataset="cifar10"``,
-bare words are strings); ``-c/--run-config "k=v k2=v2"`` is accepted too, like ``flwr run``.
+Overrides are Flower run-config keys with TOML values (tau=5 dataset="cifar10"; bare words
+are strings), before or after the options; -c/--run-config "k=v k2=v2" is accepted too, like
+flwr run. "fedcal run --help" lists every key with its default and range.
 """
 
 from __future__ import annotations
@@ -18,10 +19,14 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import textwrap
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from fedcal.config import ConfigError, RunConfig, parse_override
+from fedcal import __version__
+from fedcal.config import GROUPS, ConfigError, RunConfig, describe, parse_override
+
+EXIT_INTERRUPTED = 130  # the shell's code for a command ended by SIGINT (128 + 2)
 
 DEMO_PRESET = {
     "dataset": "digits", "model": "mlp", "num-clients": 10, "clients-per-round": 5,
@@ -37,8 +42,58 @@ def _overrides(args: argparse.Namespace) -> dict:
     return dict(parse_override(t) for t in items)
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as written; each argument's help ends with its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help = action.help or ""
+        default = action.default
+        if "%(default)" in help or default in (None, argparse.SUPPRESS) or isinstance(default, bool) \
+                or action.nargs == 0 or default == []:
+            return help
+        return help + " (default: %(default)r)" if isinstance(default, str) else help + " (default: %(default)s)"
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # never break inside a name such as fedcal-report or num-clients
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
+
+
+class _Parser(argparse.ArgumentParser):
+    """A sub-command parser whose positionals (``key=value`` overrides, run directories) may come
+    before, between or after its options."""
+
+    _intermixing = False
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None):  # type: ignore[override]
+        if self._intermixing:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
+def run_config_help(width: int = 100) -> str:
+    """Every run-config key with its default and range, by group (``fedcal run --help``)."""
+    lines = ["run-config keys (key=value; defaults are pyproject.toml's [tool.flwr.app.config]):"]
+    for group, what in GROUPS.items():
+        lines += ["", f"{group}: {what}"]
+        for info in describe(group):
+            default = '""' if info.default == "" else str(info.default).lower() if isinstance(info.default, bool) \
+                else str(info.default)
+            head = f"  {info.key} = {default}  [{info.type}" + (f"; {info.range}" if info.range else "") + "]"
+            lines.append(head)
+            lines += textwrap.wrap(info.help, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    return "\n".join(lines)
+
+
+KEYS_EPILOG = "run-config keys, their defaults and ranges: fedcal run --help"
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="run-config overrides")
+    p.add_argument("overrides", nargs="*", metavar="key=value",
+                   help="run-config overrides, TOML values (tau=5 coupled=false); before or after the options")
     p.add_argument("-c", "--run-config", action="append", help='overrides as one string, e.g. "tau=5 seed=1"')
     p.add_argument("--force", action="store_true", help="re-run even if an identical finished run exists")
     p.add_argument("--verbose", action="store_true", help="show Flower's and Ray's logs")
@@ -254,79 +309,89 @@ def cmd_inference(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fedcal", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("run", help="run one Flower simulation")
+    parser = argparse.ArgumentParser(prog="fedcal", description=__doc__, formatter_class=_HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"fedcal {__version__}",
+                        help="print fedcal's version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    def add(name: str, help: str, **kwargs: Any) -> argparse.ArgumentParser:
+        kwargs.setdefault("description", help[0].upper() + help[1:] + ".")
+        return sub.add_parser(name, help=help, formatter_class=_HelpFormatter, **kwargs)
+
+    p = add("run", "run one Flower simulation", epilog=run_config_help())
     _add_common(p)
     p.set_defaults(func=cmd_run)
-    p = sub.add_parser("taus", help="benign run + TSA at each τ; table and plots")
+    p = add("taus", "benign run + TSA at each τ; table and plots", epilog=KEYS_EPILOG)
     _add_common(p)
     p.add_argument("--taus", default="0.2,0.5,1,2,5", help="comma-separated τ values (1 = benign run)")
     p.add_argument("--report", default="fedcal-report", help="folder for table.csv/table.md/PNGs")
-    p.add_argument("--strategies", default="", help="comma-separated strategies to compare (default: the config's)")
+    p.add_argument("--strategies", default="", help="comma-separated strategies to compare (\"\" = the config's strategy)")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (with engine=inprocess)")
     p.set_defaults(func=cmd_taus)
-    p = sub.add_parser("sweep", help="a grid of runs (TOML file and/or --grid), resumable, parallel",
-                       description="fedcal sweep [grid.toml] [--grid key=v1,v2 ...] [key=value ...]")
+    p = add("sweep", "a grid of runs (TOML file and/or --grid), resumable, parallel",
+            description="fedcal sweep [grid.toml] [--grid key=v1,v2 ...] [key=value ...]", epilog=KEYS_EPILOG)
     _add_common(p)
     p.add_argument("--grid", action="append", help="an axis: key=v1,v2,... (repeatable)")
-    p.add_argument("--jobs", type=int, default=0, help="cells run in parallel (default 1; use engine=inprocess)")
+    p.add_argument("--jobs", type=int, default=0, help="cells run in parallel (0 = 1; use engine=inprocess)")
     p.add_argument("--report", default="fedcal-sweep", help="folder for cells.csv and rounds.csv")
     p.add_argument("--plot-x", default="", help="plot final accuracy and sECE against this key")
     p.add_argument("--plot-hue", default="", help="one line per value of this key")
     p.set_defaults(func=cmd_sweep)
-    p = sub.add_parser("report", help="table and plots from finished run directories (the run store)")
+    p = add("report", "table and plots from finished run directories (the run store)")
     p.add_argument("run_dirs", nargs="+", help="run directories (each with config.json and metrics.csv)")
     p.add_argument("--out", default="fedcal-report", help="output folder")
     p.add_argument("--title", default="", help="table title")
     p.set_defaults(func=cmd_report)
-    p = sub.add_parser("posthoc", help="post-hoc calibrators on finished runs' final models vs n_cal")
-    p.add_argument("run_dirs", nargs="+")
+    p = add("posthoc", "post-hoc calibrators on finished runs' final models vs n_cal")
+    p.add_argument("run_dirs", nargs="+", help="finished run directories (each with model.pt)")
     p.add_argument("--n-cal", default="10,50,100,250,500", help="calibration-set sizes")
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out calibration split")
-    p.add_argument("--out", default="fedcal-report")
+    p.add_argument("--out", default="fedcal-report", help="folder for posthoc.csv and posthoc.png")
     p.set_defaults(func=cmd_posthoc)
-    p = sub.add_parser("triage", help="unnecessary/missed verifications vs threshold, against a benign run")
+    p = add("triage", "unnecessary/missed verifications vs threshold, against a benign run")
     p.add_argument("run_dirs", nargs="+", help="attacked runs")
     p.add_argument("--benign", required=True, help="the benign run directory")
-    p.add_argument("--out", default="fedcal-report")
+    p.add_argument("--out", default="fedcal-report", help="folder for triage.csv and triage.png")
     p.set_defaults(func=cmd_triage)
-    p = sub.add_parser("similarity", help="logit cosine and linear CKA against benign models")
+    p = add("similarity", "logit cosine and linear CKA against benign models")
     p.add_argument("run_dirs", nargs="+", help="attacked runs")
     p.add_argument("--benign", nargs="+", required=True, help="benign runs (several seeds give the reference)")
-    p.add_argument("--out", default="fedcal-report")
+    p.add_argument("--out", default="fedcal-report", help="folder for similarity.csv and similarity.png")
     p.set_defaults(func=cmd_similarity)
-    p = sub.add_parser("stealth", help="update cosine to the benign update after each local step")
+    p = add("stealth", "update cosine to the benign update after each local step")
     p.add_argument("run_dir", help="a run whose final global model is the starting point")
-    p.add_argument("--client", type=int, default=0)
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--out", default="fedcal-report")
+    p.add_argument("--client", type=int, default=0, help="the client whose data the local steps use")
+    p.add_argument("--steps", type=int, default=10, help="local SGD steps (a cosine after each)")
+    p.add_argument("--out", default="fedcal-report", help="folder for stealth.csv and stealth.png")
     p.set_defaults(func=cmd_stealth)
-    p = sub.add_parser("inference", help="robust federated inference: aggregators × probit attacks over seeds",
-                       description="Every (n, f) and seed is one Flower run (task = inference): clients train "
-                                   "their own classifiers, the server trains its DeepSet on held-out probits and "
-                                   "evaluates every aggregator under every attack. Finished runs are skipped.")
+    p = add("inference", "robust federated inference: aggregators × probit attacks over seeds",
+            description="Every (n, f) and seed is one Flower run (task = inference): clients train their own "
+                        "classifiers, the server trains its DeepSet on held-out probits and evaluates every "
+                        "aggregator under every attack. Finished runs are skipped.", epilog=KEYS_EPILOG)
     _add_common(p)
     p.add_argument("--nf", action="append", help="clients:adversaries, e.g. 17:4 (repeatable; default 17:4)")
     p.add_argument("--seeds", default="0", help="seeds, e.g. 0-4 or 0,2")
     p.add_argument("--report", default="fedcal-inference", help="folder for the tables and plots")
     p.set_defaults(func=cmd_inference)
-    p = sub.add_parser("demo", help="the README's main job: digits, benign vs TSA τ=0.2 and τ=5")
+    p = add("demo", "the README's main job: digits, benign vs TSA τ=0.2 and τ=5", epilog=KEYS_EPILOG)
     _add_common(p)
     p.add_argument("--output", default="fedcal-demo", help="output folder")
-    p.add_argument("--rounds", type=int, default=0, help="override the number of rounds")
+    p.add_argument("--rounds", type=int, default=0, help="override the number of rounds (0 = the preset's 40)")
     p.set_defaults(func=cmd_demo)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one ``fedcal`` command; its exit code (2: bad config or input, 130: interrupted)."""
     try:
+        args = build_parser().parse_args(argv)
         return args.func(args)
     except (ConfigError, FileNotFoundError) as exc:  # bad config, or a run dir without its files
         print(f"fedcal: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; finished rounds are in the run store
+        print("fedcal: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

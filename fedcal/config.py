@@ -1,20 +1,29 @@
-"""One typed, validated run configuration.
+"""One typed, validated run configuration, its fields grouped by task.
 
 The single source of configuration is Flower's run config (``[tool.flwr.app.config]`` in
-``pyproject.toml``, plus ``--run-config`` overrides). Its kebab-case keys map one-to-one to
-the snake_case fields of :class:`RunConfig`. :meth:`RunConfig.from_flower` parses it once;
-unknown keys, wrong types and out-of-range values raise :class:`ConfigError` naming the key.
+``pyproject.toml``, plus ``--run-config`` overrides). Its kebab-case keys map one-to-one to the
+snake_case fields of :class:`RunConfig`, one flat namespace (Flower's run config is flat).
+
+Each field is declared with :func:`setting`: its default, its group, a one-line help and its
+bounds or choices. One generic validator (:meth:`RunConfig.validate`) checks every field against
+its declaration, then a few cross-field rules (:data:`_CROSS_FIELD_RULES`) check what involves
+several keys. :meth:`RunConfig.from_flower` parses a run config once; unknown keys, wrong types and
+out-of-range values raise :class:`ConfigError` with one line naming the key.
+
+Groups (see :data:`GROUPS`): ``common`` (what every task reads: data, clients' model and
+optimiser, seed, task), ``train`` (the federated-training simulation: rounds, attacks),
+``defense`` (the server's aggregation rule and its parameters), ``inference`` (robust federated
+inference) and ``execution`` (where and how a run executes, never part of a run's identity).
+A later task adds its own group. How the groups make up a run's hash is in :mod:`fedcal.results`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 import tomllib
-from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Mapping, NamedTuple
 
 DATASETS = ("digits", "mnist", "cifar10", "cifar100", "synthetic")
 MODELS = ("mlp", "cnn", "resnet18", "cnn1d")
@@ -24,24 +33,23 @@ STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "trimmed_mean", "me
               "median_of_means")
 DEVICES = ("auto", "cpu", "cuda")
 ENGINES = ("ray", "inprocess")
-TASKS = ("tsa", "inference")
+TASKS = ("train", "inference")
+# Old names of tasks, accepted and normalised: run directories written before the rename say "tsa".
+LEGACY_TASKS = {"tsa": "train"}
 # Probit-space attacks of robust federated inference (SPEC §7); fedcal.inference.attacks.ATTACKS.
 INFERENCE_ATTACKS = ("none", "logit_flip", "sia_blackbox", "sia_blackbox_colluding", "sia_whitebox", "lma", "cpa",
                      "pgd_cw")
 
-# Keys that describe where and how a run executes, not what it computes: they are left
-# out of the config hash so the same experiment on CPU or GPU is recognised as the same.
-_NON_SEMANTIC = {"output_dir", "run_name", "device", "data_dir", "eval_batch_size", "client_cpus", "client_gpus", "engine",
-                 "inf_timeout", "inf_query_batch"}
-# What the clients' probits of an inference run depend on (their local training and the queries):
-# runs that differ only in aggregator or attack settings reuse each other's probits.
-_COLLECTION_KEYS = ("dataset", "model", "num_clients", "dirichlet_alpha", "lr", "momentum", "weight_decay",
-                    "batch_size", "seed", "inf_server_frac", "inf_local_epochs", "inf_test_queries")
-# Keys read only by the inference task: a TSA run's hash leaves them (and ``task``) out, so
-# TSA hashes are those of configs written before the inference task existed.
-_INFERENCE_ONLY = {"task", "inf_f", "inf_server_frac", "inf_local_epochs", "inf_attacks", "inf_amplification",
-                   "inf_pgd_steps", "inf_f_curve", "inf_amp_curve", "agg_hidden", "agg_epochs", "agg_lr",
-                   "agg_adv_epochs", "agg_attack_steps", "agg_restarts", "inf_test_queries", "inf_curve_queries"}
+# Field groups, in the order `fedcal run --help` and docs/configuration.md list them.
+GROUPS = {
+    "common": "read by every task: data, the clients' model and optimiser, seed, task",
+    "train": "federated training under attack (task = train): rounds, attackers, evaluation",
+    "defense": "the server's aggregation rule and its parameters (task = train)",
+    "inference": "robust federated inference (task = inference, SPEC §7)",
+    "execution": "where and how a run executes; never part of a run's identity (config hash)",
+}
+# The groups each task reads besides "common" (a later task adds its entry and its group).
+TASK_GROUPS = {"train": ("train", "defense"), "inference": ("inference",)}
 
 
 class ConfigError(ValueError):
@@ -53,66 +61,168 @@ def key_of(field_name: str) -> str:
     return field_name.replace("_", "-")
 
 
+# ---------------------------------------------------------------------- field declarations
+@dataclass(frozen=True)
+class Setting:
+    """What :func:`setting` declares about one run-config field."""
+
+    group: str
+    help: str
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    choices: tuple[str, ...] | None = None
+    finite: bool = False  # also reject inf/nan
+    hashed: bool = True  # part of the run's identity (False: where/how it runs, not what it computes)
+    note: str = ""  # appended to the range, e.g. "0 = all"
+
+    def range_text(self) -> str:
+        """The allowed values in words: ``>= 1``, ``in [0, 1)``, ``one of a, b``; "" if any."""
+        if self.choices is not None:
+            text = "one of " + ", ".join(self.choices)
+        else:
+            lo = f"[{_num(self.ge)}" if self.ge is not None else f"({_num(self.gt)}" if self.gt is not None else None
+            hi = f"{_num(self.le)}]" if self.le is not None else f"{_num(self.lt)})" if self.lt is not None else None
+            if lo and hi:
+                text = f"in {lo}, {hi}"
+            elif lo:
+                text = (">= " if lo[0] == "[" else "> ") + lo[1:]
+            elif hi:
+                text = ("<= " if hi[-1] == "]" else "< ") + hi[:-1]
+            else:
+                text = ""
+            if self.finite:
+                text = f"a finite number {text}".strip()
+        return f"{text} ({self.note})" if self.note and text else text or self.note
+
+    def check(self, key: str, value: Any) -> None:
+        """Raise :class:`ConfigError` naming ``key`` if ``value`` breaks this declaration."""
+        if self.choices is not None:
+            if value not in self.choices:
+                raise ConfigError(f"run-config key {key!r}: unknown value {value!r}; choose one of "
+                                  f"{', '.join(self.choices)}")
+            return
+        ok = ((self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)
+              and (self.le is None or value <= self.le) and (self.lt is None or value < self.lt)
+              and (not self.finite or math.isfinite(value)))
+        if not ok:
+            text = self.range_text()
+            verb = "lie" if text.startswith("in ") else "be"
+            raise ConfigError(f"run-config key {key!r} must {verb} {text}, got {value!r}")
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def setting(default: Any, group: str, help: str, *, ge: float | None = None, gt: float | None = None,
+            le: float | None = None, lt: float | None = None, choices: tuple[str, ...] | None = None,
+            finite: bool = False, hashed: bool | None = None, note: str = "") -> Any:
+    """A :class:`RunConfig` field: default, group, help and bounds/choices, declared together.
+
+    ``hashed`` defaults to False in the ``execution`` group and True elsewhere.
+    """
+    if group not in GROUPS:
+        raise ValueError(f"unknown config group {group!r}")  # pragma: no cover - a declaration error
+    meta = Setting(group, help, ge, gt, le, lt, choices, finite,
+                   group != "execution" if hashed is None else hashed, note)
+    return field(default=default, metadata={"fedcal": meta})
+
+
+def setting_of(name: str) -> Setting:
+    """The :class:`Setting` of a field (snake_case or kebab-case name)."""
+    return _FIELDS[name.replace("-", "_")].metadata["fedcal"]
+
+
+# ---------------------------------------------------------------------- the run config
 @dataclass(frozen=True)
 class RunConfig:
-    """Everything one federated run needs. Defaults are SPEC §2's MNIST–MLP table row."""
+    """Everything one federated run needs. Defaults are SPEC §2's MNIST–MLP table row.
 
-    dataset: str = "mnist"
-    data_dir: str = ""  # "" → $FEDCAL_DATA_DIR, else ~/.cache/fedcal/data
-    model: str = "mlp"
-    num_clients: int = 50  # K
-    clients_per_round: int = 5  # M
-    num_rounds: int = 100
-    partition: str = "dirichlet"
-    dirichlet_alpha: float = 1.0
-    attack: str = "tsa"  # what the attacker subset does; "none" = all benign
-    attacker_ratio: float = 0.25  # 13 of 50
-    tau: float = 1.0  # TSA temperature (1.0 = benign behaviour)
-    coupled: bool = True  # η = β·τ (False: the uncoupled ablation, η = β)
-    noise_sigma: float = 0.1
-    flip_shift: int = 1
-    lr: float = 0.01  # β, the benign learning rate
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    batch_size: int = 64  # B
-    local_steps: int = 5  # E
-    seed: int = 0
-    n_bins: int = 15
-    strategy: str = "fedavg"
-    krum_f: int = 1  # MultiKrum: assumed Byzantine replies per round (f = 1 for n = 5)
-    krum_m: int = 0  # MultiKrum: updates averaged; 0 → n − f
-    trim_f: int = 1  # trimmed mean: values dropped per side and coordinate
-    root_size: int = 100  # FLTrust: server's clean root set, drawn from the training data
-    mom_groups: int = 3  # median-of-means: number of groups
-    foolsgold_kappa: float = 1.0
-    eval_batch_size: int = 1000
-    eval_every: int = 1  # central evaluation every k rounds (and always after round 0 and the last)
-    device: str = "auto"
-    engine: str = "ray"  # "ray": Flower's Simulation Engine; "inprocess": same apps, no Ray
-    client_cpus: float = 1.0  # Ray resources per virtual client (simulation only)
-    client_gpus: float = 0.0  # fractional GPUs per virtual client, e.g. 0.25
-    output_dir: str = "runs"
-    run_name: str = ""
+    Fields keep the order they had before they were grouped: ``to_flower()``, ``config.json`` and
+    the sweep tables' config columns follow it, so committed tables rebuild byte for byte. The
+    group of each field is declared next to it (see :data:`GROUPS`).
+    """
+
+    dataset: str = setting("mnist", "common", "dataset; digits is scikit-learn's, offline", choices=DATASETS)
+    data_dir: str = setting("", "execution", 'folder with <dataset>_{train,test}.npz; "" = $FEDCAL_DATA_DIR, '
+                                             "else ~/.cache/fedcal/data")
+    model: str = setting("mlp", "common", "model of the global model (and of inference clients)", choices=MODELS)
+    num_clients: int = setting(50, "common", "K, clients in the federation (n for inference)", ge=1)
+    clients_per_round: int = setting(5, "train", "M, clients sampled per round (<= num-clients)", ge=1)
+    num_rounds: int = setting(100, "train", "federated rounds", ge=1)
+    partition: str = setting("dirichlet", "common", "how the training data is split over clients",
+                             choices=PARTITIONS)
+    dirichlet_alpha: float = setting(1.0, "common", "alpha of the per-class Dirichlet label skew", gt=0)
+    attack: str = setting("tsa", "train", 'what the attacker subset does; "none" = all benign', choices=ATTACKS)
+    attacker_ratio: float = setting(0.25, "train", "attackers = round-half-up(ratio * K): 13 of 50", ge=0, lt=1)
+    tau: float = setting(1.0, "train", "TSA temperature (1.0 = benign behaviour)", gt=0, finite=True)
+    coupled: bool = setting(True, "train", "TSA learning rate eta = beta * tau (false: the uncoupled ablation, "
+                                           "eta = beta)")
+    noise_sigma: float = setting(0.1, "train", "sigma of the Gaussian added to the update (attack = noise)", ge=0)
+    flip_shift: int = setting(1, "train", "k in y <- (y + k) mod C (attack = labelflip)", ge=1)
+    lr: float = setting(0.01, "common", "beta, the benign learning rate", gt=0, finite=True)
+    momentum: float = setting(0.0, "common", "SGD momentum, the same for every client", ge=0, lt=1)
+    weight_decay: float = setting(0.0, "common", "SGD weight decay, the same for every client", ge=0)
+    batch_size: int = setting(64, "common", "B, the clients' batch size", ge=1)
+    local_steps: int = setting(5, "train", "E, local SGD steps per round", ge=1)
+    seed: int = setting(0, "common", "seeds model init, partition, attacker choice, client sampling, batches",
+                        ge=0)
+    n_bins: int = setting(15, "common", "calibration bins of the reported ECE/sECE", ge=1)
+    strategy: str = setting("fedavg", "defense", "the server's aggregation rule", choices=STRATEGIES)
+    krum_f: int = setting(1, "defense", "MultiKrum: assumed Byzantine replies per round (needs M >= f + 3)", ge=0)
+    krum_m: int = setting(0, "defense", "MultiKrum: updates averaged (<= M)", ge=0, note="0 = n - f")
+    trim_f: int = setting(1, "defense", "trimmed mean: values dropped per side and coordinate (needs M > 2f)",
+                          ge=0)
+    root_size: int = setting(100, "defense", "FLTrust: the server's clean root set, drawn from the training data",
+                             ge=1)
+    mom_groups: int = setting(3, "defense", "median-of-means: number of groups", ge=1)
+    foolsgold_kappa: float = setting(1.0, "defense", "FoolsGold: logit confidence kappa", gt=0)
+    eval_batch_size: int = setting(1000, "execution", "batch size of the central evaluation", ge=1)
+    eval_every: int = setting(1, "train", "central evaluation every k rounds (always round 0 and the last)", ge=1)
+    device: str = setting("auto", "execution", "auto = CUDA if present", choices=DEVICES)
+    engine: str = setting("ray", "execution", "ray: Flower's Simulation Engine; inprocess: the same apps, no Ray",
+                          choices=ENGINES)
+    client_cpus: float = setting(1.0, "execution", "Ray CPUs per virtual client (simulation only)", gt=0)
+    client_gpus: float = setting(0.0, "execution", "fractional GPUs per virtual client, e.g. 0.25", ge=0)
+    output_dir: str = setting("runs", "execution", "where run directories go")
+    run_name: str = setting("", "execution", 'run directory name; "" = <dataset>-<model>-...-s<seed>-<hash>')
     # --- robust federated inference (task = "inference", SPEC §7) ---
-    task: str = "tsa"  # "tsa": federated training under TSA; "inference": robust federated inference
-    inf_f: int = 4  # adversarial clients per query, and what the robust aggregators are built for
-    inf_server_frac: float = 0.1  # training data kept by the server for training its aggregator
-    inf_local_epochs: int = 10  # epochs each client trains its own classifier
-    inf_attacks: str = ",".join(INFERENCE_ATTACKS)  # evaluated attacks (comma-separated)
-    inf_amplification: float = 2.0  # logit flipping's a
-    inf_pgd_steps: int = 50  # PGD-CW sign-gradient steps (step 0.1)
-    inf_test_queries: int = 0  # test queries evaluated (the first k of the test set; 0 = all)
-    inf_f_curve: bool = True  # also evaluate every f_adv = 0..(n-1)//2 (aggregators stay built for inf-f)
-    inf_curve_queries: int = 2000  # test queries of the accuracy-vs-f and vs-amplification curves (0 = all)
-    inf_amp_curve: str = "0.5,1,2,4,8,16"  # logit-flip amplifications for the accuracy-vs-a curve ("" = none)
-    inf_query_batch: int = 500  # queries per message
-    inf_timeout: float = 600.0  # seconds the server waits for replies to one query message
-    agg_hidden: int = 224  # DeepSet width h
-    agg_epochs: int = 100  # DeepSet epochs on the clean probits (cheap) ...
-    agg_adv_epochs: int = 20  # ... then epochs of adversarial training (SPEC §7; 0 = plain DeepSet)
-    agg_lr: float = 1e-3
-    agg_attack_steps: int = 10  # sign-gradient steps per adversarial-training batch
-    agg_restarts: int = 2  # adversarial-training starts per batch (the 2nd from a simplex vertex); worst kept
+    task: str = setting("train", "common", "train: federated training under attack (TSA and poisoning "
+                                           "baselines); inference: robust federated inference", choices=TASKS)
+    inf_f: int = setting(4, "inference", "adversarial clients per query, and what the robust aggregators are built "
+                                         "for (2 * inf-f < num-clients)", ge=0)
+    inf_server_frac: float = setting(0.1, "inference", "training data kept by the server to train its aggregator",
+                                     gt=0, lt=1)
+    inf_local_epochs: int = setting(10, "inference", "epochs each client trains its own classifier", ge=1)
+    inf_attacks: str = setting(",".join(INFERENCE_ATTACKS), "inference",
+                               "evaluated probit attacks: " + ", ".join(INFERENCE_ATTACKS),
+                               note="comma-separated names, at least one")
+    inf_amplification: float = setting(2.0, "inference", "logit flipping's amplification a", gt=0)
+    inf_pgd_steps: int = setting(50, "inference", "PGD-CW sign-gradient steps (step 0.1)", ge=0)
+    inf_test_queries: int = setting(0, "inference", "test queries evaluated (the first k of the test set)", ge=0,
+                                    note="0 = all")
+    inf_f_curve: bool = setting(True, "inference", "also evaluate every f_adv = 0..(n-1)//2 (aggregators stay "
+                                                   "built for inf-f)")
+    inf_curve_queries: int = setting(2000, "inference", "test queries of the accuracy-vs-f and vs-amplification "
+                                                        "curves", ge=0, note="0 = all")
+    inf_amp_curve: str = setting("0.5,1,2,4,8,16", "inference", "logit-flip amplifications of the accuracy-vs-a "
+                                                                "curve", note='comma-separated numbers > 0; "" = none')
+    inf_query_batch: int = setting(500, "inference", "queries per message", ge=1, hashed=False)
+    inf_timeout: float = setting(600.0, "inference", "seconds the server waits for replies to one query message",
+                                 gt=0, hashed=False)
+    agg_hidden: int = setting(224, "inference", "DeepSet width h", ge=1)
+    agg_epochs: int = setting(100, "inference", "DeepSet epochs on the clean probits", ge=0)
+    agg_adv_epochs: int = setting(20, "inference", "then epochs of adversarial training (0 = plain DeepSet)", ge=0)
+    agg_lr: float = setting(1e-3, "inference", "DeepSet Adam learning rate", gt=0)
+    agg_attack_steps: int = setting(10, "inference", "sign-gradient steps per adversarial-training batch", ge=0)
+    agg_restarts: int = setting(2, "inference", "adversarial-training starts per batch (the 2nd from a simplex "
+                                                "vertex); the worst kept", ge=1)
+
+    def __post_init__(self) -> None:
+        if self.task in LEGACY_TASKS:  # old run directories' config.json say task = "tsa"
+            object.__setattr__(self, "task", LEGACY_TASKS[self.task])
 
     # ------------------------------------------------------------------ parsing
     @classmethod
@@ -139,82 +249,12 @@ class RunConfig:
         return cfg
 
     def validate(self) -> None:
-        """Raise :class:`ConfigError` for the first out-of-range value."""
-        _choice("dataset", self.dataset, DATASETS)
-        _choice("model", self.model, MODELS)
-        _choice("attack", self.attack, ATTACKS)
-        _choice("partition", self.partition, PARTITIONS)
-        _choice("strategy", self.strategy, STRATEGIES)
-        _choice("device", self.device, DEVICES)
-        _choice("engine", self.engine, ENGINES)
-        _check("num-clients", self.num_clients >= 1, self.num_clients, "must be >= 1")
-        _check("clients-per-round", self.clients_per_round >= 1, self.clients_per_round, "must be >= 1")
-        _check(
-            "clients-per-round",
-            self.clients_per_round <= self.num_clients,
-            self.clients_per_round,
-            f"must not exceed num-clients ({self.num_clients})",
-        )
-        _check("num-rounds", self.num_rounds >= 1, self.num_rounds, "must be >= 1")
-        _check("dirichlet-alpha", self.dirichlet_alpha > 0, self.dirichlet_alpha, "must be > 0")
-        _check("attacker-ratio", 0 <= self.attacker_ratio < 1, self.attacker_ratio, "must lie in [0, 1)")
-        _check("tau", self.tau > 0 and math.isfinite(self.tau), self.tau, "must be a finite number > 0")
-        _check("noise-sigma", self.noise_sigma >= 0, self.noise_sigma, "must be >= 0")
-        _check("flip-shift", self.flip_shift >= 1, self.flip_shift, "must be >= 1")
-        _check("lr", self.lr > 0 and math.isfinite(self.lr), self.lr, "must be a finite number > 0")
-        _check("momentum", 0 <= self.momentum < 1, self.momentum, "must lie in [0, 1)")
-        _check("weight-decay", self.weight_decay >= 0, self.weight_decay, "must be >= 0")
-        _check("batch-size", self.batch_size >= 1, self.batch_size, "must be >= 1")
-        _check("local-steps", self.local_steps >= 1, self.local_steps, "must be >= 1")
-        _check("seed", self.seed >= 0, self.seed, "must be >= 0")
-        _check("n-bins", self.n_bins >= 1, self.n_bins, "must be >= 1")
-        _check("client-cpus", self.client_cpus > 0, self.client_cpus, "must be > 0")
-        _check("client-gpus", self.client_gpus >= 0, self.client_gpus, "must be >= 0")
-        _check("krum-f", self.krum_f >= 0, self.krum_f, "must be >= 0")
-        _check("krum-m", self.krum_m >= 0, self.krum_m, "must be >= 0 (0 = n - f)")
-        if self.strategy == "multikrum":
-            _check("krum-f", self.clients_per_round >= self.krum_f + 3, self.krum_f,
-                   f"needs clients-per-round >= krum-f + 3 (clients-per-round = {self.clients_per_round})")
-            _check("krum-m", self.krum_m <= self.clients_per_round, self.krum_m,
-                   f"must not exceed clients-per-round ({self.clients_per_round})")
-        _check("trim-f", self.trim_f >= 0, self.trim_f, "must be >= 0")
-        if self.strategy == "trimmed_mean":
-            _check("trim-f", self.clients_per_round > 2 * self.trim_f, self.trim_f,
-                   f"needs clients-per-round > 2 * trim-f (clients-per-round = {self.clients_per_round})")
-        _check("root-size", self.root_size >= 1, self.root_size, "must be >= 1")
-        _check("mom-groups", self.mom_groups >= 1, self.mom_groups, "must be >= 1")
-        _check("foolsgold-kappa", self.foolsgold_kappa > 0, self.foolsgold_kappa, "must be > 0")
-        _check("eval-every", self.eval_every >= 1, self.eval_every, "must be >= 1")
-        _check("eval-batch-size", self.eval_batch_size >= 1, self.eval_batch_size, "must be >= 1")
-        _choice("task", self.task, TASKS)
-        _check("inf-f", self.inf_f >= 0, self.inf_f, "must be >= 0")
-        if self.task == "inference":
-            _check("inf-f", 2 * self.inf_f < self.num_clients, self.inf_f,
-                   f"needs 2 * inf-f < num-clients (num-clients = {self.num_clients})")
-        _check("inf-server-frac", 0 < self.inf_server_frac < 1, self.inf_server_frac, "must lie in (0, 1)")
-        _check("inf-local-epochs", self.inf_local_epochs >= 1, self.inf_local_epochs, "must be >= 1")
-        for name in self.inference_attacks:
-            _choice("inf-attacks", name, INFERENCE_ATTACKS)
-        _check("inf-attacks", bool(self.inference_attacks), self.inf_attacks, "must name at least one attack")
-        _check("inf-amplification", self.inf_amplification > 0, self.inf_amplification, "must be > 0")
-        _check("inf-pgd-steps", self.inf_pgd_steps >= 0, self.inf_pgd_steps, "must be >= 0")
-        try:
-            amps = self.amplification_curve
-        except ValueError:
-            raise ConfigError(f"run-config key 'inf-amp-curve' must be comma-separated numbers, got {self.inf_amp_curve!r}")
-        _check("inf-amp-curve", all(a > 0 for a in amps), self.inf_amp_curve, "values must be > 0")
-        _check("inf-query-batch", self.inf_query_batch >= 1, self.inf_query_batch, "must be >= 1")
-        _check("inf-timeout", self.inf_timeout > 0, self.inf_timeout, "must be > 0")
-        _check("agg-hidden", self.agg_hidden >= 1, self.agg_hidden, "must be >= 1")
-        _check("agg-epochs", self.agg_epochs >= 0, self.agg_epochs, "must be >= 0")
-        _check("agg-adv-epochs", self.agg_adv_epochs >= 0, self.agg_adv_epochs, "must be >= 0")
-        _check("inf-test-queries", self.inf_test_queries >= 0, self.inf_test_queries, "must be >= 0 (0 = all)")
-        _check("inf-curve-queries", self.inf_curve_queries >= 0, self.inf_curve_queries, "must be >= 0 (0 = all)")
-        _check("agg-lr", self.agg_lr > 0, self.agg_lr, "must be > 0")
-        _check("agg-attack-steps", self.agg_attack_steps >= 0, self.agg_attack_steps, "must be >= 0")
-        _check("agg-restarts", self.agg_restarts >= 1, self.agg_restarts, "must be >= 1")
-        if self.task == "inference" and self.agg_adv_epochs:
-            _check("inf-f", self.inf_f >= 1, self.inf_f, "must be >= 1 for adversarial training (agg-adv-epochs > 0)")
+        """Raise :class:`ConfigError` for the first value outside its declared range, then for the
+        first broken cross-field rule."""
+        for f in fields(self):
+            f.metadata["fedcal"].check(key_of(f.name), getattr(self, f.name))
+        for rule in _CROSS_FIELD_RULES:
+            rule(self)
 
     # ------------------------------------------------------------------ output
     def to_flower(self) -> dict[str, Any]:
@@ -224,26 +264,6 @@ class RunConfig:
     def replace(self, **changes: Any) -> RunConfig:
         """A validated copy with some fields changed (snake_case or kebab-case names)."""
         return RunConfig.from_flower(self.to_flower(), **changes)
-
-    def config_hash(self) -> str:
-        """Stable hash of the keys that change what is computed (not where it runs)."""
-        skip = _NON_SEMANTIC | (_INFERENCE_ONLY if self.task == "tsa" else set())
-        semantic = {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
-        blob = json.dumps(semantic, sort_keys=True, default=str).encode()
-        return hashlib.sha256(blob).hexdigest()[:12]
-
-    def collection_hash(self) -> str:
-        """Hash of what an inference run's collected client probits depend on."""
-        blob = json.dumps({k: getattr(self, k) for k in _COLLECTION_KEYS}, sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:12]
-
-    def default_run_name(self) -> str:
-        """Readable, unique-per-config directory name."""
-        if self.task == "inference":
-            return (f"{self.dataset}-{self.model}-inference-n{self.num_clients}-f{self.inf_f}-s{self.seed}-"
-                    f"{self.config_hash()[:8]}")
-        what = self.attack if self.attack != "tsa" else f"tsa{self.tau:g}" + ("" if self.coupled else "u")
-        return f"{self.dataset}-{self.model}-{self.strategy}-{what}-s{self.seed}-{self.config_hash()[:8]}"
 
     @property
     def inference_attacks(self) -> tuple[str, ...]:
@@ -263,6 +283,99 @@ class RunConfig:
         return int(math.floor(self.attacker_ratio * self.num_clients + 0.5 + 1e-9))
 
 
+_FIELDS = {f.name: f for f in fields(RunConfig)}
+
+
+# ---------------------------------------------------------------------- cross-field rules
+def _check(key: str, ok: bool, value: Any, why: str) -> None:
+    if not ok:
+        raise ConfigError(f"run-config key {key!r} {why}, got {value!r}")
+
+
+def _round_size(c: RunConfig) -> None:
+    _check("clients-per-round", c.clients_per_round <= c.num_clients, c.clients_per_round,
+           f"must not exceed num-clients ({c.num_clients})")
+
+
+def _defense_parameters(c: RunConfig) -> None:
+    m = c.clients_per_round
+    if c.strategy == "multikrum":
+        _check("krum-f", m >= c.krum_f + 3, c.krum_f, f"needs clients-per-round >= krum-f + 3 (clients-per-round = {m})")
+        _check("krum-m", c.krum_m <= m, c.krum_m, f"must not exceed clients-per-round ({m})")
+    if c.strategy == "trimmed_mean":
+        _check("trim-f", m > 2 * c.trim_f, c.trim_f, f"needs clients-per-round > 2 * trim-f (clients-per-round = {m})")
+
+
+def _inference_f(c: RunConfig) -> None:
+    if c.task == "inference":
+        _check("inf-f", 2 * c.inf_f < c.num_clients, c.inf_f,
+               f"needs 2 * inf-f < num-clients (num-clients = {c.num_clients})")
+
+
+def _inference_attacks(c: RunConfig) -> None:
+    for name in c.inference_attacks:
+        if name not in INFERENCE_ATTACKS:
+            raise ConfigError(f"run-config key 'inf-attacks': unknown value {name!r}; choose one of "
+                              f"{', '.join(INFERENCE_ATTACKS)}")
+    _check("inf-attacks", bool(c.inference_attacks), c.inf_attacks, "must name at least one attack")
+
+
+def _amplification_curve(c: RunConfig) -> None:
+    try:
+        amps = c.amplification_curve
+    except ValueError:
+        raise ConfigError(f"run-config key 'inf-amp-curve' must be comma-separated numbers, got {c.inf_amp_curve!r}")
+    _check("inf-amp-curve", all(a > 0 for a in amps), c.inf_amp_curve, "values must be > 0")
+
+
+def _adversarial_training(c: RunConfig) -> None:
+    if c.task == "inference" and c.agg_adv_epochs:
+        _check("inf-f", c.inf_f >= 1, c.inf_f, "must be >= 1 for adversarial training (agg-adv-epochs > 0)")
+
+
+# Rules that involve several keys, checked in this order after every field's own range.
+_CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
+    _round_size, _defense_parameters, _inference_f, _inference_attacks, _amplification_curve, _adversarial_training)
+
+
+# ---------------------------------------------------------------------- description
+class FieldInfo(NamedTuple):
+    """One run-config key as :func:`describe` lists it."""
+
+    key: str
+    default: Any
+    type: str
+    group: str
+    range: str  # allowed values in words ("" = any value of the type)
+    help: str
+    hashed: bool  # part of the run's identity
+
+
+def describe(group: str | None = None) -> list[FieldInfo]:
+    """Every run-config key with its default, type, group, range and help, grouped in
+    :data:`GROUPS` order (declaration order within a group); only ``group``'s keys if given."""
+    out = []
+    for g in GROUPS:
+        if group is not None and g != group:
+            continue
+        for f in fields(RunConfig):
+            s: Setting = f.metadata["fedcal"]
+            if s.group == g:
+                out.append(FieldInfo(key_of(f.name), f.default, _type_name(f.type), g, s.range_text(), s.help,
+                                     s.hashed))
+    return out
+
+
+def fields_of(*groups: str) -> tuple[str, ...]:
+    """Field names (snake_case) in the given groups, in declaration order."""
+    return tuple(f.name for f in fields(RunConfig) if f.metadata["fedcal"].group in groups)
+
+
+def _type_name(typ: Any) -> str:
+    return typ if isinstance(typ, str) else typ.__name__
+
+
+# ---------------------------------------------------------------------- parsing values
 def parse_override(text: str) -> tuple[str, Any]:
     """Parse one ``key=value`` override; values are TOML (``tau=5``, ``coupled=false``).
 
@@ -304,13 +417,3 @@ def _coerce(key: str, value: Any, typ: Any) -> Any:
             raise ConfigError(f"run-config key {key!r} must be a string, got {value!r}")
         return value
     raise TypeError(f"unsupported config type {typ!r}")  # pragma: no cover
-
-
-def _choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"run-config key {key!r}: unknown value {value!r}; choose one of {', '.join(allowed)}")
-
-
-def _check(key: str, ok: bool, value: Any, why: str) -> None:
-    if not ok:
-        raise ConfigError(f"run-config key {key!r} {why}, got {value!r}")

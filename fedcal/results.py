@@ -1,4 +1,9 @@
-"""Run store: results as data, written as they are produced.
+"""Run identity and the run store: which directory a config's results live in, and what is in it.
+
+Run identity (:func:`config_hash`, :func:`collection_hash`, :func:`default_run_name`,
+:func:`run_dir_for`): a run is named after the keys that change what it computes, so a finished
+run is recognised (and skipped) whichever machine or folder produced it. Committed results are
+identified by these names: the hashes below must never change for an existing task.
 
 A run directory holds
 
@@ -9,22 +14,24 @@ A run directory holds
 * ``model.pt`` — the final global model's state dict (for post-hoc calibration, triage, CKA);
 * ``DONE`` — written last; a run with a ``DONE`` matching its config hash is finished.
 
-Tables and plots are built from these files only (:func:`load_metrics`, :func:`final_table`).
+Tables and plots are built from these files only (:func:`load_metrics`; the final metrics of runs:
+:func:`fedcal.reports.final_metrics`).
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
+import hashlib
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Mapping
 
 import pandas as pd
 
-from fedcal.config import RunConfig
+from fedcal.config import TASK_GROUPS, RunConfig, fields_of, setting_of
 
 METRICS_FILE = "metrics.csv"
 MODEL_FILE = "model.pt"
@@ -38,7 +45,7 @@ class RunStore:
         self.dir = Path(run_dir)
         self.cfg = cfg
         self.run_id = self.dir.name
-        self.config_hash = cfg.config_hash()
+        self.config_hash = config_hash(cfg)
 
     # ------------------------------------------------------------------ lifecycle
     def is_done(self) -> bool:
@@ -93,9 +100,68 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+# ---------------------------------------------------------------------- run identity
+# Keys that describe where and how a run executes, not what it computes (the "execution" group
+# and the fields declared hashed=False): left out of every hash, so the same experiment on CPU or
+# GPU, or in another output folder, is recognised as the same.
+_NON_SEMANTIC = frozenset(f.name for f in dataclasses.fields(RunConfig) if not setting_of(f.name).hashed)
+# What the clients' probits of an inference run depend on (their local training and the queries):
+# runs that differ only in aggregator or attack settings reuse each other's probits. A subset of
+# groups, so named one by one.
+_COLLECTION_KEYS = ("dataset", "model", "num_clients", "dirichlet_alpha", "lr", "momentum", "weight_decay",
+                    "batch_size", "seed", "inf_server_frac", "inf_local_epochs", "inf_test_queries")
+
+
+def hashed_keys(task: str) -> frozenset[str]:
+    """Field names whose values make up the hash of a run of ``task``.
+
+    * ``train``: the common, train and defense groups, without ``task`` — exactly the keys hashed
+      before the inference task (and the task key) existed, so old run directories keep their names.
+    * ``inference``: the common, train, defense and inference groups with ``task``. Inference reads
+      few train/defense keys, but its hashes have always covered them; dropping them now would
+      rename every committed inference run directory and orphan its probit cache.
+    * any later task: the common group (``task`` included) and the task's own groups
+      (:data:`fedcal.config.TASK_GROUPS`), so adding a task or a group never changes another
+      task's hashes.
+    """
+    if task == "train":
+        groups: tuple[str, ...] = ("common", "train", "defense")
+    elif task == "inference":
+        groups = ("common", "train", "defense", "inference")
+    else:
+        groups = ("common", *TASK_GROUPS[task])
+    keys = frozenset(fields_of(*groups)) - _NON_SEMANTIC
+    return keys - {"task"} if task == "train" else keys
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """Stable 12-hex hash of the keys that change what a run computes (not where it runs)."""
+    keys = hashed_keys(cfg.task)
+    semantic = {k: v for k, v in dataclasses.asdict(cfg).items() if k in keys}
+    blob = json.dumps(semantic, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def collection_hash(cfg: RunConfig) -> str:
+    """Hash of what an inference run's collected client probits depend on."""
+    blob = json.dumps({k: getattr(cfg, k) for k in _COLLECTION_KEYS}, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def default_run_name(cfg: RunConfig) -> str:
+    """Readable, unique-per-config directory name."""
+    if cfg.task == "inference":
+        return (f"{cfg.dataset}-{cfg.model}-inference-n{cfg.num_clients}-f{cfg.inf_f}-s{cfg.seed}-"
+                f"{config_hash(cfg)[:8]}")
+    if cfg.task == "train":
+        what = cfg.attack if cfg.attack != "tsa" else f"tsa{cfg.tau:g}" + ("" if cfg.coupled else "u")
+        return f"{cfg.dataset}-{cfg.model}-{cfg.strategy}-{what}-s{cfg.seed}-{config_hash(cfg)[:8]}"
+    return f"{cfg.dataset}-{cfg.model}-{cfg.task}-s{cfg.seed}-{config_hash(cfg)[:8]}"  # a later task's default
+
+
 def run_dir_for(cfg: RunConfig) -> Path:
     """``<output-dir>/<run-name or default run name>``."""
-    return Path(cfg.output_dir) / (cfg.run_name or cfg.default_run_name())
+    return Path(cfg.output_dir) / (cfg.run_name or default_run_name(cfg))
 
 
 def load_run_config(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
@@ -124,22 +190,6 @@ def load_metrics(run_dirs: list[str | os.PathLike[str]] | str | os.PathLike[str]
     if not frames:
         return pd.DataFrame(columns=list(COLUMNS))
     return pd.concat(frames, ignore_index=True)
-
-
-def final_table(metrics: pd.DataFrame, by: list[str], round_: int | None = None) -> pd.DataFrame:
-    """One row per ``by`` group: the metrics of each run's last (or given) round, wide."""
-    df = metrics
-    if round_ is None:
-        last = df.groupby("run_id")["round"].transform("max")
-        df = df[df["round"] == last]
-    else:
-        df = df[df["round"] == round_]
-    wide = df.pivot_table(index=["run_id", *by], columns="metric", values="value").reset_index()
-    return wide
-
-
-def remove_run(run_dir: str | os.PathLike[str]) -> None:
-    shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def load_model(run_dir: str | os.PathLike[str]):

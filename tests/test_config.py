@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 
 from fedcal.cli import main as cli_main
-from fedcal.config import ConfigError, RunConfig, parse_override
+from fedcal.config import GROUPS, ConfigError, RunConfig, describe, parse_override, setting_of
+from fedcal.results import config_hash, default_run_name
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,20 +66,20 @@ def test_parse_override_toml_values():
 
 def test_hash_ignores_where_it_runs_but_not_what_it_computes():
     a = RunConfig()
-    assert a.config_hash() == a.replace(device="cpu", output_dir="elsewhere").config_hash()
-    assert a.config_hash() != a.replace(tau=5.0).config_hash()
+    assert config_hash(a) == config_hash(a.replace(device="cpu", output_dir="elsewhere"))
+    assert config_hash(a) != config_hash(a.replace(tau=5.0))
 
 
 def test_tsa_hashes_predate_the_inference_keys():
     """Run directories written before the inference task existed keep their names (and are
     recognised as finished): a TSA hash ignores task and the inference-only keys."""
     cfg = RunConfig.from_flower({"dataset": "cifar10", "model": "cnn", "lr": 0.05, "eval-every": 10, "tau": 0.2})
-    assert cfg.default_run_name() == "cifar10-cnn-fedavg-tsa0.2-s0-df591996"  # a directory made by the older code
-    assert cfg.config_hash() == cfg.replace(inf_f=2, agg_epochs=3).config_hash()
+    assert default_run_name(cfg) == "cifar10-cnn-fedavg-tsa0.2-s0-df591996"  # a directory made by the older code
+    assert config_hash(cfg) == config_hash(cfg.replace(inf_f=2, agg_epochs=3))
     inf = cfg.replace(task="inference", num_clients=17)
-    assert inf.config_hash() != inf.replace(inf_f=2).config_hash()
-    assert inf.config_hash() == inf.replace(inf_timeout=5.0, inf_query_batch=7).config_hash()
-    assert inf.default_run_name().startswith("cifar10-cnn-inference-n17-f4-s0-")
+    assert config_hash(inf) != config_hash(inf.replace(inf_f=2))
+    assert config_hash(inf) == config_hash(inf.replace(inf_timeout=5.0, inf_query_batch=7))
+    assert default_run_name(inf).startswith("cifar10-cnn-inference-n17-f4-s0-")
 
 
 def test_cli_rejects_bad_config_before_running(capsys):
@@ -119,3 +120,94 @@ def test_strategy_parameters_are_checked_against_the_round_size():
 def test_every_key_is_documented():
     doc = (ROOT / "docs" / "configuration.md").read_text()
     assert [k for k in RunConfig().to_flower() if f"`{k}`" not in doc] == []
+
+
+# ---------------------------------------------------------------------- tasks, groups, declarations
+def test_task_train_is_the_default_and_tsa_a_legacy_alias():
+    """Old run directories' config.json say task = "tsa": they load, as the train task, with
+    the hash and run name they were written under."""
+    assert RunConfig().task == "train"
+    legacy = RunConfig.from_flower({"task": "tsa", "tau": 0.2, "dataset": "cifar10", "model": "cnn", "lr": 0.05,
+                                    "eval-every": 10})
+    assert legacy.task == "train" and legacy == legacy.replace(task="train")
+    assert RunConfig(task="tsa") == RunConfig()
+    assert default_run_name(legacy) == "cifar10-cnn-fedavg-tsa0.2-s0-df591996"
+    assert RunConfig().to_flower()["task"] == "train"
+
+
+def test_every_field_is_declared_with_a_group_and_help():
+    infos = describe()
+    assert sorted(i.key for i in infos) == sorted(RunConfig().to_flower())
+    assert {i.group for i in infos} <= set(GROUPS)
+    assert all(i.help for i in infos)
+    assert [i.group for i in infos] == sorted((i.group for i in infos), key=list(GROUPS).index)  # grouped
+    by_key = {i.key: i for i in infos}
+    assert by_key["krum-f"][:5] == ("krum-f", 1, "int", "defense", ">= 0")
+    assert by_key["attacker-ratio"].range == "in [0, 1)"
+    assert by_key["tau"].range == "a finite number > 0"
+    assert by_key["inf-server-frac"].range == "in (0, 1)"
+    assert by_key["krum-m"].range == ">= 0 (0 = n - f)"
+    assert by_key["dataset"].range.startswith("one of digits, mnist")
+    assert by_key["task"].range == "one of train, inference"
+    assert [i.key for i in describe("defense")] == ["strategy", "krum-f", "krum-m", "trim-f", "root-size",
+                                                    "mom-groups", "foolsgold-kappa"]
+    assert setting_of("inf-timeout").hashed is False and setting_of("tau").hashed is True
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("tau", float("inf"), "run-config key 'tau' must be a finite number > 0, got inf"),
+    ("tau", float("nan"), "run-config key 'tau' must be a finite number > 0, got nan"),
+    ("lr", 0, "run-config key 'lr' must be a finite number > 0, got 0.0"),
+    ("attacker-ratio", 1.0, "run-config key 'attacker-ratio' must lie in [0, 1), got 1.0"),
+    ("momentum", 1.0, "run-config key 'momentum' must lie in [0, 1), got 1.0"),
+    ("inf-server-frac", 0.0, "run-config key 'inf-server-frac' must lie in (0, 1), got 0.0"),
+    ("num-rounds", 0, "run-config key 'num-rounds' must be >= 1, got 0"),
+    ("krum-m", -1, "run-config key 'krum-m' must be >= 0 (0 = n - f), got -1"),
+    ("foolsgold-kappa", 0, "run-config key 'foolsgold-kappa' must be > 0, got 0.0"),
+    ("client-cpus", 0, "run-config key 'client-cpus' must be > 0, got 0.0"),
+    ("engine", "dask", "run-config key 'engine': unknown value 'dask'; choose one of ray, inprocess"),
+    ("num-clients", 1.5, "run-config key 'num-clients' must be an integer, got 1.5"),
+    ("seed", True, "run-config key 'seed' must be an integer, got True"),
+    ("run-name", 3, "run-config key 'run-name' must be a string, got 3"),
+])
+def test_one_line_errors_keep_their_wording(key, value, message):
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_flower({key: value})
+    assert str(err.value) == message
+
+
+def test_every_declared_bound_is_enforced():
+    """Each numeric field's declared lower bound: the bound itself passes (>=) or fails (>),
+    one step past it fails naming the key."""
+    for info in describe():
+        s = setting_of(info.key)
+        for bound, inclusive in ((s.ge, True), (s.gt, False)):
+            if bound is None:
+                continue
+            outside = bound - (1 if info.type == "int" else 0.5) if inclusive else bound
+            with pytest.raises(ConfigError, match=f"'{info.key}'"):
+                RunConfig.from_flower({info.key: outside})
+
+
+@pytest.mark.parametrize("overrides,key", [
+    ({"strategy": "multikrum", "krum-m": 6}, "krum-m"),
+    ({"task": "inference", "inf-f": 0, "agg-adv-epochs": 0}, None),  # plain DeepSet: f = 0 is fine
+    ({"task": "inference", "num-clients": 9, "clients-per-round": 5, "inf-f": 4}, None),
+    ({"inf-amp-curve": "1,-2"}, "inf-amp-curve"), ({"inf-amp-curve": ""}, None),
+    ({"inf-attacks": " lma , cpa "}, None),
+    ({"num-clients": 5, "clients-per-round": 5}, None),
+])
+def test_cross_field_rules(overrides, key):
+    if key is None:
+        RunConfig.from_flower(overrides)
+    else:
+        with pytest.raises(ConfigError, match=f"'{key}'"):
+            RunConfig.from_flower(overrides)
+
+
+def test_docs_list_each_key_under_its_group():
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    sections = {part.split("\n", 1)[0].split()[0]: part for part in doc.split("\n## ")[1:]}
+    for group in GROUPS:
+        missing = [i.key for i in describe(group) if f"`{i.key}`" not in sections[group]]
+        assert missing == [], group

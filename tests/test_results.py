@@ -1,9 +1,16 @@
+import dataclasses
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
-from fedcal.config import RunConfig
+import fedcal.results as results
+from fedcal.config import RunConfig, key_of
 from fedcal.experiments import summarise, tau_configs, to_markdown
-from fedcal.results import RunStore, load_metrics, run_dir_for
+from fedcal.results import (RunStore, collection_hash, config_hash, default_run_name, hashed_keys, load_config,
+                            load_metrics, run_dir_for)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_store_appends_tidy_rows_and_marks_done(tmp_path):
@@ -76,3 +83,99 @@ def test_report_writes_the_tables_behind_its_figures(tmp_path):
     assert sorted(rel["run"].unique()) == ["TSA τ=5", "benign (τ=1)"]  # seed 0's diagrams only
     assert len(rel) == 4
     assert (tmp_path / "report" / "reliability.png").exists() and (tmp_path / "report" / "trajectories.png").exists()
+
+
+# ---------------------------------------------------------------------- run identity
+# Hashes and run names computed by the code before the config was grouped and run identity moved
+# here (commit 0eb716a): they name committed results and must never change.
+PINNED = [
+    ({}, "1877bc25fa2e", "65f1a93610a8", "mnist-mlp-fedavg-tsa1-s0-1877bc25"),
+    ({"dataset": "cifar10", "model": "cnn", "lr": 0.05, "eval-every": 10, "tau": 5.0},
+     "d7632c453b10", "ddcb1ac30866", "cifar10-cnn-fedavg-tsa5-s0-d7632c45"),
+    ({"dataset": "cifar10", "model": "cnn", "lr": 0.05, "eval-every": 10, "tau": 0.2},
+     "df5919966321", "ddcb1ac30866", "cifar10-cnn-fedavg-tsa0.2-s0-df591996"),
+    ({"strategy": "multikrum", "krum-f": 1, "krum-m": 3, "tau": 5.0, "seed": 1},
+     "64e71be26796", "fdb27fa43f2f", "mnist-mlp-multikrum-tsa5-s1-64e71be2"),
+    ({"strategy": "trimmed_mean", "tau": 0.5, "coupled": False, "dataset": "digits"},
+     "c34bd5effd4f", "a424abe60c1f", "digits-mlp-trimmed_mean-tsa0.5u-s0-c34bd5ef"),
+    ({"attack": "labelflip", "strategy": "median", "seed": 2},
+     "798f463bbfea", "cd3fb6477de2", "mnist-mlp-median-labelflip-s2-798f463b"),
+    ({"task": "inference", "num-clients": 17, "dataset": "cifar10", "model": "cnn"},
+     "fe09ffab66ee", "11eba305c370", "cifar10-cnn-inference-n17-f4-s0-fe09ffab"),
+    ({"task": "inference"}, "e3fa35c2866e", "65f1a93610a8", "mnist-mlp-inference-n50-f4-s0-e3fa35c2"),
+]
+
+
+@pytest.mark.parametrize("overrides,chash,collection,name", PINNED)
+def test_hashes_and_run_names_are_pinned(overrides, chash, collection, name, tmp_path):
+    cfg = RunConfig.from_flower(overrides)
+    assert (config_hash(cfg), collection_hash(cfg), default_run_name(cfg)) == (chash, collection, name)
+    legacy = RunConfig.from_flower({**overrides, "task": "tsa"}) if cfg.task == "train" else cfg
+    assert config_hash(legacy) == chash  # an old config.json (task = "tsa") keeps its identity
+    assert run_dir_for(cfg.replace(output_dir=str(tmp_path), device="cpu")) == tmp_path / name
+
+
+# The key sets the hashes were defined by before the fields were grouped, written out.
+OLD_NON_SEMANTIC = {"output_dir", "run_name", "device", "data_dir", "eval_batch_size", "client_cpus", "client_gpus",
+                    "engine", "inf_timeout", "inf_query_batch"}
+OLD_INFERENCE_ONLY = {"task", "inf_f", "inf_server_frac", "inf_local_epochs", "inf_attacks", "inf_amplification",
+                      "inf_pgd_steps", "inf_f_curve", "inf_amp_curve", "agg_hidden", "agg_epochs", "agg_lr",
+                      "agg_adv_epochs", "agg_attack_steps", "agg_restarts", "inf_test_queries", "inf_curve_queries"}
+
+
+def test_hashed_keys_by_group_equal_the_old_key_sets():
+    every = {f.name for f in dataclasses.fields(RunConfig)}
+    assert set(results._NON_SEMANTIC) == OLD_NON_SEMANTIC
+    assert hashed_keys("train") == every - OLD_NON_SEMANTIC - OLD_INFERENCE_ONLY
+    assert hashed_keys("inference") == every - OLD_NON_SEMANTIC
+
+
+def test_a_new_task_hashes_common_keys_its_group_and_task(monkeypatch):
+    """A later task's hash covers the common group (task included) and its own groups only, so
+    adding it leaves train and inference hashes alone."""
+    monkeypatch.setitem(results.TASK_GROUPS, "distill", ("defense",))  # stand-in for a new group
+    keys = hashed_keys("distill")
+    assert "task" in keys and "krum_f" in keys and "seed" in keys
+    assert not keys & {"tau", "inf_f", "device", "data_dir"}
+    assert hashed_keys("train") == {f.name for f in dataclasses.fields(RunConfig)} - OLD_NON_SEMANTIC \
+        - OLD_INFERENCE_ONLY
+
+
+def _committed_cells():
+    known = {key_of(f.name) for f in dataclasses.fields(RunConfig)}
+    for path in sorted(ROOT.glob("docs/results/*/cells.csv")):
+        frame = pd.read_csv(path, keep_default_na=False)
+        if "run_id" not in frame.columns:
+            continue
+        for _, row in frame.iterrows():
+            yield path, row["run_id"], {k: row[k].item() if hasattr(row[k], "item") else row[k]
+                                        for k in frame.columns if k in known}
+
+
+def test_committed_sweep_cells_keep_their_run_names():
+    """Every committed sweep cell (config columns + run_id) maps to the run name it was stored under."""
+    cells = list(_committed_cells())
+    assert len(cells) >= 78
+    for path, run_id, raw in cells:
+        cfg = RunConfig.from_flower(raw)
+        assert (cfg.run_name or default_run_name(cfg)) == run_id, path
+
+
+def test_legacy_run_directory_loads_with_its_identity(tmp_path):
+    """A run directory written before the task rename (config.json says task = "tsa") loads as
+    a train run and is still recognised as finished."""
+    cfg = RunConfig(dataset="synthetic", output_dir=str(tmp_path))
+    store = RunStore(run_dir_for(cfg), cfg)
+    store.start()
+    store.finish()
+    cfg_file = store.dir / "config.json"
+    cfg_file.write_text(cfg_file.read_text().replace('"task": "train"', '"task": "tsa"'))
+    assert '"task": "tsa"' in cfg_file.read_text()
+    loaded = load_config(store.dir)
+    assert loaded == cfg and RunStore(store.dir, loaded).is_done()
+
+
+def test_dead_readers_are_gone():
+    assert not hasattr(results, "final_table") and not hasattr(results, "remove_run")
+    for name in ("config_hash", "collection_hash", "default_run_name"):
+        assert not hasattr(RunConfig, name)  # run identity lives in fedcal.results only
