@@ -34,7 +34,7 @@ from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggrega
 from fedcal.inference.federated import assemble, client_indices, server_split, train_local_classifier
 from fedcal.models import build_model
 from fedcal.reports import inference_report
-from fedcal.results import RunStore, load_config, run_dir_for
+from fedcal.results import RunStore, collection_hash, load_config, run_dir_for
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.train import resolve_device
 
@@ -189,8 +189,8 @@ def run_inference(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None
 
 def _earlier_collection(cfg: RunConfig, here: Path) -> Path | None:
     """A finished-collection run directory next to ``here`` whose probits this run can reuse:
-    same clients, partitions, local training and queries (:meth:`RunConfig.collection_hash`)."""
-    want = cfg.collection_hash()
+    same clients, partitions, local training and queries (:func:`fedcal.results.collection_hash`)."""
+    want = collection_hash(cfg)
     for d in sorted(here.parent.glob("*/")):
         if d == here or not (d / PROBITS_FILE).exists() or not (d / "answers.csv").exists():
             continue
@@ -198,7 +198,7 @@ def _earlier_collection(cfg: RunConfig, here: Path) -> Path | None:
             other = load_config(d)
         except (OSError, ValueError, KeyError):
             continue
-        if other.task == "inference" and other.collection_hash() == want:
+        if other.task == "inference" and collection_hash(other) == want:
             return d
     return None
 
