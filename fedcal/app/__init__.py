@@ -1,0 +1,1 @@
+"""The Flower shell: the one ServerApp/ClientApp, engines, sweeps."""
