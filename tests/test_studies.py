@@ -3,10 +3,10 @@
 import pandas as pd
 import pytest
 
+from fedcal.app.sweep import run_sweep
 from fedcal.cli import main as cli_main
 from fedcal.config import RunConfig
 from fedcal.results import run_dir_for
-from fedcal.simulations.sweep import run_sweep
 
 BASE = dict(dataset="digits", num_clients=6, clients_per_round=3, num_rounds=8, batch_size=32, local_steps=5,
             lr=0.1, engine="inprocess", attacker_ratio=0.34)

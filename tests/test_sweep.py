@@ -3,10 +3,11 @@
 import pandas as pd
 import pytest
 
+from fedcal.app.sweep import SweepGrid, run_sweep
 from fedcal.cli import main as cli_main
 from fedcal.config import ConfigError
+from fedcal.reports import collect
 from fedcal.results import run_dir_for
-from fedcal.simulations.sweep import Grid, collect, run_sweep
 
 BASE = dict(dataset="synthetic", num_clients=4, clients_per_round=2, num_rounds=2, batch_size=16, local_steps=2,
             lr=0.05, engine="inprocess")
@@ -15,7 +16,7 @@ BASE = dict(dataset="synthetic", num_clients=4, clients_per_round=2, num_rounds=
 def test_grid_from_toml_and_flags(tmp_path):
     f = tmp_path / "g.toml"
     f.write_text('[base]\ndataset = "synthetic"\n[grid]\ntau = [0.2, 5.0]\nseed = [0, 1]\n')
-    g = Grid.from_toml(f)
+    g = SweepGrid.from_toml(f)
     g.add_axis("strategy=fedavg,median")
     cfgs = g.configs({"output-dir": str(tmp_path)})
     assert len(cfgs) == 8
@@ -27,7 +28,7 @@ def test_grid_from_toml_and_flags(tmp_path):
 
 
 def test_sweep_skips_finished_cells_and_resumes(tmp_path):
-    g = Grid(dict(BASE, output_dir=str(tmp_path)), {"tau": [0.5, 2.0], "seed": [0, 1]})
+    g = SweepGrid(dict(BASE, output_dir=str(tmp_path)), {"tau": [0.5, 2.0], "seed": [0, 1]})
     cfgs = g.configs()
     assert run_sweep(cfgs, jobs=2, progress=False) == {}
     stamps = {c: (run_dir_for(c) / "metrics.csv").stat().st_mtime_ns for c in cfgs}
@@ -45,7 +46,7 @@ def test_sweep_skips_finished_cells_and_resumes(tmp_path):
 
 
 def test_a_failing_cell_does_not_stop_the_sweep(tmp_path, monkeypatch):
-    import fedcal.simulations.sweep as sw
+    import fedcal.app.sweep as sw
 
     real = sw._run_cell
 
@@ -57,7 +58,7 @@ def test_a_failing_cell_does_not_stop_the_sweep(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sw, "_run_cell", flaky)
     monkeypatch.setattr("torchvision.datasets.MNIST.__init__", lambda *a, **k: (_ for _ in ()).throw(OSError("offline")))
-    g = Grid(dict(BASE, output_dir=str(tmp_path)), {"seed": [0, 1, 2]})
+    g = SweepGrid(dict(BASE, output_dir=str(tmp_path)), {"seed": [0, 1, 2]})
     failures = run_sweep(g.configs(), jobs=1, progress=False)
     assert len(failures) == 1
     assert sum((run_dir_for(c) / "DONE").exists() for c in g.configs()) == 2

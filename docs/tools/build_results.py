@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedcal.inference.evaluate import worst_case
+from fedcal.reports import markdown_table, worst_case
 
 DOCS = Path(__file__).resolve().parents[1]
 
@@ -109,25 +109,27 @@ by client data size. Attackers train with CE(softmax(z/τ), y) and η = β·τ; 
 """
 
 
+# Columns shown as short decimals ("0.2", "0.005"); every other float with four decimals.
+SHORT = ("tau", "lr", "dirichlet-alpha", "attacker-ratio", "gamma")
+
+
+def _short(v, digits: int) -> str:
+    if not isinstance(v, float):
+        return str(v)
+    return f"{v:.{digits if abs(v) >= 0.01 or v == 0 else 4}f}".rstrip("0").rstrip(".")
+
+
+def _plain(v) -> str:
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() else f"{v:.4f}"
+    return str(v)
+
+
 def markdown(df: pd.DataFrame, pct: tuple[str, ...] = (), digits: int = 2) -> str:
-    """A plain Markdown table; columns in ``pct`` are fractions shown in percent."""
-    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
-    for _, r in df.iterrows():
-        cells = []
-        for c in df.columns:
-            v = r[c]
-            if c in pct:
-                cells.append(f"{100 * v:.{digits}f}")
-            elif isinstance(v, float) and v.is_integer() and c not in ("tau", "lr", "dirichlet-alpha",
-                                                                       "attacker-ratio", "gamma"):
-                cells.append(str(int(v)))
-            elif isinstance(v, float):
-                cells.append(f"{v:.{digits if abs(v) >= 0.01 or v == 0 else 4}f}".rstrip("0").rstrip(".")
-                             if c in ("tau", "lr", "dirichlet-alpha", "attacker-ratio", "gamma") else f"{v:.4f}")
-            else:
-                cells.append(str(v))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    """A Markdown table of a CSV's columns; columns in ``pct`` are fractions shown in percent."""
+    formats = {c: (lambda v: _short(v, digits)) for c in SHORT}
+    formats.update({c: (lambda v: f"{100 * v:.{digits}f}") for c in pct})
+    return markdown_table(df, formats=formats, default=_plain)
 
 
 def analysis_tables() -> dict[str, str]:

@@ -13,8 +13,8 @@ TOML file::
 and/or ``--grid key=v1,v2`` flags. Finished cells (a ``DONE`` matching their config hash) are
 skipped, so an interrupted sweep resumes where it stopped and loses nothing. Independent cells
 run in parallel worker processes (``jobs``); a progress bar shows cells done and time left.
-Results: one tidy table of every cell's final metrics with its config columns (``cells.csv``)
-and the per-round table (``rounds.csv``), both read back from the run store.
+Results (``cells.csv``, ``rounds.csv``) are written from the run store by
+:func:`fedcal.reports.write_results`.
 """
 
 from __future__ import annotations
@@ -29,20 +29,21 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import pandas as pd
 from tqdm.auto import tqdm
 
-from fedcal.config import ConfigError, RunConfig, key_of, parse_override
-from fedcal.results import RunStore, load_metrics, run_dir_for
+from fedcal.config import ConfigError, RunConfig, parse_override
+from fedcal.results import RunStore, run_dir_for
 
 
 @dataclass
-class Grid:
+class SweepGrid:
+    """A base config plus the axes whose cartesian product gives the cells (not Flower's ``Grid``)."""
+
     base: dict[str, Any] = field(default_factory=dict)
     axes: dict[str, list[Any]] = field(default_factory=dict)
 
     @classmethod
-    def from_toml(cls, path: str | os.PathLike[str]) -> Grid:
+    def from_toml(cls, path: str | os.PathLike[str]) -> SweepGrid:
         data = tomllib.loads(Path(path).read_text())
         unknown = set(data) - {"base", "grid"}
         if unknown:
@@ -114,28 +115,3 @@ def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True
     for run_dir, err in failures.items():
         tqdm.write(f"cell {run_dir} failed:\n{err}")
     return failures
-
-
-def collect(configs: Sequence[RunConfig], varying: Sequence[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(cells, rounds): final metrics per cell (wide, with config columns) and all per-round rows."""
-    rounds = load_metrics([run_dir_for(c) for c in configs])
-    if rounds.empty:
-        return pd.DataFrame(), rounds
-    done = rounds[rounds["round"] == rounds.groupby("run_id")["round"].transform("max")]
-    config_cols = [key_of(f) for f in RunConfig.__dataclass_fields__]
-    index = ["run_id", *[c for c in config_cols if c in done.columns]]
-    cells = done.pivot_table(index=index, columns="metric", values="value").reset_index()
-    cells.columns.name = None
-    if varying:
-        cells = cells.sort_values(list(varying)).reset_index(drop=True)
-    return cells, rounds
-
-
-def write_results(configs: Sequence[RunConfig], out_dir: str | os.PathLike[str],
-                  varying: Sequence[str] | None = None) -> pd.DataFrame:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    cells, rounds = collect(configs, varying)
-    cells.to_csv(out / "cells.csv", index=False)
-    rounds.to_csv(out / "rounds.csv", index=False)
-    return cells

@@ -1,7 +1,8 @@
 """Analyses of finished runs (flwr-free): post-hoc calibration, triage thresholds,
-representation similarity and update-cosine curves. Every function reads run directories
-(config + final global model from the run store) and returns tidy pandas tables; the
-``write_*`` helpers add the PNG made from that table.
+representation similarity and update-cosine curves. Every ``*_table`` function reads run
+directories (config + final global model from the run store) and returns a tidy pandas table;
+the figure drawn from each table is in :mod:`fedcal.reports.plots` (``posthoc_curves``,
+``triage_plot``, ``similarity_scatter``, ``stealth_plot``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,176 @@
+"""fedcal.reports: the one final-metrics reader and the one Markdown table writer."""
+
+import importlib.util
+import json
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fedcal.config import RunConfig
+from fedcal.reports import (collect, final_metrics, markdown_table, percent_cell, seed_table, seeds_markdown,
+                            summarise, to_markdown)
+from fedcal.results import run_dir_for
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_run(cfg: RunConfig, rows: list[tuple[int, str, float]]) -> Path:
+    """A run directory written by hand: config.json and metrics.csv, as the run store lays them out."""
+    d = run_dir_for(cfg)
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"run_id": d.name, "config_hash": "0", "config": cfg.to_flower()}))
+    lines = ["run_id,round,metric,value,config_hash"] + [f"{d.name},{r},{m},{v!r},0" for r, m, v in rows]
+    (d / "metrics.csv").write_text("\n".join(lines) + "\n")
+    return d
+
+
+def evaluated(rnd: int, acc: float, sece: float) -> list[tuple[int, str, float]]:
+    return [(rnd, "accuracy", acc), (rnd, "ece", 0.05), (rnd, "sece", sece), (rnd, "brier", 0.2), (rnd, "nll", 0.4),
+            (rnd, "round_seconds", 1.5)]
+
+
+@pytest.fixture
+def store(tmp_path):
+    base = RunConfig(dataset="synthetic", output_dir=str(tmp_path), num_rounds=3)
+    benign = write_run(base.replace(attack="none"),
+                       evaluated(0, 0.1, 0.3) + evaluated(2, 0.8, 0.02) + [(3, "round_seconds", 2.5)])
+    tsa = write_run(base.replace(attack="tsa", tau=5.0),
+                    evaluated(0, 0.1, 0.3) + evaluated(2, 0.7, -0.1) + evaluated(3, 0.75, -0.2))
+    unstarted = run_dir_for(base.replace(attack="tsa", tau=0.2))
+    unstarted.mkdir()
+    (unstarted / "config.json").write_text(json.dumps({"config": base.replace(attack="tsa", tau=0.2).to_flower()}))
+    (unstarted / "metrics.csv").write_text("run_id,round,metric,value,config_hash\n")
+    return {"base": base, "benign": benign, "tsa": tsa, "unstarted": unstarted}
+
+
+def test_final_metrics_reads_the_last_evaluated_round(store):
+    final = final_metrics([store["tsa"], store["benign"], store["unstarted"]])
+    assert len(final) == 2  # the run without any round is left out
+    rows = final.set_index("run_id")
+    benign, tsa = rows.loc[store["benign"].name], rows.loc[store["tsa"].name]
+    # round 3 of the benign run logged its timing only: round 2 is its last evaluated round
+    assert benign["round"] == 2 and benign["accuracy"] == 0.8 and benign["sece"] == 0.02
+    assert benign["round_seconds"] == 1.5
+    assert tsa["round"] == 3 and tsa["accuracy"] == 0.75 and tsa["sece"] == -0.2
+    # config columns (kebab-case keys) come with the metrics
+    assert benign["attack"] == "none" and tsa["tau"] == 5.0 and tsa["num-rounds"] == 3
+    assert list(final.columns[:2]) == ["run_id", "dataset"]
+    assert list(final.columns[-7:]) == ["round", "accuracy", "brier", "ece", "nll", "round_seconds", "sece"]
+    # one directory (as `fedcal run` prints it) works too
+    one = final_metrics(store["benign"])
+    assert len(one) == 1 and one["accuracy"].iloc[0] == 0.8
+
+
+def test_final_metrics_keeps_a_diverged_metric_as_nan(tmp_path):
+    cfg = RunConfig(dataset="synthetic", output_dir=str(tmp_path))
+    d = write_run(cfg, evaluated(0, 0.1, 0.3) + [(1, "accuracy", float("nan")), (1, "sece", float("nan")),
+                                                  (1, "round_seconds", 2.0)])
+    final = final_metrics([d])
+    assert final["round"].tolist() == [1] and final["round_seconds"].tolist() == [2.0]
+    assert math.isnan(final["accuracy"].iloc[0]) and math.isnan(final["sece"].iloc[0])
+
+
+def test_tau_table_and_sweep_cells_use_the_final_metrics(store):
+    table = summarise([store["benign"], store["tsa"], store["unstarted"]])
+    assert table["tau"].tolist() == [1.0, 5.0]
+    assert table["accuracy_%"].tolist() == [80.0, 75.0]  # the benign run's round 2, not its timing-only round 3
+    assert table["d_sece"].tolist() == pytest.approx([0.0, -22.0])
+    base = store["base"]
+    cells, rounds = collect([base.replace(attack="tsa", tau=5.0), base.replace(attack="none")], ["tau"])
+    final = final_metrics([store["benign"], store["tsa"]]).drop(columns="round")
+    pd.testing.assert_frame_equal(cells, final.sort_values("tau").reset_index(drop=True))
+    assert len(rounds) == 6 + 6 + 1 + 6 + 6 + 6
+
+
+def test_markdown_table_plain_titled_and_formatted():
+    frame = pd.DataFrame({"name": ["a", "b"], "x": [0.5, 2.0], "n": [1, 20]})
+    assert markdown_table(frame) == (
+        "| name | x | n |\n"
+        "|---|---|---|\n"
+        "| a | 0.5 | 1 |\n"
+        "| b | 2.0 | 20 |\n")
+    assert markdown_table(frame, "T", formats={"x": "{:+.2f}", "name": str.upper}) == (
+        "**T**\n"
+        "\n"
+        "| name | x | n |\n"
+        "|---|---|---|\n"
+        "| A | +0.50 | 1 |\n"
+        "| B | +2.00 | 20 |\n")
+    assert markdown_table(frame[["x"]], default="<{}>") == "| x |\n|---|\n| <0.5> |\n| <2.0> |\n"
+
+
+def test_tau_table_markdown():
+    table = pd.DataFrame({"strategy": ["fedavg", "fedavg"], "tau": [1.0, 5.0], "run": ["benign", "TSA"],
+                          "accuracy_%": [90.0, 85.126], "ece_%": [1.0, 2.5], "sece_%": [0.5, -3.25],
+                          "brier": [0.1, 0.12345], "nll": [0.3, 0.4], "run_id": ["r1", "r5"], "seed": [0, 0],
+                          "d_accuracy": [0.0, -4.874], "d_sece": [0.0, -3.75]})
+    assert to_markdown(table, "MNIST") == (
+        "**MNIST**\n"
+        "\n"
+        "| tau | run | accuracy_% | ece_% | sece_% | brier | nll | d_accuracy | d_sece |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
+        "| 1 | benign | 90.00 | 1.00 | +0.50 | 0.1000 | 0.3000 | +0.00 | +0.00 |\n"
+        "| 5 | TSA | 85.13 | 2.50 | -3.25 | 0.1235 | 0.4000 | -4.87 | -3.75 |\n")
+
+
+def test_seed_table_markdown_mean_pm_std():
+    metrics = ["accuracy_%", "ece_%", "sece_%", "brier", "nll", "d_accuracy", "d_sece"]
+    agg = pd.DataFrame({"strategy": ["fedavg"], "tau": [0.2], "run": ["TSA"],
+                        **{f"{m}_mean": [1.5] for m in metrics}, **{f"{m}_std": [0.25] for m in metrics},
+                        "seeds": [5]})
+    assert seeds_markdown(agg, "over seeds") == (
+        "**over seeds**\n"
+        "\n"
+        "| tau | run | accuracy_% | ece_% | sece_% | brier | nll | d_accuracy | d_sece | seeds |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
+        "| 0.2 | TSA | 1.50 ± 0.25 | 1.50 ± 0.25 | 1.50 ± 0.25 | 1.5000 ± 0.2500 | 1.5000 ± 0.2500 | 1.50 ± 0.25 "
+        "| 1.50 ± 0.25 | 5 |\n")
+    two = pd.concat([agg, agg.assign(strategy="median")], ignore_index=True)
+    assert seeds_markdown(two).splitlines()[0].startswith("| strategy | tau | run |")
+
+
+def test_inference_seed_table_markdown():
+    cells = pd.DataFrame({"aggregator": ["median", "mean"] * 4, "seed": [0, 0, 0, 0, 1, 1, 1, 1],
+                          "attack": ["none", "none", "lma", "lma"] * 2, "f_adv": 1,
+                          "accuracy": [0.9, 0.8, 0.7, 0.2, 0.8, 0.9, 0.6, 0.4]})
+    table = seed_table(cells)
+    assert markdown_table(table.reset_index(), "n = 4, f = 1") == (
+        "**n = 4, f = 1**\n"
+        "\n"
+        "| aggregator | none | lma | worst case |\n"
+        "|---|---|---|---|\n"
+        "| mean | 85.00 ± 7.07 | 30.00 ± 14.14 | 30.00 ± 14.14 |\n"
+        "| median | 85.00 ± 7.07 | 65.00 ± 7.07 | 65.00 ± 7.07 |\n")
+    assert percent_cell(0.5, float("nan"), 1) == "50.00"
+
+
+def _build_results():
+    spec = importlib.util.spec_from_file_location("build_results", ROOT / "docs" / "tools" / "build_results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_results_page_tables_go_through_markdown_table():
+    br = _build_results()
+    frame = pd.DataFrame({"lr": [0.005, 0.05], "tau": [1.0, 0.25], "n_cal": [10.0, 250.0],
+                          "accuracy": [0.91234, 0.5], "brier": [0.123456, 0.2]})
+    assert br.markdown(frame, pct=("accuracy",)) == (
+        "| lr | tau | n_cal | accuracy | brier |\n"
+        "|---|---|---|---|---|\n"
+        "| 0.005 | 1 | 10 | 91.23 | 0.1235 |\n"
+        "| 0.05 | 0.25 | 250 | 50.00 | 0.2000 |\n")
+
+
+def test_one_markdown_writer():
+    """No module but fedcal/reports/markdown.py writes a Markdown table's separator or row by hand."""
+    writer = ROOT / "fedcal" / "reports" / "markdown.py"
+    pattern = re.compile(r"---\||\"\| \"|' \| '|\" \| \"")
+    offenders = [str(p.relative_to(ROOT)) for p in [*(ROOT / "fedcal").rglob("*.py"),
+                                                     *(ROOT / "docs" / "tools").rglob("*.py")]
+                 if p != writer and pattern.search(p.read_text())]
+    assert offenders == []
+    assert pattern.search(writer.read_text())
