@@ -108,7 +108,7 @@ def _parse_taus(text: str) -> list[float]:
 
 
 def _simulate(args: argparse.Namespace):
-    from fedcal.simulations.engine import simulate
+    from fedcal.app.engine import simulate
 
     return lambda cfg: simulate(cfg, progress=not args.no_progress, verbose=args.verbose, force=args.force,
                                 desc="benign" if cfg.attack == "none" else f"{cfg.attack} τ={cfg.tau:g}")
@@ -117,24 +117,26 @@ def _simulate(args: argparse.Namespace):
 def cmd_run(args: argparse.Namespace) -> int:
     cfg = RunConfig.from_flower(_overrides(args))
     run_dir = _simulate(args)(cfg)
-    from fedcal.results import load_metrics
-
-    df = load_metrics(run_dir)
-    last = df[df["round"] == df["round"].max()].set_index("metric")["value"]
     print(f"run dir: {run_dir}")
+    if cfg.task != "train":  # other tasks write their own tables there; `fedcal report` summarises them
+        print("files: " + ", ".join(sorted(p.name for p in run_dir.iterdir())))
+        return 0
+    from fedcal.reports import final_metrics
+
+    last = final_metrics(run_dir).iloc[0]
     print("final round {}: accuracy {:.2f}%  ECE {:.2f}%  sECE {:+.2f}%  Brier {:.4f}  NLL {:.4f}".format(
-        int(df["round"].max()), 100 * last["accuracy"], 100 * last["ece"], 100 * last["sece"],
+        int(last["round"]), 100 * last["accuracy"], 100 * last["ece"], 100 * last["sece"],
         last["brier"], last["nll"]))
     return 0
 
 
 def _tau_report(args: argparse.Namespace, base: RunConfig, taus: list[float], out: Path, title: str,
                 strategies: list[str] | None = None) -> int:
-    from fedcal.experiments import run_tau_comparison
+    from fedcal.reports import run_tau_comparison
 
     if getattr(args, "jobs", 0) > 1:  # run the cells in parallel first; the report then skips them
-        from fedcal.experiments import tau_configs
-        from fedcal.simulations.sweep import run_sweep
+        from fedcal.app.sweep import run_sweep
+        from fedcal.reports import tau_configs
 
         run_sweep(tau_configs(base, taus, strategies), jobs=args.jobs, progress=not args.no_progress)
     table = run_tau_comparison(base, taus, out, _simulate(args), title, strategies)
@@ -173,13 +175,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from fedcal.simulations.sweep import Grid, run_sweep, write_results
+    from fedcal.app.sweep import SweepGrid, run_sweep
+    from fedcal.reports import write_results
 
     files = [o for o in args.overrides or [] if "=" not in o]  # `fedcal sweep grid.toml k=v ...`
     args.overrides = [o for o in args.overrides or [] if "=" in o]
     if len(files) > 1:
         raise ConfigError(f"one grid file at most, got {files}")
-    grid = Grid.from_toml(files[0]) if files else Grid()
+    grid = SweepGrid.from_toml(files[0]) if files else SweepGrid()
     for axis in args.grid or []:
         grid.add_axis(axis)
     configs = grid.configs(_overrides(args))
@@ -191,7 +194,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(cells[shown].to_string(index=False) if not cells.empty else "(no finished cell)")
     print(f"tables: {args.report}/cells.csv, {args.report}/rounds.csv")
     if args.plot_x and not cells.empty:
-        from fedcal.plots import sweep_curves
+        from fedcal.reports import sweep_curves
 
         hue = args.plot_hue or None
         path = sweep_curves(cells, args.plot_x, Path(args.report) / f"sweep_{args.plot_x}.png", hue)
@@ -200,7 +203,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from fedcal.experiments import write_report
+    from fedcal.reports import write_report
 
     dirs = [Path(d) for d in args.run_dirs]
     missing = [str(d) for d in dirs if not (d / "metrics.csv").exists()]
@@ -220,8 +223,7 @@ def _write(table, out: Path, name: str, plot) -> None:
 
 
 def cmd_posthoc(args: argparse.Namespace) -> int:
-    from fedcal.plots import posthoc_curves
-    from fedcal.studies import posthoc_table
+    from fedcal.reports import posthoc_curves, posthoc_table
 
     n_cals = [int(x) for x in args.n_cal.split(",")]
     table = posthoc_table(args.run_dirs, n_cals=n_cals, seed=args.seed)
@@ -232,8 +234,7 @@ def cmd_posthoc(args: argparse.Namespace) -> int:
 
 
 def cmd_triage(args: argparse.Namespace) -> int:
-    from fedcal.plots import triage_plot
-    from fedcal.studies import triage_table
+    from fedcal.reports import triage_plot, triage_table
 
     table = triage_table(args.run_dirs, args.benign)
     at = table[(table["gamma"] - 0.9).abs() < 1e-9]
@@ -244,8 +245,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
 
 def cmd_similarity(args: argparse.Namespace) -> int:
-    from fedcal.plots import similarity_scatter
-    from fedcal.studies import similarity_table
+    from fedcal.reports import similarity_scatter, similarity_table
 
     table = similarity_table(args.benign, args.run_dirs)
     print(table.groupby("pair")[["logit_cosine", "cka"]].agg(["mean", "std", "count"]).round(4).to_string())
@@ -254,8 +254,7 @@ def cmd_similarity(args: argparse.Namespace) -> int:
 
 
 def cmd_stealth(args: argparse.Namespace) -> int:
-    from fedcal.plots import stealth_plot
-    from fedcal.studies import stealth_table
+    from fedcal.reports import stealth_plot, stealth_table
 
     table = stealth_table(args.run_dir, client_id=args.client, steps=args.steps)
     print(table.pivot(index="variant", columns="step", values="cosine").round(3).to_string())
@@ -288,9 +287,9 @@ def _parse_nf(items: list[str]) -> list[tuple[int, int]]:
 def cmd_inference(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from fedcal.experiments import inference_configs, inference_report
+    from fedcal.reports import inference_configs, inference_report
     from fedcal.results import run_dir_for
-    from fedcal.simulations.engine import simulate
+    from fedcal.app.engine import simulate
 
     base = RunConfig.from_flower({"task": "inference", **_overrides(args)})
     configs = inference_configs(base, _parse_nf(args.nf or ["17:4"]), _parse_ints(args.seeds, "--seeds"))

@@ -6,7 +6,7 @@ import pytest
 
 import fedcal.results as results
 from fedcal.config import RunConfig, key_of
-from fedcal.experiments import summarise, tau_configs, to_markdown
+from fedcal.reports import summarise, tau_configs, to_markdown
 from fedcal.results import (RunStore, collection_hash, config_hash, default_run_name, hashed_keys, load_config,
                             load_metrics, run_dir_for)
 
@@ -58,7 +58,7 @@ def test_tau_configs_and_summary(tmp_path):
 def test_report_writes_the_tables_behind_its_figures(tmp_path):
     """reliability.png and trajectories.png come with the tables they are drawn from:
     trajectories are the per-round mean ± std over seeds, checked here by hand."""
-    from fedcal.experiments import write_report
+    from fedcal.reports import write_report
 
     dirs = []
     for seed, accs in ((0, (0.5, 0.7)), (1, (0.7, 0.9))):

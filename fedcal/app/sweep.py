@@ -78,7 +78,7 @@ def _worker_init(threads: int) -> None:
 
 
 def _run_cell(flower_cfg: dict[str, Any]) -> tuple[str, str | None]:
-    from fedcal.simulations.engine import simulate
+    from fedcal.app.engine import simulate
 
     cfg = RunConfig.from_flower(flower_cfg)
     try:
