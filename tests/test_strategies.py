@@ -1,9 +1,13 @@
 """fedcal.strategies on an in-process fake Grid: bad replies, history, robust behaviour."""
 
+import inspect
+import random
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
-from flwr.app import ArrayRecord, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, MessageType, MetricRecord, RecordDict
 
 from fedcal import strategies
 from tests.strategy_harness import FakeGrid
@@ -129,7 +133,7 @@ def test_multikrum_excludes_outlier_and_ignores_buffers():
         # node 4 is an outlier only in BatchNorm statistics: not used for distances
         return reply(state(1.0, **({"bn.running_mean": torch.full((3,), 50.0)} if node == 4 else {})))
 
-    s = strategies.MultiKrum(num_malicious_nodes=1, **kwargs(5))
+    s = strategies.MultiKrum(f=1, **kwargs(5))
     out = run_rounds(s, FakeGrid([1, 2, 3, 4, 5], respond))
     assert s.last_weights[5] == 0.0 and s.last_weights[4] > 0
     assert torch.allclose(out["fc.weight"], torch.ones(3, 2))
@@ -149,3 +153,173 @@ def test_seeded_sampling_is_reproducible_and_ordered_by_key():
         picks.append([b for b in grid.sent_to if b])  # (evaluation rounds send nothing)
     assert picks[0] == picks[1]
     assert len(picks[0]) == 3 and all(len(b) == 2 for b in picks[0])
+
+
+# ---------------------------------------------------------------------------- registry, kwargs, summary
+
+COMMON_KWARGS = ("fraction_train", "fraction_evaluate", "min_train_nodes", "min_evaluate_nodes",
+                 "min_available_nodes", "weighted_by_key", "arrayrecord_key", "configrecord_key",
+                 "train_metrics_aggr_fn", "evaluate_metrics_aggr_fn", "sampling_seed", "node_sort_key", "buffer_key")
+RULE_KWARGS = {"fedavg": (), "fltrust": ("root_train_fn",), "foolsgold": ("kappa",), "multikrum": ("f", "m"),
+               "trimmed_mean": ("f",), "median": (), "geometric_median": ("max_iter", "tol"),
+               "median_of_means": ("num_groups", "seed")}
+
+
+def _root(arrays: ArrayRecord, server_round: int) -> ArrayRecord:
+    return arrays
+
+
+def test_registry_names_are_the_configs_strategy_names():
+    from fedcal.config import STRATEGIES
+
+    assert tuple(strategies.STRATEGIES) == STRATEGIES
+    assert set(RULE_KWARGS) == set(STRATEGIES)
+    for name, cls in strategies.STRATEGIES.items():
+        assert issubclass(cls, strategies.UpdateAggregationStrategy)
+        assert getattr(strategies, cls.__name__) is cls
+        assert cls.__module__ == f"fedcal.strategies.{name}"  # one module per rule, named after it
+
+
+@pytest.mark.parametrize("name", sorted(RULE_KWARGS))
+def test_each_strategy_takes_explicit_documented_keyword_arguments(name):
+    cls = strategies.STRATEGIES[name]
+    params = inspect.signature(cls).parameters
+    kinds = {p.kind for p in params.values()}
+    assert inspect.Parameter.VAR_POSITIONAL not in kinds and inspect.Parameter.VAR_KEYWORD not in kinds
+    assert kinds == {inspect.Parameter.KEYWORD_ONLY}
+    assert set(params) == set(COMMON_KWARGS) | set(RULE_KWARGS[name])
+    documented = (cls.__doc__ or "") + (strategies.UpdateAggregationStrategy.__doc__ or "")
+    for arg in params:
+        assert arg in documented, (name, arg)
+    for arg in RULE_KWARGS[name]:  # the rule's own arguments are documented on the class itself
+        assert f"{arg} :" in cls.__doc__, (name, arg)
+
+
+SUMMARY_SETTINGS = {  # name → (kwargs, strings summary() must log)
+    "fedavg": ({}, ["FedAvg"]),
+    "fltrust": ({"root_train_fn": _root}, ["FLTrust", "_root"]),
+    "foolsgold": ({"kappa": 0.25}, ["FoolsGold", "kappa: 0.25"]),
+    "multikrum": ({"f": 2, "m": 4}, ["MultiKrum", "f (Byzantine replies assumed): 2", "m (updates averaged): 4"]),
+    "trimmed_mean": ({"f": 3}, ["TrimmedMean", "f (values dropped per side): 3"]),
+    "median": ({}, ["Median"]),
+    "geometric_median": ({"max_iter": 17, "tol": 1e-3}, ["GeometricMedian", "max_iter: 17", "tol: 0.001"]),
+    "median_of_means": ({"num_groups": 4, "seed": 9}, ["MedianOfMeans", "num_groups: 4", "seed: 9"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SUMMARY_SETTINGS))
+def test_summary_logs_the_rules_settings(name, caplog):
+    rule_kwargs, expected = SUMMARY_SETTINGS[name]
+    s = strategies.STRATEGIES[name](sampling_seed=11, fraction_train=0.4, **rule_kwargs)
+    with caplog.at_level("INFO", logger="flwr"):
+        s.summary()
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    for line in expected + ["Sampling seed: 11", "Fraction: train (0.40)", "Weighted by: 'num-examples'"]:
+        assert line in text, (name, line, text)
+
+
+def test_multikrum_summary_names_the_default_m(caplog):
+    with caplog.at_level("INFO", logger="flwr"):
+        strategies.MultiKrum(f=1).summary()
+    assert "m (updates averaged): n - f" in caplog.text
+
+
+def test_invalid_rule_parameters_fail_at_construction():
+    with pytest.raises(ValueError, match="f >= 0"):
+        strategies.MultiKrum(f=-1)
+    with pytest.raises(ValueError, match="m >= 1"):
+        strategies.MultiKrum(f=1, m=0)
+    with pytest.raises(ValueError, match="f >= 0"):
+        strategies.TrimmedMean(f=-1)
+    with pytest.raises(ValueError, match="num_groups >= 1"):
+        strategies.MedianOfMeans(num_groups=0)
+    with pytest.raises(ValueError, match="kappa"):
+        strategies.FoolsGold(kappa=0.0)
+    with pytest.raises(TypeError, match="root_train_fn"):
+        strategies.FLTrust(root_train_fn=None)
+    with pytest.raises(TypeError):
+        strategies.FedAvg(0.5)  # keyword-only: a positional argument is a mistake
+
+
+# What fedcal.simulations.tsa.build_strategy chose for each name (before the registry replaced it),
+# for K = 12 clients, M = 6 per round, seed 3, krum-f 1, krum-m 2, trim-f 2, mom-groups 2, kappa 0.5.
+EXPECTED_FROM_CONFIG = {
+    "fedavg": (strategies.FedAvg, {}),
+    "fltrust": (strategies.FLTrust, {"root_train_fn": _root}),
+    "foolsgold": (strategies.FoolsGold, {"kappa": 0.5}),
+    "multikrum": (strategies.MultiKrum, {"f": 1, "m": 2}),
+    "trimmed_mean": (strategies.TrimmedMean, {"f": 2}),
+    "median": (strategies.Median, {}),
+    "geometric_median": (strategies.GeometricMedian, {"max_iter": 100, "tol": 1e-6}),
+    "median_of_means": (strategies.MedianOfMeans, {"num_groups": 2, "seed": 3}),
+}
+
+
+def _cfg(name: str, **override):
+    from fedcal.config import RunConfig
+
+    values = dict(strategy=name, num_clients=12, clients_per_round=6, seed=3, krum_f=1, krum_m=2, trim_f=2,
+                  mom_groups=2, foolsgold_kappa=0.5)
+    values.update(override)
+    return RunConfig(**values)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_FROM_CONFIG))
+def test_strategy_from_config_reproduces_the_simulations_choices(name):
+    order = {101: 1, 102: 0}.get
+    s = strategies.strategy_from_config(_cfg(name), node_sort_key=order, root_train_fn=_root)
+    cls, rule = EXPECTED_FROM_CONFIG[name]
+    assert type(s) is cls
+    assert (s.fraction_train, s.fraction_evaluate) == (6 / 12, 0.0)
+    assert (s.min_train_nodes, s.min_evaluate_nodes, s.min_available_nodes) == (6, 0, 12)
+    assert (s.weighted_by_key, s.arrayrecord_key, s.configrecord_key) == ("num-examples", "arrays", "config")
+    assert s.sampling_seed == 3 and s.node_sort_key is order
+    for attr, value in rule.items():
+        assert getattr(s, attr) == value, (name, attr)
+
+
+def test_strategy_from_config_defaults_and_errors():
+    s = strategies.strategy_from_config(_cfg("multikrum", krum_m=0))
+    assert s.m is None and s.node_sort_key(42) == 42  # krum-m = 0 → n − f; nodes ordered by id
+    with pytest.raises(ValueError, match="root_train_fn"):
+        strategies.strategy_from_config(_cfg("fltrust"))
+    with pytest.raises(ValueError, match="unknown strategy"):
+        strategies.strategy_from_config(SimpleNamespace(strategy="nope"))
+
+
+# ---------------------------------------------------------------------------- public Flower API only
+
+def test_error_replies_are_logged_with_node_and_reason(caplog):
+    def respond(node, content):
+        return None if node == 2 else reply(state(1.0))
+
+    s = strategies.FedAvg(**kwargs(3))
+    with caplog.at_level("INFO", logger="flwr"):
+        out = run_rounds(s, FakeGrid([1, 2, 3], respond))
+    assert torch.allclose(out["fc.weight"], torch.ones(3, 2))
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("node 2" in w and "client crashed" in w for w in warnings), warnings
+    assert "received 2 results and 1 failures" in caplog.text
+    assert 2 not in s.last_rejected  # an error reply is not a malformed reply
+
+
+def test_seeded_sampling_waits_for_the_minimum_of_nodes(monkeypatch):
+    from fedcal.strategies import base
+
+    grid = FakeGrid([1, 2], lambda n, c: reply(state(1.0)))
+    sleeps = []
+
+    def connect_one_more(seconds):
+        sleeps.append(seconds)
+        grid.nodes.append(len(grid.nodes) + 1)
+
+    monkeypatch.setattr(base.time, "sleep", connect_one_more)
+    s = strategies.FedAvg(fraction_train=0.5, min_train_nodes=2, min_available_nodes=4, fraction_evaluate=0.0,
+                          sampling_seed=0)
+    messages = list(s.configure_train(1, ArrayRecord(state(0.0)), ConfigRecord(), grid))
+    assert sleeps == [1, 1] and len(grid.nodes) == 4
+    assert len(messages) == 2 and {m.metadata.dst_node_id for m in messages} <= {1, 2, 3, 4}
+    assert all(m.metadata.message_type == MessageType.TRAIN for m in messages)
+    assert all(m.content["config"]["server-round"] == 1 for m in messages)
+    # the sample is random.Random("0/1") over the nodes in node_sort_key order
+    assert [m.metadata.dst_node_id for m in messages] == random.Random("0/1").sample([1, 2, 3, 4], 2)

@@ -1,16 +1,42 @@
-"""Flower strategies (Message API) that drop into any Flower ServerApp.
+"""Flower strategies (Message API) that drop into any Flower ServerApp, one module per rule.
 
-Each is a subclass of :class:`flwr.serverapp.strategy.FedAvg`: construct it with Flower's
-usual arguments and call ``strategy.start(grid=..., initial_arrays=...)``. They aggregate
-client *updates* (reply arrays minus the arrays sent that round) and drop malformed or
-non-finite replies with a warning instead of failing the round.
+Each is a subclass of :class:`flwr.serverapp.strategy.FedAvg` (through
+:class:`UpdateAggregationStrategy`): construct it with explicit keyword arguments — Flower's
+FedAvg arguments, ``sampling_seed``, ``node_sort_key``, ``buffer_key`` and the rule's own —
+and call ``strategy.start(grid=..., initial_arrays=...)``; ``summary()`` logs its settings.
+They aggregate client *updates* (reply arrays minus the arrays sent that round) with the
+flwr-free rules of :mod:`fedcal.aggregate`, and drop malformed or non-finite replies with a
+warning instead of failing the round.
+
+=====================  ========================  ===========================
+run-config name        class                     module
+=====================  ========================  ===========================
+``fedavg``             :class:`FedAvg`           ``fedavg.py``
+``fltrust``            :class:`FLTrust`          ``fltrust.py``
+``foolsgold``          :class:`FoolsGold`        ``foolsgold.py``
+``multikrum``          :class:`MultiKrum`        ``multikrum.py``
+``trimmed_mean``       :class:`TrimmedMean`      ``trimmed_mean.py``
+``median``             :class:`Median`           ``median.py``
+``geometric_median``   :class:`GeometricMedian`  ``geometric_median.py``
+``median_of_means``    :class:`MedianOfMeans`    ``median_of_means.py``
+=====================  ========================  ===========================
+
+:data:`STRATEGIES` maps these names to the classes; :func:`strategy_from_config` builds the
+configured one from a :class:`fedcal.config.RunConfig`.
 """
 
 from fedcal.strategies.base import UpdateAggregationStrategy, is_buffer_key
 from fedcal.strategies.fedavg import FedAvg
-from fedcal.strategies.robust import FLTrust, FoolsGold, GeometricMedian, Median, MedianOfMeans, MultiKrum, TrimmedMean
+from fedcal.strategies.fltrust import FLTrust
+from fedcal.strategies.foolsgold import FoolsGold
+from fedcal.strategies.geometric_median import GeometricMedian
+from fedcal.strategies.median import Median
+from fedcal.strategies.median_of_means import MedianOfMeans
+from fedcal.strategies.multikrum import MultiKrum
+from fedcal.strategies.registry import STRATEGIES, strategy_from_config
+from fedcal.strategies.trimmed_mean import TrimmedMean
 
 __all__ = [
-    "UpdateAggregationStrategy", "is_buffer_key", "FedAvg", "FLTrust", "FoolsGold", "MultiKrum",
-    "TrimmedMean", "Median", "GeometricMedian", "MedianOfMeans",
+    "STRATEGIES", "strategy_from_config", "UpdateAggregationStrategy", "is_buffer_key", "FedAvg", "FLTrust",
+    "FoolsGold", "MultiKrum", "TrimmedMean", "Median", "GeometricMedian", "MedianOfMeans",
 ]

@@ -2,9 +2,14 @@
 
 :class:`UpdateAggregationStrategy` subclasses Flower's ``FedAvg`` and overrides only
 ``configure_train`` (to remember the arrays each round was sent, and for optional seeded
-sampling) and ``aggregate_train`` (to validate replies and aggregate *updates*
-Δ_k = reply − sent with a rule from :mod:`fedcal.aggregate`). A subclass implements one
-method, :meth:`aggregate_updates`, on an (n, d) tensor.
+sampling), ``aggregate_train`` (to validate replies and aggregate *updates*
+Δ_k = reply − sent with a rule from :mod:`fedcal.aggregate`) and ``summary``. A subclass
+implements one method, :meth:`aggregate_updates`, on an (n, d) tensor, and logs its own
+settings in ``summary`` before calling ``super().summary()``.
+
+Only Flower's public API is used: train Messages are built with
+``Message(content=..., dst_node_id=..., message_type=MessageType.TRAIN)`` and error replies
+are checked here (``Message.has_error()``), not through ``FedAvg``'s private helpers.
 
 Bad replies — NaN/Inf values, a missing, extra, wrongly shaped or wrongly typed array, a
 missing or invalid weight — are dropped with a warning naming the node and the reason; the
@@ -14,6 +19,7 @@ round continues with the rest, and when nothing valid remains the global model i
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Iterable
 from logging import INFO, WARNING
 from typing import Any
@@ -23,7 +29,6 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg as _FlowerFedAvg
-from flwr.serverapp.strategy.strategy_utils import sample_nodes
 from flwr.supercore import log
 
 _BUFFER_MARKERS = ("running_mean", "running_var", "num_batches_tracked")
@@ -34,35 +39,102 @@ def is_buffer_key(name: str) -> bool:
     return any(m in name for m in _BUFFER_MARKERS)
 
 
+MetricsAggrFn = Callable[[list[RecordDict], str], MetricRecord]
+
+
 class UpdateAggregationStrategy(_FlowerFedAvg):
-    """Base of fedcal's strategies (accepts every :class:`flwr.serverapp.strategy.FedAvg` argument).
+    """Base of fedcal's strategies: Flower's FedAvg arguments plus seeded sampling and buffers.
+
+    Every argument is keyword-only. The first ten are those of
+    :class:`flwr.serverapp.strategy.FedAvg`, with the same defaults and meaning:
 
     Parameters
     ----------
+    fraction_train : float (default 1.0)
+        Fraction of the connected nodes trained each round (at least ``min_train_nodes``).
+    fraction_evaluate : float (default 1.0)
+        Fraction of the connected nodes asked to evaluate each round (0 skips federated
+        evaluation).
+    min_train_nodes : int (default 2)
+        Minimum number of nodes trained per round.
+    min_evaluate_nodes : int (default 2)
+        Minimum number of nodes evaluating per round.
+    min_available_nodes : int (default 2)
+        Nodes that must be connected before a round is configured (the strategy waits).
+    weighted_by_key : str (default "num-examples")
+        Key of each reply's MetricRecord holding its weight (data size): used for the
+        data-size weights of the rules, the buffers and the metrics.
+    arrayrecord_key : str (default "arrays")
+        Key of the ArrayRecord in sent and received messages.
+    configrecord_key : str (default "config")
+        Key of the ConfigRecord in sent messages.
+    train_metrics_aggr_fn : callable, optional
+        ``(list[RecordDict], weighted_by_key) -> MetricRecord`` for the training replies'
+        metrics (default: Flower's weighted average).
+    evaluate_metrics_aggr_fn : callable, optional
+        The same for evaluation replies.
     sampling_seed : int, optional
         When set, the nodes trained in round r are ``random.Random(f"{seed}/{r}")``'s sample
         of the connected nodes sorted by ``node_sort_key`` (Flower's own sampling uses the
         global ``random`` over per-run random node ids, so it cannot be reproduced).
     node_sort_key : callable, optional
-        Maps a node id to a sortable key (default: the node id).
+        Maps a node id to a sortable key (default: the node id). It orders the nodes before
+        seeded sampling and the valid replies before aggregation.
     buffer_key : callable, optional
         ``buffer_key(name) -> bool`` marks arrays that are not trained (averaged with the
         data-size weights, kept out of similarity computations). Default: BatchNorm
         statistics and counters; non-floating arrays are always buffers.
     """
 
-    def __init__(self, *args: Any, sampling_seed: int | None = None,
-                 node_sort_key: Callable[[int], Any] | None = None,
-                 buffer_key: Callable[[str], bool] | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        *,
+        fraction_train: float = 1.0,
+        fraction_evaluate: float = 1.0,
+        min_train_nodes: int = 2,
+        min_evaluate_nodes: int = 2,
+        min_available_nodes: int = 2,
+        weighted_by_key: str = "num-examples",
+        arrayrecord_key: str = "arrays",
+        configrecord_key: str = "config",
+        train_metrics_aggr_fn: MetricsAggrFn | None = None,
+        evaluate_metrics_aggr_fn: MetricsAggrFn | None = None,
+        sampling_seed: int | None = None,
+        node_sort_key: Callable[[int], Any] | None = None,
+        buffer_key: Callable[[str], bool] | None = None,
+    ) -> None:
+        super().__init__(
+            fraction_train=fraction_train,
+            fraction_evaluate=fraction_evaluate,
+            min_train_nodes=min_train_nodes,
+            min_evaluate_nodes=min_evaluate_nodes,
+            min_available_nodes=min_available_nodes,
+            weighted_by_key=weighted_by_key,
+            arrayrecord_key=arrayrecord_key,
+            configrecord_key=configrecord_key,
+            train_metrics_aggr_fn=train_metrics_aggr_fn,
+            evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
+        )
         self.sampling_seed = sampling_seed
         self.node_sort_key = node_sort_key or (lambda node_id: node_id)
         self.buffer_key = buffer_key or is_buffer_key
+        self._custom_sort = node_sort_key is not None
         self._sent: dict[int, ArrayRecord] = {}
         #: effective aggregation weight of each node in the last round (for logging/analysis)
         self.last_weights: dict[int, float] = {}
         #: nodes whose replies were dropped in the last round, with the reason
         self.last_rejected: dict[int, str] = {}
+
+    def summary(self) -> None:
+        """Log the strategy's settings (called by ``start``): fedcal's, then Flower's FedAvg's."""
+        log(INFO, "\t├──> fedcal update aggregation:")
+        log(INFO, "\t│\t├── Sampling seed: %s",
+            "none (Flower's random sampling)" if self.sampling_seed is None else self.sampling_seed)
+        log(INFO, "\t│\t├── Node order: %s", "custom node_sort_key" if self._custom_sort else "node id")
+        log(INFO, "\t│\t└── Buffers: %s",
+            "BatchNorm statistics and non-floating arrays" if self.buffer_key is is_buffer_key
+            else "custom buffer_key and non-floating arrays")
+        super().summary()
 
     # ------------------------------------------------------------------ configure
     def configure_train(
@@ -73,13 +145,14 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
             return super().configure_train(server_round, arrays, config, grid)
         num_nodes = int(len(list(grid.get_node_ids())) * self.fraction_train)
         sample_size = max(num_nodes, self.min_train_nodes)
-        _, all_nodes = sample_nodes(grid, self.min_available_nodes, sample_size)  # waits for nodes
+        all_nodes = wait_for_nodes(grid, max(self.min_available_nodes, sample_size))
         ordered = sorted(all_nodes, key=self.node_sort_key)
         node_ids = random.Random(f"{self.sampling_seed}/{server_round}").sample(ordered, sample_size)
         log(INFO, "configure_train: sampled %s nodes (out of %s), seeded", len(node_ids), len(all_nodes))
         config["server-round"] = server_round
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
-        return self._construct_messages(record, node_ids, MessageType.TRAIN)
+        return [Message(content=record, dst_node_id=node_id, message_type=MessageType.TRAIN)
+                for node_id in node_ids]
 
     # ------------------------------------------------------------------ aggregate
     def aggregate_updates(self, server_round: int, node_ids: list[int], updates: torch.Tensor,
@@ -95,8 +168,7 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        replies = list(replies)
-        valid, _ = self._check_and_log_replies(replies, is_train=True, validate=False)
+        valid = self._without_errors(server_round, list(replies))
         sent = self._sent.get(server_round)
         if sent is None:
             raise RuntimeError(f"aggregate_train for round {server_round} without configure_train")
@@ -153,6 +225,19 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         return ArrayRecord(new), metrics
 
     # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _without_errors(server_round: int, replies: list[Message]) -> list[Message]:
+        """The replies that carry content, in arrival order; error replies are logged and dropped."""
+        if not replies:
+            return []
+        valid = [msg for msg in replies if not msg.has_error()]
+        log(INFO, "aggregate_train: received %s results and %s failures", len(valid), len(replies) - len(valid))
+        for msg in replies:
+            if msg.has_error():
+                log(WARNING, "round %d: dropped error reply of node %s: %s", server_round,
+                    msg.metadata.src_node_id, msg.error.reason)
+        return valid
+
     def trainable_keys(self, sent: ArrayRecord) -> list[str]:
         """Names of the trained (floating, non-buffer) arrays, in record order."""
         return [k for k in sent.keys() if self._trainable(k, sent)]
@@ -198,6 +283,14 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         if isinstance(weight, list) or not np.isfinite(weight) or weight <= 0:
             return f"invalid '{self.weighted_by_key}' = {weight!r}", 0.0
         return None, float(weight)
+
+
+def wait_for_nodes(grid: Grid, minimum: int) -> list[int]:
+    """The connected node ids, once at least ``minimum`` are connected (polls once a second)."""
+    while len(all_nodes := list(grid.get_node_ids())) < minimum:
+        log(INFO, "Waiting for nodes to connect: %d connected (minimum required: %d).", len(all_nodes), minimum)
+        time.sleep(1)
+    return all_nodes
 
 
 def _tensor(array: Any) -> torch.Tensor:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from logging import INFO
+
+from flwr.supercore import log
 
 from fedcal import aggregate as agg
 from fedcal.strategies.base import UpdateAggregationStrategy
@@ -10,10 +13,15 @@ from fedcal.strategies.base import UpdateAggregationStrategy
 class FedAvg(UpdateAggregationStrategy):
     """Data-size weighted FedAvg: θ ← θ + Σ p_k Δ_k, p_k ∝ ``weighted_by_key``.
 
-    Same arguments as :class:`flwr.serverapp.strategy.FedAvg`, plus ``sampling_seed``,
-    ``node_sort_key`` and ``buffer_key`` (see :class:`UpdateAggregationStrategy`). Unlike
+    Takes exactly the keyword arguments of :class:`UpdateAggregationStrategy` (Flower's
+    FedAvg arguments plus ``sampling_seed``, ``node_sort_key`` and ``buffer_key``). Unlike
     Flower's FedAvg, a malformed or NaN reply is dropped instead of failing the round.
     """
+
+    def summary(self) -> None:
+        """Log the rule, then the shared settings."""
+        log(INFO, "\t├──> FedAvg: data-size weighted mean of the updates")
+        super().summary()
 
     def aggregate_updates(self, server_round, node_ids, updates, weights):
         return agg.fedavg(updates, weights), weights

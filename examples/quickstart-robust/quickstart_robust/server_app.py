@@ -4,32 +4,37 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 
-from fedcal.strategies import FedAvg, FLTrust, FoolsGold, MultiKrum
+from fedcal.strategies import STRATEGIES, UpdateAggregationStrategy
 from quickstart_robust.task import Net, make_data, test, train
 
 app = ServerApp()
 TRAIN_KEYS = ("lr", "local-steps", "num-sybils", "nan-partition")
 
 
-def make_strategy(name: str, cfg) -> FedAvg:
-    common = dict(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=2, min_available_nodes=2)
-    if name == "fedavg":
-        return FedAvg(**common)
-    if name == "foolsgold":
-        return FoolsGold(**common)
-    if name == "multikrum":
-        return MultiKrum(num_malicious_nodes=int(cfg["num-sybils"]) + 1, **common)
-    if name == "fltrust":
-        x_root, y_root = make_data(100, seed=7)  # the server's small clean root set
+def root_train_fn_for(cfg):
+    """FLTrust's server step: the benign training procedure on a small clean root set."""
+    x_root, y_root = make_data(100, seed=7)
 
-        def root_train_fn(arrays: ArrayRecord, server_round: int) -> ArrayRecord:
-            net = Net()
-            net.load_state_dict(arrays.to_torch_state_dict())
-            train(net, x_root, y_root, int(cfg["local-steps"]), float(cfg["lr"]), seed=server_round)
-            return ArrayRecord(net.state_dict())
+    def root_train_fn(arrays: ArrayRecord, server_round: int) -> ArrayRecord:
+        net = Net()
+        net.load_state_dict(arrays.to_torch_state_dict())
+        train(net, x_root, y_root, int(cfg["local-steps"]), float(cfg["lr"]), seed=server_round)
+        return ArrayRecord(net.state_dict())
 
-        return FLTrust(root_train_fn=root_train_fn, **common)
-    raise ValueError(f"unknown strategy {name!r}")
+    return root_train_fn
+
+
+def make_strategy(name: str, cfg) -> UpdateAggregationStrategy:
+    """Any fedcal strategy by its name; the rules' own settings where the defaults do not fit."""
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown strategy {name!r}; choose from {sorted(STRATEGIES)}")
+    rule = {
+        "multikrum": lambda: {"f": int(cfg["num-sybils"]) + 1},
+        "trimmed_mean": lambda: {"f": int(cfg["num-sybils"]) + 1},
+        "fltrust": lambda: {"root_train_fn": root_train_fn_for(cfg)},
+    }.get(name, dict)()
+    return STRATEGIES[name](fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=2, min_available_nodes=2,
+                            **rule)
 
 
 @app.main()

@@ -1,0 +1,28 @@
+"""Coordinate-wise median of the updates."""
+
+from __future__ import annotations
+
+from logging import INFO
+
+import torch
+from flwr.supercore import log
+
+from fedcal import aggregate as agg
+from fedcal.strategies.base import UpdateAggregationStrategy
+
+
+class Median(UpdateAggregationStrategy):
+    """Coordinate-wise median of the updates (the mean of the two middle values for even n;
+    unweighted: data sizes do not enter).
+
+    Takes exactly the keyword arguments of :class:`UpdateAggregationStrategy` (Flower's
+    FedAvg arguments plus ``sampling_seed``, ``node_sort_key`` and ``buffer_key``).
+    """
+
+    def summary(self) -> None:
+        """Log the rule, then the shared settings."""
+        log(INFO, "\t├──> Median: coordinate-wise median of the updates (unweighted)")
+        super().summary()
+
+    def aggregate_updates(self, server_round, node_ids, updates, weights):
+        return agg.coordinate_median(updates), torch.ones(updates.shape[0])

@@ -1,0 +1,83 @@
+"""The strategy registry: run-config name → strategy class, and the one builder from a run config."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from flwr.app import ArrayRecord
+
+from fedcal.strategies.base import UpdateAggregationStrategy
+from fedcal.strategies.fedavg import FedAvg
+from fedcal.strategies.fltrust import FLTrust
+from fedcal.strategies.foolsgold import FoolsGold
+from fedcal.strategies.geometric_median import GeometricMedian
+from fedcal.strategies.median import Median
+from fedcal.strategies.median_of_means import MedianOfMeans
+from fedcal.strategies.multikrum import MultiKrum
+from fedcal.strategies.trimmed_mean import TrimmedMean
+
+if TYPE_CHECKING:
+    from fedcal.config import RunConfig
+
+#: The strategy of each value of the run-config key ``strategy`` (``fedcal.config.STRATEGIES``).
+STRATEGIES: dict[str, type[UpdateAggregationStrategy]] = {
+    "fedavg": FedAvg,
+    "fltrust": FLTrust,
+    "foolsgold": FoolsGold,
+    "multikrum": MultiKrum,
+    "trimmed_mean": TrimmedMean,
+    "median": Median,
+    "geometric_median": GeometricMedian,
+    "median_of_means": MedianOfMeans,
+}
+
+
+def _rule_kwargs(cfg: RunConfig) -> dict[str, Any]:
+    """The rule's own keyword arguments from the run config (flat keys → one name per concept)."""
+    name = cfg.strategy
+    if name == "foolsgold":
+        return {"kappa": cfg.foolsgold_kappa}
+    if name == "multikrum":
+        return {"f": cfg.krum_f, "m": cfg.krum_m or None}  # krum-m = 0 means n − f
+    if name == "trimmed_mean":
+        return {"f": cfg.trim_f}
+    if name == "median_of_means":
+        return {"num_groups": cfg.mom_groups, "seed": cfg.seed}
+    return {}
+
+
+def strategy_from_config(
+    cfg: RunConfig,
+    *,
+    node_sort_key: Callable[[int], Any] | None = None,
+    root_train_fn: Callable[[ArrayRecord, int], ArrayRecord] | None = None,
+) -> UpdateAggregationStrategy:
+    """The strategy ``cfg.strategy`` configured from the run config.
+
+    Each round trains ``clients-per-round`` (M) of the ``num-clients`` (K) nodes, sampled with
+    ``sampling_seed = seed`` over the nodes ordered by ``node_sort_key``; federated evaluation
+    is off (the global model is evaluated centrally). ``krum-f``/``krum-m`` (0 → n − f),
+    ``trim-f``, ``mom-groups`` (grouping seeded by ``seed``) and ``foolsgold-kappa`` set the
+    rule's parameters; FLTrust needs ``root_train_fn``.
+    """
+    try:
+        cls = STRATEGIES[cfg.strategy]
+    except KeyError:
+        raise ValueError(f"unknown strategy {cfg.strategy!r}; choose from {sorted(STRATEGIES)}") from None
+    kwargs = _rule_kwargs(cfg)
+    if cls is FLTrust:
+        if root_train_fn is None:
+            raise ValueError("strategy 'fltrust' needs a root_train_fn")
+        kwargs["root_train_fn"] = root_train_fn
+    return cls(
+        fraction_train=cfg.clients_per_round / cfg.num_clients,
+        fraction_evaluate=0.0,  # the global model is evaluated centrally, on the test set
+        min_train_nodes=cfg.clients_per_round,
+        min_evaluate_nodes=0,
+        min_available_nodes=cfg.num_clients,
+        weighted_by_key="num-examples",
+        sampling_seed=cfg.seed,
+        node_sort_key=node_sort_key,
+        **kwargs,
+    )
