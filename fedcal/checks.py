@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 __all__ = [
+    "_check_finite",
     "_check_float64",
     "_check_gammas",
     "_check_labels",
@@ -49,6 +50,7 @@ def _real_float64(t: torch.Tensor, name: str) -> torch.Tensor:
 
 
 def _check_finite(t: torch.Tensor, name: str) -> None:
+    """``{name} contains NaN or Inf`` unless every entry of the tensor ``t`` is finite."""
     if not torch.isfinite(t).all():
         raise ValueError(f"{name} contains NaN or Inf")
 
