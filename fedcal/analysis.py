@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from fedcal.attacks import BEHAVIOURS, Behaviour, stealth_variants
+from fedcal.attacks import BEHAVIOURS, Behaviour, behaviour_kind, stealth_variants
 from fedcal.checks import _check_finite, _check_gammas, _check_labels, _check_logits, _check_matrix, _check_probs
 from fedcal.train import batch_schedule, local_train, predict_logits
 
@@ -116,10 +116,8 @@ def update_cosine_curves(
     for name, b in variants.items():
         if not isinstance(b, Behaviour):
             raise TypeError(f"variant {name!r} must be a Behaviour, got {type(b).__name__}")
-        if b.kind not in BEHAVIOURS:
-            raise ValueError(f"variant {name!r}: unknown kind {b.kind!r}; choose one of {', '.join(BEHAVIOURS)}")
         try:
-            BEHAVIOURS[b.kind].check(b)
+            behaviour_kind(b.kind).check(b)
         except ValueError as e:
             raise ValueError(f"variant {name!r}: {e}") from None
     if steps < 1:

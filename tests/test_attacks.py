@@ -126,7 +126,7 @@ def test_stealth_variants_come_from_the_registry():
 
 
 def test_registry_rejects_unknown_names_and_bad_parameters():
-    with pytest.raises(ValueError, match="unknown behaviour kind 'bogus'"):
+    with pytest.raises(ValueError, match="unknown kind 'bogus'"):
         behaviour_kind("bogus")
     with pytest.raises(ValueError, match="unknown attack 'bogus'"):
         kind_for_attack("bogus")
@@ -136,6 +136,6 @@ def test_registry_rejects_unknown_names_and_bad_parameters():
         BEHAVIOURS["tsa"].check(Behaviour("tsa", tau=float("inf")))
     ds = synthetic_dataset(n_train=20, n_test=2)
     m = build_model("mlp", ds.input_shape, ds.num_classes, seed=0)
-    with pytest.raises(ValueError, match="unknown behaviour kind"):
+    with pytest.raises(ValueError, match="unknown kind"):
         client_round(m, ds.x_train, ds.y_train, ds.num_classes, Behaviour("bogus"), RunConfig(dataset="synthetic"),
                      server_round=1, client_id=0)

@@ -33,7 +33,7 @@ def behaviour_kind(kind: str) -> BehaviourKind:
     try:
         return BEHAVIOURS[kind]
     except KeyError:
-        raise ValueError(f"unknown behaviour kind {kind!r}; choose one of {', '.join(BEHAVIOURS)}") from None
+        raise ValueError(f"unknown kind {kind!r}; choose one of {', '.join(BEHAVIOURS)}") from None
 
 
 def kind_for_attack(attack: str) -> BehaviourKind:
