@@ -19,7 +19,8 @@ import pandas as pd
 import torch
 from torch import nn
 
-from fedcal.attacks import Behaviour, flip_labels, round_generator
+from fedcal.attacks import BEHAVIOURS, Behaviour, behaviour_kind, stealth_variants
+from fedcal.checks import _check_finite, _check_gammas, _check_labels, _check_logits, _check_matrix, _check_probs
 from fedcal.train import batch_schedule, local_train, predict_logits
 
 __all__ = [
@@ -34,39 +35,6 @@ __all__ = [
     "update_cosine_curves",
     "update_vector",
 ]
-
-_KINDS = ("benign", "tsa", "noise", "labelflip")
-
-
-# ---------------------------------------------------------------------------- helpers
-def _as_float64(a, name: str, ndim: int | None = None) -> np.ndarray:
-    """``a`` (tensor / array-like) as a float64 numpy array; rejects NaN/Inf and wrong ndim."""
-    if isinstance(a, torch.Tensor):
-        a = a.detach().cpu().double().numpy()
-    arr = np.asarray(a, dtype=np.float64)
-    if ndim is not None and arr.ndim != ndim:
-        raise ValueError(f"{name} must be {ndim}-D, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} contains NaN or Inf")
-    return arr
-
-
-def _as_labels(labels, n: int, num_classes: int) -> np.ndarray:
-    if isinstance(labels, torch.Tensor):
-        labels = labels.detach().cpu().numpy()
-    lab = np.asarray(labels)
-    if lab.ndim != 1 or lab.shape[0] != n:
-        raise ValueError(f"labels must have shape ({n},), got {lab.shape}")
-    if lab.dtype.kind == "f":
-        if not np.all(np.isfinite(lab)) or not np.all(lab == np.round(lab)):
-            raise ValueError("labels must be integers (no NaN)")
-    elif lab.dtype.kind not in "iu":
-        raise ValueError(f"labels must be integers, got dtype {lab.dtype}")
-    lab = lab.astype(np.int64)
-    if n and (lab.min() < 0 or lab.max() >= num_classes):
-        raise ValueError(f"labels must lie in [0, {num_classes})")
-    return lab
-
 
 # ---------------------------------------------------------------------------- update geometry
 def flat_params(model: nn.Module) -> torch.Tensor:
@@ -101,17 +69,10 @@ def _cosine64(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def default_variants() -> dict[str, Behaviour]:
-    """The stealth-analysis variant set: TSA coupled/uncoupled at τ ∈ {0.2, 5}; noise
-    injection σ ∈ {0.1, 0.05, 0.01}; label flipping k ∈ {1, …, 5}."""
-    out: dict[str, Behaviour] = {}
-    for coupled in (True, False):
-        for tau in (0.2, 5.0):
-            out[f"tsa_{'coupled' if coupled else 'uncoupled'}_tau{tau:g}"] = Behaviour("tsa", tau=tau, coupled=coupled)
-    for sigma in (0.1, 0.05, 0.01):
-        out[f"noise_sigma{sigma:g}"] = Behaviour("noise", noise_sigma=sigma)
-    for k in range(1, 6):
-        out[f"labelflip_k{k}"] = Behaviour("labelflip", flip_shift=k)
-    return out
+    """The stealth-analysis variant set, from the behaviour registry
+    (:func:`fedcal.attacks.stealth_variants`): TSA coupled/uncoupled at τ ∈ {0.2, 5};
+    noise injection σ ∈ {0.1, 0.05, 0.01}; label flipping k ∈ {1, …, 5}."""
+    return stealth_variants()
 
 
 def update_cosine_curves(
@@ -131,7 +92,10 @@ def update_cosine_curves(
 
     Δ(k) = θ after k local SGD steps − θ_global, over trainable parameters, and
     cos(a, b) = a·b / (‖a‖‖b‖) (float64). Every run starts from a copy of ``model`` (left
-    unchanged) and uses the same batch schedule (``batch_schedule`` seeded with ``seed``):
+    unchanged) and uses the same batch schedule (``batch_schedule`` seeded with ``seed``).
+    Each variant's kind (``fedcal.attacks.BEHAVIOURS[b.kind]``) says how its run differs
+    from the benign one (labels, loss temperature, then its ``stealth_update``); a variant
+    that trains like the benign client reuses the benign run:
 
     * benign: τ = 1, learning rate β = ``lr``;
     * ``tsa``: loss CE(softmax(z/τ), y) with η = β·τ (coupled) or η = β (uncoupled);
@@ -152,10 +116,10 @@ def update_cosine_curves(
     for name, b in variants.items():
         if not isinstance(b, Behaviour):
             raise TypeError(f"variant {name!r} must be a Behaviour, got {type(b).__name__}")
-        if b.kind not in _KINDS:
-            raise ValueError(f"variant {name!r}: unknown kind {b.kind!r}; choose one of {', '.join(_KINDS)}")
-        if b.kind == "noise" and not (b.noise_sigma >= 0 and np.isfinite(b.noise_sigma)):
-            raise ValueError(f"variant {name!r}: noise_sigma must be a finite number >= 0")
+        try:
+            behaviour_kind(b.kind).check(b)
+        except ValueError as e:
+            raise ValueError(f"variant {name!r}: {e}") from None
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     if batch_size < 1:
@@ -165,10 +129,9 @@ def update_cosine_curves(
     x, y = torch.as_tensor(x), torch.as_tensor(y)
     if y.ndim != 1 or x.shape[0] != y.shape[0]:
         raise ValueError(f"x and y must hold the same number of samples, got {tuple(x.shape)} and {tuple(y.shape)}")
-    if x.is_floating_point() and not torch.isfinite(x).all():
-        raise ValueError("x contains NaN or Inf")
-    _as_labels(y, len(y), num_classes)
-    y = y.long()
+    if x.is_floating_point():
+        _check_finite(x, "x")
+    y = _check_labels(y, len(y), num_classes)
 
     start = flat_params(model)
     batches = batch_schedule(len(y), steps, batch_size, torch.Generator().manual_seed(seed))
@@ -182,20 +145,13 @@ def update_cosine_curves(
         return deltas
 
     benign = trajectory(y, 1.0, True)
-    noise_dir: torch.Tensor | None = None
     rows = []
     for name, b in variants.items():
-        if b.kind in ("benign", "noise"):
-            attack = benign
-            if b.kind == "noise":
-                if noise_dir is None:
-                    noise_dir = torch.randn(start.numel(), generator=round_generator(seed, 0, 0, "noise"),
-                                            dtype=torch.float64)
-                attack = [d + b.noise_sigma * noise_dir for d in benign]
-        elif b.kind == "tsa":
-            attack = trajectory(y, b.tau, b.coupled)
-        else:  # labelflip
-            attack = trajectory(flip_labels(y, b.flip_shift, num_classes), 1.0, True)
+        kind = BEHAVIOURS[b.kind]
+        labels = kind.train_labels(b, y, num_classes)
+        tau, coupled = kind.loss_temperature(b)
+        trained = benign if labels is y and (tau, coupled) == (1.0, True) else trajectory(labels, tau, coupled)
+        attack = kind.stealth_update(b, trained, seed)
         rows += [(name, k, _cosine64(db, da)) for k, (db, da) in enumerate(zip(benign, attack), start=1)]
     return pd.DataFrame(rows, columns=["variant", "step", "cosine"])
 
@@ -208,8 +164,8 @@ def logit_cosine(logits_a, logits_b) -> float:
     A row that is exactly zero in either argument contributes 0 (torch's
     ``cosine_similarity`` convention). Source: standard cosine similarity of output vectors.
     """
-    a = _as_float64(logits_a, "logits_a", 2)
-    b = _as_float64(logits_b, "logits_b", 2)
+    a = _check_matrix(logits_a, "logits_a").numpy()
+    b = _check_matrix(logits_b, "logits_b").numpy()
     if a.shape != b.shape:
         raise ValueError(f"logits_a and logits_b must have the same shape, got {a.shape} and {b.shape}")
     if a.shape[0] == 0:
@@ -235,8 +191,8 @@ def linear_cka(X, Y) -> float:
     Raises ValueError for non-2-D or non-finite inputs, differing n, n < 2, or a
     representation that is constant across samples (CKA undefined).
     """
-    x = _as_float64(X, "X", 2)
-    y = _as_float64(Y, "Y", 2)
+    x = _check_matrix(X, "X").numpy()
+    y = _check_matrix(Y, "Y").numpy()
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"X and Y must have the same number of rows (samples), got {x.shape[0]} and {y.shape[0]}")
     n, dx, dy = x.shape[0], x.shape[1], y.shape[1]
@@ -293,16 +249,6 @@ def representation_similarity(model_a: nn.Module, model_b: nn.Module, x: torch.T
 
 
 # ---------------------------------------------------------------------------- triage (SPEC §6)
-def _check_gammas(gammas) -> np.ndarray:
-    g = np.linspace(0.0, 1.0, 101) if gammas is None else _as_float64(gammas, "gammas")
-    g = np.atleast_1d(g)
-    if g.ndim != 1 or g.size == 0:
-        raise ValueError(f"gammas must be a non-empty 1-D sequence, got shape {g.shape}")
-    if g.min() < 0.0 or g.max() > 1.0:
-        raise ValueError("gammas must lie in [0, 1]")
-    return g
-
-
 def triage_curves(logits, labels, gammas: Sequence[float] | np.ndarray | None = None,
                   from_logits: bool = True) -> pd.DataFrame:
     """Verification triage at thresholds γ (SPEC §6).
@@ -322,21 +268,18 @@ def triage_curves(logits, labels, gammas: Sequence[float] | np.ndarray | None = 
 
     ``gammas`` defaults to ``np.linspace(0, 1, 101)`` and keeps the given order.
     """
-    p = _as_float64(logits, "logits" if from_logits else "probabilities", 2)
+    if from_logits:
+        p = _check_logits(logits).numpy()
+    else:
+        p = _check_probs(logits, "probabilities", range_tol=0.0, sum_atol=1e-4,
+                         hint=" (pass from_logits=True for logits)").numpy()
     n, c = p.shape
-    if n == 0 or c == 0:
-        raise ValueError(f"need a non-empty (n, C) array, got shape {p.shape}")
-    lab = _as_labels(labels, n, c)
-    g = _check_gammas(gammas)
+    lab = _check_labels(labels, n, c).numpy()
+    g = _check_gammas(gammas).numpy()
     if from_logits:
         p = p - p.max(axis=1, keepdims=True)
         p = np.exp(p)
         p /= p.sum(axis=1, keepdims=True)
-    else:
-        if p.min() < 0.0 or p.max() > 1.0:
-            raise ValueError("probabilities must lie in [0, 1] (pass from_logits=True for logits)")
-        if not np.allclose(p.sum(axis=1), 1.0, rtol=0.0, atol=1e-4):
-            raise ValueError("probability rows must sum to 1 (pass from_logits=True for logits)")
     conf = p.max(axis=1)
     correct = p.argmax(axis=1) == lab
     sent = conf[None, :] < g[:, None]  # (γ, n)

@@ -7,8 +7,9 @@ small as 10) and applied to test logits, scikit-learn style::
     probs = cal.predict_proba(test_logits)          # (n, C) torch.float64, rows sum to 1
     probs_metrics(probs, test_labels)               # accuracy / ece / sece / brier / nll
 
-Inputs may be torch tensors, numpy arrays or nested lists; they are converted to CPU
-``torch.float64`` (labels to ``int64``). Outputs are CPU ``torch.float64`` tensors.
+Inputs may be torch tensors, numpy arrays or nested lists; they are validated and converted
+to CPU ``torch.float64`` (labels to ``int64``) by the shared checks of :mod:`fedcal.checks`.
+Outputs are CPU ``torch.float64`` tensors.
 
 Calibrators:
 
@@ -44,6 +45,7 @@ from sklearn.exceptions import NotFittedError  # subclass of ValueError (and Att
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
+from fedcal.checks import _check_float64, _check_labels, _check_logits, _check_logits_labels, _check_probs
 from fedcal.metrics import bin_index, metrics_from_probs
 
 __all__ = [
@@ -63,49 +65,14 @@ _ARGMAX_MARGIN = 1e-12  # redistribution: the predicted class stays strictly on 
 
 
 # --------------------------------------------------------------------------------------
-# Input validation
+# Input validation (the shared checks of fedcal.checks; calibrators need C >= 2)
 # --------------------------------------------------------------------------------------
 
 
-def _as_logits(logits: Any, name: str = "logits") -> torch.Tensor:
-    t = torch.as_tensor(np.asarray(logits) if not isinstance(logits, torch.Tensor) else logits)
-    if t.ndim != 2:
-        raise ValueError(f"{name} must be (n, C), got shape {tuple(t.shape)}")
-    if t.shape[0] == 0:
-        raise ValueError(f"{name} is empty")
-    if t.shape[1] < 2:
-        raise ValueError(f"{name} needs at least 2 classes, got C = {t.shape[1]}")
-    if t.dtype == torch.bool or t.is_complex():
-        raise ValueError(f"{name} must be real-valued, got dtype {t.dtype}")
-    t = t.detach().cpu().double()
-    if not torch.isfinite(t).all():
-        raise ValueError(f"{name} contain NaN or Inf")
-    return t
-
-
-def _as_labels(labels: Any, n: int, n_classes: int) -> torch.Tensor:
-    t = torch.as_tensor(np.asarray(labels) if not isinstance(labels, torch.Tensor) else labels)
-    t = t.detach().cpu()
-    if t.ndim != 1 or t.shape[0] != n:
-        raise ValueError(f"labels must be (n,) with n = {n}, got shape {tuple(t.shape)}")
-    if t.is_floating_point():
-        if not torch.isfinite(t).all():
-            raise ValueError("labels contain NaN or Inf")
-        if (t != t.round()).any():
-            raise ValueError("labels must be integers")
-    elif t.dtype == torch.bool or t.is_complex():
-        raise ValueError(f"labels must be integers, got dtype {t.dtype}")
-    t = t.long()
-    if t.min() < 0 or t.max() >= n_classes:
-        raise ValueError(f"labels must lie in [0, {n_classes}), got range [{int(t.min())}, {int(t.max())}]")
-    return t
-
-
-def _check_fit_inputs(logits: Any, labels: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    z = _as_logits(logits)
+def _fit_inputs(logits: Any, labels: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    z, y = _check_logits_labels(logits, labels, min_classes=2)
     if z.shape[0] < 2:
         raise ValueError(f"need at least 2 calibration samples (n_cal >= 2), got {z.shape[0]}")
-    y = _as_labels(labels, z.shape[0], z.shape[1])
     return z, y
 
 
@@ -138,15 +105,11 @@ def redistribute_top_confidence(probs: Any, confidence: Any) -> torch.Tensor:
     runner-up p_(2) (f = 1/C when r = 0); f ≤ min(c, 1/2), so the clip only acts when a
     calibrator asks for a confidence below what the class ranking allows. Rows sum to 1.
     """
-    p = torch.as_tensor(probs).detach().cpu().double()
-    c_new = torch.as_tensor(confidence).detach().cpu().double()
-    if p.ndim != 2 or p.shape[1] < 2:
-        raise ValueError(f"probs must be (n, C) with C >= 2, got shape {tuple(p.shape)}")
+    p = _check_logits(probs, "probs", min_classes=2)
+    c_new = _check_float64(confidence, "confidence", ndim=1)
     if c_new.shape != (p.shape[0],):
-        raise ValueError(f"confidence must be ({p.shape[0]},), got shape {tuple(c_new.shape)}")
-    if not (torch.isfinite(p).all() and torch.isfinite(c_new).all()):
-        raise ValueError("probs/confidence contain NaN or Inf")
-    n, n_classes = p.shape
+        raise ValueError(f"confidence must have shape ({p.shape[0]},), got shape {tuple(c_new.shape)}")
+    n, num_classes = p.shape
     pred = p.argmax(dim=1)
     rows = torch.arange(n)
     others = p.clone()
@@ -154,9 +117,9 @@ def redistribute_top_confidence(probs: Any, confidence: Any) -> torch.Tensor:
     rest = others.sum(dim=1)
     second = others.max(dim=1).values
     saturated = rest <= 0
-    tie = torch.where(saturated, torch.full_like(rest, 1.0 / n_classes), second / torch.where(saturated, 1.0, rest + second))
+    tie = torch.where(saturated, torch.full_like(rest, 1.0 / num_classes), second / torch.where(saturated, 1.0, rest + second))
     c_new = torch.minimum(torch.maximum(c_new, tie + _ARGMAX_MARGIN), torch.ones_like(c_new))
-    uniform = torch.full_like(p, 1.0 / (n_classes - 1))
+    uniform = torch.full_like(p, 1.0 / (num_classes - 1))
     uniform[rows, pred] = 0.0
     share = torch.where(saturated[:, None], uniform, others / torch.where(saturated, 1.0, rest)[:, None])
     out = share * (1.0 - c_new)[:, None]
@@ -172,8 +135,8 @@ class _NotFittedMixin:
             raise NotFittedError(f"{type(self).__name__} is not fitted yet: call fit(logits, labels) first")
 
     def _check_classes(self, logits: torch.Tensor) -> None:
-        if logits.shape[1] != self.n_classes_:
-            raise ValueError(f"logits have C = {logits.shape[1]} classes, the calibrator was fitted on {self.n_classes_}")
+        if logits.shape[1] != self.num_classes_:
+            raise ValueError(f"logits have C = {logits.shape[1]} classes, the calibrator was fitted on {self.num_classes_}")
 
 
 # --------------------------------------------------------------------------------------
@@ -197,7 +160,7 @@ class TemperatureScaling(_NotFittedMixin):
     the bounds (e.g. every calibration sample correct with a large margin → T → 0) the
     nearest bound is returned.
 
-    Attributes after fit: ``temperature_`` (float), ``n_classes_``, ``nll_`` (fitted NLL).
+    Attributes after fit: ``temperature_`` (float), ``num_classes_``, ``nll_`` (fitted NLL).
     """
 
     _fitted_attr = "temperature_"
@@ -209,7 +172,7 @@ class TemperatureScaling(_NotFittedMixin):
 
     def fit(self, logits: Any, labels: Any) -> "TemperatureScaling":
         """Fit T on calibration logits (n, C) and integer labels (n,); returns self."""
-        z, y = _check_fit_inputs(logits, labels)
+        z, y = _fit_inputs(logits, labels)
 
         def nll(u: float) -> float:
             return float(F.cross_entropy(z * math.exp(-u), y))
@@ -220,13 +183,13 @@ class TemperatureScaling(_NotFittedMixin):
         )
         self.temperature_ = float(math.exp(res.x))
         self.nll_ = float(res.fun)
-        self.n_classes_ = int(z.shape[1])
+        self.num_classes_ = int(z.shape[1])
         return self
 
     def transform(self, logits: Any) -> torch.Tensor:
         """Calibrated logits z / T (float64); feed to ``fedcal.metrics.calibration_metrics``."""
         self._check_fitted()
-        z = _as_logits(logits)
+        z = _check_logits(logits, min_classes=2)
         self._check_classes(z)
         return z / self.temperature_
 
@@ -247,7 +210,7 @@ class TemperatureScaling(_NotFittedMixin):
 class _TopLabelCalibrator(_NotFittedMixin):
     """Re-estimates P(correct | score) of the predicted class; see module docstring."""
 
-    _fitted_attr = "n_classes_"
+    _fitted_attr = "num_classes_"
 
     def _score(self, logits: torch.Tensor, conf: torch.Tensor) -> torch.Tensor:
         return conf
@@ -260,11 +223,11 @@ class _TopLabelCalibrator(_NotFittedMixin):
 
     def fit(self, logits: Any, labels: Any):
         """Fit on calibration logits (n, C) and integer labels (n,); returns self."""
-        z, y = _check_fit_inputs(logits, labels)
+        z, y = _fit_inputs(logits, labels)
         _, conf, pred = _top_confidence(z)
         correct = (pred == y).double()
         self._fit_map(self._score(z, conf).numpy(), correct.numpy())
-        self.n_classes_ = int(z.shape[1])
+        self.num_classes_ = int(z.shape[1])
         self.n_cal_ = int(z.shape[0])
         self.cal_accuracy_ = float(correct.mean())
         return self
@@ -276,7 +239,7 @@ class _TopLabelCalibrator(_NotFittedMixin):
         keep the predicted class on top (see :func:`redistribute_top_confidence`).
         """
         self._check_fitted()
-        z = _as_logits(logits)
+        z = _check_logits(logits, min_classes=2)
         self._check_classes(z)
         _, conf, _ = _top_confidence(z)
         mapped = self._map(self._score(z, conf).numpy())
@@ -285,7 +248,7 @@ class _TopLabelCalibrator(_NotFittedMixin):
     def predict_proba(self, logits: Any) -> torch.Tensor:
         """Full (n, C) float64 probabilities: predicted class gets the recalibrated
         confidence, the rest is spread in proportion to the original probabilities."""
-        z = _as_logits(logits)
+        z = _check_logits(logits, min_classes=2)
         c_new = self.predict_confidence(z)
         return redistribute_top_confidence(z.softmax(dim=1), c_new)
 
@@ -310,7 +273,7 @@ class PlattScaling(_TopLabelCalibrator):
     the degenerate cases (all correct / all wrong) gives a ≈ 0 and the constant
     confidence (n+1)/(n+2) resp. 1/(n+2), strictly inside (0, 1).
 
-    Attributes after fit: ``coef_`` (a), ``intercept_`` (b), ``n_classes_``.
+    Attributes after fit: ``coef_`` (a), ``intercept_`` (b), ``num_classes_``.
     """
 
     def __init__(self, feature: str = "confidence", max_iter: int = 1000):
@@ -352,7 +315,7 @@ class IsotonicCalibration(_TopLabelCalibrator):
     test confidences outside the calibration range take the end values. g is linearly
     interpolated between calibration points (scikit-learn's behaviour).
 
-    Attributes after fit: ``isotonic_`` (the fitted IsotonicRegression), ``n_classes_``.
+    Attributes after fit: ``isotonic_`` (the fitted IsotonicRegression), ``num_classes_``.
     """
 
     def _fit_map(self, score: np.ndarray, correct: np.ndarray) -> None:
@@ -377,7 +340,7 @@ class HistogramBinning(_TopLabelCalibrator):
     fit-time constant, so the map does not depend on the test batch.
 
     Attributes after fit: ``bin_confidence_`` (θ, shape (n_bins,)), ``bin_count_``,
-    ``bin_accuracy_`` (NaN for empty bins), ``n_classes_``.
+    ``bin_accuracy_`` (NaN for empty bins), ``num_classes_``.
     """
 
     def __init__(self, n_bins: int = 15):
@@ -430,12 +393,8 @@ def probs_metrics(probs: Any, labels: Any, n_bins: int = 15) -> dict[str, float]
     the floor keeping it finite when a calibrator puts zero mass on the true class.
     Rows must lie in [0, 1] and sum to 1 (tolerance 1e-6).
     """
-    p = _as_logits(probs, name="probs")
-    y = _as_labels(labels, p.shape[0], p.shape[1])
-    if (p < -1e-9).any() or (p > 1 + 1e-9).any():
-        raise ValueError("probs must lie in [0, 1]")
-    if ((p.sum(dim=1) - 1).abs() > 1e-6).any():
-        raise ValueError("probs rows must sum to 1")
+    p = _check_probs(probs, "probs", min_classes=2, range_tol=1e-9, sum_atol=1e-6)
+    y = _check_labels(labels, p.shape[0], p.shape[1])
     p_true = p.gather(1, y[:, None]).squeeze(1)
     return metrics_from_probs(p, y, n_bins, float(-torch.log(p_true.clamp(min=_NLL_FLOOR)).mean()))
 

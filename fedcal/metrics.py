@@ -9,24 +9,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from fedcal.checks import _check_logits_labels
+
 METRIC_KEYS = ("accuracy", "ece", "sece", "brier", "nll")
-
-
-def _check(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = torch.as_tensor(logits)
-    labels = torch.as_tensor(labels)
-    if logits.ndim != 2:
-        raise ValueError(f"logits must be (n, C), got shape {tuple(logits.shape)}")
-    if labels.ndim != 1 or labels.shape[0] != logits.shape[0]:
-        raise ValueError(f"labels must be (n,) with n = {logits.shape[0]}, got shape {tuple(labels.shape)}")
-    if logits.shape[0] == 0:
-        raise ValueError("cannot compute metrics on an empty set")
-    if not torch.isfinite(logits).all():
-        raise ValueError("logits contain NaN or Inf")
-    labels = labels.long()
-    if labels.min() < 0 or labels.max() >= logits.shape[1]:
-        raise ValueError(f"labels must lie in [0, {logits.shape[1]})")
-    return logits.detach().double().cpu(), labels.cpu()
 
 
 def bin_index(confidence: torch.Tensor, n_bins: int) -> torch.Tensor:
@@ -40,7 +25,7 @@ def reliability_bins(logits: torch.Tensor, labels: torch.Tensor, n_bins: int = 1
 
     Empty bins have count 0 and NaN confidence/accuracy.
     """
-    logits, labels = _check(logits, labels)
+    logits, labels = _check_logits_labels(logits, labels)
     return confidence_bins(logits.softmax(dim=1), labels, n_bins)
 
 
@@ -70,7 +55,7 @@ def calibration_metrics(logits: torch.Tensor, labels: torch.Tensor, n_bins: int 
     over-confident). ``brier`` sums the squared error over classes; ``nll`` comes from
     ``log_softmax``, never ``log(softmax)``.
     """
-    logits, labels = _check(logits, labels)
+    logits, labels = _check_logits_labels(logits, labels)
     return metrics_from_probs(logits.softmax(dim=1), labels, n_bins, float(F.cross_entropy(logits, labels)))
 
 

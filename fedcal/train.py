@@ -1,7 +1,8 @@
-"""Local training with the temperature-scaled loss, and evaluation (flwr-free).
+"""Local training with the temperature-scaled loss, and prediction (flwr-free).
 
 TSA (SPEC §2): a client minimises CE(softmax(z/τ), y) with learning rate η = β·τ
 (``coupled=True``) or η = β (the uncoupled ablation). τ = 1 is plain benign training.
+The attack itself, as a client behaviour, is :mod:`fedcal.attacks.tsa`.
 """
 
 from __future__ import annotations
@@ -103,10 +104,3 @@ def predict_logits(model: nn.Module, x: torch.Tensor, batch_size: int = 1000,
     out = [model(x[i:i + batch_size].to(device)).float().cpu() for i in range(0, len(x), batch_size)]
     return torch.cat(out) if out else torch.empty(0)
 
-
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_bins: int = 15, batch_size: int = 1000,
-             device: torch.device | str = "cpu") -> dict[str, float]:
-    """All SPEC §1 metrics of ``model`` on (x, y)."""
-    from fedcal.metrics import calibration_metrics
-
-    return calibration_metrics(predict_logits(model, x, batch_size, device), y, n_bins)

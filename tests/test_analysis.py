@@ -320,3 +320,24 @@ def test_triage_errors():
         triage_curves(np.full((6, 3), np.nan), y)
     with pytest.raises(ValueError, match="labels must lie"):
         triage_curves(p, [0, 1, 0, 1, 2, 3], from_logits=False)
+
+
+def test_curves_dispatch_through_the_behaviour_registry(monkeypatch):
+    """update_cosine_curves has no kind list of its own: a kind added to the registry works,
+    and its hooks decide the attacked update."""
+    from fedcal.attacks import BEHAVIOURS, BehaviourKind
+
+    class Doubled(BehaviourKind):  # benign training, update scaled by 2: cosine exactly 1
+        kind = attack = "doubled"
+
+        def stealth_update(self, behaviour, deltas, seed):
+            return [2.0 * d for d in deltas]
+
+    monkeypatch.setitem(BEHAVIOURS, "doubled", Doubled())
+    ds = synthetic_dataset(n_train=64, n_test=4)
+    m = build_model("mlp", ds.input_shape, ds.num_classes, seed=0)
+    df = update_cosine_curves(m, ds.x_train, ds.y_train, ds.num_classes, {"d": Behaviour("doubled")},
+                              steps=2, batch_size=16, lr=0.1)
+    assert np.allclose(df["cosine"], 1.0)
+    with pytest.raises(ValueError, match="variant 'n': noise_sigma"):
+        update_cosine_curves(m, ds.x_train, ds.y_train, ds.num_classes, {"n": Behaviour("noise", noise_sigma=-1.0)})

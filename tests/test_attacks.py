@@ -1,7 +1,25 @@
+import pytest
 import torch
 
-from fedcal.attacks import Behaviour, attackers_of, behaviour_for, client_round, flip_labels, select_attackers
-from fedcal.config import RunConfig
+from fedcal.attacks import (
+    BEHAVIOURS,
+    BENIGN,
+    Behaviour,
+    BehaviourKind,
+    LabelFlipping,
+    NoiseInjection,
+    TemperatureScalingAttack,
+    attackers_of,
+    behaviour_for,
+    behaviour_kind,
+    client_round,
+    flip_labels,
+    kind_for_attack,
+    round_generator,
+    select_attackers,
+    stealth_variants,
+)
+from fedcal.config import ATTACKS, RunConfig
 from fedcal.data import synthetic_dataset
 from fedcal.models import build_model
 
@@ -59,3 +77,65 @@ def test_noise_injection_adds_gaussian_of_sigma_to_update():
 def test_client_rounds_are_reproducible():
     cfg = RunConfig(dataset="synthetic", local_steps=3, batch_size=16)
     assert torch.equal(_round(cfg, Behaviour("tsa", tau=5.0)), _round(cfg, Behaviour("tsa", tau=5.0)))
+
+
+# ---------------------------------------------------------------------------- random streams (pinned)
+def test_random_streams_are_pinned():
+    """Attacker choice and round generators are part of every committed result: pin them."""
+    assert sorted(select_attackers(50, 13, 0)) == [2, 8, 10, 12, 16, 17, 21, 23, 24, 25, 31, 40, 42]
+    assert round_generator(0, 1, 2).initial_seed() == 8813330156778602405
+    assert round_generator(3, 7, 11, "noise").initial_seed() == 8691112110512573954
+    assert torch.randint(0, 1000, (5,), generator=round_generator(0, 1, 2)).tolist() == [943, 782, 268, 301, 62]
+
+
+# ---------------------------------------------------------------------------- the behaviour registry
+def test_every_config_attack_has_one_behaviour():
+    assert {kind.attack for kind in BEHAVIOURS.values()} == set(ATTACKS)
+    assert len({kind.attack for kind in BEHAVIOURS.values()}) == len(BEHAVIOURS)  # one kind per attack name
+    assert all(key == kind.kind for key, kind in BEHAVIOURS.items())
+    assert kind_for_attack("none") is BEHAVIOURS["benign"]
+    for attack in ATTACKS:
+        cfg = RunConfig(attack=attack, tau=5.0, noise_sigma=0.05, flip_shift=2)
+        attacker = min(attackers_of(cfg)) if cfg.num_attackers else 0
+        b = behaviour_for(cfg, attacker)
+        assert b.kind in BEHAVIOURS and kind_for_attack(attack).kind == b.kind
+        assert b.malicious == (attack != "none")
+
+
+def test_registry_kinds_are_findable_by_name():
+    assert isinstance(BEHAVIOURS["tsa"], TemperatureScalingAttack)
+    assert isinstance(BEHAVIOURS["noise"], NoiseInjection)
+    assert isinstance(BEHAVIOURS["labelflip"], LabelFlipping)
+    assert type(BEHAVIOURS["benign"]) is BehaviourKind
+    assert BEHAVIOURS["tsa"].loss_temperature(Behaviour("tsa", tau=0.2, coupled=False)) == (0.2, False)
+    assert BEHAVIOURS["benign"].loss_temperature(BENIGN) == (1.0, True)
+    y = torch.tensor([0, 4, 9])
+    assert BEHAVIOURS["labelflip"].train_labels(Behaviour("labelflip", flip_shift=3), y, 10).tolist() == [3, 7, 2]
+    assert BEHAVIOURS["tsa"].train_labels(Behaviour("tsa", tau=5.0), y, 10) is y
+
+
+def test_stealth_variants_come_from_the_registry():
+    from fedcal.analysis import default_variants
+
+    v = stealth_variants()
+    assert default_variants() == v
+    assert list(v) == [name for kind in BEHAVIOURS.values() for name in kind.variants()]
+    for kind in BEHAVIOURS.values():
+        assert all(b.kind == kind.kind for b in kind.variants().values())
+    assert BEHAVIOURS["benign"].variants() == {}
+
+
+def test_registry_rejects_unknown_names_and_bad_parameters():
+    with pytest.raises(ValueError, match="unknown kind 'bogus'"):
+        behaviour_kind("bogus")
+    with pytest.raises(ValueError, match="unknown attack 'bogus'"):
+        kind_for_attack("bogus")
+    with pytest.raises(ValueError, match="noise_sigma"):
+        BEHAVIOURS["noise"].check(Behaviour("noise", noise_sigma=-1.0))
+    with pytest.raises(ValueError, match="tau"):
+        BEHAVIOURS["tsa"].check(Behaviour("tsa", tau=float("inf")))
+    ds = synthetic_dataset(n_train=20, n_test=2)
+    m = build_model("mlp", ds.input_shape, ds.num_classes, seed=0)
+    with pytest.raises(ValueError, match="unknown kind"):
+        client_round(m, ds.x_train, ds.y_train, ds.num_classes, Behaviour("bogus"), RunConfig(dataset="synthetic"),
+                     server_round=1, client_id=0)

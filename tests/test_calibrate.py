@@ -217,6 +217,7 @@ def test_errors(cls):
     with pytest.raises(ValueError, match="n_cal >= 2"):
         cls().fit(z[:1], y[:1])
     fitted = cls().fit(z, y)
+    assert fitted.num_classes_ == 4
     with pytest.raises(ValueError, match="NaN"):
         fitted.predict_proba(bad)
     with pytest.raises(ValueError, match="classes"):

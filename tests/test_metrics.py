@@ -1,8 +1,18 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 
+from fedcal.checks import (
+    _check_float64,
+    _check_gammas,
+    _check_labels,
+    _check_logits,
+    _check_logits_labels,
+    _check_matrix,
+    _check_probs,
+)
 from fedcal.metrics import bin_index, calibration_metrics, reliability_bins
 
 
@@ -81,8 +91,6 @@ def test_nll_stable_for_extreme_logits():
 
 
 def test_metrics_match_independent_numpy_implementation():
-    import numpy as np
-
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(500, 7, generator=g) * 3
     labels = torch.randint(0, 7, (500,), generator=g)
@@ -114,3 +122,92 @@ def test_bad_input_is_rejected_clearly():
         calibration_metrics(torch.tensor([[float("nan"), 0.0]]), torch.tensor([0]))
     with pytest.raises(ValueError, match="lie in"):
         calibration_metrics(torch.zeros(1, 2), torch.tensor([2]))
+
+
+# ---------------------------------------------------------------------------- shared input checks
+def test_check_logits_converts_and_names_what_is_wrong():
+    z = _check_logits([[0.1, 0.2], [0.3, 0.4]])
+    assert z.dtype == torch.float64 and z.device.type == "cpu"
+    assert z[0, 0].item() == 0.1  # lists go through numpy: no float32 rounding
+    assert _check_logits(torch.ones(2, 3, dtype=torch.float16)).dtype == torch.float64
+    with pytest.raises(ValueError, match=r"scores must be 2-D \(n, C\), got shape \(3,\)"):
+        _check_logits(torch.zeros(3), "scores")
+    with pytest.raises(ValueError, match="logits is empty"):
+        _check_logits(torch.zeros(0, 3))
+    with pytest.raises(ValueError, match="logits needs at least 2 classes, got C = 1"):
+        _check_logits(torch.zeros(4, 1), min_classes=2)
+    with pytest.raises(ValueError, match="logits contains NaN or Inf"):
+        _check_logits(torch.tensor([[0.0, float("inf")]]))
+    with pytest.raises(ValueError, match="logits must be real-valued"):
+        _check_logits(torch.ones(2, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="logits must be numeric"):
+        _check_logits([["a", "b"]])
+
+
+def test_check_labels_converts_and_names_what_is_wrong():
+    y = _check_labels([0.0, 2.0, 1.0], 3, 3)
+    assert y.dtype == torch.int64 and y.tolist() == [0, 2, 1]
+    assert _check_labels(torch.tensor([1, 0], dtype=torch.uint8), 2, 2).dtype == torch.int64
+    with pytest.raises(ValueError, match=r"labels must have shape \(4,\)"):
+        _check_labels([0, 1, 2], 4, 3)
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\), got range \[0, 3\]"):
+        _check_labels([0, 3], 2, 3)
+    with pytest.raises(ValueError, match=r"targets must lie in \[0, 3\), got range \[-1, 0\]"):
+        _check_labels([-1, 0], 2, 3, name="targets")
+    with pytest.raises(ValueError, match="labels must be integers"):
+        _check_labels([0.5, 1.0], 2, 3)
+    with pytest.raises(ValueError, match="labels contains NaN"):
+        _check_labels([float("nan"), 1.0], 2, 3)
+    with pytest.raises(ValueError, match="labels must be integers, got dtype torch.bool"):
+        _check_labels(torch.tensor([True, False]), 2, 3)
+
+
+def test_check_probs_range_sum_and_tolerances():
+    p = _check_probs([[0.25, 0.75], [1.0, 0.0]])
+    assert p.dtype == torch.float64
+    with pytest.raises(ValueError, match=r"probs must lie in \[0, 1\]"):
+        _check_probs([[1.5, -0.5]])
+    with pytest.raises(ValueError, match="probs rows must sum to 1"):
+        _check_probs([[0.5, 0.4]])
+    _check_probs([[0.5, 0.5 + 5e-5]], sum_atol=1e-4)  # within the given tolerance
+    with pytest.raises(ValueError, match=r"q rows must sum to 1 \(tolerance 1e-06\) \(hint\)"):
+        _check_probs([[0.5, 0.5 + 5e-5]], "q", hint=" (hint)")
+    with pytest.raises(ValueError, match="probs contains NaN"):
+        _check_probs([[float("nan"), 1.0]])
+
+
+def test_check_float64_matrix_and_gammas():
+    assert _check_float64(torch.arange(3)).dtype == torch.float64
+    with pytest.raises(ValueError, match=r"X must be 2-D, got shape \(3,\)"):
+        _check_matrix([1.0, 2.0, 3.0], "X")
+    with pytest.raises(ValueError, match="w must be 1-D"):
+        _check_float64([[1.0]], "w", ndim=1)
+    with pytest.raises(ValueError, match="X contains NaN or Inf"):
+        _check_matrix([[1.0, float("nan")]], "X")
+    assert np.array_equal(_check_gammas().numpy(), np.linspace(0.0, 1.0, 101))  # bit for bit
+    assert _check_gammas(0.3).tolist() == [0.3]
+    with pytest.raises(ValueError, match="gammas must lie in"):
+        _check_gammas([0.5, 1.5])
+    with pytest.raises(ValueError, match="gammas contains NaN"):
+        _check_gammas([float("nan")])
+    with pytest.raises(ValueError, match="gammas must be a non-empty 1-D"):
+        _check_gammas([])
+
+
+def test_one_validation_path_gives_one_message():
+    """Metrics, calibrators and analyses reject the same mistake with the same message."""
+    from fedcal.analysis import triage_curves
+    from fedcal.calibrate import TemperatureScaling, probs_metrics
+
+    nan = torch.tensor([[float("nan"), 0.0], [0.0, 1.0]])
+    y = torch.tensor([0, 1])
+    for f in (calibration_metrics, TemperatureScaling().fit, triage_curves, _check_logits_labels):
+        with pytest.raises(ValueError, match="logits contains NaN or Inf"):
+            f(nan, y)
+    for f in (calibration_metrics, TemperatureScaling().fit, triage_curves):
+        with pytest.raises(ValueError, match=r"labels must lie in \[0, 2\), got range \[0, 5\]"):
+            f(torch.zeros(2, 2), torch.tensor([0, 5]))
+        with pytest.raises(ValueError, match=r"labels must have shape \(2,\)"):
+            f(torch.zeros(2, 2), torch.tensor([0, 1, 1]))
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 2\)"):
+        probs_metrics(torch.full((2, 2), 0.5), torch.tensor([0, 5]))

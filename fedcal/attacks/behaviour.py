@@ -1,0 +1,113 @@
+"""What one client does in a round, who attacks, and each round's random stream (flwr-free).
+
+- :class:`Behaviour`: the parameters of one client's behaviour (``kind`` plus τ, coupling,
+  σ, k); :data:`BENIGN` is the honest client.
+- :class:`BehaviourKind`: the interface every kind of behaviour implements (how it is built
+  from the run config, the variants the stealth analysis compares, and where it changes a
+  benign local round). The base class *is* the benign client. The kinds live in
+  :mod:`fedcal.attacks.tsa`, :mod:`fedcal.attacks.noise` and :mod:`fedcal.attacks.labelflip`,
+  and are found by name in :data:`fedcal.attacks.registry.BEHAVIOURS`.
+- :func:`select_attackers` / :func:`attackers_of`: the fixed, seeded set of malicious clients.
+- :func:`round_generator`: the torch generator of one client's round, the same wherever that
+  round runs (simulation, deployment, the plain reference loop).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedcal.config import RunConfig
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """What one client does in a round. ``kind`` names an entry of
+    :data:`fedcal.attacks.BEHAVIOURS` (benign, tsa, noise, labelflip); the other fields
+    are the parameters of the kinds that use them."""
+
+    kind: str = "benign"
+    tau: float = 1.0  # tsa: the temperature τ of the local loss
+    coupled: bool = True  # tsa: η = β·τ (False: the uncoupled ablation, η = β)
+    noise_sigma: float = 0.0  # noise: σ of the Gaussian added to Δθ
+    flip_shift: int = 0  # labelflip: y ← (y + k) mod C
+
+    @property
+    def malicious(self) -> bool:
+        return self.kind != "benign"
+
+
+BENIGN = Behaviour()
+
+
+class BehaviourKind:
+    """One kind of client behaviour; this base class is the benign client.
+
+    A client round (:func:`fedcal.attacks.client_round`) is plain local SGD on
+    CE(softmax(z/τ), y) (:func:`fedcal.train.local_train`). A kind may change it in three
+    places, each a method here: the labels trained on (:meth:`train_labels`), the loss
+    temperature and learning-rate coupling (:meth:`loss_temperature`), and the trained
+    parameters afterwards (:meth:`after_training`). The stealth analysis
+    (:func:`fedcal.analysis.update_cosine_curves`) uses the first two and
+    :meth:`stealth_update`.
+    """
+
+    kind = "benign"  # the key in BEHAVIOURS and Behaviour.kind
+    attack = "none"  # the run config's ``attack`` value that selects this kind
+
+    def from_config(self, cfg: RunConfig) -> Behaviour:
+        """The behaviour of an attacking client of run ``cfg``."""
+        return BENIGN
+
+    def variants(self) -> dict[str, Behaviour]:
+        """Named variants compared in the stealth analysis (SPEC §4); none for benign."""
+        return {}
+
+    def check(self, behaviour: Behaviour) -> None:
+        """Raise ValueError (naming the field) if ``behaviour``'s parameters are impossible."""
+
+    def train_labels(self, behaviour: Behaviour, y: torch.Tensor, num_classes: int) -> torch.Tensor:
+        """The labels the client trains on (``y`` itself when unchanged)."""
+        return y
+
+    def loss_temperature(self, behaviour: Behaviour) -> tuple[float, bool]:
+        """(τ, coupled) of the local loss CE(softmax(z/τ), y); benign: (1, True)."""
+        return 1.0, True
+
+    def after_training(self, behaviour: Behaviour, model: nn.Module, seed: int, server_round: int,
+                       client_id: int) -> None:
+        """Change the trained ``model`` in place after the local steps (benign: nothing)."""
+
+    def stealth_update(self, behaviour: Behaviour, deltas: list[torch.Tensor], seed: int) -> list[torch.Tensor]:
+        """The stealth analysis' attacked update after each local step, from the updates
+        ``deltas`` (flat float64) of training with :meth:`train_labels` and
+        :meth:`loss_temperature` (benign: unchanged)."""
+        return deltas
+
+
+def select_attackers(num_clients: int, num_attackers: int, seed: int) -> frozenset[int]:
+    """A fixed, seeded subset of client ids (chosen once per run)."""
+    if not 0 <= num_attackers <= num_clients:
+        raise ValueError(f"num_attackers must lie in [0, {num_clients}], got {num_attackers}")
+    rng = np.random.default_rng([seed, 0xA77AC])  # own stream: independent of partitioning
+    return frozenset(int(i) for i in rng.choice(num_clients, size=num_attackers, replace=False))
+
+
+def attackers_of(cfg: RunConfig) -> frozenset[int]:
+    """The malicious client ids of a run."""
+    return select_attackers(cfg.num_clients, cfg.num_attackers, cfg.seed)
+
+
+def round_generator(seed: int, server_round: int, client_id: int, stream: str = "train") -> torch.Generator:
+    """Generator for one client's round, identical wherever that round is executed.
+
+    Seeded by the first 8 bytes (little-endian, 63 bits) of SHA-256 of
+    ``"{seed}/{server_round}/{client_id}/{stream}"``; streams in use: ``train`` (the batch
+    schedule) and ``noise`` (noise injection).
+    """
+    digest = hashlib.sha256(f"{seed}/{server_round}/{client_id}/{stream}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))

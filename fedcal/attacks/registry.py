@@ -1,0 +1,87 @@
+"""The one registry of client behaviours, and the client round that dispatches through it.
+
+:data:`BEHAVIOURS` maps each ``Behaviour.kind`` to its :class:`BehaviourKind`; every
+``attack`` value the run config accepts selects exactly one of them (``none`` → benign).
+The training round (:func:`client_round`), the choice of a client's behaviour
+(:func:`behaviour_for`) and the stealth analysis (:func:`fedcal.analysis.update_cosine_curves`,
+whose default variants are :func:`stealth_variants`) all look kinds up here. To add a
+behaviour: subclass :class:`BehaviourKind` in its own module and add it below.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fedcal.attacks.behaviour import BENIGN, Behaviour, BehaviourKind, attackers_of, round_generator
+from fedcal.attacks.labelflip import LabelFlipping
+from fedcal.attacks.noise import NoiseInjection
+from fedcal.attacks.tsa import TemperatureScalingAttack
+from fedcal.config import RunConfig
+from fedcal.train import TrainStats, local_train
+
+BEHAVIOURS: dict[str, BehaviourKind] = {
+    "benign": BehaviourKind(),
+    "tsa": TemperatureScalingAttack(),
+    "noise": NoiseInjection(),
+    "labelflip": LabelFlipping(),
+}
+
+
+def behaviour_kind(kind: str) -> BehaviourKind:
+    """The registered kind ``kind`` (ValueError naming the choices otherwise)."""
+    try:
+        return BEHAVIOURS[kind]
+    except KeyError:
+        raise ValueError(f"unknown kind {kind!r}; choose one of {', '.join(BEHAVIOURS)}") from None
+
+
+def kind_for_attack(attack: str) -> BehaviourKind:
+    """The kind selected by the run config's ``attack`` value (``none`` → benign)."""
+    for kind in BEHAVIOURS.values():
+        if kind.attack == attack:
+            return kind
+    raise ValueError(f"unknown attack {attack!r}")
+
+
+def stealth_variants() -> dict[str, Behaviour]:
+    """Every kind's stealth-analysis variants, in registry order: TSA coupled/uncoupled at
+    τ ∈ {0.2, 5}; noise injection σ ∈ {0.1, 0.05, 0.01}; label flipping k ∈ {1, …, 5}."""
+    return {name: b for kind in BEHAVIOURS.values() for name, b in kind.variants().items()}
+
+
+def behaviour_for(cfg: RunConfig, client_id: int) -> Behaviour:
+    """Behaviour of client ``client_id`` under run config ``cfg``."""
+    if cfg.attack == "none" or client_id not in attackers_of(cfg):
+        return BENIGN
+    return kind_for_attack(cfg.attack).from_config(cfg)
+
+
+def client_round(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    num_classes: int,
+    behaviour: Behaviour,
+    cfg: RunConfig,
+    server_round: int,
+    client_id: int,
+    device: torch.device | str = "cpu",
+) -> TrainStats:
+    """One client's local round, in place on ``model`` (which holds the global weights).
+
+    Benign and attacking clients share the protocol (same E, B, optimiser, and the batch
+    schedule of ``round_generator(seed, server_round, client_id)``); they differ only where
+    their kind says: τ/η (TSA), labels (label flipping) or an additive Gaussian on Δθ (noise).
+    """
+    kind = behaviour_kind(behaviour.kind)
+    gen = round_generator(cfg.seed, server_round, client_id)
+    y = kind.train_labels(behaviour, y, num_classes)
+    tau, coupled = kind.loss_temperature(behaviour)
+    stats = local_train(
+        model, x, y, steps=cfg.local_steps, batch_size=cfg.batch_size, lr=cfg.lr, tau=tau,
+        coupled=coupled, momentum=cfg.momentum, weight_decay=cfg.weight_decay, generator=gen,
+        device=device,
+    )
+    kind.after_training(behaviour, model, cfg.seed, server_round, client_id)
+    return stats

@@ -1,0 +1,58 @@
+"""The Temperature Scaling Attack (TSA), SPEC §2 (flwr-free).
+
+A malicious client follows the normal protocol (same local steps E, batch size B and
+optimiser) but trains on the temperature-scaled cross-entropy and scales its learning rate::
+
+    ℓ_τ(θ) = CE(softmax(z_θ(x) / τ), y)          η = β·τ   (coupled; the default)
+                                                 η = β     (the "uncoupled" ablation)
+
+where z_θ(x) are the model's logits and β is the benign learning rate. Benign clients use
+τ = 1, η = β; evaluation and deployment always use τ = 1.
+
+Why it works, and why it is stealthy: the logit gradient is ∂ℓ_τ/∂z = (softmax(z/τ) − e_y)/τ,
+so with η = β·τ the 1/τ cancels and a step moves θ by −β·(softmax(z/τ) − e_y)·∂z/∂θ — the
+benign step size, towards a target that only differs in temperature. The updates therefore
+stay nearly collinear with benign ones (cosine ≥ ~0.9, see
+:func:`fedcal.analysis.update_cosine_curves`), while the model learns logits that are
+τ times too large (τ > 1: over-confident at τ = 1, sECE < 0) or too small (τ < 1:
+under-confident, sECE > 0), with accuracy within about ±2 points of the benign run.
+Uncoupled (η = β), the steps are 1/τ times the benign ones and drift away as local steps
+accumulate.
+
+Source: the project's SPEC §2 (shared/SPEC.md), "Temperature Scaling Attack". The loss and
+the η = β·τ coupling are implemented once, in :func:`fedcal.train.local_train` (``tau``,
+``coupled``) and :func:`fedcal.train.effective_lr`; this module is the behaviour that turns
+them on. Run config: ``attack=tsa``, ``tau``, ``coupled``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from fedcal.attacks.behaviour import Behaviour, BehaviourKind
+from fedcal.config import RunConfig
+
+
+class TemperatureScalingAttack(BehaviourKind):
+    """The TSA client: local loss CE(softmax(z/τ), y) with η = β·τ (or β uncoupled)."""
+
+    kind = "tsa"
+    attack = "tsa"
+
+    def from_config(self, cfg: RunConfig) -> Behaviour:
+        return Behaviour("tsa", tau=cfg.tau, coupled=cfg.coupled)
+
+    def variants(self) -> dict[str, Behaviour]:
+        """Coupled and uncoupled, at τ ∈ {0.2, 5}."""
+        out: dict[str, Behaviour] = {}
+        for coupled in (True, False):
+            for tau in (0.2, 5.0):
+                out[f"tsa_{'coupled' if coupled else 'uncoupled'}_tau{tau:g}"] = Behaviour("tsa", tau=tau, coupled=coupled)
+        return out
+
+    def check(self, behaviour: Behaviour) -> None:
+        if not (behaviour.tau > 0 and math.isfinite(behaviour.tau)):
+            raise ValueError(f"tau must be a finite number > 0, got {behaviour.tau}")
+
+    def loss_temperature(self, behaviour: Behaviour) -> tuple[float, bool]:
+        return behaviour.tau, behaviour.coupled
