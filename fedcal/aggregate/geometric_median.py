@@ -42,9 +42,9 @@ def geometric_median(
     ``weights``: None, (n,) shared by the batch, or (..., n) one row per batch entry; finite,
     non-negative, positive sum (data sizes for updates). Same device and dtype as ``points``
     in and out; differentiable through the unrolled iterations (the white-box attacks on the
-    probit aggregator use this). Without autograd the iteration reuses one (..., n, d) buffer
-    (the same values as the out-of-place formulas, so both paths agree bit for bit); memory is
-    one extra copy of ``points``, not one per step.
+    probit aggregator use this). Without autograd, contiguous points are iterated in one reused
+    (..., n, d) buffer (the same values as the out-of-place formulas, so both paths agree bit
+    for bit); memory is one extra copy of ``points``, not one per step.
 
     Source: Weiszfeld (1937); Pillutla, Kakade & Harchaoui, "Robust Aggregation for Federated
     Learning" (RFA, IEEE TSP 2022), smoothed Weiszfeld; SPEC §3 geometric median and SPEC §7
@@ -64,7 +64,9 @@ def geometric_median(
     if z.numel() == 0 or max_iter == 0:
         return z
     grad = torch.is_grad_enabled() and (points.requires_grad or (weights is not None and weights.requires_grad))
-    buf = None if grad else torch.empty_like(points)
+    # The buffer path only for contiguous points: there the out-of-place results are contiguous
+    # too, so both paths reduce over the same layout and agree bit for bit.
+    buf = None if grad or not points.is_contiguous() else torch.empty_like(points)
     for _ in range(max_iter):
         if buf is None:
             sq = ((points - z.unsqueeze(-2)) ** 2).sum(-1)
