@@ -75,7 +75,7 @@ def bench_one(n: int, d: int, device: str, repeat: int) -> list[tuple[str, float
     def timed(fn) -> float:
         return best_of(lambda: (fn(), sync()), repeat)
 
-    fg, ids = agg.FoolsGold(), list(range(n))
+    fg, ids = agg.FoolsGoldHistory(), list(range(n))
     rules = {
         "fedavg": lambda: agg.fedavg(updates, weights),
         "trimmed_mean": lambda: agg.trimmed_mean(updates, f),

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from fedcal import aggregate as A
+from fedcal.aggregate._checks import _check_weights
 
 # --------------------------------------------------------------------------------------------
 # independent reference implementations (plain Python loops / numpy, float64)
@@ -101,7 +102,7 @@ def test_fedavg_hand():
     out = A.fedavg(t64(X3), t64([1, 1, 2]))
     assert torch.allclose(out, t64([3.5, 1.5]))
     # equal weights: ((1+3+5)/3, (2+4+0)/3) = (3, 2)
-    assert torch.allclose(A.FedAvg()(t64(X3)), t64([3.0, 2.0]))
+    assert torch.allclose(A.fedavg(t64(X3)), t64([3.0, 2.0]))
 
 
 def test_trimmed_mean_hand():
@@ -125,9 +126,14 @@ def test_geometric_median_hand():
     # square corners: by symmetry the centre (0.5, 0.5)
     sq = t64([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     assert torch.allclose(A.geometric_median(sq), t64([0.5, 0.5]), atol=1e-6)
-    # 1-D weighted: weights 1 and 3 on points 0 and 1 → argmin |z| + 3|z − 1| is z = 1
-    out = A.geometric_median(t64([[0.0], [1.0]]), t64([1.0, 3.0]), tol=1e-12, max_iter=1000)
+    # 1-D weighted: weights 1 and 3 on points 0 and 1 → argmin |z| + 3|z − 1| is z = 1. The
+    # smoothed objective √(z² + eps) + 3√((z − 1)² + eps) has its minimum at 1 − √(eps/8) (the
+    # derivatives cancel where (1 − z)/√((1 − z)² + eps) = 1/3), so eps = 1e-12 puts it 3.5e-7
+    # from 1; the default eps = 1e-8 would put it 3.5e-5 away.
+    out = A.geometric_median(t64([[0.0], [1.0]]), t64([1.0, 3.0]), eps=1e-12, tol=1e-12, max_iter=1000)
     assert torch.allclose(out, t64([1.0]), atol=1e-5)
+    assert torch.allclose(A.geometric_median(t64([[0.0], [1.0]]), t64([1.0, 3.0]), tol=1e-12, max_iter=1000),
+                          t64([1.0 - math.sqrt(1e-8 / 8)]), atol=1e-9, rtol=0)
 
 
 def test_median_of_means_hand():
@@ -162,7 +168,7 @@ def test_multikrum_hand():
     assert torch.allclose(A.multikrum(x, 1), t64([(0 + 1 + 2 + 4) / 4]))
     # m = 2 keeps {1, 0}; weights 3 and 1 on them → (3·0 + 1·1)/4
     assert torch.allclose(A.multikrum(x, 1, m=2), t64([0.5]))
-    assert torch.allclose(A.MultiKrum(1, m=2)(x, t64([3, 1, 1, 1, 1])), t64([0.25]))
+    assert torch.allclose(A.multikrum(x, 1, m=2, weights=t64([3, 1, 1, 1, 1])), t64([0.25]))
 
 
 def test_fltrust_hand():
@@ -179,7 +185,7 @@ def test_foolsgold_hand():
     # Pardoning: a: cs_ab = 0.6·0.6/0.8 = 0.45, cs_ac = 0; d: every cs_dj · 0/v_j = 0.
     # w = 1 − rowmax = (0.55, 0.2, 0.2, 1) → /max → (0.55, 0.2, 0.2, 0.99 after the 1 → 0.99)
     # logit: a: ln(0.55/0.45) + 0.5 = 0.7007; b, c: ln(0.25) + 0.5 < 0 → 0; d: ln 99 + 0.5 → 1
-    fg = A.FoolsGold()
+    fg = A.FoolsGoldHistory()
     agg, w = fg(["a", "b", "c", "d"], t64([[1.0, 0.0], [3.0, 4.0], [0.0, 1.0], [-1.0, 0.0]]))
     wa = math.log(0.55 / 0.45) + 0.5
     assert torch.allclose(w, t64([wa, 0.0, 0.0, 1.0]))
@@ -189,7 +195,7 @@ def test_foolsgold_hand():
     hist = np.array([[1.0, 0.0], [3.0, 4.0], [0.0, 1.0], [-1.0, 0.0]])
     assert np.allclose(ref_foolsgold_weights(hist), w.numpy())
     # κ = 0.1 exposes the 1 → 0.99 step: d gets 0.1·(ln(0.99/0.01) + 0.5), not 1
-    _, wk = A.FoolsGold(kappa=0.1)(["a", "b", "c", "d"], torch.from_numpy(hist))
+    _, wk = A.FoolsGoldHistory(kappa=0.1)(["a", "b", "c", "d"], torch.from_numpy(hist))
     assert torch.allclose(wk, t64([0.1 * wa, 0.0, 0.0, 0.1 * (math.log(99) + 0.5)]))
 
 
@@ -242,7 +248,7 @@ def test_foolsgold_matches_reference_over_rounds():
     base = {c: common + rng.normal(size=d) for c in range(7)}
     base[1] = base[0] + 0.05 * rng.normal(size=d)  # a near-sybil pair
     rounds = [[0, 1, 2, 3], [1, 2, 4, 5, 6], [0, 2, 3, 4, 5], [3], [6, 5, 1, 0], [2, 4]]
-    fg = A.FoolsGold()
+    fg = A.FoolsGoldHistory()
     hist: dict[int, np.ndarray] = {}
     interior = 0
     for r, ids in enumerate(rounds):
@@ -278,14 +284,14 @@ def _perm_case(seed=0, n=7, d=5):
 @pytest.mark.parametrize(
     "rule",
     [
-        A.FedAvg(),
-        A.TrimmedMean(2),
-        A.CoordinateMedian(),
-        A.GeometricMedian(tol=1e-12, max_iter=500),
-        A.MultiKrum(2),
-        A.MultiKrum(1, m=3),
+        lambda x, w: A.fedavg(x, w),
+        lambda x, w: A.trimmed_mean(x, 2),
+        lambda x, w: A.coordinate_median(x),
+        lambda x, w: A.geometric_median(x, w, tol=1e-12, max_iter=500),
+        lambda x, w: A.multikrum(x, 2, weights=w),
+        lambda x, w: A.multikrum(x, 1, m=3, weights=w),
     ],
-    ids=lambda r: type(r).__name__,
+    ids=["fedavg", "trimmed_mean", "coordinate_median", "geometric_median", "multikrum", "krum_m3"],
 )
 def test_order_invariance(rule):
     x, w, perm = _perm_case()
@@ -314,7 +320,7 @@ def test_order_invariance_fltrust():
 
 def test_order_invariance_foolsgold():
     rng = np.random.default_rng(4)
-    fg1, fg2 = A.FoolsGold(), A.FoolsGold()
+    fg1, fg2 = A.FoolsGoldHistory(), A.FoolsGoldHistory()
     for ids in ([0, 1, 2, 3, 4], [5, 1, 3, 2], [4, 0, 5, 2, 1]):
         x = t64(rng.normal(size=(len(ids), 6)) + 0.5)
         w = t64(rng.uniform(1, 3, size=len(ids)))
@@ -362,7 +368,7 @@ def test_foolsgold_sybils_get_zero_weight():
     rng = np.random.default_rng(0)
     honest = rng.normal(size=(4, 10))
     sybil = rng.normal(size=10)
-    fg = A.FoolsGold()
+    fg = A.FoolsGoldHistory()
     ids = ["h0", "h1", "h2", "h3", "s0", "s1", "s2"]
     for _ in range(3):  # the sybils send the same update round after round
         x = np.vstack([honest + 0.3 * rng.normal(size=honest.shape), np.tile(sybil, (3, 1))])
@@ -385,9 +391,16 @@ def test_fltrust_opposite_and_rescaled():
     assert torch.equal(agg0, torch.zeros(3, dtype=torch.float64)) and torch.equal(ts0, torch.zeros(2, dtype=torch.float64))
 
 
-def test_median_of_means_class_seeded():
+def test_median_of_means_seeded_generator():
     x = t64(np.random.default_rng(0).normal(size=(9, 3)))
-    a, b = A.MedianOfMeans(3, seed=4), A.MedianOfMeans(3, seed=4)
+    ga, gb = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+
+    def a(u):
+        return A.median_of_means(u, 3, generator=ga)
+
+    def b(u):
+        return A.median_of_means(u, 3, generator=gb)
+
     assert torch.equal(a(x), b(x)) and torch.equal(a(x), b(x))
 
 
@@ -397,15 +410,17 @@ def test_median_of_means_class_seeded():
 
 
 def _rules_for(n):
+    """Every (n, d) rule as ``rule(updates, weights=None)``; the order statistics ignore weights."""
     rules = {
-        "fedavg": A.FedAvg(),
-        "trimmed_mean": A.TrimmedMean((n - 1) // 2),
-        "median": A.CoordinateMedian(),
-        "geometric_median": A.GeometricMedian(),
-        "median_of_means": A.MedianOfMeans(max(1, n // 2), seed=0),
+        "fedavg": lambda x, w=None: A.fedavg(x, w),
+        "trimmed_mean": lambda x, w=None: A.trimmed_mean(x, (n - 1) // 2),
+        "median": lambda x, w=None: A.coordinate_median(x),
+        "geometric_median": lambda x, w=None: A.geometric_median(x, w),
+        "median_of_means": lambda x, w=None: A.median_of_means(x, max(1, n // 2),
+                                                               generator=torch.Generator().manual_seed(0)),
     }
     if n >= 3:
-        rules["multikrum"] = A.MultiKrum(n - 3)
+        rules["multikrum"] = lambda x, w=None: A.multikrum(x, n - 3, weights=w)
     return rules
 
 
@@ -420,7 +435,7 @@ def test_all_identical_updates(dtype):
     agg, ts = A.fltrust(x, u)
     assert torch.allclose(agg, u) and torch.allclose(ts, torch.ones(5, dtype=dtype))
     # FoolsGold: identical histories are indistinguishable sybils → every w = 0 → zero update
-    agg, w = A.FoolsGold()(list(range(5)), x)
+    agg, w = A.FoolsGoldHistory()(list(range(5)), x)
     assert torch.equal(w, torch.zeros(5, dtype=dtype)) and torch.equal(agg, torch.zeros(3, dtype=dtype))
 
 
@@ -433,7 +448,7 @@ def test_all_zero_updates():
     assert torch.equal(agg, zero) and torch.equal(ts, torch.zeros(4))
     agg, ts = A.fltrust(torch.ones(4, 3), torch.zeros(3))  # zero server update: no trust
     assert torch.equal(agg, zero) and torch.equal(ts, torch.zeros(4))
-    agg, w = A.FoolsGold()([0, 1, 2, 3], x)
+    agg, w = A.FoolsGoldHistory()([0, 1, 2, 3], x)
     assert torch.equal(agg, zero) and torch.isfinite(w).all()
 
 
@@ -441,7 +456,7 @@ def test_one_client():
     u = torch.tensor([[1.0, -2.0, 0.5]])
     for name, rule in _rules_for(1).items():
         assert torch.allclose(rule(u, torch.tensor([3.0])), u[0]), name
-    agg, w = A.FoolsGold()(["only"], u)
+    agg, w = A.FoolsGoldHistory()(["only"], u)
     assert torch.equal(w, torch.ones(1)) and torch.allclose(agg, u[0])
     agg, ts = A.fltrust(u, 2 * u[0])  # aligned with g0, rescaled to ‖g0‖ = 2‖u‖
     assert torch.allclose(ts, torch.ones(1)) and torch.allclose(agg, 2 * u[0])
@@ -453,8 +468,6 @@ def test_f_too_large():
     x = torch.randn(4, 2)
     with pytest.raises(ValueError, match="n > 2f"):
         A.trimmed_mean(x, 2)
-    with pytest.raises(ValueError, match="n > 2f"):
-        A.TrimmedMean(2)(x)
     with pytest.raises(ValueError, match="n - f - 2"):
         A.multikrum(x, 2)
     with pytest.raises(ValueError, match="n - f - 2"):
@@ -481,7 +494,7 @@ def test_non_finite_updates_rejected(bad):
         lambda: A.median_of_means(x, 2),
         lambda: A.multikrum(x, 1),
         lambda: A.fltrust(x, torch.ones(3)),
-        lambda: A.FoolsGold()(list(range(5)), x),
+        lambda: A.FoolsGoldHistory()(list(range(5)), x),
     ]
     for call in calls:
         with pytest.raises(ValueError, match="NaN or Inf"):
@@ -501,21 +514,20 @@ def test_shape_and_weight_errors():
     with pytest.raises(ValueError, match="all zero"):
         A.geometric_median(x, torch.zeros(3))
     with pytest.raises(ValueError, match="all zero"):
-        A.CoordinateMedian()(x, torch.zeros(3))
+        _check_weights(torch.zeros(3), x)  # the check every weighted rule runs
     with pytest.raises(ValueError, match="client ids"):
-        A.FoolsGold()([0, 1], x)
+        A.FoolsGoldHistory()([0, 1], x)
     with pytest.raises(ValueError, match="unique"):
-        A.FoolsGold()([0, 1, 1], x)
+        A.FoolsGoldHistory()([0, 1, 1], x)
     with pytest.raises(ValueError, match="server_update"):
         A.fltrust(x, torch.ones(3))
-    with pytest.raises(ValueError, match="unknown aggregation rule"):
-        A.get_rule("krum")
+    with pytest.raises(ValueError, match="shape"):
+        A.geometric_median(torch.randn(2, 3, 2), torch.ones(2, 2))  # neither (n,) nor (B, n)
+    with pytest.raises(ValueError, match="at least 2-D"):
+        A.geometric_median(torch.ones(3))
 
 
-def test_registry_and_flatten_roundtrip():
-    assert set(A.RULES) == {"fedavg", "trimmed_mean", "median", "geometric_median", "median_of_means", "multikrum"}
-    x = torch.randn(6, 4)
-    assert torch.allclose(A.get_rule("trimmed_mean", f=1)(x), A.trimmed_mean(x, 1))
+def test_flatten_roundtrip():
     like = [torch.randn(2, 3), torch.randn(4), torch.tensor(7)]
     vec = A.flatten_state(like)
     assert vec.shape == (11,)
@@ -535,7 +547,7 @@ def test_float64_keeps_dtype():
         assert rule(x, w).dtype == torch.float64, name
     agg, ts = A.fltrust(x, x[0])
     assert agg.dtype == ts.dtype == torch.float64
-    agg, fw = A.FoolsGold()(list(range(6)), x)
+    agg, fw = A.FoolsGoldHistory()(list(range(6)), x)
     assert agg.dtype == fw.dtype == torch.float64
 
 
@@ -557,8 +569,8 @@ def test_cuda_matches_cpu():
     a, ta = A.fltrust(xc, xc[0])
     b, tb = A.fltrust(x, x[0])
     assert a.is_cuda and torch.allclose(a.cpu(), b, atol=1e-4) and torch.allclose(ta.cpu(), tb, atol=1e-5)
-    a, wa = A.FoolsGold()(list(range(9)), xc, wc)
-    b, wb = A.FoolsGold()(list(range(9)), x, w)
+    a, wa = A.FoolsGoldHistory()(list(range(9)), xc, wc)
+    b, wb = A.FoolsGoldHistory()(list(range(9)), x, w)
     assert a.is_cuda and torch.allclose(a.cpu(), b, atol=1e-4) and torch.allclose(wa.cpu(), wb, atol=1e-5)
 
 
@@ -576,3 +588,121 @@ def test_krum_distances_exact_for_near_duplicates_far_from_origin():
     got = A.krum_scores(ups, 1)
     torch.testing.assert_close(got.double(), expected, rtol=1e-6, atol=0)
     assert A.multikrum_select(ups, 1, 1).item() == int(torch.argmin(expected))
+
+
+# --------------------------------------------------------------------------------------------
+# the hyper-parameters a rule actually uses when fewer replies than planned arrived
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "n,f,m,expected",
+    [
+        (10, 2, None, (2, 8)),  # enough replies: f kept, m = n − f
+        (5, 1, None, (1, 4)),
+        (7, 2, 3, (2, 3)),  # explicit m kept
+        (4, 2, None, (1, 3)),  # n = 4 < f + 3: f shrinks to n − 3 = 1, m = 4 − 1
+        (3, 5, None, (0, 3)),  # f shrinks to 0
+        (2, 1, None, (0, 2)),  # n − 3 < 0: f = max(0, n − 3) = 0
+        (1, 0, None, (0, 1)),
+        (5, 1, 9, (1, 5)),  # m clamped to n
+        (5, 1, 0, (1, 1)),  # m clamped to 1 (config: krum-m = 0 means "n − f" only through None)
+    ],
+)
+def test_multikrum_params_hand(n, f, m, expected):
+    assert A.multikrum_params(n, f, m) == expected
+
+
+@pytest.mark.parametrize(
+    "n,f,expected",
+    [(10, 2, 2), (5, 2, 2), (4, 2, 1), (3, 1, 1), (2, 1, 0), (1, 3, 0), (6, 0, 0), (7, 9, 3)],
+)
+def test_trim_for_hand(n, f, expected):
+    # (n − 1) // 2 is the largest f with n > 2f: 4 → 1, 2 → 0, 1 → 0, 7 → 3
+    assert A.trim_for(n, f) == expected
+    x = torch.randn(n, 3)
+    A.trimmed_mean(x, A.trim_for(n, f))  # always a valid trim for n replies
+
+
+def test_params_match_the_strategies_former_arithmetic():
+    """The formulas the strategies used inline before they called these functions."""
+    for n in range(1, 12):
+        for f in range(0, 8):
+            assert A.trim_for(n, f) == min(f, (n - 1) // 2)
+            for m in [None, *range(0, 14)]:
+                ff = min(f, max(0, n - 3))
+                mm = m if m is not None else n - ff
+                assert A.multikrum_params(n, f, m) == (ff, max(1, min(mm, n)))
+                if n >= 3:
+                    ff, mm = A.multikrum_params(n, f, m)
+                    assert len(A.multikrum_select(torch.randn(n, 2), ff, mm)) == mm
+
+
+def test_params_errors():
+    with pytest.raises(ValueError, match="n must be"):
+        A.multikrum_params(0, 1)
+    with pytest.raises(ValueError, match="f must be"):
+        A.multikrum_params(5, -1)
+    with pytest.raises(ValueError, match="m must be"):
+        A.multikrum_params(5, 1, -2)
+    with pytest.raises(ValueError, match="n must be"):
+        A.trim_for(0, 1)
+    with pytest.raises(ValueError, match="f must be"):
+        A.trim_for(5, 1.5)
+
+
+# --------------------------------------------------------------------------------------------
+# the one geometric median: batched and weighted
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("weighted", ["none", "shared", "per_entry"])
+def test_geometric_median_batched_equals_per_entry(weighted):
+    g = torch.Generator().manual_seed(8)
+    pts = torch.randn(3, 4, 7, 5, generator=g, dtype=torch.float64)
+    w = {"none": None, "shared": torch.rand(7, generator=g, dtype=torch.float64) + 0.5,
+         "per_entry": torch.rand(3, 4, 7, generator=g, dtype=torch.float64) + 0.5}[weighted]
+    out = A.geometric_median(pts, w, tol=1e-13, max_iter=2000)
+    assert out.shape == (3, 4, 5)
+    for i in range(3):
+        for j in range(4):
+            wij = None if w is None else (w if w.ndim == 1 else w[i, j])
+            one = A.geometric_median(pts[i, j], wij, tol=1e-13, max_iter=2000)
+            torch.testing.assert_close(out[i, j], one, rtol=0, atol=1e-10)
+
+
+def test_geometric_median_integer_weights_repeat_points():
+    # weight 2 on a point is the same objective as listing the point twice
+    x = t64([[0.0, 0.0], [4.0, 0.0], [0.0, 3.0], [5.0, 5.0]])
+    a = A.geometric_median(x, t64([1.0, 2.0, 1.0, 1.0]), tol=1e-13, max_iter=5000)
+    b = A.geometric_median(torch.cat([x, x[1:2]]), tol=1e-13, max_iter=5000)
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-9)
+
+
+def test_geometric_median_autograd_and_buffer_paths_agree_bit_for_bit():
+    g = torch.Generator().manual_seed(2)
+    for dtype in (torch.float32, torch.float64):
+        x = torch.randn(5, 9, 6, generator=g, dtype=dtype)
+        w = torch.rand(9, generator=g, dtype=dtype) + 0.1
+        for weights in (None, w):
+            with torch.no_grad():
+                fast = A.geometric_median(x, weights)
+            slow = A.geometric_median(x.clone().requires_grad_(True), weights)
+            assert slow.requires_grad and torch.equal(fast, slow.detach())
+
+
+def test_geometric_median_max_iter_zero_is_the_start():
+    x = t64([[0.0, 0.0], [2.0, 0.0], [0.0, 4.0]])
+    assert torch.equal(A.geometric_median(x, max_iter=0), x.mean(0))
+    w = t64([1.0, 1.0, 2.0])
+    assert torch.allclose(A.geometric_median(x, w, max_iter=0), (w[:, None] * x).sum(0) / 4)
+
+
+def test_public_names():
+    """Functions only: the former callable classes and the rule registry are gone."""
+    for gone in ("FedAvg", "TrimmedMean", "CoordinateMedian", "GeometricMedian", "MedianOfMeans", "MultiKrum",
+                 "FLTrust", "FoolsGold", "RULES", "get_rule"):
+        assert not hasattr(A, gone), gone
+    for name in A.__all__:
+        obj = getattr(A, name)
+        assert callable(obj) and obj.__doc__, name

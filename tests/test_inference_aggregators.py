@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedcal.inference import (AGGREGATORS, CoordinateMedian, DeepSet, GeometricMedian, Mean,
-                              TrimmedMean, accuracy, as_trimmed, train_deepset)
+from fedcal import aggregate
+from fedcal.inference import (AGGREGATORS, CoordinateMedian, DeepSet, DeepSetTM, GeometricMedian, Mean,
+                              TrimmedMean, accuracy, as_trimmed, renormalise, train_deepset)
 
 
 def _probits(B=4, n=5, C=3, seed=0):
@@ -107,6 +108,46 @@ def test_geometric_median_minimises_sum_of_distances():
     assert (gm.argmax(-1) == 0).all()
 
 
+def _geometric_median_before_the_merge(probits, eps=1e-8, max_iter=100, tol=1e-6):
+    """Verbatim copy of GeometricMedian.forward as it was before it called
+    fedcal.aggregate.geometric_median (the committed inference results were computed with it)."""
+    z = probits.mean(dim=1)  # (B, C)
+    for _ in range(max_iter):
+        d = torch.sqrt(((probits - z[:, None, :]) ** 2).sum(-1) + eps)  # (B, n)
+        w = 1.0 / d
+        z_new = (w[..., None] * probits).sum(1) / w.sum(1, keepdim=True)
+        delta = (z_new - z).abs().max()
+        z = z_new
+        if delta.item() < tol:
+            break
+    return renormalise(z)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("seed", range(4))
+def test_geometric_median_bit_for_bit_with_the_former_probit_code(dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    B, n, C = [(300, 10, 10), (64, 7, 4), (5, 11, 100), (100, 25, 10)][seed]
+    p = torch.softmax(3.0 * torch.randn(B, n, C, generator=g, dtype=dtype), dim=-1)
+    p[: B // 4, : n // 3] = torch.eye(C, dtype=dtype)[torch.randint(0, C, (B // 4, n // 3), generator=g)]  # one-hots
+    for kw in ({}, dict(max_iter=30, tol=0.0), dict(eps=1e-6, max_iter=3)):
+        old = _geometric_median_before_the_merge(p, **kw)
+        assert torch.equal(GeometricMedian(**kw)(p), old)
+        with torch.no_grad():
+            assert torch.equal(GeometricMedian(**kw)(p), old)
+    # non-contiguous layouts (a column subset, permuted strides) too
+    for view in (p[:, ::2], p.permute(1, 2, 0).contiguous().permute(2, 0, 1),
+                 p.transpose(0, 1).contiguous().transpose(0, 1)):
+        with torch.no_grad():
+            assert torch.equal(GeometricMedian()(view), _geometric_median_before_the_merge(view))
+    # with autograd (the white-box PGD attack differentiates through it): same values, same gradients
+    q1, q2 = p.clone().requires_grad_(True), p.clone().requires_grad_(True)
+    out1, out2 = GeometricMedian()(q1), _geometric_median_before_the_merge(q2)
+    assert torch.equal(out1, out2)
+    (g1,), (g2,) = torch.autograd.grad(out1[:, 0].sum(), q1), torch.autograd.grad(out2[:, 0].sum(), q2)
+    assert torch.equal(g1, g2)
+
+
 def test_geometric_median_robust_to_one_hot():
     p = torch.tensor([[[0.6, 0.3, 0.1]] * 4 + [[0.0, 0.0, 1.0]]])
     gm = GeometricMedian()(p)
@@ -160,6 +201,27 @@ def test_deepset_tm_f0_equals_mean_and_shares_weights():
     tm2 = model.as_trimmed(2)
     assert tm2.pooling == "trimmed" and tm2.f == 2 and tm2.rho is model.rho and tm2.mu is model.mu
     assert model.pooling == "mean"
+    assert isinstance(tm0, DeepSetTM) and isinstance(tm2, DeepSetTM) and isinstance(tm2, DeepSet)
+
+
+def test_deepset_tm_numerics_identical_to_trimmed_pooling():
+    """DeepSetTM is a DeepSet with pooling "trimmed": bit-identical outputs, the same weights."""
+    model = DeepSet(3, 16, seed=0)
+    p = _probits(B=6, n=7).float()
+    tm = DeepSetTM.from_deepset(model, 2)
+    ref = DeepSet(3, 16, pooling="trimmed", f=2, seed=0)  # same seed: same initial weights
+    assert torch.equal(tm(p), ref(p)) and torch.equal(tm.logits(p), ref.logits(p))
+    h = model.rho(p)
+    assert torch.equal(tm.logits(p), model.mu(aggregate.trimmed_mean_along(h, 2, dim=1)))
+    built = DeepSetTM(3, 16, f=2, seed=0)
+    assert built.pooling == "trimmed" and built.f == 2 and torch.equal(built(p), ref(p))
+    assert built.state_dict().keys() == model.state_dict().keys()
+    model.train()
+    assert DeepSetTM.from_deepset(model, 1).training and not DeepSetTM.from_deepset(model.eval(), 1).training
+    with pytest.raises(ValueError, match="non-negative integer"):
+        DeepSetTM.from_deepset(model, -1)
+    with pytest.raises(ValueError, match="n > 2f"):
+        tm(_probits(n=4).float())
 
 
 # ---- synthetic robust-inference task ---------------------------------------------------

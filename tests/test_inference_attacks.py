@@ -1,12 +1,12 @@
-"""Tests for fedcal.inference.attacks against hand-computed expectations."""
+"""Tests for fedcal.inference.probit_attacks against hand-computed expectations."""
 import math
 
 import numpy as np
 import pytest
 import torch
 
-from fedcal.inference.attacks import (
-    ATTACKS, adversary_mask, apply_attack, class_covariance, cpa, cw_margin,
+from fedcal.inference.probit_attacks import (
+    PROBIT_ATTACKS, adversary_mask, apply_attack, class_covariance, cpa, cw_margin,
     lma, logit_flip, pgd_cw, sia_blackbox, sia_whitebox, validate_probits)
 
 
@@ -47,7 +47,7 @@ def test_adversary_mask_counts_and_seed():
             adversary_mask(3, 10, f)
 
 
-@pytest.mark.parametrize("name", sorted(ATTACKS))
+@pytest.mark.parametrize("name", sorted(PROBIT_ATTACKS))
 @pytest.mark.parametrize("agg", [mean_agg, geo_agg])
 def test_every_attack_valid_and_only_masked_rows(name, agg):
     p = _batch()

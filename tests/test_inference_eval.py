@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from fedcal.inference import Mean, TrimmedMean
+from fedcal.inference import DeepSetTM, Mean, TrimmedMean
 from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators, seed_table, worst_case
 
 
@@ -117,5 +117,6 @@ def test_build_aggregators_warm_up_then_adversarial_phase():
     assert list(aggs) == ["mean", "median", "geometric_median", "trimmed_mean", "deepset", "deepset_tm"]
     assert len(history) == 5 and history[2] < history[0]
     assert aggs["deepset_tm"].rho is aggs["deepset"].rho and aggs["deepset_tm"].f == 2
+    assert isinstance(aggs["deepset_tm"], DeepSetTM) and aggs["deepset_tm"].pooling == "trimmed"
     _, h = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=0, lr=3e-3, seed=0)
     assert len(h) == 3 and h == history[:3]  # same seed, same clean phase

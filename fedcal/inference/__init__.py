@@ -1,18 +1,15 @@
-"""Robust federated inference (SPEC §7): aggregators of client probits and DeepSet."""
-from .aggregators import (AGGREGATORS, CoordinateMedian, GeometricMedian, Mean, TrimmedMean,
-                          check_probits, renormalise, trimmed_mean_dim)
-from .deepset import POOLINGS, DeepSet, accuracy, as_trimmed, train_deepset
+"""Robust federated inference (SPEC §7), flwr-free: aggregators of client probits
+(:mod:`.aggregators`), DeepSet and DeepSet-TM (:mod:`.deepset`), probit-space attacks
+(:mod:`.probit_attacks`), their evaluation (:mod:`.evaluate`) and the data plumbing of the
+federated run (:mod:`.federated`)."""
+from .aggregators import AGGREGATORS, CoordinateMedian, GeometricMedian, Mean, TrimmedMean, check_probits, renormalise
+from .deepset import POOLINGS, DeepSet, DeepSetTM, accuracy, as_trimmed, train_deepset
+from .probit_attacks import (PROBIT_ATTACKS, adversary_mask, apply_attack, class_covariance, cpa, cw_margin, lma,
+                             logit_flip, pgd_cw, sia_blackbox, sia_whitebox, validate_probits)
 
 __all__ = [
-    "AGGREGATORS", "CoordinateMedian", "GeometricMedian", "Mean", "TrimmedMean",
-    "check_probits", "renormalise", "trimmed_mean_dim",
-    "POOLINGS", "DeepSet", "accuracy", "as_trimmed", "train_deepset",
+    "AGGREGATORS", "CoordinateMedian", "GeometricMedian", "Mean", "TrimmedMean", "check_probits", "renormalise",
+    "POOLINGS", "DeepSet", "DeepSetTM", "accuracy", "as_trimmed", "train_deepset",
+    "PROBIT_ATTACKS", "adversary_mask", "apply_attack", "class_covariance", "cpa", "cw_margin", "lma", "logit_flip",
+    "pgd_cw", "sia_blackbox", "sia_whitebox", "validate_probits",
 ]
-
-from fedcal.inference.attacks import (  # noqa: E402
-    ATTACKS, adversary_mask, apply_attack, class_covariance, cpa, cw_margin, lma, logit_flip, pgd_cw,
-    sia_blackbox, sia_whitebox, validate_probits,
-)
-
-__all__ = [*__all__, "ATTACKS", "adversary_mask", "apply_attack", "class_covariance", "cpa", "cw_margin", "lma",
-           "logit_flip", "pgd_cw", "sia_blackbox", "sia_whitebox", "validate_probits"]

@@ -5,13 +5,18 @@ each row a probability vector -- to (B, C) probabilities (rows on the simplex).
 Mean and TrimmedMean are differentiable w.r.t. the input; CoordinateMedian uses torch
 sort (subgradients flow to the selected entries); GeometricMedian runs Weiszfeld
 iterations in torch, so gradients flow through the unrolled iterations.
+
+The math is :mod:`fedcal.aggregate`'s (the same functions the update aggregation uses):
+:func:`~fedcal.aggregate.true_median`, :func:`~fedcal.aggregate.trimmed_mean_along` and the
+batched :func:`~fedcal.aggregate.geometric_median`; this module adds the (B, n, C) checks and
+the renormalisation onto the simplex.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from fedcal.aggregate import trimmed_mean_along, true_median
+from fedcal.aggregate import geometric_median, trimmed_mean_along, true_median
 
 __all__ = [
     "Mean",
@@ -21,7 +26,6 @@ __all__ = [
     "AGGREGATORS",
     "check_probits",
     "renormalise",
-    "trimmed_mean_dim",
 ]
 
 
@@ -49,12 +53,6 @@ def renormalise(z: torch.Tensor) -> torch.Tensor:
     return torch.where(s > 0, z / safe, uniform)
 
 
-def trimmed_mean_dim(x: torch.Tensor, f: int, dim: int) -> torch.Tensor:
-    """Coordinate-wise trimmed mean along ``dim``: drop f largest and f smallest, mean the rest
-    (the same rule as the update aggregation's trimmed mean)."""
-    return trimmed_mean_along(x, f, dim)
-
-
 class Mean(nn.Module):
     """Plain average of the client probits."""
 
@@ -71,7 +69,8 @@ class CoordinateMedian(nn.Module):
 
 
 class GeometricMedian(nn.Module):
-    """Smoothed Weiszfeld geometric median per query, batched over B.
+    """Smoothed Weiszfeld geometric median per query, batched over B
+    (:func:`fedcal.aggregate.geometric_median` on the (B, n, C) probits).
 
     Minimises sum_i sqrt(||z - p_i||^2 + eps) approximately (eps smoothing avoids
     division by zero at data points). Starts from the coordinate-wise mean; stops when
@@ -88,15 +87,7 @@ class GeometricMedian(nn.Module):
 
     def forward(self, probits: torch.Tensor) -> torch.Tensor:
         probits = check_probits(probits)
-        z = probits.mean(dim=1)  # (B, C)
-        for _ in range(self.max_iter):
-            d = torch.sqrt(((probits - z[:, None, :]) ** 2).sum(-1) + self.eps)  # (B, n)
-            w = 1.0 / d
-            z_new = (w[..., None] * probits).sum(1) / w.sum(1, keepdim=True)
-            delta = (z_new - z).abs().max()
-            z = z_new
-            if delta.item() < self.tol:
-                break
+        z = geometric_median(probits, eps=self.eps, max_iter=self.max_iter, tol=self.tol)  # (B, C)
         return renormalise(z)
 
 
@@ -112,7 +103,7 @@ class TrimmedMean(nn.Module):
 
     def forward(self, probits: torch.Tensor) -> torch.Tensor:
         probits = check_probits(probits)
-        return renormalise(trimmed_mean_dim(probits, self.f, dim=1))
+        return renormalise(trimmed_mean_along(probits, self.f, dim=1))
 
 
 AGGREGATORS = {

@@ -9,8 +9,9 @@ phi(Z) = softmax(mu(pool_i rho(z_i))) for Z = (z_1..z_n), z_i on the simplex Del
   n hidden vectors dropping f per side ("trimmed"). Both are exactly permutation
   invariant over the client axis.
 
-DeepSet-TM = a DeepSet trained with mean pooling and evaluated with trimmed pooling
-(same weights): ``model.as_trimmed(f)`` / ``as_trimmed(model, f)``.
+DeepSet-TM (:class:`DeepSetTM`) = a DeepSet trained with mean pooling and evaluated with
+trimmed pooling (same weights): ``DeepSetTM.from_deepset(model, f)``, ``model.as_trimmed(f)`` or
+``as_trimmed(model, f)``.
 """
 from __future__ import annotations
 
@@ -20,16 +21,33 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .aggregators import check_probits, trimmed_mean_dim
+from fedcal.aggregate import trimmed_mean_along
 
-__all__ = ["DeepSet", "as_trimmed", "train_deepset", "accuracy", "POOLINGS"]
+from .aggregators import check_probits
+
+__all__ = ["DeepSet", "DeepSetTM", "as_trimmed", "train_deepset", "accuracy", "POOLINGS"]
 
 POOLINGS = ("mean", "trimmed")
 # Logit of the chosen class at a vertex start: softmax puts ~0.94 on it for C = 10.
 VERTEX_LOGIT = 5.0
 
 
+def _check_f(f) -> int:
+    if int(f) != f or f < 0:
+        raise ValueError(f"f must be a non-negative integer; got {f}")
+    return int(f)
+
+
 class DeepSet(nn.Module):
+    """DeepSet aggregator phi(Z) = softmax(mu(pool_i rho(z_i))) of (B, n, C) client probits.
+
+    ``pooling`` "mean" (the default, how it is trained) or "trimmed" (coordinate-wise trimmed
+    mean of the n hidden vectors, ``f`` per side; see :class:`DeepSetTM`). ``seed`` makes the
+    initial weights reproducible without touching the global RNG stream.
+
+    Source: Zaheer et al., "Deep Sets" (NeurIPS 2017); SPEC §7 (DeepSet / DeepSet-TM aggregator).
+    """
+
     def __init__(self, num_classes: int, hidden: int = 224, pooling: str = "mean", f: int = 0,
                  seed: int | None = None):
         super().__init__()
@@ -39,9 +57,7 @@ class DeepSet(nn.Module):
             raise ValueError(f"hidden must be >= 1; got {hidden}")
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}; got {pooling!r}")
-        if int(f) != f or f < 0:
-            raise ValueError(f"f must be a non-negative integer; got {f}")
-        self.num_classes, self.hidden, self.pooling, self.f = num_classes, hidden, pooling, int(f)
+        self.num_classes, self.hidden, self.pooling, self.f = num_classes, hidden, pooling, _check_f(f)
         if seed is not None:
             state = torch.random.get_rng_state()
             torch.manual_seed(seed)
@@ -56,7 +72,7 @@ class DeepSet(nn.Module):
         """(B, n, h) -> (B, h)."""
         if self.pooling == "mean":
             return h.mean(dim=1)
-        return trimmed_mean_dim(h, self.f, dim=1)
+        return trimmed_mean_along(h, self.f, dim=1)
 
     def logits(self, probits: torch.Tensor) -> torch.Tensor:
         probits = check_probits(probits)
@@ -69,24 +85,46 @@ class DeepSet(nn.Module):
     def forward(self, probits: torch.Tensor) -> torch.Tensor:
         return torch.softmax(self.logits(probits), dim=-1)
 
-    def as_trimmed(self, f: int) -> "DeepSet":
-        """A DeepSet sharing these weights (same rho/mu modules) with trimmed pooling of f per side."""
-        new = DeepSet.__new__(DeepSet)
-        nn.Module.__init__(new)
-        new.num_classes, new.hidden, new.pooling, new.f = self.num_classes, self.hidden, "trimmed", int(f)
-        if int(f) != f or f < 0:
-            raise ValueError(f"f must be a non-negative integer; got {f}")
-        new.rho, new.mu = self.rho, self.mu
-        new.train(self.training)
-        return new
+    def as_trimmed(self, f: int) -> "DeepSetTM":
+        """DeepSet-TM: a :class:`DeepSetTM` sharing these weights (same rho/mu modules) with
+        trimmed pooling of f per side."""
+        return DeepSetTM.from_deepset(self, f)
 
     def extra_repr(self) -> str:
         return f"num_classes={self.num_classes}, hidden={self.hidden}, pooling={self.pooling!r}, f={self.f}"
 
 
-def as_trimmed(model: DeepSet, f: int) -> DeepSet:
+class DeepSetTM(DeepSet):
+    """DeepSet-TM: a DeepSet whose pooling is the coordinate-wise trimmed mean of the n hidden
+    vectors, dropping the ``f`` largest and ``f`` smallest per coordinate (needs n > 2f).
+
+    pool(H) = TM_f(rho(z_1), …, rho(z_n)); phi(Z) = softmax(mu(pool(H))). Usually built from a
+    DeepSet trained with mean pooling (adversarially), sharing its weights:
+    :meth:`from_deepset` (or ``model.as_trimmed(f)``); f = 0 is the mean-pooled DeepSet itself.
+
+    Source: SPEC §7 (DeepSet-TM: mean-trained DeepSet evaluated with trimmed pooling);
+    Zaheer et al., "Deep Sets" (NeurIPS 2017) for the architecture.
+    """
+
+    def __init__(self, num_classes: int, hidden: int = 224, f: int = 0, seed: int | None = None):
+        super().__init__(num_classes, hidden=hidden, pooling="trimmed", f=f, seed=seed)
+
+    @classmethod
+    def from_deepset(cls, model: DeepSet, f: int) -> "DeepSetTM":
+        """A DeepSetTM sharing ``model``'s rho and mu modules (the same weights, not a copy), with
+        trimmed pooling of f per side and ``model``'s train/eval mode."""
+        f = _check_f(f)
+        new = cls.__new__(cls)
+        nn.Module.__init__(new)
+        new.num_classes, new.hidden, new.pooling, new.f = model.num_classes, model.hidden, "trimmed", f
+        new.rho, new.mu = model.rho, model.mu
+        new.train(model.training)
+        return new
+
+
+def as_trimmed(model: DeepSet, f: int) -> DeepSetTM:
     """DeepSet-TM: same weights as ``model``, coordinate-wise trimmed pooling (f per side)."""
-    return model.as_trimmed(f)
+    return DeepSetTM.from_deepset(model, f)
 
 
 def _corruption_mask(b: int, n: int, f: int, m: int | None, generator) -> torch.Tensor:

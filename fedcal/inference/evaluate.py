@@ -27,8 +27,8 @@ import pandas as pd
 import torch
 
 from .aggregators import AGGREGATORS
-from .attacks import ATTACKS, adversary_mask, apply_attack, class_covariance
-from .deepset import DeepSet, as_trimmed, train_deepset
+from .deepset import DeepSet, DeepSetTM, train_deepset
+from .probit_attacks import PROBIT_ATTACKS, adversary_mask, apply_attack, class_covariance
 
 __all__ = ["ProbitData", "AGGREGATOR_NAMES", "build_aggregators", "attack_accuracy", "worst_case",
            "seed_table", "percent_cell", "WHITE_BOX"]
@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 
 AGGREGATOR_NAMES = ("mean", "median", "geometric_median", "trimmed_mean", "deepset", "deepset_tm")
 # Attacks that query the aggregator (SPEC §7 "white-box"): evaluated once per aggregator.
-WHITE_BOX = tuple(name for name, fn in ATTACKS.items() if "aggregator" in inspect.signature(fn).parameters)
+WHITE_BOX = tuple(name for name, fn in PROBIT_ATTACKS.items()
+                  if "aggregator" in inspect.signature(fn).parameters)
 
 
 @dataclass
@@ -91,7 +92,7 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
     aggs: dict[str, Callable] = {"mean": AGGREGATORS["mean"](), "median": AGGREGATORS["median"](),
                                  "geometric_median": AGGREGATORS["geometric_median"](),
                                  "trimmed_mean": AGGREGATORS["trimmed_mean"](f),
-                                 "deepset": deepset, "deepset_tm": as_trimmed(deepset, f)}
+                                 "deepset": deepset, "deepset_tm": DeepSetTM.from_deepset(deepset, f)}
     return aggs, history
 
 
@@ -121,9 +122,9 @@ def attack_accuracy(aggregators: Mapping[str, Callable], data: ProbitData, f_adv
     and shared by all attacks and aggregators. A query with too few valid clients for an
     aggregator (n' ≤ 2f for trimming) counts as wrong for it, with a warning.
     """
-    unknown = [a for a in attacks if a not in ATTACKS]
+    unknown = [a for a in attacks if a not in PROBIT_ATTACKS]
     if unknown:
-        raise ValueError(f"unknown attacks {unknown}; known: {sorted(ATTACKS)}")
+        raise ValueError(f"unknown attacks {unknown}; known: {sorted(PROBIT_ATTACKS)}")
     if f_adv < 0:
         raise ValueError(f"f_adv must be >= 0, got {f_adv}")
     if class_cov is None:
@@ -182,7 +183,7 @@ def seed_table(cells: pd.DataFrame, order: Sequence[str] = AGGREGATOR_NAMES) -> 
                                                                                    "accuracy"]]])
     stats = full.groupby(["aggregator", "attack"])["accuracy"].agg(["mean", "std", "count"]).reset_index()
     stats["cell"] = [percent_cell(m, s, k) for m, s, k in zip(stats["mean"], stats["std"], stats["count"])]
-    attacks = [a for a in ATTACKS if a in set(cells["attack"])] + ["worst case"]
+    attacks = [a for a in PROBIT_ATTACKS if a in set(cells["attack"])] + ["worst case"]
     table = stats.pivot(index="aggregator", columns="attack", values="cell")[attacks]
     present = [a for a in order if a in table.index] + [a for a in table.index if a not in order]
     return table.loc[present]

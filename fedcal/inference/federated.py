@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from fedcal.data import dirichlet_partition
-from fedcal.inference.attacks import validate_probits
+from fedcal.inference.probit_attacks import validate_probits
 from fedcal.train import local_train
 
 

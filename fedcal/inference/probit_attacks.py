@@ -1,4 +1,6 @@
-"""Attacks on robust federated *inference* (SPEC §7).
+"""Probit-space attacks on robust federated *inference* (SPEC §7); registry :data:`PROBIT_ATTACKS`.
+
+(Training-time client behaviours — TSA, noise, label flipping — are :mod:`fedcal.attacks`.)
 
 Setting: ``n`` clients each return a probit vector (a point of the simplex
 Δ^C) for every query; a batch is a tensor ``probits`` of shape ``(B, n, C)``.
@@ -33,7 +35,7 @@ __all__ = [
     "cw_margin",
     "pgd_cw",
     "no_attack",
-    "ATTACKS",
+    "PROBIT_ATTACKS",
     "apply_attack",
     "validate_probits",
 ]
@@ -296,7 +298,7 @@ def _sia_colluding(probits, mask):
     return sia_blackbox(probits, mask, colluding=True)
 
 
-ATTACKS: Dict[str, Callable[..., torch.Tensor]] = {
+PROBIT_ATTACKS: Dict[str, Callable[..., torch.Tensor]] = {
     "none": no_attack,
     "logit_flip": logit_flip,
     "sia_blackbox": sia_blackbox,
@@ -314,9 +316,9 @@ def apply_attack(name: str, probits: torch.Tensor, mask: torch.Tensor,
     accepts (e.g. ``aggregator``, ``labels``, ``class_cov``, ``logits``,
     ``amplification``, ``steps``, ``generator``). ``None`` values are dropped;
     missing required arguments raise ``ValueError``."""
-    if name not in ATTACKS:
-        raise ValueError(f"unknown attack {name!r}; known: {sorted(ATTACKS)}")
-    fn = ATTACKS[name]
+    if name not in PROBIT_ATTACKS:
+        raise ValueError(f"unknown attack {name!r}; known: {sorted(PROBIT_ATTACKS)}")
+    fn = PROBIT_ATTACKS[name]
     params = inspect.signature(fn).parameters
     kw = {k: v for k, v in context.items()
           if k in params and k not in ("probits", "mask") and v is not None}

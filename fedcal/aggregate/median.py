@@ -1,0 +1,28 @@
+"""Coordinate-wise (true) median; :func:`true_median` is shared with the probit aggregators."""
+
+from __future__ import annotations
+
+import torch
+
+from ._checks import _check_updates
+
+
+def true_median(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """Median along ``dim`` with the mean of the two middle values for even sizes (not
+    ``torch.median``, which returns the lower one). Shared with the inference aggregators."""
+    n = x.shape[dim]
+    s = torch.sort(x, dim=dim).values
+    # For odd n both indices are the middle one; for even n they are the two middle ones.
+    return 0.5 * (s.select(dim, (n - 1) // 2) + s.select(dim, n // 2))
+
+
+def coordinate_median(updates: torch.Tensor) -> torch.Tensor:
+    """Coordinate-wise median: med_k Δ_k[i] for every coordinate i. Unweighted.
+
+    For even n this is the true median, ½(Δ_(n/2)[i] + Δ_(n/2+1)[i]) of the two middle order
+    statistics — not ``torch.median``, which returns the lower of the two.
+
+    Source: Yin et al., "Byzantine-Robust Distributed Learning: Towards Optimal Statistical
+    Rates" (ICML 2018); SPEC §3 coordinate-wise median.
+    """
+    return true_median(_check_updates(updates), dim=0)
