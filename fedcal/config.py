@@ -19,7 +19,6 @@ A later task adds its own group. How the groups make up a run's hash is in :mod:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -36,7 +35,7 @@ ENGINES = ("ray", "inprocess")
 TASKS = ("train", "inference")
 # Old names of tasks, accepted and normalised: run directories written before the rename say "tsa".
 LEGACY_TASKS = {"tsa": "train"}
-# Probit-space attacks of robust federated inference (SPEC §7); fedcal.inference.attacks.ATTACKS.
+# Probit-space attacks of robust federated inference (SPEC §7): the names of fedcal.inference.probit_attacks.PROBIT_ATTACKS (a test keeps them equal).
 INFERENCE_ATTACKS = ("none", "logit_flip", "sia_blackbox", "sia_blackbox_colluding", "sia_whitebox", "lma", "cpa",
                      "pgd_cw")
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from fedcal.inference import DeepSetTM, Mean, TrimmedMean
-from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators, seed_table, worst_case
+from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators
+from fedcal.reports import seed_table, worst_case
 
 
 def _synthetic(N=300, n=7, C=4, seed=0, signal=2.0):

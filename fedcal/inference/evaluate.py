@@ -10,7 +10,7 @@ query). From it this module
 * evaluates each aggregator under each attack on ``f_adv`` adversarial rows per query, the
   adversaries' identities redrawn per query and shared by every attack and aggregator (so the
   comparison is paired); white-box attacks query the aggregator under evaluation;
-* reduces per-attack accuracies to the worst case and summarises seeds as mean ± std.
+* (the worst case over attacks and the tables over seeds are reports: :mod:`fedcal.reports`).
 
 Results are tidy :class:`pandas.DataFrame` rows (``aggregator, attack, f_adv, amplification,
 accuracy, queries``).
@@ -30,8 +30,7 @@ from .aggregators import AGGREGATORS
 from .deepset import DeepSet, DeepSetTM, train_deepset
 from .probit_attacks import PROBIT_ATTACKS, adversary_mask, apply_attack, class_covariance
 
-__all__ = ["ProbitData", "AGGREGATOR_NAMES", "build_aggregators", "attack_accuracy", "worst_case",
-           "seed_table", "percent_cell", "WHITE_BOX"]
+__all__ = ["ProbitData", "AGGREGATOR_NAMES", "build_aggregators", "attack_accuracy", "WHITE_BOX"]
 
 log = logging.getLogger(__name__)
 
@@ -156,34 +155,3 @@ def attack_accuracy(aggregators: Mapping[str, Callable], data: ProbitData, f_adv
     return pd.DataFrame([{"aggregator": a, "attack": k, "f_adv": f_adv, "amplification": amplification,
                           "accuracy": correct[a, k] / max(total, 1), "queries": total}
                          for a in aggregators for k in attacks])
-
-
-def worst_case(df: pd.DataFrame, by: Sequence[str] = ("aggregator",)) -> pd.DataFrame:
-    """Per group, the lowest accuracy over attacks and the attack achieving it."""
-    idx = df.groupby(list(by))["accuracy"].idxmin()
-    out = df.loc[idx, [*by, "accuracy", "attack"]].rename(columns={"attack": "worst_attack"})
-    return out.reset_index(drop=True)
-
-
-def percent_cell(mean: float, std: float, count: int) -> str:
-    """A fraction as "mean ± std" in percent; the mean alone for a single seed (its spread is unknown, not 0)."""
-    return f"{100 * mean:.2f}" if count <= 1 else f"{100 * mean:.2f} ± {100 * std:.2f}"
-
-
-def seed_table(cells: pd.DataFrame, order: Sequence[str] = AGGREGATOR_NAMES) -> pd.DataFrame:
-    """Aggregators × attacks (+ worst case) of accuracy in %, "mean ± std" over seeds.
-
-    ``cells`` holds :func:`attack_accuracy` rows with a ``seed`` column (one f_adv). The worst
-    case is taken per seed, then averaged.
-    """
-    if cells["f_adv"].nunique() != 1:
-        raise ValueError("seed_table expects rows of a single f_adv")
-    worst = worst_case(cells, by=("aggregator", "seed")).assign(attack="worst case")
-    full = pd.concat([cells[["aggregator", "seed", "attack", "accuracy"]], worst[["aggregator", "seed", "attack",
-                                                                                   "accuracy"]]])
-    stats = full.groupby(["aggregator", "attack"])["accuracy"].agg(["mean", "std", "count"]).reset_index()
-    stats["cell"] = [percent_cell(m, s, k) for m, s, k in zip(stats["mean"], stats["std"], stats["count"])]
-    attacks = [a for a in PROBIT_ATTACKS if a in set(cells["attack"])] + ["worst case"]
-    table = stats.pivot(index="aggregator", columns="attack", values="cell")[attacks]
-    present = [a for a in order if a in table.index] + [a for a in table.index if a not in order]
-    return table.loc[present]

@@ -15,8 +15,8 @@ from typing import Sequence
 import pandas as pd
 
 from fedcal.config import RunConfig
-from fedcal.inference.attacks import ATTACKS as PROBIT_ATTACKS
 from fedcal.inference.evaluate import AGGREGATOR_NAMES
+from fedcal.inference.probit_attacks import PROBIT_ATTACKS
 from fedcal.reports.markdown import markdown_table
 from fedcal.results import load_config
 
