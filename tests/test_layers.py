@@ -142,6 +142,6 @@ def test_the_client_app_answers_every_task():
     reply = app(Message(content=RecordDict(), message_type="query.identity", dst_node_id=7), ctx)
     assert int(reply.content["identity"]["partition-id"]) == 2
     # an inference query before train.local is an error reply naming the cause, not a crash
-    content = RecordDict({"config": ConfigRecord({"task": "inference", "num-clients": 3})})
+    content = RecordDict({"config": ConfigRecord({"task": "inference", "num-clients": 3, "clients-per-round": 3, "inf-f": 1})})
     with pytest.raises(RuntimeError, match="train.local"):
         app(Message(content=content, message_type="query.probits", dst_node_id=7), ctx)

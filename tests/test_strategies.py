@@ -182,17 +182,34 @@ def test_registry_names_are_the_configs_strategy_names():
 
 @pytest.mark.parametrize("name", sorted(RULE_KWARGS))
 def test_each_strategy_takes_explicit_documented_keyword_arguments(name):
+    """A rule's own arguments are explicit keyword-only parameters documented on its class; the
+    shared ones are StrategyOptions (Flower's FedAvg arguments + sampling options), typed once
+    and documented once on the base, and an unknown name is refused."""
+    from typing import get_args, get_type_hints
+
+    from fedcal.strategies.base import StrategyOptions
+
     cls = strategies.STRATEGIES[name]
     params = inspect.signature(cls).parameters
-    kinds = {p.kind for p in params.values()}
-    assert inspect.Parameter.VAR_POSITIONAL not in kinds and inspect.Parameter.VAR_KEYWORD not in kinds
-    assert kinds == {inspect.Parameter.KEYWORD_ONLY}
-    assert set(params) == set(COMMON_KWARGS) | set(RULE_KWARGS[name])
-    documented = (cls.__doc__ or "") + (strategies.UpdateAggregationStrategy.__doc__ or "")
-    for arg in params:
-        assert arg in documented, (name, arg)
+    own = {k: p for k, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    assert inspect.Parameter.VAR_POSITIONAL not in {p.kind for p in params.values()}
+    assert {p.kind for p in own.values()} <= {inspect.Parameter.KEYWORD_ONLY}
+    shared = set(COMMON_KWARGS)
+    if set(own) != set(COMMON_KWARGS):  # a rule with parameters of its own forwards the shared ones
+        assert set(own) == set(RULE_KWARGS[name])
+        (var,) = [p for p in params.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
+        hint = get_type_hints(cls.__init__, include_extras=True)[var.name]
+        assert get_args(hint) == (StrategyOptions,)  # **options: Unpack[StrategyOptions]
+    assert set(StrategyOptions.__annotations__) == shared
+    base_params = inspect.signature(strategies.UpdateAggregationStrategy).parameters
+    assert set(base_params) == shared
+    for arg in shared:
+        assert f"{arg} :" in strategies.UpdateAggregationStrategy.__doc__, arg
     for arg in RULE_KWARGS[name]:  # the rule's own arguments are documented on the class itself
         assert f"{arg} :" in cls.__doc__, (name, arg)
+    kwargs = {"root_train_fn": _root} if name == "fltrust" else {}
+    with pytest.raises(TypeError, match="fraction_trian"):
+        cls(fraction_trian=0.5, **kwargs)
 
 
 SUMMARY_SETTINGS = {  # name → (kwargs, strings summary() must log)

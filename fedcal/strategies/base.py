@@ -22,7 +22,7 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from logging import INFO, WARNING
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -40,6 +40,27 @@ def is_buffer_key(name: str) -> bool:
 
 
 MetricsAggrFn = Callable[[list[RecordDict], str], MetricRecord]
+
+
+class StrategyOptions(TypedDict, total=False):
+    """The keyword arguments every fedcal strategy accepts besides its rule's own: Flower's
+    FedAvg arguments and fedcal's sampling options, documented once on
+    :class:`UpdateAggregationStrategy` (a rule's ``**options: Unpack[StrategyOptions]`` lists
+    exactly these names to type checkers and IDEs; an unknown name raises ``TypeError``)."""
+
+    fraction_train: float
+    fraction_evaluate: float
+    min_train_nodes: int
+    min_evaluate_nodes: int
+    min_available_nodes: int
+    weighted_by_key: str
+    arrayrecord_key: str
+    configrecord_key: str
+    train_metrics_aggr_fn: MetricsAggrFn | None
+    evaluate_metrics_aggr_fn: MetricsAggrFn | None
+    sampling_seed: int | None
+    node_sort_key: Callable[[int], Any] | None
+    buffer_key: Callable[[str], bool] | None
 
 
 class UpdateAggregationStrategy(_FlowerFedAvg):
