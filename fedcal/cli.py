@@ -203,14 +203,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from fedcal.reports import write_report
+    from fedcal.results import load_config
+    from fedcal.tasks import get_task
 
     dirs = [Path(d) for d in args.run_dirs]
-    missing = [str(d) for d in dirs if not (d / "metrics.csv").exists()]
+    missing = [str(d) for d in dirs if not (d / "config.json").exists()]
     if missing:
-        raise ConfigError(f"not a run directory (no metrics.csv): {', '.join(missing)}")
-    write_report(dirs, args.out, args.title)
-    print((Path(args.out) / "table.md").read_text())
+        raise ConfigError(f"not a run directory (no config.json): {', '.join(missing)}")
+    tasks = sorted({load_config(d).task for d in dirs})
+    if len(tasks) > 1:
+        raise ConfigError(f"the runs belong to different tasks ({', '.join(tasks)}): report each task on its own")
+    task = get_task(tasks[0])
+    if task.report is None:
+        raise ConfigError(f"task {task.name!r} has no report")
+    print(task.report(dirs, Path(args.out), args.title))
     print(f"report: {args.out}")
     return 0
 
@@ -336,8 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot-x", default="", help="plot final accuracy and sECE against this key")
     p.add_argument("--plot-hue", default="", help="one line per value of this key")
     p.set_defaults(func=cmd_sweep)
-    p = add("report", "table and plots from finished run directories (the run store)")
-    p.add_argument("run_dirs", nargs="+", help="run directories (each with config.json and metrics.csv)")
+    p = add("report", "tables and plots from finished run directories of one task (the run store)")
+    p.add_argument("run_dirs", nargs="+", help="run directories (each with its config.json), all of one task")
     p.add_argument("--out", default="fedcal-report", help="output folder")
     p.add_argument("--title", default="", help="table title")
     p.set_defaults(func=cmd_report)

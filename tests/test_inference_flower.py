@@ -161,6 +161,11 @@ def test_inference_command_runs_cells_and_reports(tmp_path, capsys):
     assert len(stamps) == 2
     assert main(args) == 0  # finished cells are skipped: the report is rebuilt from the run store
     assert stamps == {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/accuracy.csv")}
+    # `fedcal report` on the same run directories dispatches to the inference task's report
+    runs = sorted(str(p.parent) for p in stamps)
+    assert main(["report", *runs, "--out", str(tmp_path / "again")]) == 0
+    again = pd.read_csv(tmp_path / "again" / "table_n5_f1.csv", index_col=0)
+    pd.testing.assert_frame_equal(again, table)
     capsys.readouterr()
     assert main(["inference", "--nf", "5", "dataset=digits"]) == 2
     assert "--nf" in capsys.readouterr().err

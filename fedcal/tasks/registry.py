@@ -48,7 +48,8 @@ class Task:
     rounds : callable, optional
         ``rounds(cfg)``: how many progress steps ``run`` reports (None: no round structure).
     report : callable, optional
-        ``report(run_dirs, out_dir, title)``: tables and plots from finished run directories.
+        ``report(run_dirs, out_dir, title) -> str``: tables and plots from finished run
+        directories (from the run store only); returns the Markdown of its tables.
     """
 
     name: str
@@ -56,7 +57,7 @@ class Task:
     run: Callable[[Grid, RunConfig, ProgressFn | None], Any]
     handlers: Mapping[str, Handler] = field(default_factory=dict)
     rounds: Callable[[RunConfig], int | None] = lambda cfg: None
-    report: Callable[[Sequence[Path], Path, str], Any] | None = None
+    report: Callable[[Sequence[Path], Path, str], str] | None = None
 
 
 _REGISTRY: dict[str, Task] = {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from logging import INFO, WARNING
 
 import numpy as np
@@ -135,11 +136,18 @@ def train(msg: Message, context: Context) -> Message:
     return Message(content=content, reply_to=msg)
 
 
+def report(run_dirs, out_dir, title: str = "") -> str:
+    """Tables and plots of finished training runs (:func:`fedcal.reports.write_report`);
+    returns the table's Markdown."""
+    write_report(run_dirs, out_dir, title)
+    return (Path(out_dir) / "table.md").read_text()
+
+
 TASK = register(Task(
     name="train",
     summary="federated training under client poisoning (TSA, noise, label flipping) with a robust strategy",
     run=run_train,
     handlers={"train": train},
     rounds=lambda cfg: cfg.num_rounds,
-    report=write_report,
+    report=report,
 ))
