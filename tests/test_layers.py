@@ -3,7 +3,8 @@
 * the core (every module of ``fedcal/`` outside the Flower shell and the command) never
   imports flwr, nor the shell, not even inside a function;
 * importing every core module leaves flwr unloaded;
-* no import cycle anywhere in ``fedcal/``, counting imports inside functions;
+* no import cycle anywhere in ``fedcal/``, counting imports inside functions, and the shell's
+  packages import only downwards (app → tasks → strategies → core);
 * the task registry, the strategy registry and the config agree on names.
 """
 
@@ -75,6 +76,18 @@ def test_importing_the_core_loads_no_flwr():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=PACKAGE.parent)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+# The shell's own floors: a package may import the ones below it, never one above.
+SHELL_FLOORS = ("fedcal.strategies", "fedcal.tasks", "fedcal.app")
+
+
+@pytest.mark.parametrize("lower", SHELL_FLOORS[:-1])
+def test_the_shell_imports_only_downwards(lower):
+    above = SHELL_FLOORS[SHELL_FLOORS.index(lower) + 1:]
+    for module in (m for m in MODULES if _in(m, (lower,))):
+        bad = sorted(i for i in _imports(module) if _in(i, above))
+        assert not bad, f"{module} imports {bad}, which sit above it (app → tasks → strategies → core)"
 
 
 def test_no_import_cycle_in_the_package():

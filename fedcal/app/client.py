@@ -1,6 +1,6 @@
 """The one ClientApp of the Flower App (``[tool.flwr.app.components] clientapp``).
 
-Every node answers the identity handshake (:func:`fedcal.app.nodes.identity`) and every
+Every node answers the identity handshake (:func:`fedcal.tasks.nodes.identity`) and every
 message type a registered task handles (:mod:`fedcal.tasks`): ``train`` for federated
 training, ``train.local`` and ``query.probits`` for robust federated inference, … What a node
 does with a message is chosen from the run config the message carries and the node's
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from flwr.clientapp import ClientApp
 
-from fedcal.app.nodes import IDENTITY, identity
+from fedcal.tasks.nodes import IDENTITY, identity
 from fedcal.tasks import Handler, all_tasks
 
 

@@ -26,7 +26,7 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedcal.app.nodes import (check_partitions, client_id, config_record, discover_clients, message_config,
+from fedcal.tasks.nodes import (check_partitions, client_id, config_record, discover_clients, message_config,
                               shared_model)
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
