@@ -47,6 +47,7 @@ def test_tau_configs_and_summary(tmp_path):
         s = RunStore(run_dir_for(c), c)
         s.start()
         s.log_round(3, {"accuracy": acc, "ece": 0.1, "sece": -0.1, "brier": 0.2, "nll": 0.3})
+        s.finish()
     table = summarise([run_dir_for(c) for c in cfgs])
     assert table["tau"].tolist() == [0.2, 1.0, 5.0]
     assert table["accuracy_%"].tolist() == [85.0, 90.0, 80.0]
