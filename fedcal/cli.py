@@ -17,6 +17,7 @@ flwr run. "fedcal run --help" lists every key with its default and range.
 from __future__ import annotations
 
 import argparse
+import logging
 import shlex
 import sys
 import textwrap
@@ -107,11 +108,24 @@ def _parse_taus(text: str) -> list[float]:
         raise ConfigError(f"--taus must be comma-separated numbers, got {text!r}") from None
 
 
+def _check_run_dirs(configs: Sequence[RunConfig]) -> None:
+    """Refuse, before anything runs, a run directory that holds a run of another config (a
+    ``run-name`` reused): :class:`fedcal.results.RunNameConflict`, printed as one line."""
+    from fedcal.results import check_run_dir, run_dir_for
+
+    for cfg in configs:
+        check_run_dir(run_dir_for(cfg), cfg)
+
+
 def _simulate(args: argparse.Namespace):
     from fedcal.app.engine import simulate
 
-    return lambda cfg: simulate(cfg, progress=not args.no_progress, verbose=args.verbose, force=args.force,
-                                desc="benign" if cfg.attack == "none" else f"{cfg.attack} τ={cfg.tau:g}")
+    def run(cfg: RunConfig):
+        _check_run_dirs([cfg])
+        return simulate(cfg, progress=not args.no_progress, verbose=args.verbose, force=args.force,
+                        desc="benign" if cfg.attack == "none" else f"{cfg.attack} τ={cfg.tau:g}")
+
+    return run
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -203,7 +217,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from fedcal.results import load_config
+    from fedcal.reports.runs import finished_only
+    from fedcal.results import UnfinishedRunError, load_config
     from fedcal.tasks import get_task
 
     dirs = [Path(d) for d in args.run_dirs]
@@ -216,8 +231,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     task = get_task(tasks[0])
     if task.report is None:
         raise ConfigError(f"task {task.name!r} has no report")
-    print(task.report(dirs, Path(args.out), args.title))
-    print(f"report: {args.out}")
+    finished = finished_only(dirs, "the report")  # a warning line for each unfinished run left out
+    if not finished:
+        raise UnfinishedRunError(f"no finished run among the {len(dirs)} run directories: nothing to report")
+    print(task.report(finished, Path(args.out), args.title))
+    left_out = len(dirs) - len(finished)
+    print(f"report: {args.out}" + (f" ({len(finished)} finished runs; {left_out} unfinished left out)"
+                                   if left_out else ""))
     return 0
 
 
@@ -299,6 +319,7 @@ def cmd_inference(args: argparse.Namespace) -> int:
 
     base = RunConfig.from_flower({"task": "inference", **_overrides(args)})
     configs = inference_configs(base, _parse_nf(args.nf or ["17:4"]), _parse_ints(args.seeds, "--seeds"))
+    _check_run_dirs(configs)
     failed = []
     for cfg in tqdm(configs, desc="inference cells", unit="cell", disable=args.no_progress):
         try:
@@ -386,17 +407,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _OneLine(logging.Handler):
+    """fedcal's own warnings (e.g. an unfinished run left out of a table) as ``fedcal: warning: …``
+    lines on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"fedcal: {record.levelname.lower()}: {record.getMessage()}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one ``fedcal`` command; its exit code (2: bad config or input, 130: interrupted)."""
+    """Run one ``fedcal`` command; its exit code (2: bad config or input — including a reused
+    run-name and a report with no finished run —, 130: interrupted)."""
+    logger = logging.getLogger("fedcal")
+    handler = _OneLine(logging.WARNING)
+    logger.addHandler(handler)
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
-    except (ConfigError, FileNotFoundError) as exc:  # bad config, or a run dir without its files
+    except (ConfigError, FileNotFoundError) as exc:  # bad config, or a run dir without its (final) files
         print(f"fedcal: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; finished rounds are in the run store
         print("fedcal: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        logger.removeHandler(handler)
 
 
 if __name__ == "__main__":

@@ -153,17 +153,19 @@ class RunConfig:
     num_rounds: int = setting(100, "train", "federated rounds", ge=1)
     partition: str = setting("dirichlet", "common", "how the training data is split over clients",
                              choices=PARTITIONS)
-    dirichlet_alpha: float = setting(1.0, "common", "alpha of the per-class Dirichlet label skew", gt=0)
+    dirichlet_alpha: float = setting(1.0, "common", "alpha of the per-class Dirichlet label skew", gt=0,
+                                     finite=True)
     attack: str = setting("tsa", "train", 'what the attacker subset does; "none" = all benign', choices=ATTACKS)
     attacker_ratio: float = setting(0.25, "train", "attackers = round-half-up(ratio * K): 13 of 50", ge=0, lt=1)
     tau: float = setting(1.0, "train", "TSA temperature (1.0 = benign behaviour)", gt=0, finite=True)
     coupled: bool = setting(True, "train", "TSA learning rate eta = beta * tau (false: the uncoupled ablation, "
                                            "eta = beta)")
-    noise_sigma: float = setting(0.1, "train", "sigma of the Gaussian added to the update (attack = noise)", ge=0)
+    noise_sigma: float = setting(0.1, "train", "sigma of the Gaussian added to the update (attack = noise)", ge=0,
+                                 finite=True)
     flip_shift: int = setting(1, "train", "k in y <- (y + k) mod C (attack = labelflip)", ge=1)
     lr: float = setting(0.01, "common", "beta, the benign learning rate", gt=0, finite=True)
     momentum: float = setting(0.0, "common", "SGD momentum, the same for every client", ge=0, lt=1)
-    weight_decay: float = setting(0.0, "common", "SGD weight decay, the same for every client", ge=0)
+    weight_decay: float = setting(0.0, "common", "SGD weight decay, the same for every client", ge=0, finite=True)
     batch_size: int = setting(64, "common", "B, the clients' batch size", ge=1)
     local_steps: int = setting(5, "train", "E, local SGD steps per round", ge=1)
     seed: int = setting(0, "common", "seeds model init, partition, attacker choice, client sampling, batches",
@@ -177,14 +179,15 @@ class RunConfig:
     root_size: int = setting(100, "defense", "FLTrust: the server's clean root set, drawn from the training data",
                              ge=1)
     mom_groups: int = setting(3, "defense", "median-of-means: number of groups", ge=1)
-    foolsgold_kappa: float = setting(1.0, "defense", "FoolsGold: logit confidence kappa", gt=0)
+    foolsgold_kappa: float = setting(1.0, "defense", "FoolsGold: logit confidence kappa", gt=0, finite=True)
     eval_batch_size: int = setting(1000, "execution", "batch size of the central evaluation", ge=1)
     eval_every: int = setting(1, "train", "central evaluation every k rounds (always round 0 and the last)", ge=1)
     device: str = setting("auto", "execution", "auto = CUDA if present", choices=DEVICES)
     engine: str = setting("ray", "execution", "ray: Flower's Simulation Engine; inprocess: the same apps, no Ray",
                           choices=ENGINES)
-    client_cpus: float = setting(1.0, "execution", "Ray CPUs per virtual client (simulation only)", gt=0)
-    client_gpus: float = setting(0.0, "execution", "fractional GPUs per virtual client, e.g. 0.25", ge=0)
+    client_cpus: float = setting(1.0, "execution", "Ray CPUs per virtual client (simulation only)", gt=0,
+                                 finite=True)
+    client_gpus: float = setting(0.0, "execution", "fractional GPUs per virtual client, e.g. 0.25", ge=0, finite=True)
     output_dir: str = setting("runs", "execution", "where run directories go")
     run_name: str = setting("", "execution", 'run directory name; "" = <dataset>-<model>-...-s<seed>-<hash>')
     # --- robust federated inference (task = "inference", SPEC §7) ---
@@ -198,7 +201,7 @@ class RunConfig:
     inf_attacks: str = setting(",".join(INFERENCE_ATTACKS), "inference",
                                "evaluated probit attacks: " + ", ".join(INFERENCE_ATTACKS),
                                note="comma-separated names, at least one")
-    inf_amplification: float = setting(2.0, "inference", "logit flipping's amplification a", gt=0)
+    inf_amplification: float = setting(2.0, "inference", "logit flipping's amplification a", gt=0, finite=True)
     inf_pgd_steps: int = setting(50, "inference", "PGD-CW sign-gradient steps (step 0.1)", ge=0)
     inf_test_queries: int = setting(0, "inference", "test queries evaluated (the first k of the test set)", ge=0,
                                     note="0 = all")
@@ -210,11 +213,11 @@ class RunConfig:
                                                                 "curve", note='comma-separated numbers > 0; "" = none')
     inf_query_batch: int = setting(500, "inference", "queries per message", ge=1, hashed=False)
     inf_timeout: float = setting(600.0, "inference", "seconds the server waits for replies to one query message",
-                                 gt=0, hashed=False)
+                                 gt=0, finite=True, hashed=False)
     agg_hidden: int = setting(224, "inference", "DeepSet width h", ge=1)
     agg_epochs: int = setting(100, "inference", "DeepSet epochs on the clean probits", ge=0)
     agg_adv_epochs: int = setting(20, "inference", "then epochs of adversarial training (0 = plain DeepSet)", ge=0)
-    agg_lr: float = setting(1e-3, "inference", "DeepSet Adam learning rate", gt=0)
+    agg_lr: float = setting(1e-3, "inference", "DeepSet Adam learning rate", gt=0, finite=True)
     agg_attack_steps: int = setting(10, "inference", "sign-gradient steps per adversarial-training batch", ge=0)
     agg_restarts: int = setting(2, "inference", "adversarial-training starts per batch (the 2nd from a simplex "
                                                 "vertex); the worst kept", ge=1)
@@ -324,7 +327,8 @@ def _amplification_curve(c: RunConfig) -> None:
         amps = c.amplification_curve
     except ValueError:
         raise ConfigError(f"run-config key 'inf-amp-curve' must be comma-separated numbers, got {c.inf_amp_curve!r}")
-    _check("inf-amp-curve", all(a > 0 for a in amps), c.inf_amp_curve, "values must be > 0")
+    _check("inf-amp-curve", all(math.isfinite(a) and a > 0 for a in amps), c.inf_amp_curve,
+           "values must be finite numbers > 0")
 
 
 def _adversarial_training(c: RunConfig) -> None:

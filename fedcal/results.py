@@ -16,6 +16,16 @@ A run directory holds
 
 Tables and plots are built from these files only (:func:`load_metrics`; the final metrics of runs:
 :func:`fedcal.reports.final_metrics`).
+
+Unfinished runs (no ``DONE`` matching the hash of the config in their ``config.json``:
+interrupted, crashed, or still running) are never reported as final: :func:`run_status` tells
+finished from unfinished and how far an unfinished run got, :func:`load_metrics` flags every
+per-round row with ``finished``, and every final table (:mod:`fedcal.reports`) leaves unfinished
+runs out and logs one line for each run it left out.
+
+A run directory belongs to one config: :meth:`RunStore.start` refuses (:class:`RunNameConflict`)
+to start a run in a directory that holds a run of a different config (the same ``run-name``
+reused), instead of overwriting it.
 """
 
 from __future__ import annotations
@@ -27,15 +37,28 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import pandas as pd
 
-from fedcal.config import TASK_GROUPS, RunConfig, fields_of, setting_of
+from fedcal.config import TASK_GROUPS, ConfigError, RunConfig, fields_of, key_of, setting_of
 
 METRICS_FILE = "metrics.csv"
 MODEL_FILE = "model.pt"
+CONFIG_FILE = "config.json"
+DONE_FILE = "DONE"
 COLUMNS = ("run_id", "round", "metric", "value", "config_hash")
+FINISHED = "finished"  # the column of load_metrics that flags the rows of finished runs
+
+
+class RunNameConflict(ConfigError):
+    """A run directory already holds a run of a different config (a ``run-name`` reused): starting
+    there would overwrite it. The message names the directory and the keys that differ."""
+
+
+class UnfinishedRunError(FileNotFoundError):
+    """A run's final results were asked for, but the run is unfinished (no ``DONE`` matching its
+    config hash): its final model and final metrics do not exist."""
 
 
 class RunStore:
@@ -49,16 +72,24 @@ class RunStore:
 
     # ------------------------------------------------------------------ lifecycle
     def is_done(self) -> bool:
-        done = self.dir / "DONE"
+        done = self.dir / DONE_FILE
         return done.exists() and done.read_text().strip() == self.config_hash
 
+    def check(self) -> None:
+        """Raise :class:`RunNameConflict` if the directory holds a run of another config
+        (see :func:`check_run_dir`)."""
+        check_run_dir(self.dir, self.cfg)
+
     def start(self) -> None:
-        """Begin a fresh run: clear partial results of an earlier attempt, write config."""
+        """Begin a fresh run: clear partial results of an earlier attempt of the same config,
+        write config. A directory holding a run of a different config is refused
+        (:class:`RunNameConflict`), never overwritten."""
+        self.check()
         if self.dir.exists():
-            for name in (METRICS_FILE, "reliability.csv", "DONE", "config.json", MODEL_FILE):
+            for name in (METRICS_FILE, "reliability.csv", DONE_FILE, CONFIG_FILE, MODEL_FILE):
                 (self.dir / name).unlink(missing_ok=True)
         self.dir.mkdir(parents=True, exist_ok=True)
-        _atomic_write(self.dir / "config.json", json.dumps(
+        _atomic_write(self.dir / CONFIG_FILE, json.dumps(
             {"run_id": self.run_id, "config_hash": self.config_hash, "config": self.cfg.to_flower(),
              "started": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=2))
         with open(self.dir / METRICS_FILE, "w", newline="") as f:
@@ -91,7 +122,7 @@ class RunStore:
         return path
 
     def finish(self) -> None:
-        _atomic_write(self.dir / "DONE", self.config_hash)
+        _atomic_write(self.dir / DONE_FILE, self.config_hash)
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -165,7 +196,7 @@ def run_dir_for(cfg: RunConfig) -> Path:
 
 
 def load_run_config(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / "config.json").read_text())
+    return json.loads((Path(run_dir) / CONFIG_FILE).read_text())
 
 
 def load_config(run_dir: str | os.PathLike[str]) -> RunConfig:
@@ -173,8 +204,116 @@ def load_config(run_dir: str | os.PathLike[str]) -> RunConfig:
     return RunConfig.from_flower(load_run_config(run_dir)["config"])
 
 
+def check_run_dir(run_dir: str | os.PathLike[str], cfg: RunConfig) -> None:
+    """Refuse to (re)start ``cfg`` in ``run_dir`` if the directory holds a run of another config.
+
+    A directory without ``config.json`` is free; one whose ``config.json`` has ``cfg``'s hash
+    holds an earlier attempt (or a finished run) of the same config, which is resumed, skipped or
+    re-run (``--force``) as before. Any other ``config.json`` means the ``run-name`` is reused for
+    a different config: :class:`RunNameConflict`, one line naming the directory and the keys that
+    differ. The hash of the stored config is recomputed from its keys (so a directory written
+    before a config key was renamed still matches); the stored hash is used when the stored
+    config no longer parses.
+    """
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.exists():
+        return
+    want = config_hash(cfg)
+    try:
+        stored = json.loads(path.read_text())
+        raw = stored["config"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RunNameConflict(f"run directory {str(run_dir)!r} has an unreadable {CONFIG_FILE} ({exc}): it is not "
+                              f"overwritten; remove it or choose another 'run-name'") from None
+    try:
+        other: RunConfig | None = RunConfig.from_flower(raw)
+        have = config_hash(other)
+    except (ConfigError, TypeError):
+        other, have = None, str(stored.get("config_hash", ""))
+    if have == want:
+        return
+    diff: list[str] = []
+    if other is not None:
+        keys = sorted((hashed_keys(cfg.task) | hashed_keys(other.task)) - {"task"})
+        diff = [f"{key_of(k)}={getattr(other, k)!r} there, {getattr(cfg, k)!r} here" for k in keys
+                if getattr(other, k) != getattr(cfg, k)]
+        if other.task != cfg.task:
+            diff.insert(0, f"task={other.task!r} there, {cfg.task!r} here")
+    what = ("; ".join(diff[:3]) + (f"; and {len(diff) - 3} more" if len(diff) > 3 else "") if diff
+            else f"config hash {have or '?'} there, {want} here")
+    raise RunNameConflict(f"run directory {str(run_dir)!r} already holds a run of a different config ({what}): "
+                          f"it is not overwritten; choose another 'run-name' or remove the directory")
+
+
+class RunStatus(NamedTuple):
+    """Whether a run directory holds a finished run, and how far an unfinished one got."""
+
+    run_dir: Path
+    finished: bool
+    last_round: int | None  # the last round logged in metrics.csv (None: no round logged)
+    num_rounds: int | None  # the rounds a train run was configured for (None: other tasks, or unreadable)
+    why: str  # "" when finished; else why it is not, e.g. "no DONE marker"
+
+    def describe(self) -> str:
+        """One line: ``<dir>: unfinished (no DONE marker; rounds logged up to 16 of 60)``."""
+        if self.finished:
+            return f"{self.run_dir}: finished"
+        if self.last_round is None:
+            got = "no round logged"
+        elif self.num_rounds is not None:
+            got = f"rounds logged up to {self.last_round} of {self.num_rounds}"
+        else:
+            got = f"rounds logged up to {self.last_round}"
+        return f"{self.run_dir}: unfinished ({self.why}; {got})"
+
+
+def run_status(run_dir: str | os.PathLike[str]) -> RunStatus:
+    """Is ``run_dir`` a finished run (a ``DONE`` equal to the hash of the config in its
+    ``config.json``; the stored hash when that config no longer parses)? And if not, how far did
+    it get (its last logged round)."""
+    d = Path(run_dir)
+    num_rounds: int | None = None
+    want = None
+    try:
+        stored = load_run_config(d)
+        raw = stored["config"]
+    except FileNotFoundError:
+        return RunStatus(d, False, None, None, f"not started (no {CONFIG_FILE})")
+    except (OSError, ValueError, KeyError, TypeError):
+        return RunStatus(d, False, _last_round(d), None, f"unreadable {CONFIG_FILE}")
+    try:
+        cfg = RunConfig.from_flower(raw)
+        want = config_hash(cfg)
+        num_rounds = cfg.num_rounds if cfg.task == "train" else None
+    except (ConfigError, TypeError):
+        want = str(stored.get("config_hash", "")) or None
+    done = d / DONE_FILE
+    marker = done.read_text().strip() if done.exists() else None
+    if marker is not None and want is not None and marker == want:
+        return RunStatus(d, True, _last_round(d), num_rounds, "")
+    why = "no DONE marker" if marker is None else "its DONE marker belongs to another config"
+    return RunStatus(d, False, _last_round(d), num_rounds, why)
+
+
+def is_finished(run_dir: str | os.PathLike[str]) -> bool:
+    """Whether ``run_dir`` holds a finished run (:func:`run_status`)."""
+    return run_status(run_dir).finished
+
+
+def _last_round(run_dir: Path) -> int | None:
+    path = run_dir / METRICS_FILE
+    try:
+        rounds = pd.read_csv(path, usecols=["round"])["round"]
+    except (OSError, ValueError, pd.errors.EmptyDataError):
+        return None
+    return int(rounds.max()) if len(rounds) else None
+
+
 def load_metrics(run_dirs: list[str | os.PathLike[str]] | str | os.PathLike[str]) -> pd.DataFrame:
-    """Tidy per-round metrics of one or many runs, with their config columns joined."""
+    """Tidy per-round metrics of one or many runs, with their config columns joined and, last,
+    ``finished`` (bool, :func:`run_status`): the rows of unfinished runs are kept, flagged
+    ``finished = False``. Metric names are whatever the runs logged (accuracy, ece, …,
+    round_seconds, and any per-round counts a task adds)."""
     if isinstance(run_dirs, (str, os.PathLike)):
         run_dirs = [run_dirs]
     frames = []
@@ -186,9 +325,10 @@ def load_metrics(run_dirs: list[str | os.PathLike[str]] | str | os.PathLike[str]
         cfg = load_run_config(d)["config"]
         for k, v in cfg.items():
             df[k] = v
+        df[FINISHED] = is_finished(d)
         frames.append(df)
     if not frames:
-        return pd.DataFrame(columns=list(COLUMNS))
+        return pd.DataFrame(columns=[*COLUMNS, FINISHED])
     return pd.concat(frames, ignore_index=True)
 
 
@@ -199,10 +339,13 @@ def load_model(run_dir: str | os.PathLike[str]):
     from fedcal.data import load_dataset
     from fedcal.models import build_model
 
+    status = run_status(run_dir)
+    if not status.finished:
+        raise UnfinishedRunError(f"no final model: {status.describe()}")
     cfg = load_config(run_dir)
     path = Path(run_dir) / MODEL_FILE
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: the run is unfinished or predates model saving")
+        raise FileNotFoundError(f"{path} not found: the run predates model saving")
     ds = load_dataset(cfg.dataset, cfg.data_dir)
     model = build_model(cfg.model, ds.input_shape, ds.num_classes)
     model.load_state_dict(torch.load(path, weights_only=True))

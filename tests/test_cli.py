@@ -125,3 +125,26 @@ def test_keyboard_interrupt_ends_with_one_line_and_130(monkeypatch, capsys):
     assert cli.main(["run", "dataset=digits"]) == 130
     out = capsys.readouterr()
     assert out.err == "fedcal: interrupted\n" and out.out == ""
+
+
+def test_a_reused_run_name_fails_in_one_line_before_anything_runs(tmp_path, monkeypatch, capsys):
+    """`fedcal run run-name=x` with a config other than the one x holds: exit 2, one line, the
+    earlier run untouched, nothing simulated (with or without --force)."""
+    from fedcal.results import RunStore, run_dir_for
+
+    earlier = RunConfig(dataset="synthetic", output_dir=str(tmp_path), run_name="x", tau=5.0)
+    store = RunStore(run_dir_for(earlier), earlier)
+    store.start()
+    store.log_round(0, {"accuracy": 0.5})
+    store.finish()
+    files = {p.name: p.read_bytes() for p in store.dir.iterdir()}
+    ran = []
+    monkeypatch.setattr("fedcal.app.engine.simulate", lambda cfg, **kw: ran.append(cfg))
+    for force in ([], ["--force"]):
+        argv = ["run", "dataset=synthetic", "run-name=x", "tau=0.2", f'output-dir="{tmp_path}"', *force]
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == (f"fedcal: error: run directory {str(store.dir)!r} already holds a run of a different config "
+                       "(tau=5.0 there, 0.2 here): it is not overwritten; choose another 'run-name' or remove the "
+                       "directory\n")
+    assert ran == [] and {p.name: p.read_bytes() for p in store.dir.iterdir()} == files

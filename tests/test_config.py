@@ -163,8 +163,15 @@ def test_every_field_is_declared_with_a_group_and_help():
     ("inf-server-frac", 0.0, "run-config key 'inf-server-frac' must lie in (0, 1), got 0.0"),
     ("num-rounds", 0, "run-config key 'num-rounds' must be >= 1, got 0"),
     ("krum-m", -1, "run-config key 'krum-m' must be >= 0 (0 = n - f), got -1"),
-    ("foolsgold-kappa", 0, "run-config key 'foolsgold-kappa' must be > 0, got 0.0"),
-    ("client-cpus", 0, "run-config key 'client-cpus' must be > 0, got 0.0"),
+    ("foolsgold-kappa", 0, "run-config key 'foolsgold-kappa' must be a finite number > 0, got 0.0"),
+    ("client-cpus", 0, "run-config key 'client-cpus' must be a finite number > 0, got 0.0"),
+    ("noise-sigma", float("inf"), "run-config key 'noise-sigma' must be a finite number >= 0, got inf"),
+    ("weight-decay", float("inf"), "run-config key 'weight-decay' must be a finite number >= 0, got inf"),
+    ("dirichlet-alpha", float("inf"), "run-config key 'dirichlet-alpha' must be a finite number > 0, got inf"),
+    ("foolsgold-kappa", float("inf"), "run-config key 'foolsgold-kappa' must be a finite number > 0, got inf"),
+    ("inf-amplification", float("inf"),
+     "run-config key 'inf-amplification' must be a finite number > 0, got inf"),
+    ("inf-amp-curve", "1,inf", "run-config key 'inf-amp-curve' values must be finite numbers > 0, got '1,inf'"),
     ("engine", "dask", "run-config key 'engine': unknown value 'dask'; choose one of ray, inprocess"),
     ("num-clients", 1.5, "run-config key 'num-clients' must be an integer, got 1.5"),
     ("seed", True, "run-config key 'seed' must be an integer, got True"),
@@ -187,6 +194,21 @@ def test_every_declared_bound_is_enforced():
             outside = bound - (1 if info.type == "int" else 0.5) if inclusive else bound
             with pytest.raises(ConfigError, match=f"'{info.key}'"):
                 RunConfig.from_flower({info.key: outside})
+
+
+def test_every_real_valued_key_must_be_finite():
+    """No float key gives infinity a meaning: inf, -inf and nan are refused for each, whichever
+    way they arrive (a float, TOML's inf/nan in an override, a string), in one line naming it."""
+    floats = [i.key for i in describe() if i.type == "float"]
+    assert {"noise-sigma", "weight-decay", "dirichlet-alpha", "foolsgold-kappa", "inf-amplification"} <= set(floats)
+    for key in floats:
+        for value in (float("inf"), float("-inf"), float("nan"), "inf", parse_override(f"{key}=inf")[1],
+                      parse_override(f"{key}=nan")[1]):
+            with pytest.raises(ConfigError, match=f"^run-config key '{key}' must "):
+                RunConfig.from_flower({key: value})
+        s = setting_of(key)
+        if s.lt is None and s.le is None:  # finiteness, not a new upper bound: a huge finite value passes
+            assert getattr(RunConfig.from_flower({key: 1e300}), key.replace("-", "_")) == 1e300
 
 
 @pytest.mark.parametrize("overrides,key", [

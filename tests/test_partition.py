@@ -56,3 +56,62 @@ def test_bad_arguments():
         dirichlet_partition(labels(), 5, 0.0, seed=0)
     with pytest.raises(ValueError):
         iid_partition(5, 6, seed=0)
+
+
+# ---------------------------------------------------------------------- a failed dataset load
+def _tree(root):
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """torchvision's real MNIST download code, with the network unreachable: it creates its folders
+    and then fails (as on a machine without internet)."""
+    import urllib.error
+
+    import fedcal.data.datasets as dsmod
+
+    def unreachable(*args, **kwargs):
+        raise urllib.error.URLError("network unreachable")
+
+    monkeypatch.setattr("urllib.request.urlopen", unreachable)
+    monkeypatch.setattr("torchvision.datasets.utils._urlretrieve", unreachable, raising=False)
+    dsmod._load_cached.cache_clear()
+    yield
+    dsmod._load_cached.cache_clear()
+
+
+def test_a_failed_load_into_a_missing_data_dir_creates_nothing(tmp_path, offline):
+    from fedcal.config import ConfigError
+    from fedcal.data import load_dataset
+
+    data_dir = tmp_path / "a" / "b" / "data"
+    with pytest.raises(ConfigError, match="'dataset': cannot load 'mnist'"):
+        load_dataset("mnist", data_dir)
+    assert list(tmp_path.iterdir()) == []  # neither data-dir nor its missing parents are left behind
+
+
+def test_a_failed_load_into_an_existing_data_dir_removes_only_what_it_created(tmp_path, offline, monkeypatch):
+    from fedcal.config import ConfigError
+    from fedcal.data import load_dataset
+
+    data_dir = tmp_path / "data"
+    (data_dir / "MNIST" / "raw").mkdir(parents=True)  # an earlier, partial download of the user's
+    (data_dir / "MNIST" / "raw" / "old.gz").write_bytes(b"old")
+    (data_dir / "cifar10_train.npz").write_bytes(b"unrelated")
+    before = _tree(data_dir)
+    import torchvision.datasets.mnist as tv_mnist
+
+    real = tv_mnist.MNIST.download
+
+    def download_then_fail(self):  # what a download cut off half-way leaves: new folders and a partial file
+        (data_dir / "MNIST" / "raw" / "partial.gz").write_bytes(b"part")
+        (data_dir / "MNIST" / "processed").mkdir()
+        (data_dir / "MNIST" / "processed" / "x.pt").write_bytes(b"x")
+        (data_dir / "tmp-download").mkdir()
+        real(self)
+
+    monkeypatch.setattr(tv_mnist.MNIST, "download", download_then_fail)
+    with pytest.raises(ConfigError, match="'dataset': cannot load 'mnist'"):
+        load_dataset("mnist", data_dir)
+    assert _tree(data_dir) == before

@@ -12,18 +12,22 @@ import pytest
 from fedcal.config import RunConfig
 from fedcal.reports import (collect, final_metrics, markdown_table, percent_cell, seed_table, seeds_markdown,
                             summarise, to_markdown)
-from fedcal.results import run_dir_for
+from fedcal.results import config_hash, run_dir_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def write_run(cfg: RunConfig, rows: list[tuple[int, str, float]]) -> Path:
-    """A run directory written by hand: config.json and metrics.csv, as the run store lays them out."""
+def write_run(cfg: RunConfig, rows: list[tuple[int, str, float]], finished: bool = True) -> Path:
+    """A run directory written by hand: config.json and metrics.csv, as the run store lays them out,
+    and (``finished``) the DONE marker holding the config hash."""
     d = run_dir_for(cfg)
     d.mkdir(parents=True)
-    (d / "config.json").write_text(json.dumps({"run_id": d.name, "config_hash": "0", "config": cfg.to_flower()}))
-    lines = ["run_id,round,metric,value,config_hash"] + [f"{d.name},{r},{m},{v!r},0" for r, m, v in rows]
+    h = config_hash(cfg)
+    (d / "config.json").write_text(json.dumps({"run_id": d.name, "config_hash": h, "config": cfg.to_flower()}))
+    lines = ["run_id,round,metric,value,config_hash"] + [f"{d.name},{r},{m},{v!r},{h}" for r, m, v in rows]
     (d / "metrics.csv").write_text("\n".join(lines) + "\n")
+    if finished:
+        (d / "DONE").write_text(h)
     return d
 
 

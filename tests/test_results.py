@@ -1,11 +1,12 @@
 import dataclasses
+import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 import fedcal.results as results
-from fedcal.config import RunConfig, key_of
+from fedcal.config import ConfigError, RunConfig, key_of
 from fedcal.reports import summarise, tau_configs, to_markdown
 from fedcal.results import (RunStore, collection_hash, config_hash, default_run_name, hashed_keys, load_config,
                             load_metrics, run_dir_for)
@@ -47,6 +48,7 @@ def test_tau_configs_and_summary(tmp_path):
         s = RunStore(run_dir_for(c), c)
         s.start()
         s.log_round(3, {"accuracy": acc, "ece": 0.1, "sece": -0.1, "brier": 0.2, "nll": 0.3})
+        s.finish()
     table = summarise([run_dir_for(c) for c in cfgs])
     assert table["tau"].tolist() == [0.2, 1.0, 5.0]
     assert table["accuracy_%"].tolist() == [85.0, 90.0, 80.0]
@@ -179,3 +181,67 @@ def test_dead_readers_are_gone():
     assert not hasattr(results, "final_table") and not hasattr(results, "remove_run")
     for name in ("config_hash", "collection_hash", "default_run_name"):
         assert not hasattr(RunConfig, name)  # run identity lives in fedcal.results only
+
+
+# ---------------------------------------------------------------------- one run directory, one config
+def _snapshot(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+def test_reusing_a_run_name_for_another_config_is_refused(tmp_path):
+    """RunStore.start in a directory holding a run of a different config raises one line naming
+    the directory and the differing keys, and leaves every file as it was."""
+    cfg = RunConfig(dataset="synthetic", output_dir=str(tmp_path), run_name="mine")
+    store = RunStore(run_dir_for(cfg), cfg)
+    store.start()
+    store.log_round(0, {"accuracy": 0.5})
+    store.finish()
+    before = _snapshot(store.dir)
+    other = cfg.replace(tau=2.0, seed=3)
+    with pytest.raises(results.RunNameConflict) as err:
+        RunStore(run_dir_for(other), other).start()
+    assert str(err.value) == (f"run directory {str(store.dir)!r} already holds a run of a different config "
+                              "(seed=0 there, 3 here; tau=1.0 there, 2.0 here): it is not overwritten; choose "
+                              "another 'run-name' or remove the directory")
+    assert isinstance(err.value, ConfigError) and "\n" not in str(err.value)
+    assert _snapshot(store.dir) == before
+    # another task in the same directory is refused too
+    inf = cfg.replace(task="inference", num_clients=9, inf_f=2)
+    with pytest.raises(results.RunNameConflict, match="task='train' there, 'inference' here"):
+        RunStore(run_dir_for(inf), inf).start()
+    # where it runs is not what it computes: the same run, restarted as before
+    same = cfg.replace(engine="inprocess", eval_batch_size=7)
+    RunStore(run_dir_for(same), same).start()
+    assert load_metrics(store.dir).empty and not (store.dir / "DONE").exists()
+
+
+def test_a_legacy_or_unreadable_config_json(tmp_path):
+    cfg = RunConfig(dataset="synthetic", output_dir=str(tmp_path), run_name="old")
+    store = RunStore(run_dir_for(cfg), cfg)
+    store.start()
+    cfg_file = store.dir / "config.json"
+    cfg_file.write_text(cfg_file.read_text().replace('"task": "train"', '"task": "tsa"'))
+    results.check_run_dir(store.dir, cfg)  # the same config under its legacy task name: no conflict
+    cfg_file.write_text("{not json")
+    with pytest.raises(results.RunNameConflict, match="has an unreadable config.json"):
+        store.start()
+    assert cfg_file.read_text() == "{not json"
+    # a config.json whose config no longer parses is compared by its stored hash
+    cfg_file.write_text(json.dumps({"config_hash": results.config_hash(cfg), "config": {"retired-key": 1}}))
+    results.check_run_dir(store.dir, cfg)
+    with pytest.raises(results.RunNameConflict, match=r"config hash [0-9a-f]{12} there, [0-9a-f]{12} here"):
+        results.check_run_dir(store.dir, cfg.replace(tau=3.0))
+
+
+def test_a_reused_run_name_is_refused_by_the_engine_even_when_forced(tmp_path):
+    from fedcal.app.engine import simulate
+
+    base = RunConfig.from_flower(dict(dataset="synthetic", num_clients=4, clients_per_round=2, num_rounds=2,
+                                      batch_size=16, local_steps=2, lr=0.05, engine="inprocess",
+                                      output_dir=str(tmp_path), run_name="mine"))
+    run_dir = simulate(base, progress=False)
+    before = _snapshot(run_dir)
+    with pytest.raises(results.RunNameConflict, match="tau=1.0 there, 2.0 here"):
+        simulate(base.replace(tau=2.0), progress=False, force=True)
+    assert _snapshot(run_dir) == before
+    assert simulate(base, progress=False) == run_dir and _snapshot(run_dir) == before  # same config: skipped

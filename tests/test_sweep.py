@@ -1,5 +1,7 @@
 """Sweeps: cells from a grid, skipping finished ones, resuming after an interruption."""
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -7,7 +9,7 @@ from fedcal.app.sweep import SweepGrid, run_sweep
 from fedcal.cli import main as cli_main
 from fedcal.config import ConfigError
 from fedcal.reports import collect
-from fedcal.results import run_dir_for
+from fedcal.results import RunNameConflict, run_dir_for
 
 BASE = dict(dataset="synthetic", num_clients=4, clients_per_round=2, num_rounds=2, batch_size=16, local_steps=2,
             lr=0.05, engine="inprocess")
@@ -71,3 +73,28 @@ def test_sweep_command(tmp_path, capsys):
     assert cli_main(args) == 0
     cells = pd.read_csv(tmp_path / "rep" / "cells.csv")
     assert sorted(cells["tau"]) == [0.5, 2.0]
+
+
+def test_a_sweep_refuses_a_run_name_shared_by_different_cells(tmp_path):
+    g = SweepGrid(dict(BASE, output_dir=str(tmp_path), run_name="one"), {"tau": [0.5, 2.0]})
+    with pytest.raises(RunNameConflict, match="cells of different configs share the run directory"):
+        g.configs()
+    same = SweepGrid(dict(BASE, output_dir=str(tmp_path), run_name="one"), {"engine": ["inprocess", "ray"]})
+    assert len(same.configs()) == 1  # the same run twice (where it runs is not what it computes): one cell
+
+
+def test_a_sweep_refuses_a_cell_whose_directory_holds_another_config_before_running(tmp_path, monkeypatch):
+    import fedcal.app.sweep as sw
+
+    g = SweepGrid(dict(BASE, output_dir=str(tmp_path)), {"tau": [0.5, 2.0]})
+    cfgs = g.configs()
+    squatter = cfgs[1].replace(seed=7)
+    d = run_dir_for(cfgs[1])
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps({"config": squatter.to_flower()}))
+    ran = []
+    monkeypatch.setattr(sw, "_run_cell", lambda c: ran.append(c) or (None, None))
+    with pytest.raises(RunNameConflict, match="seed=7 there, 0 here"):
+        run_sweep(cfgs, jobs=1, progress=False)
+    assert ran == [] and not run_dir_for(cfgs[0]).exists()
+    assert json.loads((d / "config.json").read_text())["config"]["seed"] == 7

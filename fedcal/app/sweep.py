@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 from tqdm.auto import tqdm
 
 from fedcal.config import ConfigError, RunConfig, parse_override
-from fedcal.results import RunStore, run_dir_for
+from fedcal.results import RunNameConflict, RunStore, check_run_dir, config_hash, run_dir_for
 
 
 @dataclass
@@ -67,7 +67,10 @@ class SweepGrid:
             cells.append(RunConfig.from_flower(raw))
         seen: dict[str, RunConfig] = {}
         for c in cells:  # duplicate cells would race on one run directory
-            seen.setdefault(str(run_dir_for(c)), c)
+            first = seen.setdefault(str(run_dir_for(c)), c)
+            if config_hash(first) != config_hash(c):  # e.g. one run-name for cells that differ
+                raise RunNameConflict(f"cells of different configs share the run directory {str(run_dir_for(c))!r} "
+                                      f"(a fixed 'run-name'?): leave run-name empty in a sweep")
         return list(seen.values())
 
 
@@ -89,7 +92,12 @@ def _run_cell(flower_cfg: dict[str, Any]) -> tuple[str, str | None]:
 
 
 def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True) -> dict[str, str]:
-    """Run every unfinished cell; returns {run dir: traceback} of the cells that failed."""
+    """Run every unfinished cell; returns {run dir: traceback} of the cells that failed.
+
+    Before anything runs, a cell whose run directory holds a run of a different config is refused
+    (:class:`fedcal.results.RunNameConflict`, naming the first such cell)."""
+    for c in configs:
+        check_run_dir(run_dir_for(c), c)
     todo = [c for c in configs if not RunStore(run_dir_for(c), c).is_done()]
     bar = tqdm(total=len(configs), initial=len(configs) - len(todo), desc="cells", unit="cell", disable=not progress)
     failures: dict[str, str] = {}

@@ -5,14 +5,18 @@ N×D) and int64 labels. Sources, in order of preference:
 
 * ``<data_dir>/<name>_{train,test}.npz`` (arrays ``x`` uint8, ``y`` int64) — the offline
   format of ``../shared/data``;
-* torchvision's own loaders (download on networked machines, cached under ``data_dir``);
+* torchvision's own loaders (download on networked machines, cached under ``data_dir``); a load
+  that fails leaves the filesystem as it was: whatever it created (``data_dir`` itself and its
+  missing parents, partial downloads) is removed, and nothing that existed before is touched;
 * scikit-learn's bundled ``digits`` (offline default) and a seeded ``synthetic`` task.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,10 +108,12 @@ def _torchvision(name: str, root: Path) -> tuple[np.ndarray, np.ndarray, np.ndar
 
     cls = {"mnist": torchvision.datasets.MNIST, "cifar10": torchvision.datasets.CIFAR10,
            "cifar100": torchvision.datasets.CIFAR100}[name]
+    before = _FileSnapshot(root)
     try:
         train = cls(str(root), train=True, download=True)
         test = cls(str(root), train=False, download=True)
     except Exception as exc:  # torchvision raises URLError/RuntimeError offline
+        before.remove_created()
         raise ConfigError(
             f"run-config key 'dataset': cannot load {name!r}: no {name}_train.npz/{name}_test.npz "
             f"in data-dir {str(root)!r} and torchvision could not download it ({exc}). "
@@ -119,6 +125,50 @@ def _torchvision(name: str, root: Path) -> tuple[np.ndarray, np.ndarray, np.ndar
         return x, np.asarray(ds.targets, dtype=np.int64)
 
     return (*arrays(train), *arrays(test))
+
+
+class _FileSnapshot:
+    """What existed at and under ``root`` before a load, so that a failed load can remove exactly
+    what it created: the topmost missing ancestor of ``root`` (with everything in it) if ``root``
+    did not exist, else every new file or folder under ``root``. Paths that existed are kept,
+    whatever the load wrote into them."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root).absolute()
+        top = None  # the topmost ancestor of root (or root) that does not exist yet
+        for p in (self.root, *self.root.parents):
+            if p.exists() or p.is_symlink():
+                break
+            top = p
+        self.top_missing = top
+        self.paths = set() if top is not None else set(self._walk())
+
+    def _walk(self):
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            for n in (*dirnames, *filenames):
+                yield os.path.join(dirpath, n)
+
+    def remove_created(self) -> None:
+        if self.top_missing is not None:
+            if self.top_missing.is_dir() and not self.top_missing.is_symlink():
+                shutil.rmtree(self.top_missing, ignore_errors=True)
+            elif self.top_missing.exists() or self.top_missing.is_symlink():
+                self.top_missing.unlink(missing_ok=True)
+            return
+        for dirpath, dirnames, filenames in os.walk(self.root, topdown=True):
+            for n in list(dirnames):
+                p = os.path.join(dirpath, n)
+                if p not in self.paths:
+                    dirnames.remove(n)  # do not descend: the whole folder is new
+                    if os.path.islink(p):
+                        os.unlink(p)
+                    else:
+                        shutil.rmtree(p, ignore_errors=True)
+            for n in filenames:
+                p = os.path.join(dirpath, n)
+                if p not in self.paths:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(p)
 
 
 def _images_to_tensor(x: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """Reports (flwr-free): tables and figures of finished runs, built from the run store only.
 
 * :mod:`~fedcal.reports.markdown` — ``markdown_table``, the one Markdown table writer;
-* :mod:`~fedcal.reports.runs` — ``final_metrics``, the one reader of a run's final metrics;
+* :mod:`~fedcal.reports.runs` — ``final_metrics``, the one reader of a run's final metrics, and
+  ``finished_only``: unfinished runs are never final (each one left out is named in a warning);
 * :mod:`~fedcal.reports.taus` — τ comparisons (benign + TSA per τ, under each strategy);
 * :mod:`~fedcal.reports.inference` — the robust-federated-inference report;
 * :mod:`~fedcal.reports.studies` — analyses of finished runs (post-hoc, triage, similarity, stealth);
@@ -14,14 +15,14 @@ from fedcal.reports.inference import (client_accuracies, inference_configs, infe
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.plots import (defense_bars, inference_curve, posthoc_curves, reliability_grid, similarity_scatter,
                                   stealth_plot, sweep_curves, trajectories, trajectory_table, triage_plot)
-from fedcal.reports.runs import final_metrics, final_rows
+from fedcal.reports.runs import final_metrics, final_rows, finished_only
 from fedcal.reports.studies import posthoc_table, similarity_table, stealth_table, triage_table
 from fedcal.reports.sweeps import collect, write_results
 from fedcal.reports.taus import (run_tau_comparison, seed_summary, seeds_markdown, summarise, tau_configs, to_markdown,
                                  write_report)
 
 __all__ = [
-    "markdown_table", "final_metrics", "final_rows",
+    "markdown_table", "final_metrics", "final_rows", "finished_only",
     "tau_configs", "summarise", "write_report", "seed_summary", "seeds_markdown", "to_markdown", "run_tau_comparison",
     "inference_configs", "inference_report", "client_accuracies", "seed_table", "percent_cell", "worst_case",
     "posthoc_table", "triage_table", "similarity_table", "stealth_table",

@@ -4,7 +4,8 @@ runs, from what each run saved (``accuracy.csv``, the curves, ``probits.pt``).
 ``inference_configs`` lists the runs of an (n, f) × seed grid; ``inference_report`` writes
 per-(n, f) tables of aggregators × attacks ("mean ± std" over seeds, :func:`seed_table`), the
 worst case per (n, f) (``scalability.md``) and the accuracy curves; ``client_accuracies`` is
-each client's own test accuracy.
+each client's own test accuracy. Only finished runs (a ``DONE`` matching their config hash) are
+read: an unfinished run's files may be partial, so it is left out and named in a warning line.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from fedcal.config import RunConfig
 from fedcal.inference.evaluate import AGGREGATOR_NAMES
 from fedcal.inference.probit_attacks import PROBIT_ATTACKS
 from fedcal.reports.markdown import markdown_table
-from fedcal.results import load_config
+from fedcal.reports.runs import finished_only
+from fedcal.results import UnfinishedRunError, load_config
 
 
 def inference_configs(base: RunConfig, nf: Sequence[tuple[int, int]], seeds: Sequence[int]) -> list[RunConfig]:
@@ -69,15 +71,20 @@ def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title:
     Writes ``cells.csv`` (every run's rows), ``table_n<n>_f<f>.md/.csv`` (aggregators ×
     attacks + worst case, mean ± std over seeds) per (n, f), ``scalability.md`` (worst case
     per (n, f)), and ``acc_vs_f.png`` / ``acc_vs_amplification.png`` from the curves. Returns
-    the Markdown of all tables.
+    the Markdown of all tables. Unfinished runs are left out (each named in a warning line);
+    with no finished run, :class:`fedcal.results.UnfinishedRunError`.
     """
     from fedcal.reports.plots import inference_curve
 
+    given = list(run_dirs)
+    run_dirs = finished_only(given, "the inference report")
+    if not run_dirs:
+        raise UnfinishedRunError(f"no finished run among the {len(given)} run directories: nothing to report")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cells = _read_cells(run_dirs, "accuracy.csv")
     if cells.empty:
-        raise FileNotFoundError(f"no accuracy.csv in {len(run_dirs)} run directories: no finished inference run")
+        raise FileNotFoundError(f"no accuracy.csv in {len(run_dirs)} finished run directories: no inference run")
     cells.to_csv(out / "cells.csv", index=False)
     parts = [f"**{title}**\n"] if title else []
     for (n, f), g in cells.groupby(["n", "f"]):
@@ -113,11 +120,12 @@ def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title:
 
 def client_accuracies(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
     """Each client's own test accuracy (its probits' argmax, on the queries it answered validly)
-    in each inference run, from the saved probits."""
+    in each finished inference run, from the saved probits (unfinished runs left out, each named
+    in a warning line)."""
     from fedcal.inference.evaluate import ProbitData
 
     rows = []
-    for d in map(Path, run_dirs):
+    for d in finished_only(run_dirs, "clients.csv"):
         if not (d / "probits.pt").exists():
             continue
         cfg = load_config(d)

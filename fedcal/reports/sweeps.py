@@ -1,5 +1,11 @@
-"""Sweep tables (flwr-free): every cell's final metrics with its config columns
-(``cells.csv``) and the per-round rows (``rounds.csv``), read back from the run store."""
+"""Sweep tables (flwr-free): every finished cell's final metrics with its config columns
+(``cells.csv``) and the per-round rows of every cell (``rounds.csv``), read back from the run
+store.
+
+Unfinished cells (no ``DONE`` matching their config hash: interrupted, crashed, not run) are never
+in ``cells.csv``; each is named in a warning line (:func:`fedcal.reports.runs.finished_only`).
+Their rows stay in ``rounds.csv``, flagged ``finished = False``.
+"""
 
 from __future__ import annotations
 
@@ -10,17 +16,26 @@ from typing import Sequence
 import pandas as pd
 
 from fedcal.config import RunConfig
-from fedcal.reports.runs import final_rows
+from fedcal.reports.runs import final_rows, finished_only
 from fedcal.results import load_metrics, run_dir_for
 
 
 def collect(configs: Sequence[RunConfig], varying: Sequence[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(cells, rounds): final metrics per cell (wide, with config columns; :func:`final_rows`
-    without its ``round`` column) sorted by the ``varying`` keys, and all per-round rows."""
-    rounds = load_metrics([run_dir_for(c) for c in configs])
+    """(cells, rounds).
+
+    * cells: the final metrics of each *finished* cell (wide, with config columns; :func:`final_rows`
+      without its ``round`` column) sorted by the ``varying`` keys: ``accuracy``, ``brier``,
+      ``ece``, ``nll``, ``round_seconds``, ``sece``, plus one column for any other metric the runs
+      logged per round (e.g. a strategy's per-round reply counts), of the last evaluated round;
+    * rounds: every cell's per-round rows (:func:`fedcal.results.load_metrics`), unfinished cells'
+      included and flagged ``finished = False``.
+    """
+    dirs = [run_dir_for(c) for c in configs]
+    finished_only(dirs, "cells.csv")  # names every cell left out
+    rounds = load_metrics(dirs)
     if rounds.empty:
         return pd.DataFrame(), rounds
-    cells = final_rows(rounds)
+    cells = final_rows(rounds)  # finished cells only
     if cells.empty:
         return cells, rounds
     cells = cells.drop(columns="round")
@@ -31,7 +46,8 @@ def collect(configs: Sequence[RunConfig], varying: Sequence[str] | None = None) 
 
 def write_results(configs: Sequence[RunConfig], out_dir: str | os.PathLike[str],
                   varying: Sequence[str] | None = None) -> pd.DataFrame:
-    """Write ``cells.csv`` and ``rounds.csv`` of a sweep to ``out_dir``; returns the cells."""
+    """Write ``cells.csv`` (finished cells) and ``rounds.csv`` (every cell's rounds, with
+    ``finished``) of a sweep to ``out_dir``; returns the cells."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cells, rounds = collect(configs, varying)

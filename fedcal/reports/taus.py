@@ -3,7 +3,8 @@
 ``run_tau_comparison`` runs a benign run plus TSA at each τ (same seed, data and clients),
 optionally under several strategies, and ``write_report`` summarises the final global model
 of each run as one table (with the change against the benign run) and plots, built from the
-run store only.
+run store only. Unfinished runs are left out of the table, the diagrams and the trajectories, each
+named in a warning line (:func:`fedcal.reports.runs.finished_only`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import pandas as pd
 from fedcal.config import RunConfig
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.plots import defense_bars, reliability_grid, trajectories, trajectory_table
-from fedcal.reports.runs import final_metrics
-from fedcal.results import load_config, load_metrics, run_dir_for
+from fedcal.reports.runs import final_rows, finished_only
+from fedcal.results import UnfinishedRunError, load_config, load_metrics, run_dir_for
 
 TABLE_COLUMNS = ["strategy", "tau", "run", "accuracy_%", "ece_%", "sece_%", "brier", "nll", "run_id"]
 
@@ -38,12 +39,13 @@ def tau_configs(base: RunConfig, taus: Sequence[float], strategies: Sequence[str
 
 
 def summarise(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
-    """Final-round metrics of each run (from its store), percentages for accuracy/ECE/sECE,
-    and the change of accuracy and sECE against the benign run of the same strategy."""
+    """Final-round metrics of each finished run (from its store), percentages for accuracy/ECE/sECE,
+    and the change of accuracy and sECE against the benign run of the same strategy. Unfinished
+    runs are left out, each named in a warning line."""
     rows = []
-    for d in map(Path, run_dirs):
-        final = final_metrics(d)
-        if final.empty:  # not started (or no round evaluated yet)
+    for d in finished_only(run_dirs, "the τ table"):
+        final = final_rows(load_metrics(d))
+        if final.empty:  # no round evaluated
             continue
         cfg = load_config(d)
         last = final.iloc[0]
@@ -68,10 +70,17 @@ def summarise(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
 
 def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str = "") -> pd.DataFrame:
     """Table (CSV + Markdown) and plots of a τ comparison, from the runs' stores only:
-    reliability diagrams and trajectories for one strategy, grouped bars for several."""
+    reliability diagrams and trajectories for one strategy, grouped bars for several.
+
+    Only finished runs are reported (each run left out is named in a warning line); with none,
+    :class:`fedcal.results.UnfinishedRunError`.
+    """
+    given = [Path(d) for d in run_dirs]
+    run_dirs = finished_only(given, "the τ report")
+    if not run_dirs:
+        raise UnfinishedRunError(f"no finished run among the {len(given)} run directories: nothing to report")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    run_dirs = [Path(d) for d in run_dirs]
     table = summarise(run_dirs)
     table.to_csv(out / "table.csv", index=False)
     seeds = sorted(int(x) for x in table["seed"].unique())
