@@ -95,8 +95,11 @@ def _flwr_run(tmp_path: Path, run_config: str, supernodes: int) -> Path:
         _stop_local_superlink(tmp_path, log_file)
     context = f"rc={proc.returncode}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}\n{tail(log_file)}"
     assert proc.returncode == 0, context
-    # The SuperLink did not try to install the app's dependencies at run time.
-    assert "Installing application dependencies" not in tail(log_file, 1 << 22), context
+    # Nobody tried to install the app's dependencies at run time. (Without the variable, offline,
+    # the streamed log shows "uv sync failed", Flower exit code 608, no DONE, and rc 0.)
+    streamed = proc.stdout + proc.stderr + tail(log_file, 1 << 22)
+    for sign in ("Installing application dependencies", "uv sync"):
+        assert sign not in streamed, context
     runs = list(out.iterdir()) if out.exists() else []
     assert len(runs) == 1, f"expected one run directory in {out}, got {runs}\n{context}"
     assert (runs[0] / "DONE").exists(), f"no DONE in {runs[0]}\n{context}"
@@ -114,8 +117,6 @@ def test_flwr_run_dot_runs_the_tsa_simulation(tmp_path):
         for name in ("accuracy", "ece", "sece", "brier", "nll"):
             assert name in got.index and math.isfinite(float(got[name])), (rnd, name, got.to_dict())
     assert set(df["num-clients"]) == {6} and set(df["dataset"]) == {"digits"}
-    # Two rounds of training on digits beat chance (10 classes) by far.
-    assert float(df[(df["round"] == 2) & (df["metric"] == "accuracy")]["value"].iloc[0]) > 0.3
 
 
 @pytest.mark.slow
