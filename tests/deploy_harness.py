@@ -139,9 +139,11 @@ class Deployment:
     def logs(self, procs: Iterable[Proc] | None = None, n: int = 3000) -> str:
         return "\n".join(p.tail(n) for p in (self.procs if procs is None else procs))
 
-    def stop(self) -> None:
-        """SIGTERM every started process (then its leftover children), SIGKILL stragglers."""
-        running = [p for p in self.procs if p.popen.poll() is None]
+    def stop(self, procs: Iterable[Proc] | None = None) -> None:
+        """SIGTERM every started process (or those of ``procs``), then its leftover children;
+        SIGKILL stragglers."""
+        chosen = self.procs if procs is None else list(procs)
+        running = [p for p in chosen if p.popen.poll() is None]
         kids = {p.popen.pid: _descendants(p.popen.pid) for p in running}
         for p in reversed(running):  # SuperNodes before the SuperLink
             p.popen.send_signal(signal.SIGTERM)
@@ -243,9 +245,125 @@ def flwr_cli(args: Sequence[str], cli_home: Path, cwd: Path, timeout: float) -> 
                           capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+def listening_addresses(port: int) -> set[str]:
+    """Local IPv4/IPv6 addresses with a TCP socket LISTENing on ``port`` (Linux /proc/net)."""
+    found: set[str] = set()
+    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            addr_hex, port_hex = local.split(":")
+            if state != "0A" or int(port_hex, 16) != port:  # 0A: LISTEN
+                continue
+            raw = bytes.fromhex(addr_hex)
+            # /proc/net prints the address as native-endian 32-bit words.
+            words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            found.add(socket.inet_ntop(family, words))
+    return found
+
+
+# --------------------------------------------------------------------------- Fleet-only gateway
+class FleetGateway:
+    """A TLS reverse proxy that serves only the Fleet API of a SuperLink.
+
+    Flower 1.42 serves the Fleet, Control and Runtime APIs of a SuperLink over HTTP(S) on one
+    port, and its Control API has no account authentication without Flower Enterprise: whoever
+    reaches that port (holding only the public CA certificate) can register SuperNode keys,
+    list runs and submit runs. docs/deployment.md §4 therefore binds the SuperLink to
+    127.0.0.1 and publishes only ``/v1/fleet/`` through a reverse proxy (nginx there). This is
+    the same rule in ~60 lines for the tests: it terminates TLS with the SuperLink's
+    certificate, forwards ``POST /v1/fleet/...`` to the SuperLink over TLS (verifying it
+    against the CA) and answers everything else with 403, without contacting the SuperLink.
+    It runs in a thread of the test process; ``stop()`` ends it.
+    """
+
+    ALLOWED_PREFIX = "/v1/fleet/"
+    HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer",
+                            "transfer-encoding", "upgrade", "host", "content-length"})
+
+    def __init__(self, listen_port: int, upstream_port: int, tls: tuple[Path, Path, Path]):
+        import http.client
+        import ssl
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        ca, cert, key = tls
+        server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server_ctx.load_cert_chain(str(cert), str(key))
+        upstream_ctx = ssl.create_default_context(cafile=str(ca))
+        gateway = self
+        self.forwarded: list[str] = []
+        self.refused: list[str] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+            def _answer(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+                self.send_response(status)
+                for name, value in headers:
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _handle(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.command != "POST" or not self.path.startswith(gateway.ALLOWED_PREFIX):
+                    gateway.refused.append(f"{self.command} {self.path}")
+                    self._answer(403, [("Content-Type", "text/plain")],
+                                 b"only the Fleet API (/v1/fleet/) is served on this address\n")
+                    return
+                gateway.forwarded.append(self.path)
+                conn = http.client.HTTPSConnection(HOST, upstream_port, context=upstream_ctx,
+                                                   timeout=120)
+                try:
+                    headers = {k: v for k, v in self.headers.items()
+                               if k.lower() not in gateway.HOP_BY_HOP}
+                    conn.request("POST", self.path, body=body, headers=headers)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                    kept = [(k, v) for k, v in resp.getheaders() if k.lower() not in gateway.HOP_BY_HOP]
+                    self._answer(resp.status, kept, data)
+                finally:
+                    conn.close()
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def get_request(self):
+                sock, addr = super().get_request()
+                # Handshake in the handler's thread: a stalled client must not block accept().
+                return server_ctx.wrap_socket(sock, server_side=True,
+                                              do_handshake_on_connect=False), addr
+
+            def handle_error(self, request, client_address) -> None:
+                pass  # e.g. a plaintext or distrusting client aborting the TLS handshake
+
+        self.server = Server((HOST, listen_port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
 # --------------------------------------------------------------------------- credentials
-def make_tls(directory: Path) -> tuple[Path, Path, Path]:
-    """A self-signed CA and a server certificate for 127.0.0.1/localhost: (ca, cert, key)."""
+def make_tls(directory: Path, dns_names: Sequence[str] = ()) -> tuple[Path, Path, Path]:
+    """A self-signed CA and a server certificate for 127.0.0.1 (and ``dns_names``): (ca, cert, key).
+
+    The certificate does not name ``localhost`` unless asked: a client that connects to
+    ``localhost`` then meets a server name its certificate does not cover.
+    """
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -273,12 +391,13 @@ def make_tls(directory: Path) -> tuple[Path, Path, Path]:
     key = ec.generate_private_key(ec.SECP384R1())
     cert = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fedcal test SuperLink")]))
         .issuer_name(ca_name).public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(valid_from).not_valid_after(valid_to)
         .add_extension(x509.SubjectAlternativeName([
-            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address(HOST))]), critical=False)
+            *(x509.DNSName(n) for n in dns_names), x509.IPAddress(ipaddress.ip_address(HOST))]),
+            critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),

@@ -1,42 +1,109 @@
-"""`flwr run .` — the project as a Flower App through a local SuperLink (slow: ~1 min)."""
+"""`flwr run .` — the project as a Flower App through a local SuperLink (slow: ~1 min each).
 
+Run as the README writes it, on an offline-safe footing: with
+``FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1`` the local SuperLink that `flwr run` starts
+uses the installed fedcal instead of `uv sync`-ing the app's dependencies (which needs the
+internet; when it fails the simulation never runs and `flwr run` still exits 0). So each
+test checks the run directory (DONE, every round's metrics), not only the exit status.
+"""
+
+import math
 import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from fedcal.results import load_metrics
+from tests.deploy_harness import Deployment, Proc, free_port, tail
 
 ROOT = Path(__file__).resolve().parents[1]
+OFFLINE_ENV = {"FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}  # as in the README
 
 
-def _kill_local_superlink(flwr_home: Path) -> None:
-    # `flwr run` leaves a managed SuperLink running; stop exactly the one using our FLWR_HOME.
-    out = subprocess.run(["pgrep", "-f", str(flwr_home)], capture_output=True, text=True).stdout
-    for pid in out.split():
+def _local_superlink_pids(log_file: Path) -> list[int]:
+    """Pids of the `flower-superlink` that `flwr run` started for this FLWR_HOME: the process
+    whose argv holds ``--log-file <log_file>`` (an exact argument, not a pattern)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
-            os.kill(int(pid), signal.SIGTERM)
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for i, arg in enumerate(argv[:-1]):
+            if arg == b"--log-file" and argv[i + 1] == str(log_file).encode():
+                pids.append(int(entry.name))
+    return pids
+
+
+def _stop_local_superlink(tmp_path: Path, log_file: Path) -> None:
+    # `flwr run` leaves its managed SuperLink running (detached); stop exactly that one, by pid,
+    # with whatever it spawned (SuperExec, flwr-simulation).
+    dep = Deployment(tmp_path)
+    dep.procs += [Proc(f"local-superlink-{pid}", _Adopted(pid), log_file)
+                  for pid in _local_superlink_pids(log_file)]
+    dep.stop()
+
+
+class _Adopted:
+    """The part of ``subprocess.Popen`` that ``Deployment.stop`` uses, for a pid we did not fork
+    (the local SuperLink is started detached by `flwr run`)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def poll(self):
+        return None if Path(f"/proc/{self.pid}").exists() else 0
+
+    def send_signal(self, sig: int) -> None:
+        try:
+            os.kill(self.pid, sig)
         except ProcessLookupError:
             pass
 
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None):
+        deadline = time.monotonic() + (timeout or 0)
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(0.1)
+        return 0
+
 
 def _flwr_run(tmp_path: Path, run_config: str, supernodes: int) -> Path:
-    """`flwr run .` with its own FLWR_HOME; returns the one run directory it wrote."""
+    """`flwr run .` with its own FLWR_HOME and local SuperLink port; returns the run directory."""
     flwr_home = tmp_path / "flwr-home"
     out = tmp_path / "runs"
-    env = dict(os.environ, FLWR_HOME=str(flwr_home))
+    log_file = flwr_home / "local-superlink" / "superlink.log"
+    env = dict(os.environ, FLWR_HOME=str(flwr_home), **OFFLINE_ENV,
+               # A local SuperLink of our own (not one another process left on the default port).
+               FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(free_port()),
+               FLWR_LOCAL_CONTROL_API_PORT=str(free_port()))
     cmd = ["flwr", "run", ".", "--stream", "--run-config", f"{run_config} output-dir='{out}'",
            "--federation-config", f"num-supernodes={supernodes}"]
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     finally:
-        _kill_local_superlink(flwr_home)
-    (run_dir,) = list(out.iterdir())
-    return run_dir
+        _stop_local_superlink(tmp_path, log_file)
+    context = f"rc={proc.returncode}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}\n{tail(log_file)}"
+    assert proc.returncode == 0, context
+    # Nobody tried to install the app's dependencies at run time. (Without the variable, offline,
+    # the streamed log shows "uv sync failed", Flower exit code 608, no DONE, and rc 0.)
+    streamed = proc.stdout + proc.stderr + tail(log_file, 1 << 22)
+    for sign in ("Installing application dependencies", "uv sync"):
+        assert sign not in streamed, context
+    runs = list(out.iterdir()) if out.exists() else []
+    assert len(runs) == 1, f"expected one run directory in {out}, got {runs}\n{context}"
+    assert (runs[0] / "DONE").exists(), f"no DONE in {runs[0]}\n{context}"
+    return runs[0]
 
 
 @pytest.mark.slow
@@ -45,7 +112,11 @@ def test_flwr_run_dot_runs_the_tsa_simulation(tmp_path):
     run_dir = _flwr_run(tmp_path, "dataset='digits' num-clients=6 clients-per-round=3 num-rounds=2 tau=5.0", 6)
     df = load_metrics(run_dir)
     assert sorted(df["round"].unique()) == [0, 1, 2]
-    assert (run_dir / "DONE").exists()
+    for rnd in (0, 1, 2):
+        got = df[df["round"] == rnd].set_index("metric")["value"]
+        for name in ("accuracy", "ece", "sece", "brier", "nll"):
+            assert name in got.index and math.isfinite(float(got[name])), (rnd, name, got.to_dict())
+    assert set(df["num-clients"]) == {6} and set(df["dataset"]) == {"digits"}
 
 
 @pytest.mark.slow
@@ -58,7 +129,6 @@ def test_flwr_run_dot_runs_robust_federated_inference(tmp_path):
     run_dir = _flwr_run(tmp_path, "task='inference' dataset='digits' num-clients=5 inf-f=1 dirichlet-alpha=0.5 "
                         "lr=0.1 batch-size=32 inf-local-epochs=3 agg-epochs=30 agg-adv-epochs=1 agg-hidden=16 "
                         "inf-pgd-steps=3 inf-f-curve=false inf-amp-curve=''", 5)
-    assert (run_dir / "DONE").exists()
     acc = pd.read_csv(run_dir / "accuracy.csv")
     assert len(acc) == 6 * 8 and acc["accuracy"].between(0, 1).all()
     assert (pd.read_csv(run_dir / "answers.csv")["clients"] == 5).all()

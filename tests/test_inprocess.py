@@ -45,3 +45,24 @@ def test_grid_runs_the_client_app_like_supernodes():
     assert all(int(r.content["m"]["seen"]) == 2 for r in replies if not r.has_error())
     assert "tampered" not in out["content"]["config"]
     assert {r.metadata.src_node_id for r in replies} == set(out["nodes"])
+
+
+def test_engines_use_flower_internals_only_through_flower_private():
+    """engine.py and inprocess.py import Flower's public modules; the internals they need are
+    in fedcal.app.flower_private (one module, each piece explained there), which must import."""
+    import ast
+    from pathlib import Path
+
+    import fedcal.app.flower_private as private
+
+    public = {"flwr.app", "flwr.serverapp", "flwr.clientapp"}
+    app_dir = Path(private.__file__).parent
+    for name in ("engine.py", "inprocess.py"):
+        tree = ast.parse((app_dir / name).read_text())
+        flwr_imports = {node.module for node in ast.walk(tree)
+                        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("flwr")}
+        flwr_imports |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                         for alias in node.names if alias.name.startswith("flwr")}
+        assert flwr_imports <= public, f"{name} imports Flower internals {flwr_imports - public}"
+    for name in private.__all__:
+        assert getattr(private, name) is not None

@@ -33,7 +33,8 @@ def _quiet_flower(verbose: bool):
 
 
 class _DropDeprecation(logging.Filter):
-    # run_simulation is the pinned Flower's in-process entry to its Simulation Engine; its
+    # run_simulation (deprecated; fedcal.app.flower_private says why it is still used) is the
+    # pinned Flower's in-process entry to its Simulation Engine; its
     # deprecation banner, and the notice that fedcal evaluates centrally (fraction_evaluate=0),
     # are noise for fedcal users.
     NOISE = ("DEPRECATED FEATURE", "Federated evaluation will be skipped")
@@ -59,9 +60,8 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
     A run already finished with the same config hash is skipped unless ``force``.
     """
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # silence a Ray FutureWarning
-    from flwr.simulation import run_simulation
-
     from fedcal.app.client import app as client_app
+    from fedcal.app.flower_private import run_simulation
     from fedcal.app.server import server_app_for
     from fedcal.tasks import get_task
 

@@ -8,27 +8,36 @@ keeps the protocol (Messages, Contexts with ``partition-id`` node configs, error
 ClientApp raises) and drops only the transport. Ray stays the engine for scale-out and GPUs.
 
 Messages cross between server and nodes through Flower's own wire format
-(``flwr.common.serde``), as they would between a SuperLink and a SuperNode: each side gets a
+(``flwr.common.serde``, through ``fedcal.app.flower_private``, the one module holding the
+Flower internals fedcal needs), as they would between a SuperLink and a SuperNode: each side gets a
 deserialised copy carrying the message id the link assigned, and neither can alter what the
 other holds. No private Flower field is written.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import traceback
 from collections.abc import Iterable
-from logging import ERROR
 from uuid import uuid4
 
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
-from flwr.common.serde import message_from_proto, message_to_proto
 from flwr.serverapp import Grid, ServerApp
-from flwr.supercore import log
-from flwr.supercore.run import Run
-from flwr.supercore.task_identity import TaskIdentity
+
+from fedcal.app.flower_private import (
+    SUPERLINK_NODE_ID,
+    ErrorCode,
+    Run,
+    TaskIdentity,
+    message_from_proto,
+    message_to_proto,
+)
+
+
+# Flower's own logger (a SuperNode logs a raising ClientApp there too).
+_FLOWER_LOG = logging.getLogger("flwr")
 
 
 class InProcessGrid(Grid):
@@ -99,7 +108,7 @@ class InProcessGrid(Grid):
         try:
             reply = self.client_app(msg, self.contexts[node])
         except Exception as ex:  # noqa: BLE001 — like a SuperNode, report it as an error reply
-            log(ERROR, "ClientApp raised on node %s: %s\n%s", node, ex, traceback.format_exc())
+            _FLOWER_LOG.error("ClientApp raised on node %s: %s\n%s", node, ex, traceback.format_exc())
             reply = Message(error=Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
                                         reason=f"{type(ex)}:<'{ex}'>"), reply_to=msg)
         return _transmit(reply, str(uuid4()))
