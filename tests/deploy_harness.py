@@ -269,7 +269,7 @@ def listening_addresses(port: int) -> set[str]:
 class FleetGateway:
     """A TLS reverse proxy that serves only the Fleet API of a SuperLink.
 
-    Flower 1.42 serves the Fleet, Control and Runtime APIs of a SuperLink over HTTP(S) on one
+    Flower 1.41 (and 1.42) serves the Fleet, Control and Runtime APIs of a SuperLink over HTTP(S) on one
     port, and its Control API has no account authentication without Flower Enterprise: whoever
     reaches that port (holding only the public CA certificate) can register SuperNode keys,
     list runs and submit runs. docs/deployment.md §4 therefore binds the SuperLink to

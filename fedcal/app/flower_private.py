@@ -2,8 +2,8 @@
 
 fedcal is written against Flower's public modules (``flwr.app``, ``flwr.serverapp``,
 ``flwr.clientapp``, the ``flwr`` CLI). The engines need a few things those modules do not
-export in the pinned Flower (1.42.0). They are imported here, and only here, so that a Flower
-upgrade that moves or removes one breaks this module with an ImportError naming it, not the
+export in the pinned Flower (1.41.0; 1.42.0 is the same for each of them). They are imported
+here, and only here, so that a Flower upgrade that moves or removes one breaks this module with an ImportError naming it, not the
 engines; ``tests/test_inprocess.py`` imports this module. Each piece, why it is needed, and
 what replaces it when Flower removes it:
 
