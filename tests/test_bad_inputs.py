@@ -393,15 +393,33 @@ def accuracy(state, x, y) -> float:
         return float((net(x).argmax(1) == y).float().mean())
 
 
-ATTACKS = ["bn_var_1e30", "bn_mean_1e30", "bn_var_negative", "huge_update"]
-
-
-@pytest.mark.parametrize("attack", ATTACKS)
-@pytest.mark.parametrize("name", ROBUST)
-def test_robust_rules_keep_accuracy_on_digits_with_two_attackers_of_seven(name, attack):
+@pytest.fixture(scope="module")
+def pretrained():
+    """A BatchNorm MLP trained centrally on digits (one thread: the machine is shared), the
+    federation's starting point: the attacks below must not destroy what it knows."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     (xtr, ytr), (xte, yte) = digits()
+    torch.manual_seed(0)
+    state = {k: v.detach().clone() for k, v in Net().state_dict().items()}
+    state = local_train(state, xtr, ytr, seed=0, steps=150)
+    yield state
+    torch.set_num_threads(threads)
+
+
+SCENARIOS = {  # two attackers of seven
+    "bn_poisoning": ("bn.running_var", 1e30, "bn.running_mean", 1e30),  # valid, finite statistics
+    "huge_update": None,  # a 1e30 update each, in directions of their own
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize("name", NAMES)
+def test_robust_rules_keep_accuracy_on_digits_with_two_attackers_of_seven(name, scenario, pretrained):
+    (xtr, ytr), (xte, yte) = digits()
+    assert accuracy(pretrained, xte, yte) > 0.85
     shards = torch.arange(len(ytr)) % K
-    attackers = {BAD, BAD - 1}
+    attackers = [BAD - 1, BAD]
     root = torch.arange(100)
 
     def respond(node, content):
@@ -409,30 +427,92 @@ def test_robust_rules_keep_accuracy_on_digits_with_two_attackers_of_seven(name, 
         current = as_tensors(content["arrays"])
         rnd = int(content["config"]["server-round"])
         mine = shards == p
-        trained = local_train(current, xtr[mine], ytr[mine], seed=100 * rnd + p)
-        if p not in attackers:
-            return reply(trained, n=int(mine.sum()))
-        if attack == "huge_update":
+        trained = local_train(current, xtr[mine], ytr[mine], seed=100 * rnd + p, steps=3)
+        if p in attackers and scenario == "huge_update":
             g = torch.Generator().manual_seed(rnd * 10 + p)
-            return reply({k: v + 1e30 * torch.randn(v.shape, generator=g).sign() if v.is_floating_point()
-                          and "running" not in k else v for k, v in trained.items()}, n=int(mine.sum()))
-        key, value = {"bn_var_1e30": ("bn.running_var", 1e30), "bn_mean_1e30": ("bn.running_mean", 1e30),
-                      "bn_var_negative": ("bn.running_var", -1.0)}[attack]
-        trained[key] = torch.full_like(trained[key], value)
+            trained = {k: v + 1e30 * torch.randn(v.shape, generator=g).sign() if v.is_floating_point()
+                       and "running" not in k else v for k, v in trained.items()}
+        elif p in attackers:
+            key, value = SCENARIOS[scenario][2 * attackers.index(p):2 * attackers.index(p) + 2]
+            trained[key] = torch.full_like(trained[key], value)
         return reply(trained, n=int(mine.sum()))
 
     def root_train(arrays, rnd):
-        return ArrayRecord(local_train(as_tensors(arrays), xtr[root], ytr[root], seed=rnd))
+        return ArrayRecord(local_train(as_tensors(arrays), xtr[root], ytr[root], seed=rnd, steps=3))
 
-    extra = {"root_train_fn": root_train} if name == "fltrust" else {}
-    s = make(name, **extra)
-    torch.manual_seed(0)
-    init = {k: v.detach().clone() for k, v in Net().state_dict().items()}
-    _, final = run(s, respond, rounds=4, init=init)
+    s = make(name, **({"root_train_fn": root_train} if name == "fltrust" else {}))
+    _, final = run(s, respond, rounds=2, init=pretrained)
     assert_finite(final)
     acc = accuracy(final, xte, yte)
-    if name == "foolsgold" and attack == "huge_update":
-        # FoolsGold weighs by similarity, not size: its norm bound keeps the model finite and
-        # the damage bounded, not the accuracy (its guarantee is against sybils).
-        return
-    assert acc > 0.8, (name, attack, acc)
+    if name == "fedavg":
+        assert acc < 0.5, acc  # the control: the attack does destroy an unprotected model
+    elif name == "foolsgold" and scenario == "huge_update":
+        # FoolsGold weighs by similarity, not size: its norm bound keeps the model finite and the
+        # damage bounded (checked in the matrix above), not the accuracy — its guarantee is
+        # against sybils, and two dissimilar huge updates are not sybils.
+        pass
+    else:
+        assert acc > 0.8, (name, scenario, acc)
+
+
+# --------------------------------------------------------------------------- the run records it
+def _tiny(tmp_path, **kw):
+    from fedcal.config import RunConfig
+
+    base = dict(dataset="synthetic", model="mlp", num_clients=4, clients_per_round=4, num_rounds=2, lr=0.05,
+                batch_size=16, local_steps=2, engine="inprocess", output_dir=str(tmp_path))
+    base.update(kw)
+    return RunConfig.from_flower(base)
+
+
+def _failing_clients(monkeypatch, failing):
+    import fedcal.tasks.train as T
+
+    real = T.client_round
+
+    def client_round(model, x, y, num_classes, behaviour, cfg, server_round, client_id, device):
+        if client_id in failing:
+            raise RuntimeError(f"client {client_id} cannot train")
+        return real(model, x, y, num_classes, behaviour, cfg, server_round, client_id, device)
+
+    monkeypatch.setattr(T, "client_round", client_round)
+
+
+def test_run_records_replies_and_rejections_per_round(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from fedcal.app.engine import simulate
+    from fedcal.results import load_metrics
+
+    _failing_clients(monkeypatch, {1})
+    run_dir = simulate(_tiny(tmp_path, strategy="multikrum", krum_f=1), progress=False)
+    assert (run_dir / "DONE").exists()
+    df = load_metrics(run_dir)
+    wide = df.pivot(index="round", columns="metric", values="value")
+    assert wide.loc[[1, 2], "replies_received"].tolist() == [4, 4]
+    assert wide.loc[[1, 2], "replies_accepted"].tolist() == [3, 3]
+    assert wide.loc[[1, 2], "replies_rejected"].tolist() == [1, 1]
+    assert df[df["round"] == 0]["metric"].str.startswith("replies_").sum() == 0  # round 0 trains nothing
+    rej = pd.read_csv(run_dir / "rejections.csv")
+    assert list(rej.columns) == ["round", "node_id", "partition_id", "reason"]
+    assert rej["round"].tolist() == [1, 2] and rej["partition_id"].tolist() == [1, 1]
+    assert rej["reason"].str.contains("error reply").all()
+
+
+def test_run_in_which_no_round_aggregated_fails_without_done(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from fedcal.app.engine import simulate
+    from fedcal.results import load_metrics, run_dir_for
+
+    _failing_clients(monkeypatch, {0, 1, 2, 3})
+    cfg = _tiny(tmp_path)
+    with pytest.raises(RuntimeError):
+        simulate(cfg, progress=False)
+    run_dir = run_dir_for(cfg)
+    assert not (run_dir / "DONE").exists()
+    df = load_metrics(run_dir)
+    assert sorted(df["round"].unique()) == [0, 1, 2]  # the rows are kept
+    assert df[df.metric == "replies_rejected"]["value"].tolist() == [4, 4]
+    rej = pd.read_csv(run_dir / "rejections.csv")
+    assert len(rej) == 8 and sorted(rej["partition_id"].unique()) == [0, 1, 2, 3]
