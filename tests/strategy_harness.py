@@ -17,8 +17,8 @@ def set_task_identity() -> None:
 
 
 class FakeGrid(Grid):
-    """Nodes are python functions ``respond(node_id, content) -> RecordDict | None``
-    (None → an error reply)."""
+    """Nodes are python functions ``respond(node_id, content) -> RecordDict | None | list``
+    (None → an error reply; a list → several replies from that node, in order)."""
 
     def __init__(self, node_ids: list[int], respond: Callable[[int, RecordDict], RecordDict | None]):
         set_task_identity()
@@ -51,10 +51,11 @@ class FakeGrid(Grid):
         for msg in messages:
             node = msg.metadata.dst_node_id
             batch.append(node)
-            content = self.respond(node, msg.content)
-            if content is None:
-                replies.append(Message(error=Error(code=0, reason="client crashed"), reply_to=msg))
-            else:
-                replies.append(Message(content=content, reply_to=msg))
+            answer = self.respond(node, msg.content)
+            for content in answer if isinstance(answer, list) else [answer]:
+                if content is None:
+                    replies.append(Message(error=Error(code=0, reason="client crashed"), reply_to=msg))
+                else:
+                    replies.append(Message(content=content, reply_to=msg))
         self.sent_to.append(batch)
         return replies

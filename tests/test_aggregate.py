@@ -706,3 +706,113 @@ def test_public_names():
     for name in A.__all__:
         obj = getattr(A, name)
         assert callable(obj) and obj.__doc__, name
+
+
+# --------------------------------------------------------------------------------------------
+# overflow (issue 16): a finite update of norm 1e30 in float32, weights above float32's range
+# --------------------------------------------------------------------------------------------
+def _honest_and_huge(n=7, d=40, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    honest = 0.05 + 0.01 * torch.randn(n - 1, d, generator=g)
+    huge = 1e30 * torch.randn(1, d, generator=g).sign()
+    return honest, torch.cat([honest, huge])
+
+
+def test_geometric_median_huge_point_is_an_outlier_of_one():
+    honest, x = _honest_and_huge()
+    gm = A.geometric_median(x)
+    assert torch.isfinite(gm).all()
+    # an outlier of one moves the geometric median by at most the honest spread, like any outlier
+    ref = A.geometric_median(torch.cat([honest, honest.mean(0, keepdim=True) + 10.0]).double())
+    assert torch.linalg.vector_norm(gm.double() - ref) < 0.02
+    assert torch.linalg.vector_norm(gm - honest.mean(0)) < 0.05
+    # the rescaled path computes the same median: points × 2^70 (squares overflow float32)
+    small = honest[:5]
+    scaled = A.geometric_median(small * 2.0 ** 70)
+    assert torch.allclose(scaled / 2.0 ** 70, A.geometric_median(small), rtol=1e-5, atol=1e-7)
+    assert torch.isfinite(A.geometric_median(x, torch.tensor([1.0] * 6 + [1e-3]))).all()
+
+
+def test_multikrum_excludes_a_huge_update_and_ranks_the_others_exactly():
+    honest, x = _honest_and_huge()
+    scores = A.krum_scores(x, 1)
+    assert scores.argmax() == 6
+    # the honest scores are those of the honest rows alone plus nothing from the outlier
+    ref = torch.tensor([ref_krum_score(x.double().numpy(), i, 1) for i in range(6)])
+    assert torch.allclose(scores[:6], ref.to(scores.dtype), rtol=1e-9)
+    assert 6 not in A.multikrum_select(x, 1).tolist()
+    assert torch.allclose(A.multikrum(x, 1), honest.mean(0), atol=1e-6)
+
+
+def ref_krum_score(x: np.ndarray, i: int, f: int) -> float:
+    d = sorted(float(((x[i] - x[j]) ** 2).sum()) for j in range(len(x)) if j != i)
+    return sum(d[: len(x) - f - 2])
+
+
+def test_fltrust_huge_update_has_bounded_influence():
+    honest, x = _honest_and_huge()
+    g0 = torch.full((40,), 0.05)
+    agg, trust = A.fltrust(x, g0)
+    assert torch.isfinite(agg).all() and torch.isfinite(trust).all()
+    assert torch.linalg.vector_norm(agg) <= torch.linalg.vector_norm(g0) * (1 + 1e-5)
+    # the honest trust scores are those without the huge update
+    _, ref = A.fltrust(honest, g0)
+    assert torch.allclose(trust[:6], ref, atol=1e-5)
+
+
+def test_foolsgold_huge_update_finite_weights_and_norm_bound():
+    honest, x = _honest_and_huge()
+    ids = list(range(7))
+    agg, w = A.FoolsGoldHistory()(ids, x)
+    assert torch.isfinite(w).all()
+    bounded, w2 = A.FoolsGoldHistory(norm_bound=10.0)(ids, x)
+    assert torch.equal(w, w2)  # the bound changes the aggregate, not the weights
+    median_norm = torch.linalg.vector_norm(x.double(), dim=1).median()  # the round's median norm
+    assert torch.linalg.vector_norm(bounded) <= 10.0 * median_norm * (1 + 1e-5)
+    # ordinary updates: the bound changes nothing, bit for bit
+    a, _ = A.FoolsGoldHistory(norm_bound=10.0)(ids[:6], honest)
+    b, _ = A.FoolsGoldHistory()(ids[:6], honest)
+    assert torch.equal(a, b)
+    # histories that overflow float32 are kept in float64, the weights stay finite
+    h = A.FoolsGoldHistory()
+    big = torch.cat([honest, torch.full((1, 40), 3e38)])
+    for _ in range(2):
+        out, w = h(ids, big)
+    assert torch.isfinite(w).all() and h.history[6].dtype == torch.float64
+    with pytest.raises(ValueError):
+        A.FoolsGoldHistory(norm_bound=0.0)
+
+
+@pytest.mark.parametrize("rule", ["fedavg", "median", "trimmed_mean", "median_of_means"])
+def test_sums_near_the_float32_maximum_do_not_overflow(rule):
+    x = torch.tensor([[3e38, -3e38], [3e38, -3e38], [2e38, -2e38], [3e38, -3e38]])
+    out = {"fedavg": lambda: A.fedavg(x), "median": lambda: A.coordinate_median(x),
+           "trimmed_mean": lambda: A.trimmed_mean(x, 0),
+           "median_of_means": lambda: A.median_of_means(x, 2, groups=torch.tensor([0, 0, 1, 1]))}[rule]()
+    assert torch.isfinite(out).all()
+    expect = {"fedavg": 2.75e38, "median": 3e38, "trimmed_mean": 2.75e38, "median_of_means": 2.75e38}[rule]
+    assert out[0].item() == pytest.approx(expect, rel=1e-6) and out[1].item() == pytest.approx(-expect, rel=1e-6)
+
+
+def test_fit_weights_rescales_only_absurd_weights():
+    ordinary = torch.tensor([10.0, 250.0, 3.0], dtype=torch.float64)
+    assert torch.equal(A.fit_weights(ordinary), ordinary.float())
+    huge = A.fit_weights(torch.tensor([10.0, 1e39], dtype=torch.float64))
+    assert torch.isfinite(huge).all() and huge.max() <= 1
+    assert huge[0] / huge[1] == pytest.approx(1e-38, rel=1e-5)
+    x = torch.randn(2, 5)
+    assert torch.isfinite(A.fedavg(x, huge)).all()
+
+
+def test_buffer_validation_and_aggregation():
+    assert A.buffer_problem("bn.running_var", np.array([1.0, -0.5], dtype=np.float32)) is not None
+    assert "negative" in A.buffer_problem("bn.running_var", np.array([-1.0], dtype=np.float32))
+    assert A.buffer_problem("bn.running_var", np.array([1e30], dtype=np.float32)) is None  # valid: the rule's job
+    assert "NaN" in A.buffer_problem("bn.running_mean", np.array([np.nan], dtype=np.float32))
+    assert A.buffer_problem("bn.running_mean", np.array([-3.0], dtype=np.float32)) is None  # means may be < 0
+    assert "counter" in A.buffer_problem("bn.num_batches_tracked", np.array(-1, dtype=np.int64))
+    assert A.buffer_problem("bn.num_batches_tracked", np.array(7, dtype=np.int64)) is None
+    values = torch.tensor([[1.0, 0.1], [1.1, 0.2], [0.9, 0.0], [1e30, 1e30]], dtype=torch.float64)
+    assert torch.allclose(A.buffer_median(values), torch.tensor([1.05, 0.15], dtype=torch.float64))
+    w = torch.tensor([1.0, 1.0, 2.0, 0.0], dtype=torch.float64)
+    assert torch.allclose(A.buffer_mean(values, w), torch.tensor([0.975, 0.075], dtype=torch.float64))

@@ -17,7 +17,7 @@ SHAPES = {"fc.weight": (3, 2), "fc.bias": (3,), "bn.running_mean": (3,), "bn.num
 
 def state(value: float = 0.0, **override) -> dict:
     s = {k: torch.full(v, value, dtype=torch.float32) for k, v in SHAPES.items()}
-    s["bn.num_batches_tracked"] = torch.tensor(int(value * 10) if np.isfinite(value) else 0, dtype=torch.int64)
+    s["bn.num_batches_tracked"] = torch.tensor(abs(int(value * 10)) if np.isfinite(value) else 0, dtype=torch.int64)
     s.update(override)
     return s
 
@@ -62,7 +62,9 @@ def test_bad_replies_are_dropped_and_the_round_continues():
     out = run_rounds(s, FakeGrid(list(range(1, 10)), respond))
     # weighted mean of the two valid replies: (10·1 + 20·3) / 30
     assert torch.allclose(out["fc.weight"], torch.full((3, 2), 70 / 30))
-    assert set(s.last_rejected) == {3, 4, 5, 6, 7, 8}
+    assert set(s.last_rejected) == {3, 4, 5, 6, 7, 8, 9}  # 9: the error reply
+    assert "error reply" in s.last_rejected[9] and "client crashed" in s.last_rejected[9]
+    assert s.replies[1].received == 9 and s.replies[1].accepted == [1, 2] and s.replies[1].aggregated
     assert "NaN" in s.last_rejected[3] and "missing" in s.last_rejected[4]
     assert "shape" in s.last_rejected[5] and "dtype" in s.last_rejected[6]
     assert "num-examples" in s.last_rejected[7] and "num-examples" in s.last_rejected[8]
@@ -137,8 +139,8 @@ def test_multikrum_excludes_outlier_and_ignores_buffers():
     out = run_rounds(s, FakeGrid([1, 2, 3, 4, 5], respond))
     assert s.last_weights[5] == 0.0 and s.last_weights[4] > 0
     assert torch.allclose(out["fc.weight"], torch.ones(3, 2))
-    # buffers are averaged over all valid replies, data-size weighted
-    assert torch.allclose(out["bn.running_mean"], torch.full((3,), (3 * 1.0 + 50.0 + 100.0) / 5))
+    # buffers: the coordinate median over the selected replies (1-4), so node 4's 50 is outvoted
+    assert torch.equal(out["bn.running_mean"], torch.full((3,), 1.0))
     assert out["bn.num_batches_tracked"].dtype == torch.int64
 
 
@@ -159,8 +161,9 @@ def test_seeded_sampling_is_reproducible_and_ordered_by_key():
 
 COMMON_KWARGS = ("fraction_train", "fraction_evaluate", "min_train_nodes", "min_evaluate_nodes",
                  "min_available_nodes", "weighted_by_key", "arrayrecord_key", "configrecord_key",
-                 "train_metrics_aggr_fn", "evaluate_metrics_aggr_fn", "sampling_seed", "node_sort_key", "buffer_key")
-RULE_KWARGS = {"fedavg": (), "fltrust": ("root_train_fn",), "foolsgold": ("kappa",), "multikrum": ("f", "m"),
+                 "train_metrics_aggr_fn", "evaluate_metrics_aggr_fn", "sampling_seed", "node_sort_key", "node_label",
+                 "buffer_key")
+RULE_KWARGS = {"fedavg": (), "fltrust": ("root_train_fn",), "foolsgold": ("kappa", "norm_bound"), "multikrum": ("f", "m"),
                "trimmed_mean": ("f",), "median": (), "geometric_median": ("max_iter", "tol"),
                "median_of_means": ("num_groups", "seed")}
 
@@ -317,7 +320,7 @@ def test_error_replies_are_logged_with_node_and_reason(caplog):
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any("node 2" in w and "client crashed" in w for w in warnings), warnings
     assert "received 2 results and 1 failures" in caplog.text
-    assert 2 not in s.last_rejected  # an error reply is not a malformed reply
+    assert "error reply" in s.last_rejected[2]  # error replies are counted among the rejections
 
 
 def test_seeded_sampling_waits_for_the_minimum_of_nodes(monkeypatch):

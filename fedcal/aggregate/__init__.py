@@ -20,21 +20,34 @@ fltrust             :func:`fltrust`
 foolsgold           :class:`FoolsGoldHistory` (stateful: per-client histories),
                     :func:`foolsgold_weights`
 flatten             :func:`flatten_state`, :func:`unflatten`
+buffers             non-trained state (BatchNorm statistics): :func:`buffer_problem`
+                    (validation), :func:`buffer_mean` (FedAvg), :func:`buffer_median` (robust)
+numerics            overflow-free helpers: :func:`fit_weights`, :func:`overflow_free_mean`, …
 ==================  ==========================================================================
 
 The coordinate-wise order statistics (trimmed mean, median, median of means) ignore data-size
 weights: a Byzantine client can report any data size, and the classical definitions are
 unweighted. :func:`multikrum_params` and :func:`trim_for` give the hyper-parameters a rule
 actually uses when fewer replies than planned arrived; the Flower strategies call them.
+
+Overflow: a finite update of norm 1e30 squares to 1e60, above float32's range. Every rule
+computes its norms, distances, Gram matrices and sums so that such an update stays what it is —
+one far point — instead of turning them into inf/NaN: MultiKrum's distances are float64 (centred
+on the coordinate median when one row dwarfs the rest), the geometric median, FLTrust and
+FoolsGold switch to a float64 computation on rescaled rows where squares could overflow, and the
+means, medians and group means take a rescaled sum where theirs would overflow. Those fallbacks
+are taken only where the plain formula would overflow, so ordinary inputs give the same bits.
 """
 
 from __future__ import annotations
 
+from .buffers import buffer_mean, buffer_median, buffer_problem
 from .flatten import flatten_state, unflatten
 from .fltrust import fltrust
 from .foolsgold import FoolsGoldHistory, foolsgold_weights
 from .geometric_median import geometric_median
 from .mean import fedavg
+from .numerics import fit_weights, overflow_free_mean
 from .median import coordinate_median, true_median
 from .median_of_means import median_of_means
 from .multikrum import krum_scores, multikrum, multikrum_params, multikrum_select, pairwise_sq_distances
@@ -42,6 +55,11 @@ from .trimmed_mean import trim_for, trimmed_mean, trimmed_mean_along
 
 __all__ = [
     "FoolsGoldHistory",
+    "buffer_mean",
+    "buffer_median",
+    "buffer_problem",
+    "fit_weights",
+    "overflow_free_mean",
     "coordinate_median",
     "fedavg",
     "flatten_state",

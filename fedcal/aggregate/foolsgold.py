@@ -3,11 +3,13 @@ per-client history lives in a :class:`FoolsGoldHistory` kept across rounds."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
 
 import torch
 
 from ._checks import _check_updates, _check_weights
+from .numerics import may_overflow_squares, rows_unit_scaled64
 
 
 def foolsgold_weights(hist: torch.Tensor, kappa: float = 1.0, eps: float = 1e-12,
@@ -24,9 +26,17 @@ def foolsgold_weights(hist: torch.Tensor, kappa: float = 1.0, eps: float = 1e-12
     n = hist.shape[0]
     if n == 1:
         return torch.ones(1, dtype=hist.dtype, device=hist.device)
-    norms = torch.linalg.vector_norm(hist, dim=1).clamp_min(eps)
-    # The n×n bookkeeping is tiny: do it in float64 so rounding cannot flip a weight.
-    cs = ((hist @ hist.T) / (norms[:, None] * norms[None, :])).double()
+    if may_overflow_squares(hist):
+        # Histories so large that their squared norms overflow (a finite update of norm 1e30):
+        # cosines of the rows scaled to max |value| 1, in float64 (a cosine does not see scale).
+        rows = rows_unit_scaled64(hist)
+        norms = torch.linalg.vector_norm(rows, dim=1)
+        norms = torch.where(hist.abs().amax(dim=1) > 0, norms, eps)
+        cs = (rows @ rows.T) / (norms[:, None] * norms[None, :])
+    else:
+        norms = torch.linalg.vector_norm(hist, dim=1).clamp_min(eps)
+        # The n×n bookkeeping is tiny: do it in float64 so rounding cannot flip a weight.
+        cs = ((hist @ hist.T) / (norms[:, None] * norms[None, :])).double()
     cs.fill_diagonal_(float("-inf"))
     v = cs.max(dim=1).values
     # Pardoning: honest clients that merely resemble a sybil-like (higher-v) client are
@@ -61,6 +71,12 @@ class FoolsGoldHistory:
     aggregate = Σ w_k Δ_k / Σ w_k (× data-size weights when given), the zero update when every
     w_k = 0. One client gets w = 1.
 
+    Bounded influence (``norm_bound`` B, optional): FoolsGold weighs by similarity only, so a
+    lone client unlike the others keeps w ≈ 1 however large its update. With B set, an update
+    whose norm exceeds B × the round's median update norm enters the aggregate scaled down to
+    that norm (its history keeps the raw update). Norms and cosines are computed without
+    overflow (float64, rows scaled to max |value| 1, where squared norms would overflow).
+
     Guards (where the published code divides by zero): pardoning is applied only when v_j > 0;
     a 1 − max cs below ``tol`` (default 100 · machine epsilon of the dtype) counts as 0, so
     numerically identical histories are sybils rather than rounding noise rescaled by
@@ -70,9 +86,13 @@ class FoolsGoldHistory:
     Settings" (RAID 2020), Algorithm 1; SPEC §3 FoolsGold.
     """
 
-    def __init__(self, kappa: float = 1.0, eps: float = 1e-12, tol: float | None = None):
+    def __init__(self, kappa: float = 1.0, eps: float = 1e-12, tol: float | None = None,
+                 norm_bound: float | None = None):
         if kappa <= 0:
             raise ValueError(f"kappa must be > 0, got {kappa}")
+        if norm_bound is not None and not (norm_bound > 0 and math.isfinite(norm_bound)):
+            raise ValueError(f"norm_bound must be a finite number > 0 (or None), got {norm_bound}")
+        self.norm_bound = None if norm_bound is None else float(norm_bound)
         self.kappa = float(kappa)
         self.eps = float(eps)
         self.tol = tol
@@ -93,9 +113,12 @@ class FoolsGoldHistory:
                 if old.shape != (d,):
                     raise ValueError(f"client {cid!r} sent {d} parameters, its history has {old.numel()}")
                 new = old.to(device=updates.device, dtype=updates.dtype) + delta.detach()
+                if not bool(torch.isfinite(new).all()):  # the sum overflowed the dtype: keep it in float64
+                    new = old.to(device=updates.device, dtype=torch.float64) + delta.detach().double()
             self.history[cid] = new
             rows.append(new)
-        return torch.stack(rows)
+        dtype = torch.float64 if any(r.dtype == torch.float64 for r in rows) else updates.dtype
+        return torch.stack([r.to(dtype) for r in rows])
 
     def weights(self, hist: torch.Tensor) -> torch.Tensor:
         """FoolsGold weights (steps 2–5) of the rows of ``hist`` (n, d): :func:`foolsgold_weights`
@@ -114,9 +137,27 @@ class FoolsGoldHistory:
             raise ValueError(f"got {len(client_ids)} client ids for {updates.shape[0]} updates")
         if len(set(client_ids)) != len(client_ids):
             raise ValueError("client ids must be unique within a round")
-        w = self.weights(self._update_history(client_ids, updates))
+        w = self.weights(self._update_history(client_ids, updates)).to(updates.dtype)
         coef = w if weights is None else w * weights
         total = coef.sum()
         if not bool(total > 0):
             return torch.zeros(updates.shape[1], dtype=updates.dtype, device=updates.device), w
-        return (coef / total) @ updates, w
+        clip = self.clip_factors(updates)
+        if clip is None:
+            return (coef / total) @ updates, w
+        # Σ w_k c_k Δ_k / Σ w_k with c_k = min(1, B / ‖Δ_k‖), in float64 (c_k can be ~1e-30).
+        p = coef.double() / total.double() * clip
+        return (p @ updates.double()).to(updates.dtype), w
+
+    def clip_factors(self, updates: torch.Tensor) -> torch.Tensor | None:
+        """c_k = min(1, B / ‖Δ_k‖) with B = ``norm_bound`` × the median update norm of the round
+        (float64, overflow-free norms), or None when no update exceeds B (or no bound is set):
+        then nothing is clipped and the aggregate is the plain weighted sum."""
+        if self.norm_bound is None or updates.shape[0] < 2:
+            return None
+        top = updates.detach().abs().amax(dim=1).double()
+        norms = torch.linalg.vector_norm(rows_unit_scaled64(updates.detach()), dim=1) * top
+        bound = self.norm_bound * float(norms.median())
+        if not bool((norms > bound).any()):
+            return None
+        return torch.where(norms > bound, bound / norms, 1.0)

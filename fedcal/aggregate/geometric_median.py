@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import _check_int, _check_points, _check_weight_values
+from .numerics import may_overflow_squares, unit_scaled64
 
 
 def _check_gm_weights(weights, points: torch.Tensor) -> torch.Tensor | None:
@@ -39,6 +40,11 @@ def geometric_median(
     that coincides with z from getting infinite weight. The result lies in the convex hull of
     the points (for probits: on the simplex, up to rounding).
 
+    Points so large that ‖x_k − z‖² would overflow the dtype (a finite update of norm 1e30 in
+    float32) are iterated rescaled by a power of two in float64 (eps and tol rescaled alike),
+    so such a point stays one far outlier instead of turning every distance into inf; ordinary
+    inputs take the plain path, unchanged.
+
     ``weights``: None, (n,) shared by the batch, or (..., n) one row per batch entry; finite,
     non-negative, positive sum (data sizes for updates). Same device and dtype as ``points``
     in and out; differentiable through the unrolled iterations (the white-box attacks on the
@@ -57,6 +63,30 @@ def geometric_median(
     max_iter = _check_int("max_iter", max_iter, 0)
     if not tol >= 0:
         raise ValueError(f"tol must be ≥ 0, got {tol}")
+    if may_overflow_squares(points):
+        return _rescaled(points, weights, eps, max_iter, tol)
+    z = _weiszfeld(points, weights, eps, max_iter, tol)
+    if z.numel() and not bool(torch.isfinite(z).all()):  # overflowed on the way (huge weights × points)
+        return _rescaled(points, weights, eps, max_iter, tol)
+    return z
+
+
+def _rescaled(points, weights, eps, max_iter, tol):
+    """The same iterations on points / 2^e in float64 (max |x| < 1), with eps / 4^e and
+    tol / 2^e, times 2^e: every distance scales by 2^-e exactly, so the iterates are the
+    original ones scaled, without the overflow of ‖x_k − z‖² for points of norm ~1e30."""
+    scaled, e = unit_scaled64(points)
+    w = None
+    if weights is not None:
+        w = weights.double()
+        w = w / w.amax(-1, keepdim=True)  # relative weights: a common factor cancels in z
+    eps64 = max(eps * 4.0 ** -e, torch.finfo(torch.float64).tiny)
+    z = _weiszfeld(scaled, w, eps64, max_iter, tol * 2.0 ** -e)
+    return torch.ldexp(z, torch.tensor(e, dtype=torch.float64)).to(points.dtype)
+
+
+def _weiszfeld(points, weights, eps, max_iter, tol):
+    """The smoothed Weiszfeld iterations of :func:`geometric_median` on checked inputs."""
     if weights is None:
         z = points.mean(dim=-2)
     else:  # Σ_k w_k x_k through a matmul: no (..., n, d) temporary

@@ -13,7 +13,12 @@ def true_median(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
     n = x.shape[dim]
     s = torch.sort(x, dim=dim).values
     # For odd n both indices are the middle one; for even n they are the two middle ones.
-    return 0.5 * (s.select(dim, (n - 1) // 2) + s.select(dim, n // 2))
+    lo, hi = s.select(dim, (n - 1) // 2), s.select(dim, n // 2)
+    out = 0.5 * (lo + hi)
+    if out.is_floating_point() and bool(torch.isinf(out).any()):
+        # lo + hi overflowed (two finite values near the dtype's maximum): halve first there.
+        out = torch.where(torch.isinf(out) & torch.isfinite(lo) & torch.isfinite(hi), 0.5 * lo + 0.5 * hi, out)
+    return out
 
 
 def coordinate_median(updates: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,7 @@ import torch
 
 from ._checks import _check_int, _check_updates
 from .median import true_median
+from .numerics import unit_scaled64
 
 
 def _group_labels(n: int, num_groups: int, generator: torch.Generator | None) -> torch.Tensor:
@@ -56,4 +57,10 @@ def median_of_means(
     sums = torch.zeros(num_groups, updates.shape[1], dtype=updates.dtype, device=updates.device)
     sums.index_add_(0, labels, updates)
     means = sums / counts.to(device=updates.device, dtype=updates.dtype).unsqueeze(1)
+    if not bool(torch.isfinite(means).all()):  # a group sum overflowed: the same sums, rescaled
+        scaled, e = unit_scaled64(updates)
+        sums = torch.zeros(num_groups, updates.shape[1], dtype=torch.float64, device=updates.device)
+        sums.index_add_(0, labels, scaled)
+        means = torch.ldexp(sums / counts.to(device=updates.device, dtype=torch.float64).unsqueeze(1),
+                            torch.tensor(e, dtype=torch.float64)).to(updates.dtype)
     return true_median(means, dim=0)

@@ -5,6 +5,10 @@ from __future__ import annotations
 import torch
 
 from ._checks import _check_int, _check_updates, _check_weights
+from .median import true_median
+from .numerics import unit_scaled64
+
+_OUTLIER_RATIO = 2.0 ** 20
 
 
 def _krum_check(n: int, f: int) -> int:
@@ -40,16 +44,32 @@ def pairwise_sq_distances(updates: torch.Tensor, chunk: int = 1 << 16) -> torch.
     translation invariant) and accumulating the Gram matrix in float64, a column chunk at a
     time (cache-sized chunks: the float64 copies stay in cache), keeps it exact to ~1e-16
     relative while staying O(n²d) BLAS. It costs a few times a float32 Gram: the price of
-    ranking sybil-like near-duplicates correctly.
+    ranking sybil-like near-duplicates correctly. When one row is more than 2^20 times larger
+    than the typical row (its max |value| against the median row's), the rows are centred on
+    their coordinate-wise median instead of their mean, which that row would otherwise own.
     """
     n, d = updates.shape
-    mean = updates.mean(dim=0, dtype=torch.float64)
+    row_max = updates.detach().abs().amax(dim=1)
+    if bool(row_max.max() > _OUTLIER_RATIO * row_max.median()):
+        # A row far larger than the typical one (a Byzantine update of norm 1e30) would drag the
+        # mean with it and the centred honest rows would cancel to noise: centre on the
+        # coordinate-wise median instead, which the honest majority holds.
+        mean = true_median(updates.double(), dim=0)
+    else:
+        mean = updates.mean(dim=0, dtype=torch.float64)
     gram = torch.zeros(n, n, dtype=torch.float64, device=updates.device)
     for start in range(0, d, chunk):
         block = updates[:, start:start + chunk].double() - mean[start:start + chunk]
         gram += block @ block.T
     sq = gram.diagonal()
-    return (sq[:, None] + sq[None, :] - 2 * gram).clamp_min_(0.0)
+    dist = (sq[:, None] + sq[None, :] - 2 * gram).clamp_min_(0.0)
+    if not bool(torch.isfinite(dist).all()):
+        # Only for float64 values beyond ~1e150 (float32 inputs square well inside float64):
+        # the same distances of the rows / 2^e, times 4^e — +inf where the true distance is
+        # not representable, never NaN, so such rows simply score worst.
+        scaled, e = unit_scaled64(updates)
+        dist = torch.ldexp(pairwise_sq_distances(scaled, chunk), torch.tensor(2 * e, dtype=torch.float64))
+    return dist
 
 
 def krum_scores(updates: torch.Tensor, f: int) -> torch.Tensor:

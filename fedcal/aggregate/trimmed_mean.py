@@ -6,10 +6,12 @@ from __future__ import annotations
 import torch
 
 from ._checks import _check_int, _check_updates
+from .numerics import overflow_free_mean
 
 
 def trimmed_mean_along(x: torch.Tensor, f: int, dim: int = 0) -> torch.Tensor:
-    """Mean along ``dim`` after dropping the f largest and f smallest values (needs n > 2f).
+    """Mean along ``dim`` after dropping the f largest and f smallest values (needs n > 2f;
+    a sum that would overflow is taken rescaled, :func:`~fedcal.aggregate.numerics.overflow_free_mean`).
     Shared with the inference aggregators (CWTM, DeepSet-TM pooling)."""
     n = x.shape[dim]
     if f < 0:
@@ -17,8 +19,8 @@ def trimmed_mean_along(x: torch.Tensor, f: int, dim: int = 0) -> torch.Tensor:
     if n <= 2 * f:
         raise ValueError(f"trimmed mean needs n > 2f, got n = {n} and f = {f} (at most f = {(n - 1) // 2})")
     if f == 0:
-        return x.mean(dim=dim)
-    return torch.sort(x, dim=dim).values.narrow(dim, f, n - 2 * f).mean(dim=dim)
+        return overflow_free_mean(x, dim=dim)
+    return overflow_free_mean(torch.sort(x, dim=dim).values.narrow(dim, f, n - 2 * f), dim=dim)
 
 
 def trimmed_mean(updates: torch.Tensor, f: int) -> torch.Tensor:

@@ -11,9 +11,12 @@ Only Flower's public API is used: train Messages are built with
 ``Message(content=..., dst_node_id=..., message_type=MessageType.TRAIN)`` and error replies
 are checked here (``Message.has_error()``), not through ``FedAvg``'s private helpers.
 
-Bad replies — NaN/Inf values, a missing, extra, wrongly shaped or wrongly typed array, a
-missing or invalid weight — are dropped with a warning naming the node and the reason; the
-round continues with the rest, and when nothing valid remains the global model is kept.
+Bad replies — error replies, NaN/Inf values, a missing, extra, wrongly shaped or wrongly
+typed array, an invalid buffer (BatchNorm ``running_var`` < 0, a negative counter), an update
+that overflows float32, a missing or invalid weight, a second reply of the same node — are
+dropped with a warning naming the node, its partition id (``node_label``) and the reason; the
+round continues with the rest, and when nothing valid remains the global model is kept. Every
+round's accounting (received, accepted, rejected with reasons) is kept in :attr:`replies`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import Any, TypedDict
 
@@ -31,6 +35,8 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg as _FlowerFedAvg
 from flwr.supercore import log
 
+from fedcal import aggregate as agg
+
 _BUFFER_MARKERS = ("running_mean", "running_var", "num_batches_tracked")
 
 
@@ -40,6 +46,22 @@ def is_buffer_key(name: str) -> bool:
 
 
 MetricsAggrFn = Callable[[list[RecordDict], str], MetricRecord]
+
+
+@dataclass
+class RoundReplies:
+    """One round's reply accounting (:attr:`UpdateAggregationStrategy.replies`).
+
+    ``received`` counts every reply, error replies and duplicates included; ``accepted`` lists
+    the nodes whose reply passed validation (in aggregation order); ``rejections`` lists
+    ``(node id, reason)`` for every dropped reply, so ``received == len(accepted) +
+    len(rejections)``; ``aggregated`` is whether the round produced a new global model.
+    """
+
+    received: int = 0
+    accepted: list[int] = field(default_factory=list)
+    rejections: list[tuple[int, str]] = field(default_factory=list)
+    aggregated: bool = False
 
 
 class StrategyOptions(TypedDict, total=False):
@@ -60,6 +82,7 @@ class StrategyOptions(TypedDict, total=False):
     evaluate_metrics_aggr_fn: MetricsAggrFn | None
     sampling_seed: int | None
     node_sort_key: Callable[[int], Any] | None
+    node_label: Callable[[int], Any] | None
     buffer_key: Callable[[str], bool] | None
 
 
@@ -101,9 +124,13 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
     node_sort_key : callable, optional
         Maps a node id to a sortable key (default: the node id). It orders the nodes before
         seeded sampling and the valid replies before aggregation.
+    node_label : callable, optional
+        Maps a node id to the client's partition id (or any name; None when unknown). Every
+        warning and rejection names the node as ``node <id> (partition <label>)``.
     buffer_key : callable, optional
-        ``buffer_key(name) -> bool`` marks arrays that are not trained (averaged with the
-        data-size weights, kept out of similarity computations). Default: BatchNorm
+        ``buffer_key(name) -> bool`` marks arrays that are not trained (validated, kept out of
+        similarity computations, aggregated by :meth:`aggregate_buffers`: the data-size
+        weighted mean under FedAvg, robustly under the robust rules). Default: BatchNorm
         statistics and counters; non-floating arrays are always buffers.
     """
 
@@ -122,6 +149,7 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         evaluate_metrics_aggr_fn: MetricsAggrFn | None = None,
         sampling_seed: int | None = None,
         node_sort_key: Callable[[int], Any] | None = None,
+        node_label: Callable[[int], Any] | None = None,
         buffer_key: Callable[[str], bool] | None = None,
     ) -> None:
         super().__init__(
@@ -138,13 +166,42 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         )
         self.sampling_seed = sampling_seed
         self.node_sort_key = node_sort_key or (lambda node_id: node_id)
+        self.node_label = node_label
         self.buffer_key = buffer_key or is_buffer_key
         self._custom_sort = node_sort_key is not None
         self._sent: dict[int, ArrayRecord] = {}
         #: effective aggregation weight of each node in the last round (for logging/analysis)
         self.last_weights: dict[int, float] = {}
-        #: nodes whose replies were dropped in the last round, with the reason
+        #: nodes whose replies were dropped in the last round, with the reason (error replies
+        #: and duplicates included; the full list is ``replies[round].rejections``)
         self.last_rejected: dict[int, str] = {}
+        #: per round: received / accepted / rejected replies (:class:`RoundReplies`)
+        self.replies: dict[int, RoundReplies] = {}
+        #: the float64 data-size weights of the round being aggregated (accepted order)
+        self._round_weights: torch.Tensor | None = None
+
+    @property
+    def rounds_aggregated(self) -> int:
+        """How many rounds produced a new global model."""
+        return sum(r.aggregated for r in self.replies.values())
+
+    def label(self, node_id: int) -> Any:
+        """The client's partition id (or name) of ``node_id`` from ``node_label``, else None."""
+        if self.node_label is None:
+            return None
+        try:
+            return self.node_label(node_id)
+        except Exception:  # noqa: BLE001 — a label is for messages only
+            return None
+
+    def who(self, node_id: int) -> str:
+        """``node <id> (partition <label>)``: how every message names a node."""
+        label = self.label(node_id)
+        return f"node {node_id} (partition {'unknown' if label is None else label})"
+
+    def by_node(self, values: dict[int, float], digits: int = 3) -> dict[str, float]:
+        """``{node: value}`` keyed ``"<node id>/p<partition>"`` for the strategies' INFO logs."""
+        return {f"{n}/p{self.label(n)}": round(float(v), digits) for n, v in values.items()}
 
     def summary(self) -> None:
         """Log the strategy's settings (called by ``start``): fedcal's, then Flower's FedAvg's."""
@@ -152,6 +209,7 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         log(INFO, "\t│\t├── Sampling seed: %s",
             "none (Flower's random sampling)" if self.sampling_seed is None else self.sampling_seed)
         log(INFO, "\t│\t├── Node order: %s", "custom node_sort_key" if self._custom_sort else "node id")
+        log(INFO, "\t│\t├── Node labels: %s", "node_label" if self.node_label is not None else "none")
         log(INFO, "\t│\t└── Buffers: %s",
             "BatchNorm statistics and non-floating arrays" if self.buffer_key is is_buffer_key
             else "custom buffer_key and non-floating arrays")
@@ -186,79 +244,115 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         """
         raise NotImplementedError
 
+    def aggregate_buffers(self, server_round: int, node_ids: list[int], values: torch.Tensor,
+                          weights: torch.Tensor) -> torch.Tensor:
+        """Aggregate the (n, m) float64 matrix of the accepted replies' non-trained arrays
+        (BatchNorm statistics, counters), already validated; ``weights`` are their float64 data
+        sizes. Default: the data-size weighted mean (FedAvg); the robust rules override it."""
+        return agg.buffer_mean(values, weights)
+
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        valid = self._without_errors(server_round, list(replies))
+        replies = list(replies)
         sent = self._sent.get(server_round)
         if sent is None:
             raise RuntimeError(f"aggregate_train for round {server_round} without configure_train")
+        account = RoundReplies(received=len(replies))
+        self.replies[server_round] = account
         self.last_rejected = {}
-        good: list[tuple[int, RecordDict, float]] = []
-        for msg in valid:
-            node = msg.metadata.src_node_id
-            reason, weight = self._check_reply(msg.content, sent)
-            if reason:
-                self.last_rejected[node] = reason
-                log(WARNING, "round %d: dropped reply of node %s: %s", server_round, node, reason)
-            else:
-                good.append((node, msg.content, weight))
-        # Replies arrive in completion order, which differs between engines and runs; a fixed
-        # order makes the floating-point sums (and so whole runs) reproducible.
-        good.sort(key=lambda g: (self.node_sort_key(g[0]), g[0]))
-        if not good:
-            log(WARNING, "round %d: no valid reply; the global model is kept", server_round)
-            self.last_weights = {}
-            return None, None
+        self.last_weights = {}
 
-        nodes = [g[0] for g in good]
-        weights = torch.tensor([g[2] for g in good], dtype=torch.float64)
+        def reject(node: int, reason: str) -> None:
+            account.rejections.append((node, reason))
+            self.last_rejected[node] = reason
+            log(WARNING, "round %d: dropped reply of %s: %s", server_round, self.who(node), reason)
+
+        failures = sum(msg.has_error() for msg in replies)
+        if replies:
+            log(INFO, "aggregate_train: received %s results and %s failures", len(replies) - failures, failures)
         keys = list(sent.keys())
         train_keys = self.trainable_keys(sent)
         base = {k: _tensor(sent[k]) for k in keys}
-        if train_keys:
-            updates = torch.stack([self._flat_update(g[1][self.arrayrecord_key], base, train_keys) for g in good])
-            delta, node_w = self.aggregate_updates(server_round, nodes, updates, weights.float())
-            if not torch.isfinite(delta).all():  # a rule must never produce a NaN model
-                log(WARNING, "round %d: aggregate is not finite; the global model is kept", server_round)
-                return None, None
-            total = node_w.sum()
-            node_w = node_w / total if total > 0 else node_w
-            self.last_weights = {n: float(w) for n, w in zip(nodes, node_w)}
+        good: list[tuple[int, RecordDict, float, torch.Tensor | None]] = []
+        seen: set[int] = set()
+        for msg in replies:  # arrival order: of two replies of one node, the first counts
+            node = msg.metadata.src_node_id
+            if node in seen:
+                reject(node, "a second reply of this node in the same round (only the first counts)")
+                continue
+            seen.add(node)
+            if msg.has_error():
+                reject(node, f"error reply ({msg.error.reason})")
+                continue
+            reason, weight = self._check_reply(msg.content, sent)
+            update = None
+            if reason is None and train_keys:
+                update = self._flat_update(msg.content[self.arrayrecord_key], base, train_keys)
+                if not bool(torch.isfinite(update).all()):
+                    reason = "its update (reply − sent arrays) overflows float32"
+            if reason:
+                reject(node, reason)
+            else:
+                good.append((node, msg.content, weight, update))
+        # Replies arrive in completion order, which differs between engines and runs; a fixed
+        # order makes the floating-point sums (and so whole runs) reproducible.
+        good.sort(key=lambda g: (self.node_sort_key(g[0]), g[0]))
+        account.accepted = [g[0] for g in good]
+        if not good:
+            log(WARNING, "round %d: no valid reply (%d received, %d rejected); the global model is kept",
+                server_round, account.received, len(account.rejections))
+            return None, None
+
+        nodes = [g[0] for g in good]
+        # Data sizes as float64, brought into float32's range by a power of two when a reply
+        # claims an absurd size (1e39): the ratios, and ordinary sizes themselves, are unchanged.
+        weights = agg.fit_weights(torch.tensor([g[2] for g in good], dtype=torch.float64), torch.float64)
+        self._round_weights = weights
         new: dict[str, torch.Tensor] = {}
-        offset = 0
-        p = weights / weights.sum()
-        for k in keys:
-            if k in train_keys:
-                size = base[k].numel()
-                new[k] = (base[k].double() + delta[offset:offset + size].double().reshape(base[k].shape)
-                          ).to(base[k].dtype)
-                offset += size
-            else:  # buffers: plain data-size weighted mean of the reported values
-                stacked = torch.stack([_tensor(g[1][self.arrayrecord_key][k]).double() for g in good])
-                mean = torch.tensordot(p, stacked, dims=1)
-                new[k] = (mean.round() if not base[k].is_floating_point() else mean).to(base[k].dtype)
+        try:
+            if train_keys:
+                updates = torch.stack([g[3] for g in good])
+                delta, node_w = self.aggregate_updates(server_round, nodes, updates, weights.float())
+                if not torch.isfinite(delta).all():  # a rule must never produce a NaN model
+                    log(WARNING, "round %d: aggregate is not finite; the global model is kept", server_round)
+                    return None, None
+                node_w = node_w.double()
+                total = node_w.sum()
+                node_w = node_w / total if total > 0 else node_w
+                self.last_weights = {n: float(w) for n, w in zip(nodes, node_w)}
+                offset = 0
+                for k in train_keys:
+                    size = base[k].numel()
+                    new[k] = (base[k].double() + delta[offset:offset + size].double().reshape(base[k].shape)
+                              ).to(base[k].dtype)
+                    offset += size
+            buffer_keys = [k for k in keys if k not in train_keys]
+            if buffer_keys:
+                values = torch.stack([torch.cat([_tensor(g[1][self.arrayrecord_key][k]).double().reshape(-1)
+                                                 for k in buffer_keys]) for g in good])
+                merged = self.aggregate_buffers(server_round, nodes, values, weights)
+                offset = 0
+                for k in buffer_keys:
+                    size = base[k].numel()
+                    piece = merged[offset:offset + size].reshape(base[k].shape)
+                    new[k] = (piece if base[k].is_floating_point() else piece.round()).to(base[k].dtype)
+                    offset += size
+        except (ValueError, ArithmeticError) as exc:  # a rule refusing its input must not end the run
+            log(WARNING, "round %d: aggregation failed (%s); the global model is kept", server_round, exc)
+            return None, None
+        if any(not bool(torch.isfinite(v).all()) for v in new.values() if v.is_floating_point()):
+            log(WARNING, "round %d: new model is not finite in its dtype; the global model is kept", server_round)
+            return None, None
         metrics = None
         try:
             metrics = self.train_metrics_aggr_fn([g[1] for g in good], self.weighted_by_key)
         except Exception as exc:  # noqa: BLE001 — metrics must not cost the round its model
             log(WARNING, "round %d: train metrics not aggregated: %s", server_round, exc)
-        return ArrayRecord(new), metrics
+        account.aggregated = True
+        return ArrayRecord({k: new[k] for k in keys}), metrics
 
     # ------------------------------------------------------------------ helpers
-    @staticmethod
-    def _without_errors(server_round: int, replies: list[Message]) -> list[Message]:
-        """The replies that carry content, in arrival order; error replies are logged and dropped."""
-        if not replies:
-            return []
-        valid = [msg for msg in replies if not msg.has_error()]
-        log(INFO, "aggregate_train: received %s results and %s failures", len(valid), len(replies) - len(valid))
-        for msg in replies:
-            if msg.has_error():
-                log(WARNING, "round %d: dropped error reply of node %s: %s", server_round,
-                    msg.metadata.src_node_id, msg.error.reason)
-        return valid
-
     def trainable_keys(self, sent: ArrayRecord) -> list[str]:
         """Names of the trained (floating, non-buffer) arrays, in record order."""
         return [k for k in sent.keys() if self._trainable(k, sent)]
@@ -292,7 +386,11 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
                 arr = a.numpy()
             except Exception as exc:  # noqa: BLE001 — undecodable bytes are a bad reply
                 return f"array '{k}' cannot be decoded ({exc})", 0.0
-            if np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
+            if not self._trainable(k, sent):
+                problem = agg.buffer_problem(k, arr)
+                if problem:
+                    return problem, 0.0
+            elif np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
                 return f"array '{k}' contains NaN or Inf", 0.0
         weight = None
         for mrec in content.metric_records.values():
@@ -301,8 +399,8 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
                 break
         if weight is None:
             return f"no '{self.weighted_by_key}' in its MetricRecord", 0.0
-        if isinstance(weight, list) or not np.isfinite(weight) or weight <= 0:
-            return f"invalid '{self.weighted_by_key}' = {weight!r}", 0.0
+        if isinstance(weight, (list, bool)) or not np.isfinite(weight) or weight <= 0:
+            return f"invalid '{self.weighted_by_key}' = {weight!r} (must be finite and > 0)", 0.0
         return None, float(weight)
 
 

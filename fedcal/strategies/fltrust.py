@@ -49,6 +49,9 @@ class FLTrust(UpdateAggregationStrategy):
         g0 = self._flat_update(trained, {k: _tensor(sent[k]) for k in keys}, keys)
         delta, trust = agg.fltrust(updates, g0)
         self.last_trust = {n: float(t) for n, t in zip(node_ids, trust)}
-        log(INFO, "FLTrust round %d trust scores: %s", server_round,
-            {n: round(t, 3) for n, t in self.last_trust.items()})
+        log(INFO, "FLTrust round %d trust scores (node/partition): %s", server_round, self.by_node(self.last_trust))
         return delta, trust
+
+    def aggregate_buffers(self, server_round, node_ids, values, weights):
+        """The coordinate-wise median of the accepted replies' buffers (robust to a minority)."""
+        return agg.buffer_median(values)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Unpack
 
 import torch
@@ -21,15 +21,21 @@ class FoolsGold(UpdateAggregationStrategy):
     ----------
     kappa : float (default 1.0)
         Confidence parameter of the logit step (> 0).
+    norm_bound : float or None (default 100.0)
+        Bounded influence: an update whose norm exceeds ``norm_bound`` × the round's median
+        update norm enters the aggregate scaled down to that norm (FoolsGold alone weighs by
+        similarity only, so a lone huge update would keep weight ≈ 1). None disables it.
+        Ordinary updates are far inside the bound and are aggregated unchanged.
     **options : StrategyOptions
         The shared arguments (Flower's FedAvg ones, seeded sampling, buffers), see the base.
     """
 
     def __init__(self, *,
                  kappa: float = 1.0,
+                 norm_bound: float | None = 100.0,
                  **options: Unpack[StrategyOptions]) -> None:
         super().__init__(**options)
-        self.rule = agg.FoolsGoldHistory(kappa=kappa)
+        self.rule = agg.FoolsGoldHistory(kappa=kappa, norm_bound=norm_bound)
 
     @property
     def kappa(self) -> float:
@@ -44,11 +50,22 @@ class FoolsGold(UpdateAggregationStrategy):
     def summary(self) -> None:
         """Log FoolsGold's settings, then the shared ones."""
         log(INFO, "\t├──> FoolsGold settings:")
-        log(INFO, "\t│\t└── kappa: %s", self.kappa)
+        log(INFO, "\t│\t├── kappa: %s", self.kappa)
+        log(INFO, "\t│\t└── norm bound: %s", "none" if self.rule.norm_bound is None
+            else f"{self.rule.norm_bound:g} × the median update norm")
         super().summary()
 
     def aggregate_updates(self, server_round, node_ids, updates, weights):
+        clip = self.rule.clip_factors(updates)
+        if clip is not None:
+            for i in torch.nonzero(clip < 1).flatten().tolist():
+                log(WARNING, "round %d: FoolsGold scales the update of %s down by %.3g (norm above %g × the "
+                    "median)", server_round, self.who(node_ids[i]), float(clip[i]), self.rule.norm_bound)
         delta, w = self.rule(node_ids, updates)
-        log(INFO, "FoolsGold round %d weights: %s", server_round,
-            {n: round(float(x), 3) for n, x in zip(node_ids, w)})
+        log(INFO, "FoolsGold round %d weights (node/partition): %s", server_round,
+            self.by_node(dict(zip(node_ids, w.tolist()))))
         return delta, w
+
+    def aggregate_buffers(self, server_round, node_ids, values, weights):
+        """The coordinate-wise median of the accepted replies' buffers (robust to a minority)."""
+        return agg.buffer_median(values)

@@ -41,3 +41,7 @@ class GeometricMedian(UpdateAggregationStrategy):
 
     def aggregate_updates(self, server_round, node_ids, updates, weights):
         return agg.geometric_median(updates, weights, max_iter=self.max_iter, tol=self.tol), weights
+
+    def aggregate_buffers(self, server_round, node_ids, values, weights):
+        """The coordinate-wise median of the accepted replies' buffers (robust to a minority)."""
+        return agg.buffer_median(values)

@@ -26,3 +26,7 @@ class Median(UpdateAggregationStrategy):
 
     def aggregate_updates(self, server_round, node_ids, updates, weights):
         return agg.coordinate_median(updates), torch.ones(updates.shape[0])
+
+    def aggregate_buffers(self, server_round, node_ids, values, weights):
+        """The coordinate-wise median of the accepted replies' buffers (robust to a minority)."""
+        return agg.buffer_median(values)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Unpack
 
 import torch
@@ -45,4 +45,11 @@ class MedianOfMeans(UpdateAggregationStrategy):
     def aggregate_updates(self, server_round, node_ids, updates, weights):
         g = torch.Generator().manual_seed(self.seed * 100003 + server_round)
         groups = max(1, min(self.num_groups, updates.shape[0]))
+        if groups < self.num_groups:
+            log(WARNING, "round %d: MedianOfMeans: %d replies for %d groups; %d groups this round",
+                server_round, updates.shape[0], self.num_groups, groups)
         return agg.median_of_means(updates, groups, generator=g), torch.ones(updates.shape[0])
+
+    def aggregate_buffers(self, server_round, node_ids, values, weights):
+        """The coordinate-wise median of the accepted replies' buffers (robust to a minority)."""
+        return agg.buffer_median(values)

@@ -51,6 +51,7 @@ def strategy_from_config(
     cfg: RunConfig,
     *,
     node_sort_key: Callable[[int], Any] | None = None,
+    node_label: Callable[[int], Any] | None = None,
     root_train_fn: Callable[[ArrayRecord, int], ArrayRecord] | None = None,
 ) -> UpdateAggregationStrategy:
     """The strategy ``cfg.strategy`` configured from the run config.
@@ -59,7 +60,8 @@ def strategy_from_config(
     ``sampling_seed = seed`` over the nodes ordered by ``node_sort_key``; federated evaluation
     is off (the global model is evaluated centrally). ``krum-f``/``krum-m`` (0 → n − f),
     ``trim-f``, ``mom-groups`` (grouping seeded by ``seed``) and ``foolsgold-kappa`` set the
-    rule's parameters; FLTrust needs ``root_train_fn``.
+    rule's parameters; FLTrust needs ``root_train_fn``. ``node_label`` (node id → partition
+    id) names each node's client in every warning and rejection.
     """
     try:
         cls = STRATEGIES[cfg.strategy]
@@ -79,5 +81,6 @@ def strategy_from_config(
         weighted_by_key="num-examples",
         sampling_seed=cfg.seed,
         node_sort_key=node_sort_key,
+        node_label=node_label,
         **kwargs,
     )

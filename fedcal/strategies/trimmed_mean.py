@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Unpack
 
 import torch
@@ -43,4 +43,11 @@ class TrimmedMean(UpdateAggregationStrategy):
 
     def aggregate_updates(self, server_round, node_ids, updates, weights):
         f = agg.trim_for(updates.shape[0], self.f)
+        if f < self.f:
+            log(WARNING, "round %d: TrimmedMean: %d replies cannot lose %d per side; f = %d this round",
+                server_round, updates.shape[0], self.f, f)
         return agg.trimmed_mean(updates, f), torch.ones(updates.shape[0])
+
+    def aggregate_buffers(self, server_round, node_ids, values, weights):
+        """The same coordinate-wise trimmed mean (same f) of the accepted replies' buffers."""
+        return agg.trimmed_mean(values, agg.trim_for(values.shape[0], self.f))

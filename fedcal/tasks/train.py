@@ -5,7 +5,10 @@ aggregated by any strategy of :mod:`fedcal.strategies`.
 Server side: the configured strategy runs ``num-rounds`` rounds through Flower's strategy API
 with clients chosen reproducibly per (seed, round), and the global model is evaluated
 centrally on the test set (SPEC §1 metrics) every ``eval-every`` rounds; each round's metrics
-are appended to the run store as soon as they exist. Client side: one ``train`` handler for
+are appended to the run store as soon as they exist, with the round's reply accounting
+(``replies_received``, ``replies_accepted``, ``replies_rejected`` for every round ≥ 1) and the
+reasons in ``rejections.csv`` (round, node_id, partition_id, reason). A run in which no round
+aggregated anything raises at its end instead of writing ``DONE``. Client side: one ``train`` handler for
 every client, benign or malicious — what it does is chosen from the run config and its client
 id (:func:`fedcal.attacks.behaviour_for`). Report: :func:`fedcal.reports.write_report`.
 """
@@ -39,6 +42,12 @@ from fedcal.train import predict_logits, resolve_device
 
 
 # ---------------------------------------------------------------------------------- server side
+#: the table of every rejected reply of a run: round, node id, the client's partition id (−1 when
+#: unknown), reason
+REJECTIONS_FILE = "rejections.csv"
+REJECTION_COLUMNS = ["round", "node_id", "partition_id", "reason"]
+
+
 def root_train_fn_for(cfg: RunConfig, ds, device: torch.device) -> Callable[[ArrayRecord, int], ArrayRecord]:
     """FLTrust's server update: the benign local procedure (same E, B, β) on a seeded root
     set of ``root-size`` samples drawn from the training data."""
@@ -67,9 +76,22 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
         cfg.num_attackers, cfg.num_clients, sorted(attackers_of(cfg)))
     root_fn = root_train_fn_for(cfg, ds, device) if cfg.strategy == "fltrust" else None
     strategy = strategy_from_config(cfg, node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
-                                    root_train_fn=root_fn)
+                                    node_label=node_to_client.get, root_train_fn=root_fn)
     rows: list[dict[str, float]] = []
+    rejections: list[dict] = []
     clock = [time.perf_counter()]
+
+    def record_replies(server_round: int, metrics: dict[str, float]) -> None:
+        """The round's reply accounting into its metrics, its rejections into rejections.csv."""
+        account = strategy.replies.get(server_round)
+        metrics["replies_received"] = account.received if account else 0
+        metrics["replies_accepted"] = len(account.accepted) if account else 0
+        metrics["replies_rejected"] = len(account.rejections) if account else 0
+        for node, reason in account.rejections if account else ():
+            part = node_to_client.get(node)
+            rejections.append({"round": server_round, "node_id": node,
+                               "partition_id": -1 if part is None else part, "reason": reason})
+        store.write_table(REJECTIONS_FILE, pd.DataFrame(rejections, columns=REJECTION_COLUMNS))
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         metrics: dict[str, float] = {}
@@ -87,6 +109,8 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
         now = time.perf_counter()
         metrics["round_seconds"] = now - clock[0]  # whole round: train, aggregate, evaluate
         clock[0] = now
+        if server_round >= 1:  # evaluate_fn runs after the round's aggregate_train
+            record_replies(server_round, metrics)
         store.log_round(server_round, metrics)
         rows.append({"round": server_round, **metrics})
         if server_round == cfg.num_rounds and logits is not None:
@@ -104,6 +128,11 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
         train_config=config_record(cfg),
         evaluate_fn=evaluate_fn,
     )
+    if cfg.num_rounds >= 1 and strategy.rounds_aggregated == 0:
+        raise RuntimeError(
+            f"run {store.dir.name}: no round aggregated anything ({len(rejections)} replies rejected in "
+            f"{cfg.num_rounds} round(s), reasons in {REJECTIONS_FILE}); the model is untrained and the run is "
+            "not marked DONE")
     final = result.arrays if result.arrays is not None else initial  # no round aggregated: still initial
     store.save_model(final.to_torch_state_dict())
     store.finish()
