@@ -23,8 +23,12 @@ def test_simulation_records_every_round(tmp_path):
     run_dir = simulate(cfg, progress=False)
     df = load_metrics(run_dir)
     assert sorted(df["round"].unique()) == [0, 1, 2, 3]
-    for r in range(4):
-        assert set(df[df["round"] == r]["metric"]) == METRICS
+    replies = {"replies_received", "replies_accepted", "replies_rejected"}
+    for r in range(4):  # rounds after the first also account for the replies they aggregated
+        assert set(df[df["round"] == r]["metric"]) == METRICS | (replies if r else set())
+    counts = df[df.metric.isin(replies)].pivot(index="round", columns="metric", values="value")
+    assert (counts["replies_received"] == cfg.clients_per_round).all()
+    assert (counts["replies_accepted"] == cfg.clients_per_round).all() and (counts["replies_rejected"] == 0).all()
     acc = df[df.metric == "accuracy"].set_index("round")["value"]
     assert acc[3] > acc[0]  # the federation learns something
     rel = pd.read_csv(run_dir / "reliability.csv")
