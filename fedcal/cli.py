@@ -416,8 +416,10 @@ class _OneLine(logging.Handler):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one ``fedcal`` command; its exit code (2: bad config or input — including a reused
-    run-name and a report with no finished run —, 130: interrupted)."""
+    """Run one ``fedcal`` command; its exit code (1: a run failed, 2: bad config or input —
+    including a reused run-name and a report with no finished run —, 130: interrupted)."""
+    from fedcal.results import RunFailed  # the run store (pandas) loads only with a command
+
     logger = logging.getLogger("fedcal")
     handler = _OneLine(logging.WARNING)
     logger.addHandler(handler)
@@ -427,6 +429,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError) as exc:  # bad config, or a run dir without its (final) files
         print(f"fedcal: error: {exc}", file=sys.stderr)
         return 2
+    except RunFailed as exc:  # the run ended without a result; what it logged stays in its run store
+        print(f"fedcal: run failed: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; finished rounds are in the run store
         print("fedcal: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -56,6 +56,12 @@ class RunNameConflict(ConfigError):
     there would overwrite it. The message names the directory and the keys that differ."""
 
 
+class RunFailed(RuntimeError):
+    """A run ended without a result worth marking finished (e.g. no round aggregated anything,
+    or the engine stopped before the task finished). Its run store keeps what it logged; the
+    command prints this as one line."""
+
+
 class UnfinishedRunError(FileNotFoundError):
     """A run's final results were asked for, but the run is unfinished (no ``DONE`` matching its
     config hash): its final model and final metrics do not exist."""
@@ -86,7 +92,7 @@ class RunStore:
         (:class:`RunNameConflict`), never overwritten."""
         self.check()
         if self.dir.exists():
-            for name in (METRICS_FILE, "reliability.csv", DONE_FILE, CONFIG_FILE, MODEL_FILE):
+            for name in (METRICS_FILE, "reliability.csv", "rejections.csv", DONE_FILE, CONFIG_FILE, MODEL_FILE):
                 (self.dir / name).unlink(missing_ok=True)
         self.dir.mkdir(parents=True, exist_ok=True)
         _atomic_write(self.dir / CONFIG_FILE, json.dumps(

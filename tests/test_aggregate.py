@@ -760,6 +760,27 @@ def test_fltrust_huge_update_has_bounded_influence():
     assert torch.allclose(trust[:6], ref, atol=1e-5)
 
 
+def test_foolsgold_norm_bound_needs_a_meaningful_median():
+    """The bound is norm_bound × the true median norm, and only with 3+ updates and a median
+    above 0: otherwise one client (or two) could shrink the honest update."""
+    tiny = torch.full((1, 4), -1e-9)
+    pair = torch.cat([torch.full((1, 4), 0.01), tiny])
+    agg, _ = A.FoolsGoldHistory(norm_bound=100.0)(["a", "b"], pair)
+    plain, _ = A.FoolsGoldHistory(norm_bound=None)(["a", "b"], pair)
+    assert torch.equal(agg, plain)  # n = 2: no clipping
+    mostly_zero = torch.cat([torch.zeros(3, 4), torch.full((2, 4), 0.01)])
+    ids = list("abcde")
+    agg, _ = A.FoolsGoldHistory(norm_bound=100.0)(ids, mostly_zero)
+    plain, _ = A.FoolsGoldHistory(norm_bound=None)(ids, mostly_zero)
+    assert torch.equal(agg, plain)  # median norm 0: nothing to measure against
+    # an even n uses the true median (mean of the two middle norms), not the lower one
+    norms = torch.tensor([1.0, 1.0, 3.0, 3.0])
+    rows = norms[:, None] * torch.tensor([[1.0, 0.0]])
+    rows[3] = torch.tensor([0.0, 250.0])  # norm 250 > 100 × 2 (true median 2), < 100 × 3
+    clip = A.FoolsGoldHistory(norm_bound=100.0).clip_factors(rows)
+    assert clip is not None and float(clip[3]) == pytest.approx(200.0 / 250.0) and (clip[:3] == 1).all()
+
+
 def test_foolsgold_huge_update_finite_weights_and_norm_bound():
     honest, x = _honest_and_huge()
     ids = list(range(7))
@@ -812,6 +833,9 @@ def test_buffer_validation_and_aggregation():
     assert A.buffer_problem("bn.running_mean", np.array([-3.0], dtype=np.float32)) is None  # means may be < 0
     assert "counter" in A.buffer_problem("bn.num_batches_tracked", np.array(-1, dtype=np.int64))
     assert A.buffer_problem("bn.num_batches_tracked", np.array(7, dtype=np.int64)) is None
+    assert A.buffer_problem("bn.num_batches_tracked", np.array(2**53, dtype=np.int64)) is None
+    # near 2**63 a merged counter would wrap to a negative value and stall every later round
+    assert "2**53" in A.buffer_problem("bn.num_batches_tracked", np.array(2**63 - 1, dtype=np.int64))
     values = torch.tensor([[1.0, 0.1], [1.1, 0.2], [0.9, 0.0], [1e30, 1e30]], dtype=torch.float64)
     assert torch.allclose(A.buffer_median(values), torch.tensor([1.05, 0.15], dtype=torch.float64))
     w = torch.tensor([1.0, 1.0, 2.0, 0.0], dtype=torch.float64)

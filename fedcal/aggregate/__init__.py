@@ -36,7 +36,11 @@ one far point — instead of turning them into inf/NaN: MultiKrum's distances ar
 on the coordinate median when one row dwarfs the rest), the geometric median, FLTrust and
 FoolsGold switch to a float64 computation on rescaled rows where squares could overflow, and the
 means, medians and group means take a rescaled sum where theirs would overflow. Those fallbacks
-are taken only where the plain formula would overflow, so ordinary inputs give the same bits.
+are taken only where the plain formula would overflow, so ordinary inputs give the same bits,
+with two deliberate exceptions: MultiKrum centres on the coordinate median (instead of the
+mean) when one row is over 2^20 times the typical one, and FoolsGold's ``norm_bound`` scales
+down an update over 100 × the round's median norm (bounded influence, a fedcal addition; e.g.
+the noise-injection baseline at σ = 0.1 is clipped by it).
 """
 
 from __future__ import annotations

@@ -23,12 +23,16 @@ from .median import coordinate_median
 VARIANCE_MARKERS = ("running_var",)
 
 
+COUNTER_MAX = 2**53  # largest counter a float64 mean represents exactly
+
+
 def buffer_problem(name: str, values: np.ndarray) -> str | None:
     """Why the reported value of the non-trained array ``name`` is invalid, or None.
 
     Floating arrays must be finite, and a variance statistic (a name ending in
     ``running_var``) non-negative; integer arrays (counters such as ``num_batches_tracked``)
-    must be non-negative.
+    must be non-negative and at most 2**53 (above it float64 averaging is no longer exact, and a
+    value near 2**63 would wrap to a negative counter once merged).
     """
     values = np.asarray(values)
     if np.issubdtype(values.dtype, np.floating):
@@ -36,8 +40,11 @@ def buffer_problem(name: str, values: np.ndarray) -> str | None:
             return f"buffer '{name}' contains NaN or Inf"
         if name.endswith(VARIANCE_MARKERS) and values.size and float(values.min()) < 0:
             return f"buffer '{name}' is a variance but has negative values (min {float(values.min()):.3g})"
-    elif np.issubdtype(values.dtype, np.integer) and values.size and int(values.min()) < 0:
-        return f"buffer '{name}' is a counter but has negative values (min {int(values.min())})"
+    elif np.issubdtype(values.dtype, np.integer) and values.size:
+        if int(values.min()) < 0:
+            return f"buffer '{name}' is a counter but has negative values (min {int(values.min())})"
+        if int(values.max()) > COUNTER_MAX:
+            return f"buffer '{name}' is a counter above 2**53 (max {int(values.max())})"
     return None
 
 

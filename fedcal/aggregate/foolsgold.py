@@ -9,6 +9,7 @@ from collections.abc import Hashable, Sequence
 import torch
 
 from ._checks import _check_updates, _check_weights
+from .median import true_median
 from .numerics import may_overflow_squares, rows_unit_scaled64
 
 
@@ -150,14 +151,19 @@ class FoolsGoldHistory:
         return (p @ updates.double()).to(updates.dtype), w
 
     def clip_factors(self, updates: torch.Tensor) -> torch.Tensor | None:
-        """c_k = min(1, B / ‖Δ_k‖) with B = ``norm_bound`` × the median update norm of the round
-        (float64, overflow-free norms), or None when no update exceeds B (or no bound is set):
-        then nothing is clipped and the aggregate is the plain weighted sum."""
-        if self.norm_bound is None or updates.shape[0] < 2:
+        """c_k = min(1, B / ‖Δ_k‖) with B = ``norm_bound`` × the (true) median update norm of the
+        round (float64, overflow-free norms), or None when no update exceeds B, no bound is set,
+        fewer than 3 updates arrived or the median norm is 0: a median of two, or of mostly zero
+        updates, says nothing about a typical update, and clipping against it would let one
+        client shrink the honest ones. Then nothing is clipped (the plain weighted sum)."""
+        if self.norm_bound is None or updates.shape[0] < 3:
             return None
         top = updates.detach().abs().amax(dim=1).double()
         norms = torch.linalg.vector_norm(rows_unit_scaled64(updates.detach()), dim=1) * top
-        bound = self.norm_bound * float(norms.median())
+        typical = float(true_median(norms, dim=0))
+        if not typical > 0:
+            return None
+        bound = self.norm_bound * typical
         if not bool((norms > bound).any()):
             return None
         return torch.where(norms > bound, bound / norms, 1.0)

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
-from fedcal.results import RunStore, run_dir_for
+from fedcal.results import RunFailed, RunStore, run_dir_for
 
 
 @contextlib.contextmanager
@@ -102,5 +102,5 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
         bar.close()
     if not RunStore(run_dir, cfg).is_done():
         what = "its task" if rounds is None else f"{rounds} rounds"
-        raise RuntimeError(f"simulation ended before finishing {what}; partial results in {run_dir}")
+        raise RunFailed(f"simulation ended before finishing {what}; partial results in {run_dir}")
     return run_dir

@@ -131,7 +131,9 @@ class _FileSnapshot:
     """What existed at and under ``root`` before a load, so that a failed load can remove exactly
     what it created: the topmost missing ancestor of ``root`` (with everything in it) if ``root``
     did not exist, else every new file or folder under ``root``. Paths that existed are kept,
-    whatever the load wrote into them."""
+    whatever the load wrote into them. Not safe against two processes downloading into the same
+    new ``data-dir`` at once (parallel sweep cells): one's clean-up may remove the other's
+    partial download, which then fails the same way and is retried by the next run."""
 
     def __init__(self, root: Path):
         self.root = Path(root).absolute()

@@ -17,6 +17,10 @@ that overflows float32, a missing or invalid weight, a second reply of the same 
 dropped with a warning naming the node, its partition id (``node_label``) and the reason; the
 round continues with the rest, and when nothing valid remains the global model is kept. Every
 round's accounting (received, accepted, rejected with reasons) is kept in :attr:`replies`.
+
+This covers *train* replies. Federated evaluation (``configure_evaluate`` /
+``aggregate_evaluate``) is Flower's FedAvg's own: fedcal evaluates centrally
+(``fraction_evaluate=0``); a project that turns it on gets Flower's reply checks there.
 """
 
 from __future__ import annotations
@@ -201,7 +205,8 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
 
     def by_node(self, values: dict[int, float], digits: int = 3) -> dict[str, float]:
         """``{node: value}`` keyed ``"<node id>/p<partition>"`` for the strategies' INFO logs."""
-        return {f"{n}/p{self.label(n)}": round(float(v), digits) for n, v in values.items()}
+        return {f"{n}/p{'?' if self.label(n) is None else self.label(n)}": round(float(v), digits)
+                for n, v in values.items()}
 
     def summary(self) -> None:
         """Log the strategy's settings (called by ``start``): fedcal's, then Flower's FedAvg's."""
@@ -313,7 +318,10 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         try:
             if train_keys:
                 updates = torch.stack([g[3] for g in good])
-                delta, node_w = self.aggregate_updates(server_round, nodes, updates, weights.float())
+                try:
+                    delta, node_w = self.aggregate_updates(server_round, nodes, updates, weights.float())
+                finally:
+                    self._round_weights = None  # this round's float64 sizes are not the next call's
                 if not torch.isfinite(delta).all():  # a rule must never produce a NaN model
                     log(WARNING, "round %d: aggregate is not finite; the global model is kept", server_round)
                     return None, None

@@ -58,7 +58,7 @@ class MultiKrum(UpdateAggregationStrategy):
         self._selected = None
         if n < 3:
             log(WARNING, "round %d: MultiKrum needs 3 valid replies, got %d (%s): applying their "
-                "coordinate-wise median instead", server_round, n, ", ".join(self.who(x) for x in node_ids))
+                "coordinate-wise median instead (with 2 replies: their mean, no protection)", server_round, n, ", ".join(self.who(x) for x in node_ids))
             return agg.coordinate_median(updates), torch.ones(n)
         f, m = agg.multikrum_params(n, self.f, self.m)
         selected = agg.multikrum_select(updates, f, m)

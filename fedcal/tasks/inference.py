@@ -84,10 +84,10 @@ def collect_probits(grid: Grid, cfg: RunConfig, clients_per_answer: list[int],
         raise RuntimeError("no node reported its partition id; is fedcal.app.client:app the ClientApp?")
     train_msgs = [Message(content=RecordDict({"config": config_record(cfg)}), message_type="train.local", dst_node_id=n)
                   for n in node_to_client]
-    failed = [r.metadata.src_node_id for r in grid.send_and_receive(train_msgs, timeout=cfg.inf_timeout)
-              if r.has_error()]
-    if failed:
-        log(WARNING, "%d nodes failed to train their local model; they will not answer queries", len(failed))
+    failed = [r for r in grid.send_and_receive(train_msgs, timeout=cfg.inf_timeout) if r.has_error()]
+    for r in failed:
+        log(WARNING, "node %s (partition %s) failed to train its local model; it will not answer queries: %s",
+            r.metadata.src_node_id, node_to_client.get(r.metadata.src_node_id, "unknown"), r.error.reason)
     clients = sorted(node_to_client.values())
     col = {c: j for j, c in enumerate(clients)}
 
@@ -158,7 +158,8 @@ def run_inference(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None
     The clients' probits are saved (``probits.pt``) as soon as they are collected: a run
     interrupted later resumes from them without retraining or re-querying the clients, and a
     run in the same output directory that differs only in aggregator or attack settings copies
-    them instead of collecting its own.
+    them instead of collecting its own. ``progress`` is part of every task's signature; this
+    task has no rounds to report.
     """
     if cfg.task != "inference":
         raise ValueError(f"run_inference needs task = 'inference', got {cfg.task!r}")

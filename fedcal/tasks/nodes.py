@@ -50,7 +50,10 @@ def discover_clients(grid: Grid, expected: int, timeout: float = 600.0) -> dict[
         if reply.has_error():
             log(WARNING, "node %s did not report its identity: %s", node, reply.error.reason)
             continue
-        mapping[node] = int(reply.content["identity"]["partition-id"])
+        try:
+            mapping[node] = int(reply.content["identity"]["partition-id"])
+        except (KeyError, TypeError, ValueError) as exc:  # a malformed handshake: leave the node out
+            log(WARNING, "node %s sent a malformed identity reply (%r); it is left out", node, exc)
     dupes = len(mapping) - len(set(mapping.values()))
     if dupes:
         raise ValueError(f"{dupes} nodes share a partition id; give each node its own 'partition-id'")

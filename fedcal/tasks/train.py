@@ -35,7 +35,7 @@ from fedcal.data import client_data, load_dataset
 from fedcal.metrics import METRIC_KEYS, calibration_metrics, reliability_bins
 from fedcal.models import build_model
 from fedcal.reports import write_report
-from fedcal.results import RunStore, run_dir_for
+from fedcal.results import RunFailed, RunStore, run_dir_for
 from fedcal.strategies import strategy_from_config
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.train import predict_logits, resolve_device
@@ -129,12 +129,11 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
         evaluate_fn=evaluate_fn,
     )
     if cfg.num_rounds >= 1 and strategy.rounds_aggregated == 0:
-        raise RuntimeError(
+        raise RunFailed(
             f"run {store.dir.name}: no round aggregated anything ({len(rejections)} replies rejected in "
             f"{cfg.num_rounds} round(s), reasons in {REJECTIONS_FILE}); the model is untrained and the run is "
             "not marked DONE")
-    final = result.arrays if result.arrays is not None else initial  # no round aggregated: still initial
-    store.save_model(final.to_torch_state_dict())
+    store.save_model(result.arrays.to_torch_state_dict())  # some round aggregated (checked above)
     store.finish()
     return pd.DataFrame(rows)
 
