@@ -221,21 +221,14 @@ def check_run_dir(run_dir: str | os.PathLike[str], cfg: RunConfig) -> None:
     before a config key was renamed still matches); the stored hash is used when the stored
     config no longer parses.
     """
-    path = Path(run_dir) / CONFIG_FILE
-    if not path.exists():
+    if not (Path(run_dir) / CONFIG_FILE).exists():
         return
     want = config_hash(cfg)
     try:
-        stored = json.loads(path.read_text())
-        raw = stored["config"]
+        other, have = _stored_identity(Path(run_dir))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise RunNameConflict(f"run directory {str(run_dir)!r} has an unreadable {CONFIG_FILE} ({exc}): it is not "
                               f"overwritten; remove it or choose another 'run-name'") from None
-    try:
-        other: RunConfig | None = RunConfig.from_flower(raw)
-        have = config_hash(other)
-    except (ConfigError, TypeError):
-        other, have = None, str(stored.get("config_hash", ""))
     if have == want:
         return
     diff: list[str] = []
@@ -273,37 +266,50 @@ class RunStatus(NamedTuple):
         return f"{self.run_dir}: unfinished ({self.why}; {got})"
 
 
+def _stored_identity(run_dir: Path) -> tuple[RunConfig | None, str | None]:
+    """(config, hash) of the run stored in ``run_dir``: the hash recomputed from the keys of its
+    ``config.json`` (so a directory written before a key was renamed still matches), or the
+    stored hash, with no config, when that config no longer parses. Raises OSError/ValueError/
+    KeyError/TypeError when ``config.json`` is missing or unreadable."""
+    stored = load_run_config(run_dir)
+    raw = stored["config"]
+    try:
+        cfg = RunConfig.from_flower(raw)
+        return cfg, config_hash(cfg)
+    except (ConfigError, TypeError):
+        return None, str(stored.get("config_hash", "")) or None
+
+
+def _done_state(run_dir: Path) -> tuple[RunConfig | None, str]:
+    """(stored config or None, why the run is unfinished — "" when it is finished)."""
+    try:
+        cfg, want = _stored_identity(run_dir)
+    except FileNotFoundError:
+        return None, f"not started (no {CONFIG_FILE})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, f"unreadable {CONFIG_FILE}"
+    done = run_dir / DONE_FILE
+    marker = done.read_text().strip() if done.exists() else None
+    if marker is not None and want is not None and marker == want:
+        return cfg, ""
+    return cfg, "no DONE marker" if marker is None else "its DONE marker belongs to another config"
+
+
 def run_status(run_dir: str | os.PathLike[str]) -> RunStatus:
     """Is ``run_dir`` a finished run (a ``DONE`` equal to the hash of the config in its
     ``config.json``; the stored hash when that config no longer parses)? And if not, how far did
     it get (its last logged round)."""
     d = Path(run_dir)
-    num_rounds: int | None = None
-    want = None
-    try:
-        stored = load_run_config(d)
-        raw = stored["config"]
-    except FileNotFoundError:
-        return RunStatus(d, False, None, None, f"not started (no {CONFIG_FILE})")
-    except (OSError, ValueError, KeyError, TypeError):
-        return RunStatus(d, False, _last_round(d), None, f"unreadable {CONFIG_FILE}")
-    try:
-        cfg = RunConfig.from_flower(raw)
-        want = config_hash(cfg)
-        num_rounds = cfg.num_rounds if cfg.task == "train" else None
-    except (ConfigError, TypeError):
-        want = str(stored.get("config_hash", "")) or None
-    done = d / DONE_FILE
-    marker = done.read_text().strip() if done.exists() else None
-    if marker is not None and want is not None and marker == want:
-        return RunStatus(d, True, _last_round(d), num_rounds, "")
-    why = "no DONE marker" if marker is None else "its DONE marker belongs to another config"
-    return RunStatus(d, False, _last_round(d), num_rounds, why)
+    cfg, why = _done_state(d)
+    num_rounds = cfg.num_rounds if cfg is not None and cfg.task == "train" else None
+    last = None if why.startswith("not started") else _last_round(d)
+    return RunStatus(d, not why, last, num_rounds, why)
 
 
 def is_finished(run_dir: str | os.PathLike[str]) -> bool:
-    """Whether ``run_dir`` holds a finished run (:func:`run_status`)."""
-    return run_status(run_dir).finished
+    """Whether ``run_dir`` holds a finished run (:func:`run_status`), without reading its
+    metrics (readers that hold them already need not read them twice)."""
+    return not _done_state(Path(run_dir))[1]
 
 
 def _last_round(run_dir: Path) -> int | None:
