@@ -47,6 +47,7 @@ METRICS_FILE = "metrics.csv"
 MODEL_FILE = "model.pt"
 CONFIG_FILE = "config.json"
 DONE_FILE = "DONE"
+REJECTIONS_FILE = "rejections.csv"  # every reply a strategy rejected (written by the train task)
 COLUMNS = ("run_id", "round", "metric", "value", "config_hash")
 FINISHED = "finished"  # the column of load_metrics that flags the rows of finished runs
 
@@ -92,7 +93,7 @@ class RunStore:
         (:class:`RunNameConflict`), never overwritten."""
         self.check()
         if self.dir.exists():
-            for name in (METRICS_FILE, "reliability.csv", "rejections.csv", DONE_FILE, CONFIG_FILE, MODEL_FILE):
+            for name in (METRICS_FILE, "reliability.csv", REJECTIONS_FILE, DONE_FILE, CONFIG_FILE, MODEL_FILE):
                 (self.dir / name).unlink(missing_ok=True)
         self.dir.mkdir(parents=True, exist_ok=True)
         _atomic_write(self.dir / CONFIG_FILE, json.dumps(

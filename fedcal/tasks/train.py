@@ -35,16 +35,15 @@ from fedcal.data import client_data, load_dataset
 from fedcal.metrics import METRIC_KEYS, calibration_metrics, reliability_bins
 from fedcal.models import build_model
 from fedcal.reports import write_report
-from fedcal.results import RunFailed, RunStore, run_dir_for
+from fedcal.results import REJECTIONS_FILE, RunFailed, RunStore, run_dir_for
 from fedcal.strategies import strategy_from_config
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.train import predict_logits, resolve_device
 
 
 # ---------------------------------------------------------------------------------- server side
-#: the table of every rejected reply of a run: round, node id, the client's partition id (−1 when
+#: the columns of the run's REJECTIONS_FILE: round, node id, the client's partition id (−1 when
 #: unknown), reason
-REJECTIONS_FILE = "rejections.csv"
 REJECTION_COLUMNS = ["round", "node_id", "partition_id", "reason"]
 
 
@@ -91,7 +90,9 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
             part = node_to_client.get(node)
             rejections.append({"round": server_round, "node_id": node,
                                "partition_id": -1 if part is None else part, "reason": reason})
-        store.write_table(REJECTIONS_FILE, pd.DataFrame(rejections, columns=REJECTION_COLUMNS))
+        if server_round == 1 or (account and account.rejections):  # the table exists from round 1;
+            # it is rewritten only when it grew (most rounds of most runs reject nothing)
+            store.write_table(REJECTIONS_FILE, pd.DataFrame(rejections, columns=REJECTION_COLUMNS))
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         metrics: dict[str, float] = {}
