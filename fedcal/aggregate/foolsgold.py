@@ -98,6 +98,8 @@ class FoolsGoldHistory:
         self.eps = float(eps)
         self.tol = tol
         self.history: dict[Hashable, torch.Tensor] = {}
+        #: the clip factors the last call applied (None: nothing was clipped), for logging
+        self.last_clip: torch.Tensor | None = None
 
     def reset(self) -> None:
         """Forget every client's history."""
@@ -138,12 +140,13 @@ class FoolsGoldHistory:
             raise ValueError(f"got {len(client_ids)} client ids for {updates.shape[0]} updates")
         if len(set(client_ids)) != len(client_ids):
             raise ValueError("client ids must be unique within a round")
+        self.last_clip = None
         w = self.weights(self._update_history(client_ids, updates)).to(updates.dtype)
         coef = w if weights is None else w * weights
         total = coef.sum()
         if not bool(total > 0):
             return torch.zeros(updates.shape[1], dtype=updates.dtype, device=updates.device), w
-        clip = self.clip_factors(updates)
+        clip = self.last_clip = self.clip_factors(updates)
         if clip is None:
             return (coef / total) @ updates, w
         # Σ w_k c_k Δ_k / Σ w_k with c_k = min(1, B / ‖Δ_k‖), in float64 (c_k can be ~1e-30).

@@ -56,12 +56,12 @@ class FoolsGold(UpdateAggregationStrategy):
         super().summary()
 
     def aggregate_updates(self, server_round, node_ids, updates, weights):
-        clip = self.rule.clip_factors(updates)
+        delta, w = self.rule(node_ids, updates)
+        clip = self.rule.last_clip  # the factors the rule applied: computed once, logged here
         if clip is not None:
             for i in torch.nonzero(clip < 1).flatten().tolist():
                 log(WARNING, "round %d: FoolsGold scales the update of %s down by %.3g (norm above %g × the "
                     "median)", server_round, self.who(node_ids[i]), float(clip[i]), self.rule.norm_bound)
-        delta, w = self.rule(node_ids, updates)
         log(INFO, "FoolsGold round %d weights (node/partition): %s", server_round,
             self.by_node(dict(zip(node_ids, w.tolist()))))
         return delta, w
