@@ -120,8 +120,7 @@ def _check_run_dirs(configs: Sequence[RunConfig]) -> None:
 def _simulate(args: argparse.Namespace):
     from fedcal.app.engine import simulate
 
-    def run(cfg: RunConfig):
-        _check_run_dirs([cfg])
+    def run(cfg: RunConfig):  # simulate refuses a run-name reused for another config itself
         return simulate(cfg, progress=not args.no_progress, verbose=args.verbose, force=args.force,
                         desc="benign" if cfg.attack == "none" else f"{cfg.attack} τ={cfg.tau:g}")
 
@@ -146,13 +145,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _tau_report(args: argparse.Namespace, base: RunConfig, taus: list[float], out: Path, title: str,
                 strategies: list[str] | None = None) -> int:
-    from fedcal.reports import run_tau_comparison
+    from fedcal.reports import run_tau_comparison, tau_configs
 
+    configs = tau_configs(base, taus, strategies)
+    _check_run_dirs(configs)  # every cell, before the first one runs
     if getattr(args, "jobs", 0) > 1:  # run the cells in parallel first; the report then skips them
         from fedcal.app.sweep import run_sweep
-        from fedcal.reports import tau_configs
 
-        run_sweep(tau_configs(base, taus, strategies), jobs=args.jobs, progress=not args.no_progress)
+        run_sweep(configs, jobs=args.jobs, progress=not args.no_progress)
     table = run_tau_comparison(base, taus, out, _simulate(args), title, strategies)
     print()
     print((out / "table.md").read_text())

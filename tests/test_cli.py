@@ -139,7 +139,8 @@ def test_a_reused_run_name_fails_in_one_line_before_anything_runs(tmp_path, monk
     store.finish()
     files = {p.name: p.read_bytes() for p in store.dir.iterdir()}
     ran = []
-    monkeypatch.setattr("fedcal.app.engine.simulate", lambda cfg, **kw: ran.append(cfg))
+    # the engine's first step after the check: building the task's ServerApp
+    monkeypatch.setattr("fedcal.app.server.server_app_for", lambda cfg, *a, **kw: ran.append(cfg))
     for force in ([], ["--force"]):
         argv = ["run", "dataset=synthetic", "run-name=x", "tau=0.2", f'output-dir="{tmp_path}"', *force]
         assert cli.main(argv) == 2

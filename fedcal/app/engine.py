@@ -66,7 +66,9 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
     from fedcal.tasks import get_task
 
     run_dir = run_dir_for(cfg)
-    if not force and RunStore(run_dir, cfg).is_done():
+    store = RunStore(run_dir, cfg)
+    store.check()  # a run-name reused for another config: refused before Ray starts, even with force
+    if not force and store.is_done():
         if progress:
             tqdm.write(f"{run_dir}: already finished, skipped")
         return run_dir
@@ -100,7 +102,7 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
                 )
     finally:
         bar.close()
-    if not RunStore(run_dir, cfg).is_done():
+    if not store.is_done():
         what = "its task" if rounds is None else f"{rounds} rounds"
         raise RunFailed(f"simulation ended before finishing {what}; partial results in {run_dir}")
     return run_dir
