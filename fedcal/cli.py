@@ -7,6 +7,8 @@
   fedcal report RUN_DIR ... --out DIR      table + plots from finished runs (the run store only)
   fedcal posthoc|triage|similarity|stealth RUN_DIR ...   analyses of finished runs
   fedcal inference --nf 17:4 --seeds 0-4   robust federated inference: aggregators x attacks
+  fedcal robustness --taus 0.5,1,10 --seeds 0-2   temperature training vs PGD, CW, corruptions
+              [--runs RUN_DIR ...]         ... or the robustness of finished runs (e.g. TSA)
   fedcal demo                              the README's main job (digits, offline)
 
 Overrides are Flower run-config keys with TOML values (tau=5 dataset="cifar10"; bare words
@@ -334,6 +336,64 @@ def cmd_inference(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _robustness_spec(args: argparse.Namespace, dataset: str):
+    from fedcal.robustness import DEFAULT_CORRUPTIONS, spec_for
+
+    names = lambda text: tuple(t.strip() for t in text.split(",") if t.strip())  # noqa: E731
+    corruptions = DEFAULT_CORRUPTIONS if args.corruptions.strip() == "default" else names(args.corruptions)
+    try:
+        return spec_for(dataset, eps=args.eps, step=args.step or 0.0, steps=args.steps, n_test=args.n_test,
+                        attacks=names(args.attacks), corruptions=corruptions, severity=args.severity,
+                        seed=args.attack_seed)
+    except ValueError as exc:  # unknown attack or corruption, ε <= 0, steps < 1, ...
+        raise ConfigError(str(exc)) from None
+
+
+def cmd_robustness(args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    from fedcal.reports.robustness import SETTINGS, robustness_report, temperature_configs
+    from fedcal.results import load_config, run_dir_for
+
+    out = Path(args.report)
+    if args.runs:  # the bridge: evaluate finished runs as they are, no training
+        dirs = [Path(d) for d in args.runs]
+        missing = [str(d) for d in dirs if not (d / "config.json").exists()]
+        if missing:
+            raise ConfigError(f"not a run directory (no config.json): {', '.join(missing)}")
+        datasets = sorted({load_config(d).dataset for d in dirs})
+        if len(datasets) > 1:
+            raise ConfigError(f"the runs use different datasets ({', '.join(datasets)}): evaluate each on its own")
+        if _overrides(args):
+            raise ConfigError("--runs evaluates finished runs as they are: run-config overrides do not apply")
+        spec = _robustness_spec(args, datasets[0])
+        failures = 0
+    else:
+        overrides = _overrides(args)
+        overrides.setdefault("output-dir", str(out / "runs"))
+        base = RunConfig.from_flower(overrides)
+        settings = [s.strip() for s in args.settings.split(",") if s.strip()]
+        unknown = [s for s in settings if s not in SETTINGS]
+        if unknown:
+            raise ConfigError(f"--settings: unknown setting {unknown[0]!r}; choose from {', '.join(SETTINGS)}")
+        configs = temperature_configs(base, _parse_taus(args.taus), _parse_ints(args.seeds, "--seeds"), settings,
+                                      coupled=args.coupled)
+        _check_run_dirs(configs)
+        spec = _robustness_spec(args, base.dataset)  # bad attack settings fail before any training
+        print(f"robustness: {len(configs)} training runs ({', '.join(settings)} × τ {args.taus} × seeds "
+              f"{args.seeds}); finished runs are skipped")
+        from fedcal.app.sweep import run_sweep
+
+        failures = len(run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress))
+        dirs = [run_dir_for(c) for c in configs]
+    bar = (lambda it: tqdm(it, desc="robustness", unit="model")) if not args.no_progress else None
+    text, failed = robustness_report(dirs, out, spec, device=args.device, title=args.title, progress=bar,
+                                     force=args.force, jobs=max(args.jobs, 1))
+    print(text)
+    print(f"tables: {out / 'robustness.csv'}, {out / 'robustness_runs.csv'}\nplot: {out / 'robustness.png'}")
+    return 1 if failures or failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedcal", description=__doc__, formatter_class=_HelpFormatter)
     parser.add_argument("--version", action="version", version=f"fedcal {__version__}",
@@ -399,6 +459,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", default="0", help="seeds, e.g. 0-4 or 0,2")
     p.add_argument("--report", default="fedcal-inference", help="folder for the tables and plots")
     p.set_defaults(func=cmd_inference)
+    p = add("robustness", "temperature as a robustness knob: τ-trained models under PGD, CW and corruptions",
+            description="Without --runs: train every client at each τ (federated and/or centralised, each seed; "
+                        "resumable, finished runs are skipped), then evaluate every final model at τ = 1. With "
+                        "--runs: evaluate those finished runs only (e.g. a TSA grid). Evaluations are cached in "
+                        "each run directory.", epilog=KEYS_EPILOG)
+    _add_common(p)
+    p.add_argument("--taus", default="0.5,1,10,30,50,70,100", help="training temperatures (1 = the benign run)")
+    p.add_argument("--seeds", default="0,1,2", help="seeds, e.g. 0-2")
+    p.add_argument("--settings", default="federated,centralised",
+                   help="federated (the config's clients) and/or centralised (one client with all the data)")
+    p.add_argument("--coupled", action="store_true", help="train with η = β·τ (default: η = β, a fixed learning rate)")
+    p.add_argument("--runs", nargs="+", help="evaluate these finished run directories instead of training")
+    p.add_argument("--jobs", type=int, default=0, help="training runs and evaluations in parallel (train with "
+                                                       "engine=inprocess)")
+    p.add_argument("--eps", type=float, default=None, help="L∞ budget in pixel units (default: 8/255 for CIFAR, "
+                                                           "0.1 for MNIST and digits)")
+    p.add_argument("--step", type=float, default=0.0, help="PGD step size (0 = ε/4)")
+    p.add_argument("--steps", type=int, default=20, help="PGD steps")
+    p.add_argument("--n-test", type=int, default=1000, help="test images attacked and corrupted (the first n)")
+    p.add_argument("--attacks", default="fgsm,pgd,pgd_targeted,cw", help="attacks: fgsm, pgd, pgd_targeted, cw")
+    p.add_argument("--corruptions", default="default",
+                   help="comma-separated corruptions; default = gaussian_noise, shot_noise, impulse_noise, "
+                        "defocus_blur, contrast, brightness, jpeg_compression, pixelate; also speckle_noise, "
+                        "gaussian_blur, saturate; \"\" = none")
+    p.add_argument("--severity", type=int, default=3, help="corruption severity, 1..5")
+    p.add_argument("--attack-seed", type=int, default=0, help="seed of PGD's random start, the targets and the noise")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the attacks run")
+    p.add_argument("--title", default="", help="report title")
+    p.add_argument("--report", default="fedcal-robustness", help="folder for the tables and the plot")
+    p.set_defaults(func=cmd_robustness)
     p = add("demo", "the README's main job: digits, benign vs TSA τ=0.2 and τ=5", epilog=KEYS_EPILOG)
     _add_common(p)
     p.add_argument("--output", default="fedcal-demo", help="output folder")

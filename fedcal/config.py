@@ -156,7 +156,8 @@ class RunConfig:
     dirichlet_alpha: float = setting(1.0, "common", "alpha of the per-class Dirichlet label skew", gt=0,
                                      finite=True)
     attack: str = setting("tsa", "train", 'what the attacker subset does; "none" = all benign', choices=ATTACKS)
-    attacker_ratio: float = setting(0.25, "train", "attackers = round-half-up(ratio * K): 13 of 50", ge=0, lt=1)
+    attacker_ratio: float = setting(0.25, "train", "attackers = round-half-up(ratio * K): 13 of 50 (1 = every "
+                                                  "client, e.g. temperature training for all)", ge=0, le=1)
     tau: float = setting(1.0, "train", "TSA temperature (1.0 = benign behaviour)", gt=0, finite=True)
     coupled: bool = setting(True, "train", "TSA learning rate eta = beta * tau (false: the uncoupled ablation, "
                                            "eta = beta)")

@@ -96,7 +96,7 @@ class RunStore:
             for name in (METRICS_FILE, "reliability.csv", REJECTIONS_FILE, DONE_FILE, CONFIG_FILE, MODEL_FILE):
                 (self.dir / name).unlink(missing_ok=True)
         self.dir.mkdir(parents=True, exist_ok=True)
-        _atomic_write(self.dir / CONFIG_FILE, json.dumps(
+        atomic_write(self.dir / CONFIG_FILE, json.dumps(
             {"run_id": self.run_id, "config_hash": self.config_hash, "config": self.cfg.to_flower(),
              "started": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=2))
         with open(self.dir / METRICS_FILE, "w", newline="") as f:
@@ -129,10 +129,12 @@ class RunStore:
         return path
 
     def finish(self) -> None:
-        _atomic_write(self.dir / DONE_FILE, self.config_hash)
+        atomic_write(self.dir / DONE_FILE, self.config_hash)
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename: a reader sees the old
+    file or the new one, never half of one."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)

@@ -38,7 +38,7 @@ def test_help_is_plain_text(capsys):
 def test_every_argument_has_help_and_its_default_shown(capsys):
     subs = _subparsers(cli.build_parser())
     assert set(subs) == {"run", "taus", "sweep", "report", "posthoc", "triage", "similarity", "stealth", "inference",
-                         "demo"}
+                         "robustness", "demo"}
     for name, parser in subs.items():
         text = _help(capsys, name)
         for action in parser._actions:
@@ -52,7 +52,7 @@ def test_every_argument_has_help_and_its_default_shown(capsys):
 def test_run_help_lists_every_key_with_default_and_range_by_group(capsys):
     text = _help(capsys, "run")
     assert "krum-f = 1  [int; >= 0]" in text
-    assert "attacker-ratio = 0.25  [float; in [0, 1)]" in text
+    assert "attacker-ratio = 0.25  [float; in [0, 1]]" in text
     assert "tau = 1.0  [float; a finite number > 0]" in text
     assert "coupled = true  [bool]" in text
     for key in RunConfig().to_flower():

@@ -29,7 +29,7 @@ def test_attacker_count_rounds_half_up(ratio, k, expected):
 
 
 @pytest.mark.parametrize("overrides,key", [
-    ({"tau": 0}, "tau"), ({"tau": -1.0}, "tau"), ({"attacker-ratio": 1.0}, "attacker-ratio"),
+    ({"tau": 0}, "tau"), ({"tau": -1.0}, "tau"), ({"attacker-ratio": 1.5}, "attacker-ratio"),
     ({"attacker-ratio": -0.1}, "attacker-ratio"), ({"num-clients": 4, "clients-per-round": 5}, "clients-per-round"),
     ({"dataset": "imagenet"}, "dataset"), ({"model": "vit"}, "model"), ({"lr": 0}, "lr"),
     ({"num-rounds": "ten"}, "num-rounds"), ({"coupled": "maybe"}, "coupled"), ({"local-steps": 0}, "local-steps"),
@@ -143,7 +143,7 @@ def test_every_field_is_declared_with_a_group_and_help():
     assert [i.group for i in infos] == sorted((i.group for i in infos), key=list(GROUPS).index)  # grouped
     by_key = {i.key: i for i in infos}
     assert by_key["krum-f"][:5] == ("krum-f", 1, "int", "defense", ">= 0")
-    assert by_key["attacker-ratio"].range == "in [0, 1)"
+    assert by_key["attacker-ratio"].range == "in [0, 1]"
     assert by_key["tau"].range == "a finite number > 0"
     assert by_key["inf-server-frac"].range == "in (0, 1)"
     assert by_key["krum-m"].range == ">= 0 (0 = n - f)"
@@ -158,7 +158,7 @@ def test_every_field_is_declared_with_a_group_and_help():
     ("tau", float("inf"), "run-config key 'tau' must be a finite number > 0, got inf"),
     ("tau", float("nan"), "run-config key 'tau' must be a finite number > 0, got nan"),
     ("lr", 0, "run-config key 'lr' must be a finite number > 0, got 0.0"),
-    ("attacker-ratio", 1.0, "run-config key 'attacker-ratio' must lie in [0, 1), got 1.0"),
+    ("attacker-ratio", 1.5, "run-config key 'attacker-ratio' must lie in [0, 1], got 1.5"),
     ("momentum", 1.0, "run-config key 'momentum' must lie in [0, 1), got 1.0"),
     ("inf-server-frac", 0.0, "run-config key 'inf-server-frac' must lie in (0, 1), got 0.0"),
     ("num-rounds", 0, "run-config key 'num-rounds' must be >= 1, got 0"),

@@ -7,11 +7,11 @@ import functools
 import numpy as np
 import torch
 
-from fedcal.data.datasets import Dataset, default_data_dir, load_dataset, synthetic_dataset
+from fedcal.data.datasets import Dataset, PixelSpace, default_data_dir, load_dataset, pixel_space, synthetic_dataset
 from fedcal.data.partition import dirichlet_partition, iid_partition, partition_indices
 
 __all__ = [
-    "Dataset", "ClientData", "default_data_dir", "load_dataset", "synthetic_dataset",
+    "Dataset", "PixelSpace", "pixel_space", "ClientData", "default_data_dir", "load_dataset", "synthetic_dataset",
     "dirichlet_partition", "iid_partition", "partition_indices", "client_partitions",
     "client_data",
 ]

@@ -184,7 +184,8 @@ def _images_to_tensor(x: np.ndarray, mean: tuple[float, ...], std: tuple[float, 
     return (t - m) / s
 
 
-def _digits() -> Dataset:
+@functools.lru_cache(maxsize=1)
+def _digits_split():
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
     from sklearn.preprocessing import StandardScaler
@@ -193,9 +194,64 @@ def _digits() -> Dataset:
     # A fixed split (independent of the run seed) so every run is scored on the same test set.
     xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.25, random_state=0, stratify=y)
     # StandardScaler leaves constant pixels (always 0 in the training split) unscaled.
-    scaler = StandardScaler().fit(xtr)
+    return xtr, xte, ytr, yte, StandardScaler().fit(xtr)
+
+
+def _digits() -> Dataset:
+    xtr, xte, ytr, yte, scaler = _digits_split()
     f = lambda a: torch.as_tensor(scaler.transform(a), dtype=torch.float32)  # noqa: E731
     return Dataset("digits", f(xtr), torch.as_tensor(ytr), f(xte), torch.as_tensor(yte), 10)
+
+
+# Image shape (C, H, W) of each image dataset; digits' 64 features are an 8×8 grey image.
+_IMAGE_SHAPES = {"mnist": (1, 28, 28), "cifar10": (3, 32, 32), "cifar100": (3, 32, 32), "digits": (1, 8, 8)}
+
+
+@dataclass(frozen=True)
+class PixelSpace:
+    """How a dataset's model inputs relate to its pixels in [0, 1].
+
+    ``inputs = ((pixels - mean) / std).reshape(N, *input_shape)`` with ``pixels`` of shape
+    (N, *image_shape); ``mean`` and ``std`` broadcast against ``image_shape`` (per channel for
+    MNIST/CIFAR, per pixel for digits, whose StandardScaler works per feature on 0–16 values).
+    Adversarial budgets (ε) and image corruptions are defined on pixels, so attacks and
+    corruptions go through this map rather than perturbing normalised inputs.
+    """
+
+    image_shape: tuple[int, int, int]
+    input_shape: tuple[int, ...]
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    def to_inputs(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Model inputs of pixel images (N, *image_shape) in [0, 1]."""
+        mean, std = self.mean.to(pixels.device, pixels.dtype), self.std.to(pixels.device, pixels.dtype)
+        return ((pixels - mean) / std).reshape(len(pixels), *self.input_shape)
+
+    def to_pixels(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Pixel images in [0, 1] of model inputs (the inverse of :meth:`to_inputs`, clamped to
+        [0, 1] against float rounding)."""
+        x = inputs.reshape(len(inputs), *self.image_shape)
+        mean, std = self.mean.to(x.device, x.dtype), self.std.to(x.device, x.dtype)
+        return (x * std + mean).clamp_(0.0, 1.0)
+
+
+def pixel_space(name: str) -> PixelSpace:
+    """The :class:`PixelSpace` of an image dataset (mnist, cifar10, cifar100, digits).
+
+    Raises :class:`fedcal.config.ConfigError` for datasets that are not images (synthetic).
+    """
+    if name not in _IMAGE_SHAPES:
+        raise ConfigError(f"run-config key 'dataset': {name!r} has no pixel space (not an image dataset); "
+                          f"image datasets: {', '.join(_IMAGE_SHAPES)}")
+    shape = _IMAGE_SHAPES[name]
+    if name == "digits":
+        scaler = _digits_split()[4]  # raw pixel values are 0..16
+        mean = torch.as_tensor(scaler.mean_ / 16.0, dtype=torch.float32).reshape(shape)
+        std = torch.as_tensor(scaler.scale_ / 16.0, dtype=torch.float32).reshape(shape)
+        return PixelSpace(shape, (64,), mean, std)
+    m, s = _NORMALISATION[name]
+    return PixelSpace(shape, shape, torch.tensor(m).view(-1, 1, 1), torch.tensor(s).view(-1, 1, 1))
 
 
 def synthetic_dataset(

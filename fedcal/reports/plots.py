@@ -212,3 +212,33 @@ def inference_curve(curve: pd.DataFrame, x: str, path: str | Path, title: str = 
         ax.set_xscale("log", base=2)
     ax.legend(fontsize=7)
     return _save(fig, path)
+
+
+def robustness_curves(summary: pd.DataFrame, path: str | Path, metrics: dict[str, str],
+                      raw: Sequence[str] = ()) -> Path:
+    """Each metric of a robustness summary (mean ± std over seeds) against τ on a log axis, one
+    line per (setting, strategy, training kind): the τ study's figure. ``metrics``: column stem
+    → axis name; those in ``raw`` are plotted as they are, the others as percentages."""
+    metric_names = list(metrics)
+    ncols = min(4, len(metric_names))
+    nrows = -(-len(metric_names) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 2.9 * nrows), squeeze=False)
+    kind = np.where(summary["training"].str.startswith("TSA"), "TSA", "τ-trained")
+    lines = summary.assign(_line=summary["setting"] + ", " + summary["strategy"] + ", " + kind)
+    for ax, name in zip(axes.flat, metric_names):
+        scale = 1.0 if name in raw else 100.0
+        for label, g in lines.groupby("_line", sort=False):
+            g = g.sort_values("tau")
+            ax.errorbar(g["tau"], scale * g[f"{name}_mean"], yerr=scale * g[f"{name}_std"], marker="o", ms=3,
+                        capsize=2, label=label)
+        ax.set_xscale("log")
+        taus = sorted(summary["tau"].unique())
+        ax.set_xticks(taus, [f"{t:g}" for t in taus])
+        ax.minorticks_off()
+        ax.set(xlabel="training τ", ylabel=metrics[name] + ("" if name in raw else " (%)"))
+        if name == "sece":
+            ax.axhline(0, color="black", lw=0.8)
+    for ax in list(axes.flat)[len(metric_names):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=6)
+    return _save(fig, path)

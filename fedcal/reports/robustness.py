@@ -1,0 +1,256 @@
+"""Temperature as a robustness knob (SPEC §9): the τ study's runs, their robustness, tables, plots.
+
+* :func:`temperature_configs` — the training runs of the study: every client trains at τ
+  (the TSA client code path with ``attacker-ratio = 1``; τ = 1 is the plain benign run), in
+  federation and centralised (one client holding all the training data, with the federation's
+  total number of client steps);
+* :func:`evaluate_run` — the robustness of one finished run's final model
+  (:func:`fedcal.robustness.evaluate_robustness`), cached in the run directory as
+  ``robustness/<spec key>.json`` so a report never attacks the same model twice;
+* :func:`robustness_table` / :func:`summarise_robustness` / :func:`robustness_report` — one row
+  per run, then mean ± std over seeds per (setting, strategy, training, τ), Markdown, CSV and plots.
+
+The same evaluation serves the bridge to TSA: ``fedcal robustness --runs`` evaluates finished
+TSA runs (25 % attackers) without retraining.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from fedcal.config import RunConfig
+from fedcal.reports.markdown import markdown_table
+from fedcal.reports.plots import robustness_curves
+from fedcal.reports.runs import finished_only
+from fedcal.results import atomic_write, config_hash, load_config, load_model
+from fedcal.robustness import RobustnessSpec, evaluate_robustness
+from fedcal.train import resolve_device
+
+log = logging.getLogger(__name__)
+
+SETTINGS = ("federated", "centralised")
+ROBUSTNESS_DIR = "robustness"
+
+# The report's metric columns (fractions in the data, percentages in the Markdown), in order.
+METRICS = {
+    "accuracy": "clean acc", "ece": "ECE", "sece": "sECE", "fgsm_acc": "FGSM acc", "pgd_acc": "PGD acc",
+    "pgd_targeted_success": "targeted PGD success", "cw_acc": "CW acc", "corruption_acc": "corruption acc",
+    "proto_var": "proto var", "proto_cv2": "proto CV²",
+}
+_RAW = ("proto_var", "proto_cv2")  # not percentages
+
+
+def temperature_configs(base: RunConfig, taus: Sequence[float], seeds: Sequence[int],
+                        settings: Sequence[str] = SETTINGS, coupled: bool = False) -> list[RunConfig]:
+    """The runs of the τ study: per setting, τ and seed, every client trains at τ.
+
+    τ = 1 is the plain benign run (``attack = none``: the same training, and the same run as
+    any other study's benign run). Otherwise ``attack = tsa, attacker-ratio = 1``: the TSA
+    client at every client, with η = β (``coupled = False``, the literature's fixed learning
+    rate) or η = β·τ (SPEC §9's coupling). ``centralised`` is one client holding the whole
+    training set (IID), taking ``clients-per-round × local-steps`` steps per round, i.e. the
+    federation's total client steps per round.
+    """
+    unknown = [s for s in settings if s not in SETTINGS]
+    if unknown:
+        raise ValueError(f"unknown setting {unknown[0]!r}; choose from {', '.join(SETTINGS)}")
+    out = []
+    for setting in settings:
+        for tau in taus:
+            for seed in seeds:
+                changes: dict = {"seed": seed}
+                if float(tau) == 1.0:
+                    changes.update(attack="none", tau=1.0)
+                else:
+                    changes.update(attack="tsa", attacker_ratio=1.0, tau=float(tau), coupled=coupled)
+                if setting == "centralised":
+                    changes.update(num_clients=1, clients_per_round=1, partition="iid",
+                                   local_steps=base.clients_per_round * base.local_steps)
+                out.append(base.replace(**changes))
+    return out
+
+
+def setting_of(cfg: RunConfig) -> str:
+    """``centralised`` for a one-client run, else ``federated``."""
+    return "centralised" if cfg.num_clients == 1 else "federated"
+
+
+def training_of(cfg: RunConfig) -> str:
+    """How the run's clients trained, in words: benign, every client at τ, or TSA attackers."""
+    if cfg.attack == "none":
+        return "benign"
+    if cfg.attack == "tsa" and cfg.num_attackers == cfg.num_clients:
+        return "all clients at τ" + ("" if cfg.coupled else ", η=β")
+    if cfg.attack == "tsa":
+        return f"TSA, {cfg.num_attackers}/{cfg.num_clients} attackers" + ("" if cfg.coupled else ", η=β")
+    return f"{cfg.attack}, {cfg.num_attackers}/{cfg.num_clients} attackers"
+
+
+def _cache_path(run_dir: Path, spec: RobustnessSpec) -> Path:
+    return run_dir / ROBUSTNESS_DIR / f"{spec.key()}.json"
+
+
+def evaluate_run(run_dir: str | os.PathLike[str], spec: RobustnessSpec, device: str = "auto",
+                 force: bool = False) -> dict[str, float]:
+    """The robustness metrics of a finished run's final model under ``spec`` (cached).
+
+    Raises :class:`fedcal.results.UnfinishedRunError` for an unfinished run and
+    FileNotFoundError for a finished run without ``model.pt``. The cache file holds the spec
+    and the run's config hash next to the metrics; a cache of another model is recomputed.
+    """
+    run_dir = Path(run_dir)
+    path = _cache_path(run_dir, spec)
+    cfg, model, ds = load_model(run_dir)
+    ident = config_hash(cfg)
+    if path.exists() and not force:
+        cached = json.loads(path.read_text())
+        if cached.get("config_hash") == ident and cached.get("spec") == json.loads(_spec_json(spec)):
+            return cached["metrics"]
+    metrics = evaluate_robustness(model, ds, spec, resolve_device(device))
+    path.parent.mkdir(exist_ok=True)
+    atomic_write(path, json.dumps({"spec": json.loads(_spec_json(spec)), "config_hash": ident,
+                                    "metrics": metrics}, indent=1))  # metrics keep their order
+    return metrics
+
+
+def _spec_json(spec: RobustnessSpec) -> str:
+    return json.dumps(dataclasses.asdict(spec), sort_keys=True, default=list)
+
+
+def _evaluate_worker(run_dir: str, spec: RobustnessSpec, device: str, force: bool, threads: int) -> str | None:
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        evaluate_run(run_dir, spec, device, force)
+        return None
+    except Exception as exc:  # noqa: BLE001 — reported per run by the caller
+        return f"{type(exc).__name__}: {exc}"
+
+
+def evaluate_runs(run_dirs: Sequence[str | os.PathLike[str]], spec: RobustnessSpec, device: str = "auto",
+                  jobs: int = 1, force: bool = False, progress: Callable | None = None) -> dict[str, str]:
+    """Evaluate (and cache) every run in ``run_dirs``, ``jobs`` at a time in separate processes;
+    returns {run dir: reason} of the runs whose evaluation failed (the others are cached)."""
+    dirs = [str(d) for d in run_dirs]
+    failures: dict[str, str] = {}
+    if jobs <= 1:
+        for d in progress(dirs) if progress else dirs:
+            try:
+                evaluate_run(d, spec, device, force)
+            except Exception as exc:  # noqa: BLE001 — one model that cannot be attacked must not lose the others
+                failures[d] = f"{type(exc).__name__}: {exc}"
+        return failures
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+        futures = {d: pool.submit(_evaluate_worker, d, spec, device, force, threads) for d in dirs}
+        for d in progress(dirs) if progress else dirs:
+            reason = futures[d].result()
+            if reason:
+                failures[d] = reason
+    return failures
+
+
+def robustness_table(run_dirs: Sequence[str | os.PathLike[str]], spec: RobustnessSpec, device: str = "auto",
+                     progress: Callable | None = None, force: bool = False, jobs: int = 1) -> pd.DataFrame:
+    """One row per finished run: its identity (setting, dataset, model, strategy, training, τ,
+    seed, run directory) and every metric of :func:`evaluate_run`. Unfinished runs, and runs
+    whose evaluation failed (e.g. a diverged model with non-finite logits), are left out, each
+    named in a warning line."""
+    dirs = finished_only([Path(d) for d in run_dirs], "the robustness table")
+    failures = evaluate_runs(dirs, spec, device, jobs, force, progress)
+    for d, reason in failures.items():
+        log.warning("robustness of %s left out of the table: %s", d, reason)
+    rows = []
+    for d in dirs:
+        if str(d) in failures:
+            continue
+        cfg = load_config(d)
+        rows.append({"setting": setting_of(cfg), "dataset": cfg.dataset, "model": cfg.model,
+                     "strategy": cfg.strategy, "training": training_of(cfg), "tau": cfg.tau, "seed": cfg.seed,
+                     **evaluate_run(d, spec, device), "run": d.name})
+    table = pd.DataFrame(rows)
+    table.attrs["failed"] = failures  # the command's exit code reflects them
+    return table
+
+
+GROUP = ["setting", "dataset", "model", "strategy", "training", "tau"]
+
+
+def summarise_robustness(table: pd.DataFrame) -> pd.DataFrame:
+    """Mean and std (ddof 1; 0 for one seed) over seeds of every metric per
+    (setting, dataset, model, strategy, training, τ), with the number of seeds."""
+    metrics = [m for m in table.columns if m not in (*GROUP, "seed", "run")]
+    g = table.groupby(GROUP, sort=False)
+    mean = g[metrics].mean()
+    std = g[metrics].std(ddof=1).fillna(0.0)
+    out = mean.add_suffix("_mean").join(std.add_suffix("_std")).join(g.size().rename("seeds"))
+    order = {s: i for i, s in enumerate(SETTINGS)}
+    out = out.reset_index()
+    out["_o"] = out["setting"].map(order)
+    return out.sort_values(["_o", "dataset", "model", "strategy", "tau", "training"]).drop(columns="_o") \
+        .reset_index(drop=True)
+
+
+def _cell(mean: float, std: float, seeds: int, raw: bool) -> str:
+    if raw:
+        text = f"{mean:.4g}"
+        return text + (f" ± {std:.2g}" if seeds > 1 else "")
+    text = f"{100 * mean:.1f}"
+    return text + (f" ± {100 * std:.1f}" if seeds > 1 else "")
+
+
+def robustness_markdown(summary: pd.DataFrame, title: str = "") -> str:
+    """The summary as one Markdown table per (setting, dataset, model, strategy): τ, training,
+    seeds and every metric as mean ± std (percentages, except the prototype statistics)."""
+    parts = []
+    for key, block in summary.groupby(["setting", "dataset", "model", "strategy"], sort=False):
+        rows = []
+        for _, r in block.iterrows():
+            row = {"τ": f"{r['tau']:g}", "training": r["training"], "seeds": int(r["seeds"])}
+            for m, name in METRICS.items():
+                if f"{m}_mean" in r:
+                    row[name + ("" if m in _RAW else " %")] = _cell(r[f"{m}_mean"], r[f"{m}_std"], int(r["seeds"]),
+                                                                   m in _RAW)
+            rows.append(row)
+        head = f"{key[0]}, {key[1]}–{key[2]}, {key[3]}"
+        parts.append(f"### {head}\n\n" + markdown_table(pd.DataFrame(rows)))
+    return (f"## {title}\n\n" if title else "") + "\n\n".join(parts) + "\n"
+
+
+def robustness_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str],
+                      spec: RobustnessSpec, device: str = "auto", title: str = "",
+                      progress: Callable | None = None, force: bool = False, jobs: int = 1) -> tuple[str, int]:
+    """Evaluate every finished run (cached), write ``robustness_runs.csv`` (one row per run),
+    ``robustness.csv`` (mean ± std over seeds), ``robustness.md`` and ``robustness.png`` (each
+    metric against τ, log axis) to ``out_dir``; returns the Markdown and the number of runs whose
+    evaluation failed (each named in a warning line)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = robustness_table(run_dirs, spec, device, progress, force, jobs)
+    if table.empty:
+        from fedcal.results import UnfinishedRunError
+
+        raise UnfinishedRunError(f"no finished run among the {len(run_dirs)} run directories: nothing to evaluate")
+    table.to_csv(out / "robustness_runs.csv", index=False)
+    summary = summarise_robustness(table)
+    summary.to_csv(out / "robustness.csv", index=False)
+    text = robustness_markdown(summary, title)
+    spec_line = (f"Evaluated at τ = 1 on the first {spec.n_test} test images: L∞ ε = {spec.eps:.4g} "
+                 f"(step {spec.step:.4g}, {spec.steps} PGD steps, random start); corruptions at severity "
+                 f"{spec.severity}: {', '.join(spec.corruptions)}; accuracy, ECE and sECE on the whole test set.")
+    text = text + "\n" + spec_line + "\n"
+    (out / "robustness.md").write_text(text)
+    robustness_curves(summary, out / "robustness.png",
+                      {m: name for m, name in METRICS.items() if f"{m}_mean" in summary.columns}, _RAW)
+    return text, len(table.attrs["failed"])

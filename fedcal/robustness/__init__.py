@@ -1,0 +1,16 @@
+"""Temperature as a benign robustness knob (SPEC §9), flwr-free: L∞ evasion attacks in pixel
+space (:mod:`~fedcal.robustness.attacks`, through the Adversarial Robustness Toolbox), common
+corruptions at CIFAR-10-C's parameters (:mod:`~fedcal.robustness.corruptions`), the
+negative-prototype geometry (:mod:`~fedcal.robustness.geometry`) and one evaluation of a trained
+model at τ = 1 (:mod:`~fedcal.robustness.evaluate`). The τ-trained models themselves come from
+the ``train`` task: temperature training is the TSA client code path at every client."""
+
+from fedcal.robustness.attacks import (ATTACKS, AttackBudget, MarginLoss, PixelModel, adversarial_examples,
+                                       predict_pixels, random_targets)
+from fedcal.robustness.corruptions import CORRUPTIONS, DEFAULT_CORRUPTIONS, corrupt
+from fedcal.robustness.evaluate import DEFAULT_EPS, RobustnessSpec, evaluate_robustness, spec_for
+from fedcal.robustness.geometry import negative_prototype_spread, prototype_distances
+
+__all__ = ["ATTACKS", "AttackBudget", "MarginLoss", "PixelModel", "adversarial_examples", "predict_pixels",
+           "random_targets", "CORRUPTIONS", "DEFAULT_CORRUPTIONS", "corrupt", "DEFAULT_EPS", "RobustnessSpec",
+           "evaluate_robustness", "spec_for", "negative_prototype_spread", "prototype_distances"]
