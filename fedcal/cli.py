@@ -352,8 +352,8 @@ def _robustness_spec(args: argparse.Namespace, dataset: str):
 def cmd_robustness(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from fedcal.reports.robustness import SETTINGS, robustness_report, temperature_configs
-    from fedcal.results import load_config, run_dir_for
+    from fedcal.reports.robustness import robustness_report, temperature_configs
+    from fedcal.results import MODEL_FILE, is_finished, load_config, run_dir_for
 
     out = Path(args.report)
     if args.runs:  # the bridge: evaluate finished runs as they are, no training
@@ -366,6 +366,10 @@ def cmd_robustness(args: argparse.Namespace) -> int:
             raise ConfigError(f"the runs use different datasets ({', '.join(datasets)}): evaluate each on its own")
         if _overrides(args):
             raise ConfigError("--runs evaluates finished runs as they are: run-config overrides do not apply")
+        modelless = [str(d) for d in dirs if is_finished(d) and not (d / MODEL_FILE).exists()]
+        if modelless:
+            raise ConfigError(f"finished run without a final model ({MODEL_FILE}; a run from before models were "
+                              f"saved?): {', '.join(modelless)}")
         spec = _robustness_spec(args, datasets[0])
         failures = 0
     else:
@@ -373,11 +377,12 @@ def cmd_robustness(args: argparse.Namespace) -> int:
         overrides.setdefault("output-dir", str(out / "runs"))
         base = RunConfig.from_flower(overrides)
         settings = [s.strip() for s in args.settings.split(",") if s.strip()]
-        unknown = [s for s in settings if s not in SETTINGS]
-        if unknown:
-            raise ConfigError(f"--settings: unknown setting {unknown[0]!r}; choose from {', '.join(SETTINGS)}")
-        configs = temperature_configs(base, _parse_taus(args.taus), _parse_ints(args.seeds, "--seeds"), settings,
-                                      coupled=args.coupled)
+        couplings = [c.strip() for c in args.coupling.split(",") if c.strip()]
+        try:
+            configs = temperature_configs(base, _parse_taus(args.taus), _parse_ints(args.seeds, "--seeds"), settings,
+                                          couplings)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         _check_run_dirs(configs)
         spec = _robustness_spec(args, base.dataset)  # bad attack settings fail before any training
         print(f"robustness: {len(configs)} training runs ({', '.join(settings)} × τ {args.taus} × seeds "
@@ -469,7 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", default="0,1,2", help="seeds, e.g. 0-2")
     p.add_argument("--settings", default="federated,centralised",
                    help="federated (the config's clients) and/or centralised (one client with all the data)")
-    p.add_argument("--coupled", action="store_true", help="train with η = β·τ (default: η = β, a fixed learning rate)")
+    p.add_argument("--coupling", default="fixed",
+                   help="learning rate of τ-trained clients: fixed (η = β, the literature's), coupled (η = β·τ, "
+                        "SPEC §9's), or fixed,coupled for both")
     p.add_argument("--runs", nargs="+", help="evaluate these finished run directories instead of training")
     p.add_argument("--jobs", type=int, default=0, help="training runs and evaluations in parallel (train with "
                                                        "engine=inprocess)")

@@ -269,9 +269,13 @@ def test_temperature_configs():
     assert len(central) == 4 and all(c.local_steps == 12 and c.partition == "iid" for c in central)
     assert all(c.num_attackers == 1 for c in central if c.tau == 10)
     assert training_of(fed10[0]) == "all clients at τ, η=β"
-    assert temperature_configs(base, [10], [0], ["federated"], coupled=True)[0].coupled
+    both = temperature_configs(base, [1, 10], [0], ["federated"], ["fixed", "coupled"])
+    assert [(c.attack, c.coupled) for c in both] == [("none", True), ("tsa", False), ("tsa", True)]  # benign once
+    assert training_of(both[2]) == "all clients at τ, η=β·τ"
     with pytest.raises(ValueError, match="unknown setting"):
         temperature_configs(base, [1], [0], ["decentralised"])
+    with pytest.raises(ValueError, match="unknown coupling"):
+        temperature_configs(base, [1], [0], ["federated"], ["adaptive"])
 
 
 # ------------------------------------------------------------------------------------ the command
@@ -349,6 +353,7 @@ def test_evaluate_run_refuses_unfinished_and_modelless_runs(tmp_path, trained):
     (["--corruptions", "fog"], "unknown corruption 'fog'"),
     (["--eps", "0"], "epsilon"), (["--steps", "0"], "steps"),
     (["--settings", "federated,decentralised"], "unknown setting 'decentralised'"),
+    (["--coupling", "fixed,adaptive"], "unknown coupling 'adaptive'"),
 ])
 def test_robustness_command_bad_input(tmp_path, capsys, args, message):
     code = main(["robustness", "--taus", "1", "--seeds", "0", "--settings", "federated", "--report",
@@ -357,6 +362,16 @@ def test_robustness_command_bad_input(tmp_path, capsys, args, message):
     assert message in capsys.readouterr().err
 
 
-def test_robustness_command_refuses_a_directory_without_a_run(tmp_path, capsys):
+def test_robustness_command_refuses_a_directory_without_a_run_or_a_model(tmp_path, capsys):
     assert main(["robustness", "--runs", str(tmp_path), "--report", str(tmp_path / "r")]) == 2
     assert "no config.json" in capsys.readouterr().err
+    from fedcal.results import RunStore
+
+    cfg = RunConfig.from_flower(dict(dataset="digits", output_dir=str(tmp_path)))
+    store = RunStore(tmp_path / "old", cfg)
+    store.start()
+    store.log_round(0, {"accuracy": 0.1})
+    store.finish()
+    assert main(["robustness", "--runs", str(tmp_path / "old"), "--report", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "finished run without a final model (model.pt" in err and "old" in err

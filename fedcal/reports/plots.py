@@ -217,18 +217,23 @@ def inference_curve(curve: pd.DataFrame, x: str, path: str | Path, title: str = 
 def robustness_curves(summary: pd.DataFrame, path: str | Path, metrics: dict[str, str],
                       raw: Sequence[str] = ()) -> Path:
     """Each metric of a robustness summary (mean ± std over seeds) against τ on a log axis, one
-    line per (setting, strategy, training kind): the τ study's figure. ``metrics``: column stem
+    line per (setting, dataset, strategy, training arm), each arm through the benign run at τ = 1:
+    the τ study's figure. ``metrics``: column stem
     → axis name; those in ``raw`` are plotted as they are, the others as percentages."""
     metric_names = list(metrics)
     ncols = min(4, len(metric_names))
     nrows = -(-len(metric_names) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 2.9 * nrows), squeeze=False)
-    kind = np.where(summary["training"].str.startswith("TSA"), "TSA", "τ-trained")
-    lines = summary.assign(_line=summary["setting"] + ", " + summary["strategy"] + ", " + kind)
+    lines = []  # (label, rows): each arm (a non-benign training) drawn through its benign point at τ = 1
+    for (setting, dataset, strategy), block in summary.groupby(["setting", "dataset", "strategy"], sort=False):
+        benign = block[block["training"] == "benign"]
+        arms = [t for t in dict.fromkeys(block["training"]) if t != "benign"]
+        for arm in arms or ["benign"]:
+            rows = benign if arm == "benign" else pd.concat([benign, block[block["training"] == arm]])
+            lines.append((f"{setting}, {dataset}, {strategy}: {arm}", rows.sort_values("tau")))
     for ax, name in zip(axes.flat, metric_names):
         scale = 1.0 if name in raw else 100.0
-        for label, g in lines.groupby("_line", sort=False):
-            g = g.sort_values("tau")
+        for label, g in lines:
             ax.errorbar(g["tau"], scale * g[f"{name}_mean"], yerr=scale * g[f"{name}_std"], marker="o", ms=3,
                         capsize=2, label=label)
         ax.set_xscale("log")

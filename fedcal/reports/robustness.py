@@ -47,34 +47,42 @@ METRICS = {
 _RAW = ("proto_var", "proto_cv2")  # not percentages
 
 
+COUPLINGS = ("fixed", "coupled")
+
+
 def temperature_configs(base: RunConfig, taus: Sequence[float], seeds: Sequence[int],
-                        settings: Sequence[str] = SETTINGS, coupled: bool = False) -> list[RunConfig]:
-    """The runs of the τ study: per setting, τ and seed, every client trains at τ.
+                        settings: Sequence[str] = SETTINGS, couplings: Sequence[str] = ("fixed",)) -> list[RunConfig]:
+    """The runs of the τ study: per setting, learning-rate coupling, τ and seed, every client
+    trains at τ.
 
     τ = 1 is the plain benign run (``attack = none``: the same training, and the same run as
-    any other study's benign run). Otherwise ``attack = tsa, attacker-ratio = 1``: the TSA
-    client at every client, with η = β (``coupled = False``, the literature's fixed learning
-    rate) or η = β·τ (SPEC §9's coupling). ``centralised`` is one client holding the whole
-    training set (IID), taking ``clients-per-round × local-steps`` steps per round, i.e. the
-    federation's total client steps per round.
+    any other study's benign run, shared by both couplings). Otherwise ``attack = tsa,
+    attacker-ratio = 1``: the TSA client at every client, with η = β (``fixed``, the
+    literature's fixed learning rate) or η = β·τ (``coupled``, SPEC §9's form). ``centralised``
+    is one client holding the whole training set (IID), taking ``clients-per-round ×
+    local-steps`` steps per round, i.e. the federation's total client steps per round.
     """
-    unknown = [s for s in settings if s not in SETTINGS]
-    if unknown:
-        raise ValueError(f"unknown setting {unknown[0]!r}; choose from {', '.join(SETTINGS)}")
-    out = []
+    for name, given, known in (("setting", settings, SETTINGS), ("coupling", couplings, COUPLINGS)):
+        unknown = [s for s in given if s not in known]
+        if unknown:
+            raise ValueError(f"unknown {name} {unknown[0]!r}; choose from {', '.join(known)}")
+    out: dict[str, RunConfig] = {}
     for setting in settings:
-        for tau in taus:
-            for seed in seeds:
-                changes: dict = {"seed": seed}
-                if float(tau) == 1.0:
-                    changes.update(attack="none", tau=1.0)
-                else:
-                    changes.update(attack="tsa", attacker_ratio=1.0, tau=float(tau), coupled=coupled)
-                if setting == "centralised":
-                    changes.update(num_clients=1, clients_per_round=1, partition="iid",
-                                   local_steps=base.clients_per_round * base.local_steps)
-                out.append(base.replace(**changes))
-    return out
+        for coupling in couplings:
+            for tau in taus:
+                for seed in seeds:
+                    changes: dict = {"seed": seed}
+                    if float(tau) == 1.0:
+                        changes.update(attack="none", tau=1.0)
+                    else:
+                        changes.update(attack="tsa", attacker_ratio=1.0, tau=float(tau),
+                                       coupled=coupling == "coupled")
+                    if setting == "centralised":
+                        changes.update(num_clients=1, clients_per_round=1, partition="iid",
+                                       local_steps=base.clients_per_round * base.local_steps)
+                    cfg = base.replace(**changes)
+                    out.setdefault(config_hash(cfg) + setting, cfg)  # the benign runs once, not per coupling
+    return list(out.values())
 
 
 def setting_of(cfg: RunConfig) -> str:
@@ -87,9 +95,9 @@ def training_of(cfg: RunConfig) -> str:
     if cfg.attack == "none":
         return "benign"
     if cfg.attack == "tsa" and cfg.num_attackers == cfg.num_clients:
-        return "all clients at τ" + ("" if cfg.coupled else ", η=β")
+        return "all clients at τ, " + ("η=β·τ" if cfg.coupled else "η=β")
     if cfg.attack == "tsa":
-        return f"TSA, {cfg.num_attackers}/{cfg.num_clients} attackers" + ("" if cfg.coupled else ", η=β")
+        return f"TSA, {cfg.num_attackers}/{cfg.num_clients} attackers, " + ("η=β·τ" if cfg.coupled else "η=β")
     return f"{cfg.attack}, {cfg.num_attackers}/{cfg.num_clients} attackers"
 
 
@@ -239,8 +247,11 @@ def robustness_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str |
     out.mkdir(parents=True, exist_ok=True)
     table = robustness_table(run_dirs, spec, device, progress, force, jobs)
     if table.empty:
-        from fedcal.results import UnfinishedRunError
+        from fedcal.results import RunFailed, UnfinishedRunError
 
+        if table.attrs["failed"]:
+            run, reason = next(iter(table.attrs["failed"].items()))
+            raise RunFailed(f"no model could be evaluated ({len(table.attrs['failed'])} failed; {run}: {reason})")
         raise UnfinishedRunError(f"no finished run among the {len(run_dirs)} run directories: nothing to evaluate")
     table.to_csv(out / "robustness_runs.csv", index=False)
     summary = summarise_robustness(table)
