@@ -162,3 +162,102 @@ def test_upload_bytes_logits_do_not_depend_on_rank_adapters_grow_with_it(base):
     assert upload_bytes("ffa", state=states[4]) - upload_bytes("ffa", state=states[2]) == 2 * 2 * 16 * 4
     with pytest.raises(ValueError, match="unknown method"):
         upload_bytes("fedprox", state=states[2])
+
+
+# ------------------------------------------------------------------------------------ adapters
+
+from fedcal.distill.adapters import (effective_weight, ffa_aggregate, fedit_aggregate, flexlora_aggregate,  # noqa: E402
+                                     flora_aggregate, head_state, layer_delta, lora_pairs, merge_flora)
+
+
+def trained_clients(base, ranks, *, seeds=None, freeze_a=False, n=24):
+    """One client per rank, each a few steps on its own slice of the task."""
+    models = []
+    for k, r in enumerate(ranks):
+        model = lora_model(base, r, seed=k if seeds is None else seeds[k], freeze_a=freeze_a)
+        ids, mask, y = separable_task(n, seed=10 + k)
+        local_train(model, ids, mask, y, epochs=2, batch_size=8, lr=2e-2, generator=torch.Generator().manual_seed(k))
+        models.append(model)
+    return models
+
+
+def test_fedit_on_peft_models_equals_the_hand_averaged_factors(base):
+    clients = trained_clients(base, [4, 4, 4])
+    states = [adapter_state(m) for m in clients]
+    w = [1.0, 2.0, 5.0]
+    glob = lora_model(base, 4, seed=9)
+    load_adapter_state(glob, fedit_aggregate(states, w))
+    read = adapter_state(glob)
+    for key in states[0]:  # every A, B and head tensor is the weighted average
+        torch.testing.assert_close(read[key], sum(wk / 8 * s[key] for wk, s in zip(w, states)))
+    layer = next(iter(lora_pairs(read)))
+    A_bar = sum(wk / 8 * lora_pairs(s)[layer][0] for wk, s in zip(w, states))
+    B_bar = sum(wk / 8 * lora_pairs(s)[layer][1] for wk, s in zip(w, states))
+    torch.testing.assert_close(layer_delta(glob, layer), (ALPHA / 4) * B_bar @ A_bar)
+    with pytest.raises(ValueError, match="client 1"):
+        fedit_aggregate([states[0], adapter_state(lora_model(base, 2))])
+
+
+def test_ffa_keeps_A_at_its_shared_init_and_averages_B(base):
+    init = adapter_state(lora_model(base, 4, seed=0, freeze_a=True))
+    clients = trained_clients(base, [4, 4], seeds=[0, 0], freeze_a=True)
+    states = [adapter_state(m) for m in clients]
+    for s in states:
+        for key in s:
+            if ".lora_A." in key:
+                assert torch.equal(s[key], init[key])  # A never trained
+            elif ".lora_B." in key:
+                assert not torch.equal(s[key], init[key])  # B did
+    assert all(not p.requires_grad for n, p in clients[0].named_parameters() if ".lora_A." in n)
+    agg = ffa_aggregate(states)
+    for key in agg:
+        if ".lora_A." in key:
+            assert torch.equal(agg[key], init[key])
+        else:
+            torch.testing.assert_close(agg[key], (states[0][key] + states[1][key]) / 2)
+    # A shared A makes the averaged update exact: (α/r) B̄ A = mean of the clients' ΔW.
+    layer = next(iter(lora_pairs(agg)))
+    mean_delta = sum(lora_delta(*lora_pairs(s)[layer], ALPHA) for s in states) / 2
+    torch.testing.assert_close(lora_delta(*lora_pairs(agg)[layer], ALPHA), mean_delta)
+    with pytest.raises(ValueError, match="client 1: A of .* differs"):
+        ffa_aggregate([states[0], adapter_state(trained_clients(base, [4], seeds=[5])[0])])
+
+
+def test_flora_written_back_model_carries_the_weighted_sum_of_updates(base):
+    ranks, w = [2, 4, 8, 16], [3.0, 1.0, 1.0, 5.0]
+    states = [adapter_state(m) for m in trained_clients(base, ranks)]
+    update = flora_aggregate(states, w, alpha=ALPHA)
+    base_weights = [p.detach().clone() for p in base.parameters()]
+    for r in ranks:  # every client continues from the merged global update with a fresh adapter
+        client = lora_model(base, r, seed=r)
+        original = {layer: effective_weight(client, layer) for layer in update.stacked}
+        merge_flora(client, update, seed=100 + r)
+        for layer in update.stacked:
+            expected = sum(wk / sum(w) * (ALPHA / rk) * lora_pairs(s)[layer][1] @ lora_pairs(s)[layer][0]
+                           for wk, rk, s in zip(w, ranks, states))
+            assert update.stacked[layer][0].shape[0] == sum(ranks)
+            torch.testing.assert_close(effective_weight(client, layer) - original[layer], expected,
+                                       rtol=1e-5, atol=1e-6)
+            assert float(layer_delta(client, layer).abs().max()) == 0.0  # fresh adapter: B = 0
+        for key, v in head_state(adapter_state(client)).items():
+            torch.testing.assert_close(v, sum(wk / sum(w) * s[key] for wk, s in zip(w, states)))
+        assert [n for n, p in client.named_parameters() if p.requires_grad and "base_layer" in n] == []
+    # Each client merged into its own copy: the shared base is untouched.
+    assert all(torch.equal(a, b) for a, b in zip(base_weights, base.parameters()))
+
+
+def test_flexlora_per_rank_product_is_the_truncated_svd_of_the_average(base):
+    ranks = [2, 4, 8, 16]
+    states = [adapter_state(m) for m in trained_clients(base, ranks)]
+    per_rank = flexlora_aggregate(states, alpha=ALPHA, ranks=ranks)
+    for r in ranks:
+        client = lora_model(base, r, seed=1)
+        load_adapter_state(client, per_rank[r])
+        for layer in lora_pairs(states[0]):
+            W = sum((ALPHA / rk) * lora_pairs(s)[layer][1] @ lora_pairs(s)[layer][0] for rk, s in zip(ranks, states)) / 4
+            U, S, Vh = torch.linalg.svd(W)
+            torch.testing.assert_close(layer_delta(client, layer), (U[:, :r] * S[:r]) @ Vh[:r], rtol=1e-4, atol=1e-6)
+    layer = next(iter(lora_pairs(states[0])))
+    full = layer_delta(client, layer)  # r = 16 = hidden: the full average itself
+    torch.testing.assert_close(full, sum((ALPHA / rk) * lora_pairs(s)[layer][1] @ lora_pairs(s)[layer][0]
+                                         for rk, s in zip(ranks, states)) / 4, rtol=1e-4, atol=1e-6)
