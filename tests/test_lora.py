@@ -10,7 +10,7 @@ import torch
 pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
 
-from fedcal.distill import clip_logits, lora_delta  # noqa: E402
+from fedcal.distill import clip_logits, distillation_loss, lora_delta  # noqa: E402
 from fedcal.distill.clients import (DEFAULT_RANKS, adapter_state, anchor_logits, assign_ranks,  # noqa: E402
                                     check_rank, load_adapter_state, local_train, lora_model, upload_bytes)
 
@@ -261,3 +261,83 @@ def test_flexlora_per_rank_product_is_the_truncated_svd_of_the_average(base):
     full = layer_delta(client, layer)  # r = 16 = hidden: the full average itself
     torch.testing.assert_close(full, sum((ALPHA / rk) * lora_pairs(s)[layer][1] @ lora_pairs(s)[layer][0]
                                          for rk, s in zip(ranks, states)) / 4, rtol=1e-4, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------- student
+
+from fedcal.distill.student import (attack_success_rate, build_consensus, clean_accuracy, distill_step,  # noqa: E402
+                                    predict, robust_accuracy, student_loss, student_model)
+
+
+def fixed_consensus(n_anchors: int = 24):
+    """A consensus from three clients' logits that agree on a class per anchor, plus one outlier."""
+    ids, mask, y = separable_task(n_anchors, seed=3)
+    g = torch.Generator().manual_seed(0)
+    uploads = [4.0 * torch.nn.functional.one_hot(y, CLASSES) + torch.randn(n_anchors, CLASSES, generator=g)
+               for _ in range(3)]
+    uploads.append(torch.full((n_anchors, CLASSES), 1e3))  # clipped to 10 by the server
+    return ids, mask, y, uploads
+
+
+@pytest.mark.parametrize("switches", [dict(), dict(cat=False, mmd=False, dis=False), dict(mmd=False)])
+@pytest.mark.parametrize("method", ["mom", "median", "mean"])
+def test_distill_step_reduces_the_distillation_loss(base, switches, method):
+    ids, mask, y, uploads = fixed_consensus()
+    consensus = build_consensus(uploads, method=method, num_groups=2, generator=torch.Generator().manual_seed(0))
+    assert float(consensus.logits.abs().max()) <= 10.0
+    student = student_model(base, rank=8)
+    assert any(".modules_to_save." in n for n, p in student.named_parameters() if p.requires_grad)
+    optimizer = torch.optim.AdamW([p for p in student.parameters() if p.requires_grad], lr=2e-2, weight_decay=0.01)
+    before = student_loss(student, ids, mask, consensus, **switches)
+    stats = distill_step(student, ids, mask, consensus, optimizer, steps=30, batch_size=8,
+                         generator=torch.Generator().manual_seed(1), **switches)
+    after = student_loss(student, ids, mask, consensus, **switches)
+    assert stats.steps == 30 and len(stats.losses) == 30
+    # CE's floor is the teacher's entropy, not 0: measure the excess over a student that outputs
+    # the consensus logits exactly.
+    floor = float(distillation_loss(consensus.logits, consensus, **switches))
+    assert after - floor < 0.5 * (before - floor), (floor, before, after)
+    if not switches.get("mmd", True):
+        # Without the moment term the loss is the tempered CE alone, and 30 steps teach the
+        # teacher's classes; with it, the first steps go into matching the logits' level μ̂ (a
+        # shift shared by all classes), so the argmax is not yet a fair check.
+        assert clean_accuracy(predict(student, ids, mask), consensus.logits.argmax(1)) >= 0.9
+
+
+def test_distill_step_is_deterministic_and_checks_its_inputs(base):
+    ids, mask, y, uploads = fixed_consensus()
+    consensus = build_consensus(uploads, method="mean")
+    runs = []
+    for _ in range(2):
+        student = student_model(base, rank=4)
+        opt = torch.optim.AdamW([p for p in student.parameters() if p.requires_grad], lr=1e-2)
+        runs.append(distill_step(student, ids, mask, consensus, opt, steps=3, batch_size=5,
+                                 generator=torch.Generator().manual_seed(2)).losses)
+    assert runs[0] == runs[1]
+    with pytest.raises(ValueError, match="one row per anchor"):
+        distill_step(student, ids[:5], mask[:5], consensus, opt)
+    with pytest.raises(ValueError, match="num_groups"):
+        build_consensus(uploads, method="mom")
+
+
+def test_ca_ra_asr_on_hand_made_predictions():
+    labels = torch.tensor([0, 1, 2, 2, 1, 0])
+    clean = torch.tensor([0, 1, 2, 0, 1, 1])  # 4 of 6 right
+    triggered = torch.tensor([2, 2, 2, 2, 1, 0])  # target 2: inputs 0, 1 flipped to it; 4, 5 resisted
+    assert clean_accuracy(clean, labels) == pytest.approx(4 / 6)
+    assert robust_accuracy(triggered, labels) == pytest.approx(4 / 6)  # 2, 3 (target class), 4, 5
+    assert attack_success_rate(triggered, labels, target=2) == pytest.approx(2 / 4)  # of the 4 non-target
+    assert attack_success_rate(torch.tensor([0, 1]), torch.tensor([0, 1]), target=2) == 0.0
+    with pytest.raises(ValueError, match="undefined"):
+        attack_success_rate(torch.tensor([2, 2]), torch.tensor([2, 2]), target=2)
+    with pytest.raises(ValueError, match="integer class indices"):
+        clean_accuracy(torch.rand(6, 3).argmax(1).float(), labels)
+    with pytest.raises(ValueError, match="one length"):
+        robust_accuracy(clean[:3], labels)
+
+
+def test_predict_is_argmax_of_eval_logits(base):
+    ids, mask, _ = separable_task(7)
+    model = lora_model(base, 2)
+    pred = predict(model, ids, mask, batch_size=3)
+    assert pred.dtype == torch.int64 and torch.equal(pred, anchor_logits(model, ids, mask, clip=1e6).argmax(1))
