@@ -16,7 +16,18 @@ loss            :func:`dis_weights` (DIS), :func:`cat_temperature` (CAT), :func:
 lora            the baselines' adapter aggregation: :func:`fedit_average` (FedIT),
                 :func:`ffa_average` (FFA-LoRA), :func:`flora_stack` (FLoRA),
                 :func:`flexlora_redistribute` (FlexLoRA), :func:`lora_delta`
+clients         (peft; import it as ``fedcal.distill.clients``) heterogeneous-rank LoRA clients on a
+                frozen HF sequence classifier: :func:`lora_model`, :func:`adapter_state` /
+                :func:`load_adapter_state`, :func:`local_train`, :func:`anchor_logits`,
+                :func:`upload_bytes`
+adapters        (peft) the baselines' rules applied to clients' adapter states and written back
+                into peft models: FedIT, FFA-LoRA, FLoRA (merge + fresh adapter), FlexLoRA
+student         (peft) the server's student (frozen backbone + own LoRA + head),
+                :func:`build_consensus`, :func:`distill_step`, :func:`predict`, CA / RA / ASR
 ==============  ===================================================================================
+
+``clients``, ``adapters`` and ``student`` are not imported here: they need peft and transformers
+(seconds to import), which the tensor core above does not.
 
 A server round: ``Z = clip_logits(Z, c)``; ``teacher = aggregate_logits(Z, "mom", M, generator)``;
 each student minimises ``distillation_loss(student_logits, teacher)``. Every function validates its
