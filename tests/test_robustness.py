@@ -246,11 +246,36 @@ def test_negative_prototype_spread_by_hand():
     assert equidistant["proto_var"] == pytest.approx(0.0)
 
 
+def test_zero_gradient_fraction_detects_a_saturated_softmax(trained, batch):
+    from fedcal.robustness import zero_gradient_fraction
+
+    space, x, y = batch
+    assert zero_gradient_fraction(trained, x, y, space) < 0.2
+
+    class Scaled(nn.Module):  # the same classifier with logits 10⁴ times larger: a saturated softmax
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, inputs):
+            return 1e4 * self.inner(inputs)
+
+    pred = predict_pixels(trained, x, space)
+    right = pred == y
+    frac = zero_gradient_fraction(Scaled(trained), x, y, space)
+    # every correctly classified image's gradient vanishes in float32 (p_y rounds to 1)
+    assert frac >= 0.95 * float(right.float().mean())
+    # PGD on the cross-entropy is stopped by it; the CW margin (no softmax) is not
+    pgd = _accuracy(Scaled(trained), adversarial_examples(Scaled(trained), x, y, space, 10, "pgd", BUDGET), y, space)
+    cw = _accuracy(Scaled(trained), adversarial_examples(Scaled(trained), x, y, space, 10, "cw", BUDGET), y, space)
+    assert cw < pgd - 0.3
+
+
 # ------------------------------------------------------------------------------------ evaluation
 def test_evaluate_robustness_reports_every_metric(trained, digits):
     spec = RobustnessSpec(eps=0.1, n_test=120)
     out = evaluate_robustness(trained, digits, spec)
-    for key in ("accuracy", "ece", "sece", "clean_acc", "fgsm_acc", "pgd_acc", "pgd_targeted_success", "cw_acc",
+    for key in ("accuracy", "ece", "sece", "clean_acc", "zero_grad_frac", "fgsm_acc", "pgd_acc", "pgd_targeted_success", "cw_acc",
                 "corruption_acc", "proto_var", "proto_cv2", *(f"{c}_acc" for c in spec.corruptions)):
         assert key in out, key
     assert out["n_attacked"] == 120

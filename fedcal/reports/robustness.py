@@ -42,7 +42,7 @@ ROBUSTNESS_DIR = "robustness"
 METRICS = {
     "accuracy": "clean acc", "ece": "ECE", "sece": "sECE", "fgsm_acc": "FGSM acc", "pgd_acc": "PGD acc",
     "pgd_targeted_success": "targeted PGD success", "cw_acc": "CW acc", "corruption_acc": "corruption acc",
-    "proto_var": "proto var", "proto_cv2": "proto CV²",
+    "zero_grad_frac": "zero CE gradient", "proto_var": "proto var", "proto_cv2": "proto CV²",
 }
 _RAW = ("proto_var", "proto_cv2")  # not percentages
 

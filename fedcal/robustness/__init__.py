@@ -8,9 +8,10 @@ the ``train`` task: temperature training is the TSA client code path at every cl
 from fedcal.robustness.attacks import (ATTACKS, AttackBudget, MarginLoss, PixelModel, adversarial_examples,
                                        predict_pixels, random_targets)
 from fedcal.robustness.corruptions import CORRUPTIONS, DEFAULT_CORRUPTIONS, corrupt
-from fedcal.robustness.evaluate import DEFAULT_EPS, RobustnessSpec, evaluate_robustness, spec_for
+from fedcal.robustness.evaluate import (DEFAULT_EPS, RobustnessSpec, evaluate_robustness, spec_for,
+                                        zero_gradient_fraction)
 from fedcal.robustness.geometry import negative_prototype_spread, prototype_distances
 
 __all__ = ["ATTACKS", "AttackBudget", "MarginLoss", "PixelModel", "adversarial_examples", "predict_pixels",
            "random_targets", "CORRUPTIONS", "DEFAULT_CORRUPTIONS", "corrupt", "DEFAULT_EPS", "RobustnessSpec",
-           "evaluate_robustness", "spec_for", "negative_prototype_spread", "prototype_distances"]
+           "evaluate_robustness", "spec_for", "zero_gradient_fraction", "negative_prototype_spread", "prototype_distances"]

@@ -87,12 +87,32 @@ def _features(model: nn.Module, x: torch.Tensor, batch_size: int, device: torch.
                           for i in range(0, len(x), batch_size)])
 
 
+def zero_gradient_fraction(model: nn.Module, pixels: torch.Tensor, labels: torch.Tensor, space,
+                           device: torch.device | str = "cpu", batch_size: int = 250) -> float:
+    """Fraction of images whose float32 gradient of the τ = 1 cross-entropy with respect to the
+    pixels is exactly zero: the softmax has saturated (p_y rounds to 1), so every attack that
+    follows this gradient (FGSM, PGD on the cross-entropy) cannot move — gradient masking, not
+    robustness. The CW margin attack does not go through the softmax and is immune to it."""
+    from fedcal.robustness.attacks import PixelModel
+
+    device = torch.device(device)
+    net = PixelModel(model, space).to(device).eval()
+    zero = 0
+    for i in range(0, len(pixels), batch_size):
+        x = pixels[i:i + batch_size].to(device).requires_grad_(True)
+        loss = nn.functional.cross_entropy(net(x), labels[i:i + batch_size].to(device), reduction="sum")
+        (grad,) = torch.autograd.grad(loss, x)
+        zero += int((grad.flatten(1) == 0).all(dim=1).sum())
+    return zero / max(len(pixels), 1)
+
+
 def evaluate_robustness(model: nn.Module, ds: Dataset, spec: RobustnessSpec, device: torch.device | str = "cpu",
                         batch_size: int = 250) -> dict[str, float]:
     """Every measurement of ``spec`` on ``model`` (trained on ``ds``): one flat dict of floats.
 
     Keys: ``accuracy``, ``ece``, ``sece``, ``brier``, ``nll`` (whole test set, τ = 1);
-    ``n_attacked``, ``clean_acc`` (the first ``n_test`` images); ``<attack>_acc`` for fgsm, pgd,
+    ``n_attacked``, ``clean_acc`` (the first ``n_test`` images); ``zero_grad_frac``
+    (:func:`zero_gradient_fraction`); ``<attack>_acc`` for fgsm, pgd,
     cw and ``pgd_targeted_success`` (fraction classified as their random target);
     ``<corruption>_acc`` per corruption and ``corruption_acc`` (their mean); ``proto_var``,
     ``proto_cv2`` (:func:`fedcal.robustness.geometry.negative_prototype_spread`).
@@ -110,6 +130,7 @@ def evaluate_robustness(model: nn.Module, ds: Dataset, spec: RobustnessSpec, dev
     pixels = space.to_pixels(x)
     out["n_attacked"] = float(n)
     out["clean_acc"] = float((predict_pixels(model, pixels, space, device=device) == y).float().mean())
+    out["zero_grad_frac"] = zero_gradient_fraction(model, pixels, y, space, device)
     for attack in spec.attacks:
         targets = random_targets(y, ds.num_classes, spec.seed) if attack == "pgd_targeted" else None
         adv = adversarial_examples(model, pixels, y, space, ds.num_classes, attack, spec.budget, targets=targets,
