@@ -1,0 +1,1 @@
+"""Offline text data and a small pretrained backbone for RFD-LoRA (flwr-free)."""
