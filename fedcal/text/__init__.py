@@ -28,19 +28,82 @@ A typical client setup::
 
 from __future__ import annotations
 
-from .backbone import (BackboneConfig, backbone_dir, backbone_meta, backbone_tokenizer, cache_root,
-                       classifier_from_backbone, held_out_texts, pretrained_backbone, pretraining_texts)
-from .corpora import (FOLIO_GENRE, GENRES, TextTask, genre_corpus, genre_split, glue_corpus, play_passages,
-                      plot_summaries, sentiment_corpus)
-from .splits import (DEFAULT_TRIGGER, Poisoned, TriggeredSet, anchor_split, check_trigger_absent, iid_clients,
-                     label_skew_clients, poison, skew_patterns, triggered_test_set)
-from .tokenizer import SPECIAL_TOKENS, decode, encode, gpt2_tokenizer, load_tokenizer, train_tokenizer
+from .backbone import (
+                       BackboneConfig,
+                       backbone_dir,
+                       backbone_meta,
+                       backbone_tokenizer,
+                       cache_root,
+                       classifier_from_backbone,
+                       held_out_texts,
+                       pretrained_backbone,
+                       pretraining_texts,
+)
+from .corpora import (
+                       FOLIO_GENRE,
+                       GENRES,
+                       TextTask,
+                       genre_corpus,
+                       genre_split,
+                       glue_corpus,
+                       play_passages,
+                       plot_summaries,
+                       sentiment_corpus,
+)
+from .splits import (
+                       DEFAULT_TRIGGER,
+                       Poisoned,
+                       TriggeredSet,
+                       anchor_split,
+                       check_trigger_absent,
+                       iid_clients,
+                       label_skew_clients,
+                       poison,
+                       skew_patterns,
+                       triggered_test_set,
+)
+from .tokenizer import (
+                       SPECIAL_TOKENS,
+                       decode,
+                       encode,
+                       gpt2_tokenizer,
+                       load_tokenizer,
+                       train_tokenizer,
+)
 
 __all__ = [
-    "BackboneConfig", "DEFAULT_TRIGGER", "FOLIO_GENRE", "GENRES", "Poisoned", "SPECIAL_TOKENS", "TextTask",
-    "TriggeredSet", "anchor_split", "backbone_dir", "backbone_meta", "backbone_tokenizer", "cache_root",
-    "check_trigger_absent", "classifier_from_backbone", "decode", "encode", "genre_corpus", "genre_split",
-    "glue_corpus", "gpt2_tokenizer", "held_out_texts", "iid_clients", "label_skew_clients", "load_tokenizer",
-    "play_passages", "plot_summaries", "poison", "pretrained_backbone", "pretraining_texts", "sentiment_corpus",
-    "skew_patterns", "train_tokenizer", "triggered_test_set",
+                       "DEFAULT_TRIGGER",
+                       "FOLIO_GENRE",
+                       "GENRES",
+                       "SPECIAL_TOKENS",
+                       "BackboneConfig",
+                       "Poisoned",
+                       "TextTask",
+                       "TriggeredSet",
+                       "anchor_split",
+                       "backbone_dir",
+                       "backbone_meta",
+                       "backbone_tokenizer",
+                       "cache_root",
+                       "check_trigger_absent",
+                       "classifier_from_backbone",
+                       "decode",
+                       "encode",
+                       "genre_corpus",
+                       "genre_split",
+                       "glue_corpus",
+                       "gpt2_tokenizer",
+                       "held_out_texts",
+                       "iid_clients",
+                       "label_skew_clients",
+                       "load_tokenizer",
+                       "play_passages",
+                       "plot_summaries",
+                       "poison",
+                       "pretrained_backbone",
+                       "pretraining_texts",
+                       "sentiment_corpus",
+                       "skew_patterns",
+                       "train_tokenizer",
+                       "triggered_test_set",
 ]

@@ -45,16 +45,29 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
 from fedcal.config import ConfigError
 
-from .corpora import genre_corpus, genre_split, play_passages, plot_summaries, sentiment_corpus, shakespeare_works
-from .tokenizer import as_transformers, gpt2_tokenizer, load_tokenizer, save_tokenizer, train_tokenizer
+from .corpora import (
+    genre_corpus,
+    genre_split,
+    play_passages,
+    plot_summaries,
+    sentiment_corpus,
+    shakespeare_works,
+)
+from .tokenizer import (
+    as_transformers,
+    gpt2_tokenizer,
+    load_tokenizer,
+    save_tokenizer,
+    train_tokenizer,
+)
 
 SOURCES = ("shakespeare", "plots")
 TOKENIZERS = ("bpe", "gpt2")
@@ -358,7 +371,20 @@ def parameter_counts(model) -> dict[str, int]:
             "layers": sum(p.numel() for p in model.roberta.encoder.parameters())}
 
 
-__all__ = ["BackboneConfig", "SOURCES", "TOKENIZERS", "backbone_dir", "backbone_meta", "backbone_tokenizer",
-           "cache_root", "classifier_from_backbone", "model_config", "pack", "parameter_counts",
-           "pretrained_backbone", "pretraining_texts", "held_out_texts"]
+__all__ = [
+    "SOURCES",
+    "TOKENIZERS",
+    "BackboneConfig",
+    "backbone_dir",
+    "backbone_meta",
+    "backbone_tokenizer",
+    "cache_root",
+    "classifier_from_backbone",
+    "held_out_texts",
+    "model_config",
+    "pack",
+    "parameter_counts",
+    "pretrained_backbone",
+    "pretraining_texts",
+]
 

@@ -33,9 +33,9 @@ import configparser
 import importlib.metadata
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, Union
 
 import numpy as np
 
@@ -43,7 +43,7 @@ from fedcal.config import ConfigError
 from fedcal.data.datasets import default_data_dir
 
 # A text is a string, or a (first, second) pair for the sentence-pair GLUE tasks.
-Text = Union[str, tuple[str, str]]
+Text = str | tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -265,7 +265,7 @@ def genre_split(test_frac: float = 0.25, seed: int = 0) -> tuple[tuple[str, ...]
     test: list[str] = []
     for genre in GENRES:
         plays = sorted(p for p, g in FOLIO_GENRE.items() if g == genre)
-        k = min(len(plays) - 1, max(1, int(round(test_frac * len(plays)))))
+        k = min(len(plays) - 1, max(1, round(test_frac * len(plays))))
         test += [plays[i] for i in rng.choice(len(plays), size=k, replace=False)]
     train = sorted(set(FOLIO_GENRE) - set(test))
     return tuple(train), tuple(sorted(test))

@@ -14,8 +14,8 @@ indices into a :class:`fedcal.text.corpora.TextTask`'s training split and is see
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -34,7 +34,7 @@ def anchor_split(n_train: int, frac: float = 0.1, seed: int = 0,
     share, so the anchors' class balance is the training split's)."""
     if not 0 < frac < 1:
         raise ValueError(f"anchor frac must lie in (0, 1), got {frac}")
-    n_anchor = int(round(frac * n_train))
+    n_anchor = round(frac * n_train)
     if not 0 < n_anchor < n_train:
         raise ValueError(f"{frac} of {n_train} training samples gives {n_anchor} anchors")
     rng = np.random.default_rng(seed)
@@ -160,7 +160,7 @@ def poison(texts: Sequence[Text], labels: np.ndarray, frac: float = 0.2, trigger
     if not 0 <= frac <= 1:
         raise ValueError(f"poison frac must lie in [0, 1], got {frac}")
     check_trigger_absent(trigger, texts)
-    k = int(round(frac * len(labels)))
+    k = round(frac * len(labels))
     rng = np.random.default_rng(seed)
     order = np.concatenate([rng.permutation(np.flatnonzero(labels != target)),
                             rng.permutation(np.flatnonzero(labels == target))])

@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -121,7 +121,9 @@ def save_tokenizer(tok: Tokenizer, folder: str | Path) -> Path:
 def as_transformers(tok: Tokenizer, model_max_length: int = 512):
     """The tokeniser as a ``transformers.PreTrainedTokenizerFast`` (what transformers' data
     collators need: mask/pad tokens and special-token masks)."""
-    from transformers import PreTrainedTokenizerFast  # heavy import: only the pretraining path needs it
+    from transformers import (
+        PreTrainedTokenizerFast,  # heavy import: only the pretraining path needs it
+    )
 
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", cls_token="<s>",
                                    sep_token="</s>", pad_token="<pad>", unk_token="<unk>", mask_token="<mask>",
