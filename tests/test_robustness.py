@@ -373,6 +373,19 @@ def test_evaluate_run_refuses_unfinished_and_modelless_runs(tmp_path, trained):
         evaluate_run(tmp_path / "r", spec)
 
 
+def test_rejected_rounds_counts_rounds_that_kept_the_model(tmp_path):
+    from fedcal.reports.robustness import rejected_rounds
+    from fedcal.results import RunStore
+
+    store = RunStore(tmp_path / "r", RunConfig.from_flower(dict(dataset="digits")))
+    store.start()
+    store.log_round(0, {"accuracy": 0.1})
+    for rnd, accepted in ((1, 5), (2, 0), (3, 2), (4, 0)):
+        store.log_round(rnd, {"replies_received": 5, "replies_accepted": accepted, "replies_rejected": 5 - accepted})
+    store.finish()
+    assert rejected_rounds(tmp_path / "r") == 2  # rounds 2 and 4 aggregated nothing
+
+
 @pytest.mark.parametrize("args, message", [
     (["--attacks", "pgd,deepfool"], "unknown attack 'deepfool'"),
     (["--corruptions", "fog"], "unknown corruption 'fog'"),

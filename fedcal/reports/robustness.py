@@ -29,7 +29,7 @@ from fedcal.config import RunConfig
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.plots import robustness_curves
 from fedcal.reports.runs import finished_only
-from fedcal.results import atomic_write, config_hash, load_config, load_model
+from fedcal.results import atomic_write, config_hash, load_config, load_metrics, load_model
 from fedcal.robustness import RobustnessSpec, evaluate_robustness
 from fedcal.train import resolve_device
 
@@ -43,8 +43,9 @@ METRICS = {
     "accuracy": "clean acc", "ece": "ECE", "sece": "sECE", "fgsm_acc": "FGSM acc", "pgd_acc": "PGD acc",
     "pgd_targeted_success": "targeted PGD success", "cw_acc": "CW acc", "corruption_acc": "corruption acc",
     "zero_grad_frac": "zero CE gradient", "proto_var": "proto var", "proto_cv2": "proto CV²",
+    "rejected_rounds": "rounds all rejected",
 }
-_RAW = ("proto_var", "proto_cv2")  # not percentages
+_RAW = ("proto_var", "proto_cv2", "rejected_rounds")  # not percentages
 
 
 COUPLINGS = ("fixed", "coupled")
@@ -99,6 +100,18 @@ def training_of(cfg: RunConfig) -> str:
     if cfg.attack == "tsa":
         return f"TSA, {cfg.num_attackers}/{cfg.num_clients} attackers, " + ("η=β·τ" if cfg.coupled else "η=β")
     return f"{cfg.attack}, {cfg.num_attackers}/{cfg.num_clients} attackers"
+
+
+def rejected_rounds(run_dir: str | os.PathLike[str]) -> float:
+    """Rounds of a finished run in which the server rejected every reply and kept the global model
+    (e.g. clients whose training diverged to NaN): the final model is then an earlier round's, which
+    a table of that run must say."""
+    metrics = load_metrics(run_dir)
+    received = metrics[metrics["metric"] == "replies_received"].set_index("round")["value"]
+    accepted = metrics[metrics["metric"] == "replies_accepted"].set_index("round")["value"]
+    if received.empty:  # a run from before the reply accounting
+        return float("nan")
+    return float(((received > 0) & (accepted.reindex(received.index) == 0)).sum())
 
 
 def _cache_path(run_dir: Path, spec: RobustnessSpec) -> Path:
@@ -186,7 +199,7 @@ def robustness_table(run_dirs: Sequence[str | os.PathLike[str]], spec: Robustnes
         cfg = load_config(d)
         rows.append({"setting": setting_of(cfg), "dataset": cfg.dataset, "model": cfg.model,
                      "strategy": cfg.strategy, "training": training_of(cfg), "tau": cfg.tau, "seed": cfg.seed,
-                     **evaluate_run(d, spec, device), "run": d.name})
+                     **evaluate_run(d, spec, device), "rejected_rounds": rejected_rounds(d), "run": d.name})
     table = pd.DataFrame(rows)
     table.attrs["failed"] = failures  # the command's exit code reflects them
     return table
