@@ -343,7 +343,7 @@ def _rank_error(replies: list[Message], who) -> None:
         if msg.has_error():
             found = _RANK_ERROR.search(msg.error.reason or "")
             if found:
-                raise ConfigError(f"run-config key 'dst-ranks': {who(msg.metadata.src_node_id)} has "
+                raise ConfigError(f"run-config key 'dst-ranks': {who(msg.metadata.src_node_id)}: "
                                   f"{found.group(0)}; every client's rank must be one of dst-ranks")
 
 
