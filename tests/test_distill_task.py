@@ -17,13 +17,13 @@ import torch
 pytest.importorskip("peft")
 pytest.importorskip("transformers")
 
-from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict  # noqa: E402
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fedcal.cli import main as cli_main  # noqa: E402
-from fedcal.config import ConfigError, RunConfig  # noqa: E402
-from fedcal.results import config_hash, hashed_keys, run_dir_for  # noqa: E402
-from fedcal.strategies.lora import STACKED_A, STACKED_B, FedIT, FFALoRA, FlexLoRA, FLoRA  # noqa: E402
-from tests.strategy_harness import FakeGrid  # noqa: E402
+from fedcal.cli import main as cli_main
+from fedcal.config import ConfigError, RunConfig
+from fedcal.results import config_hash, hashed_keys, run_dir_for
+from fedcal.strategies.lora import STACKED_A, STACKED_B, FedIT, FFALoRA, FlexLoRA, FLoRA
+from tests.strategy_harness import FakeGrid
 
 TINY = {"task": "distill", "engine": "inprocess", "device": "cpu", "num-clients": 3, "dst-corpus": "synthetic",
         "dst-rounds": 2, "dst-ranks": "2,4,8", "dst-groups": 3, "dst-backdoor-ratio": 0.3, "dst-bb-hidden": 16,
@@ -135,8 +135,8 @@ def _corrupting_app(corrupt):
 
 
 def _run(cfg, client_app, node_configs=None):
-    from fedcal.app.inprocess import InProcessGrid
     from fedcal.app.flower_private import SUPERLINK_NODE_ID, TaskIdentity
+    from fedcal.app.inprocess import InProcessGrid
     from fedcal.tasks.distill import run_distill
 
     grid = InProcessGrid(client_app, cfg.num_clients, seed=cfg.seed)
@@ -161,7 +161,7 @@ def test_bad_replies_are_dropped_naming_the_node_and_too_few_keep_the_student(tm
         elif part == 3:
             reply.content["logits"] = ArrayRecord({"z": z[:, :1].contiguous()})
 
-    import fedcal.distill.student as student
+    from fedcal.distill import student
 
     steps = []
 
@@ -254,7 +254,7 @@ def one_round(strategy, arrays, answers: dict):
 
 
 def state_of(record):
-    return {k: torch.from_numpy(record[k].numpy().copy()) for k in record.keys()}
+    return {k: torch.from_numpy(record[k].numpy().copy()) for k in record}
 
 
 def test_fedit_averages_a_and_b_separately_and_drops_another_rank():

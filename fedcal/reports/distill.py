@@ -22,8 +22,8 @@ Unfinished runs are left out, each named in a warning (:func:`fedcal.reports.run
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd

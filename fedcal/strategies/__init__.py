@@ -34,12 +34,12 @@ from fedcal.strategies.fedavg import FedAvg
 from fedcal.strategies.fltrust import FLTrust
 from fedcal.strategies.foolsgold import FoolsGold
 from fedcal.strategies.geometric_median import GeometricMedian
+from fedcal.strategies.lora import LORA_STRATEGIES, FedIT, FFALoRA, FlexLoRA, FLoRA, LoraStrategy
 from fedcal.strategies.median import Median
 from fedcal.strategies.median_of_means import MedianOfMeans
 from fedcal.strategies.multikrum import MultiKrum
 from fedcal.strategies.registry import STRATEGIES, strategy_from_config
 from fedcal.strategies.trimmed_mean import TrimmedMean
-from fedcal.strategies.lora import LORA_STRATEGIES, FedIT, FFALoRA, FlexLoRA, FLoRA, LoraStrategy
 
 __all__ = [
     "STRATEGIES", "strategy_from_config", "UpdateAggregationStrategy", "is_buffer_key", "FedAvg", "FLTrust",

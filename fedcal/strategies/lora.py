@@ -39,16 +39,29 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import (
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg as _FlowerFedAvg
 from flwr.supercore import log
 
-from fedcal.distill.adapters import (FloraUpdate, fedit_aggregate, ffa_aggregate, flexlora_aggregate,
-                                     flora_aggregate, lora_layers)
+from fedcal.distill.adapters import (
+    FloraUpdate,
+    fedit_aggregate,
+    ffa_aggregate,
+    flexlora_aggregate,
+    flora_aggregate,
+    lora_layers,
+)
 from fedcal.strategies.base import RoundReplies
 
-__all__ = ["LORA_STRATEGIES", "FFALoRA", "FLoRA", "FedIT", "FlexLoRA", "LoraStrategy", "STACKED_A", "STACKED_B"]
+__all__ = ["LORA_STRATEGIES", "STACKED_A", "STACKED_B", "FFALoRA", "FLoRA", "FedIT", "FlexLoRA", "LoraStrategy"]
 
 STACKED_A, STACKED_B = ".stacked_A", ".stacked_B"  # FLoRA's record keys: <layer>.stacked_A / .stacked_B
 _A, _B = ".lora_A.", ".lora_B."
@@ -60,7 +73,7 @@ def _tensor(array: Any) -> torch.Tensor:
 
 def to_state(record: ArrayRecord) -> OrderedDict[str, torch.Tensor]:
     """An ArrayRecord as an ordered ``{key: tensor}`` (copies)."""
-    return OrderedDict((k, _tensor(record[k])) for k in record.keys())
+    return OrderedDict((k, _tensor(record[k])) for k in record)
 
 
 def to_record(state) -> ArrayRecord:
@@ -190,7 +203,7 @@ class LoraStrategy(_FlowerFedAvg):
         if isinstance(weight, (list, bool)) or not np.isfinite(weight) or weight <= 0:
             return f"invalid '{self.weighted_by_key}' = {weight!r} (must be finite and > 0)", None, 0.0, 0
         reason = self.check_keys(msg.metadata.src_node_id, state)
-        size = sum(len(rec[k].data) for k in rec.keys())  # the bytes the client actually uploaded
+        size = sum(len(rec[k].data) for k in rec)  # the bytes the client actually uploaded
         return reason, state, float(weight), size
 
     @staticmethod
@@ -284,7 +297,7 @@ class FedIT(LoraStrategy):
     def check_keys(self, node, state):
         sent = self.sent.get(node)
         if sent is not None and len(sent.keys()):
-            reason = _compare({k: tuple(sent[k].shape) for k in sent.keys()}, state, "the global adapter")
+            reason = _compare({k: tuple(sent[k].shape) for k in sent}, state, "the global adapter")
             if reason:
                 return reason
         return super().check_keys(node, state)
@@ -304,14 +317,14 @@ class FFALoRA(LoraStrategy):
         sent = self.sent.get(node)
         if sent is None or not len(sent.keys()):
             return "FFA-LoRA needs the global adapter (with its frozen A) sent first"
-        reason = _compare({k: tuple(sent[k].shape) for k in sent.keys() if _A not in k}, state,
+        reason = _compare({k: tuple(sent[k].shape) for k in sent if _A not in k}, state,
                           "FFA-LoRA's upload (B and the head; A stays frozen)")
         return reason or super().check_keys(node, self._with_a(node, state))
 
     def _with_a(self, node, state) -> OrderedDict:
         """The reply completed with the frozen A the node was sent, in the sent key order."""
         sent = self.sent[node]
-        return OrderedDict((k, state[k] if k in state else _tensor(sent[k])) for k in sent.keys())
+        return OrderedDict((k, state[k] if k in state else _tensor(sent[k])) for k in sent)
 
     @staticmethod
     def _signature(state):

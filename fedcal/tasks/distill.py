@@ -42,20 +42,38 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from logging import INFO, WARNING
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import (
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedcal.config import ConfigError, RunConfig
 from fedcal.reports.distill import distill_report
 from fedcal.results import REJECTIONS_FILE, RunFailed, RunStore, run_dir_for
-from fedcal.strategies.lora import LORA_STRATEGIES, STACKED_A, flora_update, to_record, to_state
-from fedcal.tasks.nodes import check_partitions, client_id, config_record, discover_clients, message_config
+from fedcal.strategies.lora import (
+    LORA_STRATEGIES,
+    STACKED_A,
+    flora_update,
+    to_record,
+    to_state,
+)
+from fedcal.tasks.nodes import (
+    check_partitions,
+    client_id,
+    config_record,
+    discover_clients,
+    message_config,
+)
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.tasks.train import REJECTION_COLUMNS
 from fedcal.train import resolve_device
@@ -108,7 +126,13 @@ def _subsample(n: int, k: int, seed: int, salt: int) -> np.ndarray:
 def text_task(cfg: RunConfig):
     """The corpus of ``dst-corpus`` (:mod:`fedcal.text.corpora`), subsampled to ``dst-train-size`` /
     ``dst-test-size`` when set."""
-    from fedcal.text import TextTask, genre_corpus, glue_corpus, sentiment_corpus, synthetic_corpus
+    from fedcal.text import (
+        TextTask,
+        genre_corpus,
+        glue_corpus,
+        sentiment_corpus,
+        synthetic_corpus,
+    )
 
     name = cfg.dst_corpus
     if name == "sentiment":
@@ -165,8 +189,14 @@ def distill_data(cfg: RunConfig) -> DistillData:
 
 @functools.lru_cache(maxsize=2)
 def _distill_data(key: tuple, cfg: RunConfig) -> DistillData:
-    from fedcal.text import anchor_split, backbone_tokenizer, encode, iid_clients, label_skew_clients
-    from fedcal.text import triggered_test_set
+    from fedcal.text import (
+        anchor_split,
+        backbone_tokenizer,
+        encode,
+        iid_clients,
+        label_skew_clients,
+        triggered_test_set,
+    )
     from fedcal.text.splits import skew_patterns
 
     task = text_task(cfg)
@@ -244,7 +274,12 @@ def distill_round(msg: Message, context: Context) -> Message:
     locally, store the adapter, reply with anchor logits (rfd) or adapter arrays."""
     from fedcal.distill import clip_logits
     from fedcal.distill.adapters import merge_flora
-    from fedcal.distill.clients import adapter_state, anchor_logits, load_adapter_state, lora_model
+    from fedcal.distill.clients import (
+        adapter_state,
+        anchor_logits,
+        load_adapter_state,
+        lora_model,
+    )
 
     cfg, server_round = message_config(msg, context)
     check_partitions(cfg, context)
@@ -263,7 +298,7 @@ def distill_round(msg: Message, context: Context) -> Message:
                 model.get_submodule(layer).get_base_layer().weight.copy_(w)
     if ADAPTER_KEY in context.state:
         load_adapter_state(model, to_state(context.state[ADAPTER_KEY]))
-    sent = msg.content["arrays"] if "arrays" in msg.content else None
+    sent = msg.content.get("arrays", None)
     if cfg.dst_method in ("fedit", "ffa", "flexlora") and sent is not None and len(sent.keys()):
         load_adapter_state(model, to_state(sent))  # the global adapter (FlexLoRA: at this client's rank)
     elif cfg.dst_method == "flora" and sent is not None:
@@ -311,7 +346,7 @@ def local_train(*args, **kwargs):
 # ---------------------------------------------------------------------------------- server side
 def payload_bytes(record: ArrayRecord) -> int:
     """The bytes of an ArrayRecord's arrays as they travel (each Array's serialised data)."""
-    return sum(len(record[k].data) for k in record.keys())
+    return sum(len(record[k].data) for k in record)
 
 
 def check_logit_reply(content: RecordDict, anchor_id: str, shape: tuple[int, int]) -> tuple[str | None, torch.Tensor | None]:
@@ -380,7 +415,7 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
     device = str(resolve_device(cfg.device))
     base = base_classifier(data.backbone, data.num_classes, device)
     node_to_client = discover_clients(grid, cfg.num_clients)
-    who = lambda n: f"node {n} (partition {node_to_client.get(n, 'unknown')})"  # noqa: E731
+    who = lambda n: f"node {n} (partition {node_to_client.get(n, 'unknown')})"
     log(INFO, "distill: %s on %s, %d clients (backdoor: %s), %d anchors (id %s)", cfg.dst_method, cfg.dst_corpus,
         cfg.num_clients, sorted(data.backdoor), len(data.anchors), data.anchor_id)
     evaluate = _Evaluator(data, cfg.eval_batch_size)
