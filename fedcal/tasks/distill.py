@@ -182,13 +182,27 @@ _DATA_KEYS = ("dst_corpus", "data_dir", "seed", "num_clients", "dst_train_size",
               "dst_max_length")
 
 
+_DATA_CACHE: OrderedDict[tuple, DistillData] = OrderedDict()  # the last two setups of this process
+
+
+def data_key(cfg: RunConfig) -> tuple:
+    """The values of the keys that determine :class:`DistillData` (runs that differ only in the
+    method, the server's rules or the training schedule share one setup)."""
+    return tuple((k, getattr(cfg, k)) for k in _DATA_KEYS)
+
+
 def distill_data(cfg: RunConfig) -> DistillData:
-    """:class:`DistillData` of ``cfg`` (cached per process on the keys that determine it)."""
-    return _distill_data(tuple((k, getattr(cfg, k)) for k in _DATA_KEYS), cfg)
+    """:class:`DistillData` of ``cfg``, cached per process on :func:`data_key` (a node builds it
+    once, not every round)."""
+    key = data_key(cfg)
+    if key not in _DATA_CACHE:
+        _DATA_CACHE[key] = _build_data(cfg)
+        while len(_DATA_CACHE) > 2:
+            _DATA_CACHE.popitem(last=False)
+    return _DATA_CACHE[key]
 
 
-@functools.lru_cache(maxsize=2)
-def _distill_data(key: tuple, cfg: RunConfig) -> DistillData:
+def _build_data(cfg: RunConfig) -> DistillData:
     from fedcal.text import (
         anchor_split,
         backbone_tokenizer,
@@ -229,10 +243,21 @@ def base_classifier(path: str, num_classes: int, device: str):
     return model
 
 
-@functools.lru_cache(maxsize=8)
-def client_batch(cfg_key: tuple, cfg: RunConfig, cid: int) -> tuple[dict, torch.Tensor, int]:
+_BATCH_CACHE: OrderedDict[tuple, tuple] = OrderedDict()  # a node's encoded shard, per setup and client
+
+
+def client_batch(cfg: RunConfig, cid: int) -> tuple[dict, torch.Tensor, int]:
     """(encoded texts, labels, poisoned count) of client ``cid``'s private shard, poisoned when it
-    is a backdoor client (:func:`fedcal.text.poison`, seeded per client)."""
+    is a backdoor client (:func:`fedcal.text.poison`, seeded per client); cached per process."""
+    key = (data_key(cfg), cid)
+    if key not in _BATCH_CACHE:
+        _BATCH_CACHE[key] = _client_batch(cfg, cid)
+        while len(_BATCH_CACHE) > 16:
+            _BATCH_CACHE.popitem(last=False)
+    return _BATCH_CACHE[key]
+
+
+def _client_batch(cfg: RunConfig, cid: int) -> tuple[dict, torch.Tensor, int]:
     from fedcal.text import encode, poison
 
     data = distill_data(cfg)
@@ -305,7 +330,7 @@ def distill_round(msg: Message, context: Context) -> Message:
         update = flora_update(sent)
         if update is not None:  # merge Σ p_k ΔW_k into the base and start a fresh adapter
             merge_flora(model, update, seed=(cfg.seed * 1000 + cid) * 10007 + server_round)
-    batch, labels, poisoned = client_batch(tuple((k, getattr(cfg, k)) for k in _DATA_KEYS), cfg, cid)
+    batch, labels, poisoned = client_batch(cfg, cid)
     gen = torch.Generator().manual_seed(int(cfg.seed) * 1_000_003 + cid * 1009 + server_round)
     stats = local_train(model, batch["input_ids"], batch["attention_mask"], labels, epochs=cfg.dst_local_epochs,
                         batch_size=cfg.batch_size, lr=cfg.dst_client_lr, weight_decay=cfg.weight_decay,
