@@ -595,4 +595,4 @@ TASK = register(Task(
 ))
 
 __all__ = ["ADAPTER_KEY", "MESSAGE_TYPE", "DistillData", "anchor_set_id", "backdoor_clients", "check_logit_reply",
-           "distill_data", "distill_round", "payload_bytes", "run_distill", "text_task", "to_record"]
+           "data_key", "distill_data", "distill_round", "payload_bytes", "run_distill", "text_task"]
