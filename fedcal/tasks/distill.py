@@ -64,7 +64,6 @@ from fedcal.strategies.lora import (
     LORA_STRATEGIES,
     STACKED_A,
     flora_update,
-    to_record,
     to_state,
 )
 from fedcal.tasks.nodes import (
