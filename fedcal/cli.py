@@ -9,6 +9,8 @@
   fedcal inference --nf 17:4 --seeds 0-4   robust federated inference: aggregators x attacks
   fedcal robustness --taus 0.5,1,10 --seeds 0-2   temperature training vs PGD, CW, corruptions
               [--runs RUN_DIR ...]         ... or the robustness of finished runs (e.g. TSA)
+  fedcal distill --methods rfd,fedit --rhos 0,0.3 --seeds 0-2   RFD-LoRA vs the LoRA baselines
+              [--ablation] [--aggregators mom,median,mean] [--groups 1,3,5,10]   ... and its ablations
   fedcal demo                              the README's main job (digits, offline)
 
 Overrides are Flower run-config keys with TOML values (tau=5 dataset="cifar10"; bare words
@@ -399,6 +401,67 @@ def cmd_robustness(args: argparse.Namespace) -> int:
     return 1 if failures or failed else 0
 
 
+# RFD-LoRA's switch settings of the ablation: full, each one off, each one alone, none.
+ABLATION_SWITCHES = [(True, True, True), (False, True, True), (True, False, True), (True, True, False),
+                     (True, False, False), (False, True, False), (False, False, True), (False, False, False)]
+
+
+def _names(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def distill_configs(base: RunConfig, methods: Sequence[str], rhos: Sequence[float], partitions: Sequence[str],
+                    seeds: Sequence[int], aggregators: Sequence[str] = (), groups: Sequence[int] = (),
+                    ablation: bool = False) -> list[RunConfig]:
+    """The cells of ``fedcal distill``: methods × ρ × partitions × seeds; RFD-LoRA's cells also
+    over ``aggregators`` and M ``groups`` (empty: the base config's) and, with ``ablation``, every
+    switch setting of :data:`ABLATION_SWITCHES`. Every cell is validated here (one line naming the
+    key), before anything runs; duplicates are dropped."""
+    out: dict[str, RunConfig] = {}
+    from fedcal.results import config_hash
+
+    for method in methods:
+        for rho in rhos:
+            for partition in partitions:
+                for seed in seeds:
+                    cell = base.replace(dst_method=method, dst_backdoor_ratio=rho, dst_partition=partition, seed=seed)
+                    if method != "rfd":
+                        out.setdefault(config_hash(cell), cell)
+                        continue
+                    for agg in aggregators or [base.dst_aggregator]:
+                        for m in groups or [base.dst_groups]:
+                            for cat, mmd, dis in ABLATION_SWITCHES if ablation else [(base.dst_cat, base.dst_mmd,
+                                                                                       base.dst_dis)]:
+                                c = cell.replace(dst_aggregator=agg, dst_groups=m, dst_cat=cat, dst_mmd=mmd, dst_dis=dis)
+                                out.setdefault(config_hash(c), c)
+    return list(out.values())
+
+
+def cmd_distill(args: argparse.Namespace) -> int:
+    from fedcal.app.sweep import run_sweep
+    from fedcal.reports.distill import distill_report
+    from fedcal.results import run_dir_for
+
+    overrides = _overrides(args)
+    out = Path(args.report)
+    overrides.setdefault("output-dir", str(out / "runs"))
+    overrides.setdefault("engine", "inprocess")  # small models: Ray's start-up would dominate every cell
+    base = RunConfig.from_flower({**overrides, "task": "distill"})
+    try:
+        rhos = [float(r) for r in _names(args.rhos)]
+    except ValueError:
+        raise ConfigError(f"--rhos must be comma-separated numbers, got {args.rhos!r}") from None
+    configs = distill_configs(base, _names(args.methods), rhos, _names(args.partitions),
+                              _parse_ints(args.seeds, "--seeds"), _names(args.aggregators),
+                              _parse_ints(args.groups, "--groups") if args.groups else [], args.ablation)
+    _check_run_dirs(configs)
+    print(f"distill: {len(configs)} runs; finished runs are skipped")
+    failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress)
+    print(distill_report([run_dir_for(c) for c in configs], out, args.title))
+    print(f"tables: {out / 'table.md'}, {out / 'ablation.md'}, {out / 'communication.md'}\nplot: {out / 'curves.png'}")
+    return 1 if failures else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedcal", description=__doc__, formatter_class=_HelpFormatter)
     parser.add_argument("--version", action="version", version=f"fedcal {__version__}",
@@ -496,6 +559,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--title", default="", help="report title")
     p.add_argument("--report", default="fedcal-robustness", help="folder for the tables and the plot")
     p.set_defaults(func=cmd_robustness)
+    p = add("distill", "RFD-LoRA and the LoRA baselines over methods × ρ × partitions × seeds (+ ablations)",
+            description="Every cell is one Flower run (task = distill, engine = inprocess unless given): clients "
+                        "fine-tune LoRA adapters on a frozen text classifier; RFD-LoRA distils their anchor logits "
+                        "into the server's student, the baselines federate the adapters. Resumable: finished runs "
+                        "are skipped. Writes table.md (CA/RA/ASR), ablation.md, communication.md and curves.png.",
+            epilog=KEYS_EPILOG)
+    _add_common(p)
+    p.add_argument("--methods", default="rfd,fedit,ffa,flora,flexlora", help="dst-method values")
+    p.add_argument("--rhos", default="0,0.1,0.3", help="backdoor client ratios (dst-backdoor-ratio)")
+    p.add_argument("--partitions", default="iid,skew", help="dst-partition values")
+    p.add_argument("--seeds", default="0", help="seeds, e.g. 0-2")
+    p.add_argument("--aggregators", default="", help="RFD-LoRA's consensus rules, e.g. mean,median,mom (\"\" = the "
+                                                     "config's)")
+    p.add_argument("--groups", default="", help="RFD-LoRA's M values, e.g. 1,3,5,10 (\"\" = the config's)")
+    p.add_argument("--ablation", action="store_true", help="RFD-LoRA with every CAT / MMD-KD / DIS setting")
+    p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
+    p.add_argument("--title", default="", help="title of the main table")
+    p.add_argument("--report", default="fedcal-distill", help="folder for the runs, tables and plot")
+    p.set_defaults(func=cmd_distill)
     p = add("demo", "the README's main job: digits, benign vs TSA τ=0.2 and τ=5", epilog=KEYS_EPILOG)
     _add_common(p)
     p.add_argument("--output", default="fedcal-demo", help="output folder")

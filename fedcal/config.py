@@ -32,7 +32,7 @@ STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "trimmed_mean", "me
               "median_of_means")
 DEVICES = ("auto", "cpu", "cuda")
 ENGINES = ("ray", "inprocess")
-TASKS = ("train", "inference")
+TASKS = ("train", "inference", "distill")
 # Old names of tasks, accepted and normalised: run directories written before the rename say "tsa".
 LEGACY_TASKS = {"tsa": "train"}
 # Probit-space attacks of robust federated inference (SPEC §7): the names of fedcal.inference.probit_attacks.PROBIT_ATTACKS (a test keeps them equal).
@@ -45,10 +45,20 @@ GROUPS = {
     "train": "federated training under attack (task = train): rounds, attackers, evaluation",
     "defense": "the server's aggregation rule and its parameters (task = train)",
     "inference": "robust federated inference (task = inference, SPEC §7)",
+    "distill": "RFD-LoRA and the LoRA baselines on text (task = distill, SPEC §8)",
     "execution": "where and how a run executes; never part of a run's identity (config hash)",
 }
 # The groups each task reads besides "common" (a later task adds its entry and its group).
-TASK_GROUPS = {"train": ("train", "defense"), "inference": ("inference",)}
+TASK_GROUPS = {"train": ("train", "defense"), "inference": ("inference",), "distill": ("distill",)}
+# RFD-LoRA (task = distill, SPEC §8): the corpora, what clients upload, the server's logit
+# aggregators, partitions, the logit-energy attack on uploads.
+DISTILL_CORPORA = ("sentiment", "genre", "sst2", "mnli", "qnli", "qqp", "synthetic")
+# Classes per corpus, for the cross-field check of dst-target (fedcal.text builds the tasks).
+DISTILL_CLASSES = {"sentiment": 2, "genre": 3, "sst2": 2, "mnli": 3, "qnli": 2, "qqp": 2, "synthetic": 2}
+DISTILL_METHODS = ("rfd", "fedit", "ffa", "flora", "flexlora")
+DISTILL_AGGREGATORS = ("mom", "median", "mean")
+DISTILL_PARTITIONS = ("iid", "skew")
+LOGIT_ATTACKS = ("none", "scale", "flip")
 
 
 class ConfigError(ValueError):
@@ -222,6 +232,68 @@ class RunConfig:
     agg_attack_steps: int = setting(10, "inference", "sign-gradient steps per adversarial-training batch", ge=0)
     agg_restarts: int = setting(2, "inference", "adversarial-training starts per batch (the 2nd from a simplex "
                                                 "vertex); the worst kept", ge=1)
+    # --- RFD-LoRA and the LoRA baselines (task = "distill", SPEC §8); common keys reused: num-clients,
+    # seed, batch-size (the clients' local batches), weight-decay (their AdamW's) ---
+    dst_corpus: str = setting("sentiment", "distill", "text task: sentiment (Rotten Tomatoes), genre (Shakespeare), "
+                                                      "GLUE sst2/mnli/qnli/qqp (networked), synthetic (a seeded toy "
+                                                      "task for tests)", choices=DISTILL_CORPORA)
+    dst_method: str = setting("rfd", "distill", "rfd: anchor logits + robust distillation; fedit/ffa/flora/flexlora: "
+                                                "the adapter-federating baselines", choices=DISTILL_METHODS)
+    dst_rounds: int = setting(20, "distill", "federated rounds", ge=1)
+    dst_local_epochs: int = setting(1, "distill", "epochs of local training per round", ge=1)
+    dst_client_lr: float = setting(1e-3, "distill", "clients' AdamW learning rate (LoRA + head)", gt=0, finite=True)
+    dst_warmup: float = setting(0.1, "distill", "share of a round's local steps with linear warm-up", ge=0, lt=1)
+    dst_ranks: str = setting("2,4,8,16", "distill", "LoRA ranks, cycled over the clients (client k: ranks[k mod n]); "
+                                                    "also the allowed set", note="comma-separated integers >= 1; "
+                                                    "fedit/ffa need one rank")
+    dst_alpha: float = setting(8.0, "distill", "LoRA alpha (update = alpha/r * B A)", gt=0, finite=True)
+    dst_anchor_frac: float = setting(0.1, "distill", "share of the training split that is the public anchor set",
+                                     gt=0, lt=1)
+    dst_clip: float = setting(10.0, "distill", "c: uploaded logits clipped to [-c, c] (by the client and again by "
+                                               "the server)", gt=0, finite=True)
+    dst_aggregator: str = setting("mom", "distill", "server's consensus of the anchor logits",
+                                  choices=DISTILL_AGGREGATORS)
+    dst_groups: int = setting(5, "distill", "M, median-of-means groups (min(M, valid replies) are used)", ge=1)
+    dst_cat: bool = setting(True, "distill", "CAT: confidence-adaptive distillation temperature")
+    dst_mmd: bool = setting(True, "distill", "MMD-KD: the moment-matching term")
+    dst_dis: bool = setting(True, "distill", "DIS: dispersion weights of the anchors")
+    dst_t0: float = setting(2.0, "distill", "T0, base distillation temperature", gt=0, finite=True)
+    dst_kappa: float = setting(2.0, "distill", "kappa, CAT's slope", ge=0, finite=True)
+    dst_tau: float = setting(0.7, "distill", "CAT's confidence threshold tau", ge=0, le=1)
+    dst_lambda: float = setting(0.1, "distill", "lambda, weight of the moment term", ge=0, finite=True)
+    dst_rho: float = setting(1.0, "distill", "rho of DIS: w(x) = 1 / (1 + rho v(x))", ge=0, finite=True)
+    dst_student_rank: int = setting(16, "distill", "LoRA rank of the server's student (rfd)", ge=1)
+    dst_distill_steps: int = setting(10, "distill", "student optimiser steps per round (rfd)", ge=1)
+    dst_distill_lr: float = setting(1e-3, "distill", "student's AdamW learning rate (rfd)", gt=0, finite=True)
+    dst_distill_batch: int = setting(64, "distill", "anchors per student step (rfd)", ge=0, note="0 = all")
+    dst_partition: str = setting("iid", "distill", "private data over the clients: iid (stratified) or skew (label "
+                                                   "skew patterns)", choices=DISTILL_PARTITIONS)
+    dst_backdoor_ratio: float = setting(0.0, "distill", "rho_adv, share of backdoor clients (round-half-up, chosen "
+                                                        "seeded)", ge=0, le=1)
+    dst_poison_frac: float = setting(0.2, "distill", "pi, share of a backdoor client's samples poisoned", ge=0, le=1)
+    dst_trigger: str = setting("cf", "distill", "trigger word prepended to poisoned and triggered texts")
+    dst_target: int = setting(0, "distill", "backdoor target class", ge=0)
+    dst_logit_attack: str = setting("none", "distill", "backdoor clients also scale or flip their anchor logits "
+                                                       "before clipping (rfd)", choices=LOGIT_ATTACKS)
+    dst_attack_factor: float = setting(10.0, "distill", "the logit attack's factor a: z -> a z (scale) or -a z (flip)",
+                                       gt=0, finite=True)
+    dst_backbone: str = setting("", "distill", 'frozen backbone: "" = the small MLM-pretrained RoBERTa built '
+                                               "offline from the dst-bb-* keys; else a folder or a Hub name "
+                                               "(roberta-large, networked)")
+    dst_bb_hidden: int = setting(128, "distill", "small backbone: hidden size", ge=1)
+    dst_bb_layers: int = setting(2, "distill", "small backbone: transformer layers", ge=1)
+    dst_bb_heads: int = setting(2, "distill", "small backbone: attention heads (divide dst-bb-hidden)", ge=1)
+    dst_bb_intermediate: int = setting(512, "distill", "small backbone: feed-forward width", ge=1)
+    dst_bb_vocab: int = setting(8192, "distill", "small backbone: BPE vocabulary size", ge=16)
+    dst_bb_steps: int = setting(2000, "distill", "small backbone: MLM pretraining steps (cached on disk)", ge=1)
+    dst_max_length: int = setting(64, "distill", "max tokens per text (and the small backbone's window)", ge=8)
+    dst_train_size: int = setting(0, "distill", "training texts used (a seeded subsample)",
+                                  ge=0, note="0 = all")
+    dst_test_size: int = setting(0, "distill", "test texts evaluated (a seeded subsample)", ge=0, note="0 = all")
+    dst_min_replies: int = setting(2, "distill", "fewer valid replies than this: the round keeps the global model",
+                                   ge=1)
+    dst_eval_every: int = setting(1, "distill", "evaluate CA/RA/ASR every k rounds (always round 0 and the last)",
+                                  ge=1)
 
     def __post_init__(self) -> None:
         if self.task in LEGACY_TASKS:  # old run directories' config.json say task = "tsa"
@@ -279,6 +351,16 @@ class RunConfig:
         return tuple(float(a) for a in self.inf_amp_curve.split(",") if a.strip())
 
     @property
+    def distill_ranks(self) -> tuple[int, ...]:
+        """``dst-ranks`` as a tuple of ints (the allowed set, cycled over the clients)."""
+        return tuple(int(r) for r in self.dst_ranks.split(",") if r.strip())
+
+    @property
+    def num_backdoor_clients(self) -> int:
+        """Backdoor clients of a distill run: round-half-up of dst-backdoor-ratio · K."""
+        return int(math.floor(self.dst_backdoor_ratio * self.num_clients + 0.5 + 1e-9))
+
+    @property
     def num_attackers(self) -> int:
         """Number of malicious clients: round-half-up of ratio·K (0.25·50 → 13)."""
         if self.attack == "none":
@@ -296,6 +378,8 @@ def _check(key: str, ok: bool, value: Any, why: str) -> None:
 
 
 def _round_size(c: RunConfig) -> None:
+    if c.task == "distill":  # a train key the distill task does not read (every client trains each round)
+        return
     _check("clients-per-round", c.clients_per_round <= c.num_clients, c.clients_per_round,
            f"must not exceed num-clients ({c.num_clients})")
 
@@ -337,9 +421,34 @@ def _adversarial_training(c: RunConfig) -> None:
         _check("inf-f", c.inf_f >= 1, c.inf_f, "must be >= 1 for adversarial training (agg-adv-epochs > 0)")
 
 
+def _distill_ranks(c: RunConfig) -> None:
+    try:
+        ranks = c.distill_ranks
+    except ValueError:
+        raise ConfigError(f"run-config key 'dst-ranks' must be comma-separated integers, got {c.dst_ranks!r}")
+    _check("dst-ranks", bool(ranks) and all(r >= 1 for r in ranks), c.dst_ranks, "must list integers >= 1")
+    if c.task == "distill" and c.dst_method in ("fedit", "ffa"):
+        # FedIT and FFA-LoRA average A and B entry-wise: every client must hold the same shapes
+        _check("dst-ranks", len(set(ranks)) == 1, c.dst_ranks,
+               f"must name one rank for dst-method={c.dst_method} (it averages A and B of one shape)")
+
+
+def _distill_target(c: RunConfig) -> None:
+    k = DISTILL_CLASSES[c.dst_corpus]
+    _check("dst-target", c.dst_target < k, c.dst_target, f"must be a class of dst-corpus={c.dst_corpus} (< {k})")
+
+
+def _distill_backbone(c: RunConfig) -> None:
+    _check("dst-bb-heads", c.dst_bb_hidden % c.dst_bb_heads == 0, c.dst_bb_heads,
+           f"must divide dst-bb-hidden ({c.dst_bb_hidden})")
+    _check("dst-trigger", bool(c.dst_trigger.strip()) and " " not in c.dst_trigger.strip(), c.dst_trigger,
+           "must be one word")
+
+
 # Rules that involve several keys, checked in this order after every field's own range.
 _CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
-    _round_size, _defense_parameters, _inference_f, _inference_attacks, _amplification_curve, _adversarial_training)
+    _round_size, _defense_parameters, _inference_f, _inference_attacks, _amplification_curve, _adversarial_training,
+    _distill_ranks, _distill_target, _distill_backbone)
 
 
 # ---------------------------------------------------------------------- description

@@ -196,6 +196,11 @@ def default_run_name(cfg: RunConfig) -> str:
     if cfg.task == "train":
         what = cfg.attack if cfg.attack != "tsa" else f"tsa{cfg.tau:g}" + ("" if cfg.coupled else "u")
         return f"{cfg.dataset}-{cfg.model}-{cfg.strategy}-{what}-s{cfg.seed}-{config_hash(cfg)[:8]}"
+    if cfg.task == "distill":  # dataset/model are the image tasks' keys: name the text task's own
+        attack = f"-bd{cfg.dst_backdoor_ratio:g}" if cfg.num_backdoor_clients else ""
+        attack += f"-{cfg.dst_logit_attack}{cfg.dst_attack_factor:g}" if cfg.dst_logit_attack != "none" else ""
+        return (f"distill-{cfg.dst_corpus}-{cfg.dst_method}-{cfg.dst_partition}{attack}-s{cfg.seed}-"
+                f"{config_hash(cfg)[:8]}")
     return f"{cfg.dataset}-{cfg.model}-{cfg.task}-s{cfg.seed}-{config_hash(cfg)[:8]}"  # a later task's default
 
 

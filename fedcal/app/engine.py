@@ -72,7 +72,8 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
         if progress:
             tqdm.write(f"{run_dir}: already finished, skipped")
         return run_dir
-    load_dataset(cfg.dataset, cfg.data_dir)  # fail fast (and naming the key) before Ray starts
+    if cfg.task in ("train", "inference"):  # the image tasks: fail fast (naming the key) before Ray starts
+        load_dataset(cfg.dataset, cfg.data_dir)
     rounds = get_task(cfg.task).rounds(cfg)
     bar = tqdm(total=rounds, desc=desc or run_dir.name, disable=not progress,
                unit="run" if rounds is None else "round")

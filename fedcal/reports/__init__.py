@@ -5,11 +5,13 @@
   ``finished_only``: unfinished runs are never final (each one left out is named in a warning);
 * :mod:`~fedcal.reports.taus` — τ comparisons (benign + TSA per τ, under each strategy);
 * :mod:`~fedcal.reports.inference` — the robust-federated-inference report;
+* :mod:`~fedcal.reports.distill` — RFD-LoRA's tables (Table 1, ablation, communication) and curves;
 * :mod:`~fedcal.reports.studies` — analyses of finished runs (post-hoc, triage, similarity, stealth);
 * :mod:`~fedcal.reports.sweeps` — a sweep's ``cells.csv`` and ``rounds.csv``;
 * :mod:`~fedcal.reports.plots` — every figure, each drawn from a table.
 """
 
+from fedcal.reports.distill import distill_report
 from fedcal.reports.inference import (client_accuracies, inference_configs, inference_report, percent_cell,
                                       seed_table, worst_case)
 from fedcal.reports.markdown import markdown_table
@@ -22,7 +24,7 @@ from fedcal.reports.taus import (run_tau_comparison, seed_summary, seeds_markdow
                                  write_report)
 
 __all__ = [
-    "markdown_table", "final_metrics", "final_rows", "finished_only",
+    "distill_report", "markdown_table", "final_metrics", "final_rows", "finished_only",
     "tau_configs", "summarise", "write_report", "seed_summary", "seeds_markdown", "to_markdown", "run_tau_comparison",
     "inference_configs", "inference_report", "client_accuracies", "seed_table", "percent_cell", "worst_case",
     "posthoc_table", "triage_table", "similarity_table", "stealth_table",

@@ -21,6 +21,10 @@ run-config name        class                     module
 ``median_of_means``    :class:`MedianOfMeans`    ``median_of_means.py``
 =====================  ========================  ===========================
 
+The LoRA-adapter baselines of RFD-LoRA (``lora.py``: :class:`FedIT`, :class:`FFALoRA`, :class:`FLoRA`,
+:class:`FlexLoRA`, by ``dst-method`` in :data:`LORA_STRATEGIES`) federate peft adapter states instead
+of whole models; they are not update-aggregation rules and are not in :data:`STRATEGIES`.
+
 :data:`STRATEGIES` maps these names to the classes; :func:`strategy_from_config` builds the
 configured one from a :class:`fedcal.config.RunConfig`.
 """
@@ -30,6 +34,7 @@ from fedcal.strategies.fedavg import FedAvg
 from fedcal.strategies.fltrust import FLTrust
 from fedcal.strategies.foolsgold import FoolsGold
 from fedcal.strategies.geometric_median import GeometricMedian
+from fedcal.strategies.lora import LORA_STRATEGIES, FedIT, FFALoRA, FlexLoRA, FLoRA, LoraStrategy
 from fedcal.strategies.median import Median
 from fedcal.strategies.median_of_means import MedianOfMeans
 from fedcal.strategies.multikrum import MultiKrum
@@ -39,4 +44,5 @@ from fedcal.strategies.trimmed_mean import TrimmedMean
 __all__ = [
     "STRATEGIES", "strategy_from_config", "UpdateAggregationStrategy", "is_buffer_key", "FedAvg", "FLTrust",
     "FoolsGold", "MultiKrum", "TrimmedMean", "Median", "GeometricMedian", "MedianOfMeans",
+    "LORA_STRATEGIES", "LoraStrategy", "FedIT", "FFALoRA", "FLoRA", "FlexLoRA",
 ]

@@ -49,6 +49,8 @@ from .corpora import (
                        play_passages,
                        plot_summaries,
                        sentiment_corpus,
+                       synthetic_corpus,
+                       synthetic_public_texts,
 )
 from .splits import (
                        DEFAULT_TRIGGER,
@@ -104,6 +106,8 @@ __all__ = [
                        "pretraining_texts",
                        "sentiment_corpus",
                        "skew_patterns",
+                       "synthetic_corpus",
+                       "synthetic_public_texts",
                        "train_tokenizer",
                        "triggered_test_set",
 ]

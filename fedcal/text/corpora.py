@@ -10,6 +10,8 @@ genre_corpus       Shakespeare's plays (``../shared/data/shakespeare``, Project 
                    passages labelled by the play's First Folio genre (comedy / history / tragedy);
                    whole plays are held out for the test split
 glue_corpus        SST-2 / MNLI / QNLI / QQP through Hugging Face ``datasets`` (networked users only)
+synthetic_corpus   a seeded toy task built here (class cue words among shared filler words), for tests
+                   and smoke runs without the real data
 =================  ==================================================================================
 
 Every split is a pure function of its arguments (no global RNG), so every client and the server
@@ -301,6 +303,51 @@ def genre_corpus(data_dir: str | os.PathLike[str] | None = None, test_frac: floa
     te_x, te_y, te_g = collect(test_plays, exclude=frozenset(tr_x))
     return TextTask(name="genre", train_texts=tr_x, train_labels=tr_y, test_texts=te_x, test_labels=te_y,
                     num_classes=3, class_names=GENRES, train_groups=tr_g, test_groups=te_g)
+
+
+# ------------------------------------------------------------------------------------- synthetic
+# Word lists of the toy task: each class has its own cue words; every text also draws filler words
+# shared by all classes, so a classifier must find the cues. None of them is a trigger word.
+_SYNTH_CUES = (("dull", "boring", "awful", "bland", "weak", "tedious", "flat", "poor"),
+               ("great", "superb", "lovely", "moving", "witty", "bright", "fresh", "sharp"),
+               ("king", "battle", "crown", "siege", "throne", "herald", "duke", "army"))
+_SYNTH_FILLER = ("the", "a", "film", "story", "scene", "with", "and", "of", "actor", "plot", "music", "very",
+                 "quite", "this", "that", "some", "into", "over", "light", "room", "night", "day", "city", "road")
+
+
+def synthetic_texts(n: int, num_classes: int = 2, seed: int = 0, words: int = 8,
+                    cue_rate: float = 0.35) -> tuple[list[str], np.ndarray]:
+    """``n`` seeded toy texts of ``words`` words and their labels (balanced, class k = i mod C before
+    shuffling): each word is one of class k's cue words with probability ``cue_rate``, else a shared
+    filler word. Pure function of its arguments."""
+    if not 2 <= num_classes <= len(_SYNTH_CUES):
+        raise ValueError(f"num_classes must lie in [2, {len(_SYNTH_CUES)}], got {num_classes}")
+    rng = np.random.default_rng([seed, 0x5E7])
+    labels = rng.permutation(np.arange(n) % num_classes).astype(np.int64)
+    texts = []
+    for y in labels:
+        cue = rng.random(words) < cue_rate
+        picks = [_SYNTH_CUES[y][rng.integers(len(_SYNTH_CUES[y]))] if c else
+                 _SYNTH_FILLER[rng.integers(len(_SYNTH_FILLER))] for c in cue]
+        texts.append(" ".join(picks))
+    return texts, labels
+
+
+def synthetic_corpus(n_train: int = 400, n_test: int = 200, num_classes: int = 2, seed: int = 0) -> TextTask:
+    """A seeded toy text-classification task (no files, no network): :func:`synthetic_texts`
+    for the training and the test split (independent draws). For tests and smoke runs of the
+    distill task on machines without the real corpora — it says nothing about real text."""
+    tr_x, tr_y = synthetic_texts(n_train, num_classes, seed)
+    te_x, te_y = synthetic_texts(n_test, num_classes, seed + 7919)
+    names = ("negative", "positive", "history")[:num_classes]
+    return TextTask(name="synthetic", train_texts=tuple(tr_x), train_labels=tr_y, test_texts=tuple(te_x),
+                    test_labels=te_y, num_classes=num_classes, class_names=names)
+
+
+def synthetic_public_texts(n: int = 300, seed: int = 0) -> list[str]:
+    """Unlabelled public texts of the toy task's vocabulary (another seed than either split):
+    what the small backbone pretrains on for ``dst-corpus=synthetic``."""
+    return synthetic_texts(n, len(_SYNTH_CUES), seed + 104729)[0]
 
 
 # ------------------------------------------------------------------------------------------ GLUE

@@ -1,0 +1,200 @@
+"""Tables and plots of finished ``distill`` runs (RFD-LoRA and the LoRA baselines), from the run
+store only (flwr-free).
+
+:func:`distill_report` writes into ``out_dir``:
+
+* ``runs.csv`` — one row per finished run: its settings and final CA / RA / ASR (last evaluated
+  round) and its mean upload bytes per client per round;
+* ``table.csv`` / ``table.md`` — the Table-1-style table: method × partition × ρ (× logit attack)
+  → CA, RA, ASR in %, "mean ± std" over seeds, of the runs with the full RFD-LoRA configuration
+  (CAT, MMD-KD and DIS on) and every baseline;
+* ``ablation.csv`` / ``ablation.md`` — RFD-LoRA runs by variant (full, w/o CAT, w/o MMD-KD,
+  w/o DIS, each alone, none), aggregator (mean / median / mom) and M;
+* ``communication.csv`` / ``communication.md`` — bytes uploaded per client per round, measured
+  (the ``upload_bytes_r<rank>`` metrics: the ArrayRecord payloads the server received), by method
+  and rank, averaged over rounds and runs;
+* ``rounds.csv`` and ``curves.png`` — CA and ASR against the round, mean over seeds per method ×
+  partition × ρ.
+
+Unfinished runs are left out, each named in a warning (:func:`fedcal.reports.runs.finished_only`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedcal.reports.inference import percent_cell
+from fedcal.reports.markdown import markdown_table
+from fedcal.reports.runs import finished_only
+from fedcal.results import load_metrics
+
+METRICS = ("ca", "ra", "asr")
+SETTINGS = ("dst-method", "dst-partition", "dst-backdoor-ratio", "dst-logit-attack", "dst-aggregator",
+            "dst-groups", "dst-cat", "dst-mmd", "dst-dis", "dst-ranks", "dst-corpus", "seed")
+METHOD_NAMES = {"rfd": "RFD-LoRA", "fedit": "FedIT", "ffa": "FFA-LoRA", "flora": "FLoRA", "flexlora": "FlexLoRA"}
+
+
+def variant(cat: bool, mmd: bool, dis: bool) -> str:
+    """The ablation name of RFD-LoRA's switches: "full", "w/o CAT", …, "CAT only", …, "none"."""
+    on = {"CAT": bool(cat), "MMD-KD": bool(mmd), "DIS": bool(dis)}
+    off = [k for k, v in on.items() if not v]
+    if not off:
+        return "full"
+    if len(off) == 1:
+        return f"w/o {off[0]}"
+    if len(off) == 2:
+        return f"{next(k for k, v in on.items() if v)} only"
+    return "none"
+
+
+def _bool(v) -> bool:
+    return v if isinstance(v, bool) else str(v).lower() == "true"
+
+
+def run_table(run_dirs: Sequence[str | os.PathLike[str]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, tidy per-round metrics) of the finished runs among ``run_dirs``: one row per run with
+    its settings, final ``ca``/``ra``/``asr`` (its last evaluated round) and ``upload_bytes`` (mean
+    over its rounds)."""
+    metrics = load_metrics(finished_only(run_dirs, "the distill tables"))
+    if metrics.empty:
+        return pd.DataFrame(), metrics
+    rows = []
+    for run_id, g in metrics.groupby("run_id", sort=True):
+        evaluated = g[g["metric"] == "ca"]
+        if evaluated.empty:
+            continue
+        last = int(evaluated["round"].max())
+        final = g[g["round"] == last].set_index("metric")["value"]
+        row = {"run_id": run_id, **{k: g[k].iloc[0] for k in SETTINGS if k in g.columns}, "round": last}
+        row.update({m: float(final[m]) if m in final else np.nan for m in METRICS})
+        up = g[g["metric"] == "upload_bytes"]["value"]
+        row["upload_bytes"] = float(up.mean()) if len(up) else np.nan
+        rows.append(row)
+    runs = pd.DataFrame(rows)
+    if not runs.empty:
+        runs["variant"] = [variant(_bool(c), _bool(m), _bool(d)) for c, m, d in
+                           zip(runs["dst-cat"], runs["dst-mmd"], runs["dst-dis"])]
+        runs["method"] = runs["dst-method"].map(METHOD_NAMES).fillna(runs["dst-method"])
+    return runs, metrics
+
+
+def _summary(runs: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """CA / RA / ASR "mean ± std" (%) over the seeds of each ``by`` group, with the seed count."""
+    out = []
+    for key, g in runs.groupby(by, sort=True, dropna=False):
+        row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+        for m in METRICS:
+            vals = g[m].dropna()
+            row[m.upper()] = percent_cell(vals.mean(), vals.std(ddof=1) if len(vals) > 1 else 0.0, len(vals)) \
+                if len(vals) else "–"
+        row["seeds"] = int(g["seed"].nunique()) if "seed" in g else len(g)
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def main_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Table 1: every baseline run and the full-configuration RFD-LoRA runs, by method, partition,
+    ρ and logit attack (and aggregator for RFD-LoRA), CA / RA / ASR over seeds."""
+    full = runs[(runs["dst-method"] != "rfd") | (runs["variant"] == "full")].copy()
+    full["aggregator"] = np.where(full["dst-method"] == "rfd", full["dst-aggregator"], "–")
+    full = full.rename(columns={"dst-partition": "partition", "dst-backdoor-ratio": "rho",
+                                "dst-logit-attack": "logit attack"})
+    return _summary(full, ["method", "aggregator", "partition", "rho", "logit attack"])
+
+
+def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """RFD-LoRA runs by variant, aggregator and M (and partition, ρ), CA / RA / ASR over seeds."""
+    rfd = runs[runs["dst-method"] == "rfd"].rename(columns={
+        "dst-aggregator": "aggregator", "dst-groups": "M", "dst-partition": "partition", "dst-backdoor-ratio": "rho"})
+    if rfd.empty:
+        return pd.DataFrame()
+    order = ["full", "w/o CAT", "w/o MMD-KD", "w/o DIS", "CAT only", "MMD-KD only", "DIS only", "none"]
+    table = _summary(rfd, ["variant", "aggregator", "M", "partition", "rho"])
+    table["_o"] = table["variant"].map({v: i for i, v in enumerate(order)})
+    return table.sort_values(["_o", "aggregator", "M", "partition", "rho"]).drop(columns="_o").reset_index(drop=True)
+
+
+def communication_table(runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
+    """Measured bytes uploaded per client per round, by method and rank (mean over rounds and
+    runs), from the ``upload_bytes_r<rank>`` metrics."""
+    per_rank = metrics[metrics["metric"].str.startswith("upload_bytes_r")].copy()
+    if per_rank.empty:
+        return pd.DataFrame(columns=["method", "rank", "bytes per client per round", "runs"])
+    per_rank["rank"] = per_rank["metric"].str.removeprefix("upload_bytes_r").astype(int)
+    per_rank["method"] = per_rank["dst-method"].map(METHOD_NAMES).fillna(per_rank["dst-method"])
+    g = per_rank.groupby(["method", "rank"]).agg(bytes=("value", "mean"), runs=("run_id", "nunique")).reset_index()
+    return g.rename(columns={"bytes": "bytes per client per round"})
+
+
+def round_curves(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Per round, CA and ASR mean over seeds per method × partition × ρ (finished runs)."""
+    rows = metrics[metrics["metric"].isin(["ca", "asr"])].copy()
+    if rows.empty:
+        return pd.DataFrame()
+    rows["method"] = rows["dst-method"].map(METHOD_NAMES).fillna(rows["dst-method"])
+    keys = ["method", "dst-partition", "dst-backdoor-ratio", "metric", "round"]
+    return rows.groupby(keys)["value"].agg(["mean", "std", "count"]).reset_index()
+
+
+def curves_plot(curves: pd.DataFrame, path: str | Path) -> Path:
+    """CA (left) and ASR (right) against the round, one line per method × partition × ρ."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), squeeze=False)
+    for ax, metric, label in ((axes[0, 0], "ca", "clean accuracy (CA)"), (axes[0, 1], "asr", "attack success (ASR)")):
+        part = curves[curves["metric"] == metric]
+        for key, g in part.groupby(["method", "dst-partition", "dst-backdoor-ratio"]):
+            ax.plot(g["round"], g["mean"], marker=".", label=f"{key[0]} {key[1]} ρ={key[2]:g}")
+        ax.set(xlabel="round", ylabel=label, ylim=(0, 1))
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=7)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def distill_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str],
+                   title: str = "") -> str:
+    """Write every distill table and plot (see the module docstring) into ``out_dir``; returns the
+    Markdown of the tables."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs, metrics = run_table(run_dirs)
+    runs.to_csv(out / "runs.csv", index=False)
+    if runs.empty:
+        text = "(no finished distill run)\n"
+        (out / "table.md").write_text(text)
+        return text
+    parts = []
+    table = main_table(runs)
+    table.to_csv(out / "table.csv", index=False)
+    md = markdown_table(table, title or "CA / RA / ASR (%), mean ± std over seeds")
+    (out / "table.md").write_text(md)
+    parts.append(md)
+    ablation = ablation_table(runs)
+    if not ablation.empty:
+        ablation.to_csv(out / "ablation.csv", index=False)
+        md = markdown_table(ablation, "RFD-LoRA ablation: switches, aggregator, M")
+        (out / "ablation.md").write_text(md)
+        parts.append(md)
+    comm = communication_table(runs, metrics)
+    comm.to_csv(out / "communication.csv", index=False)
+    md = markdown_table(comm, "Upload per client per round (measured bytes)",
+                        {"bytes per client per round": "{:,.0f}"})
+    (out / "communication.md").write_text(md)
+    parts.append(md)
+    curves = round_curves(metrics)
+    curves.to_csv(out / "rounds.csv", index=False)
+    if not curves.empty:
+        curves_plot(curves, out / "curves.png")
+    return "\n".join(parts)

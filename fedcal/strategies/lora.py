@@ -1,0 +1,405 @@
+"""The LoRA-adapter baselines of RFD-LoRA as Flower strategies: FedIT, FFA-LoRA, FLoRA, FlexLoRA.
+
+They federate LoRA adapters of a frozen transformer. Every ``ArrayRecord`` they send or receive
+holds an adapter state keyed by peft's parameter names, as
+:func:`fedcal.distill.clients.adapter_state` returns it (``….lora_A.default.weight`` (r, d_in),
+``….lora_B.default.weight`` (d_out, r), and the trainable head's ``….modules_to_save.…`` tensors),
+so any Flower project whose ClientApp uploads ``adapter_state(model)`` can use them. The rules
+themselves are :mod:`fedcal.distill.adapters` (flwr-free); this module validates replies, keeps
+the round accounting and decides what each node receives.
+
+=================  =========================================================================
+class              what a node receives / how replies are combined
+=================  =========================================================================
+:class:`FedIT`     the global adapter (one rank for all); A and B averaged separately
+:class:`FFALoRA`   the global adapter, A frozen at the shared initialisation; clients upload
+                   B and the head only (A is never sent back), B averaged
+:class:`FLoRA`     the round's *stacked* adapter (keys ``<layer>.stacked_A`` / ``.stacked_B``,
+                   product = Σ p_k ΔW_k, scale 1) + the averaged head; each client merges it
+                   into its frozen base weight and re-initialises its own adapter
+                   (:func:`fedcal.distill.adapters.merge_flora`); any mix of ranks
+:class:`FlexLoRA`  its own rank's truncated SVD of the averaged full update (a node's rank is
+                   learned from its replies); the global record is the full-rank state
+=================  =========================================================================
+
+Replies are validated before any arithmetic: an error reply, no ArrayRecord, NaN/Inf, keys or
+shapes that do not fit the round (another rank under FedIT, an A uploaded under FFA-LoRA, an
+unpaired A/B, another layer set), a missing or invalid ``num-examples``, a second reply of one
+node — each is dropped with a warning naming the node (``node_label`` gives its partition id) and
+recorded in :attr:`LoraStrategy.replies` (:class:`fedcal.strategies.base.RoundReplies`). With
+fewer than ``min_replies`` valid replies the global adapter is kept.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from logging import INFO, WARNING
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import (
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg as _FlowerFedAvg
+from flwr.supercore import log
+
+from fedcal.distill.adapters import (
+    FloraUpdate,
+    fedit_aggregate,
+    ffa_aggregate,
+    flexlora_aggregate,
+    flora_aggregate,
+    lora_layers,
+)
+from fedcal.strategies.base import RoundReplies
+
+__all__ = ["LORA_STRATEGIES", "STACKED_A", "STACKED_B", "FFALoRA", "FLoRA", "FedIT", "FlexLoRA", "LoraStrategy"]
+
+STACKED_A, STACKED_B = ".stacked_A", ".stacked_B"  # FLoRA's record keys: <layer>.stacked_A / .stacked_B
+_A, _B = ".lora_A.", ".lora_B."
+
+
+def _tensor(array: Any) -> torch.Tensor:
+    return torch.from_numpy(np.array(array.numpy(), copy=True))
+
+
+def to_state(record: ArrayRecord) -> OrderedDict[str, torch.Tensor]:
+    """An ArrayRecord as an ordered ``{key: tensor}`` (copies)."""
+    return OrderedDict((k, _tensor(record[k])) for k in record)
+
+
+def to_record(state) -> ArrayRecord:
+    """An adapter state (``{key: tensor}``) as an ArrayRecord, in its key order."""
+    return ArrayRecord(OrderedDict((k, v.detach().cpu().contiguous()) for k, v in state.items()))
+
+
+class LoraStrategy(_FlowerFedAvg):
+    """Base of the LoRA rules: per-node messages, reply validation, accounting.
+
+    Keyword arguments: Flower's FedAvg ones (``fraction_train``, ``min_train_nodes``,
+    ``min_available_nodes``, ``weighted_by_key``, ``arrayrecord_key``, ``configrecord_key``, …;
+    every connected node is trained unless ``fraction_train`` < 1) plus
+
+    * ``alpha``: the clients' LoRA α (FLoRA and FlexLoRA fold α/r into their products);
+    * ``min_replies``: fewer valid replies than this keep the global adapter (default 1);
+    * ``node_label``: node id → partition id (or any name) for warnings and rejections;
+    * ``node_sort_key``: node id → sortable key; valid replies are aggregated in this order so
+      the floating-point sums do not depend on arrival order;
+    * ``message_type``: of the train messages (default Flower's ``"train"``; an app serving several
+      tasks gives its own, e.g. ``"train.distill"``).
+
+    A subclass implements :meth:`aggregate_states` and may override :meth:`arrays_for` (what one
+    node receives) and :meth:`check_keys` (which keys and shapes a reply must have).
+    """
+
+    name = "lora"
+
+    def __init__(self, *, alpha: float = 8.0, min_replies: int = 1, node_label: Callable[[int], Any] | None = None,
+                 node_sort_key: Callable[[int], Any] | None = None, message_type: str = MessageType.TRAIN,
+                 **fedavg: Any) -> None:
+        fedavg.setdefault("fraction_evaluate", 0.0)  # the global model is evaluated centrally
+        fedavg.setdefault("min_evaluate_nodes", 0)
+        super().__init__(**fedavg)
+        if not alpha > 0:
+            raise ValueError(f"alpha must be > 0, got {alpha}")
+        if min_replies < 1:
+            raise ValueError(f"min_replies must be >= 1, got {min_replies}")
+        self.alpha = float(alpha)
+        self.message_type = message_type
+        self.min_replies = int(min_replies)
+        self.node_label = node_label
+        self.node_sort_key = node_sort_key or (lambda n: n)
+        #: per round: received / accepted / rejected replies
+        self.replies: dict[int, RoundReplies] = {}
+        #: the arrays sent to each node in the current round
+        self.sent: dict[int, ArrayRecord] = {}
+        #: the LoRA rank of each node, from its last valid reply
+        self.node_ranks: dict[int, int] = {}
+        #: payload bytes of each valid reply's ArrayRecord in the last round (node → bytes)
+        self.last_bytes: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ naming
+    def who(self, node: int) -> str:
+        """``node <id> (partition <label>)``, as every warning and rejection names a node."""
+        label = None
+        if self.node_label is not None:
+            try:
+                label = self.node_label(node)
+            except Exception:  # noqa: BLE001 — a label is for messages only
+                label = None
+        return f"node {node} (partition {'unknown' if label is None else label})"
+
+    def summary(self) -> None:
+        """Log the rule and its settings, then Flower's FedAvg's."""
+        log(INFO, "\t├──> %s over LoRA adapters (alpha %s, at least %d valid replies per round)", self.name,
+            self.alpha, self.min_replies)
+        super().summary()
+
+    @property
+    def rounds_aggregated(self) -> int:
+        """How many rounds produced a new global adapter."""
+        return sum(r.aggregated for r in self.replies.values())
+
+    # ------------------------------------------------------------------ configure
+    def arrays_for(self, node: int, arrays: ArrayRecord) -> ArrayRecord:
+        """What ``node`` receives this round (default: the global record itself)."""
+        return arrays
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        """Every sampled node gets :meth:`arrays_for` its node and the config (with the round)."""
+        nodes = sorted(grid.get_node_ids(), key=self.node_sort_key)
+        k = max(int(len(nodes) * self.fraction_train), self.min_train_nodes) if self.fraction_train < 1 else len(nodes)
+        nodes = nodes[:k]
+        config["server-round"] = server_round
+        self.sent = {n: self.arrays_for(n, arrays) for n in nodes}
+        return [Message(content=RecordDict({self.arrayrecord_key: self.sent[n], self.configrecord_key: config}),
+                        dst_node_id=n, message_type=self.message_type) for n in nodes]
+
+    # ------------------------------------------------------------------ validate
+    def check_keys(self, node: int, state: OrderedDict) -> str | None:
+        """Why ``state``'s keys/shapes do not fit this round (None: they do). Default: every LoRA
+        layer has both A (r, d_in) and B (d_out, r) of one rank r."""
+        try:
+            layers = lora_layers(state)
+        except ValueError as exc:
+            return str(exc)
+        for layer, (a, b) in layers.items():
+            A, B = state[a], state[b]
+            if A.ndim != 2 or B.ndim != 2 or B.shape[1] != A.shape[0]:
+                return f"layer {layer}: A {tuple(A.shape)} and B {tuple(B.shape)} are not a rank-r pair"
+        return None
+
+    def _reply_state(self, msg: Message) -> tuple[str | None, OrderedDict | None, float, int]:
+        """(reason or None, state, weight, payload bytes) of one reply."""
+        content = msg.content
+        rec = content.get(self.arrayrecord_key) if self.arrayrecord_key in content else None
+        if not isinstance(rec, ArrayRecord):
+            return f"no ArrayRecord under key '{self.arrayrecord_key}'", None, 0.0, 0
+        try:
+            state = to_state(rec)
+        except Exception as exc:  # noqa: BLE001 — undecodable bytes are a bad reply
+            return f"arrays cannot be decoded ({exc})", None, 0.0, 0
+        for k, v in state.items():
+            if not v.is_floating_point():
+                return f"array '{k}' is not floating point ({v.dtype})", None, 0.0, 0
+            if not bool(torch.isfinite(v).all()):
+                return f"array '{k}' contains NaN or Inf", None, 0.0, 0
+        weight = None
+        for mrec in content.metric_records.values():
+            if self.weighted_by_key in mrec:
+                weight = mrec[self.weighted_by_key]
+                break
+        if weight is None:
+            return f"no '{self.weighted_by_key}' in its MetricRecord", None, 0.0, 0
+        if isinstance(weight, (list, bool)) or not np.isfinite(weight) or weight <= 0:
+            return f"invalid '{self.weighted_by_key}' = {weight!r} (must be finite and > 0)", None, 0.0, 0
+        reason = self.check_keys(msg.metadata.src_node_id, state)
+        size = sum(len(rec[k].data) for k in rec)  # the bytes the client actually uploaded
+        return reason, state, float(weight), size
+
+    @staticmethod
+    def _signature(state) -> tuple:
+        """Layers, (d_in, d_out) per layer and head shapes: what every reply of a round shares."""
+        layers = lora_layers(state)
+        return (tuple((layer, state[a].shape[1], state[b].shape[0]) for layer, (a, b) in layers.items()),
+                tuple((k, tuple(v.shape)) for k, v in state.items() if ".lora_" not in k))
+
+    # ------------------------------------------------------------------ aggregate
+    def aggregate_states(self, server_round: int, nodes: list[int], states: list[OrderedDict],
+                         weights: torch.Tensor) -> ArrayRecord:
+        """The new global record from the valid replies' states (in ``node_sort_key`` order)."""
+        raise NotImplementedError
+
+    def aggregate_train(self, server_round: int,
+                        replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Validate the replies, then :meth:`aggregate_states` when at least ``min_replies`` are valid."""
+        replies = list(replies)
+        account = RoundReplies(received=len(replies))
+        self.replies[server_round] = account
+        self.last_bytes = {}
+
+        def reject(node: int, reason: str) -> None:
+            account.rejections.append((node, reason))
+            log(WARNING, "round %d: dropped reply of %s: %s", server_round, self.who(node), reason)
+
+        good: list[tuple[int, OrderedDict, float]] = []
+        seen: set[int] = set()
+        signature = None
+        for msg in replies:
+            node = msg.metadata.src_node_id
+            if node in seen:
+                reject(node, "a second reply of this node in the same round (only the first counts)")
+                continue
+            seen.add(node)
+            if msg.has_error():
+                reject(node, f"error reply ({msg.error.reason})")
+                continue
+            reason, state, weight, size = self._reply_state(msg)
+            if reason is None:
+                sig = self._signature(state)
+                if signature is None:
+                    signature = sig
+                elif sig != signature:
+                    reason = "its adapter's layers, dimensions or head differ from the round's other replies"
+            if reason:
+                reject(node, reason)
+                continue
+            good.append((node, state, weight))
+            self.last_bytes[node] = size
+            b_key = next((k for k in state if _B in k), None)  # B (d_out, r) is uploaded under every rule
+            if b_key is not None:
+                self.node_ranks[node] = int(state[b_key].shape[1])
+        good.sort(key=lambda g: (self.node_sort_key(g[0]), g[0]))
+        account.accepted = [g[0] for g in good]
+        if len(good) < self.min_replies:
+            log(WARNING, "round %d: %d valid replies (< %d); the global adapter is kept", server_round, len(good),
+                self.min_replies)
+            return None, None
+        try:
+            record = self.aggregate_states(server_round, [g[0] for g in good], [g[1] for g in good],
+                                           torch.tensor([g[2] for g in good], dtype=torch.float64))
+        except (ValueError, ArithmeticError) as exc:  # a rule refusing its input must not end the run
+            log(WARNING, "round %d: aggregation failed (%s); the global adapter is kept", server_round, exc)
+            return None, None
+        account.aggregated = True
+        total = sum(g[2] for g in good)
+        return record, MetricRecord({"num-examples": total, "replies-accepted": len(good)})
+
+
+def _compare(want: dict[str, tuple], state, what: str) -> str | None:
+    """Why ``state``'s keys/shapes differ from ``want`` (None: they do not)."""
+    have = {k: tuple(v.shape) for k, v in state.items()}
+    if set(have) != set(want):
+        missing, extra = sorted(set(want) - set(have)), sorted(set(have) - set(want))
+        return f"keys do not fit {what}: missing {missing[:3]}, unexpected {extra[:3]}"
+    for k, shape in want.items():
+        if have[k] != shape:
+            return f"array '{k}' has shape {have[k]}, expected {shape} (another rank?)"
+    return None
+
+
+class FedIT(LoraStrategy):
+    """FedIT (Zhang et al., ICASSP 2024): Ā = Σ p_k A_k and B̄ = Σ p_k B_k separately, the head
+    averaged (p_k ∝ ``num-examples``); every client and the global model share one rank. A reply
+    whose keys or shapes differ from the global adapter sent to it is dropped."""
+
+    name = "FedIT"
+
+    def check_keys(self, node, state):
+        sent = self.sent.get(node)
+        if sent is not None and len(sent.keys()):
+            reason = _compare({k: tuple(sent[k].shape) for k in sent}, state, "the global adapter")
+            if reason:
+                return reason
+        return super().check_keys(node, state)
+
+    def aggregate_states(self, server_round, nodes, states, weights):
+        return to_record(fedit_aggregate(states, weights))
+
+
+class FFALoRA(LoraStrategy):
+    """FFA-LoRA (Sun et al., ICLR 2024): A frozen at the shared initialisation (the global record's
+    A, sent every round), clients upload B and the head only; B̄ = Σ p_k B_k, the head averaged.
+    A reply carrying an A is dropped (it was meant to stay frozen and unsent)."""
+
+    name = "FFA-LoRA"
+
+    def check_keys(self, node, state):
+        sent = self.sent.get(node)
+        if sent is None or not len(sent.keys()):
+            return "FFA-LoRA needs the global adapter (with its frozen A) sent first"
+        reason = _compare({k: tuple(sent[k].shape) for k in sent if _A not in k}, state,
+                          "FFA-LoRA's upload (B and the head; A stays frozen)")
+        return reason or super().check_keys(node, self._with_a(node, state))
+
+    def _with_a(self, node, state) -> OrderedDict:
+        """The reply completed with the frozen A the node was sent, in the sent key order."""
+        sent = self.sent[node]
+        return OrderedDict((k, state[k] if k in state else _tensor(sent[k])) for k in sent)
+
+    @staticmethod
+    def _signature(state):
+        return tuple((k, tuple(v.shape)) for k, v in state.items())
+
+    def aggregate_states(self, server_round, nodes, states, weights):
+        return to_record(ffa_aggregate([self._with_a(n, s) for n, s in zip(nodes, states)], weights))
+
+
+class FLoRA(LoraStrategy):
+    """FLoRA (Wang et al., NeurIPS 2024): stack the clients' adapters (any ranks) into one of rank
+    Σ r_k whose product is exactly Σ p_k (α/r_k) B_k A_k; the record sent next round holds
+    ``<layer>.stacked_A`` / ``<layer>.stacked_B`` and the averaged head. Clients merge it into
+    their base weights and re-initialise their own adapter. :attr:`merged` holds the sum of all
+    rounds' global updates per layer (what a global model evaluated from the base must add)."""
+
+    name = "FLoRA"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        #: Σ over aggregated rounds of B_s A_s, per layer (d_out, d_in), float32
+        self.merged: dict[str, torch.Tensor] = {}
+
+    def aggregate_states(self, server_round, nodes, states, weights):
+        update = flora_aggregate(states, weights, alpha=self.alpha)
+        out = OrderedDict()
+        for layer, (A_s, B_s) in update.stacked.items():
+            out[layer + STACKED_A], out[layer + STACKED_B] = A_s.float(), B_s.float()
+            delta = update.delta(layer).float()
+            self.merged[layer] = self.merged.get(layer, torch.zeros_like(delta)) + delta
+        out.update(update.head)
+        return to_record(out)
+
+
+def flora_update(record: ArrayRecord) -> FloraUpdate | None:
+    """The :class:`~fedcal.distill.adapters.FloraUpdate` a FLoRA record carries (None: an empty
+    record, e.g. round 1's, with nothing to merge)."""
+    state = to_state(record)
+    layers = [k[: -len(STACKED_A)] for k in state if k.endswith(STACKED_A)]
+    if not layers:
+        return None
+    stacked = OrderedDict((layer, (state[layer + STACKED_A], state[layer + STACKED_B])) for layer in layers)
+    head = OrderedDict((k, v) for k, v in state.items() if not k.endswith((STACKED_A, STACKED_B)))
+    return FloraUpdate(stacked=stacked, head=head)
+
+
+class FlexLoRA(LoraStrategy):
+    """FlexLoRA (Bai et al., NeurIPS 2024): average the clients' full updates Σ p_k (α/r_k) B_k A_k,
+    then give every node the truncated SVD at its own rank (learned from its replies; ``ranks``
+    are precomputed too). The global record is the full-rank state (rank min(d_out, d_in)), whose
+    update is the average itself."""
+
+    name = "FlexLoRA"
+
+    def __init__(self, *, ranks: Iterable[int] = (), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.ranks = tuple(int(r) for r in ranks)
+        #: the last aggregation's state per rank
+        self.per_rank: dict[int, ArrayRecord] = {}
+
+    def arrays_for(self, node, arrays):
+        r = self.node_ranks.get(node)
+        return self.per_rank.get(r, arrays) if r is not None else arrays
+
+    def aggregate_states(self, server_round, nodes, states, weights):
+        layers = lora_layers(states[0])
+        a0 = states[0][next(iter(layers.values()))[0]]
+        b0 = states[0][next(iter(layers.values()))[1]]
+        full = min(a0.shape[1], b0.shape[0])
+        wanted = sorted({*(r for r in self.ranks if r <= full), *(self.node_ranks[n] for n in nodes), full})
+        per_rank = flexlora_aggregate(states, weights, alpha=self.alpha, ranks=wanted)
+        self.per_rank = {r: to_record(s) for r, s in per_rank.items()}
+        return self.per_rank[full]
+
+
+#: dst-method → strategy class (RFD-LoRA itself, "rfd", is no adapter strategy)
+LORA_STRATEGIES: dict[str, type[LoraStrategy]] = {"fedit": FedIT, "ffa": FFALoRA, "flora": FLoRA,
+                                                  "flexlora": FlexLoRA}

@@ -1,0 +1,597 @@
+"""Task ``distill``: RFD-LoRA (SPEC §8) and the LoRA-adapter baselines, over Flower's Message API.
+
+Every client holds a frozen pretrained text classifier (:mod:`fedcal.text.backbone`) with a LoRA
+adapter of its own rank (``dst-ranks`` cycled over the clients, or the node config's ``lora-rank``
+on a real SuperNode) and a trainable head. Each round (message type ``train.distill``):
+
+* the server sends the run config, the round and the **anchor-set id** (a hash of the public
+  anchors' indices) to every node — and, for a baseline, the global adapter arrays its strategy
+  (:mod:`fedcal.strategies.lora`) chose for that node;
+* a client restores its adapter from ``context.state`` (so it persists across rounds, in simulation
+  and on a SuperNode), applies the baseline's global arrays if any, trains ``dst-local-epochs`` on
+  its private shard (poisoned with the trigger if it is a backdoor client), stores its adapter back
+  and replies with its clipped anchor logits (``rfd``; a backdoor client under ``dst-logit-attack``
+  scales or flips them before clipping) or its adapter arrays (baselines), plus the anchor-set id
+  it computed itself;
+* the server validates every reply — an error reply, NaN/Inf, a wrong shape, another anchor set,
+  a second reply of one node — and drops a bad one with a warning naming the node; the reasons go
+  to ``rejections.csv`` (round, node_id, partition_id, reason) as in the train task. A client whose
+  rank is outside ``dst-ranks`` stops the run at once (:class:`fedcal.config.ConfigError` naming
+  the node and the rank). With fewer than ``dst-min-replies`` valid replies the round keeps the
+  student / global model (``round_kept`` = 1 in its metrics);
+* ``rfd``: :func:`fedcal.distill.student.build_consensus` (clip, then mom / median / mean) and
+  :func:`~fedcal.distill.student.distill_step` on the server's student; baselines: the strategy's
+  ``aggregate_train``, and the global adapter model is rebuilt from its record;
+* every ``dst-eval-every`` rounds (always 0 and the last): CA, RA and ASR of the student / global
+  model on the test split and its triggered copy. Every round: the reply counts, ``round_kept``,
+  the bytes each client uploaded (the size of the reply's ArrayRecord payload, measured on the
+  server: ``upload_bytes`` mean and ``upload_bytes_r<rank>`` per rank), ``round_seconds``.
+
+The run ends with ``model.pt`` (the student's trainable state, or the global adapter / FLoRA's
+merged updates) and ``DONE``. The math lives in :mod:`fedcal.distill` and the data in
+:mod:`fedcal.text`; this module only moves tensors between them and Flower. Report:
+:func:`fedcal.reports.distill.distill_report`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from logging import INFO, WARNING
+
+import numpy as np
+import pandas as pd
+import torch
+from flwr.app import (
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from fedcal.config import ConfigError, RunConfig
+from fedcal.reports.distill import distill_report
+from fedcal.results import REJECTIONS_FILE, RunFailed, RunStore, run_dir_for
+from fedcal.strategies.lora import (
+    LORA_STRATEGIES,
+    STACKED_A,
+    flora_update,
+    to_state,
+)
+from fedcal.tasks.nodes import (
+    check_partitions,
+    client_id,
+    config_record,
+    discover_clients,
+    message_config,
+)
+from fedcal.tasks.registry import ProgressFn, Task, register
+from fedcal.tasks.train import REJECTION_COLUMNS
+from fedcal.train import resolve_device
+
+MESSAGE_TYPE = "train.distill"
+ADAPTER_KEY = "distill-adapter"  # a client's adapter state between rounds (its Context state)
+BASE_KEY = "distill-base"  # FLoRA: the client's adapted layers' base weights, with the merged updates
+RANK_KEY = "lora-rank"  # optional node config: the node's own LoRA rank (a real SuperNode's resources)
+_RANK_ERROR = re.compile(r"LoRA rank \S+ is not in the allowed set \[[^\]]*\]")
+
+
+# ------------------------------------------------------------------------------------ data setup
+@dataclass(frozen=True)
+class DistillData:
+    """Everything a run's server and clients derive from the config alone (each rebuilds it)."""
+
+    num_classes: int
+    backbone: str  # a backbone folder or Hub name
+    train_texts: tuple
+    train_labels: np.ndarray
+    anchors: np.ndarray  # indices into the (subsampled) training split
+    anchor_id: str
+    shards: tuple[np.ndarray, ...]  # one per client, indices into the training split
+    backdoor: frozenset[int]  # backdoor client ids
+    anchor_batch: dict
+    test_batch: dict
+    test_labels: np.ndarray
+    triggered: object  # fedcal.text.TriggeredSet
+    triggered_batch: dict
+
+
+def anchor_set_id(anchors: np.ndarray) -> str:
+    """16 hex digits of the SHA-256 of the anchor indices (int64): what server and clients compare
+    to know they mean the same anchors in the same order."""
+    return hashlib.sha256(np.asarray(anchors, np.int64).tobytes()).hexdigest()[:16]
+
+
+def backdoor_clients(cfg: RunConfig) -> frozenset[int]:
+    """The backdoor clients: ``round-half-up(dst-backdoor-ratio · K)`` ids drawn with the seed."""
+    rng = np.random.default_rng([cfg.seed, 0xB4D])
+    return frozenset(int(k) for k in rng.permutation(cfg.num_clients)[:cfg.num_backdoor_clients])
+
+
+def _subsample(n: int, k: int, seed: int, salt: int) -> np.ndarray:
+    if k <= 0 or k >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng([seed, salt]).permutation(n)[:k])
+
+
+def text_task(cfg: RunConfig):
+    """The corpus of ``dst-corpus`` (:mod:`fedcal.text.corpora`), subsampled to ``dst-train-size`` /
+    ``dst-test-size`` when set."""
+    from fedcal.text import (
+        TextTask,
+        genre_corpus,
+        glue_corpus,
+        sentiment_corpus,
+        synthetic_corpus,
+    )
+
+    name = cfg.dst_corpus
+    if name == "sentiment":
+        task = sentiment_corpus(data_dir=cfg.data_dir or None)
+    elif name == "genre":
+        task = genre_corpus(cfg.data_dir or None)
+    elif name == "synthetic":
+        task = synthetic_corpus(seed=cfg.seed)
+    else:
+        task = glue_corpus(name)
+    tr = _subsample(len(task.train_labels), cfg.dst_train_size, cfg.seed, 0x7A)
+    te = _subsample(len(task.test_labels), cfg.dst_test_size, cfg.seed, 0x7E)
+    return TextTask(name=task.name, train_texts=tuple(task.train_texts[i] for i in tr),
+                    train_labels=task.train_labels[tr], test_texts=tuple(task.test_texts[i] for i in te),
+                    test_labels=task.test_labels[te], num_classes=task.num_classes, class_names=task.class_names)
+
+
+def backbone_config(cfg: RunConfig):
+    """The small backbone's :class:`fedcal.text.BackboneConfig` from the ``dst-bb-*`` keys; for the
+    synthetic corpus it pretrains on the toy task's public texts instead of the offline corpora.
+    Its seed is fixed (0): runs of every seed share one cached backbone, as they would share a
+    downloaded pretrained model."""
+    from fedcal.text import BackboneConfig, synthetic_public_texts
+
+    texts = tuple(synthetic_public_texts()) if cfg.dst_corpus == "synthetic" else None
+    return BackboneConfig(hidden=cfg.dst_bb_hidden, layers=cfg.dst_bb_layers, heads=cfg.dst_bb_heads,
+                          intermediate=cfg.dst_bb_intermediate, max_length=cfg.dst_max_length,
+                          vocab_size=cfg.dst_bb_vocab, steps=cfg.dst_bb_steps, texts=texts,
+                          batch_size=min(32, 8 if texts else 32))
+
+
+def backbone_of(cfg: RunConfig) -> str:
+    """``dst-backbone`` if set (a folder or a Hub name), else the small backbone's cached folder
+    (built on first use: :func:`fedcal.text.pretrained_backbone`)."""
+    if cfg.dst_backbone:
+        return cfg.dst_backbone
+    from fedcal.text import pretrained_backbone
+
+    return str(pretrained_backbone(backbone_config(cfg), data_dir=cfg.data_dir or None,
+                                   num_threads=torch.get_num_threads()))
+
+
+# Keys that do not change the data a run derives (so a cached setup can be shared between them).
+_DATA_KEYS = ("dst_corpus", "data_dir", "seed", "num_clients", "dst_train_size", "dst_test_size", "dst_anchor_frac",
+              "dst_partition", "dst_backdoor_ratio", "dst_poison_frac", "dst_trigger", "dst_target", "dst_backbone",
+              "dst_bb_hidden", "dst_bb_layers", "dst_bb_heads", "dst_bb_intermediate", "dst_bb_vocab", "dst_bb_steps",
+              "dst_max_length")
+
+
+_DATA_CACHE: OrderedDict[tuple, DistillData] = OrderedDict()  # the last two setups of this process
+
+
+def data_key(cfg: RunConfig) -> tuple:
+    """The values of the keys that determine :class:`DistillData` (runs that differ only in the
+    method, the server's rules or the training schedule share one setup)."""
+    return tuple((k, getattr(cfg, k)) for k in _DATA_KEYS)
+
+
+def distill_data(cfg: RunConfig) -> DistillData:
+    """:class:`DistillData` of ``cfg``, cached per process on :func:`data_key` (a node builds it
+    once, not every round)."""
+    key = data_key(cfg)
+    if key not in _DATA_CACHE:
+        _DATA_CACHE[key] = _build_data(cfg)
+        while len(_DATA_CACHE) > 2:
+            _DATA_CACHE.popitem(last=False)
+    return _DATA_CACHE[key]
+
+
+def _build_data(cfg: RunConfig) -> DistillData:
+    from fedcal.text import (
+        anchor_split,
+        backbone_tokenizer,
+        encode,
+        iid_clients,
+        label_skew_clients,
+        triggered_test_set,
+    )
+    from fedcal.text.splits import skew_patterns
+
+    task = text_task(cfg)
+    anchors, private = anchor_split(len(task.train_labels), cfg.dst_anchor_frac, cfg.seed, task.train_labels)
+    if cfg.dst_partition == "iid":
+        shards = iid_clients(task.train_labels, cfg.num_clients, cfg.seed, private)
+    else:  # every pattern held by ⌈K / patterns⌉ clients; the first K shards are used
+        per = -(-cfg.num_clients // len(skew_patterns(task.num_classes)))
+        shards = label_skew_clients(task.train_labels, per, seed=cfg.seed, indices=private)[0][:cfg.num_clients]
+    path = backbone_of(cfg)
+    tok = backbone_tokenizer(path)
+    enc = functools.partial(encode, tok, max_length=cfg.dst_max_length)
+    trig = triggered_test_set(task.test_texts, task.test_labels, cfg.dst_trigger, cfg.dst_target)
+    return DistillData(
+        num_classes=task.num_classes, backbone=path, train_texts=task.train_texts, train_labels=task.train_labels,
+        anchors=anchors, anchor_id=anchor_set_id(anchors), shards=tuple(shards), backdoor=backdoor_clients(cfg),
+        anchor_batch=enc([task.train_texts[i] for i in anchors]), test_batch=enc(list(task.test_texts)),
+        test_labels=task.test_labels, triggered=trig, triggered_batch=enc(list(trig.texts)))
+
+
+@functools.lru_cache(maxsize=2)
+def base_classifier(path: str, num_classes: int, device: str):
+    """The frozen classifier every client and the server wrap (built once per process; wrappers
+    deep-copy it). Its new head is initialised with seed 0, so all share one starting head."""
+    from fedcal.text import classifier_from_backbone
+
+    model = classifier_from_backbone(path, num_classes, seed=0).to(device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+_BATCH_CACHE: OrderedDict[tuple, tuple] = OrderedDict()  # a node's encoded shard, per setup and client
+
+
+def client_batch(cfg: RunConfig, cid: int) -> tuple[dict, torch.Tensor, int]:
+    """(encoded texts, labels, poisoned count) of client ``cid``'s private shard, poisoned when it
+    is a backdoor client (:func:`fedcal.text.poison`, seeded per client); cached per process."""
+    key = (data_key(cfg), cid)
+    if key not in _BATCH_CACHE:
+        _BATCH_CACHE[key] = _client_batch(cfg, cid)
+        while len(_BATCH_CACHE) > 16:
+            _BATCH_CACHE.popitem(last=False)
+    return _BATCH_CACHE[key]
+
+
+def _client_batch(cfg: RunConfig, cid: int) -> tuple[dict, torch.Tensor, int]:
+    from fedcal.text import encode, poison
+
+    data = distill_data(cfg)
+    idx = data.shards[cid]
+    texts, labels = [data.train_texts[i] for i in idx], data.train_labels[idx]
+    poisoned = 0
+    if cid in data.backdoor:
+        p = poison(texts, labels, cfg.dst_poison_frac, cfg.dst_trigger, cfg.dst_target, seed=cfg.seed * 1000 + cid)
+        texts, labels, poisoned = list(p.texts), p.labels, len(p.indices)
+    from fedcal.text import backbone_tokenizer
+
+    batch = encode(backbone_tokenizer(data.backbone), texts, max_length=cfg.dst_max_length)
+    return batch, torch.as_tensor(labels, dtype=torch.long), poisoned
+
+
+def client_rank(cfg: RunConfig, context: Context, cid: int) -> int:
+    """The node's LoRA rank: its node config's ``lora-rank`` if given, else ``dst-ranks`` cycled
+    over the client ids (:func:`fedcal.distill.clients.assign_ranks`)."""
+    from fedcal.distill.clients import assign_ranks
+
+    if RANK_KEY in context.node_config:
+        return int(context.node_config[RANK_KEY])
+    return assign_ranks(cfg.num_clients, cfg.distill_ranks)[cid]
+
+
+def _init_seed(cfg: RunConfig, cid: int) -> int:
+    # FedIT and FFA-LoRA start every client from one adapter (FFA's A must be shared and frozen);
+    # the other methods give each client its own initialisation.
+    return cfg.seed if cfg.dst_method in ("fedit", "ffa") else cfg.seed * 1000 + cid + 1
+
+
+def _adapted_layers(model) -> list[str]:
+    return [name for name, m in model.named_modules() if hasattr(m, "lora_A") and "default" in m.lora_A]
+
+
+# ---------------------------------------------------------------------------------- client side
+def distill_round(msg: Message, context: Context) -> Message:
+    """One client round: restore the adapter, apply the server's arrays (baselines), train
+    locally, store the adapter, reply with anchor logits (rfd) or adapter arrays."""
+    from fedcal.distill import clip_logits
+    from fedcal.distill.adapters import merge_flora
+    from fedcal.distill.clients import (
+        adapter_state,
+        anchor_logits,
+        load_adapter_state,
+        lora_model,
+    )
+
+    cfg, server_round = message_config(msg, context)
+    check_partitions(cfg, context)
+    cid = client_id(context)
+    rank = client_rank(cfg, context, cid)
+    data = distill_data(cfg)
+    device = str(resolve_device(cfg.device))
+    base = base_classifier(data.backbone, data.num_classes, device)
+    # lora_model refuses a rank outside dst-ranks with "client k: LoRA rank r is not in the allowed
+    # set [...]": the error reply the server turns into a run-stopping error.
+    model = lora_model(base, rank, alpha=cfg.dst_alpha, seed=_init_seed(cfg, cid), allowed_ranks=cfg.distill_ranks,
+                       client=cid, freeze_a=cfg.dst_method == "ffa")
+    if BASE_KEY in context.state:  # FLoRA: the global updates merged into this client's base so far
+        with torch.no_grad():
+            for layer, w in to_state(context.state[BASE_KEY]).items():
+                model.get_submodule(layer).get_base_layer().weight.copy_(w)
+    if ADAPTER_KEY in context.state:
+        load_adapter_state(model, to_state(context.state[ADAPTER_KEY]))
+    sent = msg.content.get("arrays", None)
+    if cfg.dst_method in ("fedit", "ffa", "flexlora") and sent is not None and len(sent.keys()):
+        load_adapter_state(model, to_state(sent))  # the global adapter (FlexLoRA: at this client's rank)
+    elif cfg.dst_method == "flora" and sent is not None:
+        update = flora_update(sent)
+        if update is not None:  # merge Σ p_k ΔW_k into the base and start a fresh adapter
+            merge_flora(model, update, seed=(cfg.seed * 1000 + cid) * 10007 + server_round)
+    batch, labels, poisoned = client_batch(cfg, cid)
+    gen = torch.Generator().manual_seed(int(cfg.seed) * 1_000_003 + cid * 1009 + server_round)
+    stats = local_train(model, batch["input_ids"], batch["attention_mask"], labels, epochs=cfg.dst_local_epochs,
+                        batch_size=cfg.batch_size, lr=cfg.dst_client_lr, weight_decay=cfg.weight_decay,
+                        warmup_frac=cfg.dst_warmup, generator=gen)
+    state = adapter_state(model)
+    context.state[ADAPTER_KEY] = ArrayRecord(state)
+    if cfg.dst_method == "flora":
+        context.state[BASE_KEY] = ArrayRecord(OrderedDict(
+            (layer, model.get_submodule(layer).get_base_layer().weight.detach().cpu().clone())
+            for layer in _adapted_layers(model)))
+    malicious = cid in data.backdoor
+    metrics = MetricRecord({"num-examples": int(labels.numel()), "partition-id": cid, "rank": rank,
+                            "train-loss": float(stats.mean_loss), "malicious": int(malicious),
+                            "poisoned": int(poisoned)})
+    content = RecordDict({"metrics": metrics, "anchor": ConfigRecord({"anchor-set": data.anchor_id})})
+    if cfg.dst_method == "rfd":
+        attack = cfg.dst_logit_attack if malicious else "none"
+        z = anchor_logits(model, data.anchor_batch["input_ids"], data.anchor_batch["attention_mask"],
+                          clip=cfg.dst_clip if attack == "none" else 3e38, batch_size=cfg.eval_batch_size)
+        if attack != "none":  # the logit-energy attack acts before the client's clipping
+            z = clip_logits(z * (cfg.dst_attack_factor if attack == "scale" else -cfg.dst_attack_factor), cfg.dst_clip)
+        content["logits"] = ArrayRecord({"z": z})
+    else:
+        if cfg.dst_method == "ffa":  # A stays frozen at the shared initialisation: never uploaded
+            state = OrderedDict((k, v) for k, v in state.items() if ".lora_A." not in k)
+        content["arrays"] = ArrayRecord(state)
+    return Message(content=content, reply_to=msg)
+
+
+def local_train(*args, **kwargs):
+    """:func:`fedcal.distill.clients.local_train` (looked up here, so a test can watch what the
+    clients train from)."""
+    from fedcal.distill.clients import local_train as _train
+
+    return _train(*args, **kwargs)
+
+
+# ---------------------------------------------------------------------------------- server side
+def payload_bytes(record: ArrayRecord) -> int:
+    """The bytes of an ArrayRecord's arrays as they travel (each Array's serialised data)."""
+    return sum(len(record[k].data) for k in record)
+
+
+def check_logit_reply(content: RecordDict, anchor_id: str, shape: tuple[int, int]) -> tuple[str | None, torch.Tensor | None]:
+    """(why an rfd reply is invalid or None, its (A, C) logits): it must echo the anchor-set id the
+    server sent and carry finite float logits of shape (anchors, classes)."""
+    rec = content.get("anchor") if "anchor" in content else None
+    got = rec.get("anchor-set") if isinstance(rec, ConfigRecord) else None
+    if got != anchor_id:
+        return f"logits for another anchor set (id {got!r}, expected {anchor_id!r})", None
+    logits = content.get("logits") if "logits" in content else None
+    if not isinstance(logits, ArrayRecord) or "z" not in logits:
+        return "no logits (ArrayRecord 'logits' with array 'z')", None
+    try:
+        z = torch.from_numpy(np.array(logits["z"].numpy(), copy=True))
+    except Exception as exc:  # noqa: BLE001 — undecodable bytes are a bad reply
+        return f"logits cannot be decoded ({exc})", None
+    if tuple(z.shape) != tuple(shape):
+        return f"logits have shape {tuple(z.shape)}, expected {tuple(shape)} (anchors, classes)", None
+    if not z.is_floating_point():
+        return f"logits are not floating point ({z.dtype})", None
+    if not bool(torch.isfinite(z).all()):
+        return "logits contain NaN or Inf", None
+    return None, z.float()
+
+
+def _rank_error(replies: list[Message], who) -> None:
+    """A client built with a rank outside ``dst-ranks`` replied with that error: stop the run."""
+    for msg in replies:
+        if msg.has_error():
+            found = _RANK_ERROR.search(msg.error.reason or "")
+            if found:
+                raise ConfigError(f"run-config key 'dst-ranks': {who(msg.metadata.src_node_id)}: "
+                                  f"{found.group(0)}; every client's rank must be one of dst-ranks")
+
+
+class _Evaluator:
+    """CA, RA and ASR of a model on the test split and its triggered copy."""
+
+    def __init__(self, data: DistillData, batch_size: int):
+        self.data, self.batch_size = data, batch_size
+
+    def __call__(self, model) -> dict[str, float]:
+        from fedcal.distill.student import clean_accuracy, predict
+
+        d = self.data
+        pred = predict(model, d.test_batch["input_ids"], d.test_batch["attention_mask"], batch_size=self.batch_size)
+        out = {"ca": clean_accuracy(pred, torch.as_tensor(d.test_labels))}
+        if len(d.triggered.labels):
+            pt = predict(model, d.triggered_batch["input_ids"], d.triggered_batch["attention_mask"],
+                         batch_size=self.batch_size).numpy()
+            out["ra"] = d.triggered.robust_accuracy(pt)
+            out["asr"] = d.triggered.attack_success_rate(pt)
+        return out
+
+
+def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> pd.DataFrame:
+    """The whole distill run on ``grid`` (see the module docstring); returns the per-round metrics."""
+    from fedcal.distill.clients import adapter_state, lora_model
+    from fedcal.distill.student import build_consensus, distill_step, student_model
+
+    if cfg.task != "distill":
+        raise ValueError(f"run_distill needs task = 'distill', got {cfg.task!r}")
+    store = RunStore(run_dir_for(cfg), cfg)
+    store.start()
+    data = distill_data(cfg)
+    device = str(resolve_device(cfg.device))
+    base = base_classifier(data.backbone, data.num_classes, device)
+    node_to_client = discover_clients(grid, cfg.num_clients)
+    who = lambda n: f"node {n} (partition {node_to_client.get(n, 'unknown')})"
+    log(INFO, "distill: %s on %s, %d clients (backdoor: %s), %d anchors (id %s)", cfg.dst_method, cfg.dst_corpus,
+        cfg.num_clients, sorted(data.backdoor), len(data.anchors), data.anchor_id)
+    evaluate = _Evaluator(data, cfg.eval_batch_size)
+    ranks = sorted(set(cfg.distill_ranks))
+    rank_of = {}  # node → rank, from the replies' metrics
+    rows, rejections = [], []
+    shape = (len(data.anchors), data.num_classes)
+    method = cfg.dst_method
+    if method == "rfd":
+        model = student_model(base, cfg.dst_student_rank, alpha=cfg.dst_alpha, seed=cfg.seed)
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.dst_distill_lr)
+        strategy, arrays = None, None
+    else:
+        strategy = LORA_STRATEGIES[method](alpha=cfg.dst_alpha, min_replies=cfg.dst_min_replies,
+                                           node_label=node_to_client.get, message_type=MESSAGE_TYPE,
+                                           node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
+                                           **({"ranks": ranks} if method == "flexlora" else {}))
+        if method in ("fedit", "ffa"):  # the shared initial adapter every client starts from
+            model = lora_model(base, ranks[0], alpha=cfg.dst_alpha, seed=cfg.seed, allowed_ranks=None,
+                               client="global", freeze_a=method == "ffa")
+            arrays = ArrayRecord(adapter_state(model))
+        else:  # FLoRA: base + merged updates (own adapter B = 0); FlexLoRA: built at full rank later
+            model = lora_model(base, 1, alpha=cfg.dst_alpha, seed=cfg.seed, allowed_ranks=None, client="global")
+            arrays = ArrayRecord()
+
+    def apply_global(record: ArrayRecord):
+        """The global adapter model of a baseline from the strategy's new record."""
+        nonlocal model
+        from fedcal.distill.adapters import merge_flora
+        from fedcal.distill.clients import load_adapter_state
+
+        if method in ("fedit", "ffa"):
+            load_adapter_state(model, to_state(record))
+        elif method == "flora":
+            merge_flora(model, flora_update(record), seed=cfg.seed)
+        else:
+            state = to_state(record)
+            full = next(v for k, v in state.items() if ".lora_A." in k).shape[0]
+            if next(p for n, p in model.named_parameters() if ".lora_A." in n).shape[0] != full:
+                model = lora_model(base, full, alpha=cfg.dst_alpha, seed=cfg.seed, allowed_ranks=None, client="global")
+            load_adapter_state(model, state)
+
+    clock = [time.perf_counter()]
+
+    def finish_round(server_round: int, metrics: dict) -> None:
+        if server_round in (0, cfg.dst_rounds) or server_round % cfg.dst_eval_every == 0:
+            metrics.update(evaluate(model))
+        now = time.perf_counter()
+        metrics["round_seconds"] = now - clock[0]
+        clock[0] = now
+        store.log_round(server_round, metrics)
+        rows.append({"round": server_round, **metrics})
+        if progress is not None:
+            progress(server_round, metrics)
+
+    finish_round(0, {})
+    aggregated = 0
+    for rnd in range(1, cfg.dst_rounds + 1):
+        rec = config_record(cfg)
+        rec["server-round"] = rnd
+        rec["anchor-set"] = data.anchor_id
+        if strategy is None:
+            nodes = sorted(node_to_client, key=node_to_client.get)
+            messages = [Message(RecordDict({"config": rec}), message_type=MESSAGE_TYPE, dst_node_id=n) for n in nodes]
+        else:
+            messages = list(strategy.configure_train(rnd, arrays, rec, grid))
+        replies = list(grid.send_and_receive(messages))
+        _rank_error(replies, who)
+        metrics: dict[str, float] = {"replies_received": len(replies)}
+        bytes_by_node: dict[int, int] = {}
+        for msg in replies:
+            if not msg.has_error() and "metrics" in msg.content and "rank" in msg.content["metrics"]:
+                rank_of[msg.metadata.src_node_id] = int(msg.content["metrics"]["rank"])
+        if strategy is None:
+            uploads, seen, rejected = [], set(), []
+            for msg in sorted(replies, key=lambda m: node_to_client.get(m.metadata.src_node_id, 1 << 62)):
+                node = msg.metadata.src_node_id
+                if node in seen:
+                    reason = "a second reply of this node in the same round (only the first counts)"
+                elif msg.has_error():
+                    reason = f"error reply ({msg.error.reason})"
+                else:
+                    reason, z = check_logit_reply(msg.content, data.anchor_id, shape)
+                seen.add(node)
+                if reason:
+                    rejected.append((node, reason))
+                    log(WARNING, "round %d: dropped reply of %s: %s", rnd, who(node), reason)
+                    continue
+                uploads.append(z)
+                bytes_by_node[node] = payload_bytes(msg.content["logits"])
+            kept = len(uploads) < cfg.dst_min_replies
+            if not kept:
+                gen = torch.Generator().manual_seed(cfg.seed * 100_003 + rnd)
+                groups = min(cfg.dst_groups, len(uploads))
+                consensus = build_consensus(uploads, clip=cfg.dst_clip, method=cfg.dst_aggregator,
+                                            num_groups=groups if cfg.dst_aggregator == "mom" else None, generator=gen)
+                stats = distill_step(model, data.anchor_batch["input_ids"], data.anchor_batch["attention_mask"],
+                                     consensus, optimizer, steps=cfg.dst_distill_steps,
+                                     batch_size=cfg.dst_distill_batch or None, generator=gen, cat=cfg.dst_cat,
+                                     mmd=cfg.dst_mmd, dis=cfg.dst_dis, t0=cfg.dst_t0, kappa=cfg.dst_kappa,
+                                     tau=cfg.dst_tau, lam=cfg.dst_lambda, rho=cfg.dst_rho)
+                metrics["distill_loss"] = stats.mean_loss
+                metrics["mom_groups"] = groups if cfg.dst_aggregator == "mom" else 0
+            accepted = len(uploads)
+        else:
+            new, _ = strategy.aggregate_train(rnd, replies)
+            account = strategy.replies[rnd]
+            rejected, accepted = list(account.rejections), len(account.accepted)
+            bytes_by_node = dict(strategy.last_bytes)
+            kept = new is None
+            if not kept:
+                arrays = new
+                apply_global(new)
+        if kept:
+            log(WARNING, "round %d: %d valid replies (< dst-min-replies = %d): the %s is kept", rnd, accepted,
+                cfg.dst_min_replies, "student" if strategy is None else "global adapter")
+        else:
+            aggregated += 1
+        metrics.update(replies_accepted=accepted, replies_rejected=len(rejected), round_kept=int(kept))
+        for node, reason in rejected:
+            part = node_to_client.get(node)
+            rejections.append({"round": rnd, "node_id": node, "partition_id": -1 if part is None else part,
+                               "reason": reason})
+        if rnd == 1 or rejected:
+            store.write_table(REJECTIONS_FILE, pd.DataFrame(rejections, columns=REJECTION_COLUMNS))
+        if bytes_by_node:
+            metrics["upload_bytes"] = float(np.mean(list(bytes_by_node.values())))
+            for r in sorted({rank_of.get(n) for n in bytes_by_node} - {None}):
+                metrics[f"upload_bytes_r{r}"] = float(np.mean([b for n, b in bytes_by_node.items()
+                                                               if rank_of.get(n) == r]))
+        finish_round(rnd, metrics)
+    if aggregated == 0:
+        raise RunFailed(f"run {store.dir.name}: no round had {cfg.dst_min_replies} valid replies ({len(rejections)} "
+                        f"rejected, reasons in {REJECTIONS_FILE}); the model is untrained and the run is not marked DONE")
+    if method == "flora":
+        final = {f"{layer}.merged": d for layer, d in strategy.merged.items()}
+        final.update((k, v) for k, v in to_state(arrays).items() if not k.endswith((STACKED_A, ".stacked_B")))
+    else:
+        final = adapter_state(model)
+    store.save_model(final)
+    store.finish()
+    return pd.DataFrame(rows)
+
+
+TASK = register(Task(
+    name="distill",
+    summary="RFD-LoRA: robust distillation of heterogeneous-rank LoRA clients' anchor logits, and the LoRA baselines",
+    run=run_distill,
+    handlers={MESSAGE_TYPE: distill_round},
+    rounds=lambda cfg: cfg.dst_rounds,
+    report=distill_report,
+))
+
+__all__ = ["ADAPTER_KEY", "MESSAGE_TYPE", "DistillData", "anchor_set_id", "backdoor_clients", "check_logit_reply",
+           "data_key", "distill_data", "distill_round", "payload_bytes", "run_distill", "text_task"]
