@@ -31,6 +31,7 @@ are the RFD-LoRA design this package implements.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 import torch
 
@@ -153,19 +154,22 @@ def distillation_terms(
     return DistillationTerms(weight=w, temperature=T, ce=ce, moment=moment, per_anchor=per_anchor)
 
 
-def distillation_loss(
-    student_logits,
-    consensus: Consensus,
-    *,
-    cat: bool = True,
-    mmd: bool = True,
-    dis: bool = True,
-    t0: float = 2.0,
-    kappa: float = 2.0,
-    tau: float = 0.7,
-    lam: float = 0.1,
-    rho: float = 1.0,
-) -> torch.Tensor:
+class LossOptions(TypedDict, total=False):
+    """The switches and parameters of :func:`distillation_terms`, as keywords other functions
+    pass through unchanged (:func:`distillation_loss`, :func:`fedcal.distill.student.distill_step`,
+    :func:`fedcal.distill.student.student_loss`); defaults are :func:`distillation_terms`'."""
+
+    cat: bool
+    mmd: bool
+    dis: bool
+    t0: float
+    kappa: float
+    tau: float
+    lam: float
+    rho: float
+
+
+def distillation_loss(student_logits, consensus: Consensus, **options: Unpack[LossOptions]) -> torch.Tensor:
     """Scalar RFD-LoRA distillation loss (1/A) Σ_x w(x)·( CE(softmax(z̃/T), softmax(z_W/T))
     + λ(‖z_W − μ̂‖² + ‖(z_W − μ̂)² − σ̂²‖²) ).
 
@@ -174,5 +178,4 @@ def distillation_loss(
     Switches: ``cat`` (else T ≡ t0), ``mmd`` (else no λ term), ``dis`` (else w ≡ 1).
     Parameters: t0 > 0, kappa >= 0, tau ∈ [0, 1] (CAT), lam >= 0 (moment weight), rho >= 0 (DIS).
     """
-    return distillation_terms(student_logits, consensus, cat=cat, mmd=mmd, dis=dis, t0=t0, kappa=kappa,
-                              tau=tau, lam=lam, rho=rho).per_anchor.mean()
+    return distillation_terms(student_logits, consensus, **options).per_anchor.mean()

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Sequence, Unpack
 
 import torch
 
 from ._checks import check_int
 from .clients import _check_batch, _device, _logits, _seeded, lora_model
 from .consensus import Consensus, aggregate_logits, clip_logits
-from .loss import distillation_loss
+from .loss import LossOptions, distillation_loss
 
 __all__ = [
     "DistillStats",
@@ -106,7 +106,7 @@ def _check_anchors(anchor_ids, anchor_mask, consensus: Consensus):
 
 
 def student_loss(student, anchor_ids, anchor_mask, consensus: Consensus, *, batch_size: int = 256,
-                 **loss_options) -> float:
+                 **loss_options: Unpack[LossOptions]) -> float:
     """The distillation loss of the student's eval-mode (no dropout) logits on all anchors — the
     quantity :func:`distill_step` lowers, measured without its randomness. ``loss_options`` are
     :func:`~fedcal.distill.loss.distillation_loss`'s keywords (cat, mmd, dis, t0, kappa, tau, lam,
@@ -138,22 +138,15 @@ def distill_step(
     steps: int = 1,
     batch_size: int | None = None,
     generator: torch.Generator | None = None,
-    cat: bool = True,
-    mmd: bool = True,
-    dis: bool = True,
-    t0: float = 2.0,
-    kappa: float = 2.0,
-    tau: float = 0.7,
-    lam: float = 0.1,
-    rho: float = 1.0,
+    **loss_options: Unpack[LossOptions],
 ) -> DistillStats:
     """``steps`` optimiser steps of the student on the anchors against the consensus.
 
     Each step takes a mini-batch of ``batch_size`` anchors (``None``: all of them) — drawn in
     shuffled passes over the anchors from ``generator`` — and minimises
     :func:`~fedcal.distill.loss.distillation_loss` of the student's logits against the
-    consensus rows of those anchors, with the switches ``cat``, ``mmd``, ``dis`` and the
-    parameters t0, kappa, tau (CAT), lam (moments), rho (DIS). The student trains in train mode
+    consensus rows of those anchors, with ``loss_options`` (:class:`~fedcal.distill.loss.LossOptions`:
+    the switches cat, mmd, dis and the parameters t0, kappa, tau, lam, rho). The student trains in train mode
     (dropout on, as for the clients' local training); the dropout is seeded from ``generator`` and
     torch's global RNG restored, so the step is deterministic from it. ``optimizer`` holds the
     student's trainable parameters (the caller keeps it across rounds so its moments persist — the
@@ -176,8 +169,7 @@ def distill_step(
                 order = torch.cat([order, torch.randperm(n, generator=generator)])
             idx, order = order[:batch_size], order[batch_size:]
             z = student(input_ids=ids[idx].to(device), attention_mask=mask[idx].to(device)).logits.float()
-            loss = distillation_loss(z, _subset(cons, idx.to(device)), cat=cat, mmd=mmd, dis=dis, t0=t0,
-                                     kappa=kappa, tau=tau, lam=lam, rho=rho)
+            loss = distillation_loss(z, _subset(cons, idx.to(device)), **loss_options)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
