@@ -60,6 +60,7 @@ def metrics_of(run_dir) -> pd.DataFrame:
 def test_rfd_end_to_end_finishes_and_clients_keep_their_adapter_across_rounds(tmp_path, monkeypatch):
     """3 clients of ranks 2, 4, 8 (one a backdoor client), 2 rounds: metrics every round, DONE,
     model.pt; the adapter a client starts round 2 from is the one it ended round 1 with."""
+    import fedcal.distill.setup as setup
     import fedcal.tasks.distill as task
     from fedcal.app.engine import simulate
     from fedcal.distill.clients import adapter_state
@@ -76,7 +77,7 @@ def test_rfd_end_to_end_finishes_and_clients_keep_their_adapter_across_rounds(tm
 
     monkeypatch.setattr(task, "local_train", watch)
     cfg = tiny(tmp_path)
-    assert cfg.num_backdoor_clients == 1 and len(task.backdoor_clients(cfg)) == 1
+    assert cfg.num_backdoor_clients == 1 and len(setup.backdoor_clients(cfg)) == 1
     run_dir = simulate(cfg, progress=False)
     assert (run_dir / "DONE").read_text() == config_hash(cfg) and (run_dir / "model.pt").exists()
     m = metrics_of(run_dir)
@@ -85,7 +86,7 @@ def test_rfd_end_to_end_finishes_and_clients_keep_their_adapter_across_rounds(tm
         assert m[k].notna().all() and m[k].between(0, 1).all()
     assert (m.loc[[1, 2], "replies_accepted"] == 3).all() and (m.loc[[1, 2], "round_kept"] == 0).all()
     # rfd uploads anchor logits only: the same measured bytes whatever the rank
-    anchors = len(task.distill_data(cfg).anchors)
+    anchors = len(setup.distill_data(cfg).anchors)
     assert m.loc[1, "upload_bytes_r2"] == m.loc[1, "upload_bytes_r8"] >= anchors * 2 * 4
     assert pd.read_csv(run_dir / "rejections.csv").empty
     by_rank = {}
@@ -198,7 +199,7 @@ def test_a_rank_outside_the_allowed_set_stops_the_run_at_once(tmp_path):
 
 def test_the_logit_attack_scales_or_flips_before_clipping(tmp_path):
     """A backdoor client under the logit-energy attack uploads -a·z clipped to [-c, c]."""
-    import fedcal.tasks.distill as task
+    import fedcal.distill.setup as setup
 
     got = {}
 
@@ -207,13 +208,14 @@ def test_the_logit_attack_scales_or_flips_before_clipping(tmp_path):
 
     cfg = tiny(tmp_path, dst_rounds=1, dst_logit_attack="flip", dst_attack_factor=1e6, dst_clip=3.0)
     _run(cfg, _corrupting_app(keep))
-    (bad,) = task.backdoor_clients(cfg)
+    (bad,) = setup.backdoor_clients(cfg)
     assert set(got[bad].abs().flatten().tolist()) <= {3.0}  # |a z| >> c: every entry at the clip bound
     assert all(got[k].abs().max() < 3.0 for k in got if k != bad)
 
 
 def test_check_logit_reply_names_each_problem():
-    from fedcal.tasks.distill import anchor_set_id, check_logit_reply
+    from fedcal.distill.setup import anchor_set_id
+    from fedcal.tasks.distill import check_logit_reply
 
     aid = anchor_set_id(np.array([3, 1, 4]))
     assert aid != anchor_set_id(np.array([3, 1, 5])) and len(aid) == 16

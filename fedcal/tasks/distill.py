@@ -28,19 +28,16 @@ on a real SuperNode) and a trainable head. Each round (message type ``train.dist
   server: ``upload_bytes`` mean and ``upload_bytes_r<rank>`` per rank), ``round_seconds``.
 
 The run ends with ``model.pt`` (the student's trainable state, or the global adapter / FLoRA's
-merged updates) and ``DONE``. The math lives in :mod:`fedcal.distill` and the data in
-:mod:`fedcal.text`; this module only moves tensors between them and Flower. Report:
+merged updates) and ``DONE``. The math lives in :mod:`fedcal.distill`, the data in :mod:`fedcal.text` and
+what nodes derive from the config in :mod:`fedcal.distill.setup`; this module only moves tensors between them and Flower. Report:
 :func:`fedcal.reports.distill.distill_report`.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import re
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 from logging import INFO, WARNING
 
 import numpy as np
@@ -73,6 +70,7 @@ from fedcal.tasks.nodes import (
     discover_clients,
     message_config,
 )
+from fedcal.distill.setup import DistillData, adapted_layers, base_classifier, client_batch, distill_data, init_seed
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.tasks.train import REJECTION_COLUMNS
 from fedcal.train import resolve_device
@@ -84,194 +82,7 @@ RANK_KEY = "lora-rank"  # optional node config: the node's own LoRA rank (a real
 _RANK_ERROR = re.compile(r"LoRA rank \S+ is not in the allowed set \[[^\]]*\]")
 
 
-# ------------------------------------------------------------------------------------ data setup
-@dataclass(frozen=True)
-class DistillData:
-    """Everything a run's server and clients derive from the config alone (each rebuilds it)."""
-
-    num_classes: int
-    backbone: str  # a backbone folder or Hub name
-    train_texts: tuple
-    train_labels: np.ndarray
-    anchors: np.ndarray  # indices into the (subsampled) training split
-    anchor_id: str
-    shards: tuple[np.ndarray, ...]  # one per client, indices into the training split
-    backdoor: frozenset[int]  # backdoor client ids
-    anchor_batch: dict
-    test_batch: dict
-    test_labels: np.ndarray
-    triggered: object  # fedcal.text.TriggeredSet
-    triggered_batch: dict
-
-
-def anchor_set_id(anchors: np.ndarray) -> str:
-    """16 hex digits of the SHA-256 of the anchor indices (int64): what server and clients compare
-    to know they mean the same anchors in the same order."""
-    return hashlib.sha256(np.asarray(anchors, np.int64).tobytes()).hexdigest()[:16]
-
-
-def backdoor_clients(cfg: RunConfig) -> frozenset[int]:
-    """The backdoor clients: ``round-half-up(dst-backdoor-ratio · K)`` ids drawn with the seed."""
-    rng = np.random.default_rng([cfg.seed, 0xB4D])
-    return frozenset(int(k) for k in rng.permutation(cfg.num_clients)[:cfg.num_backdoor_clients])
-
-
-def _subsample(n: int, k: int, seed: int, salt: int) -> np.ndarray:
-    if k <= 0 or k >= n:
-        return np.arange(n)
-    return np.sort(np.random.default_rng([seed, salt]).permutation(n)[:k])
-
-
-def text_task(cfg: RunConfig):
-    """The corpus of ``dst-corpus`` (:mod:`fedcal.text.corpora`), subsampled to ``dst-train-size`` /
-    ``dst-test-size`` when set."""
-    from fedcal.text import (
-        TextTask,
-        genre_corpus,
-        glue_corpus,
-        sentiment_corpus,
-        synthetic_corpus,
-    )
-
-    name = cfg.dst_corpus
-    if name == "sentiment":
-        task = sentiment_corpus(data_dir=cfg.data_dir or None)
-    elif name == "genre":
-        task = genre_corpus(cfg.data_dir or None)
-    elif name == "synthetic":
-        task = synthetic_corpus(seed=cfg.seed)
-    else:
-        task = glue_corpus(name)
-    tr = _subsample(len(task.train_labels), cfg.dst_train_size, cfg.seed, 0x7A)
-    te = _subsample(len(task.test_labels), cfg.dst_test_size, cfg.seed, 0x7E)
-    return TextTask(name=task.name, train_texts=tuple(task.train_texts[i] for i in tr),
-                    train_labels=task.train_labels[tr], test_texts=tuple(task.test_texts[i] for i in te),
-                    test_labels=task.test_labels[te], num_classes=task.num_classes, class_names=task.class_names)
-
-
-def backbone_config(cfg: RunConfig):
-    """The small backbone's :class:`fedcal.text.BackboneConfig` from the ``dst-bb-*`` keys; for the
-    synthetic corpus it pretrains on the toy task's public texts instead of the offline corpora.
-    Its seed is fixed (0): runs of every seed share one cached backbone, as they would share a
-    downloaded pretrained model."""
-    from fedcal.text import BackboneConfig, synthetic_public_texts
-
-    texts = tuple(synthetic_public_texts()) if cfg.dst_corpus == "synthetic" else None
-    return BackboneConfig(hidden=cfg.dst_bb_hidden, layers=cfg.dst_bb_layers, heads=cfg.dst_bb_heads,
-                          intermediate=cfg.dst_bb_intermediate, max_length=cfg.dst_max_length,
-                          vocab_size=cfg.dst_bb_vocab, steps=cfg.dst_bb_steps, texts=texts,
-                          batch_size=min(32, 8 if texts else 32))
-
-
-def backbone_of(cfg: RunConfig) -> str:
-    """``dst-backbone`` if set (a folder or a Hub name), else the small backbone's cached folder
-    (built on first use: :func:`fedcal.text.pretrained_backbone`)."""
-    if cfg.dst_backbone:
-        return cfg.dst_backbone
-    from fedcal.text import pretrained_backbone
-
-    return str(pretrained_backbone(backbone_config(cfg), data_dir=cfg.data_dir or None,
-                                   num_threads=torch.get_num_threads()))
-
-
-# Keys that do not change the data a run derives (so a cached setup can be shared between them).
-_DATA_KEYS = ("dst_corpus", "data_dir", "seed", "num_clients", "dst_train_size", "dst_test_size", "dst_anchor_frac",
-              "dst_partition", "dst_backdoor_ratio", "dst_poison_frac", "dst_trigger", "dst_target", "dst_backbone",
-              "dst_bb_hidden", "dst_bb_layers", "dst_bb_heads", "dst_bb_intermediate", "dst_bb_vocab", "dst_bb_steps",
-              "dst_max_length")
-
-
-_DATA_CACHE: OrderedDict[tuple, DistillData] = OrderedDict()  # the last two setups of this process
-
-
-def data_key(cfg: RunConfig) -> tuple:
-    """The values of the keys that determine :class:`DistillData` (runs that differ only in the
-    method, the server's rules or the training schedule share one setup)."""
-    return tuple((k, getattr(cfg, k)) for k in _DATA_KEYS)
-
-
-def distill_data(cfg: RunConfig) -> DistillData:
-    """:class:`DistillData` of ``cfg``, cached per process on :func:`data_key` (a node builds it
-    once, not every round)."""
-    key = data_key(cfg)
-    if key not in _DATA_CACHE:
-        _DATA_CACHE[key] = _build_data(cfg)
-        while len(_DATA_CACHE) > 2:
-            _DATA_CACHE.popitem(last=False)
-    return _DATA_CACHE[key]
-
-
-def _build_data(cfg: RunConfig) -> DistillData:
-    from fedcal.text import (
-        anchor_split,
-        backbone_tokenizer,
-        encode,
-        iid_clients,
-        label_skew_clients,
-        triggered_test_set,
-    )
-    from fedcal.text.splits import skew_patterns
-
-    task = text_task(cfg)
-    anchors, private = anchor_split(len(task.train_labels), cfg.dst_anchor_frac, cfg.seed, task.train_labels)
-    if cfg.dst_partition == "iid":
-        shards = iid_clients(task.train_labels, cfg.num_clients, cfg.seed, private)
-    else:  # every pattern held by ⌈K / patterns⌉ clients; the first K shards are used
-        per = -(-cfg.num_clients // len(skew_patterns(task.num_classes)))
-        shards = label_skew_clients(task.train_labels, per, seed=cfg.seed, indices=private)[0][:cfg.num_clients]
-    path = backbone_of(cfg)
-    tok = backbone_tokenizer(path)
-    enc = functools.partial(encode, tok, max_length=cfg.dst_max_length)
-    trig = triggered_test_set(task.test_texts, task.test_labels, cfg.dst_trigger, cfg.dst_target)
-    return DistillData(
-        num_classes=task.num_classes, backbone=path, train_texts=task.train_texts, train_labels=task.train_labels,
-        anchors=anchors, anchor_id=anchor_set_id(anchors), shards=tuple(shards), backdoor=backdoor_clients(cfg),
-        anchor_batch=enc([task.train_texts[i] for i in anchors]), test_batch=enc(list(task.test_texts)),
-        test_labels=task.test_labels, triggered=trig, triggered_batch=enc(list(trig.texts)))
-
-
-@functools.lru_cache(maxsize=2)
-def base_classifier(path: str, num_classes: int, device: str):
-    """The frozen classifier every client and the server wrap (built once per process; wrappers
-    deep-copy it). Its new head is initialised with seed 0, so all share one starting head."""
-    from fedcal.text import classifier_from_backbone
-
-    model = classifier_from_backbone(path, num_classes, seed=0).to(device).eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return model
-
-
-_BATCH_CACHE: OrderedDict[tuple, tuple] = OrderedDict()  # a node's encoded shard, per setup and client
-
-
-def client_batch(cfg: RunConfig, cid: int) -> tuple[dict, torch.Tensor, int]:
-    """(encoded texts, labels, poisoned count) of client ``cid``'s private shard, poisoned when it
-    is a backdoor client (:func:`fedcal.text.poison`, seeded per client); cached per process."""
-    key = (data_key(cfg), cid)
-    if key not in _BATCH_CACHE:
-        _BATCH_CACHE[key] = _client_batch(cfg, cid)
-        while len(_BATCH_CACHE) > 16:
-            _BATCH_CACHE.popitem(last=False)
-    return _BATCH_CACHE[key]
-
-
-def _client_batch(cfg: RunConfig, cid: int) -> tuple[dict, torch.Tensor, int]:
-    from fedcal.text import encode, poison
-
-    data = distill_data(cfg)
-    idx = data.shards[cid]
-    texts, labels = [data.train_texts[i] for i in idx], data.train_labels[idx]
-    poisoned = 0
-    if cid in data.backdoor:
-        p = poison(texts, labels, cfg.dst_poison_frac, cfg.dst_trigger, cfg.dst_target, seed=cfg.seed * 1000 + cid)
-        texts, labels, poisoned = list(p.texts), p.labels, len(p.indices)
-    from fedcal.text import backbone_tokenizer
-
-    batch = encode(backbone_tokenizer(data.backbone), texts, max_length=cfg.dst_max_length)
-    return batch, torch.as_tensor(labels, dtype=torch.long), poisoned
-
-
+# ------------------------------------------------------------------------------------ node side
 def client_rank(cfg: RunConfig, context: Context, cid: int) -> int:
     """The node's LoRA rank: its node config's ``lora-rank`` if given, else ``dst-ranks`` cycled
     over the client ids (:func:`fedcal.distill.clients.assign_ranks`)."""
@@ -280,16 +91,6 @@ def client_rank(cfg: RunConfig, context: Context, cid: int) -> int:
     if RANK_KEY in context.node_config:
         return int(context.node_config[RANK_KEY])
     return assign_ranks(cfg.num_clients, cfg.distill_ranks)[cid]
-
-
-def _init_seed(cfg: RunConfig, cid: int) -> int:
-    # FedIT and FFA-LoRA start every client from one adapter (FFA's A must be shared and frozen);
-    # the other methods give each client its own initialisation.
-    return cfg.seed if cfg.dst_method in ("fedit", "ffa") else cfg.seed * 1000 + cid + 1
-
-
-def _adapted_layers(model) -> list[str]:
-    return [name for name, m in model.named_modules() if hasattr(m, "lora_A") and "default" in m.lora_A]
 
 
 # ---------------------------------------------------------------------------------- client side
@@ -314,7 +115,7 @@ def distill_round(msg: Message, context: Context) -> Message:
     base = base_classifier(data.backbone, data.num_classes, device)
     # lora_model refuses a rank outside dst-ranks with "client k: LoRA rank r is not in the allowed
     # set [...]": the error reply the server turns into a run-stopping error.
-    model = lora_model(base, rank, alpha=cfg.dst_alpha, seed=_init_seed(cfg, cid), allowed_ranks=cfg.distill_ranks,
+    model = lora_model(base, rank, alpha=cfg.dst_alpha, seed=init_seed(cfg, cid), allowed_ranks=cfg.distill_ranks,
                        client=cid, freeze_a=cfg.dst_method == "ffa")
     if BASE_KEY in context.state:  # FLoRA: the global updates merged into this client's base so far
         with torch.no_grad():
@@ -339,7 +140,7 @@ def distill_round(msg: Message, context: Context) -> Message:
     if cfg.dst_method == "flora":
         context.state[BASE_KEY] = ArrayRecord(OrderedDict(
             (layer, model.get_submodule(layer).get_base_layer().weight.detach().cpu().clone())
-            for layer in _adapted_layers(model)))
+            for layer in adapted_layers(model)))
     malicious = cid in data.backdoor
     metrics = MetricRecord({"num-examples": int(labels.numel()), "partition-id": cid, "rank": rank,
                             "train-loss": float(stats.mean_loss), "malicious": int(malicious),
@@ -593,5 +394,5 @@ TASK = register(Task(
     report=distill_report,
 ))
 
-__all__ = ["ADAPTER_KEY", "MESSAGE_TYPE", "DistillData", "anchor_set_id", "backdoor_clients", "check_logit_reply",
-           "data_key", "distill_data", "distill_round", "payload_bytes", "run_distill", "text_task"]
+__all__ = ["ADAPTER_KEY", "MESSAGE_TYPE", "check_logit_reply", "client_rank", "distill_round", "payload_bytes",
+           "run_distill"]
