@@ -276,5 +276,6 @@ def robustness_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str |
     text = text + "\n" + spec_line + "\n"
     (out / "robustness.md").write_text(text)
     robustness_curves(summary, out / "robustness.png",
-                      {m: name for m, name in METRICS.items() if f"{m}_mean" in summary.columns}, _RAW)
+                      {m: name for m, name in METRICS.items() if f"{m}_mean" in summary.columns
+                       and m != "rejected_rounds"}, _RAW)  # bookkeeping, in the tables only
     return text, len(table.attrs["failed"])
