@@ -220,15 +220,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def _run_dirs(paths: Sequence[str]) -> list[Path]:
+    """``paths`` as run directories; one line naming every path without a ``config.json``."""
+    dirs = [Path(d) for d in paths]
+    missing = [str(d) for d in dirs if not (d / "config.json").exists()]
+    if missing:
+        raise ConfigError(f"not a run directory (no config.json): {', '.join(missing)}")
+    return dirs
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from fedcal.reports.runs import finished_only
     from fedcal.results import UnfinishedRunError, load_config
     from fedcal.tasks import get_task
 
-    dirs = [Path(d) for d in args.run_dirs]
-    missing = [str(d) for d in dirs if not (d / "config.json").exists()]
-    if missing:
-        raise ConfigError(f"not a run directory (no config.json): {', '.join(missing)}")
+    dirs = _run_dirs(args.run_dirs)
     tasks = sorted({load_config(d).task for d in dirs})
     if len(tasks) > 1:
         raise ConfigError(f"the runs belong to different tasks ({', '.join(tasks)}): report each task on its own")
@@ -359,10 +365,7 @@ def cmd_robustness(args: argparse.Namespace) -> int:
 
     out = Path(args.report)
     if args.runs:  # the bridge: evaluate finished runs as they are, no training
-        dirs = [Path(d) for d in args.runs]
-        missing = [str(d) for d in dirs if not (d / "config.json").exists()]
-        if missing:
-            raise ConfigError(f"not a run directory (no config.json): {', '.join(missing)}")
+        dirs = _run_dirs(args.runs)
         datasets = sorted({load_config(d).dataset for d in dirs})
         if len(datasets) > 1:
             raise ConfigError(f"the runs use different datasets ({', '.join(datasets)}): evaluate each on its own")

@@ -280,16 +280,8 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         train_keys = self.trainable_keys(sent)
         base = {k: _tensor(sent[k]) for k in keys}
         good: list[tuple[int, RecordDict, float, torch.Tensor | None]] = []
-        seen: set[int] = set()
-        for msg in replies:  # arrival order: of two replies of one node, the first counts
+        for msg in counted_replies(replies, reject):
             node = msg.metadata.src_node_id
-            if node in seen:
-                reject(node, "a second reply of this node in the same round (only the first counts)")
-                continue
-            seen.add(node)
-            if msg.has_error():
-                reject(node, f"error reply ({msg.error.reason})")
-                continue
             reason, weight = self._check_reply(msg.content, sent)
             update = None
             if reason is None and train_keys:
@@ -400,16 +392,39 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
                     return problem, 0.0
             elif np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
                 return f"array '{k}' contains NaN or Inf", 0.0
-        weight = None
-        for mrec in content.metric_records.values():
-            if self.weighted_by_key in mrec:
-                weight = mrec[self.weighted_by_key]
-                break
-        if weight is None:
-            return f"no '{self.weighted_by_key}' in its MetricRecord", 0.0
-        if isinstance(weight, (list, bool)) or not np.isfinite(weight) or weight <= 0:
-            return f"invalid '{self.weighted_by_key}' = {weight!r} (must be finite and > 0)", 0.0
-        return None, float(weight)
+        return reply_weight(content, self.weighted_by_key)
+
+
+def reply_weight(content: RecordDict, key: str) -> tuple[str | None, float]:
+    """(None, weight) of a reply — the number under ``key`` in its MetricRecord, finite and > 0 —
+    or (the reason it is unusable, 0.0)."""
+    weight = None
+    for mrec in content.metric_records.values():
+        if key in mrec:
+            weight = mrec[key]
+            break
+    if weight is None:
+        return f"no '{key}' in its MetricRecord", 0.0
+    if isinstance(weight, (list, bool)) or not np.isfinite(weight) or weight <= 0:
+        return f"invalid '{key}' = {weight!r} (must be finite and > 0)", 0.0
+    return None, float(weight)
+
+
+def counted_replies(replies: Iterable[Message], reject: Callable[[int, str], None]) -> Iterable[Message]:
+    """The replies a round counts, in arrival order: the first reply of each node, unless it is an
+    error. Every other reply goes to ``reject(node, reason)`` (a second reply of one node; an
+    error reply with its reason). Shared by every fedcal strategy's reply validation."""
+    seen: set[int] = set()
+    for msg in replies:
+        node = msg.metadata.src_node_id
+        if node in seen:
+            reject(node, "a second reply of this node in the same round (only the first counts)")
+            continue
+        seen.add(node)
+        if msg.has_error():
+            reject(node, f"error reply ({msg.error.reason})")
+            continue
+        yield msg
 
 
 def wait_for_nodes(grid: Grid, minimum: int) -> list[int]:

@@ -59,7 +59,7 @@ from fedcal.distill.adapters import (
     flora_aggregate,
     lora_layers,
 )
-from fedcal.strategies.base import RoundReplies
+from fedcal.strategies.base import RoundReplies, counted_replies, reply_weight
 
 __all__ = ["LORA_STRATEGIES", "STACKED_A", "STACKED_B", "FFALoRA", "FLoRA", "FedIT", "FlexLoRA", "LoraStrategy"]
 
@@ -193,15 +193,9 @@ class LoraStrategy(_FlowerFedAvg):
                 return f"array '{k}' is not floating point ({v.dtype})", None, 0.0, 0
             if not bool(torch.isfinite(v).all()):
                 return f"array '{k}' contains NaN or Inf", None, 0.0, 0
-        weight = None
-        for mrec in content.metric_records.values():
-            if self.weighted_by_key in mrec:
-                weight = mrec[self.weighted_by_key]
-                break
-        if weight is None:
-            return f"no '{self.weighted_by_key}' in its MetricRecord", None, 0.0, 0
-        if isinstance(weight, (list, bool)) or not np.isfinite(weight) or weight <= 0:
-            return f"invalid '{self.weighted_by_key}' = {weight!r} (must be finite and > 0)", None, 0.0, 0
+        problem, weight = reply_weight(content, self.weighted_by_key)
+        if problem:
+            return problem, None, 0.0, 0
         reason = self.check_keys(msg.metadata.src_node_id, state)
         size = sum(len(rec[k].data) for k in rec)  # the bytes the client actually uploaded
         return reason, state, float(weight), size
@@ -232,17 +226,9 @@ class LoraStrategy(_FlowerFedAvg):
             log(WARNING, "round %d: dropped reply of %s: %s", server_round, self.who(node), reason)
 
         good: list[tuple[int, OrderedDict, float]] = []
-        seen: set[int] = set()
         signature = None
-        for msg in replies:
+        for msg in counted_replies(replies, reject):
             node = msg.metadata.src_node_id
-            if node in seen:
-                reject(node, "a second reply of this node in the same round (only the first counts)")
-                continue
-            seen.add(node)
-            if msg.has_error():
-                reject(node, f"error reply ({msg.error.reason})")
-                continue
             reason, state, weight, size = self._reply_state(msg)
             if reason is None:
                 sig = self._signature(state)
