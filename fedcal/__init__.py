@@ -1,7 +1,8 @@
 """fedcal: confidence calibration as an attack surface in federated learning.
 
-The Temperature Scaling Attack, calibration metrics and defenses, and robust federated
-inference, as Flower apps. The command is ``fedcal`` (:mod:`fedcal.cli`), also ``python -m fedcal``.
+The Temperature Scaling Attack, calibration metrics and defenses, robust federated inference,
+temperature training as a robustness knob (:mod:`fedcal.robustness`) and robust federated
+distillation of LoRA clients (:mod:`fedcal.distill`, :mod:`fedcal.text`), as Flower apps. The command is ``fedcal`` (:mod:`fedcal.cli`), also ``python -m fedcal``.
 This module imports nothing heavy: importing a submodule does not pull in torch or flwr.
 """
 
