@@ -100,7 +100,8 @@ JPEG, see its README). Tables and figures come from the run store only (`metrics
 `fedcal report RUN_DIR ... --out DIR` rebuilds them from finished runs). Metrics are those of the
 final global model (round 100), evaluated at τ = 1 on the full test set; accuracy, ECE and sECE in
 percent (sECE < 0: over-confident, > 0: under-confident); `d_accuracy`/`d_sece` are the changes
-against the benign run.
+against the benign run. Whether these attacks also change robustness (PGD, CW, corruptions) is
+measured on the same grids in [robustness.md](robustness.md#the-bridge-does-tsa-change-robustness).
 
 Configuration (SPEC §2, "table" row): K = 50 clients, M = 5 per round, 13 attackers (25%,
 seeded), Dirichlet α = 1, SGD, B = 64, E = 5 local steps, 100 rounds, seed 0, aggregation weighted
