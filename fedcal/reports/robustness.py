@@ -29,7 +29,8 @@ from fedcal.config import RunConfig
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.plots import robustness_curves
 from fedcal.reports.runs import finished_only
-from fedcal.results import atomic_write, config_hash, load_config, load_metrics, load_model
+from fedcal.results import (UnfinishedRunError, atomic_write, config_hash, load_config, load_metrics, load_model,
+                            run_status)
 from fedcal.robustness import RobustnessSpec, evaluate_robustness
 from fedcal.train import resolve_device
 
@@ -128,12 +129,15 @@ def evaluate_run(run_dir: str | os.PathLike[str], spec: RobustnessSpec, device: 
     """
     run_dir = Path(run_dir)
     path = _cache_path(run_dir, spec)
-    cfg, model, ds = load_model(run_dir)
-    ident = config_hash(cfg)
-    if path.exists() and not force:
+    status = run_status(run_dir)
+    if not status.finished:
+        raise UnfinishedRunError(f"no final model: {status.describe()}")
+    ident = config_hash(load_config(run_dir))
+    if path.exists() and not force:  # a cached evaluation of this very model under this spec
         cached = json.loads(path.read_text())
         if cached.get("config_hash") == ident and cached.get("spec") == json.loads(_spec_json(spec)):
             return cached["metrics"]
+    _, model, ds = load_model(run_dir)
     metrics = evaluate_robustness(model, ds, spec, resolve_device(device))
     path.parent.mkdir(exist_ok=True)
     atomic_write(path, json.dumps({"spec": json.loads(_spec_json(spec)), "config_hash": ident,
@@ -260,7 +264,7 @@ def robustness_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str |
     out.mkdir(parents=True, exist_ok=True)
     table = robustness_table(run_dirs, spec, device, progress, force, jobs)
     if table.empty:
-        from fedcal.results import RunFailed, UnfinishedRunError
+        from fedcal.results import RunFailed
 
         if table.attrs["failed"]:
             run, reason = next(iter(table.attrs["failed"].items()))
