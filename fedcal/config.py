@@ -85,6 +85,7 @@ class Setting:
     finite: bool = False  # also reject inf/nan
     hashed: bool = True  # part of the run's identity (False: where/how it runs, not what it computes)
     note: str = ""  # appended to the range, e.g. "0 = all"
+    number_list: bool = False  # a comma-separated list of numbers: one bare number (dst-ranks=8) is a list of one
 
     def range_text(self) -> str:
         """The allowed values in words: ``>= 1``, ``in [0, 1)``, ``one of a, b``; "" if any."""
@@ -127,7 +128,7 @@ def _num(x: float) -> str:
 
 def setting(default: Any, group: str, help: str, *, ge: float | None = None, gt: float | None = None,
             le: float | None = None, lt: float | None = None, choices: tuple[str, ...] | None = None,
-            finite: bool = False, hashed: bool | None = None, note: str = "") -> Any:
+            finite: bool = False, hashed: bool | None = None, note: str = "", number_list: bool = False) -> Any:
     """A :class:`RunConfig` field: default, group, help and bounds/choices, declared together.
 
     ``hashed`` defaults to False in the ``execution`` group and True elsewhere.
@@ -135,7 +136,7 @@ def setting(default: Any, group: str, help: str, *, ge: float | None = None, gt:
     if group not in GROUPS:
         raise ValueError(f"unknown config group {group!r}")  # pragma: no cover - a declaration error
     meta = Setting(group, help, ge, gt, le, lt, choices, finite,
-                   group != "execution" if hashed is None else hashed, note)
+                   group != "execution" if hashed is None else hashed, note, number_list)
     return field(default=default, metadata={"fedcal": meta})
 
 
@@ -221,7 +222,8 @@ class RunConfig:
     inf_curve_queries: int = setting(2000, "inference", "test queries of the accuracy-vs-f and vs-amplification "
                                                         "curves", ge=0, note="0 = all")
     inf_amp_curve: str = setting("0.5,1,2,4,8,16", "inference", "logit-flip amplifications of the accuracy-vs-a "
-                                                                "curve", note='comma-separated numbers > 0; "" = none')
+                                                                "curve", note='comma-separated numbers > 0; "" = none',
+                                 number_list=True)
     inf_query_batch: int = setting(500, "inference", "queries per message", ge=1, hashed=False)
     inf_timeout: float = setting(600.0, "inference", "seconds the server waits for replies to one query message",
                                  gt=0, finite=True, hashed=False)
@@ -245,7 +247,7 @@ class RunConfig:
     dst_warmup: float = setting(0.1, "distill", "share of a round's local steps with linear warm-up", ge=0, lt=1)
     dst_ranks: str = setting("2,4,8,16", "distill", "LoRA ranks, cycled over the clients (client k: ranks[k mod n]); "
                                                     "also the allowed set", note="comma-separated integers >= 1; "
-                                                    "fedit/ffa need one rank")
+                                                    "fedit/ffa need one rank", number_list=True)
     dst_alpha: float = setting(8.0, "distill", "LoRA alpha (update = alpha/r * B A)", gt=0, finite=True)
     dst_anchor_frac: float = setting(0.1, "distill", "share of the training split that is the public anchor set",
                                      gt=0, lt=1)
@@ -318,7 +320,11 @@ class RunConfig:
                 + (f" (and {unknown[1:]})" if len(unknown) > 1 else "")
                 + f"; known keys: {', '.join(sorted(known))}"
             )
-        values = {known[k].name: _coerce(k, v, known[k].type) for k, v in raw.items()}
+        values = {}
+        for k, v in raw.items():
+            if known[k].metadata["fedcal"].number_list and isinstance(v, (int, float)) and not isinstance(v, bool):
+                v = str(v)  # `dst-ranks=8` on a command line arrives as the TOML number 8
+            values[known[k].name] = _coerce(k, v, known[k].type)
         cfg = cls(**values)
         cfg.validate()
         return cfg

@@ -233,3 +233,17 @@ def test_docs_list_each_key_under_its_group():
     for group in GROUPS:
         missing = [i.key for i in describe(group) if f"`{i.key}`" not in sections[group]]
         assert missing == [], group
+
+
+def test_a_number_list_key_takes_one_bare_number():
+    """`dst-ranks=8` (the shell strips the quotes of dst-ranks="8") is the list of one rank; other
+    string keys still refuse numbers."""
+    from fedcal.config import parse_override
+
+    key, value = parse_override('dst-ranks=8')
+    assert value == 8
+    assert RunConfig.from_flower({"task": "distill", key: value}).dst_ranks == "8"
+    assert RunConfig.from_flower({"inf-amp-curve": 2.0}).amplification_curve == (2.0,)
+    with pytest.raises(ConfigError, match="'run-name' must be a string"):
+        RunConfig.from_flower({"run-name": 3})
+
