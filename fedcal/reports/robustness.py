@@ -16,7 +16,6 @@ TSA runs (25 % attackers) without retraining.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -135,55 +134,50 @@ def evaluate_run(run_dir: str | os.PathLike[str], spec: RobustnessSpec, device: 
     ident = config_hash(load_config(run_dir))
     if path.exists() and not force:  # a cached evaluation of this very model under this spec
         cached = json.loads(path.read_text())
-        if cached.get("config_hash") == ident and cached.get("spec") == json.loads(_spec_json(spec)):
+        if cached.get("config_hash") == ident and cached.get("spec") == spec.as_record():
             return cached["metrics"]
     _, model, ds = load_model(run_dir)
     metrics = evaluate_robustness(model, ds, spec, resolve_device(device))
     path.parent.mkdir(exist_ok=True)
-    atomic_write(path, json.dumps({"spec": json.loads(_spec_json(spec)), "config_hash": ident,
+    atomic_write(path, json.dumps({"spec": spec.as_record(), "config_hash": ident,
                                     "metrics": metrics}, indent=1))  # metrics keep their order
     return metrics
 
 
-def _spec_json(spec: RobustnessSpec) -> str:
-    return json.dumps(dataclasses.asdict(spec), sort_keys=True, default=list)
-
-
-def _evaluate_worker(run_dir: str, spec: RobustnessSpec, device: str, force: bool, threads: int) -> str | None:
+def _evaluate_worker(run_dir: str, spec: RobustnessSpec, device: str, force: bool,
+                     threads: int) -> dict[str, float] | str:
     import torch
 
     torch.set_num_threads(threads)
+    return _evaluate_or_reason(run_dir, spec, device, force)
+
+
+def _evaluate_or_reason(run_dir: str, spec: RobustnessSpec, device: str, force: bool) -> dict[str, float] | str:
     try:
-        evaluate_run(run_dir, spec, device, force)
-        return None
-    except Exception as exc:  # noqa: BLE001 — reported per run by the caller
+        return evaluate_run(run_dir, spec, device, force)
+    except Exception as exc:  # noqa: BLE001 — one model that cannot be attacked must not lose the others
         return f"{type(exc).__name__}: {exc}"
 
 
 def evaluate_runs(run_dirs: Sequence[str | os.PathLike[str]], spec: RobustnessSpec, device: str = "auto",
-                  jobs: int = 1, force: bool = False, progress: Callable | None = None) -> dict[str, str]:
+                  jobs: int = 1, force: bool = False,
+                  progress: Callable | None = None) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
     """Evaluate (and cache) every run in ``run_dirs``, ``jobs`` at a time in separate processes;
-    returns {run dir: reason} of the runs whose evaluation failed (the others are cached)."""
+    returns ({run dir: metrics}, {run dir: reason}) — the second for the runs whose evaluation
+    failed."""
     dirs = [str(d) for d in run_dirs]
-    failures: dict[str, str] = {}
     if jobs <= 1:
-        for d in progress(dirs) if progress else dirs:
-            try:
-                evaluate_run(d, spec, device, force)
-            except Exception as exc:  # noqa: BLE001 — one model that cannot be attacked must not lose the others
-                failures[d] = f"{type(exc).__name__}: {exc}"
-        return failures
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
+        outcomes = {d: _evaluate_or_reason(d, spec, device, force) for d in (progress(dirs) if progress else dirs)}
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
 
-    threads = max(1, (os.cpu_count() or 1) // jobs)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        futures = {d: pool.submit(_evaluate_worker, d, spec, device, force, threads) for d in dirs}
-        for d in progress(dirs) if progress else dirs:
-            reason = futures[d].result()
-            if reason:
-                failures[d] = reason
-    return failures
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+            futures = {d: pool.submit(_evaluate_worker, d, spec, device, force, threads) for d in dirs}
+            outcomes = {d: futures[d].result() for d in (progress(dirs) if progress else dirs)}
+    metrics = {d: m for d, m in outcomes.items() if isinstance(m, dict)}
+    return metrics, {d: m for d, m in outcomes.items() if isinstance(m, str)}
 
 
 def robustness_table(run_dirs: Sequence[str | os.PathLike[str]], spec: RobustnessSpec, device: str = "auto",
@@ -193,7 +187,7 @@ def robustness_table(run_dirs: Sequence[str | os.PathLike[str]], spec: Robustnes
     whose evaluation failed (e.g. a diverged model with non-finite logits), are left out, each
     named in a warning line."""
     dirs = finished_only([Path(d) for d in run_dirs], "the robustness table")
-    failures = evaluate_runs(dirs, spec, device, jobs, force, progress)
+    metrics, failures = evaluate_runs(dirs, spec, device, jobs, force, progress)
     for d, reason in failures.items():
         log.warning("robustness of %s left out of the table: %s", d, reason)
     rows = []
@@ -203,7 +197,7 @@ def robustness_table(run_dirs: Sequence[str | os.PathLike[str]], spec: Robustnes
         cfg = load_config(d)
         rows.append({"setting": setting_of(cfg), "dataset": cfg.dataset, "model": cfg.model,
                      "strategy": cfg.strategy, "training": training_of(cfg), "tau": cfg.tau, "seed": cfg.seed,
-                     **evaluate_run(d, spec, device), "rejected_rounds": rejected_rounds(d), "run": d.name})
+                     **metrics[str(d)], "rejected_rounds": rejected_rounds(d), "run": d.name})
     table = pd.DataFrame(rows)
     table.attrs["failed"] = failures  # the command's exit code reflects them
     return table

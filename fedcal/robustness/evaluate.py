@@ -21,7 +21,8 @@ from torch import nn
 
 from fedcal.data import Dataset, pixel_space
 from fedcal.metrics import calibration_metrics
-from fedcal.robustness.attacks import ATTACKS, AttackBudget, adversarial_examples, predict_pixels, random_targets
+from fedcal.robustness.attacks import (ATTACKS, AttackBudget, PixelModel, adversarial_examples, predict_pixels,
+                                       random_targets)
 from fedcal.robustness.corruptions import CORRUPTIONS, DEFAULT_CORRUPTIONS, SEVERITIES, corrupt
 from fedcal.robustness.geometry import negative_prototype_spread
 from fedcal.train import predict_logits
@@ -66,10 +67,13 @@ class RobustnessSpec:
     def budget(self) -> AttackBudget:
         return AttackBudget(self.eps, self.step, self.steps)
 
+    def as_record(self) -> dict:
+        """The spec as plain JSON data (tuples as lists): what a cached evaluation stores."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
     def key(self) -> str:
         """12-hex hash of the spec: the name of its cached results in a run directory."""
-        blob = json.dumps(dataclasses.asdict(self), sort_keys=True, default=list).encode()
-        return hashlib.sha256(blob).hexdigest()[:12]
+        return hashlib.sha256(json.dumps(self.as_record(), sort_keys=True).encode()).hexdigest()[:12]
 
 
 def spec_for(dataset: str, **changes) -> RobustnessSpec:
@@ -94,8 +98,6 @@ def zero_gradient_fraction(model: nn.Module, pixels: torch.Tensor, labels: torch
     pixels is exactly zero: the softmax has saturated (p_y rounds to 1), so every attack that
     follows this gradient (FGSM, PGD on the cross-entropy) cannot move — gradient masking, not
     robustness. The CW margin attack does not go through the softmax and is immune to it."""
-    from fedcal.robustness.attacks import PixelModel
-
     device = torch.device(device)
     net = PixelModel(model, space).to(device).eval()
     zero = 0
