@@ -125,8 +125,9 @@ def _simulate(args: argparse.Namespace):
     from fedcal.app.engine import simulate
 
     def run(cfg: RunConfig):  # simulate refuses a run-name reused for another config itself
-        return simulate(cfg, progress=not args.no_progress, verbose=args.verbose, force=args.force,
-                        desc="benign" if cfg.attack == "none" else f"{cfg.attack} τ={cfg.tau:g}")
+        # the attack label names a training run; other tasks' bars show the run's directory name
+        label = ("benign" if cfg.attack == "none" else f"{cfg.attack} τ={cfg.tau:g}") if cfg.task == "train" else ""
+        return simulate(cfg, progress=not args.no_progress, verbose=args.verbose, force=args.force, desc=label)
 
     return run
 

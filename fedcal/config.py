@@ -57,6 +57,8 @@ DISTILL_CORPORA = ("sentiment", "genre", "sst2", "mnli", "qnli", "qqp", "synthet
 DISTILL_CLASSES = {"sentiment": 2, "genre": 3, "sst2": 2, "mnli": 3, "qnli": 2, "qqp": 2, "synthetic": 2}
 DISTILL_METHODS = ("rfd", "fedit", "ffa", "flora", "flexlora")
 DISTILL_AGGREGATORS = ("mom", "median", "mean")
+# RoBERTa module-name suffixes a LoRA adapter may target (attention projections, the token table)
+LORA_TARGETS = ("query", "key", "value", "word_embeddings")
 DISTILL_PARTITIONS = ("iid", "skew")
 LOGIT_ATTACKS = ("none", "scale", "flip")
 
@@ -243,12 +245,15 @@ class RunConfig:
                                                 "the adapter-federating baselines", choices=DISTILL_METHODS)
     dst_rounds: int = setting(20, "distill", "federated rounds", ge=1)
     dst_local_epochs: int = setting(1, "distill", "epochs of local training per round", ge=1)
-    dst_client_lr: float = setting(1e-3, "distill", "clients' AdamW learning rate (LoRA + head)", gt=0, finite=True)
+    dst_client_lr: float = setting(3e-3, "distill", "clients' AdamW learning rate (LoRA + head)", gt=0, finite=True)
     dst_warmup: float = setting(0.1, "distill", "share of a round's local steps with linear warm-up", ge=0, lt=1)
     dst_ranks: str = setting("2,4,8,16", "distill", "LoRA ranks, cycled over the clients (client k: ranks[k mod n]); "
                                                     "also the allowed set", note="comma-separated integers >= 1; "
                                                     "fedit/ffa need one rank", number_list=True)
     dst_alpha: float = setting(8.0, "distill", "LoRA alpha (update = alpha/r * B A)", gt=0, finite=True)
+    dst_lora_targets: str = setting("query,value,word_embeddings", "distill",
+                                    "modules given LoRA adapters, comma-separated from " + ",".join(LORA_TARGETS)
+                                    + " (word_embeddings: the token table; see docs/distill.md)")
     dst_anchor_frac: float = setting(0.1, "distill", "share of the training split that is the public anchor set",
                                      gt=0, lt=1)
     dst_clip: float = setting(10.0, "distill", "c: uploaded logits clipped to [-c, c] (by the client and again by "
@@ -265,8 +270,8 @@ class RunConfig:
     dst_lambda: float = setting(0.1, "distill", "lambda, weight of the moment term", ge=0, finite=True)
     dst_rho: float = setting(1.0, "distill", "rho of DIS: w(x) = 1 / (1 + rho v(x))", ge=0, finite=True)
     dst_student_rank: int = setting(16, "distill", "LoRA rank of the server's student (rfd)", ge=1)
-    dst_distill_steps: int = setting(10, "distill", "student optimiser steps per round (rfd)", ge=1)
-    dst_distill_lr: float = setting(1e-3, "distill", "student's AdamW learning rate (rfd)", gt=0, finite=True)
+    dst_distill_steps: int = setting(16, "distill", "student optimiser steps per round (rfd)", ge=1)
+    dst_distill_lr: float = setting(3e-3, "distill", "student's AdamW learning rate (rfd)", gt=0, finite=True)
     dst_distill_batch: int = setting(64, "distill", "anchors per student step (rfd)", ge=0, note="0 = all")
     dst_partition: str = setting("iid", "distill", "private data over the clients: iid (stratified) or skew (label "
                                                    "skew patterns)", choices=DISTILL_PARTITIONS)
@@ -362,6 +367,11 @@ class RunConfig:
         return tuple(int(r) for r in self.dst_ranks.split(",") if r.strip())
 
     @property
+    def lora_targets(self) -> tuple[str, ...]:
+        """``dst-lora-targets`` as a tuple of module-name suffixes."""
+        return tuple(t.strip() for t in self.dst_lora_targets.split(",") if t.strip())
+
+    @property
     def num_backdoor_clients(self) -> int:
         """Backdoor clients of a distill run: round-half-up of dst-backdoor-ratio · K."""
         return int(math.floor(self.dst_backdoor_ratio * self.num_clients + 0.5 + 1e-9))
@@ -439,6 +449,12 @@ def _distill_ranks(c: RunConfig) -> None:
                f"must name one rank for dst-method={c.dst_method} (it averages A and B of one shape)")
 
 
+def _lora_targets(c: RunConfig) -> None:
+    targets = c.lora_targets
+    _check("dst-lora-targets", bool(targets) and set(targets) <= set(LORA_TARGETS) and len(set(targets)) == len(targets),
+           c.dst_lora_targets, f"must list distinct names from {list(LORA_TARGETS)}")
+
+
 def _distill_target(c: RunConfig) -> None:
     k = DISTILL_CLASSES[c.dst_corpus]
     _check("dst-target", c.dst_target < k, c.dst_target, f"must be a class of dst-corpus={c.dst_corpus} (< {k})")
@@ -454,7 +470,7 @@ def _distill_backbone(c: RunConfig) -> None:
 # Rules that involve several keys, checked in this order after every field's own range.
 _CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _round_size, _defense_parameters, _inference_f, _inference_attacks, _amplification_curve, _adversarial_training,
-    _distill_ranks, _distill_target, _distill_backbone)
+    _distill_ranks, _lora_targets, _distill_target, _distill_backbone)
 
 
 # ---------------------------------------------------------------------- description

@@ -247,3 +247,14 @@ def test_a_number_list_key_takes_one_bare_number():
     with pytest.raises(ConfigError, match="'run-name' must be a string"):
         RunConfig.from_flower({"run-name": 3})
 
+
+
+@pytest.mark.parametrize("targets", ["query,bias", "", "value,value"])
+def test_lora_targets_must_be_distinct_known_module_names(targets):
+    with pytest.raises(ConfigError, match="dst-lora-targets"):
+        RunConfig.from_flower({"task": "distill", "dst-lora-targets": targets})
+
+
+def test_lora_targets_parse_to_module_suffixes():
+    assert RunConfig().lora_targets == ("query", "value", "word_embeddings")
+    assert RunConfig.from_flower({"dst-lora-targets": "query, value"}).lora_targets == ("query", "value")

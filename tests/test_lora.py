@@ -168,13 +168,14 @@ def test_upload_bytes_logits_do_not_depend_on_rank_adapters_grow_with_it(base):
 
 from fedcal.distill.adapters import (effective_weight, ffa_aggregate, fedit_aggregate, flexlora_aggregate,  # noqa: E402
                                      flora_aggregate, head_state, layer_delta, lora_pairs, merge_flora)
+from fedcal.distill.clients import lora_factors  # noqa: E402
 
 
-def trained_clients(base, ranks, *, seeds=None, freeze_a=False, n=24):
+def trained_clients(base, ranks, *, seeds=None, freeze_a=False, n=24, targets=("query", "value")):
     """One client per rank, each a few steps on its own slice of the task."""
     models = []
     for k, r in enumerate(ranks):
-        model = lora_model(base, r, seed=k if seeds is None else seeds[k], freeze_a=freeze_a)
+        model = lora_model(base, r, seed=k if seeds is None else seeds[k], freeze_a=freeze_a, target_modules=targets)
         ids, mask, y = separable_task(n, seed=10 + k)
         local_train(model, ids, mask, y, epochs=2, batch_size=8, lr=2e-2, generator=torch.Generator().manual_seed(k))
         models.append(model)
@@ -261,6 +262,77 @@ def test_flexlora_per_rank_product_is_the_truncated_svd_of_the_average(base):
     full = layer_delta(client, layer)  # r = 16 = hidden: the full average itself
     torch.testing.assert_close(full, sum((ALPHA / rk) * lora_pairs(s)[layer][1] @ lora_pairs(s)[layer][0]
                                          for rk, s in zip(ranks, states)) / 4, rtol=1e-4, atol=1e-6)
+
+
+# --------------------------------------------------------------------- LoRA on the word embeddings
+
+EMB = ("query", "value", "word_embeddings")
+EMB_LAYER = "base_model.model.roberta.embeddings.word_embeddings"
+
+
+def test_embedding_lora_adds_the_transposed_scaled_product_to_the_table(base):
+    model = lora_model(base, 4, target_modules=EMB, seed=3)
+    module = model.get_submodule(EMB_LAYER)
+    A, B = lora_factors(module)
+    assert (A.shape, B.shape) == ((4, VOCAB), (HIDDEN, 4))  # the linear layers' (r, d_in) / (d_out, r)
+    assert float(A.detach().abs().max()) == 0.0 and float(B.detach().abs().max()) > 0  # peft's embedding init: ΔW = 0
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        A.copy_(torch.randn(A.shape, generator=g))
+    ids = torch.tensor([[0, 5, 17, 99, 1]])
+    table = base.roberta.embeddings.word_embeddings.weight.detach()
+    expected = table[ids] + (ALPHA / 4) * (B.detach() @ A.detach()).T[ids]  # by hand: row t of E + s (B A)ᵀ
+    torch.testing.assert_close(module(ids), expected)
+    torch.testing.assert_close(effective_weight(model, EMB_LAYER), (table + (ALPHA / 4) * (B @ A).T.detach()).T)
+    state = adapter_state(model)
+    assert {k for k in state if "word_embeddings" in k} == {EMB_LAYER + ".lora_embedding_A.default",
+                                                            EMB_LAYER + ".lora_embedding_B.default"}
+    assert EMB_LAYER in lora_pairs(state)
+
+
+def test_embedding_adapter_trains_a_per_token_code(base):
+    model = lora_model(base, 2, target_modules=("word_embeddings",), seed=0)
+    ids, mask, y = separable_task(48)
+    before = lora_factors(model.get_submodule(EMB_LAYER))[0].detach().clone()
+    stats = local_train(model, ids, mask, y, epochs=3, batch_size=8, lr=2e-2, generator=torch.Generator().manual_seed(0))
+    after = lora_factors(model.get_submodule(EMB_LAYER))[0].detach()
+    used = torch.unique(ids)
+    unused = torch.tensor(sorted(set(range(VOCAB)) - set(used.tolist())))
+    assert float((after[:, used] - before[:, used]).abs().max()) > 0  # codes of the tokens seen moved
+    # weight decay only shrinks an unseen token's code, which starts at 0: it stays exactly 0
+    assert float(after[:, unused].abs().max()) == 0.0
+    assert stats.last_epoch_loss < stats.mean_loss
+
+
+def test_ffa_embedding_adapter_starts_with_a_random_frozen_A(base):
+    model = lora_model(base, 4, target_modules=EMB, seed=0, freeze_a=True)
+    A, B = lora_factors(model.get_submodule(EMB_LAYER))
+    assert not A.requires_grad and B.requires_grad
+    assert float(B.abs().max()) == 0.0 and 0.8 < float(A.std()) < 1.2  # A ~ N(0, 1), ΔW = 0
+    again = lora_factors(lora_model(base, 4, target_modules=EMB, seed=0, freeze_a=True).get_submodule(EMB_LAYER))[0]
+    assert torch.equal(A, again)  # one seed, one frozen A: FFA's shared initialisation
+
+
+def test_flora_and_flexlora_handle_the_embedding_table(base):
+    ranks, w = [2, 4], [1.0, 3.0]
+    states = [adapter_state(m) for m in trained_clients(base, ranks, targets=EMB)]
+    update = flora_aggregate(states, w, alpha=ALPHA)
+    expected = sum(wk / 4 * (ALPHA / rk) * lora_pairs(s)[EMB_LAYER][1] @ lora_pairs(s)[EMB_LAYER][0]
+                   for wk, rk, s in zip(w, ranks, states))
+    assert float(expected.abs().max()) > 0
+    client = lora_model(base, 2, target_modules=EMB, seed=1)
+    before = effective_weight(client, EMB_LAYER)
+    merge_flora(client, update, seed=5)
+    torch.testing.assert_close(effective_weight(client, EMB_LAYER) - before, expected, rtol=1e-5, atol=1e-6)
+    table = client.get_submodule(EMB_LAYER).get_base_layer().weight.detach()
+    torch.testing.assert_close(table - base.roberta.embeddings.word_embeddings.weight.detach(), expected.T,
+                               rtol=1e-5, atol=1e-6)  # merged into the (vocabulary × hidden) table itself
+    assert float(layer_delta(client, EMB_LAYER).abs().max()) == 0.0  # a fresh adapter on top
+    per_rank = flexlora_aggregate(states, w, alpha=ALPHA, ranks=[2])
+    flex = lora_model(base, 2, target_modules=EMB, seed=1)
+    load_adapter_state(flex, per_rank[2])
+    U, S, Vh = torch.linalg.svd(expected)
+    torch.testing.assert_close(layer_delta(flex, EMB_LAYER), (U[:, :2] * S[:2]) @ Vh[:2], rtol=1e-4, atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------- student

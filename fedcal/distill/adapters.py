@@ -28,6 +28,8 @@ are those of :func:`~fedcal.distill.clients.is_head_key`.
 
 States are keyed by peft's parameter names; a LoRA layer is the key's prefix before
 ``.lora_A.``/``.lora_B.`` (e.g. ``base_model.model.roberta.encoder.layer.0.attention.self.query``),
+or ``.lora_embedding_A.``/``.lora_embedding_B.`` for an embedding table (whose update (B A)ᵀ is
+added to the (vocabulary × hidden) table: :func:`merge_flora` transposes it),
 which is also the name of the peft LoRA module in the model (``model.get_submodule(layer)``). All
 clients must have the same layers and head tensors (ValueError naming the first client that does
 not). ``alpha`` must be the α the clients were built with (:func:`~fedcal.distill.clients.lora_model`).
@@ -42,7 +44,7 @@ from typing import Iterable, Mapping, Sequence
 import torch
 
 from ._checks import normalized_weights
-from .clients import ADAPTER, _seeded, is_head_key
+from .clients import ADAPTER, LORA_A_TAGS, LORA_B_TAGS, _seeded, is_embedding_lora, is_head_key, lora_factors
 from .lora import fedit_average, ffa_average, flexlora_redistribute, flora_stack
 
 __all__ = [
@@ -59,7 +61,14 @@ __all__ = [
     "flexlora_aggregate",
 ]
 
-_A, _B = ".lora_A.", ".lora_B."
+
+
+def _tag_split(key: str, tags) -> str | None:
+    """The layer prefix of ``key`` before the first of ``tags`` it contains, else None."""
+    for tag in tags:
+        if tag in key:
+            return key.split(tag)[0]
+    return None
 
 
 def lora_layers(state: Mapping[str, torch.Tensor]) -> "OrderedDict[str, tuple[str, str]]":
@@ -67,15 +76,15 @@ def lora_layers(state: Mapping[str, torch.Tensor]) -> "OrderedDict[str, tuple[st
     layer has an A without a B or the other way round, or if there is no LoRA layer at all."""
     a_keys, b_keys = OrderedDict(), {}
     for k in state:
-        if _A in k:
-            a_keys[k.split(_A)[0]] = k
-        elif _B in k:
-            b_keys[k.split(_B)[0]] = k
+        if (layer := _tag_split(k, LORA_A_TAGS)) is not None:
+            a_keys[layer] = k
+        elif (layer := _tag_split(k, LORA_B_TAGS)) is not None:
+            b_keys[layer] = k
     if set(a_keys) != set(b_keys):
         odd = sorted(set(a_keys) ^ set(b_keys))
         raise ValueError(f"every LoRA layer needs both A and B; unpaired: {odd[:4]}")
     if not a_keys:
-        raise ValueError("the state has no LoRA layers (keys with .lora_A./.lora_B.)")
+        raise ValueError("the state has no LoRA layers (keys with .lora_A./.lora_B. or .lora_embedding_A./_B.)")
     return OrderedDict((layer, (a, b_keys[layer])) for layer, a in a_keys.items())
 
 
@@ -188,8 +197,10 @@ def _lora_module(model, layer: str):
         module = model.get_submodule(layer)
     except AttributeError as e:
         raise ValueError(f"the model has no module {layer!r}") from e
-    if not hasattr(module, "lora_A") or ADAPTER not in module.lora_A:
-        raise ValueError(f"{layer!r} is not a peft LoRA layer with adapter {ADAPTER!r}")
+    try:
+        lora_factors(module)
+    except ValueError:
+        raise ValueError(f"{layer!r} is not a peft LoRA layer with an adapter") from None
     if getattr(module, "fan_in_fan_out", False):
         # Conv1D-style layers store Wᵀ; the (d_out, d_in) updates here would need a transpose.
         raise ValueError(f"{layer!r} stores its weight transposed (fan_in_fan_out); not supported")
@@ -200,8 +211,9 @@ def merge_flora(model, update: FloraUpdate, *, seed: int = 0) -> None:
     """Write FLoRA's round into a client's (or the global) peft model, in place.
 
     For every layer, W_base ← W_base + B_s A_s (the exact Σ_k p_k ΔW_k, merged into the frozen base
-    weight), then the model's own adapter is re-initialised (A Kaiming-uniform from ``seed``, B = 0,
-    peft's initialisation), so the model now computes base + global update and the client trains
+    weight; an embedding table gets (B_s A_s)ᵀ), then the model's own adapter is re-initialised
+    by peft (a linear layer: A Kaiming-uniform from ``seed``, B = 0; an embedding: A = 0, B
+    Gaussian from ``seed``; ΔW = 0 either way), so the model now computes base + global update and the client trains
     a fresh adapter of its own rank on top; the averaged head is loaded. ``seed`` is the fresh A's
     initialisation — vary it by round (and client, if wanted); torch's global RNG is left as it was.
     """
@@ -212,7 +224,8 @@ def merge_flora(model, update: FloraUpdate, *, seed: int = 0) -> None:
         for layer in update.stacked:
             module = _lora_module(model, layer)
             weight = module.get_base_layer().weight
-            weight.add_(update.delta(layer).to(dtype=weight.dtype, device=weight.device))
+            delta = update.delta(layer)
+            weight.add_((delta.T if is_embedding_lora(module) else delta).to(dtype=weight.dtype, device=weight.device))
             module.reset_lora_parameters(ADAPTER, True)
     if update.head:
         _load_head(model, update.head)
@@ -257,16 +270,17 @@ def _ordered_like(reference: Mapping, state: Mapping) -> "OrderedDict[str, torch
 
 def layer_delta(model, layer: str) -> torch.Tensor:
     """The update the model's own adapter adds to ``layer``: (α/r)·B A, read from the peft module
-    (its scaling and factors), float32 on the CPU (d_out, d_in)."""
+    (its scaling and factors), float32 on the CPU (d_out, d_in); for an embedding table (hidden,
+    vocabulary), the transpose of the table's update."""
     module = _lora_module(model, layer)
-    A = module.lora_A[ADAPTER].weight.detach().float().cpu()
-    B = module.lora_B[ADAPTER].weight.detach().float().cpu()
+    A, B = (f.detach().float().cpu() for f in lora_factors(module))
     return module.scaling[ADAPTER] * (B @ A)
 
 
 def effective_weight(model, layer: str) -> torch.Tensor:
     """The weight ``layer`` applies: its (possibly FLoRA-merged) base weight plus
-    :func:`layer_delta`, float32 on the CPU (d_out, d_in)."""
+    :func:`layer_delta`, float32 on the CPU (d_out, d_in); for an embedding, the transposed table."""
     module = _lora_module(model, layer)
-    return module.get_base_layer().weight.detach().float().cpu() + layer_delta(model, layer)
+    base = module.get_base_layer().weight.detach().float().cpu()
+    return (base.T if is_embedding_lora(module) else base) + layer_delta(model, layer)
 

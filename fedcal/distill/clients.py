@@ -3,7 +3,8 @@
 A client is a Hugging Face sequence classifier (e.g. ``RobertaForSequenceClassification``) whose
 weights are frozen, wrapped by peft with a LoRA adapter of the client's own rank r on the
 ``target_modules`` (RoBERTa's attention ``query`` and ``value`` projections by default, as in Hu
-et al. 2022) and, by default, a trainable copy of the classification head. Each round the client
+et al. 2022; ``word_embeddings`` adds a LoRA on the token-embedding table, see below) and, by
+default, a trainable copy of the classification head. Each round the client
 
 1. trains its trainable part on its private data (:func:`local_train`: AdamW, linear warm-up),
 2. computes clipped logits on the shared public anchors (:func:`anchor_logits`) — RFD-LoRA's only
@@ -21,6 +22,18 @@ peft recipe for sequence classification. In RFD-LoRA the head never leaves the c
 adapter-federating baselines average it like any rank-independent tensor
 (:mod:`fedcal.distill.adapters`). ``train_head=False`` keeps it frozen (e.g. a head that was
 already fine-tuned).
+
+**LoRA on the word embeddings** (``"word_embeddings"`` in ``target_modules``): peft's embedding LoRA
+adds (α/r)·(B A)ᵀ to the (vocabulary × hidden) table, with A (r, vocabulary) and B (hidden, r), so
+the factors have the same (r, d_in) / (d_out, r) shapes as a linear layer's (d_in = vocabulary
+size, d_out = hidden size) and every rule of :mod:`fedcal.distill.lora` applies unchanged. peft
+initialises an embedding adapter the other way round from a linear one (A = 0, B Gaussian): A is a
+trainable per-token code, which is what makes it learn fast (measured: docs/distill.md). FFA-LoRA
+freezes A, which would freeze that code at 0, so under ``freeze_a`` an embedding adapter is
+re-initialised to the linear convention (A ~ N(0, 1) from the seed, B = 0,
+:func:`init_lora_factors`): FFA's frozen random A, as the method defines it.
+Why the option exists: a small frozen encoder's token embeddings may not carry the task (see
+docs/distill.md), and a per-token low-rank code is the cheapest trainable part that can.
 
 **Client state** is :func:`adapter_state`: the LoRA A/B matrices of every adapted layer and the
 head's tensors, as CPU copies under peft's parameter names. Loading it into a fresh wrapper of the
@@ -55,7 +68,12 @@ __all__ = [
     "lora_model",
     "freeze_lora_A",
     "is_lora_key",
+    "is_lora_a_key",
+    "is_lora_b_key",
     "is_head_key",
+    "lora_factors",
+    "is_embedding_lora",
+    "init_lora_factors",
     "adapter_state",
     "load_adapter_state",
     "local_train",
@@ -67,6 +85,9 @@ DEFAULT_RANKS = (2, 4, 8, 16)
 #: What a client uploads per round: RFD-LoRA's anchor logits, or one baseline's adapter tensors.
 UPLOAD_METHODS = ("rfd", "fedit", "ffa", "flora", "flexlora")
 ADAPTER = "default"  # peft's name of the (single) adapter every wrapper here carries
+# peft's parameter-name tags of the A and B factors: linear layers, then embedding layers
+LORA_A_TAGS = (".lora_A.", ".lora_embedding_A.")
+LORA_B_TAGS = (".lora_B.", ".lora_embedding_B.")
 
 
 def assign_ranks(num_clients: int, ranks: Sequence[int] = DEFAULT_RANKS) -> list[int]:
@@ -165,22 +186,67 @@ def lora_model(
     model = _copy.deepcopy(base_model) if copy else base_model
     with _seeded(seed, _device(model)):
         model = get_peft_model(model, config)
+        if freeze_a:  # FFA: embedding adapters to the linear convention, so the frozen A is random
+            for module in model.modules():
+                if is_embedding_lora(module):
+                    init_lora_factors(module)
     if freeze_a:
         freeze_lora_A(model)
     return model
 
 
 def freeze_lora_A(model) -> None:
-    """FFA-LoRA: set ``requires_grad=False`` on every LoRA A, so only B (and the head, if
-    trainable) is trained; :func:`local_train` optimises only parameters that require grad."""
+    """FFA-LoRA: set ``requires_grad=False`` on every LoRA A (embedding adapters' included), so only
+    B (and the head, if trainable) is trained; :func:`local_train` optimises only parameters that
+    require grad."""
     for name, p in model.named_parameters():
-        if ".lora_A." in name:
+        if is_lora_a_key(name):
             p.requires_grad_(False)
+
+
+def is_lora_a_key(key: str) -> bool:
+    """Whether a peft parameter name is a LoRA A factor (of a linear or an embedding layer)."""
+    return any(tag in key for tag in LORA_A_TAGS)
+
+
+def is_lora_b_key(key: str) -> bool:
+    """Whether a peft parameter name is a LoRA B factor (of a linear or an embedding layer)."""
+    return any(tag in key for tag in LORA_B_TAGS)
 
 
 def is_lora_key(key: str) -> bool:
     """Whether an :func:`adapter_state` key is a LoRA A or B matrix."""
-    return ".lora_A." in key or ".lora_B." in key
+    return is_lora_a_key(key) or is_lora_b_key(key)
+
+
+def is_embedding_lora(module) -> bool:
+    """Whether ``module`` is a peft embedding LoRA layer carrying the adapter."""
+    return ADAPTER in getattr(module, "lora_embedding_A", {})
+
+
+def lora_factors(module) -> tuple[torch.nn.Parameter, torch.nn.Parameter]:
+    """(A, B) parameters of a peft LoRA layer's adapter, A (r, d_in) and B (d_out, r), for a linear
+    layer (``lora_A``/``lora_B`` modules) or an embedding (``lora_embedding_A``/``_B`` parameters,
+    d_in = vocabulary size, d_out = embedding size). ValueError if it carries no adapter."""
+    if is_embedding_lora(module):
+        return module.lora_embedding_A[ADAPTER], module.lora_embedding_B[ADAPTER]
+    if ADAPTER in getattr(module, "lora_A", {}):
+        return module.lora_A[ADAPTER].weight, module.lora_B[ADAPTER].weight
+    raise ValueError(f"{type(module).__name__} carries no LoRA adapter {ADAPTER!r}")
+
+
+def init_lora_factors(module) -> None:
+    """An adapter in the linear convention (A random, B = 0), from torch's global RNG (seed it
+    around the call): a linear layer through peft's ``reset_lora_parameters`` (A Kaiming-uniform);
+    an embedding with A ~ N(0, 1) (the scale peft gives the embedding's random factor). FFA-LoRA's
+    initialisation; ΔW = 0 either way."""
+    if not is_embedding_lora(module):
+        module.reset_lora_parameters(ADAPTER, True)
+        return
+    A, B = lora_factors(module)
+    with torch.no_grad():
+        A.normal_()
+        B.zero_()
 
 
 def is_head_key(key: str) -> bool:

@@ -216,5 +216,8 @@ def init_seed(cfg: RunConfig, cid: int) -> int:
 
 
 def adapted_layers(model) -> list[str]:
-    """Names of the modules that carry the ``default`` LoRA adapter."""
-    return [name for name, m in model.named_modules() if hasattr(m, "lora_A") and "default" in m.lora_A]
+    """Names of the modules that carry the ``default`` LoRA adapter (linear and embedding layers)."""
+    from fedcal.distill.clients import ADAPTER, is_embedding_lora
+
+    return [name for name, m in model.named_modules()
+            if is_embedding_lora(m) or ADAPTER in getattr(m, "lora_A", {})]

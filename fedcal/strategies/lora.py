@@ -51,6 +51,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg as _FlowerFedAvg
 from flwr.supercore import log
 
+from fedcal.distill.clients import is_lora_a_key, is_lora_b_key
 from fedcal.distill.adapters import (
     FloraUpdate,
     fedit_aggregate,
@@ -64,7 +65,6 @@ from fedcal.strategies.base import RoundReplies, counted_replies, reply_weight
 __all__ = ["LORA_STRATEGIES", "STACKED_A", "STACKED_B", "FFALoRA", "FLoRA", "FedIT", "FlexLoRA", "LoraStrategy"]
 
 STACKED_A, STACKED_B = ".stacked_A", ".stacked_B"  # FLoRA's record keys: <layer>.stacked_A / .stacked_B
-_A, _B = ".lora_A.", ".lora_B."
 
 
 def _tensor(array: Any) -> torch.Tensor:
@@ -241,7 +241,7 @@ class LoraStrategy(_FlowerFedAvg):
                 continue
             good.append((node, state, weight))
             self.last_bytes[node] = size
-            b_key = next((k for k in state if _B in k), None)  # B (d_out, r) is uploaded under every rule
+            b_key = next((k for k in state if is_lora_b_key(k)), None)  # B (d_out, r) is uploaded under every rule
             if b_key is not None:
                 self.node_ranks[node] = int(state[b_key].shape[1])
         good.sort(key=lambda g: (self.node_sort_key(g[0]), g[0]))
@@ -303,7 +303,7 @@ class FFALoRA(LoraStrategy):
         sent = self.sent.get(node)
         if sent is None or not len(sent.keys()):
             return "FFA-LoRA needs the global adapter (with its frozen A) sent first"
-        reason = _compare({k: tuple(sent[k].shape) for k in sent if _A not in k}, state,
+        reason = _compare({k: tuple(sent[k].shape) for k in sent if not is_lora_a_key(k)}, state,
                           "FFA-LoRA's upload (B and the head; A stays frozen)")
         return reason or super().check_keys(node, self._with_a(node, state))
 

@@ -70,6 +70,7 @@ from fedcal.tasks.nodes import (
     discover_clients,
     message_config,
 )
+from fedcal.distill.clients import is_lora_a_key
 from fedcal.distill.setup import DistillData, adapted_layers, base_classifier, client_batch, distill_data, init_seed
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.tasks.train import REJECTION_COLUMNS
@@ -115,8 +116,8 @@ def distill_round(msg: Message, context: Context) -> Message:
     base = base_classifier(data.backbone, data.num_classes, device)
     # lora_model refuses a rank outside dst-ranks with "client k: LoRA rank r is not in the allowed
     # set [...]": the error reply the server turns into a run-stopping error.
-    model = lora_model(base, rank, alpha=cfg.dst_alpha, seed=init_seed(cfg, cid), allowed_ranks=cfg.distill_ranks,
-                       client=cid, freeze_a=cfg.dst_method == "ffa")
+    model = lora_model(base, rank, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, seed=init_seed(cfg, cid),
+                       allowed_ranks=cfg.distill_ranks, client=cid, freeze_a=cfg.dst_method == "ffa")
     if BASE_KEY in context.state:  # FLoRA: the global updates merged into this client's base so far
         with torch.no_grad():
             for layer, w in to_state(context.state[BASE_KEY]).items():
@@ -155,7 +156,7 @@ def distill_round(msg: Message, context: Context) -> Message:
         content["logits"] = ArrayRecord({"z": z})
     else:
         if cfg.dst_method == "ffa":  # A stays frozen at the shared initialisation: never uploaded
-            state = OrderedDict((k, v) for k, v in state.items() if ".lora_A." not in k)
+            state = OrderedDict((k, v) for k, v in state.items() if not is_lora_a_key(k))
         content["arrays"] = ArrayRecord(state)
     return Message(content=content, reply_to=msg)
 
@@ -250,7 +251,8 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
     shape = (len(data.anchors), data.num_classes)
     method = cfg.dst_method
     if method == "rfd":
-        model = student_model(base, cfg.dst_student_rank, alpha=cfg.dst_alpha, seed=cfg.seed)
+        model = student_model(base, cfg.dst_student_rank, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets,
+                              seed=cfg.seed)
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.dst_distill_lr)
         strategy, arrays = None, None
     else:
@@ -259,11 +261,12 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
                                            node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
                                            **({"ranks": ranks} if method == "flexlora" else {}))
         if method in ("fedit", "ffa"):  # the shared initial adapter every client starts from
-            model = lora_model(base, ranks[0], alpha=cfg.dst_alpha, seed=cfg.seed, allowed_ranks=None,
-                               client="global", freeze_a=method == "ffa")
+            model = lora_model(base, ranks[0], alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, seed=cfg.seed,
+                               allowed_ranks=None, client="global", freeze_a=method == "ffa")
             arrays = ArrayRecord(adapter_state(model))
         else:  # FLoRA: base + merged updates (own adapter B = 0); FlexLoRA: built at full rank later
-            model = lora_model(base, 1, alpha=cfg.dst_alpha, seed=cfg.seed, allowed_ranks=None, client="global")
+            model = lora_model(base, 1, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, seed=cfg.seed,
+                               allowed_ranks=None, client="global")
             arrays = ArrayRecord()
 
     def apply_global(record: ArrayRecord):
@@ -278,9 +281,10 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
             merge_flora(model, flora_update(record), seed=cfg.seed)
         else:
             state = to_state(record)
-            full = next(v for k, v in state.items() if ".lora_A." in k).shape[0]
-            if next(p for n, p in model.named_parameters() if ".lora_A." in n).shape[0] != full:
-                model = lora_model(base, full, alpha=cfg.dst_alpha, seed=cfg.seed, allowed_ranks=None, client="global")
+            full = next(v for k, v in state.items() if is_lora_a_key(k)).shape[0]
+            if next(p for n, p in model.named_parameters() if is_lora_a_key(n)).shape[0] != full:
+                model = lora_model(base, full, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, seed=cfg.seed,
+                                   allowed_ranks=None, client="global")
             load_adapter_state(model, state)
 
     clock = [time.perf_counter()]
