@@ -246,6 +246,7 @@ class RunConfig:
     dst_rounds: int = setting(20, "distill", "federated rounds", ge=1)
     dst_local_epochs: int = setting(1, "distill", "epochs of local training per round", ge=1)
     dst_client_lr: float = setting(3e-3, "distill", "clients' AdamW learning rate (LoRA + head)", gt=0, finite=True)
+    dst_weight_decay: float = setting(0.01, "distill", "clients' AdamW weight decay", ge=0, finite=True)
     dst_warmup: float = setting(0.1, "distill", "share of a round's local steps with linear warm-up", ge=0, lt=1)
     dst_ranks: str = setting("2,4,8,16", "distill", "LoRA ranks, cycled over the clients (client k: ranks[k mod n]); "
                                                     "also the allowed set", note="comma-separated integers >= 1; "

@@ -134,7 +134,7 @@ def distill_round(msg: Message, context: Context) -> Message:
     batch, labels, poisoned = client_batch(cfg, cid)
     gen = torch.Generator().manual_seed(int(cfg.seed) * 1_000_003 + cid * 1009 + server_round)
     stats = local_train(model, batch["input_ids"], batch["attention_mask"], labels, epochs=cfg.dst_local_epochs,
-                        batch_size=cfg.batch_size, lr=cfg.dst_client_lr, weight_decay=cfg.weight_decay,
+                        batch_size=cfg.batch_size, lr=cfg.dst_client_lr, weight_decay=cfg.dst_weight_decay,
                         warmup_frac=cfg.dst_warmup, generator=gen)
     state = adapter_state(model)
     context.state[ADAPTER_KEY] = ArrayRecord(state)
