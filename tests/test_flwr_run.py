@@ -78,15 +78,16 @@ class _Adopted:
         return 0
 
 
-def _flwr_run(tmp_path: Path, run_config: str, supernodes: int) -> Path:
-    """`flwr run .` with its own FLWR_HOME and local SuperLink port; returns the run directory."""
+def _flwr_run(tmp_path: Path, run_config: str, supernodes: int, **env_extra: str) -> Path:
+    """`flwr run .` with its own FLWR_HOME and local SuperLink port (and ``env_extra`` in its
+    environment); returns the run directory."""
     flwr_home = tmp_path / "flwr-home"
     out = tmp_path / "runs"
     log_file = flwr_home / "local-superlink" / "superlink.log"
     env = dict(os.environ, FLWR_HOME=str(flwr_home), **OFFLINE_ENV,
                # A local SuperLink of our own (not one another process left on the default port).
                FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(free_port()),
-               FLWR_LOCAL_CONTROL_API_PORT=str(free_port()))
+               FLWR_LOCAL_CONTROL_API_PORT=str(free_port()), **env_extra)
     cmd = ["flwr", "run", ".", "--stream", "--run-config", f"{run_config} output-dir='{out}'",
            "--federation-config", f"num-supernodes={supernodes}"]
     try:
@@ -132,3 +133,24 @@ def test_flwr_run_dot_runs_robust_federated_inference(tmp_path):
     acc = pd.read_csv(run_dir / "accuracy.csv")
     assert len(acc) == 6 * 8 and acc["accuracy"].between(0, 1).all()
     assert (pd.read_csv(run_dir / "answers.csv")["clients"] == 5).all()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("flwr") is None, reason="flwr CLI not on PATH")
+def test_flwr_run_dot_runs_rfd_lora_with_heterogeneous_ranks_and_a_backdoor_client(tmp_path):
+    """task='distill' through Flower's Simulation Engine: 3 SuperNodes with LoRA ranks 2, 4 and 8
+    (one of them a backdoor client), a tiny backbone pretrained into the test's own cache; every
+    round all three anchor-logit replies are accepted and weigh the same whatever the rank."""
+    run_dir = _flwr_run(tmp_path, "task='distill' dst-corpus='synthetic' num-clients=3 dst-ranks='2,4,8' "
+                        "dst-backdoor-ratio=0.3 dst-rounds=2 dst-groups=3 dst-bb-hidden=16 dst-bb-layers=1 "
+                        "dst-bb-intermediate=32 dst-bb-vocab=120 dst-bb-steps=10 dst-max-length=16 batch-size=16 "
+                        "dst-distill-steps=3 dst-student-rank=4", 3, FEDCAL_CACHE_DIR=str(tmp_path / "cache"))
+    df = load_metrics(run_dir)
+    got = df.pivot_table(index="round", columns="metric", values="value")
+    assert list(got.index) == [0, 1, 2]
+    for name in ("ca", "ra", "asr"):
+        assert got[name].between(0, 1).all(), (name, got[name].to_dict())
+    assert (got.loc[[1, 2], "replies_accepted"] == 3).all() and (got.loc[[1, 2], "replies_rejected"] == 0).all()
+    sizes = got.loc[[1, 2], ["upload_bytes_r2", "upload_bytes_r4", "upload_bytes_r8"]]
+    assert (sizes.nunique(axis=1) == 1).all()  # the logits' size does not depend on the rank
+    assert (tmp_path / "cache" / "backbones").is_dir()

@@ -443,5 +443,5 @@ def upload_bytes(
         return a * c * torch.empty((), dtype=logit_dtype).element_size()
     if state is None or len(state) == 0:
         raise ValueError(f"method {method!r} uploads adapter tensors: pass the client's adapter_state")
-    keys = [k for k in state if not (method == "ffa" and ".lora_A." in k)]
+    keys = [k for k in state if not (method == "ffa" and is_lora_a_key(k))]
     return sum(torch.as_tensor(state[k]).numel() * torch.as_tensor(state[k]).element_size() for k in keys)
