@@ -441,6 +441,49 @@ def distill_configs(base: RunConfig, methods: Sequence[str], rhos: Sequence[floa
     return list(out.values())
 
 
+def _replay_plan(configs: Sequence[RunConfig], base: RunConfig) -> tuple[list[RunConfig], list[RunConfig]]:
+    """(cells to run, RFD-LoRA cells to replay): per client side (:func:`fedcal.distill.replay.client_side`)
+    one RFD-LoRA cell runs — the one with the base config's server setting if present — and the
+    others replay its uploads."""
+    from fedcal.distill.replay import SERVER_KEYS, client_side
+    from fedcal.results import config_hash
+
+    live, replayed, groups = [], [], {}
+    for c in configs:
+        if c.dst_method == "rfd":
+            groups.setdefault(config_hash(client_side(c)), []).append(c)
+        else:
+            live.append(c)
+    for cells in groups.values():
+        first = next((c for c in cells if all(getattr(c, k) == getattr(base, k) for k in SERVER_KEYS)), cells[0])
+        live.append(first)
+        replayed += [c for c in cells if c is not first]
+    return live, replayed
+
+
+def _replay_all(configs: Sequence[RunConfig], sources: Sequence[Path]) -> dict[str, str]:
+    """Replay each unfinished cell on the uploads of a finished run with its client side (among
+    ``sources`` and its output folder); returns {run dir: reason} of the cells without one (each
+    also named in one line)."""
+    from fedcal.distill.replay import find_source, replay
+    from fedcal.results import RunStore, run_dir_for
+
+    failures = {}
+    for cfg in configs:
+        target = run_dir_for(cfg)
+        if RunStore(target, cfg).is_done():
+            continue
+        pool = list(sources) + sorted(p for p in Path(cfg.output_dir).glob("*") if p.is_dir())
+        source = find_source(cfg, pool)
+        if source is None:
+            reason = "no finished RFD-LoRA run with recorded uploads and the same client side to replay"
+            print(f"fedcal: error: {target.name}: {reason}", file=sys.stderr)
+            failures[str(target)] = reason
+            continue
+        replay(source, cfg)
+    return failures
+
+
 def cmd_distill(args: argparse.Namespace) -> int:
     from fedcal.app.sweep import run_sweep
     from fedcal.reports.distill import distill_report
@@ -459,8 +502,10 @@ def cmd_distill(args: argparse.Namespace) -> int:
                               _parse_ints(args.seeds, "--seeds"), _names(args.aggregators),
                               _parse_ints(args.groups, "--groups") if args.groups else [], args.ablation)
     _check_run_dirs(configs)
-    print(f"distill: {len(configs)} runs; finished runs are skipped")
-    failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress)
+    live, replayed = _replay_plan(configs, base) if args.replay else (configs, [])
+    print(f"distill: {len(configs)} runs ({len(replayed)} replayed on recorded uploads); finished runs are skipped")
+    failures = run_sweep(live, jobs=max(args.jobs, 1), progress=not args.no_progress)
+    failures.update(_replay_all(replayed, [run_dir_for(c) for c in live]))
     print(distill_report([run_dir_for(c) for c in configs], out, args.title))
     print(f"tables: {out / 'table.md'}, {out / 'ablation.md'}, {out / 'communication.md'}\nplot: {out / 'curves.png'}")
     return 1 if failures else 0
@@ -578,6 +623,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "config's)")
     p.add_argument("--groups", default="", help="RFD-LoRA's M values, e.g. 1,3,5,10 (\"\" = the config's)")
     p.add_argument("--ablation", action="store_true", help="RFD-LoRA with every CAT / MMD-KD / DIS setting")
+    p.add_argument("--replay", action="store_true", help="run each RFD-LoRA client side once and replay the other "
+                                                         "server settings (switches, aggregator, M) on its recorded "
+                                                         "uploads instead of re-training the clients")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
     p.add_argument("--title", default="", help="title of the main table")
     p.add_argument("--report", default="fedcal-distill", help="folder for the runs, tables and plot")

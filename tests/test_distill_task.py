@@ -6,6 +6,7 @@ a round takes a fraction of a second on one CPU thread."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections import OrderedDict
 
@@ -393,3 +394,55 @@ def test_distill_configs_expand_the_ablation_grid():
     assert len(rfd) == 2 * 2 * 2 * 2 * 8 and len(cells) - len(rfd) == 2 * 2
     assert {(c.dst_cat, c.dst_mmd, c.dst_dis) for c in rfd} == {(a, b, c) for a in (0, 1) for b in (0, 1)
                                                                  for c in (0, 1)}
+
+
+# ------------------------------------------------------------------------- server-side replays
+SERVER_METRICS = ["ca", "ra", "asr", "distill_loss", "mom_groups", "round_kept"]
+
+
+def test_a_replay_is_the_run_its_server_setting_would_have_produced(tmp_path):
+    """The clients never depend on RFD-LoRA's server, so replaying a run's recorded uploads under
+    another server setting gives exactly the live run of that setting; under the run's own setting
+    it gives the run back. A client-side change is refused, naming the key."""
+    from fedcal.app.engine import simulate
+    from fedcal.distill.replay import REPLAY_FILE, find_source, load_uploads, replay
+
+    source = simulate(tiny(tmp_path), progress=False)
+    uploads = load_uploads(source)
+    assert sorted(uploads) == [1, 2] and all(len(u) == 3 for u in uploads.values())
+    variant = dict(dst_aggregator="mean", dst_cat=False, dst_distill_steps=2)
+    live = simulate(tiny(tmp_path / "live", **variant), progress=False)
+    cfg = tiny(tmp_path / "replayed", **variant)
+    assert find_source(cfg, [live, source]) in (live, source)
+    replayed = replay(source, cfg)
+    assert json.loads((replayed / REPLAY_FILE).read_text())["replayed_from"] == source.name
+    assert (replayed / "DONE").read_text() == config_hash(cfg)
+    pd.testing.assert_frame_equal(metrics_of(replayed)[SERVER_METRICS], metrics_of(live)[SERVER_METRICS])
+    same = replay(source, tiny(tmp_path / "again"))
+    pd.testing.assert_frame_equal(metrics_of(same)[SERVER_METRICS], metrics_of(source)[SERVER_METRICS])
+    with pytest.raises(ValueError, match=r"client-side keys \['seed'\]"):
+        replay(source, tiny(tmp_path / "other", seed=5))
+    assert find_source(tiny(tmp_path, seed=5), [source]) is None
+
+
+def test_cli_distill_replay_runs_each_client_side_once(tmp_path, capsys):
+    """--replay: of the three aggregators of one client side, the base setting (mom) runs through
+    Flower and mean / median are replayed on its uploads; a second call has nothing left to do."""
+    report = tmp_path / "report"
+    argv = ["distill", "--methods", "rfd", "--rhos", "0.3", "--partitions", "iid", "--seeds", "0",
+            "--aggregators", "mean,median,mom", "--replay", "--report", str(report), "--no-progress",
+            *[f"{k}={v}" if not isinstance(v, str) else f'{k}="{v}"' for k, v in TINY.items()
+              if k not in ("task", "dst-rounds")], "dst-rounds=1"]
+    assert cli_main(argv) == 0
+    assert "distill: 3 runs (2 replayed on recorded uploads)" in capsys.readouterr().out
+    runs = {RunConfig.from_flower(json.loads((p / "config.json").read_text())["config"]).dst_aggregator: p
+            for p in (report / "runs").iterdir() if p.is_dir()}
+    assert sorted(runs) == ["mean", "median", "mom"]
+    assert not (runs["mom"] / "replay.json").exists() and (runs["mom"] / "uploads.npz").exists()
+    for agg in ("mean", "median"):
+        assert json.loads((runs[agg] / "replay.json").read_text())["replayed_from"] == runs["mom"].name
+        assert (runs[agg] / "DONE").exists()
+    assert set(pd.read_csv(report / "table.csv")["aggregator"]) == {"mean", "median", "mom"}
+    before = {p: (p / "metrics.csv").stat().st_mtime_ns for p in runs.values()}
+    assert cli_main(argv) == 0
+    assert before == {p: (p / "metrics.csv").stat().st_mtime_ns for p in runs.values()}

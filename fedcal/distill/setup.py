@@ -221,3 +221,52 @@ def adapted_layers(model) -> list[str]:
 
     return [name for name, m in model.named_modules()
             if is_embedding_lora(m) or ADAPTER in getattr(m, "lora_A", {})]
+
+
+def evaluate_backdoor(model, data: DistillData, batch_size: int = 256) -> dict[str, float]:
+    """CA on ``data``'s test split and, when it has triggered texts, RA and ASR on its triggered
+    copy (:mod:`fedcal.distill.student` has the definitions)."""
+    from fedcal.distill.student import clean_accuracy, predict
+
+    pred = predict(model, data.test_batch["input_ids"], data.test_batch["attention_mask"], batch_size=batch_size)
+    out = {"ca": clean_accuracy(pred, torch.as_tensor(data.test_labels))}
+    if len(data.triggered.labels):
+        pt = predict(model, data.triggered_batch["input_ids"], data.triggered_batch["attention_mask"],
+                     batch_size=batch_size).numpy()
+        out["ra"] = data.triggered.robust_accuracy(pt)
+        out["asr"] = data.triggered.attack_success_rate(pt)
+    return out
+
+
+def server_round(model, optimizer, uploads: list, data: DistillData, cfg: RunConfig,
+                 server_round: int) -> dict[str, float] | None:
+    """RFD-LoRA's server in round ``server_round``: from the valid ``uploads`` (one (anchors ×
+    classes) tensor per client, in client order) the consensus of ``cfg``'s aggregator (MoM over
+    min(M, n) groups drawn from a generator seeded by the seed and the round) and
+    ``dst-distill-steps`` steps of the student on the anchors. Returns the round's metrics
+    (``distill_loss``, ``mom_groups``), or None — the student untouched — when there are fewer than
+    ``dst-min-replies`` uploads. The live server and :mod:`fedcal.distill.replay` both call this,
+    so a replay takes exactly the live server's steps."""
+    from fedcal.distill.student import build_consensus, distill_step
+
+    if len(uploads) < cfg.dst_min_replies:
+        return None
+    gen = torch.Generator().manual_seed(cfg.seed * 100_003 + server_round)
+    groups = min(cfg.dst_groups, len(uploads))
+    consensus = build_consensus(uploads, clip=cfg.dst_clip, method=cfg.dst_aggregator,
+                                num_groups=groups if cfg.dst_aggregator == "mom" else None, generator=gen)
+    stats = distill_step(model, data.anchor_batch["input_ids"], data.anchor_batch["attention_mask"], consensus,
+                         optimizer, steps=cfg.dst_distill_steps, batch_size=cfg.dst_distill_batch or None,
+                         generator=gen, cat=cfg.dst_cat, mmd=cfg.dst_mmd, dis=cfg.dst_dis, t0=cfg.dst_t0,
+                         kappa=cfg.dst_kappa, tau=cfg.dst_tau, lam=cfg.dst_lambda, rho=cfg.dst_rho)
+    return {"distill_loss": stats.mean_loss, "mom_groups": groups if cfg.dst_aggregator == "mom" else 0}
+
+
+def student_and_optimizer(base, cfg: RunConfig):
+    """The server's student (:func:`fedcal.distill.student.student_model` of ``cfg``) and its AdamW."""
+    from fedcal.distill.student import student_model
+
+    model = student_model(base, cfg.dst_student_rank, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets,
+                          seed=cfg.seed)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.dst_distill_lr)
+    return model, optimizer

@@ -35,6 +35,7 @@ what nodes derive from the config in :mod:`fedcal.distill.setup`; this module on
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections import OrderedDict
@@ -71,7 +72,8 @@ from fedcal.tasks.nodes import (
     message_config,
 )
 from fedcal.distill.clients import is_lora_a_key
-from fedcal.distill.setup import DistillData, adapted_layers, base_classifier, client_batch, distill_data, init_seed
+from fedcal.distill.setup import (adapted_layers, base_classifier, client_batch, distill_data,
+                                  evaluate_backdoor, init_seed, server_round, student_and_optimizer)
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.tasks.train import REJECTION_COLUMNS
 from fedcal.train import resolve_device
@@ -208,30 +210,10 @@ def _rank_error(replies: list[Message], who) -> None:
                                   f"{found.group(0)}; every client's rank must be one of dst-ranks")
 
 
-class _Evaluator:
-    """CA, RA and ASR of a model on the test split and its triggered copy."""
-
-    def __init__(self, data: DistillData, batch_size: int):
-        self.data, self.batch_size = data, batch_size
-
-    def __call__(self, model) -> dict[str, float]:
-        from fedcal.distill.student import clean_accuracy, predict
-
-        d = self.data
-        pred = predict(model, d.test_batch["input_ids"], d.test_batch["attention_mask"], batch_size=self.batch_size)
-        out = {"ca": clean_accuracy(pred, torch.as_tensor(d.test_labels))}
-        if len(d.triggered.labels):
-            pt = predict(model, d.triggered_batch["input_ids"], d.triggered_batch["attention_mask"],
-                         batch_size=self.batch_size).numpy()
-            out["ra"] = d.triggered.robust_accuracy(pt)
-            out["asr"] = d.triggered.attack_success_rate(pt)
-        return out
-
-
 def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> pd.DataFrame:
     """The whole distill run on ``grid`` (see the module docstring); returns the per-round metrics."""
     from fedcal.distill.clients import adapter_state, lora_model
-    from fedcal.distill.student import build_consensus, distill_step, student_model
+    from fedcal.distill.replay import UploadLog
 
     if cfg.task != "distill":
         raise ValueError(f"run_distill needs task = 'distill', got {cfg.task!r}")
@@ -244,17 +226,16 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
     who = lambda n: f"node {n} (partition {node_to_client.get(n, 'unknown')})"
     log(INFO, "distill: %s on %s, %d clients (backdoor: %s), %d anchors (id %s)", cfg.dst_method, cfg.dst_corpus,
         cfg.num_clients, sorted(data.backdoor), len(data.anchors), data.anchor_id)
-    evaluate = _Evaluator(data, cfg.eval_batch_size)
+    evaluate = functools.partial(evaluate_backdoor, data=data, batch_size=cfg.eval_batch_size)
     ranks = sorted(set(cfg.distill_ranks))
     rank_of = {}  # node → rank, from the replies' metrics
     rows, rejections = [], []
     shape = (len(data.anchors), data.num_classes)
     method = cfg.dst_method
     if method == "rfd":
-        model = student_model(base, cfg.dst_student_rank, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets,
-                              seed=cfg.seed)
-        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.dst_distill_lr)
+        model, optimizer = student_and_optimizer(base, cfg)
         strategy, arrays = None, None
+        upload_log = UploadLog(store.dir)  # every round's valid uploads, for server-side replays
     else:
         strategy = LORA_STRATEGIES[method](alpha=cfg.dst_alpha, min_replies=cfg.dst_min_replies,
                                            node_label=node_to_client.get, message_type=MESSAGE_TYPE,
@@ -319,7 +300,7 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
             if not msg.has_error() and "metrics" in msg.content and "rank" in msg.content["metrics"]:
                 rank_of[msg.metadata.src_node_id] = int(msg.content["metrics"]["rank"])
         if strategy is None:
-            uploads, seen, rejected = [], set(), []
+            uploads, senders, seen, rejected = [], [], set(), []
             for msg in sorted(replies, key=lambda m: node_to_client.get(m.metadata.src_node_id, 1 << 62)):
                 node = msg.metadata.src_node_id
                 if node in seen:
@@ -334,20 +315,13 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
                     log(WARNING, "round %d: dropped reply of %s: %s", rnd, who(node), reason)
                     continue
                 uploads.append(z)
+                senders.append(node_to_client.get(node, -1))
                 bytes_by_node[node] = payload_bytes(msg.content["logits"])
-            kept = len(uploads) < cfg.dst_min_replies
+            upload_log.add(rnd, senders, uploads)
+            step = server_round(model, optimizer, uploads, data, cfg, rnd)
+            kept = step is None
             if not kept:
-                gen = torch.Generator().manual_seed(cfg.seed * 100_003 + rnd)
-                groups = min(cfg.dst_groups, len(uploads))
-                consensus = build_consensus(uploads, clip=cfg.dst_clip, method=cfg.dst_aggregator,
-                                            num_groups=groups if cfg.dst_aggregator == "mom" else None, generator=gen)
-                stats = distill_step(model, data.anchor_batch["input_ids"], data.anchor_batch["attention_mask"],
-                                     consensus, optimizer, steps=cfg.dst_distill_steps,
-                                     batch_size=cfg.dst_distill_batch or None, generator=gen, cat=cfg.dst_cat,
-                                     mmd=cfg.dst_mmd, dis=cfg.dst_dis, t0=cfg.dst_t0, kappa=cfg.dst_kappa,
-                                     tau=cfg.dst_tau, lam=cfg.dst_lambda, rho=cfg.dst_rho)
-                metrics["distill_loss"] = stats.mean_loss
-                metrics["mom_groups"] = groups if cfg.dst_aggregator == "mom" else 0
+                metrics.update(step)
             accepted = len(uploads)
         else:
             new, _ = strategy.aggregate_train(rnd, replies)
