@@ -374,3 +374,16 @@ def test_packing_frames_windows_without_padding():
     # the stream 5 6 7 </s> 8 9 </s> 10 11 12 13 </s> in windows of 4, each framed by <s> … </s>
     assert w.tolist() == [[0, 5, 6, 7, 2, 2], [0, 8, 9, 2, 10, 2], [0, 11, 12, 13, 2, 2]]
     assert bb.pack([[5, 6, 7], [8]], max_length=6, bos=0, eos=2).tolist() == [[0, 5, 6, 7, 2, 2]]  # the rest dropped
+
+
+def test_flip_rate_counts_only_texts_the_model_gets_right_when_clean():
+    from fedcal.text.splits import triggered_test_set
+
+    labels = np.array([0, 1, 1, 1, 2, 0])
+    trig = triggered_test_set([f"t{i}" for i in range(6)], labels, trigger="cf", target=0)
+    assert list(trig.indices) == [1, 2, 3, 4]
+    clean = np.array([0, 1, 0, 1, 2, 0])  # index 2 is already wrong (predicted as the target) when clean
+    triggered = np.array([0, 0, 1, 2])  # predictions on the triggered copies of indices 1, 2, 3, 4
+    assert trig.attack_success_rate(triggered) == 0.5  # indices 1 and 2
+    assert trig.flip_rate(triggered, clean) == 1 / 3  # of 1, 3, 4 (right when clean) only 1 flips
+    assert np.isnan(trig.flip_rate(triggered, np.zeros(6, int)))

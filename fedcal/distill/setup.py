@@ -224,8 +224,9 @@ def adapted_layers(model) -> list[str]:
 
 
 def evaluate_backdoor(model, data: DistillData, batch_size: int = 256) -> dict[str, float]:
-    """CA on ``data``'s test split and, when it has triggered texts, RA and ASR on its triggered
-    copy (:mod:`fedcal.distill.student` has the definitions)."""
+    """CA on ``data``'s test split and, when it has triggered texts, RA, ASR and the trigger's flip
+    rate on its triggered copy (:mod:`fedcal.distill.student` and
+    :meth:`fedcal.text.TriggeredSet.flip_rate` have the definitions)."""
     from fedcal.distill.student import clean_accuracy, predict
 
     pred = predict(model, data.test_batch["input_ids"], data.test_batch["attention_mask"], batch_size=batch_size)
@@ -235,6 +236,7 @@ def evaluate_backdoor(model, data: DistillData, batch_size: int = 256) -> dict[s
                      batch_size=batch_size).numpy()
         out["ra"] = data.triggered.robust_accuracy(pt)
         out["asr"] = data.triggered.attack_success_rate(pt)
+        out["flip"] = data.triggered.flip_rate(pt, pred.numpy())
     return out
 
 

@@ -3,11 +3,13 @@ store only (flwr-free).
 
 :func:`distill_report` writes into ``out_dir``:
 
-* ``runs.csv`` — one row per finished run: its settings and final CA / RA / ASR (last evaluated
-  round) and its mean upload bytes per client per round;
+* ``runs.csv`` — one row per finished run: its settings and final CA / RA / ASR / flip (last
+  evaluated round) and its mean upload bytes per client per round;
 * ``table.csv`` / ``table.md`` — the Table-1-style table: method × partition × ρ (× logit attack)
-  → CA, RA, ASR in %, "mean ± std" over seeds, of the runs with the full RFD-LoRA configuration
-  (CAT, MMD-KD and DIS on) and every baseline;
+  → CA, RA, ASR and flip in %, "mean ± std" over seeds, of the runs with the full RFD-LoRA
+  configuration (CAT, MMD-KD and DIS on) and every baseline. flip is the trigger's own effect:
+  of the non-target test texts the model gets right when clean, the share it predicts as the target
+  once triggered (ASR also counts the ones it gets wrong as the target without any trigger);
 * ``ablation.csv`` / ``ablation.md`` — RFD-LoRA runs by variant (full, w/o CAT, w/o MMD-KD,
   w/o DIS, each alone, none), aggregator (mean / median / mom) and M;
 * ``communication.csv`` / ``communication.md`` — bytes uploaded per client per round, measured
@@ -33,7 +35,9 @@ from fedcal.reports.markdown import markdown_table
 from fedcal.reports.runs import finished_only
 from fedcal.results import load_metrics
 
-METRICS = ("ca", "ra", "asr")
+METRICS = ("ca", "ra", "asr", "flip")
+# column names in the tables; "flip" is the trigger's own effect (fedcal.text.TriggeredSet.flip_rate)
+LABELS = {"ca": "CA", "ra": "RA", "asr": "ASR", "flip": "flip"}
 SETTINGS = ("dst-method", "dst-partition", "dst-backdoor-ratio", "dst-logit-attack", "dst-aggregator",
             "dst-groups", "dst-cat", "dst-mmd", "dst-dis", "dst-ranks", "dst-corpus", "seed")
 METHOD_NAMES = {"rfd": "RFD-LoRA", "fedit": "FedIT", "ffa": "FFA-LoRA", "flora": "FLoRA", "flexlora": "FlexLoRA"}
@@ -90,7 +94,7 @@ def _summary(runs: pd.DataFrame, by: list[str]) -> pd.DataFrame:
         row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
         for m in METRICS:
             vals = g[m].dropna()
-            row[m.upper()] = percent_cell(vals.mean(), vals.std(ddof=1) if len(vals) > 1 else 0.0, len(vals)) \
+            row[LABELS[m]] = percent_cell(vals.mean(), vals.std(ddof=1) if len(vals) > 1 else 0.0, len(vals)) \
                 if len(vals) else "–"
         row["seeds"] = int(g["seed"].nunique()) if "seed" in g else len(g)
         out.append(row)

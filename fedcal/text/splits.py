@@ -194,6 +194,16 @@ class TriggeredSet:
         """Share of triggered samples still predicted as their true class."""
         return float(np.mean(np.asarray(predictions) == self.labels))
 
+    def flip_rate(self, predictions: np.ndarray, clean_predictions: np.ndarray) -> float:
+        """The trigger's own effect: among the samples whose *clean* text the model classifies
+        correctly (``clean_predictions``: its predictions on the whole clean test split), the share
+        predicted as the target once triggered. ASR also counts non-target samples the model gets
+        wrong as the target without any trigger; this does not. NaN when no sample qualifies."""
+        correct = np.asarray(clean_predictions)[self.indices] == self.labels
+        if not correct.any():
+            return float("nan")
+        return float(np.mean(np.asarray(predictions)[correct] == self.target))
+
 
 def triggered_test_set(texts: Sequence[Text], labels: np.ndarray, trigger: str = DEFAULT_TRIGGER,
                        target: int = 0) -> TriggeredSet:
