@@ -88,7 +88,7 @@ def run_table(run_dirs: Sequence[str | os.PathLike[str]]) -> tuple[pd.DataFrame,
 
 
 def _summary(runs: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """CA / RA / ASR "mean ± std" (%) over the seeds of each ``by`` group, with the seed count."""
+    """CA / RA / ASR / flip "mean ± std" (%) over the seeds of each ``by`` group, with the seed count."""
     out = []
     for key, g in runs.groupby(by, sort=True, dropna=False):
         row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
@@ -182,7 +182,7 @@ def distill_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os
     parts = []
     table = main_table(runs)
     table.to_csv(out / "table.csv", index=False)
-    md = markdown_table(table, title or "CA / RA / ASR (%), mean ± std over seeds")
+    md = markdown_table(table, title or "CA / RA / ASR / flip (%), mean ± std over seeds")
     (out / "table.md").write_text(md)
     parts.append(md)
     ablation = ablation_table(runs)
