@@ -102,6 +102,8 @@ final global model (round 100), evaluated at τ = 1 on the full test set; accura
 percent (sECE < 0: over-confident, > 0: under-confident); `d_accuracy`/`d_sece` are the changes
 against the benign run. Whether these attacks also change robustness (PGD, CW, corruptions) is
 measured on the same grids in [robustness.md](robustness.md#the-bridge-does-tsa-change-robustness).
+RFD-LoRA's tables (backdoor clients against LoRA text classifiers) are on their own page:
+[distill.md](distill.md#results-offline-2-cpu-cores).
 
 Configuration (SPEC §2, "table" row): K = 50 clients, M = 5 per round, 13 attackers (25%,
 seeded), Dirichlet α = 1, SGD, B = 64, E = 5 local steps, 100 rounds, seed 0, aggregation weighted
