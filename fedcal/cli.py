@@ -465,16 +465,17 @@ def _replay_all(configs: Sequence[RunConfig], sources: Sequence[Path]) -> dict[s
     """Replay each unfinished cell on the uploads of a finished run with its client side (among
     ``sources`` and its output folder); returns {run dir: reason} of the cells without one (each
     also named in one line)."""
-    from fedcal.distill.replay import find_source, replay
-    from fedcal.results import RunStore, run_dir_for
+    from fedcal.distill.replay import client_side, replay, source_index
+    from fedcal.results import RunStore, config_hash, run_dir_for
 
     failures = {}
-    for cfg in configs:
+    todo = [cfg for cfg in configs if not RunStore(run_dir_for(cfg), cfg).is_done()]
+    folders = sorted({Path(cfg.output_dir) for cfg in todo})
+    pool = [*map(Path, sources), *(p for folder in folders for p in sorted(folder.glob("*")))]
+    index = source_index(dict.fromkeys(pool))  # each directory read once, in this order
+    for cfg in todo:
         target = run_dir_for(cfg)
-        if RunStore(target, cfg).is_done():
-            continue
-        pool = list(sources) + sorted(p for p in Path(cfg.output_dir).glob("*") if p.is_dir())
-        source = find_source(cfg, pool)
+        source = index.get(config_hash(client_side(cfg)))
         if source is None:
             reason = "no finished RFD-LoRA run with recorded uploads and the same client side to replay"
             print(f"fedcal: error: {target.name}: {reason}", file=sys.stderr)

@@ -44,7 +44,8 @@ from typing import Iterable, Mapping, Sequence
 import torch
 
 from ._checks import normalized_weights
-from .clients import ADAPTER, LORA_A_TAGS, LORA_B_TAGS, _seeded, is_embedding_lora, is_head_key, lora_factors
+from .clients import (ADAPTER, LORA_A_TAGS, LORA_B_TAGS, _seeded, is_embedding_lora, is_head_key, is_lora_layer,
+                      lora_factors)
 from .lora import fedit_average, ffa_average, flexlora_redistribute, flora_stack
 
 __all__ = [
@@ -197,10 +198,8 @@ def _lora_module(model, layer: str):
         module = model.get_submodule(layer)
     except AttributeError as e:
         raise ValueError(f"the model has no module {layer!r}") from e
-    try:
-        lora_factors(module)
-    except ValueError:
-        raise ValueError(f"{layer!r} is not a peft LoRA layer with an adapter") from None
+    if not is_lora_layer(module):
+        raise ValueError(f"{layer!r} is not a peft LoRA layer with adapter {ADAPTER!r}")
     if getattr(module, "fan_in_fan_out", False):
         # Conv1D-style layers store Wᵀ; the (d_out, d_in) updates here would need a transpose.
         raise ValueError(f"{layer!r} stores its weight transposed (fan_in_fan_out); not supported")

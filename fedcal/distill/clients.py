@@ -72,6 +72,7 @@ __all__ = [
     "is_lora_b_key",
     "is_head_key",
     "lora_factors",
+    "is_lora_layer",
     "is_embedding_lora",
     "init_lora_factors",
     "adapter_state",
@@ -224,13 +225,18 @@ def is_embedding_lora(module) -> bool:
     return ADAPTER in getattr(module, "lora_embedding_A", {})
 
 
+def is_lora_layer(module) -> bool:
+    """Whether ``module`` is a peft LoRA layer (linear or embedding) carrying the adapter."""
+    return is_embedding_lora(module) or ADAPTER in getattr(module, "lora_A", {})
+
+
 def lora_factors(module) -> tuple[torch.nn.Parameter, torch.nn.Parameter]:
     """(A, B) parameters of a peft LoRA layer's adapter, A (r, d_in) and B (d_out, r), for a linear
     layer (``lora_A``/``lora_B`` modules) or an embedding (``lora_embedding_A``/``_B`` parameters,
     d_in = vocabulary size, d_out = embedding size). ValueError if it carries no adapter."""
     if is_embedding_lora(module):
         return module.lora_embedding_A[ADAPTER], module.lora_embedding_B[ADAPTER]
-    if ADAPTER in getattr(module, "lora_A", {}):
+    if is_lora_layer(module):
         return module.lora_A[ADAPTER].weight, module.lora_B[ADAPTER].weight
     raise ValueError(f"{type(module).__name__} carries no LoRA adapter {ADAPTER!r}")
 

@@ -28,7 +28,7 @@ import torch
 from fedcal.config import RunConfig
 
 __all__ = ["SERVER_KEYS", "UPLOADS_FILE", "REPLAY_FILE", "UploadLog", "load_uploads", "client_side",
-           "find_source", "replay"]
+           "source_index", "find_source", "replay"]
 
 UPLOADS_FILE = "uploads.npz"
 REPLAY_FILE = "replay.json"
@@ -39,12 +39,16 @@ SERVER_KEYS = ("dst_aggregator", "dst_groups", "dst_cat", "dst_mmd", "dst_dis", 
 
 
 class UploadLog:
-    """The valid uploads of each round of a live run, rewritten to ``<run_dir>/uploads.npz``
-    after every round (so a finished run has all of them): ``r<k>`` holds round k's (clients ×
-    anchors × classes) float32 logits, ``r<k>_clients`` the partition ids they came from."""
+    """The valid uploads of each round of a live run, written to ``<run_dir>/uploads.npz`` once,
+    by :meth:`save` before the run is marked finished (only finished runs are replayed):
+    ``r<k>`` holds round k's (clients × anchors × classes) float32 logits, ``r<k>_clients`` the
+    partition ids they came from. Starting one removes what an earlier attempt of the run left
+    (its uploads, a replay's provenance), so a live run never carries either."""
 
     def __init__(self, run_dir: str | os.PathLike[str]):
         self.path = Path(run_dir) / UPLOADS_FILE
+        self.path.unlink(missing_ok=True)
+        (self.path.parent / REPLAY_FILE).unlink(missing_ok=True)
         self.arrays: dict[str, np.ndarray] = {}
 
     def add(self, server_round: int, clients: list[int], uploads: list[torch.Tensor]) -> None:
@@ -53,6 +57,8 @@ class UploadLog:
         else:
             self.arrays[f"r{server_round}"] = np.zeros((0, 0, 0), np.float32)
         self.arrays[f"r{server_round}_clients"] = np.asarray(clients, np.int64)
+
+    def save(self) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp.npz")
         np.savez(tmp, **self.arrays)
         os.replace(tmp, self.path)
@@ -75,40 +81,41 @@ def client_side(cfg: RunConfig) -> RunConfig:
     return cfg.replace(**{k: getattr(default, k) for k in SERVER_KEYS})
 
 
+def source_index(candidates) -> dict[str, Path]:
+    """``{hash of the client side: run directory}`` of the finished RFD-LoRA runs with recorded
+    uploads among ``candidates`` (the first one of each client side), each read once."""
+    from fedcal.results import config_hash, is_finished, load_config
+
+    index: dict[str, Path] = {}
+    for run_dir in map(Path, candidates):
+        if not (run_dir / UPLOADS_FILE).exists() or not is_finished(run_dir):
+            continue
+        src = load_config(run_dir)
+        if src.task == "distill" and src.dst_method == "rfd":
+            index.setdefault(config_hash(client_side(src)), run_dir)
+    return index
+
+
 def find_source(cfg: RunConfig, candidates) -> Path | None:
     """The first finished RFD-LoRA run among ``candidates`` (run directories) with recorded
     uploads and ``cfg``'s client side, else None."""
-    from fedcal.results import config_hash, load_config
+    from fedcal.results import config_hash
 
-    want = config_hash(client_side(cfg))
-    for run_dir in candidates:
-        run_dir = Path(run_dir)
-        if not (run_dir / UPLOADS_FILE).exists() or not _done(run_dir):
-            continue
-        src = load_config(run_dir)
-        if src.task == "distill" and src.dst_method == "rfd" and config_hash(client_side(src)) == want:
-            return run_dir
-    return None
-
-
-def _done(run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds a finished run (a ``DONE`` matching its stored config)."""
-    from fedcal.results import is_finished
-
-    return is_finished(run_dir)
+    return source_index(candidates).get(config_hash(client_side(cfg)))
 
 
 def replay(source_dir: str | os.PathLike[str], cfg: RunConfig, device: str = "cpu") -> Path:
     """Re-run RFD-LoRA's server of ``cfg`` on the uploads recorded by the finished run in
     ``source_dir`` (same client side: ValueError otherwise) and store the result as ``cfg``'s run
     directory (:func:`fedcal.results.run_dir_for`); returns it."""
-    from fedcal.results import RunStore, config_hash, hashed_keys, load_config, run_dir_for
+    from fedcal.results import RunStore, config_hash, hashed_keys, is_finished, load_config, run_dir_for
 
     from .clients import adapter_state
-    from .setup import base_classifier, distill_data, evaluate_backdoor, server_round, student_and_optimizer
+    from .setup import (base_classifier, distill_data, evaluate_backdoor, is_eval_round, server_round,
+                        student_and_optimizer)
 
     source_dir = Path(source_dir)
-    if not _done(source_dir):
+    if not is_finished(source_dir):
         raise ValueError(f"{source_dir}: not a finished run (no DONE matching its config)")
     src = load_config(source_dir)
     if cfg.task != "distill" or cfg.dst_method != "rfd":
@@ -124,6 +131,7 @@ def replay(source_dir: str | os.PathLike[str], cfg: RunConfig, device: str = "cp
     model, optimizer = student_and_optimizer(base, cfg)
     store = RunStore(run_dir_for(cfg), cfg)
     store.start()
+    (store.dir / UPLOADS_FILE).unlink(missing_ok=True)  # an earlier live attempt's: not this run's
     evaluate = lambda: evaluate_backdoor(model, data, cfg.eval_batch_size)  # noqa: E731
     store.log_round(0, evaluate())
     for rnd in range(1, cfg.dst_rounds + 1):
@@ -131,7 +139,7 @@ def replay(source_dir: str | os.PathLike[str], cfg: RunConfig, device: str = "cp
             raise ValueError(f"{source_dir.name}: no uploads recorded for round {rnd}")
         step = server_round(model, optimizer, uploads[rnd], data, cfg, rnd)
         metrics = {"round_kept": int(step is None), **(step or {})}
-        if rnd == cfg.dst_rounds or rnd % cfg.dst_eval_every == 0:
+        if is_eval_round(cfg, rnd):
             metrics.update(evaluate())
         store.log_round(rnd, metrics)
     (store.dir / REPLAY_FILE).write_text(json.dumps({"replayed_from": source_dir.name,

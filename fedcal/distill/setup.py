@@ -217,10 +217,9 @@ def init_seed(cfg: RunConfig, cid: int) -> int:
 
 def adapted_layers(model) -> list[str]:
     """Names of the modules that carry the ``default`` LoRA adapter (linear and embedding layers)."""
-    from fedcal.distill.clients import ADAPTER, is_embedding_lora
+    from fedcal.distill.clients import is_lora_layer
 
-    return [name for name, m in model.named_modules()
-            if is_embedding_lora(m) or ADAPTER in getattr(m, "lora_A", {})]
+    return [name for name, m in model.named_modules() if is_lora_layer(m)]
 
 
 def evaluate_backdoor(model, data: DistillData, batch_size: int = 256) -> dict[str, float]:
@@ -238,6 +237,12 @@ def evaluate_backdoor(model, data: DistillData, batch_size: int = 256) -> dict[s
         out["asr"] = data.triggered.attack_success_rate(pt)
         out["flip"] = data.triggered.flip_rate(pt, pred.numpy())
     return out
+
+
+def is_eval_round(cfg: RunConfig, server_round: int) -> bool:
+    """Whether CA / RA / ASR / flip are evaluated after ``server_round``: round 0, the last round
+    and every ``dst-eval-every``-th."""
+    return server_round in (0, cfg.dst_rounds) or server_round % cfg.dst_eval_every == 0
 
 
 def server_round(model, optimizer, uploads: list, data: DistillData, cfg: RunConfig,

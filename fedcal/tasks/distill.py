@@ -73,7 +73,8 @@ from fedcal.tasks.nodes import (
 )
 from fedcal.distill.clients import is_lora_a_key
 from fedcal.distill.setup import (adapted_layers, base_classifier, client_batch, distill_data,
-                                  evaluate_backdoor, init_seed, server_round, student_and_optimizer)
+                                  evaluate_backdoor, init_seed, is_eval_round, server_round,
+                                  student_and_optimizer)
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.tasks.train import REJECTION_COLUMNS
 from fedcal.train import resolve_device
@@ -271,7 +272,7 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
     clock = [time.perf_counter()]
 
     def finish_round(server_round: int, metrics: dict) -> None:
-        if server_round in (0, cfg.dst_rounds) or server_round % cfg.dst_eval_every == 0:
+        if is_eval_round(cfg, server_round):
             metrics.update(evaluate(model))
         now = time.perf_counter()
         metrics["round_seconds"] = now - clock[0]
@@ -359,6 +360,8 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
     else:
         final = adapter_state(model)
     store.save_model(final)
+    if strategy is None:
+        upload_log.save()
     store.finish()
     return pd.DataFrame(rows)
 
