@@ -11,6 +11,8 @@
               [--runs RUN_DIR ...]         ... or the robustness of finished runs (e.g. TSA)
   fedcal distill --methods rfd,fedit --rhos 0,0.3 --seeds 0-2   RFD-LoRA vs the LoRA baselines
               [--ablation] [--aggregators mom,median,mean] [--groups 1,3,5,10]   ... and its ablations
+  fedcal defense --strategies fedavg,calguard --taus 0.2,1,5 --seeds 0-2   defenses vs TSA, detection rates
+              [--grid attacker-ratio=0.1,0.4] [--grid tsa-blend=0.25,0.5]   ... other settings, adaptive attackers
   fedcal demo                              the README's main job (digits, offline)
 
 Overrides are Flower run-config keys with TOML values (tau=5 dataset="cifar10"; bare words
@@ -512,6 +514,30 @@ def cmd_distill(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def cmd_defense(args: argparse.Namespace) -> int:
+    from fedcal.app.sweep import SweepGrid, run_sweep
+    from fedcal.reports.defense import defense_configs, defense_report
+    from fedcal.results import run_dir_for
+
+    overrides = _overrides(args)
+    out = Path(args.report)
+    overrides.setdefault("output-dir", str(out / "runs"))
+    overrides.setdefault("engine", "inprocess")  # small models: Ray's start-up would dominate every cell
+    base = RunConfig.from_flower(overrides)
+    grid = SweepGrid()
+    for axis in args.grid or []:
+        grid.add_axis(axis)
+    configs = defense_configs(base, _names(args.strategies), _parse_taus(args.taus), _parse_ints(args.seeds, "--seeds"),
+                              grid.axes)
+    _check_run_dirs(configs)
+    print(f"defense: {len(configs)} runs; finished runs are skipped")
+    failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress)
+    print(defense_report([run_dir_for(c) for c in configs], out, args.title, posthoc=not args.no_posthoc))
+    print(f"tables: {out / 'table.md'}, {out / 'table.csv'}, {out / 'runs.csv'}\nplots: {out / 'defense.png'}"
+          + (f", {out / 'audit.png'}" if (out / "audit.png").exists() else ""))
+    return 1 if failures else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedcal", description=__doc__, formatter_class=_HelpFormatter)
     parser.add_argument("--version", action="version", version=f"fedcal {__version__}",
@@ -631,6 +657,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--title", default="", help="title of the main table")
     p.add_argument("--report", default="fedcal-distill", help="folder for the runs, tables and plot")
     p.set_defaults(func=cmd_distill)
+    p = add("defense", "defenses against TSA: accuracy, ECE, sECE, detection and false-positive rates over seeds",
+            description="Every strategy × τ × seed (× each --grid axis) is one Flower run (task = train; τ = 1 is "
+                        "the benign run, and the benign FedAvg run of every setting is always added as the "
+                        "reference). The table adds FedAvg's final model temperature-scaled on the server's root "
+                        "set. Finished runs are skipped.", epilog=KEYS_EPILOG)
+    _add_common(p)
+    p.add_argument("--strategies", default="fedavg,fltrust,foolsgold,multikrum,calguard",
+                   help="strategies compared")
+    p.add_argument("--taus", default="0.2,0.5,1,2,5", help="attackers' τ (1 = the benign run)")
+    p.add_argument("--seeds", default="0-2", help="seeds, e.g. 0-2")
+    p.add_argument("--grid", action="append", help="another axis, key=v1,v2 (repeatable), e.g. attacker-ratio=0.1,0.4, "
+                                                   "dirichlet-alpha=0.1, tsa-blend=0.25,0.5, tsa-step-frac=0.2,0.6")
+    p.add_argument("--no-posthoc", action="store_true", help="leave out the post-hoc temperature-scaling rows")
+    p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
+    p.add_argument("--title", default="", help="title of the table")
+    p.add_argument("--report", default="fedcal-defense", help="folder for the runs, tables and plots")
+    p.set_defaults(func=cmd_defense)
     p = add("demo", "the README's main job: digits, benign vs TSA τ=0.2 and τ=5", epilog=KEYS_EPILOG)
     _add_common(p)
     p.add_argument("--output", default="fedcal-demo", help="output folder")

@@ -29,7 +29,9 @@ MODELS = ("mlp", "cnn", "resnet18", "cnn1d")
 ATTACKS = ("none", "tsa", "noise", "labelflip")
 PARTITIONS = ("dirichlet", "iid")
 STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "trimmed_mean", "median", "geometric_median",
-              "median_of_means")
+              "median_of_means", "calguard")
+CALGUARD_MODES = ("filter", "audit")  # fedcal.calguard.CALGUARD_MODES (a test keeps them equal)
+CALGUARD_MIN_ROOT = 20  # fedcal.calguard.MIN_ROOT_SIZE
 DEVICES = ("auto", "cpu", "cuda")
 ENGINES = ("ray", "inprocess")
 TASKS = ("train", "inference", "distill")
@@ -88,6 +90,9 @@ class Setting:
     hashed: bool = True  # part of the run's identity (False: where/how it runs, not what it computes)
     note: str = ""  # appended to the range, e.g. "0 = all"
     number_list: bool = False  # a comma-separated list of numbers: one bare number (dst-ranks=8) is a list of one
+    # hashed only when set to another value than its default: a key added to a group after runs of
+    # that group were named, so every run from before keeps its hash (and its directory name)
+    hash_when_set: bool = False
 
     def range_text(self) -> str:
         """The allowed values in words: ``>= 1``, ``in [0, 1)``, ``one of a, b``; "" if any."""
@@ -130,15 +135,18 @@ def _num(x: float) -> str:
 
 def setting(default: Any, group: str, help: str, *, ge: float | None = None, gt: float | None = None,
             le: float | None = None, lt: float | None = None, choices: tuple[str, ...] | None = None,
-            finite: bool = False, hashed: bool | None = None, note: str = "", number_list: bool = False) -> Any:
+            finite: bool = False, hashed: bool | None = None, note: str = "", number_list: bool = False,
+            hash_when_set: bool = False) -> Any:
     """A :class:`RunConfig` field: default, group, help and bounds/choices, declared together.
 
-    ``hashed`` defaults to False in the ``execution`` group and True elsewhere.
+    ``hashed`` defaults to False in the ``execution`` group and True elsewhere; ``hash_when_set``
+    hashes the key only at a value other than its default (keys added to the train and defense
+    groups after their runs were named).
     """
     if group not in GROUPS:
         raise ValueError(f"unknown config group {group!r}")  # pragma: no cover - a declaration error
     meta = Setting(group, help, ge, gt, le, lt, choices, finite,
-                   group != "execution" if hashed is None else hashed, note, number_list)
+                   group != "execution" if hashed is None else hashed, note, number_list, hash_when_set)
     return field(default=default, metadata={"fedcal": meta})
 
 
@@ -190,7 +198,8 @@ class RunConfig:
     krum_m: int = setting(0, "defense", "MultiKrum: updates averaged (<= M)", ge=0, note="0 = n - f")
     trim_f: int = setting(1, "defense", "trimmed mean: values dropped per side and coordinate (needs M > 2f)",
                           ge=0)
-    root_size: int = setting(100, "defense", "FLTrust: the server's clean root set, drawn from the training data",
+    root_size: int = setting(100, "defense", "FLTrust and CalGuard: the server's clean root set, drawn from the "
+                                            "training data",
                              ge=1)
     mom_groups: int = setting(3, "defense", "median-of-means: number of groups", ge=1)
     foolsgold_kappa: float = setting(1.0, "defense", "FoolsGold: logit confidence kappa", gt=0, finite=True)
@@ -302,6 +311,23 @@ class RunConfig:
                                    ge=1)
     dst_eval_every: int = setting(1, "distill", "evaluate CA/RA/ASR every k rounds (always round 0 and the last)",
                                   ge=1)
+    # --- CalGuard (strategy = calguard) and the adaptive TSA attacker: added after the train runs
+    # were named, so they enter a run's hash only when set to another value than the default ---
+    calguard_kappa: float = setting(4.0, "defense", "CalGuard: drop a reply whose robust score |z| of its logit-scale "
+                                                    "shift exceeds this", gt=0, finite=True, hash_when_set=True)
+    calguard_window: int = setting(10, "defense", "CalGuard: rounds of signature deviations pooled for the robust "
+                                                  "scale", ge=1, hash_when_set=True)
+    calguard_strikes: int = setting(2, "defense", "CalGuard: a client flagged this many times is dropped from then on",
+                                    ge=0, note="0 = never", hash_when_set=True)
+    calguard_mode: str = setting("filter", "defense", "CalGuard: filter drops flagged replies; audit only records "
+                                                      "them (FedAvg aggregation)", choices=CALGUARD_MODES,
+                                 hash_when_set=True)
+    tsa_step_frac: float = setting(1.0, "train", "adaptive TSA: share of the local steps trained at tau (the first "
+                                                 "round(frac * E), at least one; the rest benign)", gt=0, le=1,
+                                   hash_when_set=True)
+    tsa_blend: float = setting(1.0, "train", "adaptive TSA: the reply is benign + blend * (TSA - benign), both "
+                                             "trained on the same batches (1 = plain TSA)", gt=0, finite=True,
+                               hash_when_set=True)
 
     def __post_init__(self) -> None:
         if self.task in LEGACY_TASKS:  # old run directories' config.json say task = "tsa"
@@ -408,6 +434,10 @@ def _defense_parameters(c: RunConfig) -> None:
         _check("krum-m", c.krum_m <= m, c.krum_m, f"must not exceed clients-per-round ({m})")
     if c.strategy == "trimmed_mean":
         _check("trim-f", m > 2 * c.trim_f, c.trim_f, f"needs clients-per-round > 2 * trim-f (clients-per-round = {m})")
+    if c.strategy == "calguard":
+        _check("root-size", c.root_size >= CALGUARD_MIN_ROOT, c.root_size,
+               f"must be >= {CALGUARD_MIN_ROOT} for CalGuard (its robust signature needs a root set)")
+        _check("clients-per-round", m >= 3, m, "must be >= 3 for CalGuard (a reply is compared with the others)")
 
 
 def _inference_f(c: RunConfig) -> None:

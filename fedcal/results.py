@@ -37,7 +37,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import pandas as pd
 
@@ -47,6 +47,7 @@ METRICS_FILE = "metrics.csv"
 MODEL_FILE = "model.pt"
 CONFIG_FILE = "config.json"
 DONE_FILE = "DONE"
+AUDIT_FILE = "aggregation.csv"  # per round and accepted node: its weight and the rule's audit (train task)
 REJECTIONS_FILE = "rejections.csv"  # every reply a strategy rejected (written by the train task)
 COLUMNS = ("run_id", "round", "metric", "value", "config_hash")
 FINISHED = "finished"  # the column of load_metrics that flags the rows of finished runs
@@ -93,7 +94,8 @@ class RunStore:
         (:class:`RunNameConflict`), never overwritten."""
         self.check()
         if self.dir.exists():
-            for name in (METRICS_FILE, "reliability.csv", REJECTIONS_FILE, DONE_FILE, CONFIG_FILE, MODEL_FILE):
+            for name in (METRICS_FILE, "reliability.csv", REJECTIONS_FILE, AUDIT_FILE, DONE_FILE, CONFIG_FILE,
+                         MODEL_FILE):
                 (self.dir / name).unlink(missing_ok=True)
         self.dir.mkdir(parents=True, exist_ok=True)
         atomic_write(self.dir / CONFIG_FILE, json.dumps(
@@ -116,6 +118,29 @@ class RunStore:
         tmp = path.with_suffix(path.suffix + ".tmp")
         frame.to_csv(tmp, index=False)
         os.replace(tmp, path)
+        return path
+
+    def append_rows(self, name: str, rows: Sequence[Mapping[str, Any]]) -> Path:
+        """Append ``rows`` to the CSV table ``name`` (created with a header from the first rows'
+        keys). Every later row must have exactly those columns, in any order: a table never
+        silently gains or loses a column."""
+        path = self.dir / name
+        if not rows:
+            return path
+        new = not path.exists()
+        if new:
+            columns = list(rows[0])
+        else:
+            with open(path, newline="") as f:
+                columns = next(csv.reader(f))
+        with open(path, "a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=columns)
+            if new:
+                w.writeheader()
+            for row in rows:
+                if set(row) != set(columns):
+                    raise ValueError(f"{name}: row columns {sorted(row)} differ from the table's {columns}")
+                w.writerow(row)
         return path
 
     def save_model(self, state_dict: Mapping[str, Any]) -> Path:
@@ -144,6 +169,7 @@ def atomic_write(path: Path, text: str) -> None:
 # Keys that describe where and how a run executes, not what it computes (the "execution" group
 # and the fields declared hashed=False): left out of every hash, so the same experiment on CPU or
 # GPU, or in another output folder, is recognised as the same.
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
 _NON_SEMANTIC = frozenset(f.name for f in dataclasses.fields(RunConfig) if not setting_of(f.name).hashed)
 # What the clients' probits of an inference run depend on (their local training and the queries):
 # runs that differ only in aggregator or attack settings reuse each other's probits. A subset of
@@ -177,7 +203,9 @@ def hashed_keys(task: str) -> frozenset[str]:
 def config_hash(cfg: RunConfig) -> str:
     """Stable 12-hex hash of the keys that change what a run computes (not where it runs)."""
     keys = hashed_keys(cfg.task)
-    semantic = {k: v for k, v in dataclasses.asdict(cfg).items() if k in keys}
+    # a key declared hash_when_set counts only at a non-default value (so adding it renamed nothing)
+    semantic = {k: v for k, v in dataclasses.asdict(cfg).items()
+                if k in keys and not (setting_of(k).hash_when_set and v == _DEFAULTS[k])}
     blob = json.dumps(semantic, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 
@@ -195,6 +223,9 @@ def default_run_name(cfg: RunConfig) -> str:
                 f"{config_hash(cfg)[:8]}")
     if cfg.task == "train":
         what = cfg.attack if cfg.attack != "tsa" else f"tsa{cfg.tau:g}" + ("" if cfg.coupled else "u")
+        if cfg.attack == "tsa":  # the adaptive attacker's knobs, named only when used
+            what += (f"-f{cfg.tsa_step_frac:g}" if cfg.tsa_step_frac != 1 else "") + \
+                    (f"-b{cfg.tsa_blend:g}" if cfg.tsa_blend != 1 else "")
         return f"{cfg.dataset}-{cfg.model}-{cfg.strategy}-{what}-s{cfg.seed}-{config_hash(cfg)[:8]}"
     if cfg.task == "distill":  # dataset/model are the image tasks' keys: name the text task's own
         attack = f"-bd{cfg.dst_backdoor_ratio:g}" if cfg.num_backdoor_clients else ""

@@ -68,11 +68,15 @@ def local_train(
     device: torch.device | str = "cpu",
     batches: list[torch.Tensor] | None = None,
     on_step: Callable[[int, nn.Module], None] | None = None,
+    tau_steps: int | None = None,
 ) -> TrainStats:
     """Run ``steps`` SGD steps on CE(softmax(model(x)/τ), y) in place.
 
     ``batches`` (index tensors) overrides the seeded schedule, so two variants can be
     trained on exactly the same batches; ``on_step(k, model)`` is called after step k.
+    ``tau_steps`` (default: all) trains only the first that many steps at τ (with η = β·τ when
+    coupled) and the rest benignly (τ = 1, η = β) — the adaptive attacker that hides its
+    temperature in part of the round. SGD's momentum buffer carries over the switch.
     """
     if tau <= 0:
         raise ValueError(f"tau must be > 0, got {tau}")
@@ -80,13 +84,20 @@ def local_train(
     model.to(device).train()
     if batches is None:
         batches = batch_schedule(len(y), steps, batch_size, generator or torch.Generator().manual_seed(0))
+    hot = steps if tau_steps is None else tau_steps  # steps trained at τ
+    if hot < 0:
+        raise ValueError(f"tau_steps must be >= 0, got {tau_steps}")
     opt = torch.optim.SGD(model.parameters(), lr=effective_lr(lr, tau, coupled), momentum=momentum,
                           weight_decay=weight_decay)
     total = 0.0
     for k, idx in enumerate(batches[:steps], start=1):
         xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
+        t = tau if k <= hot else 1.0
+        if k == hot + 1 and tau != 1.0:
+            for group in opt.param_groups:
+                group["lr"] = lr
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(xb) / tau, yb)
+        loss = F.cross_entropy(model(xb) / t, yb)
         loss.backward()
         opt.step()
         total += float(loss.detach())

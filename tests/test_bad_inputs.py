@@ -97,6 +97,9 @@ def make(name: str, k: int = K, **extra):
     rule = {"multikrum": {"f": 2}, "trimmed_mean": {"f": 2}, "median_of_means": {"num_groups": 5}}.get(name, {})
     if name == "fltrust":
         rule = {"root_train_fn": lambda arrays, rnd: ArrayRecord(root_arrays(as_tensors(arrays)))}
+    if name == "calguard":  # the matrix's tiny model (4 inputs, 2 classes) and a root set for it
+        g = torch.Generator().manual_seed(0)
+        rule = {"model": Net(4, 3, 2), "root_x": torch.randn(40, 4, generator=g), "root_y": torch.arange(40) % 2}
     rule.update(extra)
     return strategies.STRATEGIES[name](**rule, **kw)
 
@@ -440,7 +443,10 @@ def test_robust_rules_keep_accuracy_on_digits_with_two_attackers_of_seven(name, 
     def root_train(arrays, rnd):
         return ArrayRecord(local_train(as_tensors(arrays), xtr[root], ytr[root], seed=rnd, steps=3))
 
-    s = make(name, **({"root_train_fn": root_train} if name == "fltrust" else {}))
+    extra = {"root_train_fn": root_train} if name == "fltrust" else {}
+    if name == "calguard":
+        extra = {"model": Net(), "root_x": xtr[root], "root_y": ytr[root]}
+    s = make(name, **extra)
     _, final = run(s, respond, rounds=2, init=pretrained)
     assert_finite(final)
     acc = accuracy(final, xte, yte)

@@ -150,7 +150,8 @@ def test_every_field_is_declared_with_a_group_and_help():
     assert by_key["dataset"].range.startswith("one of digits, mnist")
     assert by_key["task"].range == "one of train, inference, distill"
     assert [i.key for i in describe("defense")] == ["strategy", "krum-f", "krum-m", "trim-f", "root-size",
-                                                    "mom-groups", "foolsgold-kappa"]
+                                                    "mom-groups", "foolsgold-kappa", "calguard-kappa",
+                                                    "calguard-window", "calguard-strikes", "calguard-mode"]
     assert setting_of("inf-timeout").hashed is False and setting_of("tau").hashed is True
 
 

@@ -165,11 +165,19 @@ COMMON_KWARGS = ("fraction_train", "fraction_evaluate", "min_train_nodes", "min_
                  "buffer_key")
 RULE_KWARGS = {"fedavg": (), "fltrust": ("root_train_fn",), "foolsgold": ("kappa", "norm_bound"), "multikrum": ("f", "m"),
                "trimmed_mean": ("f",), "median": (), "geometric_median": ("max_iter", "tol"),
-               "median_of_means": ("num_groups", "seed")}
+               "median_of_means": ("num_groups", "seed"),
+               "calguard": ("model", "root_x", "root_y", "kappa", "window", "strikes", "mode")}
 
 
 def _root(arrays: ArrayRecord, server_round: int) -> ArrayRecord:
     return arrays
+
+
+def _guard() -> dict:
+    """CalGuard's required arguments: a model of SHAPES' architecture and a root set."""
+    model = torch.nn.Sequential()
+    model.add_module("fc", torch.nn.Linear(2, 3))
+    return {"model": model, "root_x": torch.randn(30, 2), "root_y": torch.arange(30) % 3}
 
 
 def test_registry_names_are_the_configs_strategy_names():
@@ -210,7 +218,7 @@ def test_each_strategy_takes_explicit_documented_keyword_arguments(name):
         assert f"{arg} :" in strategies.UpdateAggregationStrategy.__doc__, arg
     for arg in RULE_KWARGS[name]:  # the rule's own arguments are documented on the class itself
         assert f"{arg} :" in cls.__doc__, (name, arg)
-    kwargs = {"root_train_fn": _root} if name == "fltrust" else {}
+    kwargs = {"root_train_fn": _root} if name == "fltrust" else _guard() if name == "calguard" else {}
     with pytest.raises(TypeError, match="fraction_trian"):
         cls(fraction_trian=0.5, **kwargs)
 
@@ -224,6 +232,8 @@ SUMMARY_SETTINGS = {  # name → (kwargs, strings summary() must log)
     "median": ({}, ["Median"]),
     "geometric_median": ({"max_iter": 17, "tol": 1e-3}, ["GeometricMedian", "max_iter: 17", "tol: 0.001"]),
     "median_of_means": ({"num_groups": 4, "seed": 9}, ["MedianOfMeans", "num_groups: 4", "seed: 9"]),
+    "calguard": ({**_guard(), "kappa": 3.5, "strikes": 3}, ["CalGuard", "Root set: 30 samples, 3 classes",
+                                                             "kappa 3.5, window 10 rounds, strikes 3"]),
 }
 
 

@@ -35,6 +35,8 @@ class Behaviour:
     coupled: bool = True  # tsa: η = β·τ (False: the uncoupled ablation, η = β)
     noise_sigma: float = 0.0  # noise: σ of the Gaussian added to Δθ
     flip_shift: int = 0  # labelflip: y ← (y + k) mod C
+    step_frac: float = 1.0  # tsa: share of the local steps trained at τ (adaptive attacker)
+    blend: float = 1.0  # tsa: reply = benign + blend · (TSA − benign) on the same batches (adaptive attacker)
 
     @property
     def malicious(self) -> bool:
@@ -77,6 +79,16 @@ class BehaviourKind:
     def loss_temperature(self, behaviour: Behaviour) -> tuple[float, bool]:
         """(τ, coupled) of the local loss CE(softmax(z/τ), y); benign: (1, True)."""
         return 1.0, True
+
+    def temperature_steps(self, behaviour: Behaviour, steps: int) -> int:
+        """How many of the ``steps`` local steps (the first ones) use :meth:`loss_temperature`'s
+        τ; the rest are benign. Default: all."""
+        return steps
+
+    def blend(self, behaviour: Behaviour) -> float:
+        """λ of the reply ``benign + λ · (trained − benign)``, both trained from the global model
+        on the same batches; 1 (the default) sends the trained model itself."""
+        return 1.0
 
     def after_training(self, behaviour: Behaviour, model: nn.Module, seed: int, server_round: int,
                        client_id: int) -> None:

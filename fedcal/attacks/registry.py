@@ -75,13 +75,27 @@ def client_round(
     their kind says: τ/η (TSA), labels (label flipping) or an additive Gaussian on Δθ (noise).
     """
     kind = behaviour_kind(behaviour.kind)
-    gen = round_generator(cfg.seed, server_round, client_id)
     y = kind.train_labels(behaviour, y, num_classes)
     tau, coupled = kind.loss_temperature(behaviour)
-    stats = local_train(
-        model, x, y, steps=cfg.local_steps, batch_size=cfg.batch_size, lr=cfg.lr, tau=tau,
-        coupled=coupled, momentum=cfg.momentum, weight_decay=cfg.weight_decay, generator=gen,
-        device=device,
-    )
+    blend = kind.blend(behaviour)
+
+    def train(tau: float, coupled: bool, tau_steps: int | None) -> TrainStats:
+        return local_train(
+            model, x, y, steps=cfg.local_steps, batch_size=cfg.batch_size, lr=cfg.lr, tau=tau,
+            coupled=coupled, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+            generator=round_generator(cfg.seed, server_round, client_id), device=device, tau_steps=tau_steps,
+        )
+
+    tau_steps = kind.temperature_steps(behaviour, cfg.local_steps)
+    if blend == 1.0:
+        stats = train(tau, coupled, tau_steps)
+    else:  # the adaptive attacker: benign + λ·(attacked − benign), both on the same batches
+        start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        train(1.0, True, None)
+        benign = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        model.load_state_dict(start)
+        stats = train(tau, coupled, tau_steps)
+        model.load_state_dict({k: (benign[k].double() + blend * (v.detach().double() - benign[k].double())).to(v.dtype)
+                               if v.is_floating_point() else v for k, v in model.state_dict().items()})
     kind.after_training(behaviour, model, cfg.seed, server_round, client_id)
     return stats

@@ -19,6 +19,11 @@ under-confident, sECE > 0), with accuracy within about ±2 points of the benign 
 Uncoupled (η = β), the steps are 1/τ times the benign ones and drift away as local steps
 accumulate.
 
+**Adaptive variants** (against a defense that watches confidence, docs/defense.md):
+``tsa-step-frac`` trains only the first share of the local steps at τ; ``tsa-blend`` = λ sends
+benign + λ·(TSA − benign), both trained from the global model on the same batches — λ < 1 moves
+the reply's confidence signature towards the benign ones by as much as the attacker wants.
+
 Source: the project's SPEC §2 (shared/SPEC.md), "Temperature Scaling Attack". The loss and
 the η = β·τ coupling are implemented once, in :func:`fedcal.train.local_train` (``tau``,
 ``coupled``) and :func:`fedcal.train.effective_lr`; this module is the behaviour that turns
@@ -40,7 +45,7 @@ class TemperatureScalingAttack(BehaviourKind):
     attack = "tsa"
 
     def from_config(self, cfg: RunConfig) -> Behaviour:
-        return Behaviour("tsa", tau=cfg.tau, coupled=cfg.coupled)
+        return Behaviour("tsa", tau=cfg.tau, coupled=cfg.coupled, step_frac=cfg.tsa_step_frac, blend=cfg.tsa_blend)
 
     def variants(self) -> dict[str, Behaviour]:
         """Coupled and uncoupled, at τ ∈ {0.2, 5}."""
@@ -53,6 +58,18 @@ class TemperatureScalingAttack(BehaviourKind):
     def check(self, behaviour: Behaviour) -> None:
         if not (behaviour.tau > 0 and math.isfinite(behaviour.tau)):
             raise ValueError(f"tau must be a finite number > 0, got {behaviour.tau}")
+        if not 0 < behaviour.step_frac <= 1:
+            raise ValueError(f"step_frac must lie in (0, 1], got {behaviour.step_frac}")
+        if not (behaviour.blend > 0 and math.isfinite(behaviour.blend)):
+            raise ValueError(f"blend must be a finite number > 0, got {behaviour.blend}")
 
     def loss_temperature(self, behaviour: Behaviour) -> tuple[float, bool]:
         return behaviour.tau, behaviour.coupled
+
+    def temperature_steps(self, behaviour: Behaviour, steps: int) -> int:
+        """The adaptive attacker's ``tsa-step-frac``: the first round(frac · E) steps, at least one."""
+        return steps if behaviour.step_frac >= 1 else max(1, min(steps, round(behaviour.step_frac * steps)))
+
+    def blend(self, behaviour: Behaviour) -> float:
+        """The adaptive attacker's ``tsa-blend``."""
+        return behaviour.blend

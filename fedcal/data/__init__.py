@@ -13,7 +13,7 @@ from fedcal.data.partition import dirichlet_partition, iid_partition, partition_
 __all__ = [
     "Dataset", "PixelSpace", "pixel_space", "ClientData", "default_data_dir", "load_dataset", "synthetic_dataset",
     "dirichlet_partition", "iid_partition", "partition_indices", "client_partitions",
-    "client_data",
+    "client_data", "root_set",
 ]
 
 
@@ -47,3 +47,12 @@ def client_data(
     ds = load_dataset(dataset, data_dir)
     idx = torch.from_numpy(client_partitions(dataset, data_dir, num_clients, scheme, alpha, seed)[partition_id])
     return ClientData(ds.x_train[idx], ds.y_train[idx], ds.num_classes)
+
+
+def root_set(ds: Dataset, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The server's clean root set (FLTrust, CalGuard, and the post-hoc baseline of
+    docs/defense.md): ``size`` training samples (all of them if fewer) drawn without replacement
+    with the run's ``seed`` — the same draw wherever it is made."""
+    rng = np.random.default_rng([seed, 0xF17])
+    idx = torch.from_numpy(rng.choice(len(ds.y_train), size=min(size, len(ds.y_train)), replace=False))
+    return ds.x_train[idx], ds.y_train[idx]

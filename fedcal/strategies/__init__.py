@@ -19,6 +19,7 @@ run-config name        class                     module
 ``median``             :class:`Median`           ``median.py``
 ``geometric_median``   :class:`GeometricMedian`  ``geometric_median.py``
 ``median_of_means``    :class:`MedianOfMeans`    ``median_of_means.py``
+``calguard``           :class:`CalGuard`         ``calguard.py``
 =====================  ========================  ===========================
 
 The LoRA-adapter baselines of RFD-LoRA (``lora.py``: :class:`FedIT`, :class:`FFALoRA`, :class:`FLoRA`,
@@ -30,6 +31,7 @@ configured one from a :class:`fedcal.config.RunConfig`.
 """
 
 from fedcal.strategies.base import UpdateAggregationStrategy, is_buffer_key
+from fedcal.strategies.calguard import CalGuard
 from fedcal.strategies.fedavg import FedAvg
 from fedcal.strategies.fltrust import FLTrust
 from fedcal.strategies.foolsgold import FoolsGold
@@ -43,6 +45,6 @@ from fedcal.strategies.trimmed_mean import TrimmedMean
 
 __all__ = [
     "STRATEGIES", "strategy_from_config", "UpdateAggregationStrategy", "is_buffer_key", "FedAvg", "FLTrust",
-    "FoolsGold", "MultiKrum", "TrimmedMean", "Median", "GeometricMedian", "MedianOfMeans",
+    "FoolsGold", "MultiKrum", "TrimmedMean", "Median", "GeometricMedian", "MedianOfMeans", "CalGuard",
     "LORA_STRATEGIES", "LoraStrategy", "FedIT", "FFALoRA", "FLoRA", "FlexLoRA",
 ]

@@ -181,6 +181,9 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         self.last_rejected: dict[int, str] = {}
         #: per round: received / accepted / rejected replies (:class:`RoundReplies`)
         self.replies: dict[int, RoundReplies] = {}
+        #: what a rule computed about each accepted node in the last round, beyond its weight
+        #: (e.g. CalGuard's calibration signature); see :meth:`audit_rows`
+        self.last_audit: dict[int, dict[str, Any]] = {}
         #: the float64 data-size weights of the round being aggregated (accepted order)
         self._round_weights: torch.Tensor | None = None
 
@@ -267,6 +270,7 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         self.replies[server_round] = account
         self.last_rejected = {}
         self.last_weights = {}
+        self.last_audit = {}
 
         def reject(node: int, reason: str) -> None:
             account.rejections.append((node, reason))
@@ -351,6 +355,17 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
             log(WARNING, "round %d: train metrics not aggregated: %s", server_round, exc)
         account.aggregated = True
         return ArrayRecord({k: new[k] for k in keys}), metrics
+
+    def audit_rows(self) -> list[dict[str, Any]]:
+        """The last round's aggregation, one row per accepted node in aggregation order:
+        ``node_id``, ``partition_id`` (−1 when unknown), ``weight`` (its normalised share of the
+        aggregate; 0 = excluded) and whatever the rule recorded in :attr:`last_audit`."""
+        rows = []
+        for node, weight in self.last_weights.items():
+            label = self.label(node)
+            rows.append({"node_id": node, "partition_id": -1 if label is None else label, "weight": weight,
+                         **self.last_audit.get(node, {})})
+        return rows
 
     # ------------------------------------------------------------------ helpers
     def trainable_keys(self, sent: ArrayRecord) -> list[str]:

@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import torch
 from flwr.app import ArrayRecord
+from torch import nn
 
 from fedcal.strategies.base import UpdateAggregationStrategy
+from fedcal.strategies.calguard import CalGuard
 from fedcal.strategies.fedavg import FedAvg
 from fedcal.strategies.fltrust import FLTrust
 from fedcal.strategies.foolsgold import FoolsGold
@@ -30,6 +33,7 @@ STRATEGIES: dict[str, type[UpdateAggregationStrategy]] = {
     "median": Median,
     "geometric_median": GeometricMedian,
     "median_of_means": MedianOfMeans,
+    "calguard": CalGuard,
 }
 
 
@@ -44,6 +48,8 @@ def _rule_kwargs(cfg: RunConfig) -> dict[str, Any]:
         return {"f": cfg.trim_f}
     if name == "median_of_means":
         return {"num_groups": cfg.mom_groups, "seed": cfg.seed}
+    if name == "calguard":
+        return {"kappa": cfg.calguard_kappa, "window": cfg.calguard_window, "strikes": cfg.calguard_strikes, "mode": cfg.calguard_mode}
     return {}
 
 
@@ -53,6 +59,8 @@ def strategy_from_config(
     node_sort_key: Callable[[int], Any] | None = None,
     node_label: Callable[[int], Any] | None = None,
     root_train_fn: Callable[[ArrayRecord, int], ArrayRecord] | None = None,
+    root_set: tuple[torch.Tensor, torch.Tensor] | None = None,
+    model: nn.Module | None = None,
 ) -> UpdateAggregationStrategy:
     """The strategy ``cfg.strategy`` configured from the run config.
 
@@ -60,7 +68,8 @@ def strategy_from_config(
     ``sampling_seed = seed`` over the nodes ordered by ``node_sort_key``; federated evaluation
     is off (the global model is evaluated centrally). ``krum-f``/``krum-m`` (0 → n − f),
     ``trim-f``, ``mom-groups`` (grouping seeded by ``seed``) and ``foolsgold-kappa`` set the
-    rule's parameters; FLTrust needs ``root_train_fn``. ``node_label`` (node id → partition
+    rule's parameters; FLTrust needs ``root_train_fn``; CalGuard needs ``root_set`` (x, y) and a
+    ``model`` of the federation's architecture (``calguard-*`` keys set the rest). ``node_label`` (node id → partition
     id) names each node's client in every warning and rejection.
     """
     try:
@@ -72,6 +81,10 @@ def strategy_from_config(
         if root_train_fn is None:
             raise ValueError("strategy 'fltrust' needs a root_train_fn")
         kwargs["root_train_fn"] = root_train_fn
+    if cls is CalGuard:
+        if root_set is None or model is None:
+            raise ValueError("strategy 'calguard' needs a root_set (x, y) and a model")
+        kwargs.update(model=model, root_x=root_set[0], root_y=root_set[1])
     return cls(
         fraction_train=cfg.clients_per_round / cfg.num_clients,
         fraction_evaluate=0.0,  # the global model is evaluated centrally, on the test set

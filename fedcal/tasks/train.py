@@ -7,7 +7,9 @@ with clients chosen reproducibly per (seed, round), and the global model is eval
 centrally on the test set (SPEC §1 metrics) every ``eval-every`` rounds; each round's metrics
 are appended to the run store as soon as they exist, with the round's reply accounting
 (``replies_received``, ``replies_accepted``, ``replies_rejected`` for every round ≥ 1) and the
-reasons in ``rejections.csv`` (round, node_id, partition_id, reason). A run in which no round
+reasons in ``rejections.csv`` (round, node_id, partition_id, reason), and each aggregated round's
+weights in ``aggregation.csv`` (round, node_id, partition_id, weight: 0 = excluded by the rule,
+plus what the rule computed — CalGuard's calibration signature and decision). A run in which no round
 aggregated anything raises at its end instead of writing ``DONE``. Client side: one ``train`` handler for
 every client, benign or malicious — what it does is chosen from the run config and its client
 id (:func:`fedcal.attacks.behaviour_for`). Report: :func:`fedcal.reports.write_report`.
@@ -20,7 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from logging import INFO, WARNING
 
-import numpy as np
 import pandas as pd
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
@@ -31,11 +32,11 @@ from fedcal.tasks.nodes import (check_partitions, client_id, config_record, disc
                               shared_model)
 from fedcal.attacks import BENIGN, attackers_of, behaviour_for, client_round
 from fedcal.config import RunConfig
-from fedcal.data import client_data, load_dataset
+from fedcal.data import client_data, load_dataset, root_set
 from fedcal.metrics import METRIC_KEYS, calibration_metrics, reliability_bins
 from fedcal.models import build_model
 from fedcal.reports import write_report
-from fedcal.results import REJECTIONS_FILE, RunFailed, RunStore, run_dir_for
+from fedcal.results import AUDIT_FILE, REJECTIONS_FILE, RunFailed, RunStore, run_dir_for
 from fedcal.strategies import strategy_from_config
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.train import predict_logits, resolve_device
@@ -48,11 +49,9 @@ REJECTION_COLUMNS = ["round", "node_id", "partition_id", "reason"]
 
 
 def root_train_fn_for(cfg: RunConfig, ds, device: torch.device) -> Callable[[ArrayRecord, int], ArrayRecord]:
-    """FLTrust's server update: the benign local procedure (same E, B, β) on a seeded root
-    set of ``root-size`` samples drawn from the training data."""
-    rng = np.random.default_rng([cfg.seed, 0xF17])
-    idx = torch.from_numpy(rng.choice(len(ds.y_train), size=min(cfg.root_size, len(ds.y_train)), replace=False))
-    x_root, y_root = ds.x_train[idx], ds.y_train[idx]
+    """FLTrust's server update: the benign local procedure (same E, B, β) on the root set
+    (:func:`fedcal.data.root_set`)."""
+    x_root, y_root = root_set(ds, cfg.root_size, cfg.seed)
     model = build_model(cfg.model, ds.input_shape, ds.num_classes)
 
     def root_train(arrays: ArrayRecord, server_round: int) -> ArrayRecord:
@@ -74,8 +73,10 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
     log(INFO, "attackers (%s, %d of %d): %s", cfg.attack,
         cfg.num_attackers, cfg.num_clients, sorted(attackers_of(cfg)))
     root_fn = root_train_fn_for(cfg, ds, device) if cfg.strategy == "fltrust" else None
+    guard = dict(root_set=root_set(ds, cfg.root_size, cfg.seed), model=build_model(cfg.model, ds.input_shape, ds.num_classes).to(device)
+                 ) if cfg.strategy == "calguard" else {}
     strategy = strategy_from_config(cfg, node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
-                                    node_label=node_to_client.get, root_train_fn=root_fn)
+                                    node_label=node_to_client.get, root_train_fn=root_fn, **guard)
     rows: list[dict[str, float]] = []
     rejections: list[dict] = []
     clock = [time.perf_counter()]
@@ -93,6 +94,8 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
         if server_round == 1 or (account and account.rejections):  # the table exists from round 1;
             # it is rewritten only when it grew (most rounds of most runs reject nothing)
             store.write_table(REJECTIONS_FILE, pd.DataFrame(rejections, columns=REJECTION_COLUMNS))
+        audit = strategy.audit_rows() if account and account.aggregated else []
+        store.append_rows(AUDIT_FILE, [{"round": server_round, **row} for row in audit])
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         metrics: dict[str, float] = {}

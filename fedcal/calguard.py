@@ -1,0 +1,228 @@
+"""CalGuard: a calibration-aware defense against the Temperature Scaling Attack (flwr-free core).
+
+The server holds a small clean, labelled *root set* (as FLTrust does). Each round, for every
+valid reply k it applies the update to the current global model θ and measures what the reply
+would do to the model's *confidence* on the root set — its calibration signature:
+
+* **logit-scale shift** (the signature the decision uses)::
+
+      S(θ) = (1/n) Σ_i [ logsumexp_c z_ic(θ) − (1/C) Σ_c z_ic(θ) ]        s_k = S(θ + Δ_k) − S(θ)
+
+  S is the mean log-partition of the root logits above their mean; it grows with the logits'
+  scale (∂S/∂a of S(a·z) is E_softmax(az)[z] − mean(z) ≥ 0) and is label-free. A TSA client
+  trains softmax(z/τ) at η = β·τ: at τ > 1 its update inflates the logit scale beyond what a
+  benign update does, at τ < 1 it stops growing it early (the sharpened targets are met), so
+  s_k sits above or below the benign replies' values (docs/defense.md measures how far);
+* recorded for the audit only: the shift of the mean top-label confidence, of the root NLL, and
+  the candidate's root accuracy.
+
+**Decision.** The reply's deviation is ``d_k = s_k − median(s)`` over the round's replies
+(those of clients not struck out, see below); its
+robust score is ``z_k = d_k / σ`` where ``σ = 1.4826 · median |d|`` pooled over the deviations
+of the last ``window`` rounds (a round of M = 5 replies alone gives too noisy a scale, and the
+pool follows the model as its signatures shrink or grow over training). A reply with
+``|z_k| > κ`` is flagged, and a client flagged ``strikes`` times is flagged in every later round
+(:class:`Strikes`). In ``filter`` mode a flagged reply gets weight 0 and the others are averaged
+with their data sizes (FedAvg); in ``audit`` mode every reply is averaged and the flags are only
+recorded.
+
+Everything here is tensors and ``nn.Module`` forward passes: the Flower strategy
+(:class:`fedcal.strategies.CalGuard`) only translates messages.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+#: the signature columns of the audit table, in order
+SIGNATURE_COLUMNS = ("scale_shift", "conf_shift", "nll_shift", "root_accuracy")
+#: the smallest root set CalGuard accepts (a robust scale of the signature needs some samples)
+MIN_ROOT_SIZE = 20
+CALGUARD_MODES = ("filter", "audit")
+_MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution × 1.4826 = its standard deviation
+
+
+def logit_scale(logits: torch.Tensor) -> torch.Tensor:
+    """Per-sample logit scale ``logsumexp(z) − mean(z)`` of an (n, C) logit matrix (≥ log C,
+    = log C exactly for constant logits); computed in float64."""
+    if logits.dim() != 2 or logits.shape[1] < 2:
+        raise ValueError(f"logits must be (n, C) with C >= 2, got shape {tuple(logits.shape)}")
+    z = logits.double()
+    return torch.logsumexp(z, dim=1) - z.mean(dim=1)
+
+
+def check_root_set(x: torch.Tensor, y: torch.Tensor, num_classes: int | None = None,
+                   min_size: int = MIN_ROOT_SIZE) -> None:
+    """Raise ValueError unless (x, y) is a usable root set: at least ``min_size`` samples, labels
+    of at least two classes (in ``[0, num_classes)`` when given), finite inputs, one label per
+    sample."""
+    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+        raise ValueError("the root set must be tensors (x, y)")
+    if y.dim() != 1 or x.shape[0] != y.shape[0]:
+        raise ValueError(f"root set: {x.shape[0]} inputs but labels of shape {tuple(y.shape)}")
+    if len(y) < min_size:
+        raise ValueError(f"root set too small: {len(y)} samples, CalGuard needs at least {min_size} "
+                         "(root-size)")
+    if y.dtype.is_floating_point or y.dtype == torch.bool:
+        raise ValueError(f"root labels must be integer class ids, got dtype {y.dtype}")
+    classes = torch.unique(y)
+    if len(classes) < 2:
+        raise ValueError(f"root set has one class only ({int(classes[0])}): confidence on it says nothing "
+                         "about calibration; draw a root set with several classes")
+    if num_classes is not None and (int(classes.min()) < 0 or int(classes.max()) >= num_classes):
+        raise ValueError(f"root labels must lie in [0, {num_classes}), got {int(classes.min())}..{int(classes.max())}")
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        raise ValueError("root inputs contain NaN or Inf")
+
+
+@dataclass(frozen=True)
+class RootStats:
+    """What the signature needs of one model's root logits: mean logit scale, mean top-label
+    confidence, NLL and accuracy."""
+
+    scale: float
+    confidence: float
+    nll: float
+    accuracy: float
+
+    @classmethod
+    def of(cls, logits: torch.Tensor, y: torch.Tensor) -> RootStats:
+        """The statistics of (n, C) logits with labels ``y``; all NaN when a logit is not finite
+        (a reply that overflows the model)."""
+        z = logits.double()
+        if not bool(torch.isfinite(z).all()):
+            return cls(math.nan, math.nan, math.nan, math.nan)
+        return cls(scale=float(logit_scale(z).mean()),
+                   confidence=float(z.softmax(dim=1).max(dim=1).values.mean()),
+                   nll=float(F.cross_entropy(z, y)),
+                   accuracy=float((z.argmax(dim=1) == y).double().mean()))
+
+
+def signature(candidate: RootStats, current: RootStats) -> dict[str, float]:
+    """The audit's signature of a reply: its candidate model's shifts against the current global
+    model (scale, confidence, NLL) and the candidate's root accuracy."""
+    return {"scale_shift": candidate.scale - current.scale,
+            "conf_shift": candidate.confidence - current.confidence,
+            "nll_shift": candidate.nll - current.nll,
+            "root_accuracy": candidate.accuracy}
+
+
+def median_deviations(values: torch.Tensor, trusted: torch.Tensor | None = None) -> torch.Tensor:
+    """``d_k = v_k − median(v[trusted])`` for a 1-D tensor (the true median: the mean of the two
+    middle values for an even count; ``trusted``, a boolean mask, defaults to all values and is
+    ignored when it selects none); float64. With a benign majority the median is a benign
+    reply's value, so benign deviations stay small even in a round with two attackers of five (a
+    leave-one-out median of four others would be the mean of an attacker and a benign reply);
+    leaving the replies of struck-out clients out of the median keeps it benign in the rounds
+    where attackers are the majority."""
+    v = values.double().reshape(-1)
+    if len(v) == 0:
+        return v
+    pool = v[trusted] if trusted is not None and bool(trusted.any()) else v
+    s = pool.sort().values
+    n = len(s)
+    med = s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+    return v - med
+
+
+class DeviationScale:
+    """The robust scale σ of the signature deviations, pooled over the last ``window`` rounds.
+
+    :meth:`score` returns ``z = d / σ`` for a round's deviations with σ = 1.4826 · median |d|
+    over the pool *including* this round (the low median — the lower middle value of an even
+    count, ``torch.median``'s — a standard choice for a robust scale); :meth:`push` then adds the round to the pool (the
+    oldest round leaves once ``window`` rounds are held). Deviations that are exactly 0 — the
+    median reply's own, one per round of an odd count — are kept out of the pool: they are not
+    spread, and would pull σ down by a fifth at M = 5. A pool with no spread (identical replies)
+    gives z = 0 for zero deviations and ±inf for any other.
+    """
+
+    def __init__(self, window: int = 10):
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        self.window = int(window)
+        self._rounds: deque[torch.Tensor] = deque(maxlen=self.window)
+
+    @staticmethod
+    def _spread(deviations: torch.Tensor) -> torch.Tensor:
+        d = deviations.double().reshape(-1)
+        return d[d != 0]
+
+    def sigma(self, deviations: torch.Tensor) -> float:
+        """σ of the pool with ``deviations`` added (0 when nothing in it is non-zero)."""
+        pool = torch.cat([*self._rounds, self._spread(deviations)])
+        return _MAD_TO_SIGMA * float(pool.abs().median()) if len(pool) else 0.0
+
+    def score(self, deviations: torch.Tensor, pooled: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
+        """(z, σ) of this round's deviations, σ from the pool plus ``pooled`` (default: the
+        deviations themselves; CalGuard leaves struck-out clients' replies out of it)."""
+        d = deviations.double().reshape(-1)
+        sigma = self.sigma(d if pooled is None else pooled)
+        if sigma > 0:
+            return d / sigma, sigma
+        return torch.where(d == 0, torch.zeros_like(d), torch.sign(d) * math.inf), sigma
+
+    def push(self, deviations: torch.Tensor) -> None:
+        self._rounds.append(self._spread(deviations).clone())
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self._rounds)
+
+
+class Strikes:
+    """Clients flagged ``limit`` times are excluded from then on (``limit`` = 0: never). A TSA
+    client attacks in every round it is sampled, a benign client is flagged only by chance
+    (< 1 % of its replies at κ = 4 in docs/defense.md), so two strikes separate them far better
+    than one round can."""
+
+    def __init__(self, limit: int = 2):
+        if limit < 0:
+            raise ValueError(f"strike limit must be >= 0, got {limit}")
+        self.limit = int(limit)
+        self.count: dict[object, int] = {}
+
+    def banned(self, client: object) -> bool:
+        return self.limit > 0 and self.count.get(client, 0) >= self.limit
+
+    def record(self, client: object, flagged: bool) -> None:
+        if flagged:
+            self.count[client] = self.count.get(client, 0) + 1
+
+
+def flag_outliers(scores: torch.Tensor, kappa: float) -> torch.Tensor:
+    """Boolean mask of ``|z| > κ``."""
+    if not kappa > 0:
+        raise ValueError(f"kappa must be > 0, got {kappa}")
+    return scores.abs() > kappa
+
+
+@torch.no_grad()
+def root_logits(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor,
+                batch_size: int = 1000) -> torch.Tensor:
+    """Logits of ``model`` loaded with ``state`` on ``x`` (eval mode, float32 on the CPU)."""
+    model.load_state_dict(state)
+    model.eval()
+    device = next(model.parameters()).device
+    return torch.cat([model(x[i:i + batch_size].to(device)).float().cpu() for i in range(0, len(x), batch_size)])
+
+
+def states_with_updates(base: Mapping[str, torch.Tensor], keys: Sequence[str], update: torch.Tensor
+                        ) -> dict[str, torch.Tensor]:
+    """``base`` with the flat ``update`` added to the arrays ``keys`` (in order); other arrays
+    (buffers) as in ``base``."""
+    out = dict(base)
+    offset = 0
+    for k in keys:
+        size = base[k].numel()
+        out[k] = (base[k].double() + update[offset:offset + size].double().reshape(base[k].shape)).to(base[k].dtype)
+        offset += size
+    if offset != update.numel():
+        raise ValueError(f"update has {update.numel()} values, the arrays {offset}")
+    return out

@@ -1,0 +1,265 @@
+"""The defense comparison of docs/defense.md, from the run store only: final accuracy / ECE / sECE
+per strategy and attack setting (mean ± std over seeds), each rule's detection rate on the
+attackers and false-positive rate on benign clients (from every run's ``aggregation.csv``), the
+post-hoc baseline (FedAvg's final model, temperature-scaled on the server's root set), and
+CalGuard's audit plot.
+
+A reply counts as *flagged* when the rule gave it weight 0 (MultiKrum not selecting it, FLTrust
+trust 0, FoolsGold weight 0, CalGuard dropping it) or, for CalGuard in ``audit`` mode, when it
+would have dropped it. Detection rate = flagged attacker replies / attacker replies; false
+positives = flagged benign replies / benign replies ("benign clients flagged in x % of their
+rounds").
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from fedcal.attacks import attackers_of
+from fedcal.calibrate import TemperatureScaling
+from fedcal.config import RunConfig
+from fedcal.data import root_set
+from fedcal.metrics import calibration_metrics
+from fedcal.reports.markdown import markdown_table
+from fedcal.reports.runs import finished_only
+from fedcal.results import AUDIT_FILE, config_hash, load_config, load_model
+from fedcal.train import predict_logits
+
+#: the post-hoc baseline's name in the tables
+POSTHOC = "fedavg + TS(root)"
+#: the attack settings a row is identified by, besides dataset and strategy
+SETTING = ["tau", "attacker_ratio", "dirichlet_alpha", "tsa_step_frac", "tsa_blend"]
+#: the target of docs/defense.md: |Δ sECE| (points) and |Δ accuracy| under attack; without attack
+TARGET_SECE, TARGET_ACC, TARGET_BENIGN = 2.0, 1.0, 1.0
+FP_TARGET = 0.05
+
+
+def defense_configs(base: RunConfig, strategies: Sequence[str], taus: Sequence[float], seeds: Sequence[int],
+                    axes: dict[str, list[Any]] | None = None) -> list[RunConfig]:
+    """Every cell of ``fedcal defense``: strategies × τ × seeds × the product of ``axes``
+    (run-config key → values). τ = 1 is the benign run (``attack = none``; the attack-only keys at
+    their defaults, so one benign run serves every attacker ratio and adaptive setting), and the
+    benign FedAvg run of every setting is added as the reference of the Δ columns. Validated up
+    front; duplicates dropped."""
+    axes = axes or {}
+    out: dict[str, RunConfig] = {}
+    defaults = RunConfig()
+    for values in itertools.product(*axes.values()) if axes else [()]:
+        cell = base.replace(**dict(zip(axes, values)))
+        for seed in seeds:
+            for strategy in [*strategies, "fedavg"]:
+                for tau in [*taus, 1.0] if strategy == "fedavg" else taus:
+                    if tau == 1.0:
+                        c = cell.replace(strategy=strategy, seed=seed, attack="none", tau=1.0,
+                                         attacker_ratio=defaults.attacker_ratio, tsa_step_frac=1.0, tsa_blend=1.0)
+                    else:
+                        c = cell.replace(strategy=strategy, seed=seed, attack="tsa", tau=tau)
+                    out.setdefault(config_hash(c), c)
+    return list(out.values())
+
+
+def _flags(run_dir: Path, cfg: RunConfig) -> tuple[float, float, int]:
+    """(detection rate, false-positive rate, attacker replies) of one run's aggregation table."""
+    path = run_dir / AUDIT_FILE
+    if not path.exists():
+        return float("nan"), float("nan"), 0
+    audit = pd.read_csv(path)
+    flagged = audit["weight"] <= 0
+    if "flagged" in audit.columns:
+        flagged = flagged | audit["flagged"].astype(bool)
+    attacker = audit["partition_id"].isin(attackers_of(cfg))
+    det = float(flagged[attacker].mean()) if attacker.any() else float("nan")
+    fp = float(flagged[~attacker].mean()) if (~attacker).any() else float("nan")
+    return det, fp, int(attacker.sum())
+
+
+def _root_temperature_metrics(run_dir: Path) -> dict[str, float]:
+    """The final model of a run, temperature-scaled on the server's root set (the same seeded draw
+    FLTrust and CalGuard use), evaluated on the test set."""
+    cfg, model, ds = load_model(run_dir)
+    x_root, y_root = root_set(ds, cfg.root_size, cfg.seed)
+    t = TemperatureScaling().fit(predict_logits(model, x_root, cfg.eval_batch_size), y_root).temperature_
+    logits = predict_logits(model, ds.x_test, cfg.eval_batch_size)
+    return {**calibration_metrics(logits / t, ds.y_test, cfg.n_bins), "temperature": t}
+
+
+def run_rows(run_dirs: Sequence[str | Path], posthoc: bool = True) -> pd.DataFrame:
+    """One row per finished run (left-out unfinished runs are named in a warning): dataset,
+    strategy, the :data:`SETTING` columns (τ = 1 for benign runs), seed, final accuracy / ECE /
+    sECE (fractions), detection and false-positive rates; with ``posthoc``, one more row per
+    FedAvg run for :data:`POSTHOC`."""
+    from fedcal.reports.runs import final_metrics
+
+    rows = []
+    for d in finished_only(run_dirs, "the defense table"):
+        cfg = load_config(d)
+        last = final_metrics(d).iloc[0]
+        setting = {"tau": cfg.tau if cfg.attack == "tsa" else 1.0, "attacker_ratio": cfg.attacker_ratio,
+                   "dirichlet_alpha": cfg.dirichlet_alpha, "tsa_step_frac": cfg.tsa_step_frac,
+                   "tsa_blend": cfg.tsa_blend}
+        if cfg.attack == "none":
+            setting.update(attacker_ratio=np.nan, tsa_step_frac=1.0, tsa_blend=1.0)
+        det, fp, n_att = _flags(Path(d), cfg)
+        base = {"dataset": cfg.dataset, **setting, "seed": cfg.seed, "run_dir": str(d)}
+        rows.append({**base, "strategy": cfg.strategy, "accuracy": last["accuracy"], "ece": last["ece"],
+                     "sece": last["sece"], "detection": det, "false_positive": fp, "attacker_replies": n_att})
+        if posthoc and cfg.strategy == "fedavg":
+            m = _root_temperature_metrics(Path(d))
+            rows.append({**base, "strategy": POSTHOC, "accuracy": m["accuracy"], "ece": m["ece"], "sece": m["sece"],
+                         "detection": np.nan, "false_positive": np.nan, "attacker_replies": n_att})
+    return pd.DataFrame(rows)
+
+
+def summarise(rows: pd.DataFrame) -> pd.DataFrame:
+    """Mean over seeds per (dataset, strategy, setting) in percent, the seeds' std of accuracy and
+    sECE, Δ accuracy / Δ sECE against the benign FedAvg run of the same dataset and α (same
+    seeds), and whether the row meets the target (|Δ sECE| ≤ 2 and |Δ acc| ≤ 1 under attack,
+    both ≤ 1 without, benign clients flagged in < 5 % of their replies)."""
+    if rows.empty:
+        return pd.DataFrame()
+    keys = ["dataset", "strategy", *SETTING]
+    r = rows.copy()
+    for c in ("accuracy", "ece", "sece"):
+        r[c] = 100 * r[c]
+    ref = r[(r["strategy"] == "fedavg") & (r["tau"] == 1.0)].groupby(["dataset", "dirichlet_alpha"])[
+        ["accuracy", "sece"]].mean()
+    g = r.groupby(keys, dropna=False, sort=False)
+    out = g.agg(seeds=("seed", "nunique"), accuracy=("accuracy", "mean"), accuracy_std=("accuracy", "std"),
+                ece=("ece", "mean"), sece=("sece", "mean"), sece_std=("sece", "std"),
+                detection=("detection", "mean"), false_positive=("false_positive", "mean")).reset_index()
+    d_acc, d_sece = [], []
+    for _, row in out.iterrows():
+        k = (row["dataset"], row["dirichlet_alpha"])
+        d_acc.append(row["accuracy"] - ref.loc[k, "accuracy"] if k in ref.index else np.nan)
+        d_sece.append(row["sece"] - ref.loc[k, "sece"] if k in ref.index else np.nan)
+    out["d_accuracy"], out["d_sece"] = d_acc, d_sece
+    attacked = out["tau"] != 1.0
+    ok = np.where(attacked, (out["d_sece"].abs() <= TARGET_SECE) & (out["d_accuracy"].abs() <= TARGET_ACC),
+                  (out["d_sece"].abs() <= TARGET_BENIGN) & (out["d_accuracy"].abs() <= TARGET_BENIGN))
+    ok = ok & ~(out["false_positive"] >= FP_TARGET)
+    out["target"] = np.where(out["d_sece"].isna(), "", np.where(ok, "yes", "no"))
+    return out.sort_values(["dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend",
+                            "strategy", "tau"], na_position="first", kind="stable").reset_index(drop=True)
+
+
+def _pct(v: float) -> str:
+    return "" if pd.isna(v) else f"{100 * v:.1f}"
+
+
+def _pm(mean: float, std: float) -> str:
+    return f"{mean:.2f}" + ("" if pd.isna(std) else f" ± {std:.2f}")
+
+
+def to_markdown(table: pd.DataFrame, title: str = "") -> str:
+    """The summary as Markdown: one row per (dataset, strategy, setting); the setting columns
+    that never vary are left out."""
+    t = table.copy()
+    t["accuracy_%"] = [_pm(m, s) for m, s in zip(t["accuracy"], t["accuracy_std"])]
+    t["sece_%"] = [_pm(m, s) for m, s in zip(t["sece"], t["sece_std"])]
+    t["ece_%"] = t["ece"].map("{:.2f}".format)
+    t["d_acc"] = t["d_accuracy"].map(lambda v: "" if pd.isna(v) else f"{v:+.2f}")
+    t["d_sece"] = t["d_sece"].map(lambda v: "" if pd.isna(v) else f"{v:+.2f}")
+    t["detected_%"] = t["detection"].map(_pct)
+    t["benign_flagged_%"] = t["false_positive"].map(_pct)
+    t["tau"] = t["tau"].map(lambda v: "benign" if v == 1.0 else f"{v:g}")
+    varying = [c for c in ("dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend")
+               if t[c].dropna().nunique() > 1]
+    for c in ("attacker_ratio", "dirichlet_alpha", "tsa_step_frac", "tsa_blend"):
+        t[c] = t[c].map(lambda v: "" if pd.isna(v) else f"{v:g}")
+    cols = [*varying, "strategy", "tau", "seeds", "accuracy_%", "ece_%", "sece_%", "d_acc", "d_sece", "detected_%",
+            "benign_flagged_%", "target"]
+    return markdown_table(t[cols], title)
+
+
+def defense_plot(table: pd.DataFrame, path: str | Path) -> Path:
+    """sECE (%) vs τ per strategy (mean over seeds), one panel per dataset; the band is the
+    benign FedAvg run's sECE ± 2 points (the target)."""
+    from fedcal.reports.plots import _save, plt
+
+    main = table[table["tsa_step_frac"].eq(1.0) & table["tsa_blend"].eq(1.0)]
+    datasets = list(dict.fromkeys(main["dataset"]))
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets), 3.8), squeeze=False)
+    for ax, ds in zip(axes[0], datasets):
+        sub = main[main["dataset"] == ds]
+        alpha = sub["dirichlet_alpha"].mode().iloc[0]
+        sub = sub[(sub["dirichlet_alpha"] == alpha) & (sub["attacker_ratio"].isna() |
+                                                      sub["attacker_ratio"].eq(sub["attacker_ratio"].mode().iloc[0]))]
+        ref = sub[(sub["strategy"] == "fedavg") & (sub["tau"] == 1.0)]["sece"]
+        if len(ref):
+            ax.axhspan(float(ref.iloc[0]) - TARGET_SECE, float(ref.iloc[0]) + TARGET_SECE, color="grey", alpha=0.2,
+                       label="benign FedAvg ± 2")
+        for strategy, g in sub.groupby("strategy", sort=False):
+            g = g.sort_values("tau")
+            ax.plot(g["tau"], g["sece"], marker="o", label=strategy, lw=2.2 if strategy == "calguard" else 1.2)
+        ax.set(xscale="log", xlabel="attackers' τ (1 = benign run)", ylabel="final sECE (%)", title=ds)
+        ax.axhline(0, color="black", lw=0.6)
+    axes[0, -1].legend(fontsize=7)
+    return _save(fig, path)
+
+
+def audit_plot(run_dir: str | Path, path: str | Path, kappa: float | None = None) -> Path:
+    """CalGuard's audit of one run: every reply's robust score per round, attackers (known to the
+    simulation, not to the server) in red, the ±κ thresholds dashed, dropped replies as crosses."""
+    from fedcal.reports.plots import _save, plt
+
+    cfg = load_config(run_dir)
+    audit = pd.read_csv(Path(run_dir) / AUDIT_FILE)
+    attackers = attackers_of(cfg)
+    kappa = cfg.calguard_kappa if kappa is None else kappa
+    fig, axes = plt.subplots(2, 1, figsize=(8, 5.2), sharex=True)
+    att = audit["partition_id"].isin(attackers)
+    flagged = audit["flagged"].astype(bool)
+    z = audit["score"].clip(-4 * kappa, 4 * kappa)
+    for ax, col, label in ((axes[0], None, "robust score z (clipped at ±4κ)"), (axes[1], "scale_shift", "logit-scale shift")):
+        y = z if col is None else audit[col]
+        for mask, colour, name in ((~att, "#4C72B0", "benign"), (att, "#C44E52", "attacker")):
+            ax.scatter(audit["round"][mask & ~flagged], y[mask & ~flagged], s=9, color=colour, label=f"{name}, kept")
+            ax.scatter(audit["round"][mask & flagged], y[mask & flagged], s=22, marker="x", color=colour,
+                       label=f"{name}, flagged")
+        ax.set_ylabel(label)
+    for s in (-kappa, kappa):
+        axes[0].axhline(s, color="black", ls="--", lw=0.8)
+    axes[1].set_xlabel("round")
+    what = "benign" if cfg.attack == "none" else f"TSA τ={cfg.tau:g}"
+    axes[0].set_title(f"CalGuard audit ({cfg.calguard_mode}): {cfg.dataset}, {what}, seed {cfg.seed}")
+    axes[0].legend(fontsize=6, ncol=2)
+    return _save(fig, path)
+
+
+def defense_report(run_dirs: Sequence[str | Path], out: str | Path, title: str = "", posthoc: bool = True,
+                   audit_run: str | Path | None = None) -> str:
+    """Write ``runs.csv``, ``table.csv``, ``table.md``, ``defense.png`` (and ``audit.png`` of
+    ``audit_run`` or of the first finished CalGuard run under attack) into ``out``; returns the
+    table's Markdown with one line per dataset on the adaptive attacker's best damage."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = run_rows(run_dirs, posthoc)
+    if rows.empty:
+        raise ValueError("no finished run to report")
+    rows.to_csv(out / "runs.csv", index=False)
+    table = summarise(rows)
+    table.to_csv(out / "table.csv", index=False)
+    md = to_markdown(table, title)
+    adaptive = table[(table["strategy"] == "calguard") & (table["tau"] != 1.0)]
+    lines = []
+    for ds, g in adaptive.dropna(subset=["d_sece"]).groupby("dataset", sort=False):
+        worst = g.loc[g["d_sece"].abs().idxmax()]
+        lines.append(f"- {ds}: the largest |Δ sECE| any attack setting above reaches against CalGuard is "
+                     f"{worst['d_sece']:+.2f} points (τ = {worst['tau']:g}, step share {worst['tsa_step_frac']:g}, "
+                     f"blend {worst['tsa_blend']:g}, attackers {worst['attacker_ratio']:g}, "
+                     f"α = {worst['dirichlet_alpha']:g}), with {100 * worst['detection']:.1f} % of its replies flagged")
+    md += ("\n" + "\n".join(lines) + "\n") if lines else ""
+    (out / "table.md").write_text(md)
+    defense_plot(table, out / "defense.png")
+    if audit_run is None:
+        guarded = rows[(rows["strategy"] == "calguard") & (rows["tau"] != 1.0)]
+        audit_run = guarded["run_dir"].iloc[0] if len(guarded) else None
+    if audit_run is not None:
+        audit_plot(audit_run, out / "audit.png")
+    return md

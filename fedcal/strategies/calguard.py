@@ -1,0 +1,137 @@
+"""CalGuard: drop the replies that would move the global model's confidence unlike the others."""
+
+from __future__ import annotations
+
+import math
+from logging import INFO, WARNING
+from typing import Unpack
+
+import torch
+from flwr.supercore import log
+from torch import nn
+
+from fedcal import aggregate as agg
+from fedcal import calguard as cg
+from fedcal.strategies.base import StrategyOptions, UpdateAggregationStrategy, _tensor
+
+
+class CalGuard(UpdateAggregationStrategy):
+    """A calibration-aware defense (:mod:`fedcal.calguard` has the math): every valid reply is
+    applied to the current global model and its *logit-scale shift* on the server's clean root
+    set is compared with the other replies' (deviation from the round's median, robust z against
+    the deviations of the last ``window`` rounds); a reply with ``|z| > kappa``, or from a client
+    flagged ``strikes`` times before, is dropped and the rest are averaged with their data sizes
+    (FedAvg).
+
+    Parameters
+    ----------
+    model : nn.Module (required)
+        A model of the federation's architecture (its weights are overwritten); the replies'
+        arrays are its ``state_dict``, and its last ``nn.Linear`` must produce the logits.
+    root_x : torch.Tensor (required)
+        The inputs of the server's clean root set (at least :data:`fedcal.calguard.MIN_ROOT_SIZE`
+        samples, finite, the model's input shape; checked here).
+    root_y : torch.Tensor (required)
+        Its integer labels, of at least two classes, each below the model's output count.
+    kappa : float (default 4.0)
+        Flag a reply whose robust score exceeds κ in absolute value.
+    window : int (default 10)
+        Rounds of deviations pooled for the robust scale σ.
+    strikes : int (default 2)
+        A client flagged this many times is dropped in every later round (0 = never); clients
+        are told apart by ``node_label`` (their partition id) when given, else by node id.
+    mode : "filter" | "audit" (default "filter")
+        ``audit`` computes and records everything but averages every reply (FedAvg), so an
+        operator sees an attack without acting on it.
+    **options : StrategyOptions
+        The shared arguments (Flower's FedAvg ones, seeded sampling, buffers), see the base.
+
+    After each round :attr:`last_audit` holds, per node, the signature, deviation, score, σ and
+    decision, and :meth:`audit_rows` returns them with the aggregation weight.
+    """
+
+    def __init__(self, *, model: nn.Module, root_x: torch.Tensor, root_y: torch.Tensor, kappa: float = 4.0,
+                 window: int = 10, strikes: int = 2, mode: str = "filter",
+                 **options: Unpack[StrategyOptions]) -> None:
+        super().__init__(**options)
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"CalGuard needs the federation's nn.Module, got {type(model).__name__}")
+        if mode not in cg.CALGUARD_MODES:
+            raise ValueError(f"mode must be one of {cg.CALGUARD_MODES}, got {mode!r}")
+        if not kappa > 0:
+            raise ValueError(f"kappa must be > 0, got {kappa}")
+        self.model = model
+        self.root_x, self.root_y = root_x, root_y.long() if isinstance(root_y, torch.Tensor) else root_y
+        cg.check_root_set(self.root_x, self.root_y)
+        with torch.no_grad():  # the root set must fit the model: fail at start, not in round 1
+            model.eval()
+            try:
+                out = model(self.root_x[:2].to(next(model.parameters()).device))
+            except Exception as exc:  # noqa: BLE001 — any shape/dtype error is the caller's root set
+                raise ValueError(f"root inputs of shape {tuple(self.root_x.shape)} do not fit the model: {exc}") from exc
+        if out.dim() != 2 or int(self.root_y.max()) >= out.shape[1]:
+            raise ValueError(f"root labels reach {int(self.root_y.max())} but the model has {out.shape[-1]} outputs")
+        self.kappa, self.mode = float(kappa), mode
+        self.scale = cg.DeviationScale(window)
+        self.strikes = cg.Strikes(strikes)
+
+    def summary(self) -> None:
+        """Log CalGuard's settings, then the shared ones."""
+        log(INFO, "\t├──> CalGuard settings:")
+        log(INFO, "\t│\t├── Root set: %d samples, %d classes", len(self.root_y), len(torch.unique(self.root_y)))
+        log(INFO, "\t│\t└── Mode: %s, kappa %.3g, window %d rounds, strikes %d", self.mode, self.kappa,
+            self.scale.window, self.strikes.limit)
+        super().summary()
+
+    def aggregate_updates(self, server_round, node_ids, updates, weights):
+        sent = self._sent[server_round]
+        keys = self.trainable_keys(sent)
+        base = {k: _tensor(sent[k]) for k in sent.keys()}
+        current = cg.RootStats.of(cg.root_logits(self.model, base, self.root_x), self.root_y)
+        signatures = [cg.signature(cg.RootStats.of(cg.root_logits(
+            self.model, cg.states_with_updates(base, keys, u), self.root_x), self.root_y), current) for u in updates]
+        shifts = torch.tensor([s["scale_shift"] for s in signatures], dtype=torch.float64)
+        clients = [self._client(n) for n in node_ids]
+        banned = torch.tensor([self.strikes.banned(c) for c in clients])  # before this round's strikes
+        finite = torch.isfinite(shifts)  # a valid reply can still overflow the model's logits
+        trusted = ~banned & finite
+        dev = cg.median_deviations(shifts, trusted=trusted)
+        z, sigma = self.scale.score(dev, pooled=dev[trusted])
+        z = torch.where(finite, z, torch.full_like(z, math.inf))
+        outlier = cg.flag_outliers(z, self.kappa)
+        self.scale.push(dev[trusted])
+        for c, f in zip(clients, outlier):
+            self.strikes.record(c, bool(f))
+        flagged = outlier | banned
+        keep = ~flagged if self.mode == "filter" else torch.ones_like(flagged)
+        node_w = torch.where(keep, weights.double(), torch.zeros_like(weights.double()))
+        if float(node_w.sum()) > 0:
+            delta = (updates.double() * (node_w / node_w.sum())[:, None]).sum(0).float()
+        else:
+            log(WARNING, "CalGuard round %d: every reply flagged; the global model is kept", server_round)
+            delta = torch.zeros(updates.shape[1], dtype=torch.float32)
+        self.last_audit = {
+            n: {**sig, "deviation": float(d), "score": float(s), "sigma": sigma, "outlier": bool(o),
+                "struck_out": bool(b), "flagged": bool(f),
+                "decision": ("dropped" if f else "kept") if self.mode == "filter" else ("would drop" if f else "kept")}
+            for n, sig, d, s, o, b, f in zip(node_ids, signatures, dev, z, outlier, banned, flagged)}
+        dropped = [n for n, f in zip(node_ids, flagged) if f]
+        if dropped:
+            log(INFO, "CalGuard round %d: %s %s (|z| > %.3g)", server_round,
+                "dropped" if self.mode == "filter" else "flagged (audit only)",
+                self.by_node({n: float(s) for n, s, f in zip(node_ids, z, flagged) if f}), self.kappa)
+        return delta, node_w
+
+    def _client(self, node_id: int):
+        """The identity strikes are counted under: the partition id when known, else the node id."""
+        label = self.label(node_id)
+        return node_id if label is None else label
+
+    def aggregate_buffers(self, server_round, node_ids, values, weights):
+        """The coordinate-wise median of the kept replies' buffers (all replies' in audit mode, or
+        when every reply was dropped): the signature is measured with the sent buffers, so it says
+        nothing about a reply's BatchNorm statistics, which a robust rule must outvote."""
+        keep = torch.tensor([self.last_audit.get(n, {}).get("decision") != "dropped" for n in node_ids])
+        if not bool(keep.any()):
+            keep = torch.ones(len(node_ids), dtype=torch.bool)
+        return agg.buffer_median(values[keep])
