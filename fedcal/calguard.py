@@ -179,10 +179,10 @@ class DeviationScale:
 class Strikes:
     """Clients flagged ``limit`` times are excluded from then on (``limit`` = 0: never). A TSA
     client attacks in every round it is sampled, a benign client is flagged only by chance
-    (< 1 % of its replies at κ = 4 in docs/defense.md), so two strikes separate them far better
-    than one round can."""
+    (a few % of its replies at κ = 5, docs/defense.md), so three strikes separate them far
+    better than one round can."""
 
-    def __init__(self, limit: int = 2):
+    def __init__(self, limit: int = 3):
         if limit < 0:
             raise ValueError(f"strike limit must be >= 0, got {limit}")
         self.limit = int(limit)

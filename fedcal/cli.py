@@ -533,8 +533,9 @@ def cmd_defense(args: argparse.Namespace) -> int:
     print(f"defense: {len(configs)} runs; finished runs are skipped")
     failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress)
     print(defense_report([run_dir_for(c) for c in configs], out, args.title, posthoc=not args.no_posthoc))
+    audits = sorted(p.name for p in out.glob("audit-tau*.png"))
     print(f"tables: {out / 'table.md'}, {out / 'table.csv'}, {out / 'runs.csv'}\nplots: {out / 'defense.png'}"
-          + (f", {out / 'audit.png'}" if (out / "audit.png").exists() else ""))
+          + "".join(f", {out / a}" for a in audits))
     return 1 if failures else 0
 
 

@@ -313,11 +313,11 @@ class RunConfig:
                                   ge=1)
     # --- CalGuard (strategy = calguard) and the adaptive TSA attacker: added after the train runs
     # were named, so they enter a run's hash only when set to another value than the default ---
-    calguard_kappa: float = setting(4.0, "defense", "CalGuard: drop a reply whose robust score |z| of its logit-scale "
+    calguard_kappa: float = setting(5.0, "defense", "CalGuard: drop a reply whose robust score |z| of its logit-scale "
                                                     "shift exceeds this", gt=0, finite=True, hash_when_set=True)
     calguard_window: int = setting(10, "defense", "CalGuard: rounds of signature deviations pooled for the robust "
                                                   "scale", ge=1, hash_when_set=True)
-    calguard_strikes: int = setting(2, "defense", "CalGuard: a client flagged this many times is dropped from then on",
+    calguard_strikes: int = setting(3, "defense", "CalGuard: a client flagged this many times is dropped from then on",
                                     ge=0, note="0 = never", hash_when_set=True)
     calguard_mode: str = setting("filter", "defense", "CalGuard: filter drops flagged replies; audit only records "
                                                       "them (FedAvg aggregation)", choices=CALGUARD_MODES,

@@ -242,7 +242,7 @@ def test_constructor_refuses_bad_arguments():
 
 def test_config_keys_and_their_errors():
     cfg = RunConfig.from_flower({"strategy": "calguard", "calguard-kappa": 3.0, "calguard-mode": "audit"})
-    assert (cfg.calguard_kappa, cfg.calguard_mode, cfg.calguard_window, cfg.calguard_strikes) == (3.0, "audit", 10, 2)
+    assert (cfg.calguard_kappa, cfg.calguard_mode, cfg.calguard_window, cfg.calguard_strikes) == (3.0, "audit", 10, 3)
     with pytest.raises(ConfigError, match="root-size"):
         RunConfig.from_flower({"strategy": "calguard", "root-size": 5})
     with pytest.raises(ConfigError, match="clients-per-round"):
@@ -257,7 +257,7 @@ def test_config_keys_and_their_errors():
 
 def test_new_keys_enter_the_hash_only_when_set():
     base = RunConfig.from_flower({"tau": 5.0})
-    assert config_hash(base.replace(calguard_kappa=4.0, tsa_blend=1.0)) == config_hash(base)
+    assert config_hash(base.replace(calguard_kappa=5.0, tsa_blend=1.0)) == config_hash(base)
     assert len({config_hash(base), config_hash(base.replace(calguard_kappa=3.0)),
                 config_hash(base.replace(tsa_blend=0.5)), config_hash(base.replace(tsa_step_frac=0.4))}) == 4
     assert default_run_name(base.replace(tsa_blend=0.5, tsa_step_frac=0.4)).startswith(
@@ -352,4 +352,4 @@ def test_a_flower_run_writes_the_audit_table_and_the_report_reads_it(tmp_path):
     expected = audit.loc[audit["partition_id"].isin(attackers_of(cfg)), "flagged"].mean()
     assert rows.loc[0, "detection"] == pytest.approx(expected)
     md = defense_report([run_dir], tmp_path / "report")
-    assert "calguard" in md and (tmp_path / "report" / "audit.png").exists()
+    assert "calguard" in md and (tmp_path / "report" / "audit-tau5.png").exists()

@@ -232,11 +232,10 @@ def audit_plot(run_dir: str | Path, path: str | Path, kappa: float | None = None
     return _save(fig, path)
 
 
-def defense_report(run_dirs: Sequence[str | Path], out: str | Path, title: str = "", posthoc: bool = True,
-                   audit_run: str | Path | None = None) -> str:
-    """Write ``runs.csv``, ``table.csv``, ``table.md``, ``defense.png`` (and ``audit.png`` of
-    ``audit_run`` or of the first finished CalGuard run under attack) into ``out``; returns the
-    table's Markdown with one line per dataset on the adaptive attacker's best damage."""
+def defense_report(run_dirs: Sequence[str | Path], out: str | Path, title: str = "", posthoc: bool = True) -> str:
+    """Write ``runs.csv``, ``table.csv``, ``table.md``, ``defense.png`` and, per attackers' τ,
+    ``audit-tau<τ>.png`` (:func:`audit_runs`) into ``out``; returns the table's Markdown with one
+    line per dataset on the largest calibration damage left under CalGuard."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = run_rows(run_dirs, posthoc)
@@ -257,9 +256,13 @@ def defense_report(run_dirs: Sequence[str | Path], out: str | Path, title: str =
     md += ("\n" + "\n".join(lines) + "\n") if lines else ""
     (out / "table.md").write_text(md)
     defense_plot(table, out / "defense.png")
-    if audit_run is None:
-        guarded = rows[(rows["strategy"] == "calguard") & (rows["tau"] != 1.0)]
-        audit_run = guarded["run_dir"].iloc[0] if len(guarded) else None
-    if audit_run is not None:
-        audit_plot(audit_run, out / "audit.png")
+    for tau, run_dir in audit_runs(rows).items():
+        audit_plot(run_dir, out / f"audit-tau{tau:g}.png")
     return md
+
+
+def audit_runs(rows: pd.DataFrame) -> dict[float, str]:
+    """The run whose audit is drawn for each attackers' τ: CalGuard's run of the lowest seed in
+    the first setting listed (one plot per τ, not per cell)."""
+    guarded = rows[(rows["strategy"] == "calguard") & (rows["tau"] != 1.0)].sort_values("seed", kind="stable")
+    return {float(tau): g["run_dir"].iloc[0] for tau, g in guarded.groupby("tau", sort=True)}

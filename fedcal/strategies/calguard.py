@@ -33,11 +33,11 @@ class CalGuard(UpdateAggregationStrategy):
         samples, finite, the model's input shape; checked here).
     root_y : torch.Tensor (required)
         Its integer labels, of at least two classes, each below the model's output count.
-    kappa : float (default 4.0)
+    kappa : float (default 5.0)
         Flag a reply whose robust score exceeds κ in absolute value.
     window : int (default 10)
         Rounds of deviations pooled for the robust scale σ.
-    strikes : int (default 2)
+    strikes : int (default 3)
         A client flagged this many times is dropped in every later round (0 = never); clients
         are told apart by ``node_label`` (their partition id) when given, else by node id.
     mode : "filter" | "audit" (default "filter")
@@ -50,8 +50,8 @@ class CalGuard(UpdateAggregationStrategy):
     decision, and :meth:`audit_rows` returns them with the aggregation weight.
     """
 
-    def __init__(self, *, model: nn.Module, root_x: torch.Tensor, root_y: torch.Tensor, kappa: float = 4.0,
-                 window: int = 10, strikes: int = 2, mode: str = "filter",
+    def __init__(self, *, model: nn.Module, root_x: torch.Tensor, root_y: torch.Tensor, kappa: float = 5.0,
+                 window: int = 10, strikes: int = 3, mode: str = "filter",
                  **options: Unpack[StrategyOptions]) -> None:
         super().__init__(**options)
         if not isinstance(model, nn.Module):

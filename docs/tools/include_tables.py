@@ -1,0 +1,50 @@
+"""Refresh the generated tables pasted into a docs page.
+
+    python docs/tools/include_tables.py docs/defense.md
+
+Every block between ``<!-- table: PATH -->`` and ``<!-- /table -->`` is replaced by the file at
+PATH (relative to the repository root), so the numbers on the page are exactly those the command
+shown above the block wrote; ``--check`` exits 1 instead of writing when a block is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOCK = re.compile(r"(<!-- table: (?P<path>[^ ]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+
+
+def refreshed(text: str) -> str:
+    """``text`` with every table block replaced by its file's current content."""
+    def fill(m: re.Match) -> str:
+        body = (ROOT / m.group("path")).read_text()
+        return m.group(1) + body + ("" if body.endswith("\n") else "\n") + m.group(4)
+
+    return BLOCK.sub(fill, text)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("pages", nargs="+")
+    ap.add_argument("--check", action="store_true")
+    args = ap.parse_args()
+    stale = []
+    for page in map(Path, args.pages):
+        text = page.read_text()
+        new = refreshed(text)
+        if new != text:
+            if args.check:
+                stale.append(str(page))
+            else:
+                page.write_text(new)
+    for page in stale:
+        print(f"stale tables in {page}: run python docs/tools/include_tables.py {page}", file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
