@@ -86,20 +86,27 @@ def main() -> None:
     ap.add_argument("--data-dir", default=os.environ.get("FEDCAL_DATA_DIR", ""))
     ap.add_argument("--skip-rounds", action="store_true")
     args = ap.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; best of {args.repeat}, seconds")
-    print(f"{'model':<13}{'n':>4}{'FedAvg':>11}{'CalGuard':>11}{'ratio':>8}{'extra/reply':>13}")
+    import pandas as pd
+
+    from fedcal.reports import markdown_table
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU; aggregation: best of {args.repeat}\n")
+    rows = []
     for name in SHAPES:
         for n in args.n:
             t_avg, t_guard = aggregation(name, n, args.repeat)
-            print(f"{name:<13}{n:>4}{t_avg:>11.5f}{t_guard:>11.5f}{t_guard / t_avg:>8.1f}{(t_guard - t_avg) / n:>13.5f}")
+            rows.append({"model": name, "replies": n, "FedAvg_s": f"{t_avg:.5f}", "CalGuard_s": f"{t_guard:.5f}",
+                         "ratio": f"{t_guard / t_avg:.1f}", "extra_s_per_reply": f"{(t_guard - t_avg) / n:.5f}"})
+    print(markdown_table(pd.DataFrame(rows), "aggregate_updates, 100-sample root set"))
     if args.skip_rounds:
         return
-    print(f"\nwhole rounds (in-process engine, mean of rounds 2..{args.rounds}, TSA τ=5, M=5, 100-sample root set)")
-    print(f"{'run':<13}{'FedAvg s':>10}{'CalGuard s':>12}{'ratio':>8}")
+    rows = []
     for name, dataset, extra in (("mnist-mlp", "mnist", {}), ("cifar10-cnn", "cifar10", {"model": "cnn", "lr": 0.05})):
         r = rounds(dataset, {**extra, "data-dir": args.data_dir}, args.rounds)
-        print(f"{name:<13}{r['fedavg']:>10.4f}{r['calguard']:>12.4f}{r['calguard'] / r['fedavg']:>8.3f}")
-
+        rows.append({"run": name, "FedAvg_s_per_round": f"{r['fedavg']:.4f}",
+                     "CalGuard_s_per_round": f"{r['calguard']:.4f}", "ratio": f"{r['calguard'] / r['fedavg']:.3f}"})
+    print(markdown_table(pd.DataFrame(rows), f"whole rounds (in-process engine, mean of rounds 2..{args.rounds}, "
+                                             "TSA τ = 5, M = 5, train + aggregate + central evaluation)"))
 
 if __name__ == "__main__":
     main()

@@ -178,3 +178,17 @@ def test_one_markdown_writer():
                  if p != writer and pattern.search(p.read_text())]
     assert offenders == []
     assert pattern.search(writer.read_text())
+
+
+def test_pages_with_included_tables_show_the_generated_files():
+    """docs/defense.md pastes generated tables between markers; each block equals its file, so
+    no number on the page was typed by hand or left behind by an older run."""
+    spec = importlib.util.spec_from_file_location("include_tables", ROOT / "docs" / "tools" / "include_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    page = (ROOT / "docs" / "defense.md").read_text()
+    assert "<!-- table: " in page
+    assert module.refreshed(page) == page
+    text = "a\n<!-- table: docs/results/defense-mnist/table.md -->\nstale\n<!-- /table -->\nb\n"
+    fresh = module.refreshed(text)
+    assert "stale" not in fresh and (ROOT / "docs/results/defense-mnist/table.md").read_text() in fresh

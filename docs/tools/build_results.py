@@ -76,7 +76,9 @@ SECTIONS = [
      "same strategy. No rule removes the shift: TSA updates stay collinear with benign ones (the η–τ "
      "coupling), so FoolsGold (built against sybils) behaves like FedAvg; FLTrust rescales every update "
      "to the root update's norm, which slows the whole federation (more under-confident even when "
-     "benign), and shrinks but keeps the shift; MultiKrum dampens τ = 5 and leaves τ = 0.2 intact."),
+     "benign), and shrinks but keeps the shift; MultiKrum dampens τ = 5 and leaves τ = 0.2 intact. "
+     "A defense aimed at calibration itself, CalGuard, with these rules over three seeds: "
+     "[defense.md](defense.md)."),
     ("defenses-cifar10", "Defenses: robust aggregation against TSA, CIFAR10–CNN",
      "fedcal taus --taus 0.2,1,5 --strategies fedavg,fltrust,foolsgold,multikrum --jobs 2 "
      "--report docs/results/defenses-cifar10 dataset=cifar10 model=cnn lr=0.05 data-dir=../shared/data "

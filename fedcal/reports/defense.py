@@ -35,6 +35,8 @@ from fedcal.train import predict_logits
 POSTHOC = "fedavg + TS(root)"
 #: the attack settings a row is identified by, besides dataset and strategy
 SETTING = ["tau", "attacker_ratio", "dirichlet_alpha", "tsa_step_frac", "tsa_blend"]
+#: CalGuard's own parameters (NaN in the rows of other strategies)
+GUARD = ["calguard_kappa", "calguard_strikes", "calguard_window"]
 #: the target of docs/defense.md: |Δ sECE| (points) and |Δ accuracy| under attack; without attack
 TARGET_SECE, TARGET_ACC, TARGET_BENIGN = 2.0, 1.0, 1.0
 FP_TARGET = 0.05
@@ -107,11 +109,12 @@ def run_rows(run_dirs: Sequence[str | Path], posthoc: bool = True) -> pd.DataFra
             setting.update(attacker_ratio=np.nan, tsa_step_frac=1.0, tsa_blend=1.0)
         det, fp, n_att = _flags(Path(d), cfg)
         base = {"dataset": cfg.dataset, **setting, "seed": cfg.seed, "run_dir": str(d)}
-        rows.append({**base, "strategy": cfg.strategy, "accuracy": last["accuracy"], "ece": last["ece"],
+        guard = {k: getattr(cfg, k) if cfg.strategy == "calguard" else np.nan for k in GUARD}
+        rows.append({**base, **guard, "strategy": cfg.strategy, "accuracy": last["accuracy"], "ece": last["ece"],
                      "sece": last["sece"], "detection": det, "false_positive": fp, "attacker_replies": n_att})
         if posthoc and cfg.strategy == "fedavg":
             m = _root_temperature_metrics(Path(d))
-            rows.append({**base, "strategy": POSTHOC, "accuracy": m["accuracy"], "ece": m["ece"], "sece": m["sece"],
+            rows.append({**base, **{k: np.nan for k in GUARD}, "strategy": POSTHOC, "accuracy": m["accuracy"], "ece": m["ece"], "sece": m["sece"],
                          "detection": np.nan, "false_positive": np.nan, "attacker_replies": n_att})
     return pd.DataFrame(rows)
 
@@ -123,8 +126,11 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     both ≤ 1 without, benign clients flagged in < 5 % of their replies)."""
     if rows.empty:
         return pd.DataFrame()
-    keys = ["dataset", "strategy", *SETTING]
     r = rows.copy()
+    for k in GUARD:  # tables written before these columns existed
+        if k not in r.columns:
+            r[k] = np.nan
+    keys = ["dataset", "strategy", *SETTING, *GUARD]
     for c in ("accuracy", "ece", "sece"):
         r[c] = 100 * r[c]
     ref = r[(r["strategy"] == "fedavg") & (r["tau"] == 1.0)].groupby(["dataset", "dirichlet_alpha"])[
@@ -145,7 +151,7 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     ok = ok & ~(out["false_positive"] >= FP_TARGET)
     out["target"] = np.where(out["d_sece"].isna(), "", np.where(ok, "yes", "no"))
     return out.sort_values(["dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend",
-                            "strategy", "tau"], na_position="first", kind="stable").reset_index(drop=True)
+                            "strategy", *GUARD, "tau"], na_position="first", kind="stable").reset_index(drop=True)
 
 
 def _pct(v: float) -> str:
@@ -168,10 +174,11 @@ def to_markdown(table: pd.DataFrame, title: str = "") -> str:
     t["detected_%"] = t["detection"].map(_pct)
     t["benign_flagged_%"] = t["false_positive"].map(_pct)
     t["tau"] = t["tau"].map(lambda v: "benign" if v == 1.0 else f"{v:g}")
-    varying = [c for c in ("dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend")
-               if t[c].dropna().nunique() > 1]
-    for c in ("attacker_ratio", "dirichlet_alpha", "tsa_step_frac", "tsa_blend"):
-        t[c] = t[c].map(lambda v: "" if pd.isna(v) else f"{v:g}")
+    varying = [c for c in ("dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend", *GUARD)
+               if c in t.columns and t[c].dropna().nunique() > 1]
+    for c in ("attacker_ratio", "dirichlet_alpha", "tsa_step_frac", "tsa_blend", *GUARD):
+        if c in t.columns:
+            t[c] = t[c].map(lambda v: "" if pd.isna(v) else f"{v:g}")
     cols = [*varying, "strategy", "tau", "seeds", "accuracy_%", "ece_%", "sece_%", "d_acc", "d_sece", "detected_%",
             "benign_flagged_%", "target"]
     return markdown_table(t[cols], title)
@@ -194,9 +201,12 @@ def defense_plot(table: pd.DataFrame, path: str | Path) -> Path:
         if len(ref):
             ax.axhspan(float(ref.iloc[0]) - TARGET_SECE, float(ref.iloc[0]) + TARGET_SECE, color="grey", alpha=0.2,
                        label="benign FedAvg ± 2")
-        for strategy, g in sub.groupby("strategy", sort=False):
+        varying = [c for c in GUARD if c in sub.columns and sub[c].dropna().nunique() > 1]
+        for key, g in sub.groupby(["strategy", *varying], sort=False, dropna=False):
+            strategy = key[0] if isinstance(key, tuple) else key
+            label = strategy + "".join(f" {c.split('_')[1]}={v:g}" for c, v in zip(varying, key[1:]) if not pd.isna(v))
             g = g.sort_values("tau")
-            ax.plot(g["tau"], g["sece"], marker="o", label=strategy, lw=2.2 if strategy == "calguard" else 1.2)
+            ax.plot(g["tau"], g["sece"], marker="o", label=label, lw=2.2 if strategy == "calguard" else 1.2)
         ax.set(xscale="log", xlabel="attackers' τ (1 = benign run)", ylabel="final sECE (%)", title=ds)
         ax.axhline(0, color="black", lw=0.6)
     axes[0, -1].legend(fontsize=7)
