@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
 
 import torch
 from flwr.app import ArrayRecord
@@ -24,17 +23,9 @@ from flwr.app import ArrayRecord
 from fedcal import strategies
 from fedcal.models import build_model
 
+from aggregation import best_of  # this folder's timer: warm-up, then the best of `repeat` runs
+
 SHAPES = {"mnist-mlp": ("mlp", (1, 28, 28), 10), "cifar10-cnn": ("cnn", (3, 32, 32), 10)}
-
-
-def best_of(fn, repeat: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def aggregation(name: str, n: int, repeat: int) -> tuple[float, float]:

@@ -122,6 +122,22 @@ def test_flwr_run_dot_runs_the_tsa_simulation(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("flwr") is None, reason="flwr CLI not on PATH")
+def test_flwr_run_dot_runs_calguard_and_writes_its_audit(tmp_path):
+    """strategy='calguard' through a local SuperLink and Ray: every round's replies are audited
+    (signature, score, decision) in aggregation.csv, weights summing to 1 per round."""
+    import pandas as pd
+
+    run_dir = _flwr_run(tmp_path, "dataset='digits' num-clients=6 clients-per-round=3 num-rounds=2 tau=5.0 "
+                                  "strategy='calguard' root-size=40", 6)
+    audit = pd.read_csv(run_dir / "aggregation.csv")
+    assert audit.groupby("round").size().to_dict() == {1: 3, 2: 3}
+    assert audit.groupby("round")["weight"].sum().round(6).tolist() == [1.0, 1.0]
+    assert {"scale_shift", "score", "decision"} <= set(audit.columns) and audit["scale_shift"].notna().all()
+    assert set(audit["partition_id"]) <= set(range(6))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("flwr") is None, reason="flwr CLI not on PATH")
 def test_flwr_run_dot_runs_robust_federated_inference(tmp_path):
     """The same Flower App with task='inference': clients train, answer query messages, the
     server writes the accuracy table of every aggregator under every attack."""
