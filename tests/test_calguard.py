@@ -353,3 +353,19 @@ def test_a_flower_run_writes_the_audit_table_and_the_report_reads_it(tmp_path):
     assert rows.loc[0, "detection"] == pytest.approx(expected)
     md = defense_report([run_dir], tmp_path / "report")
     assert "calguard" in md and (tmp_path / "report" / "audit-tau5.png").exists()
+
+
+def test_defense_cells_share_benign_runs_and_add_the_fedavg_reference():
+    from fedcal.reports.defense import defense_configs
+
+    base = RunConfig()
+    cells = defense_configs(base, ["calguard"], [0.2, 1.0, 5.0], [0, 1],
+                            {"calguard_kappa": [4.0, 6.0], "attacker_ratio": [0.1, 0.4]})
+    guard = [c for c in cells if c.strategy == "calguard"]
+    fedavg = [c for c in cells if c.strategy == "fedavg"]
+    # CalGuard: 2 κ × 2 seeds × (2 attacked τ × 2 ratios + one benign run shared by both ratios)
+    assert len(guard) == 2 * 2 * (2 * 2 + 1)
+    # FedAvg (the reference, added though not asked for): κ is not its key, so no copy per κ
+    assert len(fedavg) == 2 * (2 * 2 + 1) and {c.calguard_kappa for c in fedavg} == {base.calguard_kappa}
+    benign = [c for c in cells if c.attack == "none"]
+    assert {c.attacker_ratio for c in benign} == {base.attacker_ratio} and all(c.tau == 1.0 for c in benign)

@@ -56,12 +56,15 @@ def defense_configs(base: RunConfig, strategies: Sequence[str], taus: Sequence[f
         cell = base.replace(**dict(zip(axes, values)))
         for seed in seeds:
             for strategy in [*strategies, "fedavg"]:
+                # CalGuard's keys only matter to CalGuard: other strategies' cells keep the defaults, so a
+                # κ grid does not re-run the same FedAvg cell once per κ
+                own = cell if strategy == "calguard" else cell.replace(**{k: getattr(defaults, k) for k in GUARD})
                 for tau in [*taus, 1.0] if strategy == "fedavg" else taus:
                     if tau == 1.0:
-                        c = cell.replace(strategy=strategy, seed=seed, attack="none", tau=1.0,
-                                         attacker_ratio=defaults.attacker_ratio, tsa_step_frac=1.0, tsa_blend=1.0)
+                        c = own.replace(strategy=strategy, seed=seed, attack="none", tau=1.0,
+                                        attacker_ratio=defaults.attacker_ratio, tsa_step_frac=1.0, tsa_blend=1.0)
                     else:
-                        c = cell.replace(strategy=strategy, seed=seed, attack="tsa", tau=tau)
+                        c = own.replace(strategy=strategy, seed=seed, attack="tsa", tau=tau)
                     out.setdefault(config_hash(c), c)
     return list(out.values())
 
@@ -114,8 +117,9 @@ def run_rows(run_dirs: Sequence[str | Path], posthoc: bool = True) -> pd.DataFra
                      "sece": last["sece"], "detection": det, "false_positive": fp, "attacker_replies": n_att})
         if posthoc and cfg.strategy == "fedavg":
             m = _root_temperature_metrics(Path(d))
-            rows.append({**base, **{k: np.nan for k in GUARD}, "strategy": POSTHOC, "accuracy": m["accuracy"], "ece": m["ece"], "sece": m["sece"],
-                         "detection": np.nan, "false_positive": np.nan, "attacker_replies": n_att})
+            rows.append({**base, **{k: np.nan for k in GUARD}, "strategy": POSTHOC, "accuracy": m["accuracy"],
+                         "ece": m["ece"], "sece": m["sece"], "detection": np.nan, "false_positive": np.nan,
+                         "attacker_replies": n_att})
     return pd.DataFrame(rows)
 
 

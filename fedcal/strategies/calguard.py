@@ -40,9 +40,9 @@ class CalGuard(UpdateAggregationStrategy):
     strikes : int (default 3)
         A client flagged this many times is dropped in every later round (0 = never); clients
         are told apart by ``node_label`` (their partition id) when given, else by node id.
-    mode : "filter" | "audit" (default "filter")
-        ``audit`` computes and records everything but averages every reply (FedAvg), so an
-        operator sees an attack without acting on it.
+    mode : str (default "filter")
+        ``filter`` drops flagged replies; ``audit`` computes and records everything but averages
+        every reply (FedAvg), so an operator sees an attack without acting on it.
     **options : StrategyOptions
         The shared arguments (Flower's FedAvg ones, seeded sampling, buffers), see the base.
 
@@ -117,9 +117,10 @@ class CalGuard(UpdateAggregationStrategy):
             for n, sig, d, s, o, b, f in zip(node_ids, signatures, dev, z, outlier, banned, flagged)}
         dropped = [n for n, f in zip(node_ids, flagged) if f]
         if dropped:
-            log(INFO, "CalGuard round %d: %s %s (|z| > %.3g)", server_round,
+            log(INFO, "CalGuard round %d: %s %s (score |z| > %.3g, or struck out after %d flags)", server_round,
                 "dropped" if self.mode == "filter" else "flagged (audit only)",
-                self.by_node({n: float(s) for n, s, f in zip(node_ids, z, flagged) if f}), self.kappa)
+                self.by_node({n: float(s) for n, s, f in zip(node_ids, z, flagged) if f}), self.kappa,
+                self.strikes.limit)
         return delta, node_w
 
     def _client(self, node_id: int):
