@@ -212,6 +212,9 @@ def defense_plot(table: pd.DataFrame, path: str | Path) -> Path:
             g = g.sort_values("tau")
             ax.plot(g["tau"], g["sece"], marker="o", label=label, lw=2.2 if strategy == "calguard" else 1.2)
         ax.set(xscale="log", xlabel="attackers' τ (1 = benign run)", ylabel="final sECE (%)", title=ds)
+        taus = sorted(sub["tau"].unique())
+        ax.minorticks_off()  # log-scale minor labels (2×10⁻¹, …) collide; label the τ values run instead
+        ax.set_xticks(taus, [f"{t:g}" for t in taus])
         ax.axhline(0, color="black", lw=0.6)
     axes[0, -1].legend(fontsize=7)
     return _save(fig, path)
