@@ -189,34 +189,41 @@ def to_markdown(table: pd.DataFrame, title: str = "") -> str:
 
 
 def defense_plot(table: pd.DataFrame, path: str | Path) -> Path:
-    """sECE (%) vs τ per strategy (mean over seeds), one panel per dataset; the band is the
-    benign FedAvg run's sECE ± 2 points (the target)."""
+    """sECE (%) vs τ per strategy (mean over seeds), one panel per dataset and α; one line per
+    strategy and setting that varies (attacker ratio, adaptive knobs, CalGuard's parameters), each
+    joined to its strategy's benign run at τ = 1; the band is the benign FedAvg run's sECE ± 2
+    points (the target)."""
     from fedcal.reports.plots import _save, plt
 
-    main = table[table["tsa_step_frac"].eq(1.0) & table["tsa_blend"].eq(1.0)]
-    datasets = list(dict.fromkeys(main["dataset"]))
-    fig, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets), 3.8), squeeze=False)
-    for ax, ds in zip(axes[0], datasets):
-        sub = main[main["dataset"] == ds]
-        alpha = sub["dirichlet_alpha"].mode().iloc[0]
-        sub = sub[(sub["dirichlet_alpha"] == alpha) & (sub["attacker_ratio"].isna() |
-                                                      sub["attacker_ratio"].eq(sub["attacker_ratio"].mode().iloc[0]))]
+    panels = list(table.groupby(["dataset", "dirichlet_alpha"], sort=False).groups)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
+    knobs = ["attacker_ratio", "tsa_step_frac", "tsa_blend", *[c for c in GUARD if c in table.columns]]
+    for ax, (ds, alpha) in zip(axes[0], panels):
+        sub = table[(table["dataset"] == ds) & (table["dirichlet_alpha"] == alpha)]
         ref = sub[(sub["strategy"] == "fedavg") & (sub["tau"] == 1.0)]["sece"]
         if len(ref):
             ax.axhspan(float(ref.iloc[0]) - TARGET_SECE, float(ref.iloc[0]) + TARGET_SECE, color="grey", alpha=0.2,
                        label="benign FedAvg ± 2")
-        varying = [c for c in GUARD if c in sub.columns and sub[c].dropna().nunique() > 1]
-        for key, g in sub.groupby(["strategy", *varying], sort=False, dropna=False):
-            strategy = key[0] if isinstance(key, tuple) else key
-            label = strategy + "".join(f" {c.split('_')[1]}={v:g}" for c, v in zip(varying, key[1:]) if not pd.isna(v))
-            g = g.sort_values("tau")
+        attacked, benign = sub[sub["tau"] != 1.0], sub[sub["tau"] == 1.0]
+        varying = [c for c in knobs if attacked[c].dropna().nunique() > 1]
+        for key, g in attacked.groupby(["strategy", *varying], sort=False, dropna=False):
+            key = key if isinstance(key, tuple) else (key,)
+            strategy = key[0]
+            own = benign[benign["strategy"] == strategy]
+            for c in GUARD:  # the benign run of the same CalGuard parameters
+                if c in own.columns and c in varying:
+                    own = own[own[c] == g[c].iloc[0]]
+            g = pd.concat([g, own.iloc[:1]]).sort_values("tau")
+            label = strategy + "".join(f" {c.replace('calguard_', '').replace('tsa_', '')}={v:g}"
+                                       for c, v in zip(varying, key[1:]) if not pd.isna(v))
             ax.plot(g["tau"], g["sece"], marker="o", label=label, lw=2.2 if strategy == "calguard" else 1.2)
-        ax.set(xscale="log", xlabel="attackers' τ (1 = benign run)", ylabel="final sECE (%)", title=ds)
+        ax.set(xscale="log", xlabel="attackers' τ (1 = benign run)", ylabel="final sECE (%)",
+               title=f"{ds}, α = {alpha:g}")
         taus = sorted(sub["tau"].unique())
         ax.minorticks_off()  # log-scale minor labels (2×10⁻¹, …) collide; label the τ values run instead
         ax.set_xticks(taus, [f"{t:g}" for t in taus])
         ax.axhline(0, color="black", lw=0.6)
-    axes[0, -1].legend(fontsize=7)
+        ax.legend(fontsize=6)
     return _save(fig, path)
 
 
