@@ -34,12 +34,15 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from fedcal.aggregate import true_median
+from fedcal.train import predict_logits
 
 #: the signature columns of the audit table, in order
 SIGNATURE_COLUMNS = ("scale_shift", "conf_shift", "nll_shift", "root_accuracy")
@@ -126,10 +129,7 @@ def median_deviations(values: torch.Tensor, trusted: torch.Tensor | None = None)
     if len(v) == 0:
         return v
     pool = v[trusted] if trusted is not None and bool(trusted.any()) else v
-    s = pool.sort().values
-    n = len(s)
-    med = s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
-    return v - med
+    return v - true_median(pool)
 
 
 class DeviationScale:
@@ -206,23 +206,7 @@ def flag_outliers(scores: torch.Tensor, kappa: float) -> torch.Tensor:
 @torch.no_grad()
 def root_logits(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor,
                 batch_size: int = 1000) -> torch.Tensor:
-    """Logits of ``model`` loaded with ``state`` on ``x`` (eval mode, float32 on the CPU)."""
+    """Logits of ``model`` loaded with ``state`` on ``x`` (eval mode, float32 on the CPU), on the
+    model's device."""
     model.load_state_dict(state)
-    model.eval()
-    device = next(model.parameters()).device
-    return torch.cat([model(x[i:i + batch_size].to(device)).float().cpu() for i in range(0, len(x), batch_size)])
-
-
-def states_with_updates(base: Mapping[str, torch.Tensor], keys: Sequence[str], update: torch.Tensor
-                        ) -> dict[str, torch.Tensor]:
-    """``base`` with the flat ``update`` added to the arrays ``keys`` (in order); other arrays
-    (buffers) as in ``base``."""
-    out = dict(base)
-    offset = 0
-    for k in keys:
-        size = base[k].numel()
-        out[k] = (base[k].double() + update[offset:offset + size].double().reshape(base[k].shape)).to(base[k].dtype)
-        offset += size
-    if offset != update.numel():
-        raise ValueError(f"update has {update.numel()} values, the arrays {offset}")
-    return out
+    return predict_logits(model, x, batch_size, next(model.parameters()).device)

@@ -19,7 +19,7 @@ multikrum           :func:`multikrum`, :func:`multikrum_select`, :func:`krum_sco
 fltrust             :func:`fltrust`
 foolsgold           :class:`FoolsGoldHistory` (stateful: per-client histories),
                     :func:`foolsgold_weights`
-flatten             :func:`flatten_state`, :func:`unflatten`
+flatten             :func:`flatten_state`, :func:`unflatten`, :func:`add_flat_update`
 buffers             non-trained state (BatchNorm statistics): :func:`buffer_problem`
                     (validation), :func:`buffer_mean` (FedAvg), :func:`buffer_median` (robust)
 numerics            overflow-free helpers: :func:`fit_weights`, :func:`overflow_free_mean`, …
@@ -46,7 +46,7 @@ the noise-injection baseline at σ = 0.1 is clipped by it).
 from __future__ import annotations
 
 from .buffers import buffer_mean, buffer_median, buffer_problem
-from .flatten import flatten_state, unflatten
+from .flatten import add_flat_update, flatten_state, unflatten
 from .fltrust import fltrust
 from .foolsgold import FoolsGoldHistory, foolsgold_weights
 from .geometric_median import geometric_median
@@ -67,6 +67,7 @@ __all__ = [
     "coordinate_median",
     "fedavg",
     "flatten_state",
+    "add_flat_update",
     "fltrust",
     "foolsgold_weights",
     "geometric_median",

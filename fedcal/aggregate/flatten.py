@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -36,4 +36,16 @@ def unflatten(vec: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Ten
         if not t.is_floating_point() and not t.is_complex() and piece.is_floating_point():
             piece = piece.round()
         out.append(piece.reshape(t.shape).to(dtype=t.dtype, device=t.device))
+    return out
+
+
+def add_flat_update(base: Mapping[str, torch.Tensor], keys: Sequence[str], update: torch.Tensor
+                    ) -> dict[str, torch.Tensor]:
+    """``base`` with the flat ``update`` added to the arrays ``keys`` (in that order, split by
+    :func:`unflatten`), each sum taken in float64 and cast back to the array's dtype; the other
+    arrays (buffers) as in ``base``. A strategy's new model, and CalGuard's candidate models."""
+    pieces = unflatten(torch.as_tensor(update).double(), [base[k].double() for k in keys])
+    out = dict(base)
+    for k, piece in zip(keys, pieces):
+        out[k] = (base[k].double() + piece).to(base[k].dtype)
     return out

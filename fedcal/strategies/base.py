@@ -325,12 +325,8 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
                 total = node_w.sum()
                 node_w = node_w / total if total > 0 else node_w
                 self.last_weights = {n: float(w) for n, w in zip(nodes, node_w)}
-                offset = 0
-                for k in train_keys:
-                    size = base[k].numel()
-                    new[k] = (base[k].double() + delta[offset:offset + size].double().reshape(base[k].shape)
-                              ).to(base[k].dtype)
-                    offset += size
+                updated = agg.add_flat_update(base, train_keys, delta)
+                new.update({k: updated[k] for k in train_keys})
             buffer_keys = [k for k in keys if k not in train_keys]
             if buffer_keys:
                 values = torch.stack([torch.cat([_tensor(g[1][self.arrayrecord_key][k]).double().reshape(-1)

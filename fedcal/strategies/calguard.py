@@ -89,7 +89,7 @@ class CalGuard(UpdateAggregationStrategy):
         base = {k: _tensor(sent[k]) for k in sent.keys()}
         current = cg.RootStats.of(cg.root_logits(self.model, base, self.root_x), self.root_y)
         signatures = [cg.signature(cg.RootStats.of(cg.root_logits(
-            self.model, cg.states_with_updates(base, keys, u), self.root_x), self.root_y), current) for u in updates]
+            self.model, agg.add_flat_update(base, keys, u), self.root_x), self.root_y), current) for u in updates]
         shifts = torch.tensor([s["scale_shift"] for s in signatures], dtype=torch.float64)
         clients = [self._client(n) for n in node_ids]
         banned = torch.tensor([self.strikes.banned(c) for c in clients])  # before this round's strikes
