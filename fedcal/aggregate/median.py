@@ -5,12 +5,19 @@ from __future__ import annotations
 import torch
 
 from ._checks import _check_updates
+from .select import network_applies, order_statistic_mean
 
 
-def true_median(x: torch.Tensor, dim: int = 0) -> torch.Tensor:
+def true_median(x: torch.Tensor, dim: int = 0, *, nan_free: bool = False) -> torch.Tensor:
     """Median along ``dim`` with the mean of the two middle values for even sizes (not
-    ``torch.median``, which returns the lower one). Shared with the inference aggregators."""
+    ``torch.median``, which returns the lower one). Shared with the inference aggregators.
+
+    Large CPU inputs take a selection network (:mod:`fedcal.aggregate.select`, same values as
+    the sort); ``nan_free=True`` says the caller has already refused NaN (saves a pass)."""
     n = x.shape[dim]
+    fast = order_statistic_mean(x, dim, (n - 1) // 2, n // 2 + 1, nan_free)
+    if fast is not None:
+        return fast
     s = torch.sort(x, dim=dim).values
     # For odd n both indices are the middle one; for even n they are the two middle ones.
     lo, hi = s.select(dim, (n - 1) // 2), s.select(dim, n // 2)
@@ -30,4 +37,4 @@ def coordinate_median(updates: torch.Tensor) -> torch.Tensor:
     Source: Yin et al., "Byzantine-Robust Distributed Learning: Towards Optimal Statistical
     Rates" (ICML 2018); SPEC §3 coordinate-wise median.
     """
-    return true_median(_check_updates(updates), dim=0)
+    return true_median(_check_updates(updates), dim=0, nan_free=True)

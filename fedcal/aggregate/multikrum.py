@@ -36,31 +36,38 @@ def multikrum_params(n: int, f: int, m: int | None = None) -> tuple[int, int]:
     return f, max(1, min(m, n))
 
 
-def pairwise_sq_distances(updates: torch.Tensor, chunk: int = 1 << 16) -> torch.Tensor:
+def pairwise_sq_distances(updates: torch.Tensor, chunk: int = 1 << 14) -> torch.Tensor:
     """(n, n) squared Euclidean distances, float64, through a BLAS Gram matrix.
 
     The Gram trick ‖a‖² + ‖b‖² − 2ab is fast (one matmul) but cancels catastrophically in
-    float32 for near-duplicate updates (sybils). Centring the rows first (distances are
-    translation invariant) and accumulating the Gram matrix in float64, a column chunk at a
-    time (cache-sized chunks: the float64 copies stay in cache), keeps it exact to ~1e-16
-    relative while staying O(n²d) BLAS. It costs a few times a float32 Gram: the price of
-    ranking sybil-like near-duplicates correctly. When one row is more than 2^20 times larger
-    than the typical row (its max |value| against the median row's), the rows are centred on
-    their coordinate-wise median instead of their mean, which that row would otherwise own.
+    float32 for near-duplicate updates (sybils). Centring every coordinate first (distances are
+    translation invariant, coordinate by coordinate) and accumulating the Gram matrix in
+    float64 keeps it exact to ~1e-16 relative while staying O(n²d) BLAS. The work is done a
+    cache-sized column chunk at a time — cast to float64, centre on the chunk's own coordinate
+    means, ``addmm`` into the Gram — so the data is read once (a float64 mean of the whole
+    matrix, or a float64 copy of it, costs more than the Gram itself). In a chunk where one
+    row is more than 2^20 times larger than the typical row (its max |value| against the
+    median row's), the chunk is centred on its coordinate-wise median instead of its mean,
+    which that row would otherwise own.
     """
     n, d = updates.shape
-    row_max = updates.detach().abs().amax(dim=1)
-    if bool(row_max.max() > _OUTLIER_RATIO * row_max.median()):
-        # A row far larger than the typical one (a Byzantine update of norm 1e30) would drag the
-        # mean with it and the centred honest rows would cancel to noise: centre on the
-        # coordinate-wise median instead, which the honest majority holds.
-        mean = true_median(updates.double(), dim=0)
-    else:
-        mean = updates.mean(dim=0, dtype=torch.float64)
     gram = torch.zeros(n, n, dtype=torch.float64, device=updates.device)
     for start in range(0, d, chunk):
-        block = updates[:, start:start + chunk].double() - mean[start:start + chunk]
-        gram += block @ block.T
+        block = updates[:, start:start + chunk].to(torch.float64, copy=True)  # centred in place
+        row_max = torch.maximum(block.amax(dim=1), -block.amin(dim=1))
+        if bool(row_max.max() > _OUTLIER_RATIO * row_max.median()):
+            # A row far larger than the typical one (a Byzantine update of norm 1e30) would drag
+            # the mean with it and the centred honest rows would cancel to noise: centre on the
+            # coordinate-wise median, which the honest majority holds.
+            block -= true_median(block, dim=0)
+        else:
+            # The mean rounded to float32 where it fits: for float32 updates x − m is then exact
+            # in float64, and so are the Gram's products (≤ 48 significant bits), so equal
+            # distances stay equal (ties keep breaking by index).
+            mean = block.mean(dim=0)
+            short = mean.float().double()
+            block -= torch.where(torch.isfinite(short), short, mean)
+        gram.addmm_(block, block.T)
     sq = gram.diagonal()
     dist = (sq[:, None] + sq[None, :] - 2 * gram).clamp_min_(0.0)
     if not bool(torch.isfinite(dist).all()):

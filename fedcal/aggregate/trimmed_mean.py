@@ -7,12 +7,16 @@ import torch
 
 from ._checks import _check_int, _check_updates
 from .numerics import overflow_free_mean
+from .select import order_statistic_mean
 
 
-def trimmed_mean_along(x: torch.Tensor, f: int, dim: int = 0) -> torch.Tensor:
+def trimmed_mean_along(x: torch.Tensor, f: int, dim: int = 0, *, nan_free: bool = False) -> torch.Tensor:
     """Mean along ``dim`` after dropping the f largest and f smallest values (needs n > 2f;
     a sum that would overflow is taken rescaled, :func:`~fedcal.aggregate.numerics.overflow_free_mean`).
-    Shared with the inference aggregators (CWTM, DeepSet-TM pooling)."""
+    Shared with the inference aggregators (CWTM, DeepSet-TM pooling).
+
+    Large CPU inputs without autograd take a selection network (:mod:`fedcal.aggregate.select`):
+    the same kept values, summed in float64; ``nan_free=True`` says NaN was already refused."""
     n = x.shape[dim]
     if f < 0:
         raise ValueError(f"f must be >= 0; got {f}")
@@ -20,6 +24,9 @@ def trimmed_mean_along(x: torch.Tensor, f: int, dim: int = 0) -> torch.Tensor:
         raise ValueError(f"trimmed mean needs n > 2f, got n = {n} and f = {f} (at most f = {(n - 1) // 2})")
     if f == 0:
         return overflow_free_mean(x, dim=dim)
+    fast = order_statistic_mean(x, dim, f, n - f, nan_free)
+    if fast is not None:
+        return fast
     return overflow_free_mean(torch.sort(x, dim=dim).values.narrow(dim, f, n - 2 * f), dim=dim)
 
 
@@ -30,7 +37,7 @@ def trimmed_mean(updates: torch.Tensor, f: int) -> torch.Tensor:
     Source: Yin et al., "Byzantine-Robust Distributed Learning: Towards Optimal Statistical
     Rates" (ICML 2018); SPEC §3 coordinate-wise trimmed mean.
     """
-    return trimmed_mean_along(_check_updates(updates), _check_int("f", f, 0), dim=0)
+    return trimmed_mean_along(_check_updates(updates), _check_int("f", f, 0), dim=0, nan_free=True)
 
 
 def trim_for(n: int, f: int) -> int:
