@@ -13,8 +13,10 @@ def _check_finite(x: torch.Tensor, what: str) -> None:
         raise ValueError(f"{what} contain NaN or Inf values")
 
 
-def _check_updates(updates) -> torch.Tensor:
-    """(n, d) floating tensor with n ≥ 1 and only finite values, else ValueError."""
+def _check_updates(updates, finite: bool = True) -> torch.Tensor:
+    """(n, d) floating tensor with n ≥ 1 and only finite values, else ValueError
+    (``finite=False``: the shape and dtype only — for a rule that checks its result instead,
+    which every NaN/Inf input poisons; it must then call :func:`_check_finite` itself)."""
     updates = torch.as_tensor(updates)
     if updates.ndim != 2:
         raise ValueError(f"updates must be a 2-D (n, d) tensor, got shape {tuple(updates.shape)}")
@@ -22,7 +24,8 @@ def _check_updates(updates) -> torch.Tensor:
         raise ValueError("updates is empty: need at least one client update (n ≥ 1)")
     if not updates.is_floating_point():
         updates = updates.to(torch.get_default_dtype())
-    _check_finite(updates, "updates")
+    if finite:
+        _check_finite(updates, "updates")
     return updates
 
 

@@ -36,7 +36,7 @@ def multikrum_params(n: int, f: int, m: int | None = None) -> tuple[int, int]:
     return f, max(1, min(m, n))
 
 
-def pairwise_sq_distances(updates: torch.Tensor, chunk: int = 1 << 14) -> torch.Tensor:
+def pairwise_sq_distances(updates: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
     """(n, n) squared Euclidean distances, float64, through a BLAS Gram matrix.
 
     The Gram trick ‖a‖² + ‖b‖² − 2ab is fast (one matmul) but cancels catastrophically in
@@ -44,29 +44,35 @@ def pairwise_sq_distances(updates: torch.Tensor, chunk: int = 1 << 14) -> torch.
     translation invariant, coordinate by coordinate) and accumulating the Gram matrix in
     float64 keeps it exact to ~1e-16 relative while staying O(n²d) BLAS. The work is done a
     cache-sized column chunk at a time — cast to float64, centre on the chunk's own coordinate
-    means, ``addmm`` into the Gram — so the data is read once (a float64 mean of the whole
-    matrix, or a float64 copy of it, costs more than the Gram itself). In a chunk where one
-    row is more than 2^20 times larger than the typical row (its max |value| against the
-    median row's), the chunk is centred on its coordinate-wise median instead of its mean,
-    which that row would otherwise own.
+    means, ``addmm`` into the Gram — so the data is read once more (a float64 mean of the
+    whole matrix, or a float64 copy of it, costs more than the Gram itself). When one row is
+    more than 2^20 times larger than the typical row (its max |value| against the median
+    row's), the rows are centred on their coordinate-wise median instead of their mean, which
+    that row would otherwise own.
     """
     n, d = updates.shape
+    if chunk is None:  # n × chunk float64 values ≈ 1 MiB: in cache, and few chunks for small n
+        chunk = max(1 << 12, min(1 << 18, (1 << 17) // n))
+    # max |value| of each row, from two reductions of the input (an abs() would copy it)
+    row_max = torch.maximum(updates.amax(dim=1), -updates.amin(dim=1))
+    # A row far larger than the typical one (a Byzantine update of norm 1e30) would drag the mean
+    # with it and the centred honest rows would cancel to noise: centre on the coordinate-wise
+    # median then, which the honest majority holds.
+    outlier = bool(row_max.max() > _OUTLIER_RATIO * row_max.median())
     gram = torch.zeros(n, n, dtype=torch.float64, device=updates.device)
     for start in range(0, d, chunk):
-        block = updates[:, start:start + chunk].to(torch.float64, copy=True)  # centred in place
-        row_max = torch.maximum(block.amax(dim=1), -block.amin(dim=1))
-        if bool(row_max.max() > _OUTLIER_RATIO * row_max.median()):
-            # A row far larger than the typical one (a Byzantine update of norm 1e30) would drag
-            # the mean with it and the centred honest rows would cancel to noise: centre on the
-            # coordinate-wise median, which the honest majority holds.
+        part = updates[:, start:start + chunk]
+        block = part.to(torch.float64, copy=True)  # centred in place
+        if outlier:
             block -= true_median(block, dim=0)
         else:
-            # The mean rounded to float32 where it fits: for float32 updates x − m is then exact
-            # in float64, and so are the Gram's products (≤ 48 significant bits), so equal
-            # distances stay equal (ties keep breaking by index).
-            mean = block.mean(dim=0)
-            short = mean.float().double()
-            block -= torch.where(torch.isfinite(short), short, mean)
+            # Centred on the mean rounded to float32 (where it fits): for float32 updates x − m is
+            # then exact in float64, and so are the Gram's products (≤ 48 significant bits), so
+            # equal distances stay equal (ties keep breaking by index).
+            mean = part.mean(dim=0, dtype=torch.float32)
+            if not bool(torch.isfinite(mean.sum())):  # float32 overflow: the float64 mean
+                mean = block.mean(dim=0)
+            block -= mean
         gram.addmm_(block, block.T)
     sq = gram.diagonal()
     dist = (sq[:, None] + sq[None, :] - 2 * gram).clamp_min_(0.0)
