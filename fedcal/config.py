@@ -33,7 +33,7 @@ STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "trimmed_mean", "me
 CALGUARD_MODES = ("filter", "audit")  # fedcal.calguard.CALGUARD_MODES (a test keeps them equal)
 CALGUARD_MIN_ROOT = 20  # fedcal.calguard.MIN_ROOT_SIZE
 DEVICES = ("auto", "cpu", "cuda")
-ENGINES = ("ray", "inprocess")
+ENGINES = ("ray", "inprocess", "batched")
 TASKS = ("train", "inference", "distill")
 # Old names of tasks, accepted and normalised: run directories written before the rename say "tsa".
 LEGACY_TASKS = {"tsa": "train"}
@@ -206,7 +206,8 @@ class RunConfig:
     eval_batch_size: int = setting(1000, "execution", "batch size of the central evaluation", ge=1)
     eval_every: int = setting(1, "train", "central evaluation every k rounds (always round 0 and the last)", ge=1)
     device: str = setting("auto", "execution", "auto = CUDA if present", choices=DEVICES)
-    engine: str = setting("ray", "execution", "ray: Flower's Simulation Engine; inprocess: the same apps, no Ray",
+    engine: str = setting("ray", "execution", "ray: Flower's Simulation Engine; inprocess: the same apps, no Ray; "
+                                               "batched: train runs of one architecture as one torch.func computation",
                           choices=ENGINES)
     client_cpus: float = setting(1.0, "execution", "Ray CPUs per virtual client (simulation only)", gt=0,
                                  finite=True)

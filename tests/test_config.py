@@ -173,7 +173,7 @@ def test_every_field_is_declared_with_a_group_and_help():
     ("inf-amplification", float("inf"),
      "run-config key 'inf-amplification' must be a finite number > 0, got inf"),
     ("inf-amp-curve", "1,inf", "run-config key 'inf-amp-curve' values must be finite numbers > 0, got '1,inf'"),
-    ("engine", "dask", "run-config key 'engine': unknown value 'dask'; choose one of ray, inprocess"),
+    ("engine", "dask", "run-config key 'engine': unknown value 'dask'; choose one of ray, inprocess, batched"),
     ("num-clients", 1.5, "run-config key 'num-clients' must be an integer, got 1.5"),
     ("seed", True, "run-config key 'seed' must be an integer, got True"),
     ("run-name", 3, "run-config key 'run-name' must be a string, got 3"),

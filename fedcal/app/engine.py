@@ -89,7 +89,11 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
         with _quiet_flower(verbose), warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             server_app = server_app_for(cfg, on_round)
-            if cfg.engine == "inprocess":
+            if cfg.engine == "batched":
+                from fedcal.app.batched import simulate_batched
+
+                simulate_batched(cfg)
+            elif cfg.engine == "inprocess":
                 from fedcal.app.inprocess import run_inprocess
 
                 run_inprocess(server_app, client_app, cfg.num_clients, seed=cfg.seed)

@@ -91,8 +91,49 @@ def _run_cell(flower_cfg: dict[str, Any]) -> tuple[str, str | None]:
         return str(run_dir_for(cfg)), traceback.format_exc()
 
 
+def _run_batch_cells(flower_cfgs: list[dict[str, Any]]) -> dict[str, str]:
+    from fedcal.app.batched import run_batched
+
+    configs = [RunConfig.from_flower(c) for c in flower_cfgs]
+    try:
+        return run_batched(configs)
+    except Exception:  # noqa: BLE001 — one failed batch must not stop the sweep
+        err = traceback.format_exc()
+        return {str(run_dir_for(c)): err for c in configs}
+
+
+def _split_batched(todo: list[RunConfig], jobs: int, progress: bool) -> tuple[list[list[RunConfig]], list[RunConfig]]:
+    """The ``engine=batched`` cells as batches (one per group of equal protocol, split into
+    ``jobs`` parts), and every other cell; a batched cell the engine does not cover is run
+    in-process instead (same config hash, same run directory), with a notice."""
+    from fedcal.app.batched import batched_unsupported, group_key
+
+    groups: dict[tuple, list[RunConfig]] = {}
+    others: list[RunConfig] = []
+    for c in todo:
+        if c.engine != "batched":
+            others.append(c)
+            continue
+        why = batched_unsupported(c)
+        if why:
+            if progress:
+                tqdm.write(f"{run_dir_for(c).name}: engine=batched does not cover {why}; run in-process")
+            others.append(c.replace(engine="inprocess"))
+        else:
+            groups.setdefault(group_key(c), []).append(c)
+    batches = []
+    for cells in groups.values():
+        parts = max(1, min(jobs, len(cells)))
+        batches += [cells[i::parts] for i in range(parts)]
+    return batches, others
+
+
 def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True) -> dict[str, str]:
     """Run every unfinished cell; returns {run dir: traceback} of the cells that failed.
+
+    Cells with ``engine=batched`` that share a round protocol train together as one batched
+    computation (:mod:`fedcal.app.batched`; with ``jobs`` > 1, split into that many batches
+    run in parallel), the others one simulation each.
 
     Before anything runs, a cell whose run directory holds a run of a different config is refused
     (:class:`fedcal.results.RunNameConflict`, naming the first such cell)."""
@@ -101,7 +142,22 @@ def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True
     todo = [c for c in configs if not RunStore(run_dir_for(c), c).is_done()]
     bar = tqdm(total=len(configs), initial=len(configs) - len(todo), desc="cells", unit="cell", disable=not progress)
     failures: dict[str, str] = {}
+    batches, todo = _split_batched(todo, jobs, progress)
     try:
+        if batches:
+            threads = max(1, (os.cpu_count() or 1) // len(batches)) if jobs > 1 else None
+            if len(batches) == 1 or jobs <= 1:
+                for cells in batches:
+                    failures.update(_run_batch_cells([c.to_flower() for c in cells]))
+                    bar.update(len(cells))
+            else:
+                with ProcessPoolExecutor(max_workers=len(batches), mp_context=get_context("spawn"),
+                                         initializer=_worker_init, initargs=(threads,)) as pool:
+                    futures = {pool.submit(_run_batch_cells, [c.to_flower() for c in cells]): len(cells)
+                               for cells in batches}
+                    for fut in as_completed(futures):
+                        failures.update(fut.result())
+                        bar.update(futures[fut])
         if jobs <= 1:
             for cfg in todo:
                 run_dir, err = _run_cell(cfg.to_flower())

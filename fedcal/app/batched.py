@@ -1,0 +1,371 @@
+"""Engine ``batched``: many ``train`` runs of one architecture trained as one computation.
+
+A sweep of small models (the paper's 45-run MNIST–MLP table) is thousands of tiny matrix
+products that leave the cores idle between Python calls. Every client of a round — and every
+run of a sweep that shares the architecture, the data set and the round protocol — takes the
+same number of SGD steps on batches of the same shape, so R runs × M clients train as ONE
+batched model: the parameters of all R·M client models are stacked (leading axis), the model
+is applied with ``torch.func.vmap`` over ``functional_call``, per-model temperature τ and
+learning rate η are tensors, and one backward pass gives every model its own gradient (the
+loss is a sum of per-model losses). Central evaluation runs the R global models the same way.
+
+What each run computes is the in-process engine's run (asserted by
+``tests/test_batched.py``): the same seeded client sample per round
+(:func:`fedcal.reference.sampled_clients`), the same partitions, the same batch schedule of
+``round_generator(seed, round, client)`` (:func:`fedcal.train.batch_schedule`), the TSA
+client's τ and η = β·τ, SGD with the run's momentum and weight decay, the reply checks of the
+strategies (a non-finite reply or update is rejected and logged with the reason), the
+strategy's own rule (``aggregate_updates`` of the configured fedcal strategy, so FoolsGold's
+history, MultiKrum's f/m, the trimmed mean's f are the strategy's), the float64 update, and the
+same run store: metrics.csv, rejections.csv, aggregation.csv, reliability.csv, model.pt, DONE.
+Float results agree within rounding, not bit for bit: a batched matrix product sums in another
+order than R·M separate ones (the test's tolerance and its measured drift are in
+docs/performance.md). ``round_seconds`` is the batched round's wall time divided by the number
+of runs trained together (each run's amortised share).
+
+Cells the batched computation does not cover — another task, a strategy that trains or
+evaluates on the server (FLTrust, CalGuard), attacks other than TSA without the adaptive
+variants, models with buffers (BatchNorm), a client with fewer samples than the batch size —
+are run by the in-process engine instead (:func:`batched_unsupported` says why), so
+``engine=batched`` never changes what a sweep computes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, vmap
+
+from fedcal import aggregate as agg
+from fedcal.attacks import behaviour_for
+from fedcal.attacks.behaviour import round_generator
+from fedcal.config import RunConfig
+from fedcal.data import client_partitions, load_dataset
+from fedcal.metrics import METRIC_KEYS, calibration_metrics, reliability_bins
+from fedcal.models import build_model
+from fedcal.reference import sampled_clients
+from fedcal.results import AUDIT_FILE, REJECTIONS_FILE, RunFailed, RunStore, run_dir_for
+from fedcal.strategies import strategy_from_config
+from fedcal.strategies.base import RoundReplies
+from fedcal.train import batch_schedule, effective_lr, resolve_device
+
+log = logging.getLogger("fedcal.batched")
+
+#: The run-config keys that must be equal for runs to train as one batch (the round protocol,
+#: the data and the architecture); the others (seed, τ, coupling, attacker ratio, β, momentum,
+#: weight decay, strategy and its parameters, partition) may differ from run to run.
+GROUP_KEYS = ("dataset", "data_dir", "model", "num_clients", "clients_per_round", "local_steps", "batch_size",
+              "num_rounds", "eval_every", "eval_batch_size", "n_bins", "device")
+#: Strategies that need the server to train or evaluate a model (not batched).
+SERVER_MODEL_STRATEGIES = ("fltrust", "calguard")
+#: Upper bound on the stacked client parameters of one batch (floats); larger groups are split.
+MAX_BATCH_FLOATS = 60_000_000
+REJECTION_COLUMNS = ["round", "node_id", "partition_id", "reason"]
+
+
+def batched_unsupported(cfg: RunConfig) -> str | None:
+    """Why ``cfg`` cannot run in the batched engine, or None when it can."""
+    if cfg.task != "train":
+        return f"task {cfg.task!r} (only 'train' is batched)"
+    if cfg.strategy in SERVER_MODEL_STRATEGIES:
+        return f"strategy {cfg.strategy!r} trains or evaluates a model on the server"
+    if cfg.attack not in ("none", "tsa"):
+        return f"attack {cfg.attack!r} (only TSA is batched)"
+    if cfg.attack == "tsa" and (cfg.tsa_step_frac != 1 or cfg.tsa_blend != 1):
+        return "the adaptive TSA attacker (tsa-step-frac / tsa-blend)"
+    ds = load_dataset(cfg.dataset, cfg.data_dir)
+    template = build_model(cfg.model, ds.input_shape, ds.num_classes)
+    if list(template.buffers()):
+        return f"model {cfg.model!r} has buffers (BatchNorm statistics)"
+    sizes = [len(p) for p in client_partitions(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.partition,
+                                               cfg.dirichlet_alpha, cfg.seed)]
+    if min(sizes) < cfg.batch_size:
+        return f"a client holds {min(sizes)} samples, fewer than the batch size {cfg.batch_size}"
+    return None
+
+
+def group_key(cfg: RunConfig) -> tuple:
+    """Runs with equal keys train in one batch."""
+    return tuple(getattr(cfg, k) for k in GROUP_KEYS)
+
+
+@dataclass
+class _Run:
+    """One run of the batch: its config, store, strategy, global parameters and records."""
+
+    cfg: RunConfig
+    store: RunStore
+    strategy: object
+    params: dict[str, torch.Tensor]
+    parts: tuple
+    rejections: list[dict] = field(default_factory=list)
+    failed: str | None = None
+
+
+def run_batched(configs: Sequence[RunConfig], on_done: Callable[[RunConfig, str | None], None] | None = None
+                ) -> dict[str, str]:
+    """Run the ``configs`` (all of one :func:`group_key`, all supported) as one batched
+    computation, split into batches of at most MAX_BATCH_FLOATS stacked parameters; returns
+    {run dir: error} of the runs that failed. ``on_done(cfg, error)`` is called per run."""
+    configs = list(configs)
+    if not configs:
+        return {}
+    keys = {group_key(c) for c in configs}
+    if len(keys) != 1:
+        raise ValueError(f"run_batched needs runs of one group ({', '.join(GROUP_KEYS)} equal); got {len(keys)}")
+    for c in configs:
+        why = batched_unsupported(c)
+        if why:
+            raise ValueError(f"{run_dir_for(c)}: not batched: {why}")
+    from fedcal.app.engine import _quiet_flower  # the strategies log Flower's notices
+
+    first = configs[0]
+    ds = load_dataset(first.dataset, first.data_dir)
+    size = sum(p.numel() for p in build_model(first.model, ds.input_shape, ds.num_classes).parameters())
+    per_batch = max(1, MAX_BATCH_FLOATS // (size * first.clients_per_round * 3))  # params, grads, momentum
+    failures: dict[str, str] = {}
+    with _quiet_flower(False):
+        for start in range(0, len(configs), per_batch):
+            failures.update(_run_batch(configs[start:start + per_batch], ds, on_done))
+    return failures
+
+
+def _run_batch(configs: list[RunConfig], ds, on_done) -> dict[str, str]:
+    first = configs[0]
+    device = resolve_device(first.device)
+    template = build_model(first.model, ds.input_shape, ds.num_classes).to(device)
+    names = [n for n, _ in template.named_parameters()]
+    if names != list(template.state_dict()):
+        raise ValueError(f"model {first.model!r}: its state holds more than its parameters")
+    shapes = {n: p.shape for n, p in template.named_parameters()}
+    x_train, y_train = ds.x_train.to(device), ds.y_train.to(device)
+    x_test, y_test = ds.x_test.to(device), ds.y_test
+
+    def forward(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        return functional_call(template, params, (x,))
+
+    batched_forward = vmap(forward)  # (B, …) parameters and (B, b, …) inputs → (B, b, C)
+    evaluate_forward = vmap(forward, in_dims=(0, None))  # R global models on the same inputs
+
+    runs: list[_Run] = []
+    for cfg in configs:
+        store = RunStore(run_dir_for(cfg), cfg)
+        store.start()
+        model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
+        strategy = strategy_from_config(cfg, node_sort_key=lambda n: n, node_label=lambda n: n)
+        parts = client_partitions(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha,
+                                  cfg.seed)
+        runs.append(_Run(cfg, store, strategy, {n: p.detach().to(device).clone() for n, p in model.named_parameters()},
+                         parts))
+
+    def evaluate(server_round: int, seconds: float) -> None:
+        due = server_round in (0, first.num_rounds) or server_round % first.eval_every == 0
+        live = [r for r in runs if r.failed is None]
+        logits = None
+        if due and live:
+            stacked = {n: torch.stack([r.params[n] for r in live]) for n in names}
+            template.eval()
+            with torch.no_grad():
+                chunks = [evaluate_forward(stacked, x_test[i:i + first.eval_batch_size]).float().cpu()
+                          for i in range(0, len(x_test), first.eval_batch_size)]
+            logits = torch.cat(chunks, dim=1)
+        for i, run in enumerate(live):
+            metrics: dict[str, float] = {}
+            run_logits = None
+            if logits is not None:
+                run_logits = logits[i]
+                if torch.isfinite(run_logits).all():
+                    metrics.update(calibration_metrics(run_logits, y_test, run.cfg.n_bins))
+                else:  # a diverged model is a result (e.g. extreme τ), not a crash
+                    log.warning("%s round %d: global model produced non-finite logits", run.store.run_id, server_round)
+                    metrics.update({k: float("nan") for k in METRIC_KEYS})
+                    run_logits = None
+            metrics["round_seconds"] = seconds
+            if server_round >= 1:
+                _record_replies(run, server_round, metrics)
+            run.store.log_round(server_round, metrics)
+            if server_round == first.num_rounds and run_logits is not None:
+                bins = reliability_bins(run_logits, y_test, run.cfg.n_bins)
+                run.store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in bins.items()}))
+
+    clock = time.perf_counter()
+    evaluate(0, 0.0)
+    clock = time.perf_counter()
+    for server_round in range(1, first.num_rounds + 1):
+        live = [r for r in runs if r.failed is None]
+        if not live:
+            break
+        try:
+            _train_round(live, server_round, names, shapes, x_train, y_train, batched_forward, template)
+        except Exception:  # noqa: BLE001 — a batch that cannot train fails its runs, never silently
+            err = traceback.format_exc()
+            for run in live:
+                run.failed = err
+            break
+        now = time.perf_counter()
+        evaluate(server_round, (now - clock) / len(live))
+        clock = time.perf_counter()
+
+    failures: dict[str, str] = {}
+    for run in runs:
+        if run.failed is None and run.strategy.rounds_aggregated == 0 and run.cfg.num_rounds >= 1:
+            run.failed = (f"run {run.store.dir.name}: no round aggregated anything ({len(run.rejections)} replies "
+                          f"rejected, reasons in {REJECTIONS_FILE}); the model is untrained and the run is not marked DONE")
+        if run.failed is None:
+            run.store.save_model({n: p.cpu() for n, p in run.params.items()})
+            run.store.finish()
+        else:
+            failures[str(run.store.dir)] = run.failed
+        if on_done is not None:
+            on_done(run.cfg, run.failed)
+    return failures
+
+
+def _record_replies(run: _Run, server_round: int, metrics: dict[str, float]) -> None:
+    """The round's reply accounting, rejections and audit rows: as the train task records them."""
+    account = run.strategy.replies.get(server_round)
+    metrics["replies_received"] = account.received if account else 0
+    metrics["replies_accepted"] = len(account.accepted) if account else 0
+    metrics["replies_rejected"] = len(account.rejections) if account else 0
+    for node, reason in account.rejections if account else ():
+        run.rejections.append({"round": server_round, "node_id": node, "partition_id": node, "reason": reason})
+    if server_round == 1 or (account and account.rejections):
+        run.store.write_table(REJECTIONS_FILE, pd.DataFrame(run.rejections, columns=REJECTION_COLUMNS))
+    audit = run.strategy.audit_rows() if account and account.aggregated else []
+    run.store.append_rows(AUDIT_FILE, [{"round": server_round, **row} for row in audit])
+
+
+def _train_round(runs: list[_Run], server_round: int, names: list[str], shapes: dict, x_train, y_train,
+                 batched_forward, template) -> None:
+    """Train every sampled client of every run in ``runs`` for one round as one batch, then
+    aggregate each run's replies with its strategy's rule."""
+    device = x_train.device
+    clients: list[tuple[int, int]] = []  # (run index, partition id), each run's clients ascending
+    schedule, temps, lrs, moms, wds = [], [], [], [], []
+    for ri, run in enumerate(runs):
+        cfg = run.cfg
+        for cid in sorted(sampled_clients(cfg, server_round)):
+            behaviour = behaviour_for(cfg, cid)
+            tau, coupled = (behaviour.tau, behaviour.coupled) if behaviour.kind == "tsa" else (1.0, True)
+            part = torch.from_numpy(run.parts[cid])
+            steps = batch_schedule(len(part), cfg.local_steps, cfg.batch_size,
+                                   round_generator(cfg.seed, server_round, cid))
+            schedule.append(part[torch.stack(steps)])  # (E, B) indices into the training set
+            clients.append((ri, cid))
+            temps.append(tau)
+            lrs.append(effective_lr(cfg.lr, tau, coupled))
+            moms.append(cfg.momentum)
+            wds.append(cfg.weight_decay)
+    idx = torch.stack(schedule).to(device)  # (models, E, B)
+    per_model = [ri for ri, _ in clients]
+    params = {n: torch.stack([runs[ri].params[n] for ri in per_model]).requires_grad_(True) for n in names}
+    start = {n: p.detach().clone() for n, p in params.items()}
+    t = torch.tensor(temps, dtype=torch.float32, device=device)
+    lr = torch.tensor(lrs, dtype=torch.float32, device=device)
+    mom = torch.tensor(moms, dtype=torch.float32, device=device)
+    wd = torch.tensor(wds, dtype=torch.float32, device=device)
+    use_wd, use_mom = bool((wd != 0).any()), bool((mom != 0).any())
+    velocity: dict[str, torch.Tensor] = {}
+    template.train()
+    for k in range(idx.shape[1]):
+        xb, yb = x_train[idx[:, k]], y_train[idx[:, k]]
+        logits = batched_forward(params, xb)  # (models, B, C)
+        scaled = logits / t.view(-1, 1, 1)
+        # CE(softmax(z/τ), y) averaged over each model's batch; the sum over models gives every
+        # model its own gradient (the models share nothing)
+        loss = F.cross_entropy(scaled.flatten(0, 1), yb.flatten(), reduction="none").view(len(clients), -1).mean(1)
+        grads = torch.autograd.grad(loss.sum(), [params[n] for n in names])
+        with torch.no_grad():  # torch.optim.SGD's update, one learning rate per model
+            for n, g in zip(names, grads):
+                p = params[n]
+                shape = (-1,) + (1,) * (p.dim() - 1)
+                if use_wd:
+                    g = g + wd.view(shape) * p
+                if use_mom:
+                    v = velocity.get(n)
+                    # the first step's buffer is the gradient; with momentum 0 it stays the gradient
+                    v = g.clone() if v is None else v.mul_(mom.view(shape)).add_(g)
+                    velocity[n] = g = v
+                p.sub_(lr.view(shape) * g)
+    replies = {n: p.detach() for n, p in params.items()}
+    for ri, run in enumerate(runs):
+        rows = [i for i, (r, _) in enumerate(clients) if r == ri]
+        cids = [clients[i][1] for i in rows]
+        _aggregate(run, server_round, cids, {n: replies[n][rows] for n in names},
+                   {n: start[n][rows[0]] for n in names}, names)
+
+
+def _aggregate(run: _Run, server_round: int, cids: list[int], replies: dict[str, torch.Tensor],
+               base: dict[str, torch.Tensor], names: list[str]) -> None:
+    """One run's aggregation: the strategies' reply checks, their rule, the float64 update."""
+    strategy = run.strategy
+    account = RoundReplies(received=len(cids))
+    strategy.replies[server_round] = account
+    strategy.last_rejected, strategy.last_weights, strategy.last_audit = {}, {}, {}
+
+    def reject(node: int, reason: str) -> None:
+        account.rejections.append((node, reason))
+        strategy.last_rejected[node] = reason
+        log.warning("%s round %d: dropped reply of node %d (partition %d): %s", run.store.run_id, server_round,
+                    node, node, reason)
+
+    updates, good = [], []
+    for i, cid in enumerate(cids):
+        bad = next((n for n in names if not bool(torch.isfinite(replies[n][i]).all())), None)
+        if bad is not None:
+            reject(cid, f"array '{bad}' contains NaN or Inf")
+            continue
+        update = torch.cat([(replies[n][i] - base[n]).reshape(-1).float() for n in names]).cpu()
+        if not bool(torch.isfinite(update).all()):
+            reject(cid, "its update (reply − sent arrays) overflows float32")
+            continue
+        updates.append(update)
+        good.append(cid)
+    account.accepted = list(good)
+    if not good:
+        log.warning("%s round %d: no valid reply; the global model is kept", run.store.run_id, server_round)
+        return
+    weights = agg.fit_weights(torch.tensor([float(len(run.parts[c])) for c in good], dtype=torch.float64),
+                              torch.float64)
+    strategy._round_weights = weights  # noqa: SLF001 — the base strategy sets it the same way
+    try:
+        delta, node_w = strategy.aggregate_updates(server_round, good, torch.stack(updates), weights.float())
+    except (ValueError, ArithmeticError) as exc:  # a rule refusing its input must not end the run
+        log.warning("%s round %d: aggregation failed (%s); the global model is kept", run.store.run_id,
+                    server_round, exc)
+        return
+    finally:
+        strategy._round_weights = None  # noqa: SLF001
+    if not torch.isfinite(delta).all():
+        log.warning("%s round %d: aggregate is not finite; the global model is kept", run.store.run_id, server_round)
+        return
+    node_w = node_w.double()
+    total = node_w.sum()
+    node_w = node_w / total if total > 0 else node_w
+    strategy.last_weights = {n: float(w) for n, w in zip(good, node_w)}
+    cpu_base = {n: base[n].cpu() for n in names}
+    new = agg.add_flat_update(cpu_base, names, delta)
+    if any(not bool(torch.isfinite(new[n]).all()) for n in names):
+        log.warning("%s round %d: new model is not finite in its dtype; the global model is kept",
+                    run.store.run_id, server_round)
+        return
+    account.aggregated = True
+    device = next(iter(run.params.values())).device
+    run.params = {n: new[n].to(device) for n in names}
+
+
+def simulate_batched(cfg: RunConfig) -> None:
+    """``fedcal run engine=batched`` of one config (an unsupported one raises, naming why)."""
+    why = batched_unsupported(cfg)
+    if why:
+        raise RunFailed(f"engine=batched cannot run this config: {why}; use engine=inprocess")
+    failures = run_batched([cfg])
+    if failures:
+        raise RunFailed(next(iter(failures.values())))
