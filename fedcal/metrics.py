@@ -31,12 +31,21 @@ def reliability_bins(logits: torch.Tensor, labels: torch.Tensor, n_bins: int = 1
 
 def confidence_bins(probs: torch.Tensor, labels: torch.Tensor, n_bins: int = 15) -> dict[str, torch.Tensor]:
     """:func:`reliability_bins` from probabilities (rows on the simplex, float64 advised)."""
-    conf, pred = probs.max(dim=1)
+    bins = _confidence_bins_batch(probs.unsqueeze(0), labels, n_bins)
+    return {k: v[0] if k in ("count", "confidence", "accuracy") else v for k, v in bins.items()}
+
+
+def _confidence_bins_batch(probs: torch.Tensor, labels: torch.Tensor, n_bins: int) -> dict[str, torch.Tensor]:
+    """:func:`confidence_bins` of R classifiers at once: probs (R, n, C) → count, confidence and
+    accuracy of shape (R, n_bins) (edges (n_bins,)); each run's bins are its own bincount range."""
+    runs = probs.shape[0]
+    conf, pred = probs.max(dim=-1)
     correct = (pred == labels).double()
-    b = bin_index(conf, n_bins)
-    count = torch.bincount(b, minlength=n_bins).double()
-    conf_sum = torch.bincount(b, weights=conf.double(), minlength=n_bins)
-    acc_sum = torch.bincount(b, weights=correct, minlength=n_bins)
+    b = (bin_index(conf, n_bins) + n_bins * torch.arange(runs).unsqueeze(1)).reshape(-1)
+    size = runs * n_bins
+    count = torch.bincount(b, minlength=size).double().view(runs, n_bins)
+    conf_sum = torch.bincount(b, weights=conf.double().reshape(-1), minlength=size).view(runs, n_bins)
+    acc_sum = torch.bincount(b, weights=correct.reshape(-1), minlength=size).view(runs, n_bins)
     nan = torch.full_like(count, float("nan"))
     edges = torch.linspace(0, 1, n_bins + 1, dtype=torch.float64)
     return {
@@ -59,21 +68,38 @@ def calibration_metrics(logits: torch.Tensor, labels: torch.Tensor, n_bins: int 
     return metrics_from_probs(logits.softmax(dim=1), labels, n_bins, float(F.cross_entropy(logits, labels)))
 
 
+def calibration_metrics_batch(logits: torch.Tensor, labels: torch.Tensor, n_bins: int = 15) -> list[dict[str, float]]:
+    """:func:`calibration_metrics` of R classifiers on one labelled set, in one pass: logits
+    (R, n, C) → R dicts (the batched engine evaluates every run of a batch this way)."""
+    logits = torch.as_tensor(logits)
+    if logits.ndim != 3:
+        raise ValueError(f"logits must be (R, n, C), got shape {tuple(logits.shape)}")
+    runs, n, classes = logits.shape
+    flat, labels = _check_logits_labels(logits.reshape(runs * n, classes), torch.as_tensor(labels).repeat(runs))
+    z, labels = flat.view(runs, n, classes), labels[:n]
+    nll = F.cross_entropy(z.transpose(1, 2), labels.expand(runs, n), reduction="none").mean(dim=1)
+    return _metrics_batch(z.softmax(dim=-1), labels, n_bins, nll)
+
+
 def metrics_from_probs(probs: torch.Tensor, labels: torch.Tensor, n_bins: int, nll: float) -> dict[str, float]:
     """Accuracy, ECE, sECE and Brier of (validated) probabilities, with a given NLL.
 
     Shared by :func:`calibration_metrics` (logits) and the post-hoc calibrators (which output
     probabilities), so both use exactly the same bins and definitions.
     """
+    return _metrics_batch(probs.unsqueeze(0), labels, n_bins, torch.tensor([float(nll)], dtype=torch.float64))[0]
+
+
+def _metrics_batch(probs: torch.Tensor, labels: torch.Tensor, n_bins: int, nll: torch.Tensor) -> list[dict[str, float]]:
+    """:func:`metrics_from_probs` of R classifiers: probs (R, n, C), their (R,) NLLs."""
     n = labels.shape[0]
-    bins = confidence_bins(probs, labels, n_bins)
+    bins = _confidence_bins_batch(probs, labels, n_bins)
     weight = bins["count"] / n
     gap = torch.nan_to_num(bins["accuracy"] - bins["confidence"])  # empty bins weigh 0
-    onehot = F.one_hot(labels, probs.shape[1]).double()
-    return {
-        "accuracy": float((probs.argmax(1) == labels).double().mean()),
-        "ece": float((weight * gap.abs()).sum()),
-        "sece": float((weight * gap).sum()),
-        "brier": float(((probs.double() - onehot) ** 2).sum(1).mean()),
-        "nll": float(nll),
-    }
+    onehot = F.one_hot(labels, probs.shape[-1]).double()
+    accuracy = (probs.argmax(-1) == labels).double().mean(-1)
+    ece = (weight * gap.abs()).sum(-1)
+    sece = (weight * gap).sum(-1)
+    brier = ((probs.double() - onehot) ** 2).sum(-1).mean(-1)
+    return [{"accuracy": float(accuracy[r]), "ece": float(ece[r]), "sece": float(sece[r]), "brier": float(brier[r]),
+             "nll": float(nll[r])} for r in range(probs.shape[0])]

@@ -15,12 +15,14 @@ from fedcal.results import AUDIT_FILE, REJECTIONS_FILE, RunFailed, RunStore, loa
 
 BASE = dict(dataset="digits", num_rounds=4, attack="tsa", num_clients=10, clients_per_round=5, local_steps=4,
             batch_size=32, momentum=0.5)
+#: FedAvg and three robust rules (FoolsGold keeps a per-node history across rounds)
+STRATEGIES = ("fedavg", "multikrum", "foolsgold", "median")
 METRICS = ["accuracy", "ece", "sece", "brier", "nll", "replies_received", "replies_accepted", "replies_rejected"]
 
 
 def _cells(out, **extra):
     return [RunConfig.from_flower(dict(BASE, tau=tau, seed=seed, strategy=strategy, output_dir=str(out), **extra))
-            for tau in (0.5, 3.0) for seed in (0, 1) for strategy in ("fedavg", "multikrum")]
+            for tau in (0.5, 3.0) for seed in (0, 1) for strategy in STRATEGIES]
 
 
 def _table(cfg: RunConfig) -> pd.Series:

@@ -211,3 +211,22 @@ def test_one_validation_path_gives_one_message():
             f(torch.zeros(2, 2), torch.tensor([0, 1, 1]))
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 2\)"):
         probs_metrics(torch.full((2, 2), 0.5), torch.tensor([0, 5]))
+
+
+def test_calibration_metrics_batch_equals_one_run_at_a_time():
+    from fedcal.metrics import calibration_metrics_batch
+
+    g = torch.Generator().manual_seed(1)
+    scale = torch.tensor([0.05, 1.0, 4.0, 30.0]).view(4, 1, 1)  # under- to over-confident
+    z = torch.randn(4, 500, 7, generator=g) * scale
+    y = torch.randint(0, 7, (500,), generator=g)
+    many = calibration_metrics_batch(z, y, 10)
+    for r in range(4):
+        one = calibration_metrics(z[r], y, 10)
+        assert many[r].keys() == one.keys()
+        for k in one:
+            assert abs(many[r][k] - one[k]) < 1e-12, (r, k)
+    with pytest.raises(ValueError, match=r"\(R, n, C\)"):
+        calibration_metrics_batch(z[0], y)
+    with pytest.raises(ValueError):
+        calibration_metrics_batch(z, y[:10])

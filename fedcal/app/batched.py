@@ -48,7 +48,7 @@ from fedcal.attacks import behaviour_for
 from fedcal.attacks.behaviour import round_generator
 from fedcal.config import RunConfig
 from fedcal.data import client_partitions, load_dataset
-from fedcal.metrics import METRIC_KEYS, calibration_metrics, reliability_bins
+from fedcal.metrics import METRIC_KEYS, calibration_metrics_batch, reliability_bins
 from fedcal.models import build_model
 from fedcal.reference import sampled_clients
 from fedcal.results import AUDIT_FILE, REJECTIONS_FILE, RunFailed, RunStore, run_dir_for
@@ -144,7 +144,6 @@ def _run_batch(configs: list[RunConfig], ds, on_done) -> dict[str, str]:
     names = [n for n, _ in template.named_parameters()]
     if names != list(template.state_dict()):
         raise ValueError(f"model {first.model!r}: its state holds more than its parameters")
-    shapes = {n: p.shape for n, p in template.named_parameters()}
     x_train, y_train = ds.x_train.to(device), ds.y_train.to(device)
     x_test, y_test = ds.x_test.to(device), ds.y_test
 
@@ -176,17 +175,19 @@ def _run_batch(configs: list[RunConfig], ds, on_done) -> dict[str, str]:
                 chunks = [evaluate_forward(stacked, x_test[i:i + first.eval_batch_size]).float().cpu()
                           for i in range(0, len(x_test), first.eval_batch_size)]
             logits = torch.cat(chunks, dim=1)
+        finite = [bool(torch.isfinite(logits[i]).all()) for i in range(len(live))] if logits is not None else []
+        ok = [i for i, good in enumerate(finite) if good]
+        scores = dict(zip(ok, calibration_metrics_batch(logits[ok], y_test, first.n_bins))) if ok else {}
         for i, run in enumerate(live):
             metrics: dict[str, float] = {}
             run_logits = None
             if logits is not None:
-                run_logits = logits[i]
-                if torch.isfinite(run_logits).all():
-                    metrics.update(calibration_metrics(run_logits, y_test, run.cfg.n_bins))
+                if finite[i]:
+                    run_logits = logits[i]
+                    metrics.update(scores[i])
                 else:  # a diverged model is a result (e.g. extreme τ), not a crash
                     log.warning("%s round %d: global model produced non-finite logits", run.store.run_id, server_round)
                     metrics.update({k: float("nan") for k in METRIC_KEYS})
-                    run_logits = None
             metrics["round_seconds"] = seconds
             if server_round >= 1:
                 _record_replies(run, server_round, metrics)
@@ -203,7 +204,7 @@ def _run_batch(configs: list[RunConfig], ds, on_done) -> dict[str, str]:
         if not live:
             break
         try:
-            _train_round(live, server_round, names, shapes, x_train, y_train, batched_forward, template)
+            _train_round(live, server_round, names, x_train, y_train, batched_forward, template)
         except Exception:  # noqa: BLE001 — a batch that cannot train fails its runs, never silently
             err = traceback.format_exc()
             for run in live:
@@ -242,7 +243,7 @@ def _record_replies(run: _Run, server_round: int, metrics: dict[str, float]) -> 
     run.store.append_rows(AUDIT_FILE, [{"round": server_round, **row} for row in audit])
 
 
-def _train_round(runs: list[_Run], server_round: int, names: list[str], shapes: dict, x_train, y_train,
+def _train_round(runs: list[_Run], server_round: int, names: list[str], x_train, y_train,
                  batched_forward, template) -> None:
     """Train every sampled client of every run in ``runs`` for one round as one batch, then
     aggregate each run's replies with its strategy's rule."""
@@ -265,8 +266,8 @@ def _train_round(runs: list[_Run], server_round: int, names: list[str], shapes: 
             wds.append(cfg.weight_decay)
     idx = torch.stack(schedule).to(device)  # (models, E, B)
     per_model = [ri for ri, _ in clients]
-    params = {n: torch.stack([runs[ri].params[n] for ri in per_model]).requires_grad_(True) for n in names}
-    start = {n: p.detach().clone() for n, p in params.items()}
+    rows_of = torch.tensor(per_model, device=device)
+    params = {n: torch.stack([run.params[n] for run in runs])[rows_of].requires_grad_(True) for n in names}
     t = torch.tensor(temps, dtype=torch.float32, device=device)
     lr = torch.tensor(lrs, dtype=torch.float32, device=device)
     mom = torch.tensor(moms, dtype=torch.float32, device=device)
@@ -293,18 +294,22 @@ def _train_round(runs: list[_Run], server_round: int, names: list[str], shapes: 
                     # the first step's buffer is the gradient; with momentum 0 it stays the gradient
                     v = g.clone() if v is None else v.mul_(mom.view(shape)).add_(g)
                     velocity[n] = g = v
-                p.sub_(lr.view(shape) * g)
+                p.addcmul_(lr.view(shape), g, value=-1.0)  # p − η·g in one pass
     replies = {n: p.detach() for n, p in params.items()}
+    # the first array holding NaN/Inf of every model (None when finite), all models at once
+    finite = torch.stack([torch.isfinite(replies[n]).flatten(1).all(1) for n in names], dim=1).cpu()
+    first_bad = [None if bool(row.all()) else names[int((~row).nonzero()[0])] for row in finite]
     for ri, run in enumerate(runs):
         rows = [i for i, (r, _) in enumerate(clients) if r == ri]
         cids = [clients[i][1] for i in rows]
-        _aggregate(run, server_round, cids, {n: replies[n][rows] for n in names},
-                   {n: start[n][rows[0]] for n in names}, names)
+        _aggregate(run, server_round, cids, {n: replies[n][rows] for n in names}, run.params, names,
+                   [first_bad[i] for i in rows])
 
 
 def _aggregate(run: _Run, server_round: int, cids: list[int], replies: dict[str, torch.Tensor],
-               base: dict[str, torch.Tensor], names: list[str]) -> None:
-    """One run's aggregation: the strategies' reply checks, their rule, the float64 update."""
+               base: dict[str, torch.Tensor], names: list[str], first_bad: list[str | None] | None = None) -> None:
+    """One run's aggregation: the strategies' reply checks, their rule, the float64 update.
+    ``first_bad``: per reply, the first array holding NaN/Inf (None: finite), when known."""
     strategy = run.strategy
     account = RoundReplies(received=len(cids))
     strategy.replies[server_round] = account
@@ -316,17 +321,22 @@ def _aggregate(run: _Run, server_round: int, cids: list[int], replies: dict[str,
         log.warning("%s round %d: dropped reply of node %d (partition %d): %s", run.store.run_id, server_round,
                     node, node, reason)
 
+    # Δ = reply − sent, every reply of the run at once (the strategies' float32 update)
+    all_updates = torch.cat([(replies[n] - base[n]).flatten(1).float() for n in names], dim=1).cpu()
+    overflow = ~torch.isfinite(all_updates).all(dim=1)
     updates, good = [], []
     for i, cid in enumerate(cids):
-        bad = next((n for n in names if not bool(torch.isfinite(replies[n][i]).all())), None)
+        if first_bad is not None:
+            bad = first_bad[i]
+        else:
+            bad = next((n for n in names if not bool(torch.isfinite(replies[n][i]).all())), None)
         if bad is not None:
             reject(cid, f"array '{bad}' contains NaN or Inf")
             continue
-        update = torch.cat([(replies[n][i] - base[n]).reshape(-1).float() for n in names]).cpu()
-        if not bool(torch.isfinite(update).all()):
+        if bool(overflow[i]):
             reject(cid, "its update (reply − sent arrays) overflows float32")
             continue
-        updates.append(update)
+        updates.append(all_updates[i])
         good.append(cid)
     account.accepted = list(good)
     if not good:
