@@ -129,10 +129,11 @@ def multikrum(
     updates = _check_updates(updates)
     weights = _check_weights(weights, updates)
     selected = multikrum_select(updates, f, m)
-    chosen = updates[selected]
-    if weights is None:
-        return chosen.mean(dim=0)
-    w = weights[selected]
+    # One matrix-vector product over every row with weight 0 outside S: no copy of the chosen
+    # rows (which cost more than the product); finite rows times 0 add exactly 0.
+    w = torch.ones(len(selected), dtype=updates.dtype, device=updates.device) if weights is None else weights[selected]
     if not bool(w.sum() > 0):
         raise ValueError("the clients MultiKrum selected all have zero weight")
-    return (w / w.sum()) @ chosen
+    p = torch.zeros(updates.shape[0], dtype=updates.dtype, device=updates.device)
+    p[selected] = w / w.sum()
+    return p @ updates
