@@ -86,7 +86,8 @@ def test_a_non_finite_reply_is_rejected_with_its_reason_and_the_round_continues(
     store.start()
     base = {"w": torch.zeros(3), "b": torch.zeros(2)}
     run = batched._Run(cfg, store, strategy_from_config(cfg, node_sort_key=lambda n: n, node_label=lambda n: n),
-                       dict(base), client_partitions("digits", cfg.data_dir, 10, cfg.partition, cfg.dirichlet_alpha, 0))
+                       dict(base), client_partitions("digits", cfg.data_dir, 10, cfg.partition, cfg.dirichlet_alpha, 0),
+                       [None] * 10)
     replies = {"w": torch.tensor([[1.0, 1.0, 1.0], [float("nan"), 0.0, 0.0], [3.0, 3.0, 3.0]]),
                "b": torch.ones(3, 2)}
     batched._aggregate(run, 1, [0, 4, 7], replies, base, ["w", "b"])

@@ -105,6 +105,7 @@ class _Run:
     strategy: object
     params: dict[str, torch.Tensor]
     parts: tuple
+    behaviours: list  # per partition id (the run's attackers are fixed for the whole run)
     rejections: list[dict] = field(default_factory=list)
     failed: str | None = None
 
@@ -162,7 +163,7 @@ def _run_batch(configs: list[RunConfig], ds, on_done) -> dict[str, str]:
         parts = client_partitions(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha,
                                   cfg.seed)
         runs.append(_Run(cfg, store, strategy, {n: p.detach().to(device).clone() for n, p in model.named_parameters()},
-                         parts))
+                         parts, [behaviour_for(cfg, c) for c in range(cfg.num_clients)]))
 
     def evaluate(server_round: int, seconds: float) -> None:
         due = server_round in (0, first.num_rounds) or server_round % first.eval_every == 0
@@ -253,7 +254,7 @@ def _train_round(runs: list[_Run], server_round: int, names: list[str], x_train,
     for ri, run in enumerate(runs):
         cfg = run.cfg
         for cid in sorted(sampled_clients(cfg, server_round)):
-            behaviour = behaviour_for(cfg, cid)
+            behaviour = run.behaviours[cid]
             tau, coupled = (behaviour.tau, behaviour.coupled) if behaviour.kind == "tsa" else (1.0, True)
             part = torch.from_numpy(run.parts[cid])
             steps = batch_schedule(len(part), cfg.local_steps, cfg.batch_size,
