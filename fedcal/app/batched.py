@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, vmap
 
 from fedcal import aggregate as agg
+from fedcal.app.quiet import quiet_flower
 from fedcal.attacks import behaviour_for
 from fedcal.attacks.behaviour import round_generator
 from fedcal.config import RunConfig
@@ -125,14 +126,12 @@ def run_batched(configs: Sequence[RunConfig], on_done: Callable[[RunConfig, str 
         why = batched_unsupported(c)
         if why:
             raise ValueError(f"{run_dir_for(c)}: not batched: {why}")
-    from fedcal.app.engine import _quiet_flower  # the strategies log Flower's notices
-
     first = configs[0]
     ds = load_dataset(first.dataset, first.data_dir)
     size = sum(p.numel() for p in build_model(first.model, ds.input_shape, ds.num_classes).parameters())
     per_batch = max(1, MAX_BATCH_FLOATS // (size * first.clients_per_round * 3))  # params, grads, momentum
     failures: dict[str, str] = {}
-    with _quiet_flower(False):
+    with quiet_flower(False):  # the strategies log Flower's notices
         for start in range(0, len(configs), per_batch):
             failures.update(_run_batch(configs[start:start + per_batch], ds, on_done))
     return failures

@@ -3,45 +3,16 @@ in-process engine (``engine=inprocess``: the same apps through a Grid without Ra
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
 import warnings
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from fedcal.app.quiet import quiet_flower
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
 from fedcal.results import RunFailed, RunStore, run_dir_for
-
-
-@contextlib.contextmanager
-def _quiet_flower(verbose: bool):
-    """Flower logs every round at INFO; keep warnings/errors unless asked for more."""
-    logger = logging.getLogger("flwr")
-    old = logger.level
-    drop = _DropDeprecation()
-    if not verbose:
-        logger.setLevel(logging.WARNING)
-        logger.addFilter(drop)
-    try:
-        yield
-    finally:
-        logger.setLevel(old)
-        logger.removeFilter(drop)
-
-
-class _DropDeprecation(logging.Filter):
-    # run_simulation (deprecated; fedcal.app.flower_private says why it is still used) is the
-    # pinned Flower's in-process entry to its Simulation Engine; its
-    # deprecation banner, and the notice that fedcal evaluates centrally (fraction_evaluate=0),
-    # are noise for fedcal users.
-    NOISE = ("DEPRECATED FEATURE", "Federated evaluation will be skipped")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
-        return not any(n in msg for n in self.NOISE)
 
 
 def backend_config(cfg: RunConfig) -> dict:
@@ -86,7 +57,7 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
             bar.update(1)
 
     try:
-        with _quiet_flower(verbose), warnings.catch_warnings():
+        with quiet_flower(verbose), warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             server_app = server_app_for(cfg, on_round)
             if cfg.engine == "batched":
