@@ -41,12 +41,41 @@ def client_data(
     dataset: str, data_dir: str, num_clients: int, scheme: str, alpha: float, seed: int,
     partition_id: int,
 ) -> ClientData:
-    """The training shard of client ``partition_id`` (cached per process)."""
+    """The training shard of client ``partition_id`` (cached per process).
+
+    The first shard a process asks for is gathered on its own (a SuperNode serves one
+    partition). From the second partition of the same split on, the process serves many
+    clients (a simulation actor, the plain loop): every shard is then gathered at once, as
+    contiguous views into one copy of the training set ordered by client (:func:`_all_shards`)
+    — one gather instead of one per client and message, the same memory as every shard cached
+    on its own, the same values.
+    """
     if not 0 <= partition_id < num_clients:
         raise ValueError(f"partition id {partition_id} outside [0, {num_clients})")
+    split = (dataset, data_dir, num_clients, scheme, alpha, seed)
+    served = _served.setdefault(split, partition_id)
+    if served != partition_id:
+        return _all_shards(*split)[partition_id]
     ds = load_dataset(dataset, data_dir)
-    idx = torch.from_numpy(client_partitions(dataset, data_dir, num_clients, scheme, alpha, seed)[partition_id])
+    idx = torch.from_numpy(client_partitions(*split)[partition_id])
     return ClientData(ds.x_train[idx], ds.y_train[idx], ds.num_classes)
+
+
+#: the first partition this process asked for, per split (see :func:`client_data`)
+_served: dict[tuple, int] = {}
+
+
+@functools.lru_cache(maxsize=2)
+def _all_shards(
+    dataset: str, data_dir: str, num_clients: int, scheme: str, alpha: float, seed: int
+) -> tuple[ClientData, ...]:
+    """Every client's shard: views into the training set reordered by client (one gather)."""
+    ds = load_dataset(dataset, data_dir)
+    parts = client_partitions(dataset, data_dir, num_clients, scheme, alpha, seed)
+    order = torch.from_numpy(np.concatenate(parts))
+    x, y = ds.x_train[order], ds.y_train[order]
+    ends = np.cumsum([len(p) for p in parts]).tolist()
+    return tuple(ClientData(x[a:b], y[a:b], ds.num_classes) for a, b in zip([0, *ends[:-1]], ends))
 
 
 def root_set(ds: Dataset, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
