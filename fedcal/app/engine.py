@@ -92,54 +92,28 @@ def _prompt(server_app: ServerApp) -> ServerApp:
 RAY_INLINE_BYTES = 8 * 1024 * 1024
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+#: environment variable: ``1`` runs the Ray path with Flower's and Ray's own settings (Flower's
+#: Grid, Ray's inline size and CPU count) — benchmarks/round_time.py's side-by-side baseline
+RAY_DEFAULTS_ENV = "FEDCAL_RAY_DEFAULTS"
 
 
-def _round_span(messages: int, actors: int, slots: float) -> float:
-    """Time a round's ``messages`` equal client runs take on ``actors`` actors sharing
-    ``slots`` actors' worth of cores (each run alone takes 1): waves of ``actors`` runs, a wave
-    of k runs taking max(1, k / slots)."""
-    full, rest = divmod(messages, actors)
-    return full * max(1.0, actors / slots) + (max(1.0, rest / slots) if rest else 0.0)
-
-
-def ray_actor_cpus(cfg: RunConfig, cores: int | None = None) -> float | None:
-    """Ray's CPU count for a training run on a machine with fewer cores than a round needs, or
-    None (Ray counts the cores itself).
-
-    Flower starts ``cores // client_cpus`` actors. When that is fewer than the clients trained
-    per round (M), a round runs in waves, and the last, partial wave leaves cores idle (M = 5 on
-    2 cores: waves of 2, 2 and 1, three client runs long). Counting more CPUs gives more actors,
-    which the OS time-shares: the fewest actors with the shortest round (:func:`_round_span`) —
-    3 for M = 5 on 2 cores, whose round lasts 2.5 client runs. Each actor still gets
-    ``client_cpus`` CPUs' worth of threads (Ray sets its thread count from its own resources),
-    so every client computes exactly what it computed before. Not for GPU runs (GPUs bound the
-    actors there) nor tasks other than ``train``.
-    """
-    cores = cores or _cores()
-    fit = int(cores // cfg.client_cpus)
-    m = cfg.clients_per_round
-    if cfg.task != "train" or cfg.client_gpus > 0 or fit < 1 or fit >= m:
-        return None
-    slots = cores / cfg.client_cpus
-    best = min(range(fit, m + 1), key=lambda n: (round(_round_span(m, n, slots), 9), n))
-    return best * cfg.client_cpus if best > fit else None
+def _ray_defaults() -> bool:
+    return os.environ.get(RAY_DEFAULTS_ENV) == "1"
 
 
 def backend_config(cfg: RunConfig) -> dict:
     """Ray backend settings: per-virtual-client CPUs and (fractional) GPUs, and Ray's start-up
-    arguments: quiet, Messages of up to :data:`RAY_INLINE_BYTES` passed inline, and the CPU
-    count of :func:`ray_actor_cpus` on machines with fewer cores than a round has clients."""
+    arguments: quiet, and Messages of up to :data:`RAY_INLINE_BYTES` passed inline (not with
+    :data:`RAY_DEFAULTS_ENV` set).
+
+    Ray's CPU count is left to Ray: counting more CPUs than cores (3 actors for the 5 clients of
+    a round on 2 cores, instead of waves of 2, 2 and 1) was measured with
+    benchmarks/ray_profile.py's ``--backend`` and gained nothing on MNIST–MLP (client phase
+    within noise) while the CNN's time-shared convolutions got slower."""
     init_args: dict = {"logging_level": "ERROR", "log_to_driver": False, "include_dashboard": False}
-    if not os.environ.get("RAY_ADDRESS"):  # start-up settings apply only to a Ray instance started here
+    # start-up settings apply only to a Ray instance started here
+    if not os.environ.get("RAY_ADDRESS") and not _ray_defaults():
         init_args["_system_config"] = {"max_direct_call_object_size": RAY_INLINE_BYTES}
-        cpus = ray_actor_cpus(cfg)
-        if cpus is not None:
-            init_args["num_cpus"] = cpus
     return {
         "client_resources": {"num_cpus": cfg.client_cpus, "num_gpus": cfg.client_gpus},
         "init_args": init_args,
@@ -193,7 +167,7 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
                 run_inprocess(server_app, client_app, cfg.num_clients, seed=cfg.seed)
             else:
                 run_simulation(
-                    server_app=_prompt(server_app),
+                    server_app=server_app if _ray_defaults() else _prompt(server_app),
                     client_app=client_app,
                     num_supernodes=cfg.num_clients,
                     backend_config=backend_config(cfg),
