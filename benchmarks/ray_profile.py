@@ -29,7 +29,6 @@ that poll (an experiment, not something fedcal does).
 
 from __future__ import annotations
 
-import argparse
 import collections
 import cProfile
 import glob
@@ -45,7 +44,7 @@ import time
 
 from flwr.clientapp import ClientApp as _ClientApp
 
-from fedcal.config import RunConfig
+from round_time import round_config, round_parser  # this folder's round-time setup
 from fedcal.results import load_metrics
 
 T = time.perf_counter  # CLOCK_MONOTONIC on Linux: comparable across processes
@@ -277,12 +276,7 @@ def _summarise(ev: dict, actors: dict, round_seconds: dict[int, float], first: i
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--data-dir", default="../shared/data")
-    ap.add_argument("--dataset", default="mnist")
-    ap.add_argument("--model", default="mlp")
-    ap.add_argument("--lr", type=float, default=0.01)
+    ap = round_parser(__doc__)
     ap.add_argument("--cprofile", action="store_true", help="cProfile the handlers in the actors")
     ap.add_argument("--patch-extractor", action="store_true",
                     help="experiment: Flower's extractor is woken by each stored Message instead of polling every 0.1 s")
@@ -313,9 +307,7 @@ def main() -> None:
         actor_dir = os.path.join(tmp, "actors")
         os.makedirs(actor_dir)
         client_mod.app = TimedClientApp(client_mod.app, actor_dir, args.cprofile)
-        cfg = RunConfig.from_flower(dict(dataset=args.dataset, model=args.model, lr=args.lr, tau=5.0,
-                                         num_rounds=args.rounds, data_dir=args.data_dir,
-                                         output_dir=f"{tmp}/out", engine="ray"))
+        cfg = round_config(args, f"{tmp}/out", engine="ray")
         t0 = T()
         run_dir = simulate(cfg, progress=False)
         total = T() - t0
