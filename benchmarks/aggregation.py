@@ -75,7 +75,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {args.device}; "
           f"best of {args.repeat}, seconds (×read = time / time to read the n·d floats once; "
           f"÷peer = time / fastest peer's time for the same rule){'' if _byzfl() else '; byzfl not installed'}")
-    header = f"{'n':>4} {'d':>10} {'rule':<22}{'seconds':>10}{'×read':>9}{'÷peer':>8}"
+    header = f"{'n':>4} {'d':>10} {'rule':<28}{'seconds':>10}{'×read':>9}{'÷peer':>8}"
     print(header)
     print("-" * len(header))
     for d in (int(x) for x in args.d):
@@ -85,7 +85,7 @@ def main() -> None:
             for name, secs, read in rows:
                 peers = [times[p] for p in PEERS.get(name, ()) if p in times]
                 ratio = f"{secs / min(peers):>8.2f}" if peers else ""
-                print(f"{n:>4} {d:>10.2e} {name:<22}{secs:>10.4f}{secs / read:>9.1f}{ratio}")
+                print(f"{n:>4} {d:>10.2e} {name:<28}{secs:>10.4f}{secs / read:>9.1f}{ratio}")
             gc.collect()
 
 
