@@ -181,14 +181,19 @@ def test_one_markdown_writer():
 
 
 def test_pages_with_included_tables_show_the_generated_files():
-    """docs/defense.md pastes generated tables between markers; each block equals its file, so
-    no number on the page was typed by hand or left behind by an older run."""
+    """docs/defense.md pastes generated tables, docs/performance.md benchmark printouts, between
+    markers; each block equals its file, so no number on the page was typed by hand or left
+    behind by an older run."""
     spec = importlib.util.spec_from_file_location("include_tables", ROOT / "docs" / "tools" / "include_tables.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    page = (ROOT / "docs" / "defense.md").read_text()
-    assert "<!-- table: " in page
-    assert module.refreshed(page) == page
+    for name, marker in (("defense.md", "<!-- table: "), ("performance.md", "<!-- output: ")):
+        page = (ROOT / "docs" / name).read_text()
+        assert marker in page
+        assert module.refreshed(page) == page, name
+    out = "docs/results/benchmarks/engine_memory.txt"
+    fresh = module.refreshed(f"<!-- output: {out} -->\nstale\n<!-- /output -->\n")
+    assert fresh == f"<!-- output: {out} -->\n```\n{(ROOT / out).read_text()}```\n<!-- /output -->\n"
     text = "a\n<!-- table: docs/results/defense-mnist/table.md -->\nstale\n<!-- /table -->\nb\n"
     fresh = module.refreshed(text)
     assert "stale" not in fresh and (ROOT / "docs/results/defense-mnist/table.md").read_text() in fresh

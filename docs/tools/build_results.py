@@ -32,7 +32,8 @@ SECTIONS = [
      "read the d_sece and d_accuracy columns. With E = 5 local *steps* (SPEC) and β = 0.01 the benign "
      "model is itself still under-confident after 100 rounds; the attack shifts calibration relative to it."),
     ("mnist-mlp-tau-5seeds", "MNIST–MLP, the full τ grid over seeds 0–4",
-     "python benchmarks/sweep_throughput.py --jobs 2 --out runs/mnist-tau-seeds   # 45 runs, engine=inprocess\n"
+     "for s in 0 1 2 3 4; do fedcal taus --taus 0.2,0.25,0.33,0.5,1,2,3,4,5 --jobs 2 --report runs/mnist-tau-by-seed/$s "
+     "seed=$s engine=inprocess dataset=mnist data-dir=../shared/data output-dir=runs/mnist-tau-seeds; done   # 45 runs\n"
      "fedcal report runs/mnist-tau-seeds/* --out docs/results/mnist-mlp-tau-5seeds",
      ["reliability.png", "trajectories.png"],
      "Mean ± standard deviation over five seeds (seed changes the model initialisation, the partition, the "

@@ -4,7 +4,9 @@
 
 Every block between ``<!-- table: PATH -->`` and ``<!-- /table -->`` is replaced by the file at
 PATH (relative to the repository root), so the numbers on the page are exactly those the command
-shown above the block wrote; ``--check`` exits 1 instead of writing when a block is stale.
+shown above the block wrote; ``<!-- output: PATH -->`` … ``<!-- /output -->`` does the same for
+a plain-text output (a benchmark's printout), inside a code fence so Markdown keeps its columns.
+``--check`` exits 1 instead of writing when a block is stale.
 """
 
 from __future__ import annotations
@@ -15,14 +17,17 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-BLOCK = re.compile(r"(<!-- table: (?P<path>[^ ]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+BLOCK = re.compile(r"(<!-- (?P<kind>table|output): (?P<path>[^ ]+) -->\n)(?P<body>.*?)(<!-- /(?P=kind) -->)", re.S)
 
 
 def refreshed(text: str) -> str:
     """``text`` with every table block replaced by its file's current content."""
     def fill(m: re.Match) -> str:
         body = (ROOT / m.group("path")).read_text()
-        return m.group(1) + body + ("" if body.endswith("\n") else "\n") + m.group(4)
+        body += "" if body.endswith("\n") else "\n"
+        if m.group("kind") == "output":
+            body = "```\n" + body + "```\n"
+        return m.group(1) + body + m.group(5)
 
     return BLOCK.sub(fill, text)
 
