@@ -160,13 +160,15 @@ def _build_results():
 
 def test_results_page_tables_go_through_markdown_table():
     br = _build_results()
-    frame = pd.DataFrame({"lr": [0.005, 0.05], "tau": [1.0, 0.25], "n_cal": [10.0, 250.0],
-                          "accuracy": [0.91234, 0.5], "brier": [0.123456, 0.2]})
+    frame = pd.DataFrame({"lr": [0.005, 0.05, 0.025], "tau": [1.0, 0.25, 0.33], "n_cal": [10.0, 250.0, 50.0],
+                          "accuracy": [0.91234, 0.5, 0.25], "brier": [0.123456, 0.2, 0.3]})
+    # config values exactly as set (lr = 0.025 once printed as 0.03), metrics at fixed decimals
     assert br.markdown(frame, pct=("accuracy",)) == (
         "| lr | tau | n_cal | accuracy | brier |\n"
         "|---|---|---|---|---|\n"
         "| 0.005 | 1 | 10 | 91.23 | 0.1235 |\n"
-        "| 0.05 | 0.25 | 250 | 50.00 | 0.2000 |\n")
+        "| 0.05 | 0.25 | 250 | 50.00 | 0.2000 |\n"
+        "| 0.025 | 0.33 | 50 | 25.00 | 0.3000 |\n")
 
 
 def test_one_markdown_writer():

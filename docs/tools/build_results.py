@@ -119,10 +119,10 @@ by client data size. Attackers train with CE(softmax(z/τ), y) and η = β·τ; 
 SHORT = ("tau", "lr", "dirichlet-alpha", "attacker-ratio", "gamma")
 
 
-def _short(v, digits: int) -> str:
-    if not isinstance(v, float):
-        return str(v)
-    return f"{v:.{digits if abs(v) >= 0.01 or v == 0 else 4}f}".rstrip("0").rstrip(".")
+def _short(v) -> str:
+    """A config value (τ, lr, α, …) exactly as set: shortest form, never rounded (a fixed number
+    of decimals once printed lr = 0.025 as 0.03)."""
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def _plain(v) -> str:
@@ -133,7 +133,7 @@ def _plain(v) -> str:
 
 def markdown(df: pd.DataFrame, pct: tuple[str, ...] = (), digits: int = 2) -> str:
     """A Markdown table of a CSV's columns; columns in ``pct`` are fractions shown in percent."""
-    formats = {c: (lambda v: _short(v, digits)) for c in SHORT}
+    formats = {c: _short for c in SHORT}
     formats.update({c: (lambda v: f"{100 * v:.{digits}f}") for c in pct})
     return markdown_table(df, formats=formats, default=_plain)
 
