@@ -468,10 +468,11 @@ def _replay_all(configs: Sequence[RunConfig], sources: Sequence[Path]) -> dict[s
     ``sources`` and its output folder); returns {run dir: reason} of the cells without one (each
     also named in one line)."""
     from fedcal.distill.replay import client_side, replay, source_index
-    from fedcal.results import RunStore, config_hash, run_dir_for
+    from fedcal.results import RunStore, config_hash, run_dir_for, warn_reused
 
     failures = {}
     todo = [cfg for cfg in configs if not RunStore(run_dir_for(cfg), cfg).is_done()]
+    warn_reused([run_dir_for(cfg) for cfg in configs if cfg not in todo])
     folders = sorted({Path(cfg.output_dir) for cfg in todo})
     pool = [*map(Path, sources), *(p for folder in folders for p in sorted(folder.glob("*")))]
     index = source_index(dict.fromkeys(pool))  # each directory read once, in this order

@@ -7,7 +7,8 @@ identified by these names: the hashes below must never change for an existing ta
 
 A run directory holds
 
-* ``config.json`` — the resolved run config and its hash;
+* ``config.json`` — the resolved run config, its hash and the code and package versions that
+  made the run (:mod:`fedcal.provenance`);
 * ``metrics.csv`` — tidy rows ``run_id, round, metric, value, config_hash``, appended and
   flushed after every round, so an interrupted run keeps every finished round;
 * ``reliability.csv`` — reliability-diagram bins of the final global model;
@@ -34,6 +35,7 @@ import csv
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -42,6 +44,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import pandas as pd
 
 from fedcal.config import TASK_GROUPS, ConfigError, RunConfig, fields_of, key_of, setting_of
+from fedcal.provenance import provenance
 
 METRICS_FILE = "metrics.csv"
 MODEL_FILE = "model.pt"
@@ -51,6 +54,10 @@ AUDIT_FILE = "aggregation.csv"  # per round and accepted node: its weight and th
 REJECTIONS_FILE = "rejections.csv"  # every reply a strategy rejected (written by the train task)
 COLUMNS = ("run_id", "round", "metric", "value", "config_hash")
 FINISHED = "finished"  # the column of load_metrics that flags the rows of finished runs
+CODE = "code"  # the column of load_metrics naming the code that made each run
+UNRECORDED = "unrecorded"  # the code of a run made before fedcal recorded provenance
+
+log = logging.getLogger("fedcal.results")
 
 
 class RunNameConflict(ConfigError):
@@ -100,7 +107,7 @@ class RunStore:
         self.dir.mkdir(parents=True, exist_ok=True)
         atomic_write(self.dir / CONFIG_FILE, json.dumps(
             {"run_id": self.run_id, "config_hash": self.config_hash, "config": self.cfg.to_flower(),
-             "started": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=2))
+             "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "provenance": provenance()}, indent=2))
         with open(self.dir / METRICS_FILE, "w", newline="") as f:
             csv.writer(f).writerow(COLUMNS)
 
@@ -360,9 +367,56 @@ def _last_round(run_dir: Path) -> int | None:
     return int(rounds.max()) if len(rounds) else None
 
 
+def stored_provenance(run_dir: str | os.PathLike[str]) -> Mapping[str, Any] | None:
+    """The provenance (:func:`fedcal.provenance.provenance`) a run directory's ``config.json``
+    recorded, or None (made before fedcal recorded it, or no readable ``config.json``)."""
+    try:
+        stored = json.loads((Path(run_dir) / CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    prov = stored.get("provenance") if isinstance(stored, dict) else None
+    return prov if isinstance(prov, dict) else None
+
+
+def code_of(run_dir: str | os.PathLike[str]) -> str:
+    """The ``code`` identity a run recorded, or :data:`UNRECORDED`."""
+    prov = stored_provenance(run_dir)
+    return str(prov.get("code", UNRECORDED)) if prov else UNRECORDED
+
+
+def reuse_note(run_dir: str | os.PathLike[str]) -> str | None:
+    """None when the finished run in ``run_dir`` was made by this process's code and packages;
+    else what differs, e.g. ``code 1a2b3c4d5e6f there, 9f8e7d6c5b4a+0c1d2e3f here; torch 2.13.0
+    there, 2.14.1 here``."""
+    now = provenance()
+    then = stored_provenance(run_dir)
+    if then is None:
+        return f"code {UNRECORDED} there, {now['code']} here"
+    diff = [f"code {then.get('code')} there, {now['code']} here"] if then.get("code") != now["code"] else []
+    old = then.get("packages") or {}
+    for name in sorted(set(old) | set(now["packages"])):
+        if old.get(name) != now["packages"].get(name):
+            diff.append(f"{name} {old.get(name, 'absent')} there, {now['packages'].get(name, 'absent')} here")
+    return "; ".join(diff) or None
+
+
+def warn_reused(run_dirs: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """Log one warning for the finished runs in ``run_dirs`` that are about to be reused
+    although other code or packages made them (:func:`reuse_note`); returns their lines. A
+    reused run is never silent about its origin; ``--force`` re-runs it."""
+    lines = [f"{d}: {note}" for d in run_dirs if (note := reuse_note(d))]
+    if lines:
+        shown = "\n  ".join(lines[:5]) + (f"\n  … and {len(lines) - 5} more" if len(lines) > 5 else "")
+        log.warning("reusing %d finished run(s) made by other code than this process's (%s); their results "
+                    "stay as they were computed, --force re-runs them:\n  %s", len(lines),
+                    provenance()["code"], shown)
+    return lines
+
+
 def load_metrics(run_dirs: list[str | os.PathLike[str]] | str | os.PathLike[str]) -> pd.DataFrame:
-    """Tidy per-round metrics of one or many runs, with their config columns joined and, last,
-    ``finished`` (bool, :func:`run_status`): the rows of unfinished runs are kept, flagged
+    """Tidy per-round metrics of one or many runs, with their config columns joined, ``code``
+    (the code that made the run, :func:`fedcal.provenance.code_of`) and, last, ``finished``
+    (bool, :func:`run_status`): the rows of unfinished runs are kept, flagged
     ``finished = False``. Metric names are whatever the runs logged (accuracy, ece, …,
     round_seconds, and any per-round counts a task adds)."""
     if isinstance(run_dirs, (str, os.PathLike)):
@@ -376,6 +430,7 @@ def load_metrics(run_dirs: list[str | os.PathLike[str]] | str | os.PathLike[str]
         cfg = load_run_config(d)["config"]
         for k, v in cfg.items():
             df[k] = v
+        df[CODE] = code_of(d)
         df[FINISHED] = is_finished(d)
         frames.append(df)
     if not frames:

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from fedcal.app.quiet import quiet_flower
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
-from fedcal.results import RunFailed, RunStore, run_dir_for
+from fedcal.results import RunFailed, RunStore, run_dir_for, warn_reused
 
 
 #: seconds between two looks for replies in ``send_and_receive`` on the Ray path (Flower's
@@ -139,6 +139,7 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
     if not force and store.is_done():
         if progress:
             tqdm.write(f"{run_dir}: already finished, skipped")
+        warn_reused([run_dir])
         return run_dir
     if cfg.task in ("train", "inference"):  # the image tasks: fail fast (naming the key) before Ray starts
         load_dataset(cfg.dataset, cfg.data_dir)

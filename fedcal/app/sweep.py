@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 from tqdm.auto import tqdm
 
 from fedcal.config import ConfigError, RunConfig, parse_override
-from fedcal.results import RunNameConflict, RunStore, check_run_dir, config_hash, run_dir_for
+from fedcal.results import RunNameConflict, RunStore, check_run_dir, config_hash, run_dir_for, warn_reused
 
 
 @dataclass
@@ -140,6 +140,7 @@ def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True
     for c in configs:
         check_run_dir(run_dir_for(c), c)
     todo = [c for c in configs if not RunStore(run_dir_for(c), c).is_done()]
+    warn_reused([run_dir_for(c) for c in configs if c not in todo])
     bar = tqdm(total=len(configs), initial=len(configs) - len(todo), desc="cells", unit="cell", disable=not progress)
     failures: dict[str, str] = {}
     batches, todo = _split_batched(todo, jobs, progress)

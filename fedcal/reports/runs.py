@@ -24,7 +24,7 @@ from typing import Sequence
 import pandas as pd
 
 from fedcal.config import RunConfig, key_of
-from fedcal.results import FINISHED, load_metrics, run_status
+from fedcal.results import CODE, FINISHED, load_metrics, run_status
 
 EVALUATED = "accuracy"  # a round that logged this metric was evaluated
 log = logging.getLogger("fedcal.reports")
@@ -49,7 +49,8 @@ def finished_only(run_dirs: Sequence[str | os.PathLike[str]] | str | os.PathLike
 
 def final_rows(metrics: pd.DataFrame) -> pd.DataFrame:
     """Wide rows of the last evaluated round of each finished run in ``metrics`` (tidy rows of
-    :func:`fedcal.results.load_metrics`): ``run_id``, the config columns, ``round`` and one
+    :func:`fedcal.results.load_metrics`): ``run_id``, the config columns, ``code`` (which code
+    made the run), ``round`` and one
     column per metric (alphabetical), one row per ``run_id`` in ``run_id`` order. Runs that
     never evaluated are left out, and so are the rows flagged ``finished = False`` (unfinished
     runs; :func:`finished_only` names them)."""
@@ -61,7 +62,7 @@ def final_rows(metrics: pd.DataFrame) -> pd.DataFrame:
     last = evaluated.groupby("run_id")["round"].max()
     done = metrics[metrics["round"] == metrics["run_id"].map(last)]
     config_cols = [key_of(f) for f in RunConfig.__dataclass_fields__]
-    index = ["run_id", *[c for c in config_cols if c in done.columns], "round"]
+    index = ["run_id", *[c for c in [*config_cols, CODE] if c in done.columns], "round"]
     wide = done.pivot_table(index=index, columns="metric", values="value").reset_index()
     wide.columns.name = None
     # pivot_table drops a metric that is NaN in every row (a diverged model); keep it, as NaN

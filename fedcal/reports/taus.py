@@ -20,7 +20,7 @@ from fedcal.reports.plots import defense_bars, reliability_grid, trajectories, t
 from fedcal.reports.runs import final_rows, finished_only
 from fedcal.results import UnfinishedRunError, load_config, load_metrics, run_dir_for
 
-TABLE_COLUMNS = ["strategy", "tau", "run", "accuracy_%", "ece_%", "sece_%", "brier", "nll", "run_id"]
+TABLE_COLUMNS = ["strategy", "tau", "run", "accuracy_%", "ece_%", "sece_%", "brier", "nll", "run_id", "code"]
 
 
 def tau_configs(base: RunConfig, taus: Sequence[float], strategies: Sequence[str] | None = None) -> list[RunConfig]:
@@ -53,7 +53,7 @@ def summarise(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
             "strategy": cfg.strategy, "tau": cfg.tau, "seed": cfg.seed,
             "run": "benign" if cfg.attack == "none" else f"TSA{'' if cfg.coupled else ' (uncoupled)'}",
             "accuracy_%": 100 * last["accuracy"], "ece_%": 100 * last["ece"], "sece_%": 100 * last["sece"],
-            "brier": last["brier"], "nll": last["nll"], "run_id": last["run_id"],
+            "brier": last["brier"], "nll": last["nll"], "run_id": last["run_id"], "code": last["code"],
         })
     table = pd.DataFrame(rows, columns=[*TABLE_COLUMNS, "seed"])
     benign = table[table["run"] == "benign"].set_index(["strategy", "seed"])
@@ -140,9 +140,10 @@ TABLE_FORMATS = {"tau": "{:g}", "accuracy_%": "{:.2f}", "ece_%": "{:.2f}", "sece
 
 
 def to_markdown(table: pd.DataFrame, title: str = "") -> str:
-    """The τ table of :func:`summarise` in Markdown (``run_id`` and single-valued strategy/seed left out)."""
+    """The τ table of :func:`summarise` in Markdown (``run_id``, ``code`` and single-valued
+    strategy/seed left out)."""
     cols = [c for c in table.columns
-            if c != "run_id" and not (c in ("strategy", "seed") and table[c].nunique() <= 1)]
+            if c not in ("run_id", "code") and not (c in ("strategy", "seed") and table[c].nunique() <= 1)]
     return markdown_table(table[cols], title, formats=TABLE_FORMATS)
 
 
