@@ -27,6 +27,9 @@ from typing import Any, Callable, Mapping, NamedTuple
 DATASETS = ("digits", "mnist", "cifar10", "cifar100", "synthetic")
 MODELS = ("mlp", "cnn", "resnet18", "cnn1d")
 ATTACKS = ("none", "tsa", "noise", "labelflip")
+AUGMENTATIONS = ("none", "crop-flip")
+#: datasets ``augment=crop-flip`` applies to (digits are not mirror-invariant, CIFAR's objects are)
+CROP_FLIP_DATASETS = ("cifar10", "cifar100")
 PARTITIONS = ("dirichlet", "iid")
 STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "trimmed_mean", "median", "geometric_median",
               "median_of_means", "calguard")
@@ -329,6 +332,13 @@ class RunConfig:
     tsa_blend: float = setting(1.0, "train", "adaptive TSA: the reply is benign + blend * (TSA - benign), both "
                                              "trained on the same batches (1 = plain TSA)", gt=0, finite=True,
                                hash_when_set=True)
+    local_epochs: int = setting(0, "train", "local epochs per round: passes over each client's own data, the last "
+                                            "batch of a pass smaller when B does not divide it (replaces "
+                                            "local-steps, which must then stay at its default)", ge=0,
+                                note="0 = local-steps", hash_when_set=True)
+    augment: str = setting("none", "train", "augmentation of every client's training batches (crop-flip: pad 4, "
+                                            "random 32x32 crop, horizontal flip; CIFAR only)", choices=AUGMENTATIONS,
+                           hash_when_set=True)
 
     def __post_init__(self) -> None:
         if self.task in LEGACY_TASKS:  # old run directories' config.json say task = "tsa"
@@ -428,6 +438,15 @@ def _round_size(c: RunConfig) -> None:
            f"must not exceed num-clients ({c.num_clients})")
 
 
+def _local_work(c: RunConfig) -> None:
+    if c.local_epochs:
+        _check("local-steps", c.local_steps == _FIELDS["local_steps"].default, c.local_steps,
+               f"is replaced by local-epochs ({c.local_epochs}): set one of them, not both")
+    if c.augment == "crop-flip":
+        _check("augment", c.dataset in CROP_FLIP_DATASETS, c.augment,
+               f"is CIFAR's augmentation ({', '.join(CROP_FLIP_DATASETS)}), not for dataset {c.dataset!r}")
+
+
 def _defense_parameters(c: RunConfig) -> None:
     m = c.clients_per_round
     if c.strategy == "multikrum":
@@ -501,7 +520,7 @@ def _distill_backbone(c: RunConfig) -> None:
 
 # Rules that involve several keys, checked in this order after every field's own range.
 _CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
-    _round_size, _defense_parameters, _inference_f, _inference_attacks, _amplification_curve, _adversarial_training,
+    _round_size, _local_work, _defense_parameters, _inference_f, _inference_attacks, _amplification_curve, _adversarial_training,
     _distill_ranks, _lora_targets, _distill_target, _distill_backbone)
 
 

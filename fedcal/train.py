@@ -52,6 +52,45 @@ def batch_schedule(n: int, steps: int, batch_size: int, generator: torch.Generat
     return out
 
 
+def epoch_schedule(n: int, epochs: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """Index batches for ``epochs`` passes over ``n`` local samples: each pass a seeded
+    permutation cut into ⌈n / B⌉ batches, the last one smaller when B does not divide n, so every
+    sample is seen exactly once per pass (a DataLoader with ``shuffle=True, drop_last=False``)."""
+    if n < 1:
+        raise ValueError("a client needs at least one training sample")
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    out: list[torch.Tensor] = []
+    for _ in range(epochs):
+        out += list(torch.split(torch.randperm(n, generator=generator), batch_size))
+    return out
+
+
+def crop_flip(x: torch.Tensor, generator: torch.Generator, fill: torch.Tensor | None = None,
+              pad: int = 4) -> torch.Tensor:
+    """The standard CIFAR augmentation (He et al., CVPR 2016; the FedAvg-era CIFAR setups): each
+    image of the batch ``x`` (N, C, H, W) padded by ``pad`` pixels of ``fill`` (per channel: the
+    model input of a black pixel; default 0), a random H×W crop taken from it, and mirrored
+    left–right with probability 1/2.
+
+    Written here rather than taken from torchvision.transforms.v2: its RandomCrop and
+    RandomHorizontalFlip draw one crop and one flip for a whole batch tensor, from torch's global
+    random state; a client's round must draw per image, from its own seeded ``generator``, so it
+    computes the same wherever it runs.
+    """
+    n, c, h, w = x.shape
+    padded = x.new_empty(n, c, h + 2 * pad, w + 2 * pad)
+    padded[:] = (0.0 if fill is None else fill.to(x).view(1, c, 1, 1))
+    padded[:, :, pad:pad + h, pad:pad + w] = x
+    off = torch.randint(0, 2 * pad + 1, (2, n), generator=generator)
+    flip = torch.rand(n, generator=generator) < 0.5
+    rows = (off[0][:, None] + torch.arange(h)).to(x.device)  # (n, h)
+    cols = (off[1][:, None] + torch.arange(w))
+    cols = torch.where(flip[:, None], cols.flip(1), cols).to(x.device)  # a mirrored crop reads its columns backwards
+    batch = torch.arange(n, device=x.device)[:, None, None]
+    return padded.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2).contiguous()
+
+
 def local_train(
     model: nn.Module,
     x: torch.Tensor,
@@ -69,6 +108,7 @@ def local_train(
     batches: list[torch.Tensor] | None = None,
     on_step: Callable[[int, nn.Module], None] | None = None,
     tau_steps: int | None = None,
+    augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> TrainStats:
     """Run ``steps`` SGD steps on CE(softmax(model(x)/τ), y) in place.
 
@@ -77,6 +117,8 @@ def local_train(
     ``tau_steps`` (default: all) trains only the first that many steps at τ (with η = β·τ when
     coupled) and the rest benignly (τ = 1, η = β) — the adaptive attacker that hides its
     temperature in part of the round. SGD's momentum buffer carries over the switch.
+    ``augment`` maps each training batch (on ``device``) before the forward pass (e.g.
+    :func:`crop_flip` with a seeded generator).
     """
     if tau <= 0:
         raise ValueError(f"tau must be > 0, got {tau}")
@@ -92,6 +134,8 @@ def local_train(
     total = 0.0
     for k, idx in enumerate(batches[:steps], start=1):
         xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
+        if augment is not None:
+            xb = augment(xb)
         t = tau if k <= hot else 1.0
         if k == hot + 1 and tau != 1.0:
             for group in opt.param_groups:

@@ -81,6 +81,10 @@ def batched_unsupported(cfg: RunConfig) -> str | None:
         return f"attack {cfg.attack!r} (only TSA is batched)"
     if cfg.attack == "tsa" and (cfg.tsa_step_frac != 1 or cfg.tsa_blend != 1):
         return "the adaptive TSA attacker (tsa-step-frac / tsa-blend)"
+    if cfg.local_epochs:  # the clients' step counts then differ: no common (E, B) batch shape to stack
+        return "local-epochs (clients take different numbers of steps)"
+    if cfg.augment != "none":
+        return f"augment {cfg.augment!r}"
     ds = load_dataset(cfg.dataset, cfg.data_dir)
     template = build_model(cfg.model, ds.input_shape, ds.num_classes)
     if list(template.buffers()):

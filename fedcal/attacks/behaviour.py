@@ -119,7 +119,7 @@ def round_generator(seed: int, server_round: int, client_id: int, stream: str = 
 
     Seeded by the first 8 bytes (little-endian, 63 bits) of SHA-256 of
     ``"{seed}/{server_round}/{client_id}/{stream}"``; streams in use: ``train`` (the batch
-    schedule) and ``noise`` (noise injection).
+    schedule), ``noise`` (noise injection) and ``augment`` (crop-flip augmentation).
     """
     digest = hashlib.sha256(f"{seed}/{server_round}/{client_id}/{stream}".encode()).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))

@@ -10,6 +10,8 @@ behaviour: subclass :class:`BehaviourKind` in its own module and add it below.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -18,7 +20,8 @@ from fedcal.attacks.labelflip import LabelFlipping
 from fedcal.attacks.noise import NoiseInjection
 from fedcal.attacks.tsa import TemperatureScalingAttack
 from fedcal.config import RunConfig
-from fedcal.train import TrainStats, local_train
+from fedcal.data import pixel_space
+from fedcal.train import TrainStats, crop_flip, epoch_schedule, local_train
 
 BEHAVIOURS: dict[str, BehaviourKind] = {
     "benign": BehaviourKind(),
@@ -57,6 +60,28 @@ def behaviour_for(cfg: RunConfig, client_id: int) -> Behaviour:
     return kind_for_attack(cfg.attack).from_config(cfg)
 
 
+def local_batches(cfg: RunConfig, n: int, server_round: int, client_id: int) -> tuple[list[torch.Tensor] | None, int]:
+    """(batches, steps) of one client's round over its ``n`` samples: with ``local-epochs`` the
+    epochs' batches (:func:`fedcal.train.epoch_schedule`, from the round's generator) and their
+    count; else (None, ``local-steps``) — :func:`fedcal.train.local_train` draws the same
+    generator's schedule itself, as before the key existed."""
+    if not cfg.local_epochs:
+        return None, cfg.local_steps
+    batches = epoch_schedule(n, cfg.local_epochs, cfg.batch_size, round_generator(cfg.seed, server_round, client_id))
+    return batches, len(batches)
+
+
+def augmenter(cfg: RunConfig, server_round: int, client_id: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The batch augmentation of one client's round (``augment``), or None: crop-flip draws from
+    the round's own ``augment`` stream and pads with the model input of a black pixel."""
+    if cfg.augment == "none":
+        return None
+    space = pixel_space(cfg.dataset)
+    fill = space.to_inputs(torch.zeros(1, *space.image_shape))[0, :, 0, 0]
+    gen = round_generator(cfg.seed, server_round, client_id, stream="augment")
+    return lambda xb: crop_flip(xb, gen, fill)
+
+
 def client_round(
     model: nn.Module,
     x: torch.Tensor,
@@ -79,14 +104,18 @@ def client_round(
     tau, coupled = kind.loss_temperature(behaviour)
     blend = kind.blend(behaviour)
 
+    batches, steps = local_batches(cfg, len(y), server_round, client_id)
+
     def train(tau: float, coupled: bool, tau_steps: int | None) -> TrainStats:
+        # a fresh augmentation stream per call: both trainings of the blend see the same images
         return local_train(
-            model, x, y, steps=cfg.local_steps, batch_size=cfg.batch_size, lr=cfg.lr, tau=tau,
+            model, x, y, steps=steps, batch_size=cfg.batch_size, lr=cfg.lr, tau=tau,
             coupled=coupled, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
             generator=round_generator(cfg.seed, server_round, client_id), device=device, tau_steps=tau_steps,
+            batches=batches, augment=augmenter(cfg, server_round, client_id),
         )
 
-    tau_steps = kind.temperature_steps(behaviour, cfg.local_steps)
+    tau_steps = kind.temperature_steps(behaviour, steps)
     if blend == 1.0:
         stats = train(tau, coupled, tau_steps)
     else:  # the adaptive attacker: benign + λ·(attacked − benign), both on the same batches

@@ -67,6 +67,10 @@ def temperature_configs(base: RunConfig, taus: Sequence[float], seeds: Sequence[
         unknown = [s for s in given if s not in known]
         if unknown:
             raise ValueError(f"unknown {name} {unknown[0]!r}; choose from {', '.join(known)}")
+    if "centralised" in settings and base.local_epochs:
+        raise ValueError("the centralised setting takes the federation's client steps per round "
+                         "(clients-per-round × local-steps); with local-epochs set there is no such count — "
+                         "use local-steps, or settings=federated only")
     out: dict[str, RunConfig] = {}
     for setting in settings:
         for coupling in couplings:
