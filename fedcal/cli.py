@@ -265,7 +265,7 @@ def cmd_posthoc(args: argparse.Namespace) -> int:
     from fedcal.reports import posthoc_curves, posthoc_table
 
     n_cals = [int(x) for x in args.n_cal.split(",")]
-    table = posthoc_table(args.run_dirs, n_cals=n_cals, seed=args.seed)
+    table = posthoc_table(args.run_dirs, n_cals=n_cals, seed=args.seed, methods=_names(args.methods))
     summary = table.pivot_table(index=["run", "n_cal"], columns="method", values="sece").mul(100).round(2)
     print("sECE (%) after post-hoc calibration\n" + summary.to_string())
     _write(table, Path(args.out), "posthoc", posthoc_curves)
@@ -578,6 +578,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dirs", nargs="+", help="finished run directories (each with model.pt)")
     p.add_argument("--n-cal", default="10,50,100,250,500", help="calibration-set sizes")
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out calibration split")
+    p.add_argument("--methods", default="temperature,platt,isotonic,histogram",
+                   help="calibrators (also platt-ovr, isotonic-ovr: one-vs-rest, as scikit-learn's)")
     p.add_argument("--out", default="fedcal-report", help="folder for posthoc.csv and posthoc.png")
     p.set_defaults(func=cmd_posthoc)
     p = add("triage", "unnecessary/missed verifications vs threshold, against a benign run")

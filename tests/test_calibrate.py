@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from fedcal.calibrate import (
+    DEFAULT_CALIBRATORS,
     CALIBRATORS,
     HistogramBinning,
     IsotonicCalibration,
@@ -186,8 +187,10 @@ def test_redistribution_keeps_proportions():
     torch.testing.assert_close(q[2], torch.tensor([0.9, 0.05, 0.05], dtype=torch.float64))
 
 
-@pytest.mark.parametrize("name", sorted(CALIBRATORS))
+@pytest.mark.parametrize("name", sorted(DEFAULT_CALIBRATORS))
 def test_tiny_calibration_set_works(name, task):
+    """The SPEC calibrators keep the argmax, so accuracy is the model's (the one-vs-rest ones
+    need not: their tiny-set case is in test_one_vs_rest_by_hand_and_with_classes_missing)."""
     z, y = task
     cal, test = split_calibration(len(y), 10, seed=0)
     probs = calibrate(name, (z * 3)[cal], y[cal], (z * 3)[test])
@@ -225,7 +228,7 @@ def test_errors(cls):
 
 
 def test_registry_and_argument_errors():
-    assert set(CALIBRATORS) == {"temperature", "platt", "isotonic", "histogram"}
+    assert set(CALIBRATORS) == {"temperature", "platt", "isotonic", "histogram", "platt-ovr", "isotonic-ovr"}
     z, y = sample_task(n=20, c=4, seed=6)
     with pytest.raises(ValueError, match="unknown calibrator"):
         calibrate("beta", z, y, z)
@@ -247,3 +250,67 @@ def test_split_calibration():
     for bad in (100, 150, 1):
         with pytest.raises(ValueError, match="n_cal"):
             split_calibration(100, bad, seed=0)
+
+
+# ------------------------------------------------------------------ one-vs-rest calibrators
+def _ovr_data(n=600, k=10, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, k, generator=g, dtype=torch.float64) * 3
+    y = torch.randint(0, k, (n,), generator=g)
+    y[: n // 2] = z[: n // 2].argmax(1)  # half the labels follow the logits
+    return z, y
+
+
+@pytest.mark.parametrize("name,method,tol", [("platt-ovr", "sigmoid", 1e-4), ("isotonic-ovr", "isotonic", 1e-12)])
+def test_one_vs_rest_equals_scikit_learn_calibrated_classifier(name, method, tol):
+    """The second implementation: CalibratedClassifierCV on the frozen logits (it needs at least
+    5 calibration samples per class, which 300 samples give here)."""
+    from sklearn.base import BaseEstimator, ClassifierMixin
+    from sklearn.calibration import CalibratedClassifierCV
+    from sklearn.frozen import FrozenEstimator
+
+    class Frozen(ClassifierMixin, BaseEstimator):
+        def __init__(self, logits=None):
+            self.logits = logits
+
+        def fit(self, X, y):
+            self.classes_ = np.arange(self.logits.shape[1])
+            return self
+
+        def decision_function(self, X):
+            return self.logits[np.asarray(X)[:, 0]]
+
+        def predict(self, X):
+            return self.decision_function(X).argmax(1)
+
+    z, y = _ovr_data()
+    ref = CalibratedClassifierCV(FrozenEstimator(Frozen(z.numpy()).fit(None, None)), method=method)
+    ref.fit(np.arange(300)[:, None], y[:300].numpy())
+    want = ref.predict_proba(np.arange(300, 600)[:, None])
+    got = calibrate(name, z[:300], y[:300], z[300:]).numpy()
+    assert np.abs(got - want).max() < tol
+
+
+def test_one_vs_rest_by_hand_and_with_classes_missing():
+    # two classes, separable by either logit: each per-class isotonic map rises from 0 to 1
+    z = torch.tensor([[1.0, -1.0], [2.0, -2.0], [-1.0, 1.0], [-2.0, 2.0]], dtype=torch.float64)
+    y = torch.tensor([0, 0, 1, 1])
+    probs = calibrate("isotonic-ovr", z, y, torch.tensor([[3.0, -3.0], [-0.5, 0.5]], dtype=torch.float64))
+    # z_k = 3 lies past every class-0 positive: 1 and 0. z = (−0.5, 0.5) falls between the steps,
+    # where isotonic regression interpolates linearly: class 0 at −0.5 between (−1, 0) and (1, 1)
+    # → 0.25, class 1 at 0.5 → 0.75; they already sum to 1
+    assert torch.equal(probs, torch.tensor([[1.0, 0.0], [0.25, 0.75]], dtype=torch.float64))
+    # ten samples over ten classes: most classes unseen, every row still a distribution
+    z, y = _ovr_data(n=200)
+    for name in ("platt-ovr", "isotonic-ovr"):
+        p = calibrate(name, z[:10], y[:10], z[100:])
+        assert torch.isfinite(p).all() and torch.allclose(p.sum(1), torch.ones(100, dtype=torch.float64))
+        assert (p >= 0).all()
+
+
+def test_posthoc_defaults_to_spec_calibrators_and_refuses_unknown_ones():
+    from fedcal.reports.studies import posthoc_table
+
+    assert DEFAULT_CALIBRATORS == ("temperature", "platt", "isotonic", "histogram")
+    with pytest.raises(ValueError, match="unknown calibrator 'platt-one'"):
+        posthoc_table([], methods=("platt-one",))

@@ -17,7 +17,7 @@ import torch
 from fedcal.analysis import (default_variants, representation_similarity, triage_change, triage_curves,
                              update_cosine_curves)
 from fedcal.attacks import BENIGN
-from fedcal.calibrate import CALIBRATORS, probs_metrics, split_calibration
+from fedcal.calibrate import CALIBRATORS, DEFAULT_CALIBRATORS, probs_metrics, split_calibration
 from fedcal.data import client_data
 from fedcal.results import load_model
 from fedcal.train import predict_logits
@@ -37,10 +37,13 @@ def test_logits(run_dir: str | Path) -> tuple[object, torch.Tensor, torch.Tensor
 
 # --------------------------------------------------------------------------- post-hoc calibration
 def posthoc_table(run_dirs: Sequence[str | Path], n_cals: Sequence[int] = N_CALS,
-                  methods: Sequence[str] = tuple(CALIBRATORS), seed: int = 0, n_bins: int = 15) -> pd.DataFrame:
+                  methods: Sequence[str] = DEFAULT_CALIBRATORS, seed: int = 0, n_bins: int = 15) -> pd.DataFrame:
     """Fit each calibrator on n_cal held-out test samples of each run's final model and
     score it on the remaining test samples (SPEC §5). ``method = "none"`` is the uncalibrated
     model on the same remaining samples."""
+    unknown = [m for m in methods if m not in CALIBRATORS]
+    if unknown:
+        raise ValueError(f"unknown calibrator {unknown[0]!r}; choose from {', '.join(CALIBRATORS)}")
     rows = []
     for d in run_dirs:
         cfg, logits, y = test_logits(d)
