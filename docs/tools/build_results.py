@@ -112,6 +112,13 @@ Configuration (SPEC §2, "table" row): K = 50 clients, M = 5 per round, 13 attac
 seeded), Dirichlet α = 1, SGD, B = 64, E = 5 local steps, 100 rounds, seed 0, aggregation weighted
 by client data size. Attackers train with CE(softmax(z/τ), y) and η = β·τ; τ = 1 is the benign run
 (no attacker at all).
+
+Every table on this page uses this literal reading, E = 5 local *steps* per round (`local-steps=5`,
+no augmentation): 320 samples, a quarter to a third of a client's data, per round, which leaves
+the models less trained than the literature's (see the benign rows below). Training to the
+literature's level — local epochs (`local-epochs`) and CIFAR's crop-and-flip augmentation
+(`augment=crop-flip`) — is a different reading of the same protocol; its runs are named apart
+and no table here mixes the two.
 """
 
 
