@@ -249,6 +249,10 @@ class RunConfig:
     agg_attack_steps: int = setting(10, "inference", "sign-gradient steps per adversarial-training batch", ge=0)
     agg_restarts: int = setting(2, "inference", "adversarial-training starts per batch (the 2nd from a simplex "
                                                 "vertex); the worst kept", ge=1)
+    agg_latent: int = setting(32, "inference", "latent width of the autoencoder of manifold projection and CoPur",
+                              ge=1, hash_when_set=True)
+    copur_steps: int = setting(30, "inference", "CoPur's gradient steps fitting the latent of each query (0 = start "
+                                                "at the encoder's latent)", ge=0, hash_when_set=True)
     # --- RFD-LoRA and the LoRA baselines (task = "distill", SPEC §8); common keys reused: num-clients,
     # seed, batch-size (the clients' local batches), weight-decay (their AdamW's) ---
     dst_corpus: str = setting("sentiment", "distill", "text task: sentiment (Rotten Tomatoes), genre (Shakespeare), "

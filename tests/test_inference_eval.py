@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from fedcal.inference import DeepSetTM, Mean, TrimmedMean
-from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators
-from fedcal.reports import seed_table, worst_case
+from fedcal.inference.evaluate import AGGREGATOR_NAMES, ProbitData, attack_accuracy, build_aggregators
+from fedcal.reports import ablation_table, seed_table, worst_case
 
 
 def _synthetic(N=300, n=7, C=4, seed=0, signal=2.0):
@@ -102,6 +102,20 @@ def test_worst_case_and_seed_table_by_hand():
     assert one.loc["mean", "worst case"] == "30.00" and one.loc["mean", "none"] == "80.00"
 
 
+def test_ablation_table_labels_the_four_deepset_variants():
+    """One seed, hand-made accuracies: each variant's clean and worst-case cells, labelled by
+    its robust elements; without the plain DeepSet (no adversarial phase) there is no table."""
+    acc = {"deepset_plain": (0.8, 0.2), "deepset_plain_tm": (0.79, 0.4), "deepset": (0.78, 0.5),
+           "deepset_tm": (0.77, 0.6), "mean": (0.81, 0.1)}
+    rows = [(a, k, 0, v) for a, (clean, lma) in acc.items() for k, v in (("none", clean), ("lma", lma))]
+    table = seed_table(pd.DataFrame(rows, columns=["aggregator", "attack", "seed", "accuracy"]).assign(f_adv=1))
+    ab = ablation_table(table).set_index("aggregator")
+    assert list(ab.index) == ["deepset_plain", "deepset_plain_tm", "deepset", "deepset_tm"]
+    assert ab.loc["deepset_plain_tm", "trimmed pooling"] == "yes" and ab.loc["deepset_plain_tm", "adversarial training"] == "no"
+    assert ab.loc["deepset", "worst case"] == "50.00" and ab.loc["deepset_tm", "clean"] == "77.00"
+    assert ablation_table(table.drop(index="deepset_plain")).empty
+
+
 def test_probit_data_round_trip(tmp_path):
     data = _data(N=20)
     data.save(tmp_path / "p.pt")
@@ -110,14 +124,23 @@ def test_probit_data_round_trip(tmp_path):
 
 
 def test_build_aggregators_warm_up_then_adversarial_phase():
-    """Six aggregators; the history holds the clean epochs then the adversarial ones; DeepSet-TM
+    """Ten aggregators; the history holds the clean epochs then the adversarial ones; DeepSet-TM
     is the trained DeepSet's weights with trimmed pooling. (That adversarial training makes the
     trimmed DeepSet more robust is tested in test_inference_aggregators.)"""
     sp, sy = _synthetic(200, 7, 4)
     aggs, history = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=2, lr=3e-3, seed=0)
-    assert list(aggs) == ["mean", "median", "geometric_median", "trimmed_mean", "deepset", "deepset_tm"]
+    assert list(aggs) == ["mean", "median", "geometric_median", "trimmed_mean", "manifold_projection", "copur",
+                          "deepset_plain", "deepset_plain_tm", "deepset", "deepset_tm"]
+    assert list(aggs) == list(AGGREGATOR_NAMES)  # the reports' row order knows every aggregator
     assert len(history) == 5 and history[2] < history[0]
     assert aggs["deepset_tm"].rho is aggs["deepset"].rho and aggs["deepset_tm"].f == 2
     assert isinstance(aggs["deepset_tm"], DeepSetTM) and aggs["deepset_tm"].pooling == "trimmed"
-    _, h = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=0, lr=3e-3, seed=0)
+    assert aggs["deepset_plain_tm"].rho is aggs["deepset_plain"].rho and aggs["deepset_plain_tm"].f == 2
+    assert aggs["copur"].fusion is aggs["manifold_projection"].fusion  # one autoencoder, two purifiers
+    plain, h = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=0, lr=3e-3, seed=0)
     assert len(h) == 3 and h == history[:3]  # same seed, same clean phase
+    # the ablation's plain DeepSet is the clean phase's model, untouched by the adversarial phase
+    kept, trained = aggs["deepset_plain"].state_dict(), aggs["deepset"].state_dict()
+    assert all(torch.equal(kept[k], plain["deepset"].state_dict()[k]) for k in kept)
+    assert not all(torch.equal(kept[k], trained[k]) for k in kept)
+    assert "deepset_plain" not in plain  # without an adversarial phase "deepset" is the plain one

@@ -155,7 +155,7 @@ def test_inference_command_runs_cells_and_reports(tmp_path, capsys):
     assert list(table.columns) == ["none", "sia_whitebox", "lma", "worst case"]  # registry order
     assert list(table.index) == list(AGGREGATOR_NAMES)
     cells = pd.read_csv(tmp_path / "rep" / "cells.csv")
-    assert sorted(cells["seed"].unique()) == [0, 1] and len(cells) == 2 * 6 * 3
+    assert sorted(cells["seed"].unique()) == [0, 1] and len(cells) == 2 * len(AGGREGATOR_NAMES) * 3
     assert "worst case" in out and "± " in out
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/accuracy.csv")}
     assert len(stamps) == 2

@@ -5,8 +5,10 @@ aggregator-training split and on the test set, with a validity mask (a client th
 answer a query, or answered with something that is not a probit vector, is absent for that
 query). From it this module
 
-* builds the aggregators (Mean, coordinate-wise median, geometric median, trimmed mean, and a
-  DeepSet trained on the server split, adversarially by default, plus its DeepSet-TM view);
+* builds the aggregators (Mean, coordinate-wise median, geometric median, trimmed mean, the
+  feature-purification baselines manifold projection and CoPur, and a DeepSet trained on the
+  server split, adversarially by default, plus its DeepSet-TM view and, for the robust-elements
+  ablation, the same DeepSet before adversarial training with mean and trimmed pooling);
 * evaluates each aggregator under each attack on ``f_adv`` adversarial rows per query, the
   adversaries' identities redrawn per query and shared by every attack and aggregator (so the
   comparison is paired); white-box attacks query the aggregator under evaluation;
@@ -17,6 +19,7 @@ accuracy, queries``).
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 from dataclasses import dataclass
@@ -29,12 +32,14 @@ import torch
 from .aggregators import AGGREGATORS
 from .deepset import DeepSet, DeepSetTM, train_deepset
 from .probit_attacks import PROBIT_ATTACKS, adversary_mask, apply_attack, class_covariance
+from .purify import CoPur, ManifoldProjection, ProbitFusion, train_fusion
 
 __all__ = ["ProbitData", "AGGREGATOR_NAMES", "build_aggregators", "attack_accuracy", "WHITE_BOX"]
 
 log = logging.getLogger(__name__)
 
-AGGREGATOR_NAMES = ("mean", "median", "geometric_median", "trimmed_mean", "deepset", "deepset_tm")
+AGGREGATOR_NAMES = ("mean", "median", "geometric_median", "trimmed_mean", "manifold_projection", "copur",
+                    "deepset_plain", "deepset_plain_tm", "deepset", "deepset_tm")
 # Attacks that query the aggregator (SPEC §7 "white-box"): evaluated once per aggregator.
 WHITE_BOX = tuple(name for name, fn in PROBIT_ATTACKS.items()
                   if "aggregator" in inspect.signature(fn).parameters)
@@ -47,7 +52,9 @@ class ProbitData:
     ``server_probits`` (N_s, n, C) / ``server_labels`` (N_s,): the aggregator-training split,
     clients that answered every query of it validly. ``test_probits`` (N_t, n, C) /
     ``test_valid`` (N_t, n) bool / ``test_labels`` (N_t,): the test queries; invalid rows hold
-    zeros and are never read. ``clients`` names the n client ids of the test columns.
+    zeros and are never read. ``clients`` names the n client ids of the test columns;
+    ``server_columns`` says which test columns the server split's columns are (None: all, in
+    order), what the positional aggregators (CoPur, manifold projection) need to line them up.
     """
 
     server_probits: torch.Tensor
@@ -56,6 +63,7 @@ class ProbitData:
     test_valid: torch.Tensor
     test_labels: torch.Tensor
     clients: list[int]
+    server_columns: list[int] | None = None
 
     def save(self, path: str | Path) -> None:
         tmp = Path(path).with_suffix(".tmp")
@@ -69,9 +77,10 @@ class ProbitData:
 
 def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor, f: int, *, hidden: int = 224,
                       epochs: int = 100, adv_epochs: int = 20, lr: float = 1e-3, attack_steps: int = 10,
-                      restarts: int = 2, seed: int = 0) -> tuple[dict[str, Callable], list[float]]:
-    """The six aggregators of SPEC §7 built for ``f`` adversaries; returns them and the
-    DeepSet's per-epoch training losses.
+                      restarts: int = 2, seed: int = 0, latent: int = 32, copur_steps: int = 30,
+                      server_columns: Sequence[int] | None = None) -> tuple[dict[str, Callable], list[float]]:
+    """The aggregators of SPEC §7 built for ``f`` adversaries, and the baselines of the
+    inference literature; returns them and the DeepSet's per-epoch training losses.
 
     The DeepSet trains on the server split: ``epochs`` epochs on the clients' clean probits,
     then ``adv_epochs`` epochs of adversarial training (worst-case corruption of up to ``f``
@@ -79,18 +88,35 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
     from the clients' probits and, for the second, from a simplex vertex). The clean warm-up is there because
     an adversarial epoch costs ``attack_steps + 1`` forward/backward passes: on a CPU the
     worst-case phase is affordable only as a fine-tuning of an already trained set function.
+    With ``adv_epochs`` the DeepSet as it was before that phase is kept too (``deepset_plain``
+    and its trimmed view ``deepset_plain_tm``): the ablation's rows without adversarial training.
+
+    Manifold projection and CoPur (:mod:`.purify`) share one autoencoder and fusion classifier
+    (width ``hidden``, latent ``latent``, ``epochs`` epochs, learning rate ``lr``) trained on the
+    clean server split; CoPur fits its latent in ``copur_steps`` steps. ``server_columns`` are the
+    test columns of the split's clients (:class:`ProbitData`).
     """
     num_classes = server_probits.shape[2]
     gen = torch.Generator().manual_seed(seed)
     deepset = DeepSet(num_classes, hidden=hidden, seed=seed)
     history = train_deepset(deepset, server_probits, server_labels, epochs=epochs, lr=lr, generator=gen)
+    plain: dict[str, Callable] = {}
     if adv_epochs:
+        kept = copy.deepcopy(deepset)
+        plain = {"deepset_plain": kept, "deepset_plain_tm": DeepSetTM.from_deepset(kept, f)}
         history += train_deepset(deepset, server_probits, server_labels, epochs=adv_epochs, lr=lr, adversarial=True,
                                  f=f, attack_steps=attack_steps, n_restarts=restarts,
                                  generator=gen)
+    fusion = ProbitFusion(server_probits.shape[1], num_classes, hidden=hidden, latent=latent, seed=seed,
+                          columns=server_columns)
+    # its own generator: the DeepSet's training draws stay what they were before the baselines existed
+    train_fusion(fusion, server_probits, server_labels, epochs=epochs, lr=lr,
+                 generator=torch.Generator().manual_seed(seed + 1))
     aggs: dict[str, Callable] = {"mean": AGGREGATORS["mean"](), "median": AGGREGATORS["median"](),
                                  "geometric_median": AGGREGATORS["geometric_median"](),
                                  "trimmed_mean": AGGREGATORS["trimmed_mean"](f),
+                                 "manifold_projection": ManifoldProjection(fusion),
+                                 "copur": CoPur(fusion, steps=copur_steps), **plain,
                                  "deepset": deepset, "deepset_tm": DeepSetTM.from_deepset(deepset, f)}
     return aggs, history
 
@@ -119,7 +145,9 @@ def attack_accuracy(aggregators: Mapping[str, Callable], data: ProbitData, f_adv
 
     The adversaries of each query are drawn once (seeded by ``seed`` and the query's position)
     and shared by all attacks and aggregators. A query with too few valid clients for an
-    aggregator (n' ≤ 2f for trimming) counts as wrong for it, with a warning.
+    aggregator (n' ≤ 2f for trimming) counts as wrong for it, with a warning. Positional
+    aggregators (``for_columns``: CoPur, manifold projection) are told which client columns
+    answered each group of queries.
     """
     unknown = [a for a in attacks if a not in PROBIT_ATTACKS]
     if unknown:
@@ -149,6 +177,8 @@ def attack_accuracy(aggregators: Mapping[str, Callable], data: ProbitData, f_adv
                 for name, agg in aggregators.items():
                     if n < _needs(agg):
                         continue  # counted as wrong
+                    if hasattr(agg, "for_columns"):
+                        agg = agg.for_columns(cols.tolist())
                     attacked = shared if shared is not None else apply_attack(attack, p, mask, aggregator=agg, **ctx)
                     correct[name, attack] += _correct(agg, attacked, y)
             total += len(idx)

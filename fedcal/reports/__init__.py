@@ -12,8 +12,8 @@
 """
 
 from fedcal.reports.distill import distill_report
-from fedcal.reports.inference import (client_accuracies, inference_configs, inference_report, percent_cell,
-                                      seed_table, worst_case)
+from fedcal.reports.inference import (ablation_table, client_accuracies, inference_configs, inference_report,
+                                      percent_cell, seed_table, worst_case)
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.plots import (defense_bars, inference_curve, posthoc_curves, reliability_grid, similarity_scatter,
                                   stealth_plot, sweep_curves, trajectories, trajectory_table, triage_plot)
@@ -26,7 +26,7 @@ from fedcal.reports.taus import (run_tau_comparison, seed_summary, seeds_markdow
 __all__ = [
     "distill_report", "markdown_table", "final_metrics", "final_rows", "finished_only",
     "tau_configs", "summarise", "write_report", "seed_summary", "seeds_markdown", "to_markdown", "run_tau_comparison",
-    "inference_configs", "inference_report", "client_accuracies", "seed_table", "percent_cell", "worst_case",
+    "inference_configs", "inference_report", "ablation_table", "client_accuracies", "seed_table", "percent_cell", "worst_case",
     "posthoc_table", "triage_table", "similarity_table", "stealth_table",
     "collect", "write_results",
     "defense_bars", "inference_curve", "posthoc_curves", "reliability_grid", "similarity_scatter", "stealth_plot",

@@ -3,7 +3,8 @@ runs, from what each run saved (``accuracy.csv``, the curves, ``probits.pt``).
 
 ``inference_configs`` lists the runs of an (n, f) × seed grid; ``inference_report`` writes
 per-(n, f) tables of aggregators × attacks ("mean ± std" over seeds, :func:`seed_table`), the
-worst case per (n, f) (``scalability.md``) and the accuracy curves; ``client_accuracies`` is
+robust-elements ablation of DeepSet-TM (:func:`ablation_table`), the worst case per (n, f)
+(``scalability.md``) and the accuracy curves; ``client_accuracies`` is
 each client's own test accuracy. Only finished runs (a ``DONE`` matching their config hash) are
 read: an unfinished run's files may be partial, so it is left out and named in a warning line.
 """
@@ -60,6 +61,27 @@ def seed_table(cells: pd.DataFrame, order: Sequence[str] = AGGREGATOR_NAMES) -> 
     return table.loc[present]
 
 
+# The robust-elements ablation of DeepSet-TM: which of its two elements (trimmed pooling,
+# adversarial training) each aggregator has.
+ABLATION_ROWS = {"deepset_plain": ("DeepSet", "no", "no"), "deepset_plain_tm": ("+ CWTM", "yes", "no"),
+                 "deepset": ("+ adversarial training", "no", "yes"),
+                 "deepset_tm": ("+ both (DeepSet-TM)", "yes", "yes")}
+
+
+def ablation_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The four DeepSet variants of a :func:`seed_table` (clean and worst-case accuracy), labelled
+    by their robust elements; empty when the runs had no adversarial phase (no plain DeepSet)."""
+    rows = [a for a in ABLATION_ROWS if a in table.index]
+    if len(rows) < len(ABLATION_ROWS):
+        return pd.DataFrame()
+    out = pd.DataFrame([ABLATION_ROWS[a] for a in rows], columns=["variant", "trimmed pooling", "adversarial training"])
+    out["aggregator"] = rows
+    for col in ("none", "worst case"):
+        if col in table.columns:
+            out["clean" if col == "none" else col] = table.loc[rows, col].to_list()
+    return out
+
+
 def _read_cells(run_dirs: Sequence[str | Path], name: str) -> pd.DataFrame:
     frames = [pd.read_csv(Path(d) / name) for d in run_dirs if (Path(d) / name).exists()]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -69,7 +91,8 @@ def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title:
     """Tables and plots of finished inference runs (their ``accuracy.csv`` and curves).
 
     Writes ``cells.csv`` (every run's rows), ``table_n<n>_f<f>.md/.csv`` (aggregators ×
-    attacks + worst case, mean ± std over seeds) per (n, f), ``scalability.md`` (worst case
+    attacks + worst case, mean ± std over seeds) per (n, f), ``ablation_n<n>_f<f>.md`` (the four
+    DeepSet variants, when the runs trained adversarially), ``scalability.md`` (worst case
     per (n, f)), and ``acc_vs_f.png`` / ``acc_vs_amplification.png`` from the curves. Returns
     the Markdown of all tables. Unfinished runs are left out (each named in a warning line);
     with no finished run, :class:`fedcal.results.UnfinishedRunError`.
@@ -93,6 +116,12 @@ def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title:
         md = markdown_table(table.reset_index(), f"n = {n}, f = {f}: accuracy (%) per attack, {_over_seeds(g)}")
         (out / f"table_n{n}_f{f}.md").write_text(md)
         parts.append(md)
+        ablation = ablation_table(table)
+        if not ablation.empty:
+            md = markdown_table(ablation, f"n = {n}, f = {f}: robust elements of DeepSet-TM, accuracy (%), "
+                                          f"{_over_seeds(g)}")
+            (out / f"ablation_n{n}_f{f}.md").write_text(md)
+            parts.append(md)
     worst = worst_case(cells, by=("n", "f", "seed", "aggregator"))
     scal = worst.groupby(["n", "f", "aggregator"])["accuracy"].agg(["mean", "std", "count"]).reset_index()
     scal["cell"] = [percent_cell(m, s, k) for m, s, k in zip(scal["mean"], scal["std"], scal["count"])]

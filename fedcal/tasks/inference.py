@@ -115,14 +115,15 @@ def collect_probits(grid: Grid, cfg: RunConfig, clients_per_answer: list[int],
     n_test = cfg.inf_test_queries or len(ds.y_test)
     tp, tv = ask(ds.x_test[:n_test], "test")
     return ProbitData(server_probits=sp[:, keep], server_labels=ds.y_train[srv_idx], test_probits=tp, test_valid=tv,
-                      test_labels=ds.y_test[:n_test], clients=clients)
+                      test_labels=ds.y_test[:n_test], clients=clients,
+                      server_columns=torch.nonzero(keep).flatten().tolist())
 
 
 def _subset(data: ProbitData, k: int) -> ProbitData:
     if not k or k >= len(data.test_labels):
         return data
     return ProbitData(data.server_probits, data.server_labels, data.test_probits[:k], data.test_valid[:k],
-                      data.test_labels[:k], data.clients)
+                      data.test_labels[:k], data.clients, data.server_columns)
 
 
 def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFrame:
@@ -132,7 +133,8 @@ def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFr
     aggs, history = build_aggregators(data.server_probits, data.server_labels, cfg.inf_f, hidden=cfg.agg_hidden,
                                       epochs=cfg.agg_epochs, adv_epochs=cfg.agg_adv_epochs, lr=cfg.agg_lr,
                                       attack_steps=cfg.agg_attack_steps, restarts=cfg.agg_restarts,
-                                      seed=cfg.seed)
+                                      seed=cfg.seed, latent=cfg.agg_latent, copur_steps=cfg.copur_steps,
+                                      server_columns=data.server_columns)
     torch.save(aggs["deepset"].state_dict(), store.dir / "deepset.pt")
     store.write_table("deepset_loss.csv", pd.DataFrame({"epoch": range(1, len(history) + 1), "loss": history}))
     cell = {"seed": cfg.seed, "n": cfg.num_clients, "f": cfg.inf_f}
