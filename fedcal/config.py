@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, NamedTuple
 
 DATASETS = ("digits", "mnist", "cifar10", "cifar100", "synthetic")
-MODELS = ("mlp", "cnn", "resnet18", "cnn1d")
+MODELS = ("mlp", "cnn", "resnet8", "resnet18", "cnn1d")
 ATTACKS = ("none", "tsa", "noise", "labelflip")
 AUGMENTATIONS = ("none", "crop-flip")
 #: datasets ``augment=crop-flip`` applies to (digits are not mirror-invariant, CIFAR's objects are)

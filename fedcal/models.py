@@ -1,4 +1,4 @@
-"""Model zoo: MLP, small CNN, ResNet-18 for 32×32 inputs, 1-D CNN. ``build_model(name, ...)``.
+"""Model zoo: MLP, small CNN, ResNet-8 and ResNet-18 for 32×32 inputs, 1-D CNN. ``build_model(name, ...)``.
 
 Every model exposes ``features(x)`` (penultimate representation, used by CKA analyses)
 and ``head`` (the final linear layer), with ``forward(x) = head(features(x))``.
@@ -77,6 +77,42 @@ class ResNet18(nn.Module):
         return self.head(self.features(x))
 
 
+class ResNet8(nn.Module):
+    """He et al.'s CIFAR ResNet (6n + 2 layers) with n = 1: a 3×3 convolution to 16 channels, one
+    basic block per stage at 16, 32, 64 channels (strides 1, 2, 2), global average pooling, a
+    linear head; about 78 k parameters. The robust-inference literature's client model.
+
+    The blocks are torchvision's ``BasicBlock``; where a stage changes shape the shortcut is a 1×1
+    convolution with batch norm (He et al.'s option B; their CIFAR runs used zero-padding, option
+    A, which adds no parameters: a difference of about 2.6 k parameters, not of architecture).
+    Source: He, Zhang, Ren & Sun, "Deep Residual Learning for Image Recognition" (CVPR 2016), §4.2.
+    """
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, widths: tuple[int, int, int] = (16, 32, 64)):
+        super().__init__()
+        from torchvision.models.resnet import BasicBlock
+
+        if len(input_shape) != 3:
+            raise ValueError(f"ResNet8 needs C×H×W inputs, got shape {input_shape}")
+        layers: list[nn.Module] = [nn.Conv2d(input_shape[0], widths[0], 3, padding=1, bias=False),
+                                   nn.BatchNorm2d(widths[0]), nn.ReLU(inplace=True)]
+        width = widths[0]
+        for planes, stride in zip(widths, (1, 2, 2)):
+            shortcut = None
+            if stride != 1 or planes != width:
+                shortcut = nn.Sequential(nn.Conv2d(width, planes, 1, stride=stride, bias=False), nn.BatchNorm2d(planes))
+            layers.append(BasicBlock(width, planes, stride=stride, downsample=shortcut))
+            width = planes
+        self.body = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.head = nn.Linear(width, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
 class CNN1D(nn.Module):
     """1-D CNN for single-lead heartbeat segments (N×L or N×1×L inputs)."""
 
@@ -99,7 +135,7 @@ class CNN1D(nn.Module):
         return self.head(self.features(x))
 
 
-MODEL_REGISTRY = {"mlp": MLP, "cnn": CNN, "resnet18": ResNet18, "cnn1d": CNN1D}
+MODEL_REGISTRY = {"mlp": MLP, "cnn": CNN, "resnet8": ResNet8, "resnet18": ResNet18, "cnn1d": CNN1D}
 
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, seed: int | None = None) -> nn.Module:

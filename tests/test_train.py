@@ -93,7 +93,7 @@ def test_invalid_tau():
 
 
 @pytest.mark.parametrize("name,shape", [("mlp", (1, 28, 28)), ("cnn", (3, 32, 32)), ("cnn", (1, 28, 28)),
-                                        ("resnet18", (3, 32, 32)), ("cnn1d", (187,))])
+                                        ("resnet8", (3, 32, 32)), ("resnet18", (3, 32, 32)), ("cnn1d", (187,))])
 def test_models_build_and_forward(name, shape):
     m = build_model(name, shape, 10, seed=0)
     out = m(torch.randn(2, *shape))
@@ -103,6 +103,22 @@ def test_models_build_and_forward(name, shape):
     m2 = build_model(name, shape, 10, seed=0)
     for p, q in zip(m.parameters(), m2.parameters()):
         assert torch.equal(p, q)
+
+
+def test_resnet8_is_he_et_al_cifar_resnet_with_one_block_per_stage():
+    """Parameter count by hand: stem 3·16·9 + BN 32; stage 1 two 16→16 3×3 convs + 2 BN;
+    stage 2 16→32 and 32→32 convs + 2 BN + 1×1 16→32 shortcut + BN; stage 3 likewise at 64;
+    head 64·10 + 10. Output 64 features after global pooling; 8 weighted layers."""
+    m = build_model("resnet8", (3, 32, 32), 10)
+    by_hand = (3 * 16 * 9 + 32) + (2 * 16 * 16 * 9 + 2 * 32) \
+        + (16 * 32 * 9 + 32 * 32 * 9 + 2 * 64 + 16 * 32 + 64) \
+        + (32 * 64 * 9 + 64 * 64 * 9 + 2 * 128 + 32 * 64 + 128) + (64 * 10 + 10)
+    assert sum(p.numel() for p in m.parameters()) == by_hand
+    assert m.features(torch.randn(2, 3, 32, 32)).shape == (2, 64)
+    convs = [c for c in m.modules() if isinstance(c, torch.nn.Conv2d) and c.kernel_size == (3, 3)]
+    assert len(convs) + 1 == 8  # 7 3×3 convolutions + the linear head: ResNet-(6·1+2)
+    with pytest.raises(ValueError, match="C×H×W"):
+        build_model("resnet8", (784,), 10)
 
 
 def test_resnet18_is_adapted_to_32px():
