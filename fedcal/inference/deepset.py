@@ -23,6 +23,7 @@ from torch import nn
 
 from fedcal.aggregate import trimmed_mean_along
 
+from ._fit import adam_epochs
 from .aggregators import check_probits
 
 __all__ = ["DeepSet", "DeepSetTM", "as_trimmed", "train_deepset", "accuracy", "POOLINGS"]
@@ -191,9 +192,6 @@ def train_deepset(model: DeepSet, probits: torch.Tensor, labels: torch.Tensor, e
     The model's parameters are frozen during the attack.
     """
     probits = check_probits(probits)
-    labels = torch.as_tensor(labels).long()
-    if labels.shape != (probits.shape[0],):
-        raise ValueError(f"labels must have shape ({probits.shape[0]},); got {tuple(labels.shape)}")
     n = probits.shape[1]
     if adversarial:
         if f < 1:
@@ -204,28 +202,15 @@ def train_deepset(model: DeepSet, probits: torch.Tensor, labels: torch.Tensor, e
             raise ValueError(f"m must be in 1..f; got m={m}, f={f}")
         if n_restarts < 1 or attack_steps < 0:
             raise ValueError("n_restarts must be >= 1 and attack_steps >= 0")
-    if generator is None:
+    if generator is None:  # one generator for the shuffles and the attack's draws
         generator = torch.Generator().manual_seed(0)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    history: list[float] = []
-    N = probits.shape[0]
-    for _ in range(epochs):
-        model.train()
-        perm = torch.randperm(N, generator=generator)
-        total = 0.0
-        for start in range(0, N, batch_size):
-            idx = perm[start:start + batch_size]
-            x, y = probits[idx], labels[idx]
-            if adversarial:
-                x = _worst_case_inputs(model, x, y, f, m, n_restarts, attack_steps, attack_lr, generator)
-            loss = F.cross_entropy(model.logits(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(idx)
-        history.append(total / N)
-    model.eval()
-    return history
+
+    def batch_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if adversarial:
+            x = _worst_case_inputs(model, x, y, f, m, n_restarts, attack_steps, attack_lr, generator)
+        return F.cross_entropy(model.logits(x), y)
+
+    return adam_epochs(model, probits, labels, epochs, lr, batch_size, generator, batch_loss)
 
 
 @torch.no_grad()

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._fit import adam_epochs
 from .aggregators import check_probits
 
 __all__ = ["ProbitFusion", "train_fusion", "ManifoldProjection", "CoPur", "PURIFIERS"]
@@ -96,31 +97,13 @@ def train_fusion(model: ProbitFusion, probits: torch.Tensor, labels: torch.Tenso
     decoder's small systematic errors alone would cost accuracy on clean queries).
     """
     probits = model.check(probits)
-    labels = torch.as_tensor(labels).long()
-    if labels.shape != (probits.shape[0],):
-        raise ValueError(f"labels must have shape ({probits.shape[0]},); got {tuple(labels.shape)}")
-    if generator is None:
-        generator = torch.Generator().manual_seed(0)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    history: list[float] = []
-    N = probits.shape[0]
-    for _ in range(epochs):
-        model.train()
-        perm = torch.randperm(N, generator=generator)
-        total = 0.0
-        for start in range(0, N, batch_size):
-            idx = perm[start:start + batch_size]
-            h, y = probits[idx], labels[idx]
-            recon = model.decode(model.encode(h))
-            loss = ((recon - h) ** 2).sum(dim=(1, 2)).mean() + F.cross_entropy(model.logits(h), y) \
-                + F.cross_entropy(model.logits(recon.detach()), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(idx)
-        history.append(total / N)
-    model.eval()
-    return history
+
+    def batch_loss(h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        recon = model.decode(model.encode(h))
+        return ((recon - h) ** 2).sum(dim=(1, 2)).mean() + F.cross_entropy(model.logits(h), y) \
+            + F.cross_entropy(model.logits(recon.detach()), y)
+
+    return adam_epochs(model, probits, labels, epochs, lr, batch_size, generator, batch_loss)
 
 
 class _Purifier(nn.Module):
