@@ -157,3 +157,33 @@ def test_a_run_with_local_epochs_through_flower(tmp_path):
     m = load_metrics(run)
     assert m["finished"].all() and set(m["round"]) == {0, 1, 2}
     assert m[m.metric == "accuracy"]["value"].between(0, 1).all()
+
+
+def test_fltrust_server_takes_a_mean_clients_epoch_steps():
+    """FLTrust rescales every client update to the norm of the server's own update, so the server
+    must take as many local steps as the clients (Cao et al.'s R): with local-epochs E, those of E
+    epochs over the mean client's data, ⌈N / K / B⌉·E, not E epochs over its 100-sample root set.
+    Checked by the update itself: equal to a benign round of that many local steps on the root set."""
+    from fedcal.attacks.behaviour import BENIGN
+    from fedcal.data import root_set
+    from fedcal.tasks.train import root_train_fn_for
+    from flwr.app import ArrayRecord
+
+    ds = load_dataset("digits")
+    cfg = RunConfig(dataset="digits", num_clients=10, local_epochs=2, batch_size=16, root_size=40, seed=3)
+    steps = 2 * math.ceil(len(ds.y_train) / 10 / 16)
+    assert steps > 2 * math.ceil(40 / 16)  # more than two epochs over the root set
+    start = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=0)
+    got = root_train_fn_for(cfg, ds, "cpu")(ArrayRecord(start.state_dict()), 4).to_torch_state_dict()
+    x, y = root_set(ds, cfg.root_size, cfg.seed)
+    by_hand = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=0)
+    stats = client_round(by_hand, x, y, ds.num_classes, BENIGN, RunConfig(dataset="digits", num_clients=10,
+                         local_steps=steps, batch_size=16, root_size=40, seed=3), 4, client_id=-1)
+    assert stats.steps == steps
+    assert all(torch.equal(got[k], v) for k, v in by_hand.state_dict().items())
+    # without local-epochs the server's round is the clients' local-steps, as always
+    plain = RunConfig(dataset="digits", num_clients=10, batch_size=16, root_size=40, seed=3)
+    got = root_train_fn_for(plain, ds, "cpu")(ArrayRecord(start.state_dict()), 4).to_torch_state_dict()
+    five = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=0)
+    client_round(five, x, y, ds.num_classes, BENIGN, plain, 4, client_id=-1)
+    assert all(torch.equal(got[k], v) for k, v in five.state_dict().items())

@@ -17,6 +17,8 @@ id (:func:`fedcal.attacks.behaviour_for`). Report: :func:`fedcal.reports.write_r
 
 from __future__ import annotations
 
+import math
+
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,14 +51,27 @@ REJECTION_COLUMNS = ["round", "node_id", "partition_id", "reason"]
 
 
 def root_train_fn_for(cfg: RunConfig, ds, device: torch.device) -> Callable[[ArrayRecord, int], ArrayRecord]:
-    """FLTrust's server update: the benign local procedure (same E, B, β) on the root set
-    (:func:`fedcal.data.root_set`)."""
+    """FLTrust's server update: the benign local procedure (same B, β, number of local steps) on
+    the root set (:func:`fedcal.data.root_set`).
+
+    FLTrust (Cao et al., NDSS 2021, Alg. 1–2) runs the same R local iterations at the server as at
+    the clients, and rescales every client update to the norm of the server's: the server's step
+    count sets the federation's step size. With ``local-epochs`` the clients' step counts follow
+    their data sizes; one epoch over a 100-sample root set would be 2 steps against a mean client's
+    19 (MNIST), shrinking every update about tenfold. So the server takes the steps of E epochs
+    over the mean client's data, ⌈N / K / B⌉·E, batches drawn from the root set."""
     x_root, y_root = root_set(ds, cfg.root_size, cfg.seed)
     model = build_model(cfg.model, ds.input_shape, ds.num_classes)
+    if cfg.local_epochs:
+        steps = cfg.local_epochs * math.ceil(len(ds.y_train) / cfg.num_clients / cfg.batch_size)
+        root_cfg = cfg.replace(local_epochs=0, local_steps=steps)
+    else:
+        root_cfg = cfg
 
     def root_train(arrays: ArrayRecord, server_round: int) -> ArrayRecord:
         model.load_state_dict(arrays.to_torch_state_dict())
-        client_round(model, x_root, y_root, ds.num_classes, BENIGN, cfg, server_round, client_id=-1, device=device)
+        client_round(model, x_root, y_root, ds.num_classes, BENIGN, root_cfg, server_round, client_id=-1,
+                     device=device)
         return ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()})
 
     return root_train
