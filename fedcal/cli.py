@@ -277,8 +277,9 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
     table = triage_table(args.run_dirs, args.benign)
     at = table[(table["gamma"] - 0.9).abs() < 1e-9]
-    print("at γ = 0.9:\n" + at[["run", "sent", "unnecessary", "missed", "unnecessary_change",
-                                 "missed_change"]].to_string(index=False))
+    at = at.groupby("run", sort=False)[["sent", "unnecessary", "missed", "unnecessary_change", "missed_change"]].mean()
+    seeds = table["seed"].nunique()
+    print(f"at γ = 0.9{f', mean over {seeds} seeds' if seeds > 1 else ''}:\n" + at.reset_index().to_string(index=False))
     _write(table, Path(args.out), "triage", triage_plot)
     return 0
 
@@ -582,9 +583,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="calibrators (also platt-ovr, isotonic-ovr: one-vs-rest, as scikit-learn's)")
     p.add_argument("--out", default="fedcal-report", help="folder for posthoc.csv and posthoc.png")
     p.set_defaults(func=cmd_posthoc)
-    p = add("triage", "unnecessary/missed verifications vs threshold, against a benign run")
+    p = add("triage", "unnecessary/missed verifications vs threshold, against the benign run of each seed")
     p.add_argument("run_dirs", nargs="+", help="attacked runs")
-    p.add_argument("--benign", required=True, help="the benign run directory")
+    p.add_argument("--benign", required=True, nargs="+", help="the benign run directory, one per seed")
     p.add_argument("--out", default="fedcal-report", help="folder for triage.csv and triage.png")
     p.set_defaults(func=cmd_triage)
     p = add("similarity", "logit cosine and linear CKA against benign models")

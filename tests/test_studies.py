@@ -47,6 +47,26 @@ def test_triage(runs, tmp_path):
     assert (at0["sent"] == 0).all()  # γ = 0: nothing is sent for verification
 
 
+def test_triage_pairs_each_attacked_run_with_the_benign_run_of_its_seed(runs, tmp_path):
+    """With one benign run per seed, the attacked run's change is measured against its own seed's
+    benign run: the same numbers as with that benign run alone; a seed without a benign run, or
+    two benign runs of one seed, is an error."""
+    from fedcal.reports import triage_table
+
+    alone = triage_table([runs["tsa5"]], runs["benign0"])
+    both = triage_table([runs["tsa5"]], [runs["benign1"], runs["benign0"]])
+    assert sorted(both.loc[both.run == "benign", "seed"].unique()) == [0, 1]
+    pd.testing.assert_frame_equal(both[both.run == "tsa τ=5"].reset_index(drop=True),
+                                  alone[alone.run == "tsa τ=5"].reset_index(drop=True))
+    with pytest.raises(ValueError, match="no benign run of seed 0"):
+        triage_table([runs["tsa5"]], [runs["benign1"]])
+    with pytest.raises(ValueError, match="two benign runs of seed 0"):
+        triage_table([runs["tsa5"]], [runs["benign0"], runs["benign0"]])
+    assert cli_main(["triage", str(runs["tsa5"]), "--benign", str(runs["benign0"]), str(runs["benign1"]),
+                     "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "triage.png").exists()
+
+
 def test_similarity(runs, tmp_path):
     assert cli_main(["similarity", str(runs["tsa5"]), "--benign", str(runs["benign0"]), str(runs["benign1"]),
                      "--out", str(tmp_path)]) == 0

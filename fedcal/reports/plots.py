@@ -136,7 +136,10 @@ def posthoc_curves(table: pd.DataFrame, path: str | Path) -> Path:
 
 
 def triage_plot(table: pd.DataFrame, path: str | Path) -> Path:
-    """Unnecessary and missed verifications (rates) vs γ, and their change vs benign."""
+    """Unnecessary and missed verifications (rates) vs γ, and their change vs benign (the mean
+    over seeds when the table holds several)."""
+    if "seed" in table.columns:
+        table = table.drop(columns="seed").groupby(["run", "gamma"], sort=False).mean(numeric_only=True).reset_index()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for run, g in table.groupby("run", sort=False):
         axes[0].plot(g["gamma"], 100 * g["unnecessary_rate"], label=f"{run}: unnecessary")

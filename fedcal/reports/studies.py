@@ -62,20 +62,33 @@ def posthoc_table(run_dirs: Sequence[str | Path], n_cals: Sequence[int] = N_CALS
 
 
 # --------------------------------------------------------------------------- triage
-def triage_table(attacked_dirs: Sequence[str | Path], benign_dir: str | Path,
+def triage_table(attacked_dirs: Sequence[str | Path], benign_dirs: str | Path | Sequence[str | Path],
                  gammas: np.ndarray | None = None) -> pd.DataFrame:
     """Unnecessary / missed verifications vs γ for each run, and their change against the
-    benign run (SPEC §6); one tidy table with a ``run`` column."""
+    benign run of the same seed (SPEC §6); one tidy table with ``run`` and ``seed`` columns.
+
+    ``benign_dirs``: one benign run, or one per seed; every attacked run is compared with the
+    benign run of its own seed (a ValueError names an attacked run whose seed has none, and two
+    benign runs of one seed).
+    """
     gammas = np.linspace(0, 1, 101) if gammas is None else gammas
-    _, bl, by = test_logits(benign_dir)
-    benign = triage_curves(bl, by, gammas)
-    frames = [benign.assign(run="benign", unnecessary_change=0.0, missed_change=0.0)]
+    benign_dirs = [benign_dirs] if isinstance(benign_dirs, (str, Path)) else list(benign_dirs)
+    benign: dict[int, pd.DataFrame] = {}
+    for d in benign_dirs:
+        cfg, logits, y = test_logits(d)
+        if cfg.seed in benign:
+            raise ValueError(f"two benign runs of seed {cfg.seed} (the last: {d}); give one per seed")
+        benign[cfg.seed] = triage_curves(logits, y, gammas)
+    frames = [b.assign(run="benign", seed=s, unnecessary_change=0.0, missed_change=0.0) for s, b in benign.items()]
     for d in attacked_dirs:
         cfg, logits, y = test_logits(d)
+        if cfg.seed not in benign:
+            raise ValueError(f"{d}: no benign run of seed {cfg.seed} among the benign runs "
+                             f"(seeds {sorted(benign)}): its change would be measured against another partition")
         cur = triage_curves(logits, y, gammas)
-        change = triage_change(cur, benign)
+        change = triage_change(cur, benign[cfg.seed])
         cur = cur.merge(change[["gamma", "unnecessary_change", "missed_change"]], on="gamma")
-        frames.append(cur.assign(run=_label(cfg)))
+        frames.append(cur.assign(run=_label(cfg), seed=cfg.seed))
     return pd.concat(frames, ignore_index=True)
 
 
