@@ -404,8 +404,11 @@ def inference_results() -> str:
     per_seed_best = worst.loc[worst.groupby("seed")["accuracy"].idxmax(), "aggregator"].value_counts()
     table = (res / "table_n17_f4.md").read_text().split("\n", 2)[2]
     attacks = worst.groupby("aggregator")["worst_attack"].agg(lambda a: ", ".join(sorted(set(a))))
+    seeds = sorted(cells["seed"].unique())
+    seed_text = f"seeds {seeds[0]}–{seeds[-1]}" if len(seeds) > 1 else f"seed {seeds[0]}"
+    ablation = res / "ablation_n17_f4.md"
     lines = [
-        "## Results: CIFAR-10, n = 17 clients, f = 4 adversarial, Dirichlet α = 0.5, seeds 0–4",
+        f"## Results: CIFAR-10, n = 17 clients, f = 4 adversarial, Dirichlet α = 0.5, {seed_text}",
         "", "```bash", INFERENCE_COMMAND, "```", "",
         f"Accuracy (%) on the first {cells['queries'].iloc[0]:,} CIFAR-10 test images, mean ± std over "
         f"{cells['seed'].nunique()} seeds (a seed changes the partition, the clients' initialisation and "
@@ -420,6 +423,9 @@ def inference_results() -> str:
         "The attack achieving the worst case, per aggregator: " + "; ".join(
             f"{a}: {attacks[a]}" for a in ranking.index) + ".", "",
     ]
+    if ablation.exists():
+        lines += ["The robust elements of DeepSet-TM, one at a time (the same runs; `clean` is the `none` column, "
+                  "`worst case` as above):", "", ablation.read_text().split("\n", 2)[2], ""]
     for png, caption in (("acc_vs_f.png", "Worst-case accuracy over all attacks against the number of adversarial "
                           "clients per query (aggregators built for f = 4; first 1,000 test images)."),
                          ("acc_vs_amplification.png", "Accuracy under logit flipping against its amplification a "
@@ -436,7 +442,9 @@ def inference_results() -> str:
                   "Highest worst-case accuracy per (n, f): " + "; ".join(
                       f"n = {r.n}, f = {r.f}: {r.aggregator}" for r in best.itertuples()) + ". "
                   + _clients_sentence(grid_dir, n=10, tail=False) + _clients_sentence(grid_dir, n=25, tail=False) +
-                  "\nThe (17, 4) cell is seed 0 of the five-seed table above (same run directory). Per-attack tables "
+                  "\nThis grid was made by an earlier fedcal, before the purification baselines and the ablation "
+                  "rows existed, whose clients trained slightly differently: its (17, 4) cell is not seed 0 of the "
+                  "table above digit for digit. Per-attack tables "
                   "of each cell are `docs/results/inference-cifar10-grid/table_n*_f*.md`, the curves against f "
                   "`acc_vs_f_n*_f*.png`.", ""]
         lines += [f"![acc_vs_f_n25_f5.png](results/inference-cifar10-grid/acc_vs_f_n25_f5.png)", "",
