@@ -24,13 +24,13 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, NamedTuple
 
-DATASETS = ("digits", "mnist", "cifar10", "cifar100", "synthetic")
+DATASETS = ("digits", "mnist", "cifar10", "cifar100", "synthetic", "mitbih")
 MODELS = ("mlp", "cnn", "resnet8", "resnet18", "cnn1d")
 ATTACKS = ("none", "tsa", "noise", "labelflip")
 AUGMENTATIONS = ("none", "crop-flip")
 #: datasets ``augment=crop-flip`` applies to (digits are not mirror-invariant, CIFAR's objects are)
 CROP_FLIP_DATASETS = ("cifar10", "cifar100")
-PARTITIONS = ("dirichlet", "iid")
+PARTITIONS = ("dirichlet", "iid", "patient")
 STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "trimmed_mean", "median", "geometric_median",
               "median_of_means", "calguard")
 CALGUARD_MODES = ("filter", "audit")  # fedcal.calguard.CALGUARD_MODES (a test keeps them equal)
@@ -451,6 +451,12 @@ def _local_work(c: RunConfig) -> None:
                f"is CIFAR's augmentation ({', '.join(CROP_FLIP_DATASETS)}), not for dataset {c.dataset!r}")
 
 
+def _patient_partition(c: RunConfig) -> None:
+    if c.partition == "patient":
+        _check("partition", c.dataset == "mitbih", c.partition,
+               f"deals whole patients' records to clients: it needs dataset=mitbih, not {c.dataset!r}")
+
+
 def _defense_parameters(c: RunConfig) -> None:
     m = c.clients_per_round
     if c.strategy == "multikrum":
@@ -524,7 +530,7 @@ def _distill_backbone(c: RunConfig) -> None:
 
 # Rules that involve several keys, checked in this order after every field's own range.
 _CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
-    _round_size, _local_work, _defense_parameters, _inference_f, _inference_attacks, _amplification_curve, _adversarial_training,
+    _round_size, _local_work, _patient_partition, _defense_parameters, _inference_f, _inference_attacks, _amplification_curve, _adversarial_training,
     _distill_ranks, _lora_targets, _distill_target, _distill_backbone)
 
 

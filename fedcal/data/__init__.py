@@ -8,11 +8,11 @@ import numpy as np
 import torch
 
 from fedcal.data.datasets import Dataset, PixelSpace, default_data_dir, load_dataset, pixel_space, synthetic_dataset
-from fedcal.data.partition import dirichlet_partition, iid_partition, partition_indices
+from fedcal.data.partition import dirichlet_partition, iid_partition, partition_indices, patient_partition
 
 __all__ = [
     "Dataset", "PixelSpace", "pixel_space", "ClientData", "default_data_dir", "load_dataset", "synthetic_dataset",
-    "dirichlet_partition", "iid_partition", "partition_indices", "client_partitions",
+    "dirichlet_partition", "iid_partition", "partition_indices", "patient_partition", "client_partitions",
     "client_data", "root_set",
 ]
 
@@ -33,7 +33,8 @@ def client_partitions(
 ) -> tuple[np.ndarray, ...]:
     """Partition a dataset once per process and reuse it for every round."""
     ds = load_dataset(dataset, data_dir)
-    return tuple(partition_indices(ds.y_train.numpy(), num_clients, scheme, alpha, seed))
+    groups = None if ds.groups_train is None else ds.groups_train.numpy()
+    return tuple(partition_indices(ds.y_train.numpy(), num_clients, scheme, alpha, seed, groups=groups))
 
 
 @functools.lru_cache(maxsize=512)

@@ -8,7 +8,11 @@ N×D) and int64 labels. Sources, in order of preference:
 * torchvision's own loaders (download on networked machines, cached under ``data_dir``); a load
   that fails leaves the filesystem as it was: whatever it created (``data_dir`` itself and its
   missing parents, partial downloads) is removed, and nothing that existed before is touched;
-* scikit-learn's bundled ``digits`` (offline default) and a seeded ``synthetic`` task.
+* scikit-learn's bundled ``digits`` (offline default) and a seeded ``synthetic`` task;
+* ``mitbih``: MIT-BIH arrhythmia beats read with ``wfdb`` from ``<data_dir>/mitbih`` (or
+  ``data_dir`` itself when it holds the ``*.hea`` headers), inputs (N, 1, 180), the five AAMI
+  classes, the record (patient) of every training beat in ``groups_train``
+  (:mod:`fedcal.data.ecg`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 import torch
 
 from fedcal.config import ConfigError
+from fedcal.data.ecg import AAMI_CLASSES, load_mitbih, records_folder
 
 # Per-channel statistics of the training sets (the usual published values).
 _NORMALISATION = {
@@ -44,6 +49,9 @@ class Dataset:
     x_test: torch.Tensor
     y_test: torch.Tensor
     num_classes: int
+    #: per training sample, the group it belongs to (the patient of an ECG beat), for partitions
+    #: that keep a group on one client (``partition=patient``); None for datasets without groups
+    groups_train: torch.Tensor | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -76,6 +84,8 @@ def _load_cached(name: str, data_dir: str) -> Dataset:
         return _digits()
     if name == "synthetic":
         return synthetic_dataset()
+    if name == "mitbih":
+        return _mitbih(root)
     if name not in _NORMALISATION:
         raise ConfigError(f"run-config key 'dataset': unknown dataset {name!r}")
     npz_train, npz_test = root / f"{name}_train.npz", root / f"{name}_test.npz"
@@ -201,6 +211,15 @@ def _digits() -> Dataset:
     xtr, xte, ytr, yte, scaler = _digits_split()
     f = lambda a: torch.as_tensor(scaler.transform(a), dtype=torch.float32)  # noqa: E731
     return Dataset("digits", f(xtr), torch.as_tensor(ytr), f(xte), torch.as_tensor(yte), 10)
+
+
+def _mitbih(root: Path) -> Dataset:
+    """MIT-BIH beats (fedcal.data.ecg): DS1 trains, DS2 tests; inputs (N, 1, WINDOW)."""
+    train, test = load_mitbih(records_folder(root))
+    x = lambda b: torch.from_numpy(np.ascontiguousarray(b.x, dtype=np.float32)).unsqueeze(1)  # noqa: E731
+    y = lambda b: torch.from_numpy(np.asarray(b.y, dtype=np.int64))  # noqa: E731
+    return Dataset("mitbih", x(train), y(train), x(test), y(test), len(AAMI_CLASSES),
+                   groups_train=torch.from_numpy(np.asarray(train.record, dtype=np.int64)))
 
 
 # Image shape (C, H, W) of each image dataset; digits' 64 features are an 8×8 grey image.

@@ -1,8 +1,11 @@
-"""Seeded client partitioners: IID and per-class Dirichlet(α) label skew."""
+"""Seeded client partitioners: IID, per-class Dirichlet(α) label skew, and patient-wise (whole
+groups, e.g. the records of MIT-BIH, on one client)."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from fedcal.config import ConfigError
 
 
 def iid_partition(num_samples: int, num_clients: int, seed: int) -> list[np.ndarray]:
@@ -48,12 +51,35 @@ def dirichlet_partition(
     )
 
 
+def patient_partition(groups: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
+    """Whole groups (patients: the records of an ECG database) per client: the distinct group
+    ids, sorted, are shuffled with ``seed`` and dealt out in ``num_clients`` near-equal runs
+    (counts of groups differ by ≤ 1); client k gets every sample of its groups (sorted indices).
+    No group is split across clients. Raises :class:`fedcal.config.ConfigError` when there are
+    fewer groups than clients."""
+    groups = np.asarray(groups)
+    ids = np.unique(groups)
+    if num_clients < 1 or num_clients > len(ids):
+        raise ConfigError(f"run-config key 'num-clients': partition 'patient' gives each client whole "
+                          f"patients, and the training set has {len(ids)}: num-clients must lie in "
+                          f"[1, {len(ids)}], got {num_clients}")
+    perm = np.random.default_rng(seed).permutation(ids)
+    return [np.flatnonzero(np.isin(groups, part)) for part in np.array_split(perm, num_clients)]
+
+
 def partition_indices(
-    labels: np.ndarray, num_clients: int, scheme: str, alpha: float, seed: int
+    labels: np.ndarray, num_clients: int, scheme: str, alpha: float, seed: int,
+    groups: np.ndarray | None = None,
 ) -> list[np.ndarray]:
-    """Dispatch on the run-config ``partition`` scheme."""
+    """Dispatch on the run-config ``partition`` scheme; ``groups`` (per sample, e.g. the patient)
+    is read by ``patient`` only."""
     if scheme == "iid":
         return iid_partition(len(labels), num_clients, seed)
     if scheme == "dirichlet":
         return dirichlet_partition(labels, num_clients, alpha, seed)
+    if scheme == "patient":
+        if groups is None:
+            raise ConfigError("run-config key 'partition': 'patient' needs the patient of every sample, "
+                              "which only dataset 'mitbih' has")
+        return patient_partition(groups, num_clients, seed)
     raise ValueError(f"unknown partition scheme {scheme!r}")
