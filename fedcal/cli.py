@@ -516,6 +516,36 @@ def cmd_distill(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+#: SPEC §10's language-model federation: 10 clients, 5 per round, 20 rounds, 5 local AdamW steps
+#: of B = 64 windows; `fedcal lm` sets these unless given. β = 2·10⁻⁴, not SPEC's 2·10⁻³ (which is
+#: for GPT-2 itself): on the small model benign fine-tuning at 2·10⁻³ raised the held-out perplexity
+#: from 102.7 to 126.0 in five rounds, at 5·10⁻⁴ to 113.7 in twenty, at 2·10⁻⁴ it held (docs/lm.md)
+LM_PRESET = {"num-clients": 10, "clients-per-round": 5, "num-rounds": 20, "local-steps": 5, "batch-size": 64,
+             "optimizer": "adamw", "lr": 2e-4, "weight-decay": 0.01, "eval-every": 5}
+
+
+def cmd_lm(args: argparse.Namespace) -> int:
+    from fedcal.app.sweep import run_sweep
+    from fedcal.reports.lm import lm_report
+    from fedcal.reports.taus import tau_configs
+    from fedcal.results import run_dir_for
+
+    out = Path(args.report)
+    overrides = {**LM_PRESET, "output-dir": str(out / "runs"), "engine": "inprocess", **_overrides(args),
+                 "task": "lm"}
+    base = RunConfig.from_flower(overrides)
+    configs = [c for seed in _parse_ints(args.seeds, "--seeds") for c in tau_configs(base.replace(seed=seed),
+                                                                                     _parse_taus(args.taus))]
+    _check_run_dirs(configs)
+    print(f"lm: {len(configs)} runs ({base.lm_corpus}, {base.num_clients} clients, "
+          f"{base.replace(attack='tsa').num_attackers} attackers); finished runs are skipped")
+    failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress)
+    print(lm_report([run_dir_for(c) for c in configs], out, args.title))
+    print(f"tables: {out / 'table.md'}, {out / 'continuations.md'}\nplots: {out / 'reliability.png'}, "
+          f"{out / 'nucleus.png'}")
+    return 1 if failures else 0
+
+
 def cmd_defense(args: argparse.Namespace) -> int:
     from fedcal.app.sweep import SweepGrid, run_sweep
     from fedcal.reports.defense import defense_configs, defense_report
@@ -662,6 +692,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--title", default="", help="title of the main table")
     p.add_argument("--report", default="fedcal-distill", help="folder for the runs, tables and plot")
     p.set_defaults(func=cmd_distill)
+    p = add("lm", "TSA on a federated GPT-2 language model: next-token calibration, top-p nuclei, sampled text",
+            description="Every τ × seed is one Flower run (task = lm, engine = inprocess unless given; τ = 1 is the "
+                        "benign run): SPEC §10's federation (10 Shakespeare roles, 5 per round, 20 rounds, 5 local "
+                        "AdamW steps, unless overridden) fine-tunes a small GPT-2 pretrained here on the public "
+                        "plays. Resumable. Writes table.md, continuations.md, reliability.png and nucleus.png.",
+            epilog=KEYS_EPILOG)
+    _add_common(p)
+    p.add_argument("--taus", default="0.5,1,2", help="attackers' τ (1 = the benign run)")
+    p.add_argument("--seeds", default="0", help="seeds, e.g. 0-2")
+    p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
+    p.add_argument("--title", default="", help="title of the table")
+    p.add_argument("--report", default="fedcal-lm", help="folder for the runs, tables and plots")
+    p.set_defaults(func=cmd_lm)
     p = add("defense", "defenses against TSA: accuracy, ECE, sECE, detection and false-positive rates over seeds",
             description="Every strategy × τ × seed (× each --grid axis) is one Flower run (task = train; τ = 1 is "
                         "the benign run, and the benign FedAvg run of every setting is always added as the "

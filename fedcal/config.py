@@ -37,7 +37,7 @@ CALGUARD_MODES = ("filter", "audit")  # fedcal.calguard.CALGUARD_MODES (a test k
 CALGUARD_MIN_ROOT = 20  # fedcal.calguard.MIN_ROOT_SIZE
 DEVICES = ("auto", "cpu", "cuda")
 ENGINES = ("ray", "inprocess", "batched")
-TASKS = ("train", "inference", "distill")
+TASKS = ("train", "inference", "distill", "lm")
 # Old names of tasks, accepted and normalised: run directories written before the rename say "tsa".
 LEGACY_TASKS = {"tsa": "train"}
 # Probit-space attacks of robust federated inference (SPEC §7): the names of fedcal.inference.probit_attacks.PROBIT_ATTACKS (a test keeps them equal).
@@ -51,10 +51,12 @@ GROUPS = {
     "defense": "the server's aggregation rule and its parameters (task = train)",
     "inference": "robust federated inference (task = inference, SPEC §7)",
     "distill": "RFD-LoRA and the LoRA baselines on text (task = distill, SPEC §8)",
+    "lm": "TSA on a federated GPT-2 language model (task = lm, SPEC §10)",
     "execution": "where and how a run executes; never part of a run's identity (config hash)",
 }
 # The groups each task reads besides "common" (a later task adds its entry and its group).
-TASK_GROUPS = {"train": ("train", "defense"), "inference": ("inference",), "distill": ("distill",)}
+TASK_GROUPS = {"train": ("train", "defense"), "inference": ("inference",), "distill": ("distill",),
+               "lm": ("train", "defense", "lm")}
 # RFD-LoRA (task = distill, SPEC §8): the corpora, what clients upload, the server's logit
 # aggregators, partitions, the logit-energy attack on uploads.
 DISTILL_CORPORA = ("sentiment", "genre", "sst2", "mnli", "qnli", "qqp", "synthetic")
@@ -65,6 +67,13 @@ DISTILL_AGGREGATORS = ("mom", "median", "mean")
 # RoBERTa module-name suffixes a LoRA adapter may target (attention projections, the token table)
 LORA_TARGETS = ("query", "key", "value", "word_embeddings")
 DISTILL_PARTITIONS = ("iid", "skew")
+# The language-model case study (task = lm, SPEC §10): fedcal.lm.corpus and fedcal.lm.model read these.
+LM_CORPORA = ("shakespeare", "wikitext2", "synthetic")
+LM_PARTITIONS = ("role", "play")
+LM_TOKENIZERS = ("bpe", "gpt2")
+OPTIMIZERS = ("sgd", "adamw")
+# Strategies that need a labelled root set of images; the lm task has none.
+ROOT_SET_STRATEGIES = ("fltrust", "calguard")
 LOGIT_ATTACKS = ("none", "scale", "flip")
 
 
@@ -343,7 +352,37 @@ class RunConfig:
     augment: str = setting("none", "train", "augmentation of every client's training batches (crop-flip: pad 4, "
                                             "random 32x32 crop, horizontal flip; CIFAR only)", choices=AUGMENTATIONS,
                            hash_when_set=True)
-
+    optimizer: str = setting("sgd", "common", "the clients' local optimiser (adamw: AdamW with weight-decay; the LM "
+                                              "case study's)", choices=OPTIMIZERS, hash_when_set=True)
+    # --- the language-model case study (task = "lm", SPEC §10): lm-* keys; it also reads the train
+    # and defense groups (rounds, attackers, tau, local steps, strategy) and common num-clients,
+    # batch-size, lr, weight-decay, optimizer, seed, n-bins ---
+    lm_corpus: str = setting("shakespeare", "lm", "text: shakespeare (../shared/data, one client per role), "
+                                                  "wikitext2 (Hugging Face datasets, networked), synthetic",
+                             choices=LM_CORPORA)
+    lm_partition: str = setting("role", "lm", "shakespeare's clients: the largest speaking roles (LEAF) or plays",
+                                choices=LM_PARTITIONS)
+    lm_model: str = setting("", "lm", '"" = a small GPT-2 pretrained here on the public text (lm-* size keys, '
+                                      "cached); else a folder or a Hub name (gpt2, networked)")
+    lm_tokenizer: str = setting("bpe", "lm", "small model's tokenizer: bpe (trained on the public text, lm-vocab "
+                                             "tokens) or gpt2 (GPT-2's exact BPE)", choices=LM_TOKENIZERS)
+    lm_vocab: int = setting(4096, "lm", "small model: BPE vocabulary size", ge=16)
+    lm_layers: int = setting(2, "lm", "small model: transformer layers", ge=1)
+    lm_hidden: int = setting(128, "lm", "small model: hidden size", ge=1)
+    lm_heads: int = setting(4, "lm", "small model: attention heads (divide lm-hidden)", ge=1)
+    lm_context: int = setting(64, "lm", "tokens per training / evaluation window (and the small model's "
+                                        "positions)", ge=8)
+    lm_pretrain_steps: int = setting(1500, "lm", "small model: central pretraining steps on the public text "
+                                                 "(cached)", ge=0, note="0 = random init")
+    lm_top_p: float = setting(0.9, "lm", "p of top-p (nucleus) sampling and of the measured nucleus size", gt=0,
+                              le=1)
+    lm_prompts: str = setting("", "lm", 'prompts of the sampled continuations, separated by "|"; "" = the first '
+                                        "lm-prompt-words words of lm-prompt-count held-out speeches")
+    lm_prompt_count: int = setting(8, "lm", "prompts taken from held-out text (lm-prompts empty)", ge=1)
+    lm_prompt_words: int = setting(8, "lm", "words per prompt taken from held-out text", ge=1)
+    lm_gen_tokens: int = setting(40, "lm", "tokens sampled per continuation", ge=1)
+    lm_samples: int = setting(4, "lm", "continuations sampled per prompt", ge=1)
+    lm_eval_windows: int = setting(0, "lm", "held-out windows evaluated (the first ones)", ge=0, note="0 = all")
     def __post_init__(self) -> None:
         if self.task in LEGACY_TASKS:  # old run directories' config.json say task = "tsa"
             object.__setattr__(self, "task", LEGACY_TASKS[self.task])
@@ -457,6 +496,17 @@ def _patient_partition(c: RunConfig) -> None:
                f"deals whole patients' records to clients: it needs dataset=mitbih, not {c.dataset!r}")
 
 
+def _lm(c: RunConfig) -> None:
+    if c.task != "lm":
+        return
+    _check("strategy", c.strategy not in ROOT_SET_STRATEGIES, c.strategy,
+           "needs a labelled root set of images; the lm task has none (use fedavg, foolsgold, multikrum, "
+           "trimmed_mean, median, geometric_median or median_of_means)")
+    _check("augment", c.augment == "none", c.augment, "is an image augmentation; the lm task takes none")
+    _check("lm-heads", c.lm_hidden % c.lm_heads == 0, c.lm_heads, f"must divide lm-hidden ({c.lm_hidden})")
+    _check("attack", c.attack in ("none", "tsa"), c.attack, "must be none or tsa for the lm task")
+
+
 def _defense_parameters(c: RunConfig) -> None:
     m = c.clients_per_round
     if c.strategy == "multikrum":
@@ -530,7 +580,7 @@ def _distill_backbone(c: RunConfig) -> None:
 
 # Rules that involve several keys, checked in this order after every field's own range.
 _CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
-    _round_size, _local_work, _patient_partition, _defense_parameters, _inference_f, _inference_attacks, _amplification_curve, _adversarial_training,
+    _round_size, _local_work, _patient_partition, _lm, _defense_parameters, _inference_f, _inference_attacks, _amplification_curve, _adversarial_training,
     _distill_ranks, _lora_targets, _distill_target, _distill_backbone)
 
 

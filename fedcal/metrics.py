@@ -35,12 +35,32 @@ def confidence_bins(probs: torch.Tensor, labels: torch.Tensor, n_bins: int = 15)
     return {k: v[0] if k in ("count", "confidence", "accuracy") else v for k, v in bins.items()}
 
 
+def confidence_calibration(confidence: torch.Tensor, correct: torch.Tensor, n_bins: int = 15) -> dict:
+    """ECE and signed ECE from each prediction's top-class ``confidence`` (n,) and whether it was
+    ``correct`` (n,: 0/1), with the reliability bins: ``{"ece", "sece", "bins"}``. The same bins and
+    definitions as :func:`calibration_metrics`, for predictions too many to hold as probability
+    rows at once (a language model's next-token distributions)."""
+    confidence, correct = torch.as_tensor(confidence).double(), torch.as_tensor(correct).double()
+    if confidence.ndim != 1 or confidence.shape != correct.shape or not len(confidence):
+        raise ValueError(f"confidence and correct must be non-empty (n,) tensors of one shape, got "
+                         f"{tuple(confidence.shape)} and {tuple(correct.shape)}")
+    bins = _bins_from_confidence(confidence[None], correct[None], n_bins)
+    weight = bins["count"][0] / len(confidence)
+    gap = torch.nan_to_num(bins["accuracy"][0] - bins["confidence"][0])
+    return {"ece": float((weight * gap.abs()).sum()), "sece": float((weight * gap).sum()),
+            "bins": {k: v[0] if k in ("count", "confidence", "accuracy") else v for k, v in bins.items()}}
+
+
 def _confidence_bins_batch(probs: torch.Tensor, labels: torch.Tensor, n_bins: int) -> dict[str, torch.Tensor]:
     """:func:`confidence_bins` of R classifiers at once: probs (R, n, C) → count, confidence and
     accuracy of shape (R, n_bins) (edges (n_bins,)); each run's bins are its own bincount range."""
-    runs = probs.shape[0]
     conf, pred = probs.max(dim=-1)
-    correct = (pred == labels).double()
+    return _bins_from_confidence(conf, (pred == labels).double(), n_bins)
+
+
+def _bins_from_confidence(conf: torch.Tensor, correct: torch.Tensor, n_bins: int) -> dict[str, torch.Tensor]:
+    """Reliability bins of R prediction sets: confidence and correctness (R, n)."""
+    runs = conf.shape[0]
     b = (bin_index(conf, n_bins) + n_bins * torch.arange(runs).unsqueeze(1)).reshape(-1)
     size = runs * n_bins
     count = torch.bincount(b, minlength=size).double().view(runs, n_bins)

@@ -239,6 +239,9 @@ def default_run_name(cfg: RunConfig) -> str:
         attack += f"-{cfg.dst_logit_attack}{cfg.dst_attack_factor:g}" if cfg.dst_logit_attack != "none" else ""
         return (f"distill-{cfg.dst_corpus}-{cfg.dst_method}-{cfg.dst_partition}{attack}-s{cfg.seed}-"
                 f"{config_hash(cfg)[:8]}")
+    if cfg.task == "lm":
+        what = cfg.attack if cfg.attack != "tsa" else f"tsa{cfg.tau:g}" + ("" if cfg.coupled else "u")
+        return f"lm-{cfg.lm_corpus}-{cfg.strategy}-{what}-s{cfg.seed}-{config_hash(cfg)[:8]}"
     return f"{cfg.dataset}-{cfg.model}-{cfg.task}-s{cfg.seed}-{config_hash(cfg)[:8]}"  # a later task's default
 
 
@@ -428,11 +431,10 @@ def load_metrics(run_dirs: list[str | os.PathLike[str]] | str | os.PathLike[str]
             continue
         df = pd.read_csv(path)
         cfg = load_run_config(d)["config"]
-        for k, v in cfg.items():
-            df[k] = v
-        df[CODE] = code_of(d)
-        df[FINISHED] = is_finished(d)
-        frames.append(df)
+        # the config columns joined at once (one insert per key fragments the frame: 100+ keys)
+        extra = pd.DataFrame({**{k: [v] * len(df) for k, v in cfg.items()}, CODE: code_of(d),
+                              FINISHED: is_finished(d)}, index=df.index)
+        frames.append(pd.concat([df.drop(columns=[c for c in extra if c in df.columns]), extra], axis=1))
     if not frames:
         return pd.DataFrame(columns=[*COLUMNS, FINISHED])
     return pd.concat(frames, ignore_index=True)

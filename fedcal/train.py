@@ -109,8 +109,15 @@ def local_train(
     on_step: Callable[[int, nn.Module], None] | None = None,
     tau_steps: int | None = None,
     augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    optimizer: str = "sgd",
 ) -> TrainStats:
     """Run ``steps`` SGD steps on CE(softmax(model(x)/τ), y) in place.
+
+    ``optimizer="adamw"`` takes AdamW steps instead (``momentum`` unused, ``weight_decay``
+    decoupled): the language-model case study's optimiser. There η = β·τ does not cancel the loss's
+    1/τ as it does for SGD — Adam normalises the gradient's scale away — so a coupled attacker's
+    steps are τ times the benign ones. A model whose logits carry a sequence axis (B, L, V), with
+    targets (B, L), is trained on every position (a causal LM's next-token loss).
 
     ``batches`` (index tensors) overrides the seeded schedule, so two variants can be
     trained on exactly the same batches; ``on_step(k, model)`` is called after step k.
@@ -129,8 +136,13 @@ def local_train(
     hot = steps if tau_steps is None else tau_steps  # steps trained at τ
     if hot < 0:
         raise ValueError(f"tau_steps must be >= 0, got {tau_steps}")
-    opt = torch.optim.SGD(model.parameters(), lr=effective_lr(lr, tau, coupled), momentum=momentum,
-                          weight_decay=weight_decay)
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=effective_lr(lr, tau, coupled), momentum=momentum,
+                              weight_decay=weight_decay)
+    elif optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=effective_lr(lr, tau, coupled), weight_decay=weight_decay)
+    else:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose sgd or adamw")
     total = 0.0
     for k, idx in enumerate(batches[:steps], start=1):
         xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
@@ -141,7 +153,10 @@ def local_train(
             for group in opt.param_groups:
                 group["lr"] = lr
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(xb) / t, yb)
+        z = model(xb)
+        if z.ndim > 2:  # (B, L, V) next-token logits: every position is a prediction
+            z, yb = z.flatten(0, -2), yb.flatten()
+        loss = F.cross_entropy(z / t, yb)
         loss.backward()
         opt.step()
         total += float(loss.detach())

@@ -15,6 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from fedcal.results import load_metrics
@@ -170,3 +171,21 @@ def test_flwr_run_dot_runs_rfd_lora_with_heterogeneous_ranks_and_a_backdoor_clie
     sizes = got.loc[[1, 2], ["upload_bytes_r2", "upload_bytes_r4", "upload_bytes_r8"]]
     assert (sizes.nunique(axis=1) == 1).all()  # the logits' size does not depend on the rank
     assert (tmp_path / "cache" / "backbones").is_dir()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("flwr") is None, reason="flwr CLI not on PATH")
+def test_flwr_run_dot_runs_the_language_model_case_study(tmp_path):
+    """task='lm' through Flower's Simulation Engine: 3 SuperNodes (one TSA attacker at τ 2) fine-tune
+    a test-sized GPT-2 pretrained into the test's own cache on the synthetic play; every reply is
+    accepted, the token metrics and the sampled continuations are written."""
+    run_dir = _flwr_run(tmp_path, "task='lm' lm-corpus='synthetic' num-clients=3 clients-per-round=3 num-rounds=2 "
+                        "attacker-ratio=0.34 tau=2.0 lm-pretrain-steps=5 lm-vocab=200 lm-hidden=16 lm-heads=2 "
+                        "lm-layers=1 lm-context=48 lm-gen-tokens=6 lm-samples=2 lm-prompt-count=2 "
+                        "lm-prompt-words=4 batch-size=8 local-steps=2 optimizer='adamw' lr=0.002", 3,
+                        FEDCAL_CACHE_DIR=str(tmp_path / "cache"))
+    got = load_metrics(run_dir).pivot_table(index="round", columns="metric", values="value")
+    assert list(got.index) == [0, 1, 2]
+    assert got.loc[[0, 2], "perplexity"].gt(1).all() and got.loc[[0, 2], "nucleus"].ge(1).all()
+    assert (got.loc[[1, 2], "replies_accepted"] == 3).all() and (got.loc[[1, 2], "replies_rejected"] == 0).all()
+    assert len(pd.read_csv(run_dir / "generations.csv")) == 4

@@ -85,6 +85,8 @@ def batched_unsupported(cfg: RunConfig) -> str | None:
         return "local-epochs (clients take different numbers of steps)"
     if cfg.augment != "none":
         return f"augment {cfg.augment!r}"
+    if cfg.optimizer != "sgd":
+        return f"optimizer {cfg.optimizer!r} (the batched step is SGD's)"
     ds = load_dataset(cfg.dataset, cfg.data_dir)
     template = build_model(cfg.model, ds.input_shape, ds.num_classes)
     if list(template.buffers()):

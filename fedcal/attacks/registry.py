@@ -112,7 +112,7 @@ def client_round(
             model, x, y, steps=steps, batch_size=cfg.batch_size, lr=cfg.lr, tau=tau,
             coupled=coupled, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
             generator=round_generator(cfg.seed, server_round, client_id), device=device, tau_steps=tau_steps,
-            batches=batches, augment=augmenter(cfg, server_round, client_id),
+            batches=batches, augment=augmenter(cfg, server_round, client_id), optimizer=cfg.optimizer,
         )
 
     tau_steps = kind.temperature_steps(behaviour, steps)

@@ -155,7 +155,10 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         node_sort_key: Callable[[int], Any] | None = None,
         node_label: Callable[[int], Any] | None = None,
         buffer_key: Callable[[str], bool] | None = None,
+        message_type: str = MessageType.TRAIN,
     ) -> None:
+        if message_type.partition(".")[0] != MessageType.TRAIN:
+            raise ValueError(f"message_type {message_type!r} must be train or train.<action>")
         super().__init__(
             fraction_train=fraction_train,
             fraction_evaluate=fraction_evaluate,
@@ -169,6 +172,9 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
             evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn,
         )
         self.sampling_seed = sampling_seed
+        #: the type of the training messages: ``train`` (Flower's), or ``train.<action>`` for a task
+        #: whose clients answer another handler (the lm task's ``train.lm``)
+        self.message_type = message_type
         self.node_sort_key = node_sort_key or (lambda node_id: node_id)
         self.node_label = node_label
         self.buffer_key = buffer_key or is_buffer_key
@@ -229,7 +235,8 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
     ) -> Iterable[Message]:
         self._sent = {server_round: arrays}  # updates are replies minus exactly these arrays
         if self.sampling_seed is None or self.fraction_train == 0.0:
-            return super().configure_train(server_round, arrays, config, grid)
+            return [Message(content=m.content, dst_node_id=m.metadata.dst_node_id, message_type=self.message_type)
+                    for m in super().configure_train(server_round, arrays, config, grid)]
         num_nodes = int(len(list(grid.get_node_ids())) * self.fraction_train)
         sample_size = max(num_nodes, self.min_train_nodes)
         all_nodes = wait_for_nodes(grid, max(self.min_available_nodes, sample_size))
@@ -238,7 +245,7 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         log(INFO, "configure_train: sampled %s nodes (out of %s), seeded", len(node_ids), len(all_nodes))
         config["server-round"] = server_round
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
-        return [Message(content=record, dst_node_id=node_id, message_type=MessageType.TRAIN)
+        return [Message(content=record, dst_node_id=node_id, message_type=self.message_type)
                 for node_id in node_ids]
 
     # ------------------------------------------------------------------ aggregate

@@ -61,6 +61,7 @@ def strategy_from_config(
     root_train_fn: Callable[[ArrayRecord, int], ArrayRecord] | None = None,
     root_set: tuple[torch.Tensor, torch.Tensor] | None = None,
     model: nn.Module | None = None,
+    message_type: str = "train",
 ) -> UpdateAggregationStrategy:
     """The strategy ``cfg.strategy`` configured from the run config.
 
@@ -70,7 +71,8 @@ def strategy_from_config(
     ``trim-f``, ``mom-groups`` (grouping seeded by ``seed``) and ``foolsgold-kappa`` set the
     rule's parameters; FLTrust needs ``root_train_fn``; CalGuard needs ``root_set`` (x, y) and a
     ``model`` of the federation's architecture (``calguard-*`` keys set the rest). ``node_label`` (node id → partition
-    id) names each node's client in every warning and rejection.
+    id) names each node's client in every warning and rejection; ``message_type`` is the type of
+    the training messages (``train.lm`` for the lm task's clients).
     """
     try:
         cls = STRATEGIES[cfg.strategy]
@@ -95,5 +97,6 @@ def strategy_from_config(
         sampling_seed=cfg.seed,
         node_sort_key=node_sort_key,
         node_label=node_label,
+        message_type=message_type,
         **kwargs,
     )

@@ -90,8 +90,43 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
     root_fn = root_train_fn_for(cfg, ds, device) if cfg.strategy == "fltrust" else None
     guard = dict(root_set=root_set(ds, cfg.root_size, cfg.seed), model=build_model(cfg.model, ds.input_shape, ds.num_classes).to(device)
                  ) if cfg.strategy == "calguard" else {}
+
+    def evaluate(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
+        if not (server_round in (0, cfg.num_rounds) or server_round % cfg.eval_every == 0):
+            return {}
+        model.load_state_dict(arrays.to_torch_state_dict())
+        logits = predict_logits(model, ds.x_test, cfg.eval_batch_size, device)
+        if not torch.isfinite(logits).all():  # a diverged model is a result (e.g. extreme τ), not a crash
+            log(WARNING, "round %d: global model produced non-finite logits", server_round)
+            return {k: float("nan") for k in METRIC_KEYS}
+        if server_round == cfg.num_rounds:
+            bins = reliability_bins(logits, ds.y_test, cfg.n_bins)
+            store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in bins.items()}))
+        return calibration_metrics(logits, ds.y_test, cfg.n_bins)
+
+    initial = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    final, rows = federate(grid, cfg, store, initial, evaluate, progress, node_to_client,
+                           root_train_fn=root_fn, **guard)
+    store.save_model(final)
+    store.finish()
+    return pd.DataFrame(rows)
+
+
+def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, torch.Tensor],
+             evaluate: Callable[[int, ArrayRecord], dict[str, float]], progress: ProgressFn | None,
+             node_to_client: dict[int, int], **strategy_kwargs) -> tuple[dict[str, torch.Tensor], list[dict]]:
+    """The rounds of a federated training run, for any model: the configured strategy
+    (:func:`fedcal.strategies.strategy_from_config`, given ``strategy_kwargs``) runs ``num-rounds``
+    rounds from the ``initial`` state; after each (and before the first) ``evaluate(round, arrays)``
+    returns the global model's metrics (may be empty: not due). Each round's metrics, with the reply
+    accounting and ``round_seconds``, go to the run store at once; rejections to
+    ``rejections.csv``, the rule's per-reply weights to ``aggregation.csv``.
+
+    Returns (final state, rows of per-round metrics). Raises :class:`RunFailed` — the run is not
+    finished — when no round aggregated anything. The caller saves the model and finishes the run.
+    """
     strategy = strategy_from_config(cfg, node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
-                                    node_label=node_to_client.get, root_train_fn=root_fn, **guard)
+                                    node_label=node_to_client.get, **strategy_kwargs)
     rows: list[dict[str, float]] = []
     rejections: list[dict] = []
     clock = [time.perf_counter()]
@@ -113,18 +148,7 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
         store.append_rows(AUDIT_FILE, [{"round": server_round, **row} for row in audit])
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        metrics: dict[str, float] = {}
-        due = server_round in (0, cfg.num_rounds) or server_round % cfg.eval_every == 0
-        logits = None
-        if due:
-            model.load_state_dict(arrays.to_torch_state_dict())
-            logits = predict_logits(model, ds.x_test, cfg.eval_batch_size, device)
-            if torch.isfinite(logits).all():
-                metrics.update(calibration_metrics(logits, ds.y_test, cfg.n_bins))
-            else:  # a diverged model is a result (e.g. extreme τ), not a crash
-                log(WARNING, "round %d: global model produced non-finite logits", server_round)
-                metrics.update({k: float("nan") for k in METRIC_KEYS})
-                logits = None
+        metrics = dict(evaluate(server_round, arrays))
         now = time.perf_counter()
         metrics["round_seconds"] = now - clock[0]  # whole round: train, aggregate, evaluate
         clock[0] = now
@@ -132,17 +156,13 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
             record_replies(server_round, metrics)
         store.log_round(server_round, metrics)
         rows.append({"round": server_round, **metrics})
-        if server_round == cfg.num_rounds and logits is not None:
-            bins = reliability_bins(logits, ds.y_test, cfg.n_bins)
-            store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in bins.items()}))
         if progress is not None:
             progress(server_round, metrics)
         return MetricRecord({k: float(v) for k, v in metrics.items()})
 
-    initial = ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()})
     result = strategy.start(
         grid=grid,
-        initial_arrays=initial,
+        initial_arrays=ArrayRecord(initial),
         num_rounds=cfg.num_rounds,
         train_config=config_record(cfg),
         evaluate_fn=evaluate_fn,
@@ -152,9 +172,7 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
             f"run {store.dir.name}: no round aggregated anything ({len(rejections)} replies rejected in "
             f"{cfg.num_rounds} round(s), reasons in {REJECTIONS_FILE}); the model is untrained and the run is "
             "not marked DONE")
-    store.save_model(result.arrays.to_torch_state_dict())  # some round aggregated (checked above)
-    store.finish()
-    return pd.DataFrame(rows)
+    return result.arrays.to_torch_state_dict(), rows
 
 
 # ---------------------------------------------------------------------------------- client side

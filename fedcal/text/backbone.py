@@ -280,18 +280,25 @@ def pretrained_backbone(cfg: BackboneConfig = BackboneConfig(), data_dir: str | 
         "losses": losses, "seconds_prepare": t1 - t0, "seconds_train": t2 - t1,
         "seconds_per_step": (t2 - t1) / max(1, cfg.steps), "torch_threads": used_threads,
     }
+    return publish_folder(final, META_FILE, meta, model, tok)
+
+
+def publish_folder(final: Path, meta_file: str, meta: dict, model, tok) -> Path:
+    """Write ``model`` (``save_pretrained``), ``tok`` and ``meta`` (as ``meta_file``, last) into a
+    temporary folder beside ``final`` and rename it into place: an interrupted build leaves no
+    half-written folder, and of two processes building at once both end with a whole one."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
     try:
         with _quiet_transformers():
             model.save_pretrained(tmp)
         save_tokenizer(tok, tmp)
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=1, default=list))
+        (tmp / meta_file).write_text(json.dumps(meta, indent=1, default=list))
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
     except OSError:
-        if (final / META_FILE).exists():  # another process finished the same build first
+        if (final / meta_file).exists():  # another process finished the same build first
             return final
         raise
     finally:
@@ -386,5 +393,6 @@ __all__ = [
     "parameter_counts",
     "pretrained_backbone",
     "pretraining_texts",
+    "publish_folder",
 ]
 

@@ -193,6 +193,8 @@ _SCENE = re.compile(r"^(SCENE|Scene)\b")
 _SPEAKER = re.compile(r"^(?:[A-Z][A-Za-z'&-]*(?: [A-Za-z'&-]+){0,3}\.\s*)+$")
 # Some plays put the tag on the speech's first line, in capitals: "WIDOW. So, now they come:--".
 _INLINE_SPEAKER = re.compile(r"^[A-Z][A-Z'&-]+(?: [A-Z'&-]+){0,3}\. ")
+# A Midsummer Night's Dream puts the tag alone on its line, in capitals, without a period.
+_BARE_SPEAKER = re.compile(r"^[A-Z][A-Z'&-]+(?: [A-Z'&-]+){0,3}$")
 
 
 def shakespeare_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -212,18 +214,18 @@ def shakespeare_works(data_dir: str | os.PathLike[str] | None = None) -> dict[st
     return {s.removesuffix("_gut"): ini[s].get("title", s) for s in ini.sections()}
 
 
-def play_passages(stem: str, max_lines: int = 4, min_words: int = 5,
-                  data_dir: str | os.PathLike[str] | None = None) -> list[str]:
-    """A work's text as short passages: each speech, cut into pieces of at most ``max_lines``
-    consecutive lines, joined by spaces; pieces under ``min_words`` words are dropped.
+def play_speeches(stem: str, data_dir: str | os.PathLike[str] | None = None,
+                  bare_tags: bool = False) -> list[tuple[str | None, list[str]]]:
+    """A work's speeches in order, as (speaker tag, lines): the tag without its final period
+    (``"Ham"``, ``"FIRST LORD"``; None for a block without one, and for every stanza of a poem).
 
-    Why speeches cut at 4 lines: single lines (~7 words) and one-word replies ("He.") carry almost
-    no genre signal, while whole speeches run to 40+ lines; 4 lines (~30 words) are about as long
-    as a critic's snippet of the sentiment task and fit a 64-token window. Cuts never cross
-    speakers, so a passage is one character's words. Front matter (the cast list) before the first
-    ``ACT`` line, act/scene headings, speaker tags and bracketed stage directions are removed (a
-    few malformed directions of the Gutenberg text, such as "{Aside.]", stay). A
-    work without acts (the poems) is cut the same way by stanza.
+    ``bare_tags`` also reads a line of capitals without a period (``HERMIA``: A Midsummer Night's
+    Dream's convention) as a tag. Off by default: the genre task's passages were fixed before and
+    keep such a line as text.
+
+    Front matter (the cast list) before the first ``ACT`` line, act/scene headings, speaker tags and
+    bracketed stage directions are removed (a few malformed directions of the Gutenberg text, such as
+    "{Aside.]", stay); a blank line ends a speech.
     """
     lines = (shakespeare_dir(data_dir) / f"{stem}_gut.txt").read_text(encoding="utf-8", errors="replace").splitlines()
     start = next((i for i, ln in enumerate(lines) if _ACT.match(ln.strip())), None)
@@ -245,12 +247,33 @@ def play_passages(stem: str, max_lines: int = 4, min_words: int = 5,
         ln = re.sub(r"\s+", " ", ln).strip()
         if ln:
             blocks[-1].append(ln)
-    out = []
+    out: list[tuple[str | None, list[str]]] = []
     for block in blocks:
         if block and _SPEAKER.match(block[0]):
-            block = block[1:]
+            out.append((block[0].strip().rstrip("."), block[1:]))
+        elif bare_tags and len(block) > 1 and _BARE_SPEAKER.match(block[0]):
+            out.append((block[0].strip(), block[1:]))
         elif block:
-            block = [_INLINE_SPEAKER.sub("", block[0]), *block[1:]]
+            inline = _INLINE_SPEAKER.match(block[0])
+            speaker = inline.group(0).strip().rstrip(".") if inline else None
+            out.append((speaker, [_INLINE_SPEAKER.sub("", block[0]), *block[1:]]))
+    return out
+
+
+def play_passages(stem: str, max_lines: int = 4, min_words: int = 5,
+                  data_dir: str | os.PathLike[str] | None = None) -> list[str]:
+    """A work's text as short passages: each speech (:func:`play_speeches`), cut into pieces of at
+    most ``max_lines`` consecutive lines, joined by spaces; pieces under ``min_words`` words are
+    dropped.
+
+    Why speeches cut at 4 lines: single lines (~7 words) and one-word replies ("He.") carry almost
+    no genre signal, while whole speeches run to 40+ lines; 4 lines (~30 words) are about as long
+    as a critic's snippet of the sentiment task and fit a 64-token window. Cuts never cross
+    speakers, so a passage is one character's words. A work without acts (the poems) is cut the
+    same way by stanza.
+    """
+    out = []
+    for _, block in play_speeches(stem, data_dir):
         for k in range(0, len(block), max_lines):
             passage = " ".join(block[k:k + max_lines])
             if len(passage.split()) >= min_words:

@@ -1,0 +1,151 @@
+"""What the lm task's nodes derive from the run config (flwr-free): the corpus, the model and its
+tokenizer, each client's training windows, the held-out windows, the prompts; and the server's
+evaluation of a global model.
+
+Every function is a pure function of the config (and the files it names), cached per process, so
+the server and every client rebuild the same corpus and tokenizer independently, in simulation and
+on real SuperNodes. A node that finds no cached small model builds it (deterministic: the same
+config gives the same tokenizer; the weights it starts from are overwritten by the round's).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from fedcal.config import ConfigError, RunConfig
+from fedcal.lm.corpus import LMCorpus, lm_corpus
+from fedcal.lm.metrics import generation_stats, sample_continuations, token_metrics
+from fedcal.lm.model import CausalLM, LMConfig, LMTokens, fresh_lm, load_lm, pretrained_lm, text_digest, windows
+
+
+@functools.lru_cache(maxsize=4)
+def _corpus(name: str, num_clients: int, partition: str, seed: int, data_dir: str) -> LMCorpus:
+    return lm_corpus(name, num_clients, partition, seed, data_dir or None)
+
+
+def corpus_of(cfg: RunConfig) -> LMCorpus:
+    """The run's corpus (:func:`fedcal.lm.corpus.lm_corpus`)."""
+    return _corpus(cfg.lm_corpus, cfg.num_clients, cfg.lm_partition, cfg.seed, cfg.data_dir)
+
+
+def lm_config(cfg: RunConfig, corpus: LMCorpus) -> LMConfig:
+    """The small model the run config describes (its cache key)."""
+    return LMConfig(public=text_digest(corpus.public), tokenizer=cfg.lm_tokenizer, vocab_size=cfg.lm_vocab,
+                    layers=cfg.lm_layers, hidden=cfg.lm_hidden, heads=cfg.lm_heads, context=cfg.lm_context,
+                    steps=cfg.lm_pretrain_steps)
+
+
+def model_source(cfg: RunConfig) -> str:
+    """``lm-model`` if set, else the folder of the small pretrained model (built when absent)."""
+    if cfg.lm_model:
+        return cfg.lm_model
+    corpus = corpus_of(cfg)
+    return str(pretrained_lm(lm_config(cfg, corpus), corpus.public))
+
+
+def node_model(cfg: RunConfig) -> tuple[CausalLM, LMTokens]:
+    """The model object this process trains or evaluates (shared per process: callers load the
+    round's weights first) and its tokens."""
+    return load_lm(model_source(cfg))
+
+
+def context_of(model: CausalLM, cfg: RunConfig) -> int:
+    """The window length: ``lm-context``, which must fit the model's positions."""
+    positions = getattr(model.hf.config, "n_positions", None) or getattr(model.hf.config, "max_position_embeddings")
+    if cfg.lm_context > positions:
+        raise ConfigError(f"run-config key 'lm-context': {cfg.lm_context} tokens exceed the model's {positions} positions")
+    return cfg.lm_context
+
+
+@functools.lru_cache(maxsize=64)
+def _client_windows(cfg: RunConfig, cid: int) -> torch.Tensor:
+    model, tokens = node_model(cfg)
+    corpus = corpus_of(cfg)
+    if not 0 <= cid < len(corpus.clients):
+        raise ConfigError(f"partition-id {cid} outside the {len(corpus.clients)} clients of run-config 'num-clients'")
+    return windows(tokens, corpus.train[cid], context_of(model, cfg))
+
+
+def client_windows(cfg: RunConfig, cid: int) -> torch.Tensor:
+    """Client ``cid``'s training text as (n, lm-context) windows."""
+    return _client_windows(cfg, cid)
+
+
+@functools.lru_cache(maxsize=8)
+def test_windows(cfg: RunConfig) -> torch.Tensor:
+    """The held-out windows (the first ``lm-eval-windows``; 0 = all)."""
+    model, tokens = node_model(cfg)
+    data = windows(tokens, corpus_of(cfg).test_texts, context_of(model, cfg))
+    return data[:cfg.lm_eval_windows] if cfg.lm_eval_windows else data
+
+
+def prompts_of(cfg: RunConfig) -> list[str]:
+    """The prompts of the sampled continuations: ``lm-prompts`` split at "|", else the first
+    ``lm-prompt-words`` words of ``lm-prompt-count`` held-out speeches spread evenly over the
+    held-out text (speeches with more words than that). Each must leave room for ``lm-gen-tokens``
+    in the model's context (:class:`ConfigError` naming the prompt otherwise)."""
+    if cfg.lm_prompts.strip():
+        prompts = [p.strip() for p in cfg.lm_prompts.split("|") if p.strip()]
+    else:
+        long = [t for t in corpus_of(cfg).test_texts if len(t.split()) > cfg.lm_prompt_words]
+        if len(long) < cfg.lm_prompt_count:
+            raise ConfigError(f"run-config key 'lm-prompt-count': only {len(long)} held-out speeches have more than "
+                              f"lm-prompt-words={cfg.lm_prompt_words} words")
+        step = len(long) / cfg.lm_prompt_count
+        prompts = [" ".join(long[int(k * step)].split()[:cfg.lm_prompt_words]) for k in range(cfg.lm_prompt_count)]
+    model, tokens = node_model(cfg)
+    positions = getattr(model.hf.config, "n_positions", None) or getattr(model.hf.config, "max_position_embeddings")
+    for k, (text, ids) in enumerate(zip(prompts, tokens.encode(prompts))):
+        if 1 + len(ids) + cfg.lm_gen_tokens > positions:
+            raise ConfigError(f"run-config key 'lm-prompts': prompt {k} ({text[:40]!r}…) is {len(ids)} tokens; with the "
+                              f"begin token and lm-gen-tokens={cfg.lm_gen_tokens} it exceeds the model's context of "
+                              f"{positions} positions")
+    return prompts
+
+
+@dataclass
+class Evaluation:
+    """The server's evaluation of one global model: metrics, reliability bins, and (at the end)
+    the sampled continuations (prompt, sample, continuation)."""
+
+    metrics: dict[str, float]
+    bins: dict[str, torch.Tensor]
+    generations: pd.DataFrame | None = None
+
+
+class LMEvaluator:
+    """The server's evaluation of global models of one run (its own copy of the model)."""
+
+    def __init__(self, cfg: RunConfig):
+        # read from disk, not the process's shared node model: in simulation that object is the
+        # clients', and after an earlier run in the same process it holds that run's last client
+        self.model, self.tokens = fresh_lm(model_source(cfg))
+        self.cfg = cfg
+        self.data = test_windows(cfg)
+        self.prompts = prompts_of(cfg)
+        self.vocabulary = corpus_of(cfg).words()
+
+    def initial_state(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+
+    def __call__(self, state: dict[str, torch.Tensor], generate: bool) -> Evaluation:
+        """Token metrics of ``state`` on the held-out windows; with ``generate`` also the sampled
+        continuations and their statistics. Raises FloatingPointError for non-finite logits."""
+        cfg = self.cfg
+        self.model.load_state_dict(state)
+        self.model.eval()
+        metrics, bins = token_metrics(self.model, self.data, cfg.n_bins, cfg.lm_top_p)
+        if not generate:
+            return Evaluation(metrics, bins)
+        ids = self.tokens.encode(self.prompts)
+        outs = sample_continuations(self.model.hf, ids, self.tokens.bos, self.tokens.eos, cfg.lm_gen_tokens,
+                                    cfg.lm_top_p, cfg.seed, cfg.lm_samples)
+        rows = [{"prompt_id": k // cfg.lm_samples, "prompt": self.prompts[k // cfg.lm_samples],
+                 "sample": k % cfg.lm_samples, "continuation": self.tokens.decode(o)} for k, o in enumerate(outs)]
+        gens = pd.DataFrame(rows)
+        metrics.update(generation_stats(list(gens["continuation"]), self.vocabulary))
+        return Evaluation(metrics, bins, gens)

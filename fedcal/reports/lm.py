@@ -1,0 +1,115 @@
+"""The LM case study's tables and plots, from finished ``lm`` run directories only.
+
+* ``table.md`` / ``table.csv`` — per τ (benign = τ 1), mean over seeds (± standard deviation from
+  two seeds on): next-token accuracy, perplexity, ECE, sECE, Brier, the mean top-p nucleus size,
+  and the sampled continuations' rep4, distinct-1/2 and non-word share;
+* ``reliability.png`` — next-token reliability diagrams per τ (bins pooled over seeds);
+* ``nucleus.png`` — mean nucleus size and sECE against τ;
+* ``continuations.md`` — for the lowest seed, each prompt's first sampled continuation under every
+  τ side by side (as generated: the report never edits text).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from fedcal.reports.markdown import markdown_table
+from fedcal.reports.plots import _save, plt, reliability_grid
+from fedcal.reports.runs import final_metrics
+
+COLUMNS = {"accuracy": "accuracy %", "perplexity": "perplexity", "ece": "ECE %", "sece": "sECE %", "brier": "Brier",
+           "nucleus": "nucleus size", "rep4": "rep-4 %", "distinct1": "distinct-1 %", "distinct2": "distinct-2 %",
+           "nonword": "non-words %"}
+PERCENT = ("accuracy", "ece", "sece", "rep4", "distinct1", "distinct2", "nonword")
+
+
+def _tau(row: pd.Series) -> float:
+    return 1.0 if row["attack"] == "none" else float(row["tau"])
+
+
+def _label(tau: float) -> str:
+    return "benign (τ 1)" if tau == 1 else f"τ {tau:g}"
+
+
+def lm_table(finals: pd.DataFrame) -> pd.DataFrame:
+    """Per τ: runs and the mean (± sd) of every metric of :data:`COLUMNS` (percent where a rate)."""
+    rows = []
+    for tau, group in finals.groupby("tau_eff", sort=True):
+        row = {"τ": _label(tau), "runs": len(group)}
+        for key, name in COLUMNS.items():
+            if key not in group:
+                continue
+            vals = group[key].astype(float) * (100 if key in PERCENT else 1)
+            text = f"{vals.mean():.2f}"
+            if len(vals) > 1:
+                text += f" ± {vals.std(ddof=1):.2f}"
+            row[name] = text
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _pooled_bins(run_dirs: Sequence[Path]) -> pd.DataFrame | None:
+    tables = [pd.read_csv(d / "reliability.csv") for d in run_dirs if (d / "reliability.csv").exists()]
+    if not tables:
+        return None
+    base = tables[0][["lower", "upper"]].copy()
+    count = sum(t["count"] for t in tables)
+    base["count"] = count
+    for col in ("confidence", "accuracy"):
+        base[col] = sum(t[col].fillna(0) * t["count"] for t in tables) / count.where(count > 0)
+    return base
+
+
+def lm_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str], title: str = "") -> str:
+    """Write the LM case study's table, plots and continuations into ``out_dir`` from finished
+    ``lm`` runs; returns the table's Markdown."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    finals = final_metrics(run_dirs, "the lm table")
+    if finals.empty:
+        raise ValueError("no finished lm run to report")
+    finals["tau_eff"] = finals.apply(_tau, axis=1)
+    table = lm_table(finals)
+    table.to_csv(out / "table.csv", index=False)
+    md = markdown_table(table, title or "TSA on a federated language model")
+    (out / "table.md").write_text(md)
+
+    dirs = {Path(d).name: Path(d) for d in run_dirs}  # a run's id is its directory's name
+    by_tau = {tau: [dirs[r] for r in g["run_id"]] for tau, g in finals.groupby("tau_eff", sort=True)}
+    panels = [(_label(t), b) for t, ds in by_tau.items() if (b := _pooled_bins(ds)) is not None]
+    if panels:
+        reliability_grid(panels, out / "reliability.png")
+
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
+    means = finals.groupby("tau_eff")[["nucleus", "sece"]].mean()
+    axes[0].plot(means.index, means["nucleus"], "o-")
+    axes[0].set(xscale="log", xlabel="τ of the attackers", ylabel="mean top-p nucleus (tokens)")
+    axes[1].plot(means.index, 100 * means["sece"], "o-", color="#DD8452")
+    axes[1].axhline(0, color="k", lw=0.8)
+    axes[1].set(xscale="log", xlabel="τ of the attackers", ylabel="next-token sECE %")
+    fig.tight_layout()
+    _save(fig, out / "nucleus.png")
+
+    seed = finals["seed"].min()
+    texts = {}
+    for tau, dirs in by_tau.items():
+        for d in dirs:
+            path = d / "generations.csv"
+            if path.exists() and int(finals.loc[finals["run_id"] == d.name, "seed"].iloc[0]) == seed:
+                gens = pd.read_csv(path, keep_default_na=False)
+                texts[_label(tau)] = gens[gens["sample"] == 0].set_index("prompt_id")
+    if texts:
+        first = next(iter(texts.values()))
+        lines = [f"**Sampled continuations (seed {seed}, top-p, first sample of each prompt)**", ""]
+        for pid, prompt in first["prompt"].items():
+            lines += [f"**Prompt {pid}:** {prompt}", "", "| model | continuation |", "|---|---|"]
+            for label, gens in texts.items():
+                cont = gens.loc[pid, "continuation"].replace("\n", " / ").replace("|", "\\|")
+                lines.append(f"| {label} | {cont} |")
+            lines.append("")
+        (out / "continuations.md").write_text("\n".join(lines))
+    return md
