@@ -59,15 +59,13 @@ class DeepSet(nn.Module):
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}; got {pooling!r}")
         self.num_classes, self.hidden, self.pooling, self.f = num_classes, hidden, pooling, _check_f(f)
-        if seed is not None:
-            state = torch.random.get_rng_state()
-            torch.manual_seed(seed)
-        self.rho = nn.Sequential(nn.Linear(num_classes, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, hidden), nn.ReLU())
-        self.mu = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(),
-                                nn.Linear(hidden, num_classes))
-        if seed is not None:
-            torch.random.set_rng_state(state)
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):  # a seeded init leaves the caller's RNG
+            if seed is not None:
+                torch.manual_seed(seed)
+            self.rho = nn.Sequential(nn.Linear(num_classes, hidden), nn.ReLU(),
+                                     nn.Linear(hidden, hidden), nn.ReLU())
+            self.mu = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(),
+                                    nn.Linear(hidden, num_classes))
 
     def pool(self, h: torch.Tensor) -> torch.Tensor:
         """(B, n, h) -> (B, h)."""

@@ -61,14 +61,12 @@ class ProbitFusion(nn.Module):
             raise ValueError(f"columns must name {n} distinct client columns; got {self.columns}")
         self.n, self.num_classes = n, num_classes
         d = n * num_classes
-        if seed is not None:
-            state = torch.random.get_rng_state()
-            torch.manual_seed(seed)
-        self.encoder = nn.Sequential(nn.Linear(d, hidden), nn.ReLU(), nn.Linear(hidden, latent))
-        self.decoder = nn.Sequential(nn.Linear(latent, hidden), nn.ReLU(), nn.Linear(hidden, d))
-        self.classifier = nn.Sequential(nn.Linear(d, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
-        if seed is not None:
-            torch.random.set_rng_state(state)
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):  # a seeded init leaves the caller's RNG
+            if seed is not None:
+                torch.manual_seed(seed)
+            self.encoder = nn.Sequential(nn.Linear(d, hidden), nn.ReLU(), nn.Linear(hidden, latent))
+            self.decoder = nn.Sequential(nn.Linear(latent, hidden), nn.ReLU(), nn.Linear(hidden, d))
+            self.classifier = nn.Sequential(nn.Linear(d, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
 
     def check(self, h: torch.Tensor) -> torch.Tensor:
         h = check_probits(h)
