@@ -165,6 +165,9 @@ def attack_accuracy(aggregators: Mapping[str, Callable], data: ProbitData, f_adv
                         len(rows), n, f_adv)
             total += len(rows)
             continue
+        # positional aggregators told once per group which client columns answered its queries
+        group_aggs = {name: agg.for_columns(cols.tolist()) if hasattr(agg, "for_columns") else agg
+                      for name, agg in aggregators.items()}
         for start in range(0, len(rows), batch):
             idx = rows[start:start + batch]
             p = data.test_probits[idx][:, cols]
@@ -174,11 +177,9 @@ def attack_accuracy(aggregators: Mapping[str, Callable], data: ProbitData, f_adv
             ctx = dict(labels=y, class_cov=class_cov, amplification=amplification, steps=pgd_steps)
             for attack in attacks:
                 shared = None if attack in WHITE_BOX else apply_attack(attack, p, mask, **ctx)
-                for name, agg in aggregators.items():
-                    if n < _needs(agg):
+                for name, agg in group_aggs.items():
+                    if n < _needs(aggregators[name]):
                         continue  # counted as wrong
-                    if hasattr(agg, "for_columns"):
-                        agg = agg.for_columns(cols.tolist())
                     attacked = shared if shared is not None else apply_attack(attack, p, mask, aggregator=agg, **ctx)
                     correct[name, attack] += _correct(agg, attacked, y)
             total += len(idx)
