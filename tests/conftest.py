@@ -15,6 +15,25 @@ def shared_data() -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def one_thread_and_tmp_cache(tmp_path_factory):
+    """One torch thread (tiny models gain nothing from more, and a busy machine makes spinning
+    threads slow) and the model cache ($FEDCAL_CACHE_DIR) in a temporary folder, for a module of
+    tests that build small pretrained transformers; both restored afterwards."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    old = os.environ.get("FEDCAL_CACHE_DIR")
+    os.environ["FEDCAL_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    torch.set_num_threads(threads)
+    if old is None:
+        os.environ.pop("FEDCAL_CACHE_DIR", None)
+    else:
+        os.environ["FEDCAL_CACHE_DIR"] = old
+
+
 def partly_trained_digits_mlp():
     """digits + an MLP after 30 SGD steps: a global model mid-federation, not at init."""
     import torch

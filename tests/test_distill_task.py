@@ -7,7 +7,6 @@ a round takes a fraction of a second on one CPU thread."""
 from __future__ import annotations
 
 import json
-import os
 from collections import OrderedDict
 
 import numpy as np
@@ -32,20 +31,7 @@ TINY = {"task": "distill", "engine": "inprocess", "device": "cpu", "num-clients"
         "dst-max-length": 16, "batch-size": 16, "dst-distill-steps": 3, "dst-student-rank": 4, "dst-client-lr": 5e-3}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread_and_cache(tmp_path_factory):
-    """One torch thread (tiny models gain nothing from more, and a busy machine makes spinning
-    threads slow), and the backbone cache in a temporary folder; both restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    old = os.environ.get("FEDCAL_CACHE_DIR")
-    os.environ["FEDCAL_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
-    yield
-    torch.set_num_threads(threads)
-    if old is None:
-        os.environ.pop("FEDCAL_CACHE_DIR", None)
-    else:
-        os.environ["FEDCAL_CACHE_DIR"] = old
+pytestmark = pytest.mark.usefixtures("one_thread_and_tmp_cache")
 
 
 def tiny(tmp_path, **overrides) -> RunConfig:

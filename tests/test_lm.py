@@ -5,7 +5,6 @@ through Flower on the synthetic toy play with a test-sized GPT-2 (cached under t
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -28,19 +27,7 @@ TINY = {"task": "lm", "engine": "inprocess", "device": "cpu", "lm-corpus": "synt
         "local-steps": 2, "optimizer": "adamw", "lr": 2e-3}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread_and_cache(tmp_path_factory):
-    """One torch thread and the model cache in a temporary folder; both restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    old = os.environ.get("FEDCAL_CACHE_DIR")
-    os.environ["FEDCAL_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
-    yield
-    torch.set_num_threads(threads)
-    if old is None:
-        os.environ.pop("FEDCAL_CACHE_DIR", None)
-    else:
-        os.environ["FEDCAL_CACHE_DIR"] = old
+pytestmark = pytest.mark.usefixtures("one_thread_and_tmp_cache")
 
 
 def tiny(tmp_path, **overrides) -> RunConfig:
