@@ -37,7 +37,7 @@ CALGUARD_MODES = ("filter", "audit")  # fedcal.calguard.CALGUARD_MODES (a test k
 CALGUARD_MIN_ROOT = 20  # fedcal.calguard.MIN_ROOT_SIZE
 DEVICES = ("auto", "cpu", "cuda")
 ENGINES = ("ray", "inprocess", "batched")
-TASKS = ("train", "inference", "distill", "lm")
+TASKS = ("train", "inference", "distill", "lm", "detect")
 # Old names of tasks, accepted and normalised: run directories written before the rename say "tsa".
 LEGACY_TASKS = {"tsa": "train"}
 # Probit-space attacks of robust federated inference (SPEC §7): the names of fedcal.inference.probit_attacks.PROBIT_ATTACKS (a test keeps them equal).
@@ -52,11 +52,13 @@ GROUPS = {
     "inference": "robust federated inference (task = inference, SPEC §7)",
     "distill": "RFD-LoRA and the LoRA baselines on text (task = distill, SPEC §8)",
     "lm": "TSA on a federated GPT-2 language model (task = lm, SPEC §10)",
+    "detect": "TSA on federated DETR object detection (task = detect, SPEC §10)",
     "execution": "where and how a run executes; never part of a run's identity (config hash)",
 }
 # The groups each task reads besides "common" (a later task adds its entry and its group).
 TASK_GROUPS = {"train": ("train", "defense"), "inference": ("inference",), "distill": ("distill",),
-               "lm": ("train", "defense", "lm")}
+               "lm": ("train", "defense", "lm"),
+               "detect": ("train", "detect")}
 # RFD-LoRA (task = distill, SPEC §8): the corpora, what clients upload, the server's logit
 # aggregators, partitions, the logit-energy attack on uploads.
 DISTILL_CORPORA = ("sentiment", "genre", "sst2", "mnli", "qnli", "qqp", "synthetic")
@@ -383,6 +385,42 @@ class RunConfig:
     lm_gen_tokens: int = setting(40, "lm", "tokens sampled per continuation", ge=1)
     lm_samples: int = setting(4, "lm", "continuations sampled per prompt", ge=1)
     lm_eval_windows: int = setting(0, "lm", "held-out windows evaluated (the first ones)", ge=0, note="0 = all")
+    # --- the detection case study (task = "detect", SPEC §10): det-* keys ---
+    # (common keys reused: num-clients, seed, n-bins; the train group's attack, attacker-ratio, tau, coupled,
+    # tsa-step-frac, tsa-blend choose and drive the attackers, so TASK_GROUPS["detect"] includes "train")
+    det_model: str = setting("grid", "detect", "detector: detr (a small DetrForObjectDetection from scratch), grid (the "
+                                               "CPU fallback with DETR's no-object structure, docs/detection.md), or a "
+                                               "Hub id / folder for from_pretrained (facebook/detr-resnet-50, networked)")
+    det_digits: str = setting("mnist", "detect", "digits pasted into the scenes: mnist (data-dir) or digits "
+                                                 "(scikit-learn's 8x8, offline anywhere)", choices=("mnist", "digits"))
+    det_size: int = setting(64, "detect", "scene canvas side in pixels", ge=16)
+    det_min_digits: int = setting(1, "detect", "fewest digits per scene", ge=1)
+    det_max_digits: int = setting(4, "detect", "most digits per scene (>= det-min-digits)", ge=1)
+    det_min_scale: int = setting(14, "detect", "smallest pasted digit side in pixels", ge=4)
+    det_max_scale: int = setting(28, "detect", "largest pasted digit side in pixels (<= det-size)", ge=4)
+    det_alpha: float = setting(0.5, "detect", "alpha of each client's Dirichlet class mix of its digits (non-IID)",
+                               gt=0, finite=True)
+    det_train_scenes: int = setting(200, "detect", "training scenes per client", ge=1)
+    det_test_scenes: int = setting(200, "detect", "test scenes (uniform classes, the digits' test split)", ge=1)
+    det_rounds: int = setting(40, "detect", "federated rounds", ge=1)
+    det_clients_per_round: int = setting(0, "detect", "clients sampled per round (seeded)", ge=0, note="0 = all")
+    det_local_steps: int = setting(20, "detect", "local AdamW steps per round", ge=1)
+    det_batch_size: int = setting(16, "detect", "scenes per local step", ge=1)
+    det_lr: float = setting(1e-3, "detect", "beta, the benign AdamW learning rate (1e-3 from scratch; SPEC's 1e-4 for "
+                                            "a pretrained DETR)", gt=0, finite=True)
+    det_weight_decay: float = setting(1e-4, "detect", "AdamW weight decay", ge=0, finite=True)
+    det_queries: int = setting(16, "detect", "DETR object queries (grid: one per 8x8 cell instead)", ge=1)
+    det_d_model: int = setting(64, "detect", "DETR transformer width", ge=4)
+    det_enc_layers: int = setting(1, "detect", "DETR encoder layers", ge=1)
+    det_dec_layers: int = setting(2, "detect", "DETR decoder layers", ge=1)
+    det_backbone_width: int = setting(16, "detect", "channels of the first backbone stage (DETR's ResNet, the grid CNN)",
+                                      ge=1)
+    det_eos_coef: float = setting(0.1, "detect", "weight of the no-object class in the classification loss", gt=0,
+                                  le=1)
+    det_threshold: float = setting(0.3, "detect", "score threshold of the kept boxes (the per-round boxes-kept metric, "
+                                                  "the example image)", ge=0, lt=1)
+    det_eval_every: int = setting(1, "detect", "evaluate every k rounds (always round 0 and the last)", ge=1)
+
     def __post_init__(self) -> None:
         if self.task in LEGACY_TASKS:  # old run directories' config.json say task = "tsa"
             object.__setattr__(self, "task", LEGACY_TASKS[self.task])

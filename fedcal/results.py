@@ -239,6 +239,9 @@ def default_run_name(cfg: RunConfig) -> str:
         attack += f"-{cfg.dst_logit_attack}{cfg.dst_attack_factor:g}" if cfg.dst_logit_attack != "none" else ""
         return (f"distill-{cfg.dst_corpus}-{cfg.dst_method}-{cfg.dst_partition}{attack}-s{cfg.seed}-"
                 f"{config_hash(cfg)[:8]}")
+    if cfg.task == "detect":
+        what = "benign" if cfg.attack == "none" else f"tsa{cfg.tau:g}" + ("" if cfg.coupled else "u")
+        return f"detect-{cfg.det_model.replace('/', '_')}-{what}-s{cfg.seed}-{config_hash(cfg)[:8]}"
     if cfg.task == "lm":
         what = cfg.attack if cfg.attack != "tsa" else f"tsa{cfg.tau:g}" + ("" if cfg.coupled else "u")
         return f"lm-{cfg.lm_corpus}-{cfg.strategy}-{what}-s{cfg.seed}-{config_hash(cfg)[:8]}"

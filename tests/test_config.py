@@ -148,7 +148,7 @@ def test_every_field_is_declared_with_a_group_and_help():
     assert by_key["inf-server-frac"].range == "in (0, 1)"
     assert by_key["krum-m"].range == ">= 0 (0 = n - f)"
     assert by_key["dataset"].range.startswith("one of digits, mnist")
-    assert by_key["task"].range == "one of train, inference, distill, lm"
+    assert by_key["task"].range == "one of train, inference, distill, lm, detect"
     assert [i.key for i in describe("defense")] == ["strategy", "krum-f", "krum-m", "trim-f", "root-size",
                                                     "mom-groups", "foolsgold-kappa", "calguard-kappa",
                                                     "calguard-window", "calguard-strikes", "calguard-mode"]

@@ -128,7 +128,7 @@ OLD_INFERENCE_ONLY = {"task", "inf_f", "inf_server_frac", "inf_local_epochs", "i
 
 def test_hashed_keys_by_group_equal_the_old_key_sets():
     # the keys of groups added later (distill, lm, detect) are in no train or inference hash
-    every = {f.name for f in dataclasses.fields(RunConfig)} - set(fields_of("distill", "lm"))
+    every = {f.name for f in dataclasses.fields(RunConfig)} - set(fields_of("distill", "lm", "detect"))
     assert set(results._NON_SEMANTIC) == OLD_NON_SEMANTIC
     assert hashed_keys("train") == every - OLD_NON_SEMANTIC - OLD_INFERENCE_ONLY
     assert hashed_keys("inference") == every - OLD_NON_SEMANTIC
@@ -142,7 +142,7 @@ def test_a_new_task_hashes_common_keys_its_group_and_task(monkeypatch):
     assert "task" in keys and "krum_f" in keys and "seed" in keys
     assert not keys & {"tau", "inf_f", "device", "data_dir"}
     assert hashed_keys("train") == {f.name for f in dataclasses.fields(RunConfig)} - OLD_NON_SEMANTIC \
-        - OLD_INFERENCE_ONLY - set(fields_of("distill", "lm"))
+        - OLD_INFERENCE_ONLY - set(fields_of("distill", "lm", "detect"))
 
 
 def _committed_cells():

@@ -14,6 +14,6 @@ Adding a task (docs/design.md has a worked example):
 
 from fedcal.tasks.registry import Handler, ProgressFn, Task, all_tasks, get_task, register
 
-from fedcal.tasks import train, inference, distill, lm  # noqa: E402,F401,I001 — each registers itself
+from fedcal.tasks import train, inference, distill, lm, detect  # noqa: E402,F401,I001 — each registers itself
 
 __all__ = ["Handler", "ProgressFn", "Task", "all_tasks", "get_task", "register"]

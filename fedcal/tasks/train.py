@@ -40,6 +40,7 @@ from fedcal.models import build_model
 from fedcal.reports import write_report
 from fedcal.results import AUDIT_FILE, REJECTIONS_FILE, RunFailed, RunStore, run_dir_for
 from fedcal.strategies import strategy_from_config
+from fedcal.strategies.base import UpdateAggregationStrategy
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.train import predict_logits, resolve_device
 
@@ -114,19 +115,22 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
 
 def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, torch.Tensor],
              evaluate: Callable[[int, ArrayRecord], dict[str, float]], progress: ProgressFn | None,
-             node_to_client: dict[int, int], **strategy_kwargs) -> tuple[dict[str, torch.Tensor], list[dict]]:
-    """The rounds of a federated training run, for any model: the configured strategy
-    (:func:`fedcal.strategies.strategy_from_config`, given ``strategy_kwargs``) runs ``num-rounds``
-    rounds from the ``initial`` state; after each (and before the first) ``evaluate(round, arrays)``
-    returns the global model's metrics (may be empty: not due). Each round's metrics, with the reply
-    accounting and ``round_seconds``, go to the run store at once; rejections to
-    ``rejections.csv``, the rule's per-reply weights to ``aggregation.csv``.
+             node_to_client: dict[int, int], *, strategy: UpdateAggregationStrategy | None = None,
+             num_rounds: int | None = None, **strategy_kwargs) -> tuple[dict[str, torch.Tensor], list[dict]]:
+    """The rounds of a federated training run, for any model: ``strategy`` (default: the configured
+    one, :func:`fedcal.strategies.strategy_from_config` given ``strategy_kwargs``) runs ``num_rounds``
+    (default ``num-rounds``) rounds from the ``initial`` state; after each (and before the first)
+    ``evaluate(round, arrays)`` returns the global model's metrics (may be empty: not due). Each
+    round's metrics, with the reply accounting and ``round_seconds``, go to the run store at once;
+    rejections to ``rejections.csv``, the rule's per-reply weights to ``aggregation.csv``.
 
     Returns (final state, rows of per-round metrics). Raises :class:`RunFailed` — the run is not
     finished — when no round aggregated anything. The caller saves the model and finishes the run.
     """
-    strategy = strategy_from_config(cfg, node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
-                                    node_label=node_to_client.get, **strategy_kwargs)
+    num_rounds = cfg.num_rounds if num_rounds is None else num_rounds
+    if strategy is None:
+        strategy = strategy_from_config(cfg, node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
+                                        node_label=node_to_client.get, **strategy_kwargs)
     rows: list[dict[str, float]] = []
     rejections: list[dict] = []
     clock = [time.perf_counter()]
@@ -163,14 +167,14 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
     result = strategy.start(
         grid=grid,
         initial_arrays=ArrayRecord(initial),
-        num_rounds=cfg.num_rounds,
+        num_rounds=num_rounds,
         train_config=config_record(cfg),
         evaluate_fn=evaluate_fn,
     )
-    if cfg.num_rounds >= 1 and strategy.rounds_aggregated == 0:
+    if num_rounds >= 1 and strategy.rounds_aggregated == 0:
         raise RunFailed(
             f"run {store.dir.name}: no round aggregated anything ({len(rejections)} replies rejected in "
-            f"{cfg.num_rounds} round(s), reasons in {REJECTIONS_FILE}); the model is untrained and the run is "
+            f"{num_rounds} round(s), reasons in {REJECTIONS_FILE}); the model is untrained and the run is "
             "not marked DONE")
     return result.arrays.to_torch_state_dict(), rows
 

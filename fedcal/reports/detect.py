@@ -1,0 +1,185 @@
+"""The detection case study's report (flwr-free), from finished ``detect`` run directories only.
+
+Each run is labelled by its τ (``attack=none`` is τ = 1, "benign"). Written to ``out_dir``:
+
+* ``runs.csv`` — every finished run's last evaluated round (``map50``, ``obj_ece``, ``obj_sece``,
+  ``mean_obj_prob``, ``positive_rate``, ``boxes_kept`` at ``det-threshold``, ``gt_boxes``);
+* ``table.csv`` / ``table.md`` — per τ: mean ± std over seeds (the mean alone for one seed);
+* ``kept.csv`` / ``boxes_kept.png`` — boxes kept per image versus the score threshold (each run's
+  final model; mean over seeds per τ), the ground-truth count as a reference line;
+* ``reliability.csv`` / ``no_object_reliability.png`` — the no-object calibration (confidence 1 − p_∅
+  that a query is an object vs whether it matched a box) of each τ's first seed;
+* ``examples.csv`` / ``examples.png`` — test scene 0 with its kept boxes (score > ``det-threshold``)
+  for each τ, from the first seed (every run of one seed draws the same test scenes);
+* ``rounds.csv`` / ``curves.png`` — mAP@0.5 and the no-object sECE per round (mean per τ).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedcal.reports.markdown import markdown_table
+from fedcal.reports.runs import finished_only
+from fedcal.results import load_metrics
+
+KEPT_FILE = "kept.csv"
+EXAMPLE_FILE = "example.csv"
+EXAMPLE_IMAGE = "example.npy"
+EVALUATED = "map50"  # a detect round that logged this was evaluated
+METRICS = ("map50", "obj_ece", "obj_sece", "mean_obj_prob", "positive_rate", "boxes_kept", "gt_boxes")
+_LABELS = {"map50": "mAP@0.5", "obj_ece": "no-object ECE", "obj_sece": "no-object sECE",
+           "mean_obj_prob": "mean P(object)", "positive_rate": "matched queries", "boxes_kept": "boxes kept / image",
+           "gt_boxes": "true boxes / image"}
+
+
+def _run_info(run_dir: Path) -> dict:
+    cfg = json.loads((run_dir / "config.json").read_text())["config"]
+    tau = 1.0 if cfg["attack"] == "none" else float(cfg["tau"])
+    return {"run_dir": str(run_dir), "run_id": run_dir.name, "tau": tau, "attack": cfg["attack"],
+            "seed": int(cfg["seed"]), "det-model": cfg["det-model"], "det-threshold": float(cfg["det-threshold"])}
+
+
+def tau_label(tau: float) -> str:
+    return "τ = 1 (benign)" if tau == 1 else f"τ = {tau:g}"
+
+
+def run_rows(run_dirs: Sequence[Path]) -> pd.DataFrame:
+    """One row per finished run: its τ, seed and last evaluated round's metrics."""
+    metrics = load_metrics(list(run_dirs))
+    rows = []
+    for d in run_dirs:
+        info = _run_info(Path(d))
+        m = metrics[metrics["run_id"] == info["run_id"]]
+        evaluated = m[m["metric"] == EVALUATED]
+        if evaluated.empty:
+            continue
+        last = int(evaluated["round"].max())
+        final = m[m["round"] == last].set_index("metric")["value"]
+        rows.append({**info, "round": last, **{k: float(final.get(k, np.nan)) for k in METRICS}})
+    return pd.DataFrame(rows).sort_values(["tau", "seed"]).reset_index(drop=True) if rows else pd.DataFrame()
+
+
+def _cell(kind: str):
+    def fmt(v) -> str:
+        if isinstance(v, str):
+            return v
+        return f"{v:.3f}" if kind == "frac" else f"{v:.2f}"
+    return fmt
+
+
+def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per τ: the number of seeds and mean ± std (mean alone for one seed) of every metric."""
+    out = []
+    for tau, g in runs.groupby("tau", sort=True):
+        row = {"τ": tau_label(tau), "seeds": len(g)}
+        for k in METRICS:
+            v = g[k].to_numpy(dtype=float)
+            fmt = "{:.3f}" if k not in ("boxes_kept", "gt_boxes") else "{:.2f}"
+            row[_LABELS[k]] = fmt.format(np.nanmean(v)) + (f" ± {fmt.format(np.nanstd(v, ddof=1))}" if len(v) > 1 else "")
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def detect_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str], title: str = "") -> str:
+    """Write the tables and plots of the module docstring; return ``table.md``'s Markdown."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.patches as patches
+    import matplotlib.pyplot as plt
+
+    from fedcal.reports.plots import reliability_grid
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    finished = finished_only(list(run_dirs), "the detection report")
+    runs = run_rows(finished)
+    if runs.empty:
+        raise ValueError("no finished detect run with an evaluated round among the given run directories")
+    runs.to_csv(out / "runs.csv", index=False)
+    table = summary_table(runs)
+    table.to_csv(out / "table.csv", index=False)
+    thr = float(runs["det-threshold"].iloc[0])
+    md = markdown_table(table, title or f"TSA on federated detection ({runs['det-model'].iloc[0]}); boxes kept at "
+                                         f"score > {thr:g}")
+    (out / "table.md").write_text(md)
+    first = runs.sort_values("seed").groupby("tau", sort=True).head(1)  # each τ's first seed
+
+    # boxes kept versus threshold
+    kept = []
+    for _, r in runs.iterrows():
+        path = Path(r["run_dir"]) / KEPT_FILE
+        if path.exists():
+            k = pd.read_csv(path)
+            k = k[k["round"] == k["round"].max()]
+            kept.append(k.assign(tau=r["tau"], seed=r["seed"]))
+    if kept:
+        curves = pd.concat(kept, ignore_index=True)[["tau", "seed", "round", "threshold", "kept"]]
+        curves.to_csv(out / "kept.csv", index=False)
+        fig, ax = plt.subplots(figsize=(5.2, 3.8))
+        for tau, g in curves.groupby("tau", sort=True):
+            mean = g.groupby("threshold")["kept"].mean()
+            ax.plot(mean.index, mean.values, marker="o", ms=3, label=tau_label(tau))
+        ax.axhline(float(runs["gt_boxes"].mean()), color="k", ls="--", lw=1, label="true boxes / image")
+        ax.set(xlabel="score threshold", ylabel="boxes kept per image", yscale="symlog", title="boxes kept vs threshold")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "boxes_kept.png", dpi=120)
+        plt.close(fig)
+
+    # no-object calibration
+    rel = []
+    for _, r in first.iterrows():
+        path = Path(r["run_dir"]) / "reliability.csv"
+        if path.exists():
+            rel.append((tau_label(r["tau"]), pd.read_csv(path).assign(tau=r["tau"], seed=r["seed"])))
+    if rel:
+        pd.concat([t for _, t in rel], ignore_index=True).to_csv(out / "reliability.csv", index=False)
+        reliability_grid(rel, out / "no_object_reliability.png")
+
+    # the same test image with its kept boxes, per τ
+    shown = [(r, Path(r["run_dir"])) for _, r in first.iterrows() if (Path(r["run_dir"]) / EXAMPLE_IMAGE).exists()]
+    if shown:
+        ex = []
+        fig, axes = plt.subplots(1, len(shown), figsize=(3.0 * len(shown), 3.2), squeeze=False)
+        for ax, (r, d) in zip(axes[0], shown):
+            img = np.load(d / EXAMPLE_IMAGE)
+            boxes = pd.read_csv(d / EXAMPLE_FILE) if (d / EXAMPLE_FILE).exists() else pd.DataFrame()
+            ex.append(boxes.assign(tau=r["tau"], seed=r["seed"]))
+            ax.imshow(img, cmap="gray", vmin=0, vmax=1)
+            for _, b in boxes.iterrows():
+                ax.add_patch(patches.Rectangle((b["x1"] - 0.5, b["y1"] - 0.5), b["x2"] - b["x1"], b["y2"] - b["y1"],
+                                               fill=False, lw=1, color="#e8a33d"))
+                ax.text(b["x1"], b["y1"] - 1, f"{int(b['label'])}:{b['score']:.2f}", color="#e8a33d", fontsize=6)
+            ax.set_title(f"{tau_label(r['tau'])}: {len(boxes)} kept", fontsize=9)
+            ax.axis("off")
+        fig.suptitle(f"test scene 0, boxes with score > {thr:g}", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(out / "examples.png", dpi=120)
+        plt.close(fig)
+        pd.concat(ex, ignore_index=True).to_csv(out / "examples.csv", index=False)
+
+    # per-round curves
+    metrics = load_metrics(finished)
+    if not metrics.empty:
+        tau_of = dict(zip(runs["run_id"], runs["tau"]))
+        per = metrics[metrics["metric"].isin(["map50", "obj_sece"]) & metrics["run_id"].isin(tau_of)].copy()
+        per["tau"] = per["run_id"].map(tau_of)
+        rounds = per.groupby(["tau", "metric", "round"])["value"].agg(["mean", "std", "count"]).reset_index()
+        rounds.to_csv(out / "rounds.csv", index=False)
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+        for ax, metric in zip(axes, ["map50", "obj_sece"]):
+            for tau, g in rounds[rounds["metric"] == metric].groupby("tau", sort=True):
+                ax.plot(g["round"], g["mean"], marker="o", ms=3, label=tau_label(tau))
+            ax.set(xlabel="round", ylabel=_LABELS[metric])
+        axes[0].legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "curves.png", dpi=120)
+        plt.close(fig)
+    return md

@@ -1,0 +1,192 @@
+"""Task ``detect``: the Temperature Scaling Attack on federated object detection (SPEC §10, issue 15).
+
+Every client holds non-IID MNIST scenes (:mod:`fedcal.detect.scenes`) and trains the global
+detector (:mod:`fedcal.detect.model`: DETR, or the grid detector with DETR's no-object structure)
+for ``det-local-steps`` AdamW steps per round on transformers' Hungarian-matched DETR loss; an
+attacker (``attack=tsa``, ``attacker-ratio`` of the clients, :func:`fedcal.attacks.behaviour_for`)
+divides the class logits — "no object" included — by ``tau`` in that loss and trains with
+η = β·τ (:mod:`fedcal.detect.train`).
+
+Server side: Flower's strategy API through fedcal's :class:`~fedcal.strategies.FedAvg` (seeded
+sampling of ``det-clients-per-round`` nodes, 0 = all; data-size weighted mean of the updates),
+with train messages of type ``train.detect``. Every reply is validated before aggregation — an
+error reply, a missing / extra / wrongly shaped or typed array, NaN or Inf, a missing or invalid
+``num-examples``, a second reply of one node — and a bad one is dropped with a warning naming the
+node and its partition, recorded in ``rejections.csv`` (round, node_id, partition_id, reason); the
+round goes on with the rest and keeps the global model when none is valid. The global model is
+evaluated centrally on the test scenes at τ = 1 every ``det-eval-every`` rounds (always 0 and the
+last): ``map50``, ``obj_ece``, ``obj_sece``, ``mean_obj_prob``, ``positive_rate``, ``boxes_kept``
+(per image at ``det-threshold``) plus the reply accounting and ``round_seconds`` in
+``metrics.csv``; the boxes-kept curve of each evaluated round in ``kept.csv`` (round, threshold,
+kept). At the end: ``reliability.csv`` (the no-object calibration bins of the final model),
+``example.csv`` (the kept boxes of test scene 0 at ``det-threshold``) with ``example.npy`` (its
+pixels), ``model.pt`` and ``DONE``. A run in which no round aggregated anything raises instead of
+writing ``DONE``. Report: :func:`fedcal.reports.detect.detect_report`.
+"""
+
+from __future__ import annotations
+
+import functools
+from logging import INFO, WARNING
+
+import numpy as np
+import pandas as pd
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from fedcal.attacks import attackers_of, behaviour_for
+from fedcal.attacks.behaviour import round_generator
+from fedcal.attacks.registry import behaviour_kind
+from fedcal.config import ConfigError, RunConfig
+from fedcal.detect.metrics import THRESHOLDS, detection_metrics, kept_detections
+from fedcal.detect.model import DetectorSpec, build_detector, check_model_name
+from fedcal.detect.scenes import SceneSpec, Scenes, make_scenes
+from fedcal.detect.train import local_round, predict
+from fedcal.reports.detect import EXAMPLE_FILE, EXAMPLE_IMAGE, KEPT_FILE, detect_report
+from fedcal.results import RunStore, run_dir_for
+from fedcal.strategies import FedAvg
+from fedcal.tasks.nodes import check_partitions, client_id, discover_clients, message_config
+from fedcal.tasks.registry import ProgressFn, Task, register
+from fedcal.tasks.train import federate
+from fedcal.train import resolve_device
+
+MESSAGE_TYPE = "train.detect"
+#: the test scene drawn with its kept boxes
+EXAMPLE_SCENE = 0
+
+
+# ---------------------------------------------------------------------------------- shared
+def check_detect_config(cfg: RunConfig) -> None:
+    """What the detect task cannot run, as one :class:`ConfigError` naming the key."""
+    if cfg.attack not in ("none", "tsa"):
+        raise ConfigError(f"run-config key 'attack': the detect task runs the TSA or no attack, got {cfg.attack!r}")
+    if cfg.attack == "tsa" and cfg.tsa_blend != 1.0:
+        raise ConfigError("run-config key 'tsa-blend': the detect task has no blended attacker (keep 1)")
+    if cfg.det_clients_per_round > cfg.num_clients:
+        raise ConfigError(f"run-config key 'det-clients-per-round' must not exceed num-clients ({cfg.num_clients}), "
+                          f"got {cfg.det_clients_per_round}")
+    scene_spec(cfg).check()
+    check_model_name(cfg.det_model)
+
+
+def scene_spec(cfg: RunConfig) -> SceneSpec:
+    return SceneSpec(cfg.det_digits, cfg.det_size, cfg.det_min_digits, cfg.det_max_digits, cfg.det_min_scale,
+                     cfg.det_max_scale)
+
+
+def detector_spec(cfg: RunConfig) -> DetectorSpec:
+    return DetectorSpec(cfg.det_model, 10, cfg.det_size, cfg.det_queries, cfg.det_d_model, cfg.det_enc_layers,
+                        cfg.det_dec_layers, cfg.det_backbone_width, cfg.det_eos_coef)
+
+
+@functools.lru_cache(maxsize=8)
+def _scenes(spec: SceneSpec, count: int, seed: int, split: str, client: int, alpha: float, data_dir: str) -> Scenes:
+    return make_scenes(spec, count, seed, split=split, client=client, alpha=alpha, data_dir=data_dir)
+
+
+def client_scenes(cfg: RunConfig, cid: int) -> Scenes:
+    """Client ``cid``'s training scenes (cached in the process and on disk)."""
+    return _scenes(scene_spec(cfg), cfg.det_train_scenes, cfg.seed, "train", cid, cfg.det_alpha, cfg.data_dir)
+
+
+def eval_scenes(cfg: RunConfig) -> Scenes:
+    """The test scenes (the digits' test split, uniform classes; seeded by ``seed``)."""
+    return _scenes(scene_spec(cfg), cfg.det_test_scenes, cfg.seed, "test", -1, cfg.det_alpha, cfg.data_dir)
+
+
+@functools.lru_cache(maxsize=2)
+def _shared_detector(spec: DetectorSpec):
+    """One detector per node process; every message overwrites all its weights."""
+    return build_detector(spec, seed=0)
+
+
+# ---------------------------------------------------------------------------------- client side
+def detect_round(msg: Message, context: Context) -> Message:
+    """One client round: load the global detector, train locally (TSA if this client attacks), reply."""
+    cfg, server_round = message_config(msg, context)
+    check_partitions(cfg, context)
+    cid = client_id(context)
+    scenes = client_scenes(cfg, cid)
+    device = resolve_device(cfg.device)
+    model = _shared_detector(detector_spec(cfg))
+    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    behaviour = behaviour_for(cfg, cid)
+    kind = behaviour_kind(behaviour.kind)
+    tau, coupled = kind.loss_temperature(behaviour)
+    tau_steps = kind.temperature_steps(behaviour, cfg.det_local_steps)
+    stats = local_round(model, scenes, steps=cfg.det_local_steps, batch_size=cfg.det_batch_size, lr=cfg.det_lr,
+                        weight_decay=cfg.det_weight_decay, tau=tau, coupled=coupled,
+                        generator=round_generator(cfg.seed, server_round, cid),
+                        tau_steps=None if tau_steps >= cfg.det_local_steps else tau_steps, device=device)
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    return Message(RecordDict({
+        "arrays": ArrayRecord(state),
+        "metrics": MetricRecord({"train-loss": stats.loss, "train-loss-ce": stats.loss_ce,
+                                 "num-examples": stats.num_examples, "partition-id": cid,
+                                 "malicious": int(behaviour.malicious), "tau": float(tau)}),
+    }), reply_to=msg)
+
+
+# ---------------------------------------------------------------------------------- server side
+def run_detect(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> pd.DataFrame:
+    """The whole detection run on ``grid`` (module docstring); returns the per-round metrics."""
+    if cfg.task != "detect":
+        raise ValueError(f"run_detect needs task = 'detect', got {cfg.task!r}")
+    check_detect_config(cfg)
+    store = RunStore(run_dir_for(cfg), cfg)
+    store.start()
+    for name in (KEPT_FILE, EXAMPLE_FILE, EXAMPLE_IMAGE):  # an earlier attempt's tables
+        (store.dir / name).unlink(missing_ok=True)
+    test = eval_scenes(cfg)
+    device = resolve_device(cfg.device)
+    model = build_detector(detector_spec(cfg), seed=cfg.seed)
+    node_to_client = discover_clients(grid, cfg.num_clients)
+    log(INFO, "detect: %s on %d %s scenes per client, attackers (%s, tau %g, %d of %d): %s", cfg.det_model,
+        cfg.det_train_scenes, cfg.det_digits, cfg.attack, cfg.tau, cfg.num_attackers, cfg.num_clients,
+        sorted(attackers_of(cfg)))
+    m = cfg.det_clients_per_round or cfg.num_clients
+    # fedcal's FedAvg (reply validation, seeded sampling) sending train.detect messages
+    strategy = FedAvg(fraction_train=m / cfg.num_clients, fraction_evaluate=0.0, min_train_nodes=m,
+                      min_evaluate_nodes=0, min_available_nodes=cfg.num_clients, sampling_seed=cfg.seed,
+                      node_sort_key=lambda n: node_to_client.get(n, 1 << 62), node_label=node_to_client.get,
+                      message_type=MESSAGE_TYPE)
+
+    def evaluate(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
+        if not (server_round in (0, cfg.det_rounds) or server_round % cfg.det_eval_every == 0):
+            return {}
+        model.load_state_dict(arrays.to_torch_state_dict())
+        logits, boxes = predict(model, test.images, device=device)
+        found, curves = detection_metrics(logits, boxes, test, model.loss_config, cfg.n_bins, cfg.det_threshold)
+        if not curves:
+            log(WARNING, "round %d: the global detector produced non-finite outputs", server_round)
+            return found
+        store.append_rows(KEPT_FILE, [{"round": server_round, "threshold": t, "kept": k}
+                                      for t, k in zip(THRESHOLDS, curves["kept"])])
+        if server_round == cfg.det_rounds:
+            store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in curves["bins"].items()}))
+            kept = kept_detections(logits[EXAMPLE_SCENE], boxes[EXAMPLE_SCENE], cfg.det_threshold, test.size)
+            store.write_table(EXAMPLE_FILE, pd.DataFrame(kept, columns=["x1", "y1", "x2", "y2", "label", "score"]))
+            np.save(store.dir / EXAMPLE_IMAGE, test.images[EXAMPLE_SCENE, 0].numpy())
+        return found
+
+    initial = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    final, rows = federate(grid, cfg, store, initial, evaluate, progress, node_to_client, strategy=strategy,
+                           num_rounds=cfg.det_rounds)
+    store.save_model(final)
+    store.finish()
+    return pd.DataFrame(rows)
+
+
+TASK = register(Task(
+    name="detect",
+    summary="TSA on federated object detection (DETR / grid detector on MNIST scenes): calibration decides "
+            "which boxes survive",
+    run=run_detect,
+    handlers={MESSAGE_TYPE: detect_round},
+    rounds=lambda cfg: cfg.det_rounds,
+    report=detect_report,
+))
+
+__all__ = ["MESSAGE_TYPE", "check_detect_config", "client_scenes", "detect_round", "run_detect",
+           "eval_scenes"]
