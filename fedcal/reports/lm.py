@@ -106,10 +106,9 @@ def lm_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.Path
         first = next(iter(texts.values()))
         lines = [f"**Sampled continuations (seed {seed}, top-p, first sample of each prompt)**", ""]
         for pid, prompt in first["prompt"].items():
-            lines += [f"**Prompt {pid}:** {prompt}", "", "| model | continuation |", "|---|---|"]
-            for label, gens in texts.items():
-                cont = gens.loc[pid, "continuation"].replace("\n", " / ").replace("|", "\\|")
-                lines.append(f"| {label} | {cont} |")
-            lines.append("")
+            rows = pd.DataFrame({"model": list(texts),
+                                 "continuation": [g.loc[pid, "continuation"].replace("\n", " / ").replace("|", "\\|")
+                                                  for g in texts.values()]})
+            lines += [f"**Prompt {pid}:** {prompt}", "", markdown_table(rows)]
         (out / "continuations.md").write_text("\n".join(lines))
     return md
