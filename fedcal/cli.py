@@ -598,6 +598,16 @@ def cmd_detect(args: argparse.Namespace) -> int:
                        "{out}/no_object_reliability.png, {out}/examples.png, {out}/curves.png")
 
 
+def _add_case_study_options(p: argparse.ArgumentParser, taus: str, report: str) -> None:
+    """The options of a case-study command (fedcal lm, fedcal detect)."""
+    _add_common(p)
+    p.add_argument("--taus", default=taus, help="attackers' τ (1 = the benign run)")
+    p.add_argument("--seeds", default="0", help="seeds, e.g. 0-2")
+    p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
+    p.add_argument("--title", default="", help="title of the table")
+    p.add_argument("--report", default=report, help="folder for the runs, tables and plots")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedcal", description=__doc__, formatter_class=_HelpFormatter)
     parser.add_argument("--version", action="version", version=f"fedcal {__version__}",
@@ -725,12 +735,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "AdamW steps, unless overridden) fine-tunes a small GPT-2 pretrained here on the public "
                         "plays. Resumable. Writes table.md, continuations.md, reliability.png and nucleus.png.",
             epilog=KEYS_EPILOG)
-    _add_common(p)
-    p.add_argument("--taus", default="0.5,1,2", help="attackers' τ (1 = the benign run)")
-    p.add_argument("--seeds", default="0", help="seeds, e.g. 0-2")
-    p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
-    p.add_argument("--title", default="", help="title of the table")
-    p.add_argument("--report", default="fedcal-lm", help="folder for the runs, tables and plots")
+    _add_case_study_options(p, "0.5,1,2", "fedcal-lm")
     p.set_defaults(func=cmd_lm)
     p = add("defense", "defenses against TSA: accuracy, ECE, sECE, detection and false-positive rates over seeds",
             description="Every strategy × τ × seed (× each --grid axis) is one Flower run (task = train; τ = 1 is "
@@ -755,12 +760,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "a Hub DETR) on MNIST scenes, attacker-ratio of them with the TSA on the class logits. "
                         "Resumable. Writes table.md, runs.csv, kept.csv, boxes_kept.png, no_object_reliability.png, "
                         "examples.png and curves.png (docs/detection.md).", epilog=KEYS_EPILOG)
-    _add_common(p)
-    p.add_argument("--taus", default="0.2,1,5", help="attackers' τ (1 = the benign run)")
-    p.add_argument("--seeds", default="0", help="seeds, e.g. 0-2")
-    p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
-    p.add_argument("--title", default="", help="title of the table")
-    p.add_argument("--report", default="fedcal-detect", help="folder for the runs, tables and plots")
+    _add_case_study_options(p, "0.2,1,5", "fedcal-detect")
     p.set_defaults(func=cmd_detect)
     p = add("demo", "the README's main job: digits, benign vs TSA τ=0.2 and τ=5", epilog=KEYS_EPILOG)
     _add_common(p)
