@@ -188,6 +188,10 @@ LITERATURE = [
      'agrees: τ > 1 sharpens and τ < 1 flattens next-token distributions, and the top-p nucleus follows, at an unchanged next-token accuracy',
      'a 0.93 M-parameter GPT-2, not GPT-2 itself',
      '[lm.md](lm.md)'),
+    ('object detection (SPEC §10)',
+     '**contradicts at the 0.3 threshold**: τ = 5 floods the kept boxes (and costs mAP: under AdamW its 5× steps are not stealthy), τ = 0.2 thins them at an unchanged mAP — the reverse of the expectation; low τ keeps more boxes only at the lowest thresholds',
+     'a weakly trained CPU grid detector on MNIST scenes, one seed; DETR did not learn on CPU',
+     '[detection.md](detection.md)'),
 ]
 
 
