@@ -88,6 +88,7 @@ class StrategyOptions(TypedDict, total=False):
     node_sort_key: Callable[[int], Any] | None
     node_label: Callable[[int], Any] | None
     buffer_key: Callable[[str], bool] | None
+    message_type: str
 
 
 class UpdateAggregationStrategy(_FlowerFedAvg):
@@ -136,6 +137,10 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         similarity computations, aggregated by :meth:`aggregate_buffers`: the data-size
         weighted mean under FedAvg, robustly under the robust rules). Default: BatchNorm
         statistics and counters; non-floating arrays are always buffers.
+    message_type : str, optional
+        Type of the training messages: ``"train"`` (Flower's, the default) or
+        ``"train.<action>"`` for a ClientApp that answers its training under another handler (the
+        lm task's ``train.lm``, the detect task's ``train.detect``).
     """
 
     def __init__(
