@@ -45,10 +45,16 @@ def confidence_calibration(confidence: torch.Tensor, correct: torch.Tensor, n_bi
         raise ValueError(f"confidence and correct must be non-empty (n,) tensors of one shape, got "
                          f"{tuple(confidence.shape)} and {tuple(correct.shape)}")
     bins = _bins_from_confidence(confidence[None], correct[None], n_bins)
-    weight = bins["count"][0] / len(confidence)
-    gap = torch.nan_to_num(bins["accuracy"][0] - bins["confidence"][0])
-    return {"ece": float((weight * gap.abs()).sum()), "sece": float((weight * gap).sum()),
+    ece, sece = _ece_sece(bins, len(confidence))
+    return {"ece": float(ece[0]), "sece": float(sece[0]),
             "bins": {k: v[0] if k in ("count", "confidence", "accuracy") else v for k, v in bins.items()}}
+
+
+def _ece_sece(bins: dict[str, torch.Tensor], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ECE, signed ECE) of R prediction sets of ``n`` predictions from their bins: (R,) each."""
+    weight = bins["count"] / n
+    gap = torch.nan_to_num(bins["accuracy"] - bins["confidence"])  # empty bins weigh 0
+    return (weight * gap.abs()).sum(-1), (weight * gap).sum(-1)
 
 
 def _confidence_bins_batch(probs: torch.Tensor, labels: torch.Tensor, n_bins: int) -> dict[str, torch.Tensor]:
@@ -114,12 +120,9 @@ def _metrics_batch(probs: torch.Tensor, labels: torch.Tensor, n_bins: int, nll: 
     """:func:`metrics_from_probs` of R classifiers: probs (R, n, C), their (R,) NLLs."""
     n = labels.shape[0]
     bins = _confidence_bins_batch(probs, labels, n_bins)
-    weight = bins["count"] / n
-    gap = torch.nan_to_num(bins["accuracy"] - bins["confidence"])  # empty bins weigh 0
+    ece, sece = _ece_sece(bins, n)
     onehot = F.one_hot(labels, probs.shape[-1]).double()
     accuracy = (probs.argmax(-1) == labels).double().mean(-1)
-    ece = (weight * gap.abs()).sum(-1)
-    sece = (weight * gap).sum(-1)
     brier = ((probs.double() - onehot) ** 2).sum(-1).mean(-1)
     return [{"accuracy": float(accuracy[r]), "ece": float(ece[r]), "sece": float(sece[r]), "brier": float(brier[r]),
              "nll": float(nll[r])} for r in range(probs.shape[0])]

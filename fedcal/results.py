@@ -223,13 +223,18 @@ def collection_hash(cfg: RunConfig) -> str:
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
+def _tsa_label(cfg: RunConfig) -> str:
+    """``tsa<τ>`` of a run name, ``u`` appended for the uncoupled ablation."""
+    return f"tsa{cfg.tau:g}" + ("" if cfg.coupled else "u")
+
+
 def default_run_name(cfg: RunConfig) -> str:
     """Readable, unique-per-config directory name."""
     if cfg.task == "inference":
         return (f"{cfg.dataset}-{cfg.model}-inference-n{cfg.num_clients}-f{cfg.inf_f}-s{cfg.seed}-"
                 f"{config_hash(cfg)[:8]}")
     if cfg.task == "train":
-        what = cfg.attack if cfg.attack != "tsa" else f"tsa{cfg.tau:g}" + ("" if cfg.coupled else "u")
+        what = cfg.attack if cfg.attack != "tsa" else _tsa_label(cfg)
         if cfg.attack == "tsa":  # the adaptive attacker's knobs, named only when used
             what += (f"-f{cfg.tsa_step_frac:g}" if cfg.tsa_step_frac != 1 else "") + \
                     (f"-b{cfg.tsa_blend:g}" if cfg.tsa_blend != 1 else "")
@@ -240,10 +245,10 @@ def default_run_name(cfg: RunConfig) -> str:
         return (f"distill-{cfg.dst_corpus}-{cfg.dst_method}-{cfg.dst_partition}{attack}-s{cfg.seed}-"
                 f"{config_hash(cfg)[:8]}")
     if cfg.task == "detect":
-        what = "benign" if cfg.attack == "none" else f"tsa{cfg.tau:g}" + ("" if cfg.coupled else "u")
+        what = "benign" if cfg.attack == "none" else _tsa_label(cfg)
         return f"detect-{cfg.det_model.replace('/', '_')}-{what}-s{cfg.seed}-{config_hash(cfg)[:8]}"
     if cfg.task == "lm":
-        what = cfg.attack if cfg.attack != "tsa" else f"tsa{cfg.tau:g}" + ("" if cfg.coupled else "u")
+        what = cfg.attack if cfg.attack != "tsa" else _tsa_label(cfg)
         return f"lm-{cfg.lm_corpus}-{cfg.strategy}-{what}-s{cfg.seed}-{config_hash(cfg)[:8]}"
     return f"{cfg.dataset}-{cfg.model}-{cfg.task}-s{cfg.seed}-{config_hash(cfg)[:8]}"  # a later task's default
 

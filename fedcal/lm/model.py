@@ -37,7 +37,8 @@ import torch
 from torch import nn
 
 from fedcal.config import LM_TOKENIZERS, ConfigError
-from fedcal.text.backbone import _quiet_transformers, cache_root, pack, publish_folder
+from fedcal.text.backbone import (_quiet_transformers, cache_root, pack, publish_folder, shuffled_batches,
+                                  warmup_linear_decay)
 from fedcal.text.tokenizer import gpt2_tokenizer, load_tokenizer, train_tokenizer
 
 META_FILE = "fedcal_lm.json"  # written last: a folder without it is an unfinished build
@@ -146,15 +147,10 @@ def _train_lm(model: CausalLM, data: torch.Tensor, cfg: LMConfig) -> list[float]
     (linear warm-up, linear decay), in place; returns the loss of every step."""
     gen = torch.Generator().manual_seed(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    warm = max(1, int(cfg.warmup * cfg.steps))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warm if s < warm else max(0.0, (cfg.steps - s) / max(1, cfg.steps - warm)))
+    sched = warmup_linear_decay(opt, cfg.steps, cfg.warmup)
     model.train()
-    losses, order = [], torch.empty(0, dtype=torch.long)
-    for _ in range(cfg.steps):
-        if len(order) < cfg.batch_size:
-            order = torch.cat([order, torch.randperm(len(data), generator=gen)])
-        idx, order = order[:cfg.batch_size], order[cfg.batch_size:]
+    losses = []
+    for idx in shuffled_batches(len(data), cfg.steps, cfg.batch_size, gen):
         x = data[idx]
         loss = nn.functional.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
         opt.zero_grad(set_to_none=True)

@@ -53,9 +53,14 @@ def node_model(cfg: RunConfig) -> tuple[CausalLM, LMTokens]:
     return load_lm(model_source(cfg))
 
 
+def positions_of(model: CausalLM) -> int:
+    """How many token positions the model takes (GPT-2's ``n_positions``, else the generic name)."""
+    return getattr(model.hf.config, "n_positions", None) or model.hf.config.max_position_embeddings
+
+
 def context_of(model: CausalLM, cfg: RunConfig) -> int:
     """The window length: ``lm-context``, which must fit the model's positions."""
-    positions = getattr(model.hf.config, "n_positions", None) or getattr(model.hf.config, "max_position_embeddings")
+    positions = positions_of(model)
     if cfg.lm_context > positions:
         raise ConfigError(f"run-config key 'lm-context': {cfg.lm_context} tokens exceed the model's {positions} positions")
     return cfg.lm_context
@@ -98,7 +103,7 @@ def prompts_of(cfg: RunConfig) -> list[str]:
         step = len(long) / cfg.lm_prompt_count
         prompts = [" ".join(long[int(k * step)].split()[:cfg.lm_prompt_words]) for k in range(cfg.lm_prompt_count)]
     model, tokens = node_model(cfg)
-    positions = getattr(model.hf.config, "n_positions", None) or getattr(model.hf.config, "max_position_embeddings")
+    positions = positions_of(model)
     for k, (text, ids) in enumerate(zip(prompts, tokens.encode(prompts))):
         if 1 + len(ids) + cfg.lm_gen_tokens > positions:
             raise ConfigError(f"run-config key 'lm-prompts': prompt {k} ({text[:40]!r}…) is {len(ids)} tokens; with the "

@@ -204,6 +204,25 @@ def mlm_loss(model, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tens
     return torch.nn.functional.cross_entropy(model.lm_head(hidden[chosen]), labels[chosen])
 
 
+def warmup_linear_decay(opt: torch.optim.Optimizer, steps: int, warmup: float):
+    """A LambdaLR of ``steps`` steps: linear warm-up over the first ``warmup`` share (at least one
+    step), then linear decay to 0 — the pretraining schedule of the small encoder and the small LM."""
+    warm = max(1, int(warmup * steps))
+    return torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: (s + 1) / warm if s < warm else max(0.0, (steps - s) / max(1, steps - warm)))
+
+
+def shuffled_batches(n: int, steps: int, batch_size: int, gen: torch.Generator):
+    """``steps`` index batches of ``batch_size`` over epochs of seeded permutations of ``n`` items;
+    a batch may straddle two epochs (a permutation is appended when fewer than a batch remain)."""
+    order = torch.empty(0, dtype=torch.long)
+    for _ in range(steps):
+        if len(order) < batch_size:
+            order = torch.cat([order, torch.randperm(n, generator=gen)])
+        idx, order = order[:batch_size], order[batch_size:]
+        yield idx
+
+
 def _train_mlm(model, windows: torch.Tensor, collator, cfg: BackboneConfig) -> list[float]:
     """Pretrain ``model`` in place: ``cfg.steps`` AdamW steps on batches of windows drawn with a
     generator seeded by ``cfg.seed``, masked by ``collator``; returns the loss of every step."""
@@ -212,16 +231,10 @@ def _train_mlm(model, windows: torch.Tensor, collator, cfg: BackboneConfig) -> l
     rest = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embeddings.LayerNorm" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}],
                             lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6)  # RoBERTa's β₂ and ε
-    warm = max(1, int(cfg.warmup * cfg.steps))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warm if s < warm else max(0.0, (cfg.steps - s) / max(1, cfg.steps - warm)))
+    sched = warmup_linear_decay(opt, cfg.steps, cfg.warmup)
     model.train()
     losses = []
-    order = torch.empty(0, dtype=torch.long)
-    for _ in range(cfg.steps):
-        if len(order) < cfg.batch_size:  # epochs of shuffled windows
-            order = torch.cat([order, torch.randperm(len(windows), generator=gen)])
-        idx, order = order[: cfg.batch_size], order[cfg.batch_size:]
+    for idx in shuffled_batches(len(windows), cfg.steps, cfg.batch_size, gen):
         batch = collator([{"input_ids": w} for w in windows[idx]])
         loss = mlm_loss(model, batch["input_ids"], batch["labels"])
         opt.zero_grad(set_to_none=True)
