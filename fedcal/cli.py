@@ -593,7 +593,8 @@ def cmd_detect(args: argparse.Namespace) -> int:
     from fedcal.tasks.detect import check_detect_config
 
     return _case_study(args, "detect", DETECT_PRESET, check_detect_config,
-                       lambda base: f"{base.det_model} on {base.det_digits} scenes", detect_report,
+                       lambda base: f"{base.det_model} on "
+                       + ("KITTI" if base.det_data == "kitti" else f"{base.det_digits} scenes"), detect_report,
                        "tables: {out}/table.md, {out}/runs.csv, {out}/kept.csv\nplots: {out}/boxes_kept.png, "
                        "{out}/no_object_reliability.png, {out}/examples.png, {out}/curves.png")
 

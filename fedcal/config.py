@@ -391,6 +391,9 @@ class RunConfig:
     det_model: str = setting("grid", "detect", "detector: detr (a small DetrForObjectDetection from scratch), grid (the "
                                                "CPU fallback with DETR's no-object structure, docs/detection.md), or a "
                                                "Hub id / folder for from_pretrained (facebook/detr-resnet-50, networked)")
+    det_data: str = setting("scenes", "detect", "what the clients detect in: scenes (MNIST / digits canvases, "
+                                                "offline) or kitti (KITTI 2D object from data-dir, networked users; "
+                                                "docs/detection.md)", choices=("scenes", "kitti"), hash_when_set=True)
     det_digits: str = setting("mnist", "detect", "digits pasted into the scenes: mnist (data-dir) or digits "
                                                  "(scikit-learn's 8x8, offline anywhere)", choices=("mnist", "digits"))
     det_size: int = setting(64, "detect", "scene canvas side in pixels", ge=16)

@@ -246,7 +246,8 @@ def default_run_name(cfg: RunConfig) -> str:
                 f"{config_hash(cfg)[:8]}")
     if cfg.task == "detect":
         what = "benign" if cfg.attack == "none" else _tsa_label(cfg)
-        return f"detect-{cfg.det_model.replace('/', '_')}-{what}-s{cfg.seed}-{config_hash(cfg)[:8]}"
+        data = "-kitti" if cfg.det_data == "kitti" else ""
+        return f"detect-{cfg.det_model.replace('/', '_')}{data}-{what}-s{cfg.seed}-{config_hash(cfg)[:8]}"
     if cfg.task == "lm":
         what = cfg.attack if cfg.attack != "tsa" else _tsa_label(cfg)
         return f"lm-{cfg.lm_corpus}-{cfg.strategy}-{what}-s{cfg.seed}-{config_hash(cfg)[:8]}"

@@ -39,6 +39,8 @@ from fedcal.attacks import attackers_of, behaviour_for
 from fedcal.attacks.behaviour import round_generator
 from fedcal.attacks.registry import behaviour_kind
 from fedcal.config import ConfigError, RunConfig
+from fedcal.data import default_data_dir
+from fedcal.detect import kitti
 from fedcal.detect.metrics import THRESHOLDS, detection_metrics, kept_detections
 from fedcal.detect.model import DetectorSpec, build_detector, check_model_name
 from fedcal.detect.scenes import SceneSpec, Scenes, make_scenes
@@ -58,7 +60,8 @@ EXAMPLE_SCENE = 0
 
 # ---------------------------------------------------------------------------------- shared
 def check_detect_config(cfg: RunConfig) -> None:
-    """What the detect task cannot run, as one :class:`ConfigError` naming the key."""
+    """What the detect task cannot run, as one :class:`ConfigError` naming the key (a ``det-data=kitti``
+    run also checks that ``data-dir`` holds KITTI, before any round)."""
     if cfg.attack not in ("none", "tsa"):
         raise ConfigError(f"run-config key 'attack': the detect task runs the TSA or no attack, got {cfg.attack!r}")
     if cfg.attack == "tsa" and cfg.tsa_blend != 1.0:
@@ -66,8 +69,15 @@ def check_detect_config(cfg: RunConfig) -> None:
     if cfg.det_clients_per_round > cfg.num_clients:
         raise ConfigError(f"run-config key 'det-clients-per-round' must not exceed num-clients ({cfg.num_clients}), "
                           f"got {cfg.det_clients_per_round}")
-    scene_spec(cfg).check()
+    if cfg.det_data == "kitti":
+        kitti.split(len(kitti.read_index(_kitti_root(cfg))))
+    else:
+        scene_spec(cfg).check()
     check_model_name(cfg.det_model)
+
+
+def _kitti_root(cfg: RunConfig) -> str:
+    return str(cfg.data_dir or default_data_dir())
 
 
 def scene_spec(cfg: RunConfig) -> SceneSpec:
@@ -75,8 +85,13 @@ def scene_spec(cfg: RunConfig) -> SceneSpec:
                      cfg.det_max_scale)
 
 
+def num_classes(cfg: RunConfig) -> int:
+    """The object classes the detector tells apart: KITTI's 8 types or the 10 digits."""
+    return len(kitti.KITTI_CLASSES) if cfg.det_data == "kitti" else 10
+
+
 def detector_spec(cfg: RunConfig) -> DetectorSpec:
-    return DetectorSpec(cfg.det_model, 10, cfg.det_size, cfg.det_queries, cfg.det_d_model, cfg.det_enc_layers,
+    return DetectorSpec(cfg.det_model, num_classes(cfg), cfg.det_size, cfg.det_queries, cfg.det_d_model, cfg.det_enc_layers,
                         cfg.det_dec_layers, cfg.det_backbone_width, cfg.det_eos_coef)
 
 
@@ -87,12 +102,21 @@ def _scenes(spec: SceneSpec, count: int, seed: int, split: str, client: int, alp
 
 def client_scenes(cfg: RunConfig, cid: int) -> Scenes:
     """Client ``cid``'s training scenes (cached in the process and on disk)."""
+    if cfg.det_data == "kitti":
+        return _kitti_client(_kitti_root(cfg), cfg.det_size, cfg.det_train_scenes, cfg.num_clients, cid, cfg.det_alpha,
+                             cfg.seed)
     return _scenes(scene_spec(cfg), cfg.det_train_scenes, cfg.seed, "train", cid, cfg.det_alpha, cfg.data_dir)
 
 
 def eval_scenes(cfg: RunConfig) -> Scenes:
-    """The test scenes (the digits' test split, uniform classes; seeded by ``seed``)."""
+    """The test scenes (the digits' test split, uniform classes, seeded by ``seed``; or KITTI's
+    held-out images)."""
+    if cfg.det_data == "kitti":
+        return kitti.kitti_test(_kitti_root(cfg), cfg.det_size, cfg.det_test_scenes)
     return _scenes(scene_spec(cfg), cfg.det_test_scenes, cfg.seed, "test", -1, cfg.det_alpha, cfg.data_dir)
+
+
+_kitti_client = functools.lru_cache(maxsize=8)(kitti.kitti_client)
 
 
 @functools.lru_cache(maxsize=2)
@@ -143,7 +167,7 @@ def run_detect(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -
     model = build_detector(detector_spec(cfg), seed=cfg.seed)
     node_to_client = discover_clients(grid, cfg.num_clients)
     log(INFO, "detect: %s on %d %s scenes per client, attackers (%s, tau %g, %d of %d): %s", cfg.det_model,
-        cfg.det_train_scenes, cfg.det_digits, cfg.attack, cfg.tau, cfg.num_attackers, cfg.num_clients,
+        cfg.det_train_scenes, "KITTI" if cfg.det_data == "kitti" else cfg.det_digits, cfg.attack, cfg.tau, cfg.num_attackers, cfg.num_clients,
         sorted(attackers_of(cfg)))
     m = cfg.det_clients_per_round or cfg.num_clients
     # fedcal's FedAvg (reply validation, seeded sampling) sending train.detect messages
