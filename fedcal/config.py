@@ -236,6 +236,9 @@ class RunConfig:
     inf_server_frac: float = setting(0.1, "inference", "training data kept by the server to train its aggregator",
                                      gt=0, lt=1)
     inf_local_epochs: int = setting(10, "inference", "epochs each client trains its own classifier", ge=1)
+    inf_augment: str = setting("none", "inference", "augmentation of the clients' training batches (crop-flip: pad 4, "
+                                                    "random 32x32 crop, horizontal flip; CIFAR only)",
+                               choices=AUGMENTATIONS, hash_when_set=True)
     inf_attacks: str = setting(",".join(INFERENCE_ATTACKS), "inference",
                                "evaluated probit attacks: " + ", ".join(INFERENCE_ATTACKS),
                                note="comma-separated names, at least one")
@@ -526,9 +529,10 @@ def _local_work(c: RunConfig) -> None:
     if c.local_epochs:
         _check("local-steps", c.local_steps == _FIELDS["local_steps"].default, c.local_steps,
                f"is replaced by local-epochs ({c.local_epochs}): set one of them, not both")
-    if c.augment == "crop-flip":
-        _check("augment", c.dataset in CROP_FLIP_DATASETS, c.augment,
-               f"is CIFAR's augmentation ({', '.join(CROP_FLIP_DATASETS)}), not for dataset {c.dataset!r}")
+    for key, value in (("augment", c.augment), ("inf-augment", c.inf_augment)):
+        if value == "crop-flip":
+            _check(key, c.dataset in CROP_FLIP_DATASETS, value,
+                   f"is CIFAR's augmentation ({', '.join(CROP_FLIP_DATASETS)}), not for dataset {c.dataset!r}")
 
 
 def _patient_partition(c: RunConfig) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import platform
 import subprocess
 from importlib.metadata import PackageNotFoundError, version

@@ -219,7 +219,10 @@ def config_hash(cfg: RunConfig) -> str:
 
 def collection_hash(cfg: RunConfig) -> str:
     """Hash of what an inference run's collected client probits depend on."""
-    blob = json.dumps({k: getattr(cfg, k) for k in _COLLECTION_KEYS}, sort_keys=True).encode()
+    keys = {k: getattr(cfg, k) for k in _COLLECTION_KEYS}
+    if cfg.inf_augment != "none":  # added later: collections made before keep their hash
+        keys["inf_augment"] = cfg.inf_augment
+    blob = json.dumps(keys, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 
 

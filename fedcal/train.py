@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedcal.data import pixel_space
+
 
 def resolve_device(name: str = "auto") -> torch.device:
     """``auto`` picks CUDA when present, else CPU."""
@@ -64,6 +66,14 @@ def epoch_schedule(n: int, epochs: int, batch_size: int, generator: torch.Genera
     for _ in range(epochs):
         out += list(torch.split(torch.randperm(n, generator=generator), batch_size))
     return out
+
+
+def crop_flip_augmenter(dataset: str, generator: torch.Generator) -> Callable[[torch.Tensor], torch.Tensor]:
+    """:func:`crop_flip` of ``dataset``'s model inputs, drawing from ``generator`` and padding with the
+    model input of a black pixel (what zero padding in pixel space is)."""
+    space = pixel_space(dataset)
+    fill = space.to_inputs(torch.zeros(1, *space.image_shape))[0, :, 0, 0]
+    return lambda xb: crop_flip(xb, generator, fill)
 
 
 def crop_flip(x: torch.Tensor, generator: torch.Generator, fill: torch.Tensor | None = None,

@@ -1,6 +1,7 @@
 """Federated inference end to end: the one ClientApp and ServerApp running task 'inference'
 through a Flower Grid (in-process engine), with a client that answers garbage."""
 
+import pytest
 import torch
 
 import pandas as pd
@@ -140,6 +141,48 @@ def test_local_models_are_seeded_per_client():
         inference.train_local(Message(content=content, message_type="train.local", dst_node_id=7), ctx)
         states.append(ctx.state[inference.MODEL_KEY].to_torch_state_dict())
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+
+
+def test_local_classifiers_train_with_the_configured_sgd_and_augmentation(monkeypatch):
+    """train.local hands momentum, weight decay and (inf-augment=crop-flip) a crop-flip augmenter to the
+    local SGD; at the defaults it trains as before (plain SGD, no augmentation). inf-augment joins the
+    collection hash only when set, and is CIFAR's augmentation only."""
+    import fedcal.inference.federated as federated
+    from flwr.app import ConfigRecord, Context, Message, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedcal.config import ConfigError
+    from fedcal.data import Dataset
+    from fedcal.results import collection_hash
+
+    seen = []
+    monkeypatch.setattr(federated, "local_train", lambda *a, **k: seen.append(k) or type("S", (), {"loss": 0.0}))
+    g = torch.Generator().manual_seed(0)
+    tiny = Dataset("cifar10", torch.randn(200, 3, 32, 32, generator=g), torch.arange(200) % 10,
+                   torch.randn(20, 3, 32, 32, generator=g), torch.arange(20) % 10, 10)
+    monkeypatch.setattr(inference, "load_dataset", lambda *a: tiny)
+    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 1
+
+    def train(**overrides):
+        cfg = RunConfig.from_flower(dict(dataset="cifar10", model="cnn", num_clients=2, clients_per_round=2,
+                                         inf_local_epochs=1, **overrides))
+        ctx = Context(run_id=1, node_id=7, node_config={"partition-id": 1, "num-partitions": 2}, state=RecordDict(),
+                      run_config={})
+        inference.train_local(Message(content=RecordDict({"config": ConfigRecord(cfg.to_flower())}),
+                                      message_type="train.local", dst_node_id=7), ctx)
+        return seen[-1], cfg
+
+    plain, base = train()
+    assert (plain["momentum"], plain["weight_decay"], plain["augment"]) == (0.0, 0.0, None)
+    tuned, cfg = train(momentum=0.9, weight_decay=5e-4, inf_augment="crop-flip")
+    assert (tuned["momentum"], tuned["weight_decay"]) == (0.9, 5e-4)
+    x = torch.rand(8, 3, 32, 32)
+    moved = tuned["augment"](x)
+    assert moved.shape == x.shape and not torch.equal(moved, x)
+    assert collection_hash(cfg.replace(inf_augment="none", momentum=0.9, weight_decay=5e-4)) != collection_hash(cfg)
+    assert collection_hash(base) == collection_hash(base.replace(inf_augment="none"))
+    with pytest.raises(ConfigError, match="'inf-augment'"):
+        RunConfig.from_flower(dict(task="inference", dataset="mnist", inf_augment="crop-flip"))
 
 
 def test_inference_command_runs_cells_and_reports(tmp_path, capsys):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,7 +14,7 @@ from fedcal.cli import main
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset, pixel_space
 from fedcal.models import build_model
-from fedcal.reports.robustness import (evaluate_run, robustness_table, summarise_robustness, temperature_configs,
+from fedcal.reports.robustness import (evaluate_run, temperature_configs,
                                        training_of)
 from fedcal.robustness import (ATTACKS, AttackBudget, MarginLoss, RobustnessSpec, adversarial_examples, corrupt,
                                evaluate_robustness, negative_prototype_spread, predict_pixels, random_targets,

@@ -20,8 +20,7 @@ from fedcal.attacks.labelflip import LabelFlipping
 from fedcal.attacks.noise import NoiseInjection
 from fedcal.attacks.tsa import TemperatureScalingAttack
 from fedcal.config import RunConfig
-from fedcal.data import pixel_space
-from fedcal.train import TrainStats, crop_flip, epoch_schedule, local_train
+from fedcal.train import TrainStats, crop_flip_augmenter, epoch_schedule, local_train
 
 BEHAVIOURS: dict[str, BehaviourKind] = {
     "benign": BehaviourKind(),
@@ -76,10 +75,7 @@ def augmenter(cfg: RunConfig, server_round: int, client_id: int) -> Callable[[to
     the round's own ``augment`` stream and pads with the model input of a black pixel."""
     if cfg.augment == "none":
         return None
-    space = pixel_space(cfg.dataset)
-    fill = space.to_inputs(torch.zeros(1, *space.image_shape))[0, :, 0, 0]
-    gen = round_generator(cfg.seed, server_round, client_id, stream="augment")
-    return lambda xb: crop_flip(xb, gen, fill)
+    return crop_flip_augmenter(cfg.dataset, round_generator(cfg.seed, server_round, client_id, stream="augment"))
 
 
 def client_round(

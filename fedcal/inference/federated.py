@@ -4,13 +4,16 @@ classifiers, and assembling validated client probits into (B, n, C) tensors."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from fedcal.data import dirichlet_partition
+from fedcal.config import RunConfig
+from fedcal.data import Dataset, dirichlet_partition
 from fedcal.inference.probit_attacks import validate_probits
-from fedcal.train import local_train
+from fedcal.models import build_model
+from fedcal.train import crop_flip_augmenter, local_train
 
 
 def server_split(labels: np.ndarray, frac: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -31,11 +34,37 @@ def client_indices(labels: np.ndarray, num_clients: int, alpha: float, frac: flo
 
 
 def train_local_classifier(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, lr: float,
-                           batch_size: int, seed: int, device: torch.device | str = "cpu") -> float:
-    """Train a client's own classifier on its own data only (SGD, ``epochs`` passes)."""
+                           batch_size: int, seed: int, device: torch.device | str = "cpu", *,
+                           momentum: float = 0.0, weight_decay: float = 0.0,
+                           augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                           on_step: Callable[[int, torch.nn.Module], None] | None = None) -> float:
+    """Train a client's own classifier on its own data only (SGD with ``momentum`` and
+    ``weight_decay``, ``epochs`` × ⌈n / B⌉ steps, each batch mapped by ``augment`` if given;
+    ``on_step(k, model)`` after step k). The first e × ⌈n / B⌉ steps are those of an ``epochs = e``
+    run: the seeded batch schedule of a longer run starts with the shorter one's."""
     steps = max(1, epochs * math.ceil(len(y) / batch_size))
-    return local_train(model, x, y, steps=steps, batch_size=batch_size, lr=lr,
-                       generator=torch.Generator().manual_seed(seed), device=device).loss
+    return local_train(model, x, y, steps=steps, batch_size=batch_size, lr=lr, momentum=momentum,
+                       weight_decay=weight_decay, generator=torch.Generator().manual_seed(seed), device=device,
+                       augment=augment, on_step=on_step).loss
+
+
+def train_client(cfg: RunConfig, ds: Dataset, cid: int, *, device: torch.device | str = "cpu",
+                 on_step: Callable[[int, torch.nn.Module], None] | None = None) -> tuple[torch.nn.Module, float, int]:
+    """Client ``cid``'s own classifier as an inference run trains it (``train.local``): ``model`` built
+    from seed ``seed · 1000 + cid`` (each client its own initialisation and batches), trained on the
+    client's Dirichlet share for ``inf-local-epochs`` at ``lr``, ``momentum``, ``weight-decay``, with
+    crop-flip from its own stream when ``inf-augment`` asks (so the batches are an unaugmented
+    client's). Returns (model, mean training loss, number of training samples)."""
+    idx = client_indices(ds.y_train.numpy(), cfg.num_clients, cfg.dirichlet_alpha, cfg.inf_server_frac,
+                         cfg.seed)[cid]
+    seed = cfg.seed * 1000 + cid
+    model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=seed)
+    augment = (crop_flip_augmenter(cfg.dataset, torch.Generator().manual_seed(seed + (1 << 40)))
+               if cfg.inf_augment == "crop-flip" else None)
+    loss = train_local_classifier(model, ds.x_train[idx], ds.y_train[idx], cfg.inf_local_epochs, cfg.lr,
+                                  cfg.batch_size, seed=seed, device=device, momentum=cfg.momentum,
+                                  weight_decay=cfg.weight_decay, augment=augment, on_step=on_step)
+    return model, loss, len(idx)
 
 
 def assemble(replies: dict[int, torch.Tensor], batch: int, num_classes: int) -> tuple[torch.Tensor, list[int], dict]:

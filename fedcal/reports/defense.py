@@ -19,7 +19,6 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-import torch
 
 from fedcal.attacks import attackers_of
 from fedcal.calibrate import TemperatureScaling

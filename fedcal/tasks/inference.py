@@ -31,8 +31,7 @@ from fedcal.tasks.nodes import (check_partitions, client_id, config_record, disc
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
 from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators
-from fedcal.inference.federated import assemble, client_indices, server_split, train_local_classifier
-from fedcal.models import build_model
+from fedcal.inference.federated import assemble, server_split, train_client
 from fedcal.reports import inference_report
 from fedcal.results import RunStore, collection_hash, load_config, run_dir_for
 from fedcal.tasks.registry import ProgressFn, Task, register
@@ -223,14 +222,9 @@ def train_local(msg: Message, context: Context) -> Message:
     check_partitions(cfg, context)
     cid = client_id(context)
     ds = load_dataset(cfg.dataset, cfg.data_dir)
-    idx = client_indices(ds.y_train.numpy(), cfg.num_clients, cfg.dirichlet_alpha, cfg.inf_server_frac,
-                         cfg.seed)[cid]
-    seed = cfg.seed * 1000 + cid  # each client its own initialisation and batches
-    model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=seed)
-    loss = train_local_classifier(model, ds.x_train[idx], ds.y_train[idx], cfg.inf_local_epochs, cfg.lr,
-                                  cfg.batch_size, seed=seed, device=resolve_device(cfg.device))
+    model, loss, n = train_client(cfg, ds, cid, device=resolve_device(cfg.device))
     context.state[MODEL_KEY] = ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()})
-    return Message(content=RecordDict({"metrics": MetricRecord({"train-loss": loss, "num-examples": len(idx)})}),
+    return Message(content=RecordDict({"metrics": MetricRecord({"train-loss": loss, "num-examples": n})}),
                    reply_to=msg)
 
 
