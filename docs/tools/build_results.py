@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedcal.config import RunConfig
 from fedcal.reports import markdown_table, worst_case
 
 DOCS = Path(__file__).resolve().parents[1]
@@ -487,7 +488,8 @@ def inference_results() -> str:
     seed_text = f"seeds {seeds[0]}–{seeds[-1]}" if len(seeds) > 1 else f"seed {seeds[0]}"
     ablation = res / "ablation_n17_f4.md"
     lines = [
-        f"## Results: CIFAR-10, n = 17 clients, f = 4 adversarial, Dirichlet α = 0.5, {seed_text}",
+        f"## Results: CIFAR-10, n = 17 clients, f = 4 adversarial, Dirichlet α = {RunConfig().dirichlet_alpha:g}, "
+        f"{seed_text}",
         "", "```bash", INFERENCE_COMMAND, "```", "",
         f"Accuracy (%) on the first {cells['queries'].iloc[0]:,} CIFAR-10 test images, mean ± std over "
         f"{cells['seed'].nunique()} seeds (a seed changes the partition, the clients' initialisation and "
