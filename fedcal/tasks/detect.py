@@ -91,8 +91,8 @@ def num_classes(cfg: RunConfig) -> int:
 
 
 def detector_spec(cfg: RunConfig) -> DetectorSpec:
-    return DetectorSpec(cfg.det_model, num_classes(cfg), cfg.det_size, cfg.det_queries, cfg.det_d_model, cfg.det_enc_layers,
-                        cfg.det_dec_layers, cfg.det_backbone_width, cfg.det_eos_coef)
+    return DetectorSpec(cfg.det_model, num_classes(cfg), cfg.det_size, cfg.det_queries, cfg.det_d_model,
+                        cfg.det_enc_layers, cfg.det_dec_layers, cfg.det_backbone_width, cfg.det_eos_coef)
 
 
 @functools.lru_cache(maxsize=8)
@@ -167,8 +167,8 @@ def run_detect(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -
     model = build_detector(detector_spec(cfg), seed=cfg.seed)
     node_to_client = discover_clients(grid, cfg.num_clients)
     log(INFO, "detect: %s on %d %s scenes per client, attackers (%s, tau %g, %d of %d): %s", cfg.det_model,
-        cfg.det_train_scenes, "KITTI" if cfg.det_data == "kitti" else cfg.det_digits, cfg.attack, cfg.tau, cfg.num_attackers, cfg.num_clients,
-        sorted(attackers_of(cfg)))
+        cfg.det_train_scenes, "KITTI" if cfg.det_data == "kitti" else cfg.det_digits, cfg.attack, cfg.tau,
+        cfg.num_attackers, cfg.num_clients, sorted(attackers_of(cfg)))
     m = cfg.det_clients_per_round or cfg.num_clients
     # fedcal's FedAvg (reply validation, seeded sampling) sending train.detect messages
     strategy = FedAvg(fraction_train=m / cfg.num_clients, fraction_evaluate=0.0, min_train_nodes=m,
