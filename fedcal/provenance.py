@@ -84,4 +84,19 @@ def provenance() -> dict[str, Any]:
         except PackageNotFoundError:
             pass
     return {"code": code, "git_commit": commit, "git_dirty": dirty, "fedcal": __version__,
-            "python": platform.python_version(), "packages": packages}
+            "python": platform.python_version(), "packages": packages, "machine": machine()}
+
+
+def machine() -> dict[str, Any]:
+    """The hardware a process ran on: CPU count, torch's thread count and the CUDA devices it can
+    see (what ``device=auto`` trains on). Recorded, never compared by the reuse check: another
+    machine computes the same run, but CUDA kernels and thread counts round differently, and over
+    many rounds that moves a model about as far as a change of seed (docs/results.md shows one
+    configuration made on 2 CPU cores and on an H100 side by side)."""
+    import os
+
+    import torch
+
+    cuda = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
+        if torch.cuda.is_available() else []
+    return {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "cuda": cuda}

@@ -75,6 +75,20 @@ def test_this_process_records_the_checkout_it_imports_fedcal_from():
     assert torch.__version__.startswith(p["packages"]["torch"])
 
 
+def test_the_machine_is_recorded_but_another_machine_is_no_reason_to_warn(tmp_path):
+    import os
+
+    import torch
+
+    m = prov.provenance()["machine"]
+    assert m["cpus"] == os.cpu_count() and m["torch_threads"] >= 1
+    assert m["cuda"] == ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+                         if torch.cuda.is_available() else [])
+    run = run_dir_for(_finished_sweep(tmp_path, seeds=(0,))[0])
+    _rewrite_provenance(run, machine={"cpus": 16, "torch_threads": 2, "cuda": ["NVIDIA H100 80GB HBM3"]})
+    assert reuse_note(run) is None  # the same computation on other hardware: recorded, not warned about
+
+
 def _finished_sweep(tmp_path, seeds=(0, 1)):
     grid = SweepGrid({"dataset": "synthetic", "num-rounds": 2, "output-dir": str(tmp_path / "runs")},
                      {"seed": list(seeds)})
