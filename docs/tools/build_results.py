@@ -620,8 +620,9 @@ def resnet8_results() -> list[str]:
                   "aggregators: " + "; ".join(f"n = {r.n}, f = {r.f}: {r.aggregator}"
                                                for r in best_set_nf.itertuples()) + ". "
                   + _clients_sentence(grid, n=10, tail=False) + _clients_sentence(grid, n=25, tail=False)
-                  + "\nIts (17, 4) cell is seed 0 of the table above (the same run). The n = 25 clients were "
-                  "trained on 2 CPU cores. Per-attack tables of each cell are "
+                  + "\nIts (17, 4) cell is seed 0 of the table above (the same run). The n = 10 clients were "
+                  "trained on the H100 beside the five seeds, the n = 25 clients on 2 CPU cores (15 minutes; the "
+                  "cell took 27 minutes in all). Per-attack tables of each cell are "
                   "`docs/results/inference-cifar10-resnet8-grid/table_n*_f*.md`.", ""]
     return lines
 
