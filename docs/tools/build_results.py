@@ -11,6 +11,7 @@ import pandas as pd
 
 from fedcal.config import RunConfig
 from fedcal.reports import markdown_table, worst_case
+from fedcal.reports.inference import percent_cell
 
 DOCS = Path(__file__).resolve().parents[1]
 
@@ -184,7 +185,7 @@ LITERATURE = [
      'MNIST–MLP at paper scale; the 5-seed grid'),
     ('τ table, CIFAR10–CNN',
      'agrees, over five seeds and across the nine τ (5-step reading), and over three seeds at paper scale',
-     "agrees at paper scale (two local epochs with crop-and-flip, over three seeds): the benign model reaches the literature's accuracy level near-calibrated, and both shifts hold at about a point of accuracy; the 5-step reading ends well below the literature's benign accuracy. the nine-τ grid at paper scale (seed 0, made on an H100) keeps the monotone shape",
+     "agrees at paper scale (two local epochs with crop-and-flip, over three seeds): the benign model reaches the literature's accuracy level near-calibrated, and both shifts hold at about a point of accuracy; the 5-step reading ends well below the literature's benign accuracy; the nine-τ grid at paper scale (seed 0, made on an H100) keeps the monotone shape",
      'CIFAR10–CNN at paper scale (τ over seeds 0–2; the probe); CIFAR10–CNN sections'),
     ('extreme τ',
      "over-confidence keeps growing with τ, as reported; the accuracy collapse reported beyond τ ≈ 10 does not appear on MNIST by τ = 20 (a steady decline), CIFAR-10's decline steepens beyond τ ≈ 12",
@@ -607,19 +608,10 @@ def resnet8_results() -> list[str]:
     lines += resnet8_pgd50(cells)
     grid = DOCS / "results" / "inference-cifar10-resnet8-grid"
     if (grid / "scalability.md").exists():
-        g = pd.read_csv(grid / "cells.csv")
-        w = worst_case(g, by=("n", "f", "seed", "aggregator"))
-        best = w.loc[w.groupby(["n", "f", "seed"])["accuracy"].idxmax()]
-        best_set_nf = w[~w["aggregator"].isin(POSITIONAL)]
-        best_set_nf = best_set_nf.loc[best_set_nf.groupby(["n", "f", "seed"])["accuracy"].idxmax()]
         lines += ["### ResNet-8 clients: (n, f) = (10, 3), (17, 4), (25, 5), seed 0", "", "```bash",
                   RESNET8_GRID_COMMAND, "```", "",
                   (grid / "scalability.md").read_text().split("\n", 2)[2],
-                  "Highest worst-case accuracy per (n, f): " + "; ".join(
-                      f"n = {r.n}, f = {r.f}: {r.aggregator}" for r in best.itertuples()) + "; among the set "
-                  "aggregators: " + "; ".join(f"n = {r.n}, f = {r.f}: {r.aggregator}"
-                                               for r in best_set_nf.itertuples()) + ". "
-                  + _clients_sentence(grid, n=10, tail=False) + _clients_sentence(grid, n=25, tail=False)
+                  _grid_summary(grid, set_aggregators=True)
                   + "\nIts (17, 4) cell is seed 0 of the table above (the same run). The n = 10 clients were "
                   "trained on the H100 beside the five seeds, the n = 25 clients on 2 CPU cores (15 minutes; the "
                   "cell took 27 minutes in all). Per-attack tables of each cell are "
@@ -640,35 +632,47 @@ def resnet8_pgd50(cells: pd.DataFrame) -> list[str]:
         return []
     p50 = pd.read_csv(res / "cells.csv")
     key = ["seed", "aggregator"]
-    pgd20 = cells[cells["attack"] == "pgd_cw"].set_index(key)["accuracy"]
-    pgd50 = p50[p50["attack"] == "pgd_cw"].set_index(key)["accuracy"]
-    clean50 = p50[p50["attack"] == "none"].set_index(key)["accuracy"]
-    clean20 = cells[cells["attack"] == "none"].set_index(key)["accuracy"]
-    others = cells[cells["attack"] != "pgd_cw"].groupby(key)["accuracy"].min()  # every other attack, 'none' too
-    both = pd.DataFrame({"pgd20": pgd20, "pgd50": pgd50, "clean20": clean20, "clean50": clean50,
-                         "worst20": pd.concat([others, pgd20], axis=1).min(axis=1),
-                         "worst50": pd.concat([others, pgd50], axis=1).min(axis=1)}).dropna()
-    seeds = sorted(both.index.get_level_values("seed").unique())
-    agg = both.groupby("aggregator").agg(["mean", "std"]).fillna(0)
+    cells = cells[cells["seed"].isin(p50["seed"])]
+    # the 50-step worst case: every other attack of the 20-step table, with PGD-CW's row replaced
+    cells50 = pd.concat([cells[cells["attack"] != "pgd_cw"], p50[p50["attack"] == "pgd_cw"]], ignore_index=True)
+    per_seed = {"pgd20": cells[cells["attack"] == "pgd_cw"].set_index(key)["accuracy"],
+                "pgd50": p50[p50["attack"] == "pgd_cw"].set_index(key)["accuracy"],
+                "worst20": worst_case(cells, by=key).set_index(key)["accuracy"],
+                "worst50": worst_case(cells50, by=key).set_index(key)["accuracy"]}
+    agg = pd.DataFrame(per_seed).groupby("aggregator").agg(["mean", "std", "count"])
     order = agg[("worst50", "mean")].sort_values(ascending=False).index
-    pm = lambda c, a: f"{100 * agg.loc[a, (c, 'mean')]:.2f} ± {100 * agg.loc[a, (c, 'std')]:.2f}"  # noqa: E731
+    cell = lambda c, a: percent_cell(*agg.loc[a, c])  # noqa: E731
     rows = pd.DataFrame({"aggregator": order,
-                         "PGD-CW, 20 steps": [pm("pgd20", a) for a in order],
-                         "PGD-CW, 50 steps": [pm("pgd50", a) for a in order],
-                         "worst case, 20 steps": [pm("worst20", a) for a in order],
-                         "worst case, 50 steps": [pm("worst50", a) for a in order]})
-    same_clean = bool((both["clean20"] - both["clean50"]).abs().max() < 1e-9)
+                         "PGD-CW, 20 steps": [cell("pgd20", a) for a in order],
+                         "PGD-CW, 50 steps": [cell("pgd50", a) for a in order],
+                         "worst case, 20 steps": [cell("worst20", a) for a in order],
+                         "worst case, 50 steps": [cell("worst50", a) for a in order]})
+    clean = [d[d["attack"] == "none"].set_index(key)["accuracy"] for d in (cells, p50)]
+    same_clean = bool((clean[0] - clean[1]).dropna().abs().max() < 1e-9)
     top20 = agg[("worst20", "mean")].idxmax()
     return ["### PGD-CW at its default 50 steps", "", "```bash", RESNET8_PGD50_COMMAND, "```", "",
             "The tables above run PGD-CW with 20 steps to fit the CPU budget; the run config's default (and "
             "issue 18's reading) is 50. The same runs' probits (copied, not re-collected: the client collection "
             "does not depend on the attacks) attacked with 50 steps, only PGD-CW evaluated; `worst case` takes "
             "the minimum over the other attacks of the table above and this PGD-CW. Accuracy (%), mean ± std "
-            f"over {len(seeds)} seeds:", "", markdown_table(rows), "",
+            f"over {p50['seed'].nunique()} seeds:", "", markdown_table(rows), "",
             ("The clean column is the same in both runs (same probits, same aggregators). " if same_clean else
              "The clean accuracies of the two runs differ, so the aggregators were not rebuilt identically. ")
             + f"With 50 steps the best worst case is {order[0]}'s"
             + (f" (with 20 steps it was {top20}'s)" if top20 != order[0] else ", as with 20 steps") + ".", ""]
+
+
+def _grid_summary(grid: Path, set_aggregators: bool = False) -> str:
+    """The (n, f) grid's winners — the highest worst case per cell, and, with ``set_aggregators``, the
+    highest among those that see the answers as a set — then the clients' accuracies at n = 10 and 25."""
+    w = worst_case(pd.read_csv(grid / "cells.csv"), by=("n", "f", "seed", "aggregator"))
+    cell = ["n", "f", "seed"]
+    winners = lambda d: "; ".join(f"n = {r.n}, f = {r.f}: {r.aggregator}"  # noqa: E731
+                                  for r in d.loc[d.groupby(cell)["accuracy"].idxmax()].itertuples())
+    text = "Highest worst-case accuracy per (n, f): " + winners(w)
+    if set_aggregators:
+        text += "; among the set aggregators: " + winners(w[~w["aggregator"].isin(POSITIONAL)])
+    return text + ". " + _clients_sentence(grid, n=10, tail=False) + _clients_sentence(grid, n=25, tail=False)
 
 
 def _clients_sentence(*folders: Path, n: int = 17, tail: bool = True) -> str:
@@ -736,14 +740,9 @@ def inference_results() -> str:
     lines += resnet8_results()
     grid_dir = DOCS / "results" / "inference-cifar10-grid"
     if (grid_dir / "scalability.md").exists():
-        g = pd.read_csv(grid_dir / "cells.csv")
-        w = worst_case(g, by=("n", "f", "seed", "aggregator"))
-        best = w.loc[w.groupby(["n", "f", "seed"])["accuracy"].idxmax()]
         lines += ["## Scalability: (n, f) = (10, 3), (17, 4), (25, 5)", "", "```bash", GRID_COMMAND, "```", "",
                   (grid_dir / "scalability.md").read_text().split("\n", 2)[2],
-                  "Highest worst-case accuracy per (n, f): " + "; ".join(
-                      f"n = {r.n}, f = {r.f}: {r.aggregator}" for r in best.itertuples()) + ". "
-                  + _clients_sentence(grid_dir, n=10, tail=False) + _clients_sentence(grid_dir, n=25, tail=False) +
+                  _grid_summary(grid_dir) +
                   "\nThis grid was made by an earlier fedcal, before the purification baselines and the ablation "
                   "rows existed, whose clients trained slightly differently: its (17, 4) cell is not seed 0 of the "
                   "table above digit for digit. Per-attack tables "
