@@ -51,6 +51,9 @@ def test_static_clip_huge_float32_row_is_clipped_to_the_bound_not_to_zero():
     assert torch.isfinite(out).all()
     assert math.isclose(float(out[0].double().norm()), 2.0, rel_tol=1e-6)
     assert torch.equal(out[1:], x[1:])
+    # ARC (f = 1 of 3: k = 1) clips it to the next largest norm, centred clipping to τ around 0
+    assert math.isclose(float(A.arc(x, 1)[0].double().norm()), 0.1, rel_tol=1e-6)
+    assert math.isclose(float(A.centered_clip(x, tau=3.0)[0].double().norm()), 3.0, rel_tol=1e-6)
 
 
 @pytest.mark.parametrize("c", [0.0, -1.0, float("nan"), float("inf")])
