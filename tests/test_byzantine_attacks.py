@@ -440,3 +440,14 @@ def test_a_model_trained_on_poisoned_digits_learns_the_backdoor():
     (clean_acc, clean_asr), (bd_acc, bd_asr) = results["clean"], results["poisoned"]
     assert bd_asr > 0.9 and clean_asr < 0.2, results
     assert clean_acc > 0.9 and bd_acc > clean_acc - 0.05, results
+
+
+def test_the_snippets_of_docs_attacks_md_run():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "attacks.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 3
+    for block in blocks:
+        exec(compile(block, "docs/attacks.md", "exec"), {})
