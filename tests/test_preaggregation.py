@@ -150,6 +150,7 @@ def test_bucketing_by_hand():
     perm = torch.tensor([4, 0, 3, 1, 2])  # buckets {4, 0}, {3, 1}, {2}: the last one holds the leftover
     assert torch.equal(A.bucketing(x, 2, permutation=perm), t64([[5.0], [2.0], [2.0]]))
     assert torch.equal(A.bucket_labels(5, 2, permutation=perm), torch.tensor([0, 1, 2, 1, 0]))
+    assert torch.equal(A.bucket_labels(5, 2, permutation=perm.int()), torch.tensor([0, 1, 2, 1, 0]))
     # s divides n: ⌈6/3⌉ = 2 full buckets
     y = t64([[1.0, 0.0], [2.0, 0.0], [3.0, 0.0], [4.0, 3.0], [5.0, 6.0], [6.0, 9.0]])
     out = A.bucketing(y, 3, permutation=torch.tensor([0, 3, 5, 1, 2, 4]))
@@ -170,10 +171,16 @@ def test_bucketing_invariants_and_seeding():
     assert torch.equal(torch.sort(one, dim=0).values, torch.sort(x, dim=0).values)
 
 
-@pytest.mark.parametrize("perm", [[0, 1, 1], [0, 1], [0.0, 1.0, 2.0], [0, 1, 3]])
+@pytest.mark.parametrize("perm", [[0, 1, 1], [0, 1], [0.0, 1.0, 2.0], [0, 1, 3], [True, False, True]])
 def test_bucketing_refuses_a_non_permutation(perm):
     with pytest.raises(ValueError, match="permutation"):
         A.bucketing(rand(3, 2), 2, permutation=torch.tensor(perm))
+
+
+def test_bucketing_refuses_a_boolean_permutation_that_sorts_like_one():
+    # [True, False] sorts to [False, True] == [0, 1]; taken as indices it reorders the rows
+    with pytest.raises(ValueError, match="permutation"):
+        A.bucketing(t64([[1.0], [5.0]]), 1, permutation=torch.tensor([True, False]))
 
 
 # --------------------------------------------------------------------------------------------

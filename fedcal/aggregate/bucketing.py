@@ -22,7 +22,8 @@ def bucket_labels(n: int, s: int, generator: torch.Generator | None = None,
         perm = torch.randperm(n, generator=generator, device=device).cpu()
     else:
         perm = torch.as_tensor(permutation).cpu()
-        if perm.shape != (n,) or perm.is_floating_point() or not torch.equal(torch.sort(perm).values, torch.arange(n)):
+        if perm.shape != (n,) or perm.is_floating_point() or perm.dtype == torch.bool \
+                or not torch.equal(torch.sort(perm.long()).values, torch.arange(n)):
             raise ValueError(f"permutation must be an (n,) = ({n},) permutation of 0 … {n - 1}")
         perm = perm.long()
     labels = torch.empty(n, dtype=torch.long)
