@@ -5,7 +5,19 @@ from __future__ import annotations
 import torch
 
 from ._checks import _check_int, _check_updates
-from .numerics import unit_scaled64
+from .numerics import overflow_free_mean
+
+
+def _permutation(n: int, generator: torch.Generator | None, permutation: torch.Tensor | None) -> torch.Tensor:
+    """π: ``permutation`` checked to be one of 0 … n − 1, else ``torch.randperm(n, generator)``."""
+    if permutation is None:
+        device = generator.device if generator is not None else "cpu"
+        return torch.randperm(n, generator=generator, device=device).cpu()
+    perm = torch.as_tensor(permutation).cpu()
+    if perm.shape != (n,) or perm.is_floating_point() or perm.dtype == torch.bool \
+            or not torch.equal(torch.sort(perm.long()).values, torch.arange(n)):
+        raise ValueError(f"permutation must be an (n,) = ({n},) permutation of 0 … {n - 1}")
+    return perm.long()
 
 
 def bucket_labels(n: int, s: int, generator: torch.Generator | None = None,
@@ -17,15 +29,7 @@ def bucket_labels(n: int, s: int, generator: torch.Generator | None = None,
     generator, so a generator seeded like ``torch.manual_seed`` gives ByzFL's buckets."""
     n = _check_int("n", n, 1)
     s = _check_int("bucket size s", s, 1)
-    if permutation is None:
-        device = generator.device if generator is not None else "cpu"
-        perm = torch.randperm(n, generator=generator, device=device).cpu()
-    else:
-        perm = torch.as_tensor(permutation).cpu()
-        if perm.shape != (n,) or perm.is_floating_point() or perm.dtype == torch.bool \
-                or not torch.equal(torch.sort(perm.long()).values, torch.arange(n)):
-            raise ValueError(f"permutation must be an (n,) = ({n},) permutation of 0 … {n - 1}")
-        perm = perm.long()
+    perm = _permutation(n, generator, permutation)
     labels = torch.empty(n, dtype=torch.long)
     labels[perm] = torch.arange(n) // s
     return labels
@@ -45,7 +49,9 @@ def bucketing(updates: torch.Tensor, s: int, generator: torch.Generator | None =
     ⌈n/s⌉ rows (a majority rule needs ⌈n/s⌉ > 2f).
 
     ``generator`` seeds π (``torch.randperm``), so a run's buckets are reproducible;
-    ``permutation`` fixes π instead (:func:`bucket_labels`).
+    ``permutation`` fixes π instead (:func:`bucket_labels`). The rows are gathered in π's order
+    once and the full buckets averaged as one (⌊n/s⌋, s, d) view (a mean that would overflow is
+    taken rescaled, :func:`~fedcal.aggregate.numerics.overflow_free_mean`).
 
     Source: Karimireddy, He & Jaggi, "Byzantine-Robust Learning on Heterogeneous Datasets via
     Bucketing" (ICLR 2022, Algorithm 1); ByzFL's ``Bucketing``.
@@ -56,16 +62,11 @@ def bucketing(updates: torch.Tensor, s: int, generator: torch.Generator | None =
             [2.]])
     """
     updates = _check_updates(updates)
-    n = updates.shape[0]
-    labels = bucket_labels(n, s, generator, permutation).to(updates.device)
-    buckets = -(-n // s)
-    counts = torch.bincount(labels, minlength=buckets).to(updates.dtype)[:, None]
-    sums = torch.zeros(buckets, updates.shape[1], dtype=updates.dtype, device=updates.device)
-    sums.index_add_(0, labels, updates)
-    means = sums / counts
-    if not bool(torch.isfinite(means).all()):  # a bucket sum overflowed: the same sums, rescaled
-        scaled, e = unit_scaled64(updates)
-        sums = torch.zeros(buckets, updates.shape[1], dtype=torch.float64, device=updates.device)
-        sums.index_add_(0, labels, scaled)
-        means = torch.ldexp(sums / counts.double(), torch.tensor(e, dtype=torch.float64)).to(updates.dtype)
-    return means
+    n, d = updates.shape
+    s = _check_int("bucket size s", s, 1)
+    shuffled = updates[_permutation(n, generator, permutation).to(updates.device)]
+    full = n // s
+    parts = [overflow_free_mean(shuffled[: full * s].reshape(full, s, d), dim=1)] if full else []
+    if n % s:
+        parts.append(overflow_free_mean(shuffled[full * s:], dim=0).unsqueeze(0))
+    return torch.cat(parts) if len(parts) > 1 else parts[0]
