@@ -39,7 +39,7 @@ knowledge" variant of the paper uses the colluders' own benign updates in place 
 ones.
 
 Source: Fang, Cao, Jia & Gong, "Local Model Poisoning Attacks to Byzantine-Robust Federated
-Learning" (USENIX Security 2020), §4.2 (Krum) and §4.3 (trimmed mean, median).
+Learning" (USENIX Security 2020): the attacks on Krum and on the trimmed mean / median.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def _krum_picks_attack(honest_sq: torch.Tensor, to_attack: torch.Tensor, f: int)
     break to the lower index, so a tie goes to an honest row)."""
     n_h = honest_sq.shape[0]
     n = n_h + f
-    full = torch.zeros(n, n, dtype=torch.float64)
+    full = torch.zeros(n, n, dtype=torch.float64, device=honest_sq.device)
     full[:n_h, :n_h] = honest_sq
     full[:n_h, n_h:] = to_attack[:, None]
     full[n_h:, :n_h] = to_attack[None, :]
