@@ -54,7 +54,7 @@ def bucketing(updates: torch.Tensor, s: int, generator: torch.Generator | None =
     taken rescaled, :func:`~fedcal.aggregate.numerics.overflow_free_mean`).
 
     Source: Karimireddy, He & Jaggi, "Byzantine-Robust Learning on Heterogeneous Datasets via
-    Bucketing" (ICLR 2022, Algorithm 1); ByzFL's ``Bucketing``.
+    Bucketing" (ICLR 2022); ByzFL's ``Bucketing``.
 
     >>> bucketing(torch.tensor([[0.0], [1.0], [2.0], [3.0], [10.0]]), s=2, permutation=torch.tensor([4, 0, 3, 1, 2]))
     tensor([[5.],

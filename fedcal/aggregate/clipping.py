@@ -33,7 +33,7 @@ def static_clip(updates: torch.Tensor, c: float) -> torch.Tensor:
 
     Source: the standard clipping operator of robust / private distributed SGD (e.g.
     Karimireddy, He & Jaggi, "Learning from History for Byzantine Robust Optimization", ICML
-    2021, §2); ByzFL's ``Clipping`` pre-aggregator.
+    2021); ByzFL's ``Clipping`` pre-aggregator.
 
     >>> static_clip(torch.tensor([[3.0, 4.0], [0.3, 0.4]]), c=1.0)
     tensor([[0.6000, 0.8000],
@@ -73,7 +73,7 @@ def arc(updates: torch.Tensor, f: int) -> torch.Tensor:
     exactly c is scaled by 1).
 
     Source: Allouah, Guerraoui, Gupta, Jellouli, Rizk & Stephan, "Boosting Robustness by
-    Clipping Gradients in Distributed Learning" (2024, ARC, Algorithm 1); ByzFL's ``ARC``.
+    Clipping Gradients in Distributed Learning" (2024, ARC); ByzFL's ``ARC``.
 
     >>> arc(torch.tensor([[1.0, 0.0], [0.0, 2.0], [0.0, 0.0], [-8.0, 6.0]]), f=1)
     tensor([[ 1.0000,  0.0000],

@@ -29,7 +29,7 @@ def nnm(updates: torch.Tensor, f: int) -> torch.Tensor:
     product with a 0/1 neighbour matrix, divided by n − f (no (n, n − f, d) gather).
 
     Source: Allouah, Farhadkhani, Guerraoui, Gupta, Pinot & Stephan, "Fixing by Mixing: A
-    Recipe for Optimal Byzantine ML under Heterogeneity" (AISTATS 2023, Algorithm 1); ByzFL's
+    Recipe for Optimal Byzantine ML under Heterogeneity" (AISTATS 2023); ByzFL's
     ``NNM``.
 
     >>> nnm(torch.tensor([[0.0], [1.0], [2.0], [10.0]]), f=1)

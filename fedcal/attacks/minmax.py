@@ -35,7 +35,7 @@ setting); on a real federation the colluders run the same search on their own be
 ("partial knowledge" / "unknown benign gradients" in the paper).
 
 Source: Shejwalkar & Houmansadr, "Manipulating the Byzantine: Optimizing Model Poisoning
-Attacks and Defenses for Federated Learning" (NDSS 2021), §IV-B (AGR-agnostic attacks).
+Attacks and Defenses for Federated Learning" (NDSS 2021): the AGR-agnostic attacks.
 """
 
 from __future__ import annotations
