@@ -25,6 +25,21 @@ buffers             non-trained state (BatchNorm statistics): :func:`buffer_prob
 numerics            overflow-free helpers: :func:`fit_weights`, :func:`overflow_free_mean`, …
 ==================  ==========================================================================
 
+Pre-aggregation steps map the ``(n, d)`` updates to ``(n', d)`` rows, so any rule runs after
+them; :func:`compose` builds the composed rule (``compose([partial(nnm, f=f)],
+partial(trimmed_mean, f=f))``) and :func:`pre_aggregate` runs a pipeline with the same input
+checks as the rules and a check of every step's output:
+
+==================  ==========================================================================
+module              pre-aggregation steps
+==================  ==========================================================================
+nnm                 :func:`nnm` (nearest-neighbour mixing)
+bucketing           :func:`bucketing` (+ :func:`bucket_labels`)
+clipping            :func:`static_clip`, :func:`arc` (adaptive robust clipping, + :func:`arc_count`)
+centered_clipping   :func:`centered_clip`
+compose             :func:`compose`, :func:`pre_aggregate`
+==================  ==========================================================================
+
 The coordinate-wise order statistics (trimmed mean, median, median of means) ignore data-size
 weights: a Byzantine client can report any data size, and the classical definitions are
 unweighted. :func:`multikrum_params` and :func:`trim_for` give the hyper-parameters a rule
@@ -45,7 +60,11 @@ the noise-injection baseline at σ = 0.1 is clipped by it).
 
 from __future__ import annotations
 
+from .bucketing import bucket_labels, bucketing
 from .buffers import buffer_mean, buffer_median, buffer_problem
+from .centered_clipping import centered_clip
+from .clipping import arc, arc_count, static_clip
+from .compose import compose, pre_aggregate
 from .flatten import add_flat_update, flatten_state, unflatten
 from .fltrust import fltrust
 from .foolsgold import FoolsGoldHistory, foolsgold_weights
@@ -55,10 +74,20 @@ from .numerics import fit_weights, overflow_free_mean
 from .median import coordinate_median, true_median
 from .median_of_means import median_of_means
 from .multikrum import krum_scores, multikrum, multikrum_params, multikrum_select, pairwise_sq_distances
+from .nnm import nnm
 from .trimmed_mean import trim_for, trimmed_mean, trimmed_mean_along
 
 __all__ = [
     "FoolsGoldHistory",
+    "arc",
+    "arc_count",
+    "bucket_labels",
+    "bucketing",
+    "centered_clip",
+    "compose",
+    "nnm",
+    "pre_aggregate",
+    "static_clip",
     "buffer_mean",
     "buffer_median",
     "buffer_problem",

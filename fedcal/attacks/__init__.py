@@ -11,6 +11,25 @@ module                 contents
 ``registry.py``        :data:`BEHAVIOURS` (kind → behaviour), :func:`behaviour_for`,
                        :func:`client_round`, :func:`stealth_variants`
 =====================  ====================================================================
+
+The model-poisoning attacks of Byzantine-robust FL craft a reply from the round's honest
+updates instead of training one: functions (honest (n_h, d), f, parameters) → (f, d), found by
+name in :data:`POISONING` (docs/attacks.md: formulas, papers, threat models). The image
+backdoor is a client data transform.
+
+=====================  ====================================================================
+module                 contents
+=====================  ====================================================================
+``alie.py``            :func:`alie` (A Little Is Enough: μ − z·σ), :func:`alie_z`
+``ipm.py``             :func:`ipm` (inner-product manipulation: −ε·μ)
+``minmax.py``          :func:`min_max`, :func:`min_sum` (+ their γ searches, directions)
+``fang.py``            :func:`fang_trimmed_mean`, :func:`fang_krum` (directed deviation)
+``poisoning.py``       :data:`POISONING` (name → :class:`ModelPoisoning`),
+                       :func:`craft_malicious`
+``backdoor.py``        :class:`PixelBackdoor`, :class:`PixelTrigger`, :func:`stamp`,
+                       :func:`poison_images`, :func:`triggered_test_set`,
+                       :func:`attack_success_rate`
+=====================  ====================================================================
 """
 
 from fedcal.attacks.behaviour import (
@@ -21,8 +40,21 @@ from fedcal.attacks.behaviour import (
     round_generator,
     select_attackers,
 )
+from fedcal.attacks.alie import alie, alie_z
+from fedcal.attacks.backdoor import (
+    PixelBackdoor,
+    PixelTrigger,
+    attack_success_rate,
+    poison_images,
+    stamp,
+    triggered_test_set,
+)
+from fedcal.attacks.fang import fang_krum, fang_trimmed_mean
+from fedcal.attacks.ipm import ipm
 from fedcal.attacks.labelflip import LabelFlipping, flip_labels
+from fedcal.attacks.minmax import min_max, min_sum
 from fedcal.attacks.noise import NoiseInjection
+from fedcal.attacks.poisoning import POISONING, ModelPoisoning, craft_malicious, model_poisoning
 from fedcal.attacks.registry import (
     BEHAVIOURS,
     behaviour_for,
@@ -39,14 +71,31 @@ __all__ = [
     "Behaviour",
     "BehaviourKind",
     "LabelFlipping",
+    "ModelPoisoning",
     "NoiseInjection",
+    "POISONING",
+    "PixelBackdoor",
+    "PixelTrigger",
     "TemperatureScalingAttack",
+    "alie",
+    "alie_z",
+    "attack_success_rate",
     "attackers_of",
     "behaviour_for",
     "behaviour_kind",
     "client_round",
+    "craft_malicious",
+    "fang_krum",
+    "fang_trimmed_mean",
     "flip_labels",
+    "ipm",
     "kind_for_attack",
+    "min_max",
+    "min_sum",
+    "model_poisoning",
+    "poison_images",
+    "stamp",
+    "triggered_test_set",
     "round_generator",
     "select_attackers",
     "stealth_variants",
