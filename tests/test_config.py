@@ -259,3 +259,59 @@ def test_lora_targets_must_be_distinct_known_module_names(targets):
 def test_lora_targets_parse_to_module_suffixes():
     assert RunConfig().lora_targets == ("query", "value", "word_embeddings")
     assert RunConfig.from_flower({"dst-lora-targets": "query, value"}).lora_targets == ("query", "value")
+
+
+# ---------------------------------------------------------------------- hostile values (issue 30)
+@pytest.mark.parametrize("name", ["../../x", "../x", "..", ".", "a/b", "/tmp/elsewhere", "a\\b", "runs/../x", "x\0y"])
+def test_a_run_name_that_leads_outside_output_dir_is_refused(name):
+    with pytest.raises(ConfigError, match="^run-config key 'run-name' must be one directory name inside output-dir"):
+        RunConfig.from_flower({"run-name": name})
+
+
+@pytest.mark.parametrize("name", ["my-run", "a..b", "run.1", "s0-df591996"])
+def test_an_ordinary_run_name_passes(name):
+    assert RunConfig.from_flower({"run-name": name}).run_name == name
+
+
+def test_a_refused_run_name_touches_nothing_outside_output_dir(tmp_path, capsys):
+    """`run-name=../victim` used to make <output-dir>/../victim the run directory: starting the run
+    cleared the metrics.csv and model.pt a finished run kept there. Now nothing starts."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    for f in ("metrics.csv", "model.pt", "config.json"):
+        (victim / f).write_text("someone else's")
+    argv = ["run", "dataset=digits", "num-clients=2", "clients-per-round=2", "num-rounds=1", "local-steps=1",
+            "attack=none", "engine=inprocess", f'output-dir="{tmp_path / "runs"}"', 'run-name="../victim"',
+            "--no-progress"]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'run-name'" in err[0]
+    assert sorted(p.name for p in victim.iterdir()) == ["config.json", "metrics.csv", "model.pt"]
+    assert all((victim / f).read_text() == "someone else's" for f in ("metrics.csv", "model.pt", "config.json"))
+
+
+@pytest.mark.parametrize("width,ok", [(5, False), (6, False), (10, False), (4, True), (12, True), (64, True)])
+def test_detr_width_must_split_into_sine_cosine_pairs_per_axis(width, ok):
+    """DETR's 2-D sine position embedding gives each axis d_model / 2 channels of sin/cos pairs:
+    det-d-model=5 (or 6, 10) failed in the first forward pass. The grid detector and pretrained
+    DETRs do not read the key, so their configs (and finished runs) stay valid."""
+    cfg = {"task": "detect", "det-model": "detr", "det-d-model": width}
+    if ok:
+        RunConfig.from_flower(cfg)
+    else:
+        with pytest.raises(ConfigError, match="^run-config key 'det-d-model' must be a multiple of 4"):
+            RunConfig.from_flower(cfg)
+    RunConfig.from_flower({**cfg, "det-model": "grid"})
+
+
+def test_detr_widths_the_rule_allows_build_and_run():
+    """The rule is DETR's own: a width it allows gives a working forward pass, one it refuses does not."""
+    pytest.importorskip("transformers")
+    import torch
+
+    from fedcal.detect.model import DetectorSpec, build_detector
+
+    logits, boxes = build_detector(DetectorSpec(name="detr", d_model=12, queries=4))(torch.rand(1, 1, 32, 32))
+    assert logits.shape == (1, 4, 11) and boxes.shape == (1, 4, 4)
+    with pytest.raises(RuntimeError):
+        build_detector(DetectorSpec(name="detr", d_model=10, queries=4))(torch.rand(1, 1, 32, 32))
