@@ -766,3 +766,91 @@ def test_flora_never_stacks_a_rank_outside_the_allowed_set():
     stacked = new[LORA_LAYERS[0] + STACKED_A].numpy()
     assert stacked.shape[0] == sum(LORA_RANKS["flora"][p % 2] for p in range(3))
     assert "rank 4096" in s.replies[1].rejections[0][1]
+
+
+# --------------------------------------------------------------------------- the identity handshake (issue 30)
+def _identity_reply(claim) -> RecordDict | None:
+    """A node's answer to ``query.identity`` claiming ``claim`` as its partition id (None: an error
+    reply; a string travels in a ConfigRecord, the record that can hold one)."""
+    from flwr.app import ConfigRecord
+
+    if claim is None:
+        return None
+    if isinstance(claim, str):
+        return RecordDict({"identity": ConfigRecord({"partition-id": claim})})
+    return RecordDict({"identity": MetricRecord({"partition-id": claim})})
+
+
+# node index → (claimed partition id, words of the reason it is left out or None: accepted as int(claim))
+CLAIMS = {0: (0, None), 1: (1, None), 2: (float("inf"), "inf"), 3: (float("nan"), "nan"), 4: (4.9, "4.9"),
+          5: (-1, "-1"), 6: (11, "11"), 7: (1e30, "1e+30"), 8: ("8", "'8'"), 9: (1, "also claimed by"),
+          10: (3.0, None), 11: (None, "error reply")}
+
+
+def test_identity_claims_are_validated_and_bad_nodes_left_out(caplog):
+    """Every node's partition id is input: inf (OverflowError before), NaN, a fraction (4.9 became
+    4), a negative or too large id (accepted before), a string, an error reply — each leaves that
+    node out, with a warning naming it and the reason; two nodes claiming one id (the whole run
+    aborted before) are both left out, neither can be trusted with that partition's data."""
+    from fedcal.tasks.nodes import discover_clients
+
+    nodes = {NODE_BASE + 37 * i: i for i in CLAIMS}
+    grid = FakeGrid(list(nodes), lambda node, content: _identity_reply(CLAIMS[nodes[node]][0]))
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        mapping = discover_clients(grid, expected=11)
+    assert mapping == {NODE_BASE: 0, NODE_BASE + 37 * 10: 3}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    for i, (claim, words) in CLAIMS.items():
+        if words is None:
+            continue
+        node = NODE_BASE + 37 * i
+        assert any(f"node {node}" in w and words in w and "left out" in w for w in warnings), (i, warnings)
+    dup = [w for w in warnings if "also claimed by" in w]
+    assert len(dup) == 2 and all(str(NODE_BASE + 37) in w and str(NODE_BASE + 37 * 9) in w for w in dup)
+
+
+def test_no_valid_identity_fails_the_run_with_one_line():
+    from fedcal.results import RunFailed
+    from fedcal.tasks.nodes import discover_clients
+
+    grid = FakeGrid([1, 2], lambda node, content: _identity_reply(float("inf")))
+    with pytest.raises(RunFailed, match="no node reported a valid partition id"):
+        discover_clients(grid, expected=2)
+
+
+def test_a_run_leaves_out_nodes_with_bad_identities_and_never_trains_them(tmp_path):
+    """Through the in-process engine: of five nodes, partition 3 claims inf and partition 4 claims
+    partition 1's id. The run trains partitions 0 and 2 each round (clients-per-round 5 → the 2
+    identified), never sends a train message to the three left out, and finishes."""
+    from flwr.app import Message
+    from flwr.clientapp import ClientApp
+
+    from fedcal.app.flower_private import SUPERLINK_NODE_ID, TaskIdentity
+    from fedcal.app.inprocess import InProcessGrid
+    from fedcal.results import load_metrics, run_dir_for
+    from fedcal.tasks.nodes import client_id, identity
+    from fedcal.tasks.train import run_train, train
+
+    hostile = {3: float("inf"), 4: 1}
+    trained = []
+    app = ClientApp()
+
+    @app.query("identity")
+    def who(msg, context):
+        p = client_id(context)
+        return Message(content=_identity_reply(hostile[p]), reply_to=msg) if p in hostile else identity(msg, context)
+
+    @app.train()
+    def fit(msg, context):
+        trained.append(client_id(context))
+        return train(msg, context)
+
+    cfg = _tiny(tmp_path, num_clients=5, clients_per_round=5)
+    grid = InProcessGrid(app, cfg.num_clients, seed=cfg.seed)
+    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = grid.run.run_id, 1, SUPERLINK_NODE_ID
+    run_train(grid, cfg)
+    run_dir = run_dir_for(cfg)
+    assert (run_dir / "DONE").exists()
+    assert sorted(set(trained)) == [0, 2] and len(trained) == 2 * cfg.num_rounds
+    wide = load_metrics(run_dir).pivot(index="round", columns="metric", values="value")
+    assert wide.loc[[1, 2], "replies_accepted"].tolist() == [2, 2]

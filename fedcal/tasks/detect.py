@@ -170,9 +170,11 @@ def run_detect(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -
         cfg.det_train_scenes, "KITTI" if cfg.det_data == "kitti" else cfg.det_digits, cfg.attack, cfg.tau,
         cfg.num_attackers, cfg.num_clients, sorted(attackers_of(cfg)))
     m = cfg.det_clients_per_round or cfg.num_clients
-    # fedcal's FedAvg (reply validation, seeded sampling) sending train.detect messages
-    strategy = FedAvg(fraction_train=m / cfg.num_clients, fraction_evaluate=0.0, min_train_nodes=m,
-                      min_evaluate_nodes=0, min_available_nodes=cfg.num_clients, sampling_seed=cfg.seed,
+    # fedcal's FedAvg (reply validation, seeded sampling) sending train.detect messages, over the
+    # nodes that identified themselves (federate hands it only those)
+    strategy = FedAvg(fraction_train=m / cfg.num_clients, fraction_evaluate=0.0,
+                      min_train_nodes=min(m, len(node_to_client)), min_evaluate_nodes=0,
+                      min_available_nodes=len(node_to_client), sampling_seed=cfg.seed,
                       node_sort_key=lambda n: node_to_client.get(n, 1 << 62), node_label=node_to_client.get,
                       message_type=MESSAGE_TYPE)
 

@@ -75,6 +75,7 @@ from fedcal.tasks.nodes import (
     client_id,
     config_record,
     discover_clients,
+    identified_grid,
     message_config,
 )
 from fedcal.distill.clients import is_lora_a_key
@@ -308,8 +309,8 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
         if strategy is None:
             nodes = sorted(node_to_client, key=node_to_client.get)
             messages = [Message(RecordDict({"config": rec}), message_type=MESSAGE_TYPE, dst_node_id=n) for n in nodes]
-        else:
-            messages = list(strategy.configure_train(rnd, arrays, rec, grid))
+        else:  # the strategy sees only the nodes that identified themselves
+            messages = list(strategy.configure_train(rnd, arrays, rec, identified_grid(grid, node_to_client)))
         replies = list(grid.send_and_receive(messages))
         metrics: dict[str, float] = {"replies_received": len(replies)}
         bytes_by_node: dict[int, int] = {}
