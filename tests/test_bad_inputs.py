@@ -351,6 +351,24 @@ def test_update_that_overflows_float32_is_rejected(name, caplog):
     assert assert_rejections_logged(s, caplog) == 1
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_a_rule_failing_numerically_keeps_the_model(name, monkeypatch, caplog):
+    """A rule's own numerical failure that no reply can be blamed for (LAPACK's LinAlgError, as
+    FlexLoRA's SVD raised on a hostile adapter) keeps the global model with the reason logged;
+    before, only ValueError and ArithmeticError were caught and the run ended."""
+    s = make(name)
+
+    def diverges(*args, **kwargs):
+        raise torch.linalg.LinAlgError("linalg.svd: The algorithm failed to converge")
+
+    monkeypatch.setattr(s, "aggregate_updates", diverges)
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        init, final = run(s, lambda node, c: reply(honest_arrays(as_tensors(c["arrays"]), partition_of(node), 1)),
+                          rounds=1)
+    assert all(torch.equal(final[k], init[k]) for k in init) and s.rounds_aggregated == 0
+    assert "failed to converge" in caplog.text and "global model is kept" in caplog.text
+
+
 # --------------------------------------------------------------------------- accuracy on a small task
 def _digits():
     from sklearn.datasets import load_digits
