@@ -315,3 +315,40 @@ def test_detr_widths_the_rule_allows_build_and_run():
     assert logits.shape == (1, 4, 11) and boxes.shape == (1, 4, 4)
     with pytest.raises(RuntimeError):
         build_detector(DetectorSpec(name="detr", d_model=10, queries=4))(torch.rand(1, 1, 32, 32))
+
+
+def test_hub_names_are_checked_with_one_request_at_most(tmp_path, monkeypatch):
+    """fedcal.hub.check_hub_name: a folder or a cached name passes without a request; offline a
+    model name is refused without one (a dataset is left to datasets' own offline cache); online,
+    one metadata request with a timeout decides, and its refusal is one ConfigError naming the key."""
+    import huggingface_hub
+
+    from fedcal import hub
+
+    calls = []
+
+    def probe(self, name, timeout=None):
+        calls.append((name, timeout))
+        raise RuntimeError("404 Client Error: Repository Not Found for url: https://huggingface.co/api/models/x")
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", probe)
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", probe)
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    hub.check_hub_name("lm-model", str(tmp_path))  # a folder
+    with pytest.raises(ConfigError, match=r"^run-config key 'det-model': 'org/x' .* \(RuntimeError: 404 Client Error"):
+        hub.check_hub_name("det-model", "org/x")
+    assert calls == [("org/x", hub.PROBE_TIMEOUT_S)]
+    with pytest.raises(ConfigError, match="'lm-corpus'"):
+        hub.check_hub_name("lm-corpus", "wikitext", repo_type="dataset")
+    assert len(calls) == 2
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda *a, **k: str(tmp_path / "config.json"))
+    hub.check_hub_name("det-model", "org/cached")  # cached: no request
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda *a, **k: None)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match="offline"):
+        hub.check_hub_name("det-model", "org/y")
+    hub.check_hub_name("lm-corpus", "wikitext", repo_type="dataset")
+    assert len(calls) == 2
+    with pytest.raises(ConfigError, match="not a valid Hub name|offline"):
+        hub.check_hub_name("dst-backbone", "not a/valid//name")

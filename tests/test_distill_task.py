@@ -618,3 +618,16 @@ def test_cli_distill_replay_runs_each_client_side_once(tmp_path, capsys):
     before = {p: (p / "metrics.csv").stat().st_mtime_ns for p in runs.values()}
     assert cli_main(argv) == 0
     assert before == {p: (p / "metrics.csv").stat().st_mtime_ns for p in runs.values()}
+
+
+def test_an_unloadable_hub_backbone_fails_at_once_naming_dst_backbone(tmp_path, monkeypatch):
+    """dst-backbone names a Hub model: checked with one request at most (offline: none) before the
+    corpus is split or anything loads, instead of from_pretrained's minute of retries."""
+    import fedcal.distill.setup as setup
+
+    cfg = tiny(tmp_path, dst_backbone="no-such-org/no-such-backbone")
+    with pytest.raises(ConfigError, match=r"^run-config key 'dst-backbone': 'no-such-org/no-such-backbone' is not"):
+        setup.backbone_of(cfg)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match="'dst-backbone'.*offline"):
+        setup.backbone_of(cfg)

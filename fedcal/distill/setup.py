@@ -129,6 +129,9 @@ def backbone_of(cfg: RunConfig) -> str:
     """``dst-backbone`` if set (a folder or a Hub name), else the small backbone's cached folder
     (built on first use: :func:`fedcal.text.pretrained_backbone`)."""
     if cfg.dst_backbone:
+        from fedcal.hub import check_hub_name
+
+        check_hub_name("dst-backbone", cfg.dst_backbone)  # one request at most, not a minute of retries
         return cfg.dst_backbone
     from fedcal.text import pretrained_backbone
 

@@ -42,7 +42,8 @@ from fedcal.config import ConfigError, RunConfig
 from fedcal.data import default_data_dir
 from fedcal.detect import kitti
 from fedcal.detect.metrics import THRESHOLDS, detection_metrics, kept_detections
-from fedcal.detect.model import DetectorSpec, build_detector, check_model_name
+from fedcal.detect.model import DetectorSpec, build_detector, check_model_name, is_pretrained_name
+from fedcal.hub import check_hub_name
 from fedcal.detect.scenes import SceneSpec, Scenes, make_scenes
 from fedcal.detect.train import local_round, predict
 from fedcal.reports.detect import EXAMPLE_FILE, EXAMPLE_IMAGE, KEPT_FILE, detect_report
@@ -74,6 +75,8 @@ def check_detect_config(cfg: RunConfig) -> None:
     else:
         scene_spec(cfg).check()
     check_model_name(cfg.det_model)
+    if is_pretrained_name(cfg.det_model):  # one request at most, not from_pretrained's minute of retries
+        check_hub_name("det-model", cfg.det_model)
 
 
 def _kitti_root(cfg: RunConfig) -> str:
