@@ -228,7 +228,8 @@ class RunConfig:
                                  finite=True)
     client_gpus: float = setting(0.0, "execution", "fractional GPUs per virtual client, e.g. 0.25", ge=0, finite=True)
     output_dir: str = setting("runs", "execution", "where run directories go")
-    run_name: str = setting("", "execution", 'run directory name; "" = <dataset>-<model>-...-s<seed>-<hash>')
+    run_name: str = setting("", "execution", 'run directory name, one name inside output-dir (no path separator, '
+                                             'not . or ..); "" = <dataset>-<model>-...-s<seed>-<hash>')
     # --- robust federated inference (task = "inference", SPEC §7) ---
     task: str = setting("train", "common", "train: federated training under attack (TSA and poisoning "
                                            "baselines); inference: robust federated inference", choices=TASKS)
@@ -302,7 +303,7 @@ class RunConfig:
     dst_t0: float = setting(2.0, "distill", "T0, base distillation temperature", ge=0.01, le=100,
                             note="z / T stays finite in float32 for logits within dst-clip")
     dst_kappa: float = setting(2.0, "distill", "kappa, CAT's slope", ge=0, le=100,
-                               note="T(x) <= T0 (1 + kappa) <= 1e4")
+                               note="T(x) <= T0 (1 + kappa), at most 100 * 101")
     dst_tau: float = setting(0.7, "distill", "CAT's confidence threshold tau", ge=0, le=1)
     dst_lambda: float = setting(0.1, "distill", "lambda, weight of the moment term", ge=0, le=1e3,
                                 note="the moment term of logits within dst-clip stays finite in float32")
