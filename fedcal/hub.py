@@ -46,11 +46,13 @@ def check_hub_name(key: str, name: str, *, repo_type: str = "model") -> None:
         from huggingface_hub import HfApi, try_to_load_from_cache
         from huggingface_hub.errors import HFValidationError
     except ImportError as exc:  # transformers depends on huggingface_hub: only a broken install lands here
-        raise ConfigError(f"run-config key {key!r}: {name!r} is a Hub name but huggingface_hub is not installed") from exc
+        raise ConfigError(f"run-config key {key!r}: {name!r} is a Hub name, but huggingface_hub is not "
+                          "installed") from exc
     try:
         cached = try_to_load_from_cache(name, "config.json", repo_type=repo_type) if repo_type == "model" else None
     except HFValidationError as exc:
-        raise ConfigError(f"run-config key {key!r}: {name!r} is neither a folder nor a valid Hub name ({exc})") from None
+        raise ConfigError(f"run-config key {key!r}: {name!r} is neither a folder nor a valid Hub name "
+                          f"({exc})") from None
     if isinstance(cached, str):
         return
     if hub_offline():
@@ -62,7 +64,7 @@ def check_hub_name(key: str, name: str, *, repo_type: str = "model") -> None:
     info = api.model_info if repo_type == "model" else api.dataset_info
     try:
         info(name, timeout=PROBE_TIMEOUT_S)
-    except Exception as exc:  # noqa: BLE001 — no such repository, no network, a proxy's refusal: all say "not loadable"
+    except Exception as exc:  # noqa: BLE001 — no such repository, no network, a proxy's refusal: not loadable
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"run-config key {key!r}: {name!r} is not a local folder, not in the Hugging Face cache, and "
                           f"the Hub does not serve it now ({type(exc).__name__}: {reason})") from None

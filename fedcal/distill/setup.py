@@ -97,9 +97,9 @@ def check_data_sizes(cfg: RunConfig, task) -> None:
     anchors = round(cfg.dst_anchor_frac * n)
     if not 0 < anchors < n:
         key = "dst-train-size" if cfg.dst_train_size else "dst-anchor-frac"
-        raise ConfigError(f"run-config key {key!r}: dst-anchor-frac = {cfg.dst_anchor_frac:g} of the {n} training texts "
-                          f"of dst-corpus={cfg.dst_corpus} gives {anchors} anchors; the distillation needs at least one "
-                          "anchor and one private text")
+        raise ConfigError(f"run-config key {key!r}: dst-anchor-frac = {cfg.dst_anchor_frac:g} of the {n} training "
+                          f"texts of dst-corpus={cfg.dst_corpus} gives {anchors} anchors; the distillation needs at "
+                          "least one anchor and one private text")
     if cfg.num_clients > n - anchors:
         key = "dst-train-size" if cfg.dst_train_size else "num-clients"
         raise ConfigError(f"run-config key {key!r}: {cfg.num_clients} clients but {n - anchors} private training texts "

@@ -221,7 +221,9 @@ class LoraStrategy(_FlowerFedAvg):
                             f"model's layer (d_in = {d_in}, d_out = {d_out})")
             head = {k: tuple(v.shape) for k, v in state.items() if ".lora_" not in k}
             if head != self.head_shapes:
-                return f"its head tensors are not the model's (keys or shapes: {sorted(set(head) ^ set(self.head_shapes))[:3] or 'shapes'})"
+                want = self.head_shapes
+                odd = sorted(set(head) ^ set(want)) or sorted(k for k in head if head[k] != want[k])
+                return f"its head tensors are not the model's (differing: {odd[:3]})"
         return update_range_problem(state, layers, self.alpha)
 
     def _reply_state(self, msg: Message) -> tuple[str | None, OrderedDict | None, float, int]:
@@ -298,7 +300,9 @@ class LoraStrategy(_FlowerFedAvg):
             good.append((node, state, weight))
             self.last_bytes[node] = size
             # the one rank of all its layers (check_keys): B (d_out, r) is uploaded under every rule
-            self.node_ranks[node] = int(next(v for k, v in state.items() if is_lora_b_key(k)).shape[1])
+            b = next((v for k, v in state.items() if is_lora_b_key(k)), None)
+            if b is not None:
+                self.node_ranks[node] = int(b.shape[1])
         good.sort(key=lambda g: (self.node_sort_key(g[0]), g[0]))
         account.accepted = [g[0] for g in good]
         if len(good) < self.min_replies:
@@ -325,14 +329,14 @@ class LoraStrategy(_FlowerFedAvg):
 def update_range_problem(state, layers, alpha: float, whose: str = "its adapter's") -> str | None:
     """Why an adapter's update ΔW = (α/r)·B·A may leave float32's range at some layer (None: it
     cannot). Checked with the bound |(B A)_ij| ≤ r·max|B|·max|A| in float64 — on its own and scaled
-    by α/r — so nothing of size d_out × d_in is computed; it trips only for entries near 1e19, far
-    from anything training produces, where the product (and the model it is merged into) would
-    be Inf."""
+    by α/r — so nothing of size d_out × d_in is computed; it trips only for entries of order 1e18
+    or more, far from anything training produces, where the product (and the model it is merged
+    into) could be Inf."""
     for layer, (a, b) in layers.items():
         A, B = state[a], state[b]
-        r = max(int(A.shape[0]), 1)
-        top = (float(A.detach().abs().max()) if A.numel() else 0.0) * (float(B.detach().abs().max()) if B.numel() else 0.0)
-        bound = top * max(r, alpha)
+        if not A.numel() or not B.numel():
+            continue
+        bound = float(A.detach().abs().max()) * float(B.detach().abs().max()) * max(int(A.shape[0]), alpha)
         if not bound < _F32_MAX:
             return (f"{whose} update (α/r)·B·A at layer {layer} can leave float32's range "
                     f"(max|A|·max|B|·max(r, α) = {bound:.3g})")
