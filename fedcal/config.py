@@ -20,6 +20,7 @@ A later task adds its own group. How the groups make up a run's hash is in :mod:
 from __future__ import annotations
 
 import math
+import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, NamedTuple
@@ -227,7 +228,8 @@ class RunConfig:
                                  finite=True)
     client_gpus: float = setting(0.0, "execution", "fractional GPUs per virtual client, e.g. 0.25", ge=0, finite=True)
     output_dir: str = setting("runs", "execution", "where run directories go")
-    run_name: str = setting("", "execution", 'run directory name; "" = <dataset>-<model>-...-s<seed>-<hash>')
+    run_name: str = setting("", "execution", 'run directory name, one name inside output-dir (no path separator, '
+                                             'not . or ..); "" = <dataset>-<model>-...-s<seed>-<hash>')
     # --- robust federated inference (task = "inference", SPEC §7) ---
     task: str = setting("train", "common", "train: federated training under attack (TSA and poisoning "
                                            "baselines); inference: robust federated inference", choices=TASKS)
@@ -276,34 +278,40 @@ class RunConfig:
                                                 "the adapter-federating baselines", choices=DISTILL_METHODS)
     dst_rounds: int = setting(20, "distill", "federated rounds", ge=1)
     dst_local_epochs: int = setting(1, "distill", "epochs of local training per round", ge=1)
-    dst_client_lr: float = setting(3e-3, "distill", "clients' AdamW learning rate (LoRA + head)", gt=0, finite=True)
+    dst_client_lr: float = setting(3e-3, "distill", "clients' AdamW learning rate (LoRA + head)", gt=0, le=1,
+                                   note="AdamW moves each weight by about lr per step")
     dst_weight_decay: float = setting(0.01, "distill", "clients' AdamW weight decay", ge=0, finite=True)
     dst_warmup: float = setting(0.1, "distill", "share of a round's local steps with linear warm-up", ge=0, lt=1)
     dst_ranks: str = setting("2,4,8,16", "distill", "LoRA ranks, cycled over the clients (client k: ranks[k mod n]); "
                                                     "also the allowed set", note="comma-separated integers >= 1; "
                                                     "fedit/ffa need one rank", number_list=True)
-    dst_alpha: float = setting(8.0, "distill", "LoRA alpha (update = alpha/r * B A)", gt=0, finite=True)
+    dst_alpha: float = setting(8.0, "distill", "LoRA alpha (update = alpha/r * B A)", gt=0, le=1e4)
     dst_lora_targets: str = setting("query,value,word_embeddings", "distill",
                                     "modules given LoRA adapters, comma-separated from " + ",".join(LORA_TARGETS)
                                     + " (word_embeddings: the token table; see docs/distill.md)")
     dst_anchor_frac: float = setting(0.1, "distill", "share of the training split that is the public anchor set",
                                      gt=0, lt=1)
     dst_clip: float = setting(10.0, "distill", "c: uploaded logits clipped to [-c, c] (by the client and again by "
-                                               "the server)", gt=0, finite=True)
+                                               "the server)", gt=0, le=1e4,
+                             note="softmax is one-hot long before; the moment term (z - mu)^4 stays finite in float32")
     dst_aggregator: str = setting("mom", "distill", "server's consensus of the anchor logits",
                                   choices=DISTILL_AGGREGATORS)
     dst_groups: int = setting(5, "distill", "M, median-of-means groups (min(M, valid replies) are used)", ge=1)
     dst_cat: bool = setting(True, "distill", "CAT: confidence-adaptive distillation temperature")
     dst_mmd: bool = setting(True, "distill", "MMD-KD: the moment-matching term")
     dst_dis: bool = setting(True, "distill", "DIS: dispersion weights of the anchors")
-    dst_t0: float = setting(2.0, "distill", "T0, base distillation temperature", gt=0, finite=True)
-    dst_kappa: float = setting(2.0, "distill", "kappa, CAT's slope", ge=0, finite=True)
+    dst_t0: float = setting(2.0, "distill", "T0, base distillation temperature", ge=0.01, le=100,
+                            note="z / T stays finite in float32 for logits within dst-clip")
+    dst_kappa: float = setting(2.0, "distill", "kappa, CAT's slope", ge=0, le=100,
+                               note="T(x) <= T0 (1 + kappa), at most 100 * 101")
     dst_tau: float = setting(0.7, "distill", "CAT's confidence threshold tau", ge=0, le=1)
-    dst_lambda: float = setting(0.1, "distill", "lambda, weight of the moment term", ge=0, finite=True)
+    dst_lambda: float = setting(0.1, "distill", "lambda, weight of the moment term", ge=0, le=1e3,
+                                note="the moment term of logits within dst-clip stays finite in float32")
     dst_rho: float = setting(1.0, "distill", "rho of DIS: w(x) = 1 / (1 + rho v(x))", ge=0, finite=True)
     dst_student_rank: int = setting(16, "distill", "LoRA rank of the server's student (rfd)", ge=1)
     dst_distill_steps: int = setting(16, "distill", "student optimiser steps per round (rfd)", ge=1)
-    dst_distill_lr: float = setting(3e-3, "distill", "student's AdamW learning rate (rfd)", gt=0, finite=True)
+    dst_distill_lr: float = setting(3e-3, "distill", "student's AdamW learning rate (rfd)", gt=0, le=1,
+                                    note="AdamW moves each weight by about lr per step")
     dst_distill_batch: int = setting(64, "distill", "anchors per student step (rfd)", ge=0, note="0 = all")
     dst_partition: str = setting("iid", "distill", "private data over the clients: iid (stratified) or skew (label "
                                                    "skew patterns)", choices=DISTILL_PARTITIONS)
@@ -616,6 +624,31 @@ def _distill_target(c: RunConfig) -> None:
     _check("dst-target", c.dst_target < k, c.dst_target, f"must be a class of dst-corpus={c.dst_corpus} (< {k})")
 
 
+def _distill_replies(c: RunConfig) -> None:
+    if c.task == "distill":  # every node is asked each round: more valid replies cannot come
+        _check("dst-min-replies", c.dst_min_replies <= c.num_clients, c.dst_min_replies,
+               f"must not exceed num-clients ({c.num_clients}); more replies than clients never come, so every "
+               "round would keep the model")
+
+
+def _detr_width(c: RunConfig) -> None:
+    if c.task == "detect" and c.det_model == "detr":  # DETR's 2-D sine position embedding: sin/cos pairs per axis
+        _check("det-d-model", c.det_d_model % 4 == 0, c.det_d_model,
+               "must be a multiple of 4 for det-model=detr (its position embedding gives each image axis "
+               "d_model / 2 channels of sine-cosine pairs)")
+
+
+def _run_name(c: RunConfig) -> None:
+    name = c.run_name
+    if not name:
+        return
+    # A run directory is <output-dir>/<run-name>; starting a run clears its metrics and model, so a
+    # name that leads elsewhere would delete files outside output-dir.
+    _check("run-name", name not in (".", "..") and not any(sep in name for sep in ("/", "\\", os.sep, "\0"))
+           and not os.path.isabs(name) and (os.altsep is None or os.altsep not in name), name,
+           "must be one directory name inside output-dir (no path separator, not . or .., not an absolute path)")
+
+
 def _distill_backbone(c: RunConfig) -> None:
     _check("dst-bb-heads", c.dst_bb_hidden % c.dst_bb_heads == 0, c.dst_bb_heads,
            f"must divide dst-bb-hidden ({c.dst_bb_hidden})")
@@ -626,7 +659,7 @@ def _distill_backbone(c: RunConfig) -> None:
 # Rules that involve several keys, checked in this order after every field's own range.
 _CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _round_size, _local_work, _patient_partition, _lm, _defense_parameters, _inference_f, _inference_attacks, _amplification_curve, _adversarial_training,
-    _distill_ranks, _lora_targets, _distill_target, _distill_backbone)
+    _distill_ranks, _lora_targets, _distill_target, _distill_backbone, _distill_replies, _detr_width, _run_name)
 
 
 # ---------------------------------------------------------------------- description

@@ -351,6 +351,24 @@ def test_update_that_overflows_float32_is_rejected(name, caplog):
     assert assert_rejections_logged(s, caplog) == 1
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_a_rule_failing_numerically_keeps_the_model(name, monkeypatch, caplog):
+    """A rule's own numerical failure that no reply can be blamed for (LAPACK's LinAlgError, as
+    FlexLoRA's SVD raised on a hostile adapter) keeps the global model with the reason logged;
+    before, only ValueError and ArithmeticError were caught and the run ended."""
+    s = make(name)
+
+    def diverges(*args, **kwargs):
+        raise torch.linalg.LinAlgError("linalg.svd: The algorithm failed to converge")
+
+    monkeypatch.setattr(s, "aggregate_updates", diverges)
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        init, final = run(s, lambda node, c: reply(honest_arrays(as_tensors(c["arrays"]), partition_of(node), 1)),
+                          rounds=1)
+    assert all(torch.equal(final[k], init[k]) for k in init) and s.rounds_aggregated == 0
+    assert "failed to converge" in caplog.text and "global model is kept" in caplog.text
+
+
 # --------------------------------------------------------------------------- accuracy on a small task
 def _digits():
     from sklearn.datasets import load_digits
@@ -522,3 +540,335 @@ def test_run_in_which_no_round_aggregated_fails_without_done(tmp_path, monkeypat
     assert df[df.metric == "replies_rejected"]["value"].tolist() == [4, 4]
     rej = pd.read_csv(run_dir / "rejections.csv")
     assert len(rej) == 8 and sorted(rej["partition_id"].unique()) == [0, 1, 2, 3]
+
+
+# --------------------------------------------------------------------------- the LoRA strategies (issue 30)
+# The adapter-federating baselines of the distill task over a two-layer adapter with a head: every
+# rule × every hostile reply. A reply's adapter is input like any other: its rank is checked
+# against the allowed set (one rank for all its layers), its shapes against the model's, its update
+# (α/r)·B·A against float32's range, its claimed size weighs without overflow; a rule's numerical
+# failure keeps the global adapter; nothing ends the round.
+from collections import OrderedDict  # noqa: E402
+
+from fedcal.strategies.lora import LORA_STRATEGIES, STACKED_A  # noqa: E402
+
+LORA_LAYERS = ("base_model.model.roberta.encoder.layer.0.attention.self.query",
+               "base_model.model.roberta.encoder.layer.0.attention.self.value")
+LORA_HEAD = "base_model.model.classifier.modules_to_save.default.out_proj.weight"
+LORA_DIN, LORA_DOUT, LORA_ALPHA = 6, 5, 8.0
+LORA_NAMES = sorted(LORA_STRATEGIES)
+
+
+def lora_keys(layer: str) -> tuple[str, str]:
+    return f"{layer}.lora_A.default.weight", f"{layer}.lora_B.default.weight"
+
+
+def lora_state(ranks, seed: int, d_in: int = LORA_DIN, a=None) -> OrderedDict:
+    """An adapter state: one (A, B) pair per layer (``ranks``: one rank, or one per layer), a head."""
+    ranks = [ranks] * len(LORA_LAYERS) if isinstance(ranks, int) else list(ranks)
+    g = torch.Generator().manual_seed(seed)
+    out = OrderedDict()
+    for layer, r in zip(LORA_LAYERS, ranks):
+        ka, kb = lora_keys(layer)
+        out[ka] = torch.randn(r, d_in, generator=g) if a is None else a[ka].clone()
+        out[kb] = 0.1 * torch.randn(LORA_DOUT, r, generator=g)
+    out[LORA_HEAD] = torch.randn(2, LORA_DOUT, generator=g)
+    return out
+
+
+def lora_reply(state, n=10.0, drop_a: bool = False) -> RecordDict:
+    arrays = OrderedDict((k, v) for k, v in state.items() if not (drop_a and ".lora_A." in k))
+    return RecordDict({"arrays": ArrayRecord(arrays), "metrics": MetricRecord({"num-examples": n})})
+
+
+LORA_RANKS = {"fedit": (4,), "ffa": (4,), "flora": (2, 4), "flexlora": (2, 4)}  # the allowed ranks (dst-ranks)
+
+
+def lora_make(name: str, **extra):
+    ranks = LORA_RANKS[name]
+    kw = dict(alpha=LORA_ALPHA, node_label=partition_of, node_sort_key=partition_of, allowed_ranks=ranks,
+              template=lora_state(1, 0))
+    if name == "flexlora":
+        kw["ranks"] = ranks
+    kw.update(extra)
+    return LORA_STRATEGIES[name](**kw)
+
+
+def lora_global(name: str) -> ArrayRecord:
+    """What round 1 sends: the shared initial adapter (FedIT, FFA-LoRA) or nothing (FLoRA, FlexLoRA)."""
+    return ArrayRecord(lora_state(4, 0)) if name in ("fedit", "ffa") else ArrayRecord()
+
+
+def lora_honest_state(name: str, p: int, content: RecordDict) -> OrderedDict:
+    """Partition p's adapter (its rank cycles over the allowed ones); under FFA-LoRA its A is the
+    frozen one it was sent."""
+    ranks = LORA_RANKS[name]
+    sent = {k: torch.from_numpy(np.array(v.numpy(), copy=True)) for k, v in content["arrays"].items()}
+    return lora_state(ranks[p % len(ranks)], 100 + p, a=sent if name == "ffa" else None)
+
+
+def lora_honest(name: str, p: int, content: RecordDict) -> RecordDict:
+    return lora_reply(lora_honest_state(name, p, content), n=10.0 + p, drop_a=name == "ffa")
+
+
+def lora_hostile(name: str, kind: str, content: RecordDict) -> RecordDict:
+    """The reply of the hostile client (FFA-LoRA's uploads leave A out, as its clients do)."""
+    state = lora_honest_state(name, BAD, content)
+    r = LORA_RANKS[name][0]
+    if kind == "adapter_1e20":  # finite, but (α/r)·B·A is ~1e41: beyond float32
+        for layer in LORA_LAYERS:
+            ka, kb = lora_keys(layer)
+            if name != "ffa":  # FFA-LoRA's A is the frozen one: its B alone must do it
+                state[ka] = torch.full_like(state[ka], 1e20)
+            state[kb] = torch.full_like(state[kb], 1e20 if name != "ffa" else 1e38)
+    elif kind == "weight_1e39":  # a valid reply claiming more examples than float32 holds
+        return lora_reply(state, n=1e39, drop_a=name == "ffa")
+    elif kind == "rank_4096":
+        state = lora_state(4096, 7)
+    elif kind == "mixed_ranks":  # rank 2 in one layer, 4 in the other: no rank describes this adapter
+        state = lora_state((2, 4), 7)
+    elif kind == "wrong_d_in":
+        state = lora_state(r, 7, d_in=LORA_DIN + 3)
+    else:
+        raise AssertionError(kind)
+    return lora_reply(state, drop_a=name == "ffa")
+
+
+# words of the rejection reason (None: a valid reply, aggregated). FFA-LoRA's uploads carry no A, so
+# an upload of another rank has B of another shape than the one sent, and d_in is not uploaded at all.
+LORA_EXPECTED = {
+    "adapter_1e20": {n: "float32" for n in LORA_NAMES},
+    "weight_1e39": {n: None for n in LORA_NAMES},
+    "rank_4096": {"fedit": "rank 4096", "ffa": "shape", "flora": "rank 4096", "flexlora": "rank 4096"},
+    "mixed_ranks": {"fedit": "ranks [2, 4]", "ffa": "shape", "flora": "ranks [2, 4]", "flexlora": "ranks [2, 4]"},
+    "wrong_d_in": {"fedit": "d_in", "ffa": None, "flora": "d_in", "flexlora": "d_in"},
+}
+LORA_KINDS = list(LORA_EXPECTED)
+
+
+def lora_round(strategy, name: str, respond, k: int = 4, rnd: int = 1, arrays=None):
+    grid = FakeGrid([node_of(p) for p in range(k)], respond)
+    arrays = lora_global(name) if arrays is None else arrays
+    from flwr.app import ConfigRecord
+
+    replies = grid.send_and_receive(strategy.configure_train(rnd, arrays, ConfigRecord(), grid))
+    return strategy.aggregate_train(rnd, replies)
+
+
+def record_finite(record) -> bool:
+    return all(bool(np.isfinite(record[k].numpy()).all()) for k in record)
+
+
+@pytest.mark.parametrize("kind", LORA_KINDS)
+@pytest.mark.parametrize("name", LORA_NAMES)
+def test_lora_hostile_reply_is_rejected_or_aggregated_never_crashes(name, kind, caplog):
+    """The hostile client answers first in aggregation order (partition 0), so a rule that took
+    the round's first reply as its reference would turn against the honest ones."""
+    bad = 0
+
+    def respond(node, content):
+        p = partition_of(node)
+        return lora_hostile(name, kind, content) if p == bad else lora_honest(name, p, content)
+
+    s = lora_make(name)
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        new, metrics = lora_round(s, name, respond)
+    account = s.replies[1]
+    expected = LORA_EXPECTED[kind][name]
+    assert account.received == 4 and account.aggregated and new is not None and record_finite(new)
+    if expected is None:
+        assert account.accepted == [node_of(p) for p in range(4)] and not account.rejections
+    else:
+        assert account.accepted == [node_of(p) for p in range(1, 4)]
+        (node, reason), = account.rejections
+        assert node == node_of(bad) and expected in reason, reason
+        assert assert_rejections_logged(s, caplog) == 1
+
+
+@pytest.mark.parametrize("name", LORA_NAMES)
+def test_lora_claimed_size_above_float32_weighs_like_the_image_strategies(name):
+    """1e39 examples against 10: the rules weigh as the image strategies do (a power of two brings
+    the sizes into range; the ratios are unchanged), so the round aggregates and the huge claim
+    gets (almost) all the weight — equal to the round where that reply alone is aggregated."""
+    def respond(node, content):
+        p = partition_of(node)
+        reply_ = lora_honest(name, p, content)
+        if p == 1:
+            reply_["metrics"] = MetricRecord({"num-examples": 1e39})
+        return reply_
+
+    s = lora_make(name)
+    new, metrics = lora_round(s, name, respond)
+    assert new is not None and s.replies[1].aggregated and record_finite(new)
+    alone = lora_make(name)  # partitions 0 and 1 both answer with partition 1's adapter: its own update
+    want, _ = lora_round(alone, name, lambda node, c: lora_honest(name, 1, c), k=2)
+    got, expected = lora_updates(name, s, new), lora_updates(name, alone, want)
+    for k in expected:
+        torch.testing.assert_close(got[k], expected[k], rtol=1e-4, atol=1e-6)
+
+
+def lora_updates(name: str, strategy, record) -> dict[str, torch.Tensor]:
+    """The global model's update per layer (FLoRA: what it merged) and its head, from a round's record."""
+    state = {k: torch.from_numpy(np.array(record[k].numpy(), copy=True)) for k in record}
+    out = {LORA_HEAD: state[LORA_HEAD]}
+    for layer in LORA_LAYERS:
+        ka, kb = lora_keys(layer)
+        out[layer] = strategy.merged[layer] if name == "flora" else LORA_ALPHA / state[ka].shape[0] * state[kb] @ state[ka]
+    return out
+
+
+def test_flexlora_serves_an_allowed_rank_above_the_layer_size():
+    """A node of rank 8 on a 5 × 6 layer (min = 5): the best rank-8 approximation is the update
+    itself, padded with zero components — the round aggregates and the node gets rank-8 arrays
+    whose product is the averaged update."""
+    s = lora_make("flexlora", allowed_ranks=(2, 8), ranks=(2, 8))
+    answers = {0: lora_state(2, 1), 1: lora_state(8, 2)}
+    new, _ = lora_round(s, "flexlora", lambda node, c: lora_reply(answers[partition_of(node)]), k=2)
+    assert new is not None and s.replies[1].aggregated
+    grid = FakeGrid([node_of(0), node_of(1)], lambda node, content: None)
+    from flwr.app import ConfigRecord
+
+    sent = {m.metadata.dst_node_id: m.content["arrays"] for m in s.configure_train(2, new, ConfigRecord(), grid)}
+    ka, kb = lora_keys(LORA_LAYERS[0])
+    A8, B8 = (torch.from_numpy(sent[node_of(1)][k].numpy().copy()) for k in (ka, kb))
+    assert A8.shape == (8, LORA_DIN) and B8.shape == (LORA_DOUT, 8)
+    W = sum(0.5 * LORA_ALPHA / r * answers[p][kb] @ answers[p][ka] for p, r in ((0, 2), (1, 8)))
+    torch.testing.assert_close(LORA_ALPHA / 8 * B8 @ A8, W, atol=1e-5, rtol=1e-5)
+
+
+def test_flexlora_svd_failure_keeps_the_global_adapter(monkeypatch, caplog):
+    """A rule's numerical failure that no reply can be blamed for (here LAPACK's SVD refusing to
+    converge) keeps the global adapter with a logged reason; the round does not crash."""
+    def no_convergence(*args, **kwargs):
+        raise torch.linalg.LinAlgError("linalg.svd: The algorithm failed to converge")
+
+    monkeypatch.setattr(torch.linalg, "svd", no_convergence)
+    s = lora_make("flexlora")
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        new, _ = lora_round(s, "flexlora", lambda node, c: lora_honest("flexlora", partition_of(node), c))
+    assert new is None and not s.replies[1].aggregated and len(s.replies[1].accepted) == 4
+    assert "failed to converge" in caplog.text and "global adapter is kept" in caplog.text
+
+
+def test_fedit_keeps_the_global_adapter_when_the_average_overflows(caplog):
+    """Two replies each fine on their own (a huge A with a tiny B, and the other way round) whose
+    averages multiply beyond float32: nobody's reply is invalid, so the round keeps the global
+    adapter and says why."""
+    def respond(node, content):
+        p = partition_of(node)
+        state = lora_state(4, 100 + p)
+        for layer in LORA_LAYERS:
+            ka, kb = lora_keys(layer)
+            if p == 0:
+                state[ka], state[kb] = torch.full_like(state[ka], 1e30), torch.full_like(state[kb], 1e-30)
+            elif p == 1:
+                state[ka], state[kb] = torch.full_like(state[ka], 1e-30), torch.full_like(state[kb], 1e30)
+        return lora_reply(state)
+
+    s = lora_make("fedit")
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        new, _ = lora_round(s, "fedit", respond)
+    assert new is None and not s.replies[1].aggregated and len(s.replies[1].accepted) == 4
+    assert "float32" in caplog.text and "global adapter is kept" in caplog.text
+
+
+def test_flora_never_stacks_a_rank_outside_the_allowed_set():
+    """Bandwidth and memory amplification: a rank-4096 upload would make every client download a
+    stack of rank 4096 + Σ r_k. It is rejected, and the stack holds the honest ranks only."""
+    def respond(node, content):
+        p = partition_of(node)
+        return lora_reply(lora_state(4096, 5)) if p == 3 else lora_honest("flora", p, content)
+
+    s = lora_make("flora")
+    new, _ = lora_round(s, "flora", respond)
+    stacked = new[LORA_LAYERS[0] + STACKED_A].numpy()
+    assert stacked.shape[0] == sum(LORA_RANKS["flora"][p % 2] for p in range(3))
+    assert "rank 4096" in s.replies[1].rejections[0][1]
+
+
+# --------------------------------------------------------------------------- the identity handshake (issue 30)
+def _identity_reply(claim) -> RecordDict | None:
+    """A node's answer to ``query.identity`` claiming ``claim`` as its partition id (None: an error
+    reply; a string travels in a ConfigRecord, the record that can hold one)."""
+    from flwr.app import ConfigRecord
+
+    if claim is None:
+        return None
+    if isinstance(claim, str):
+        return RecordDict({"identity": ConfigRecord({"partition-id": claim})})
+    return RecordDict({"identity": MetricRecord({"partition-id": claim})})
+
+
+# node index → (claimed partition id, words of the reason it is left out or None: accepted as int(claim))
+CLAIMS = {0: (0, None), 1: (1, None), 2: (float("inf"), "inf"), 3: (float("nan"), "nan"), 4: (4.9, "4.9"),
+          5: (-1, "-1"), 6: (11, "11"), 7: (1e30, "1e+30"), 8: ("8", "'8'"), 9: (1, "also claimed by"),
+          10: (3.0, None), 11: (None, "error reply")}
+
+
+def test_identity_claims_are_validated_and_bad_nodes_left_out(caplog):
+    """Every node's partition id is input: inf (OverflowError before), NaN, a fraction (4.9 became
+    4), a negative or too large id (accepted before), a string, an error reply — each leaves that
+    node out, with a warning naming it and the reason; two nodes claiming one id (the whole run
+    aborted before) are both left out, neither can be trusted with that partition's data."""
+    from fedcal.tasks.nodes import discover_clients
+
+    nodes = {NODE_BASE + 37 * i: i for i in CLAIMS}
+    grid = FakeGrid(list(nodes), lambda node, content: _identity_reply(CLAIMS[nodes[node]][0]))
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        mapping = discover_clients(grid, expected=11)
+    assert mapping == {NODE_BASE: 0, NODE_BASE + 37 * 10: 3}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    for i, (claim, words) in CLAIMS.items():
+        if words is None:
+            continue
+        node = NODE_BASE + 37 * i
+        assert any(f"node {node}" in w and words in w and "left out" in w for w in warnings), (i, warnings)
+    dup = [w for w in warnings if "also claimed by" in w]
+    assert len(dup) == 2 and all(str(NODE_BASE + 37) in w and str(NODE_BASE + 37 * 9) in w for w in dup)
+
+
+def test_no_valid_identity_fails_the_run_with_one_line():
+    from fedcal.results import RunFailed
+    from fedcal.tasks.nodes import discover_clients
+
+    grid = FakeGrid([1, 2], lambda node, content: _identity_reply(float("inf")))
+    with pytest.raises(RunFailed, match="no node reported a valid partition id"):
+        discover_clients(grid, expected=2)
+
+
+def test_a_run_leaves_out_nodes_with_bad_identities_and_never_trains_them(tmp_path):
+    """Through the in-process engine: of five nodes, partition 3 claims inf and partition 4 claims
+    partition 1's id. The run trains partitions 0 and 2 each round (clients-per-round 5 → the 2
+    identified), never sends a train message to the three left out, and finishes."""
+    from flwr.app import Message
+    from flwr.clientapp import ClientApp
+
+    from fedcal.app.flower_private import SUPERLINK_NODE_ID, TaskIdentity
+    from fedcal.app.inprocess import InProcessGrid
+    from fedcal.results import load_metrics, run_dir_for
+    from fedcal.tasks.nodes import client_id, identity
+    from fedcal.tasks.train import run_train, train
+
+    hostile = {3: float("inf"), 4: 1}
+    trained = []
+    app = ClientApp()
+
+    @app.query("identity")
+    def who(msg, context):
+        p = client_id(context)
+        return Message(content=_identity_reply(hostile[p]), reply_to=msg) if p in hostile else identity(msg, context)
+
+    @app.train()
+    def fit(msg, context):
+        trained.append(client_id(context))
+        return train(msg, context)
+
+    cfg = _tiny(tmp_path, num_clients=5, clients_per_round=5)
+    grid = InProcessGrid(app, cfg.num_clients, seed=cfg.seed)
+    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = grid.run.run_id, 1, SUPERLINK_NODE_ID
+    run_train(grid, cfg)
+    run_dir = run_dir_for(cfg)
+    assert (run_dir / "DONE").exists()
+    assert sorted(set(trained)) == [0, 2] and len(trained) == 2 * cfg.num_rounds
+    wide = load_metrics(run_dir).pivot(index="round", columns="metric", values="value")
+    assert wide.loc[[1, 2], "replies_accepted"].tolist() == [2, 2]

@@ -240,6 +240,24 @@ def test_constructor_refuses_bad_arguments():
         strategies.CalGuard(model="mlp", root_x=x, root_y=y)
 
 
+@pytest.mark.parametrize("change,match", [
+    (lambda st: {**st, "fc.weight": torch.zeros(3, 5)}, r"'fc.weight' has shape \(3, 5\), the model's \(3, 4\)"),
+    (lambda st: {k: v for k, v in st.items() if k != "fc.bias"}, r"missing \['fc.bias'\]"),
+    (lambda st: {**st, "head.weight": torch.zeros(2)}, r"unexpected \['head.weight'\]"),
+])
+def test_a_model_that_does_not_fit_the_arrays_is_refused_at_start_not_in_round_one(change, match):
+    """CalGuard applies every reply to its own model: arrays of another architecture used to pass
+    the constructor and crash round 1 (a RuntimeError from load_state_dict) after every client had
+    trained. start refuses them before any message is sent, naming the array."""
+    x, y = _root()
+    s = strategies.CalGuard(**_kwargs(3))
+    grid = FakeGrid([1, 2, 3], lambda node, content: _reply(_benign_step(_as_tensors(content["arrays"]), node, 1)))
+    with pytest.raises(ValueError, match=match):
+        s.start(grid=grid, initial_arrays=ArrayRecord(change(_init_state())), num_rounds=1)
+    assert grid.sent_to == []
+    s.check_arrays(ArrayRecord(_init_state()))  # the arrays of its own model pass
+
+
 def test_config_keys_and_their_errors():
     cfg = RunConfig.from_flower({"strategy": "calguard", "calguard-kappa": 3.0, "calguard-mode": "audit"})
     assert (cfg.calguard_kappa, cfg.calguard_mode, cfg.calguard_window, cfg.calguard_strikes) == (3.0, "audit", 10, 3)

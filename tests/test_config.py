@@ -259,3 +259,96 @@ def test_lora_targets_must_be_distinct_known_module_names(targets):
 def test_lora_targets_parse_to_module_suffixes():
     assert RunConfig().lora_targets == ("query", "value", "word_embeddings")
     assert RunConfig.from_flower({"dst-lora-targets": "query, value"}).lora_targets == ("query", "value")
+
+
+# ---------------------------------------------------------------------- hostile values (issue 30)
+@pytest.mark.parametrize("name", ["../../x", "../x", "..", ".", "a/b", "/tmp/elsewhere", "a\\b", "runs/../x", "x\0y"])
+def test_a_run_name_that_leads_outside_output_dir_is_refused(name):
+    with pytest.raises(ConfigError, match="^run-config key 'run-name' must be one directory name inside output-dir"):
+        RunConfig.from_flower({"run-name": name})
+
+
+@pytest.mark.parametrize("name", ["my-run", "a..b", "run.1", "s0-df591996"])
+def test_an_ordinary_run_name_passes(name):
+    assert RunConfig.from_flower({"run-name": name}).run_name == name
+
+
+def test_a_refused_run_name_touches_nothing_outside_output_dir(tmp_path, capsys):
+    """`run-name=../victim` used to make <output-dir>/../victim the run directory: starting the run
+    cleared the metrics.csv and model.pt a finished run kept there. Now nothing starts."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    for f in ("metrics.csv", "model.pt", "config.json"):
+        (victim / f).write_text("someone else's")
+    argv = ["run", "dataset=digits", "num-clients=2", "clients-per-round=2", "num-rounds=1", "local-steps=1",
+            "attack=none", "engine=inprocess", f'output-dir="{tmp_path / "runs"}"', 'run-name="../victim"',
+            "--no-progress"]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'run-name'" in err[0]
+    assert sorted(p.name for p in victim.iterdir()) == ["config.json", "metrics.csv", "model.pt"]
+    assert all((victim / f).read_text() == "someone else's" for f in ("metrics.csv", "model.pt", "config.json"))
+
+
+@pytest.mark.parametrize("width,ok", [(5, False), (6, False), (10, False), (4, True), (12, True), (64, True)])
+def test_detr_width_must_split_into_sine_cosine_pairs_per_axis(width, ok):
+    """DETR's 2-D sine position embedding gives each axis d_model / 2 channels of sin/cos pairs:
+    det-d-model=5 (or 6, 10) failed in the first forward pass. The grid detector and pretrained
+    DETRs do not read the key, so their configs (and finished runs) stay valid."""
+    cfg = {"task": "detect", "det-model": "detr", "det-d-model": width}
+    if ok:
+        RunConfig.from_flower(cfg)
+    else:
+        with pytest.raises(ConfigError, match="^run-config key 'det-d-model' must be a multiple of 4"):
+            RunConfig.from_flower(cfg)
+    RunConfig.from_flower({**cfg, "det-model": "grid"})
+
+
+def test_detr_widths_the_rule_allows_build_and_run():
+    """The rule is DETR's own: a width it allows gives a working forward pass, one it refuses does not."""
+    pytest.importorskip("transformers")
+    import torch
+
+    from fedcal.detect.model import DetectorSpec, build_detector
+
+    logits, boxes = build_detector(DetectorSpec(name="detr", d_model=12, queries=4))(torch.rand(1, 1, 32, 32))
+    assert logits.shape == (1, 4, 11) and boxes.shape == (1, 4, 4)
+    with pytest.raises(RuntimeError):
+        build_detector(DetectorSpec(name="detr", d_model=10, queries=4))(torch.rand(1, 1, 32, 32))
+
+
+def test_hub_names_are_checked_with_one_request_at_most(tmp_path, monkeypatch):
+    """fedcal.hub.check_hub_name: a folder or a cached name passes without a request; offline a
+    model name is refused without one (a dataset is left to datasets' own offline cache); online,
+    one metadata request with a timeout decides, and its refusal is one ConfigError naming the key."""
+    import huggingface_hub
+
+    from fedcal import hub
+
+    calls = []
+
+    def probe(self, name, timeout=None):
+        calls.append((name, timeout))
+        raise RuntimeError("404 Client Error: Repository Not Found for url: https://huggingface.co/api/models/x")
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", probe)
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", probe)
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    hub.check_hub_name("lm-model", str(tmp_path))  # a folder
+    with pytest.raises(ConfigError, match=r"^run-config key 'det-model': 'org/x' .* \(RuntimeError: 404 Client Error"):
+        hub.check_hub_name("det-model", "org/x")
+    assert calls == [("org/x", hub.PROBE_TIMEOUT_S)]
+    with pytest.raises(ConfigError, match="'lm-corpus'"):
+        hub.check_hub_name("lm-corpus", "wikitext", repo_type="dataset")
+    assert len(calls) == 2
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda *a, **k: str(tmp_path / "config.json"))
+    hub.check_hub_name("det-model", "org/cached")  # cached: no request
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda *a, **k: None)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match="offline"):
+        hub.check_hub_name("det-model", "org/y")
+    hub.check_hub_name("lm-corpus", "wikitext", repo_type="dataset")
+    assert len(calls) == 2
+    with pytest.raises(ConfigError, match="not a valid Hub name|offline"):
+        hub.check_hub_name("dst-backbone", "not a/valid//name")

@@ -294,3 +294,22 @@ def test_detect_config_errors():
         check_detect_config(RunConfig.from_flower(dict(TINY, det_model="yolo")))
     with pytest.raises(ConfigError, match="'det-max-digits'"):
         check_detect_config(RunConfig.from_flower(dict(TINY, det_min_digits=3, det_max_digits=2)))
+
+
+def test_an_unloadable_hub_detector_fails_at_once_naming_det_model(monkeypatch):
+    """det-model=foo/bar took 59 s of from_pretrained's retries before its error. The config check
+    asks the Hub once at most (offline: not at all) and never starts from_pretrained."""
+    from transformers import DetrForObjectDetection
+
+    from fedcal.tasks.detect import check_detect_config
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("from_pretrained was called for an unloadable name")
+
+    monkeypatch.setattr(DetrForObjectDetection, "from_pretrained", no_download)
+    cfg = RunConfig.from_flower(dict(TINY, det_model="foo/bar"))
+    with pytest.raises(ConfigError, match=r"^run-config key 'det-model': 'foo/bar' is not a local folder"):
+        check_detect_config(cfg)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match=r"'det-model'.*offline"):
+        check_detect_config(cfg)

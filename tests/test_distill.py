@@ -503,6 +503,16 @@ def test_flexlora_hand_case():
     _close(2.0 * B @ A, [[3.0, 0.0], [0.0, 0.0]])
 
 
+def test_flexlora_rank_above_the_layer_is_the_update_padded_with_zeros():
+    # the hand case at rank 3 on a 2 × 2 layer: the update diag(3, 1) itself, in rank-3 shapes
+    # (A (3, 2), B (2, 3)) whose third component is zero: (2/3) B A = diag(3, 1) exactly.
+    A, B = flexlora_redistribute([torch.eye(2, dtype=D)], [_t([[3.0, 0.0], [0.0, 1.0]])], None, 3, 2.0)[3]
+    assert A.shape == (3, 2) and B.shape == (2, 3)
+    _close(A[2], [0.0, 0.0])
+    _close(B[:, 2], [0.0, 0.0])
+    _close(2.0 / 3 * B @ A, [[3.0, 0.0], [0.0, 1.0]])
+
+
 def test_lora_bad_inputs():
     As, Bs = _clients((2, 2))
     with pytest.raises(ValueError, match="client 1: A has shape"):
@@ -531,8 +541,8 @@ def test_lora_bad_inputs():
         flora_stack([], [], None, 1.0)
     with pytest.raises(ValueError, match="alpha"):
         flora_stack(As, Bs, None, 0.0)
-    with pytest.raises(ValueError, match=r"target rank must be in \[1, 5\]"):
-        flexlora_redistribute(As, Bs, None, [2, 6], 1.0)
+    with pytest.raises(ValueError, match=r"target rank must be in >= 1, got 0"):
+        flexlora_redistribute(As, Bs, None, [2, 0], 1.0)
     with pytest.raises(ValueError, match="ranks is empty"):
         flexlora_redistribute(As, Bs, None, [], 1.0)
     with pytest.raises(ValueError, match="2-D matrix"):

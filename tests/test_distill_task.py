@@ -174,14 +174,146 @@ def test_bad_replies_are_dropped_naming_the_node_and_too_few_keep_the_student(tm
     assert (run_dir / "DONE").exists() and len(rows) == 3
 
 
-def test_a_rank_outside_the_allowed_set_stops_the_run_at_once(tmp_path):
+def test_a_rank_outside_the_allowed_set_leaves_that_node_out_not_the_run(tmp_path):
+    """A node whose own node config gives a rank outside dst-ranks answers every round with an error
+    reply naming it: that node is dropped with the reason, every round, and the run finishes on the
+    others. An error reply is a client's text: it never stops the run or blames a run-config key."""
     from fedcal.app.client import build_client_app
 
     cfg = tiny(tmp_path)
-    with pytest.raises(ConfigError, match=r"'dst-ranks': node \d+ \(partition 1\): LoRA rank 3 is not in the "
-                                          r"allowed set \[2, 4, 8\]"):
-        _run(cfg, build_client_app(), node_configs={1: {"lora-rank": 3}})
-    assert not (run_dir_for(cfg) / "DONE").exists()
+    rows = _run(cfg, build_client_app(), node_configs={1: {"lora-rank": 3}})
+    run_dir = run_dir_for(cfg)
+    assert (run_dir / "DONE").exists() and len(rows) == 3
+    rej = pd.read_csv(run_dir / "rejections.csv")
+    assert rej["round"].tolist() == [1, 2] and rej["partition_id"].tolist() == [1, 1]
+    assert rej["reason"].str.contains(r"error reply .*LoRA rank 3 is not in the allowed set \[2, 4, 8\]").all()
+    m = metrics_of(run_dir)
+    assert (m.loc[[1, 2], "replies_accepted"] == 2).all() and (m.loc[[1, 2], "round_kept"] == 0).all()
+
+
+def _claiming(rank_value):
+    """A corruption giving partition 1's reply a ``rank`` metric of ``rank_value`` (a string travels
+    in a ConfigRecord, the only record that holds one)."""
+    def corrupt(part, rnd, reply):
+        if part != 1:
+            return
+        old = dict(reply.content["metrics"])
+        if isinstance(rank_value, str):
+            reply.content["metrics"] = ConfigRecord({**{k: v for k, v in old.items()}, "rank": rank_value})
+        else:
+            reply.content["metrics"] = MetricRecord({**old, "rank": rank_value})
+    return corrupt
+
+
+@pytest.mark.parametrize("rank_value", [float("inf"), float("nan"), "4", 99999, 2.5, -4])
+def test_a_bad_rank_claim_is_a_bad_reply_not_a_crash_or_a_metric(tmp_path, rank_value):
+    """Partition 1 (rank 4) claims another rank in its metrics: its reply is dropped naming 'rank'
+    (before: inf and NaN crashed the server, a string stopped it, 99999 became a metric
+    upload_bytes_r99999 and 2.5 was taken as rank 2); the other two distil and the run finishes."""
+    cfg = tiny(tmp_path, dst_rounds=1)
+    _run(cfg, _corrupting_app(_claiming(rank_value)))
+    run_dir = run_dir_for(cfg)
+    assert (run_dir / "DONE").exists()
+    rej = pd.read_csv(run_dir / "rejections.csv")
+    assert rej["partition_id"].tolist() == [1] and "'rank'" in rej["reason"][0]
+    m = metrics_of(run_dir)
+    assert m.loc[1, "replies_accepted"] == 2 and m.loc[1, "round_kept"] == 0
+    assert sorted(c for c in m.columns if c.startswith("upload_bytes_r")) == ["upload_bytes_r2", "upload_bytes_r8"]
+
+
+def test_claimed_rank_by_hand():
+    from fedcal.tasks.distill import claimed_rank
+
+    def content(rec):
+        return RecordDict({"metrics": rec})
+
+    assert claimed_rank(content(MetricRecord({"rank": 4})), (2, 4)) == (None, 4)
+    assert claimed_rank(content(MetricRecord({"rank": 4.0})), (2, 4)) == (None, 4)
+    for bad in (3, 4.5, float("inf"), float("nan"), -4, [4]):
+        assert "invalid 'rank'" in claimed_rank(content(MetricRecord({"rank": bad})), (2, 4))[0], bad
+    assert "invalid 'rank'" in claimed_rank(content(ConfigRecord({"rank": "4"})), (2, 4))[0]
+    assert "no 'rank'" in claimed_rank(content(MetricRecord({"num-examples": 3})), (2, 4))[0]
+    assert "no 'rank'" in claimed_rank(RecordDict(), (2, 4))[0]
+
+
+def test_a_flora_client_uploading_a_1e20_adapter_is_dropped_and_the_model_stays_finite(tmp_path):
+    """FLoRA merges Σ p_k (α/r_k) B_k A_k into every base weight: one client's finite 1e20 adapter
+    (update ~1e41) made the global model Inf — evaluated as CA 0.5, ASR 1.0 and marked DONE. The
+    reply is dropped naming the overflow; the model stays finite and is measured."""
+    def corrupt(part, rnd, reply):
+        if part == 1 and rnd == 1:
+            state = reply.content["arrays"]
+            reply.content["arrays"] = ArrayRecord(OrderedDict(
+                (k, torch.full(state[k].shape, 1e20) if ".lora_" in k else torch.from_numpy(state[k].numpy().copy()))
+                for k in state))
+
+    cfg = tiny(tmp_path, dst_method="flora")
+    _run(cfg, _corrupting_app(corrupt))
+    run_dir = run_dir_for(cfg)
+    rej = pd.read_csv(run_dir / "rejections.csv")
+    assert rej["round"].tolist() == [1] and rej["partition_id"].tolist() == [1]
+    assert "float32" in rej["reason"][0]
+    m = metrics_of(run_dir)
+    assert (run_dir / "DONE").exists() and m[["ca", "ra", "asr"]].notna().all().all()
+    assert (m.loc[[1, 2], "round_kept"] == 0).all()
+    assert all(bool(torch.isfinite(v).all()) for v in torch.load(run_dir / "model.pt").values())
+
+
+def test_non_finite_evaluation_is_nan_and_a_failed_run_never_a_number(tmp_path, monkeypatch):
+    """The student's logits turn NaN before the last evaluation (its head poisoned here): CA, RA
+    and ASR of that round are NaN, not the CA 0.5 / ASR 1.0 an all-NaN model's argmax gives, and
+    the run fails without DONE (its rows kept)."""
+    import fedcal.tasks.distill as task
+    from fedcal.results import RunFailed
+
+    real = task.evaluate_backdoor
+    calls = []
+
+    def poisoned(model, data, batch_size):
+        calls.append(1)
+        if len(calls) == 3:  # round 2, the last
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    if "classifier" in name:
+                        p.fill_(float("nan"))
+        return real(model, data, batch_size=batch_size)
+
+    monkeypatch.setattr(task, "evaluate_backdoor", poisoned)
+    cfg = tiny(tmp_path)
+    with pytest.raises(RunFailed, match="not finite"):
+        _run(cfg, _corrupting_app(lambda *a: None))
+    run_dir = run_dir_for(cfg)
+    assert not (run_dir / "DONE").exists()
+    m = pd.read_csv(run_dir / "metrics.csv")
+    last = m[m["round"] == 2].set_index("metric")["value"]
+    assert np.isnan(last[["ca", "ra", "asr"]]).all()
+    first = m[m["round"] == 1].set_index("metric")["value"]
+    assert np.isfinite(first[["ca", "ra", "asr"]]).all()
+
+
+def test_evaluate_backdoor_of_a_nan_model_is_nan():
+    """The core: predict refuses non-finite logits (FloatingPointError), evaluate_backdoor reports NaN."""
+    from types import SimpleNamespace
+
+    from fedcal.distill.setup import evaluate_backdoor, is_finite_evaluation
+    from fedcal.distill.student import predict
+
+    class Nan(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.full((2,), float("nan")))
+
+        def forward(self, input_ids, attention_mask):
+            return SimpleNamespace(logits=self.w.expand(input_ids.shape[0], 2))
+
+    ids, mask = torch.ones(3, 4, dtype=torch.long), torch.ones(3, 4, dtype=torch.long)
+    with pytest.raises(FloatingPointError):
+        predict(Nan(), ids, mask)
+    data = SimpleNamespace(test_batch={"input_ids": ids, "attention_mask": mask}, test_labels=np.array([0, 1, 1]),
+                           triggered=SimpleNamespace(labels=np.array([1])), triggered_batch=None)
+    out = evaluate_backdoor(Nan(), data)
+    assert sorted(out) == ["asr", "ca", "flip", "ra"] and all(np.isnan(v) for v in out.values())
+    assert not is_finite_evaluation(out) and is_finite_evaluation({"ca": 0.5})
 
 
 def test_the_logit_attack_scales_or_flips_before_clipping(tmp_path):
@@ -334,6 +466,12 @@ def test_distill_keys_hash_with_the_common_group_only():
     ({"dst-anchor-frac": 1.0}, "dst-anchor-frac"),
     ({"dst-bb-hidden": 30, "dst-bb-heads": 4}, "dst-bb-heads"),
     ({"dst-trigger": "two words"}, "dst-trigger"),
+    # values that passed validation and failed later (issue 30): bounds that mean something
+    ({"dst-clip": 1e308}, "dst-clip"),  # not even a float32: every client's clamp failed
+    ({"dst-t0": 1e-300}, "dst-t0"),  # z / T overflowed: the server crashed on the student's NaN logits
+    ({"dst-kappa": 1e308}, "dst-kappa"),  # κ · 0 in float32 is NaN: the same crash
+    ({"dst-lambda": 1e300}, "dst-lambda"),
+    ({"dst-min-replies": 51}, "dst-min-replies"),  # more than num-clients (50): every round kept, then RunFailed
 ])
 def test_config_errors_are_one_line_naming_the_key(overrides, key, capsys):
     with pytest.raises(ConfigError, match=f"'{key}'"):
@@ -343,6 +481,54 @@ def test_config_errors_are_one_line_naming_the_key(overrides, key, capsys):
                      else "rfd", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("fedcal: error:") and f"'{key}'" in err[0]
+
+
+def test_the_bounds_of_the_distillation_keys_give_a_finite_run(tmp_path):
+    """At the edges of their ranges — the widest clip, the coldest and the hottest CAT temperature
+    (T0 · (1 + κ (1 − τ)) with τ = 0), the heaviest moment term — and a scaling attacker pushing
+    its logits to the clip, a run is still a computation: finite loss and metrics, DONE."""
+    from fedcal.app.engine import simulate
+    from fedcal.config import setting_of
+
+    edge = {"dst_clip": setting_of("dst-clip").le, "dst_t0": setting_of("dst-t0").ge,
+            "dst_kappa": setting_of("dst-kappa").le, "dst_lambda": setting_of("dst-lambda").le}
+    for t0 in (edge["dst_t0"], setting_of("dst-t0").le):
+        cfg = tiny(tmp_path / str(t0), **{**edge, "dst_t0": t0}, dst_tau=0.0, dst_rounds=1,
+                   dst_logit_attack="scale", dst_attack_factor=1e6)
+        run_dir = simulate(cfg, progress=False)
+        m = metrics_of(run_dir)
+        assert (run_dir / "DONE").exists() and np.isfinite(m.loc[1, "distill_loss"]) and m["ca"].notna().all()
+
+
+@pytest.mark.parametrize("overrides,key", [
+    ({"dst-anchor-frac": 1e-9}, "dst-anchor-frac"),  # 0 anchors of 400 texts
+    ({"dst-train-size": 1}, "dst-train-size"),  # one text: no anchor
+    ({"dst-test-size": 1}, "dst-test-size"),  # one test text: a class missing, the ASR undefined
+    ({"num-clients": 500}, "num-clients"),  # 500 clients, 360 private texts
+])
+def test_data_sizes_that_leave_nothing_fail_before_the_run_starts(tmp_path, overrides, key, capsys):
+    """Sizes the config alone cannot judge (they depend on the corpus) are checked once the corpus
+    is loaded, before the backbone is built and before the run directory exists: one line naming
+    the key, through `fedcal run` too."""
+    import fedcal.distill.setup as setup
+
+    built = []
+    real = setup.backbone_of
+    setup_backbone = lambda cfg: built.append(cfg) or real(cfg)  # noqa: E731
+    cfg = tiny(tmp_path, **overrides)
+    try:
+        setup.backbone_of = setup_backbone
+        with pytest.raises(ConfigError, match=f"^run-config key '{key}'"):
+            setup.distill_data(cfg)
+    finally:
+        setup.backbone_of = real
+    assert not built
+    argv = ["run", *[f"{k}={v}" if not isinstance(v, str) else f'{k}="{v}"' for k, v in
+                     {**TINY, "output-dir": str(tmp_path / "cli"), **overrides}.items()], "--no-progress"]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"'{key}'" in err[0]
+    assert not (tmp_path / "cli").exists() or not any((tmp_path / "cli").iterdir())
 
 
 def test_cli_distill_writes_the_tables_and_resumes(tmp_path, capsys):
@@ -432,3 +618,16 @@ def test_cli_distill_replay_runs_each_client_side_once(tmp_path, capsys):
     before = {p: (p / "metrics.csv").stat().st_mtime_ns for p in runs.values()}
     assert cli_main(argv) == 0
     assert before == {p: (p / "metrics.csv").stat().st_mtime_ns for p in runs.values()}
+
+
+def test_an_unloadable_hub_backbone_fails_at_once_naming_dst_backbone(tmp_path, monkeypatch):
+    """dst-backbone names a Hub model: checked with one request at most (offline: none) before the
+    corpus is split or anything loads, instead of from_pretrained's minute of retries."""
+    import fedcal.distill.setup as setup
+
+    cfg = tiny(tmp_path, dst_backbone="no-such-org/no-such-backbone")
+    with pytest.raises(ConfigError, match=r"^run-config key 'dst-backbone': 'no-such-org/no-such-backbone' is not"):
+        setup.backbone_of(cfg)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match="'dst-backbone'.*offline"):
+        setup.backbone_of(cfg)

@@ -179,6 +179,20 @@ def test_registry_and_errors():
         DeepSet(3, 8)(torch.rand(2, 3))
 
 
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_every_aggregator_refuses_non_finite_probits(value):
+    """Called directly (the Flower shell validates replies first), an aggregator still refuses
+    ±Inf as it refuses NaN: a mean of +Inf renormalised to a NaN row, a median or a trimmed mean
+    quietly dropped it, so the answer depended on where the Inf sat."""
+    bad = _probits()
+    bad[1, 2, 0] = value
+    aggs = [cls(1) if name == "trimmed_mean" else cls() for name, cls in AGGREGATORS.items()]
+    aggs += [DeepSet(bad.shape[2], 8), DeepSet(bad.shape[2], 8, pooling="trimmed", f=1)]
+    for agg in aggs:
+        with pytest.raises(ValueError, match="NaN or Inf"):
+            agg(bad.float() if isinstance(agg, DeepSet) else bad)
+
+
 @pytest.mark.parametrize("pooling,f", [("mean", 0), ("trimmed", 2)])
 def test_deepset_permutation_invariance(pooling, f):
     model = DeepSet(3, 16, pooling=pooling, f=f, seed=0)

@@ -264,3 +264,40 @@ def test_runs_at_different_tau_or_strategy_have_different_hashes(tmp_path):
     assert {"tau", "strategy", "num_rounds", "lm_corpus", "optimizer", "lr"} <= hashed_keys("lm")
     dirs = {run_dir_for(tiny(tmp_path, tau=t, strategy=s)) for t in (0.5, 2.0) for s in ("fedavg", "median")}
     assert len(dirs) == 4
+
+
+def test_wikitext2_without_datasets_is_one_config_error_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """lm-corpus=wikitext2 where Hugging Face datasets is missing (as offline machines have it)
+    ended in an ImportError traceback; it is one line naming the key, before the run starts."""
+    import sys
+
+    from fedcal.cli import main as cli_main
+
+    monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets → ImportError, installed or not
+    with pytest.raises(ConfigError, match="^run-config key 'lm-corpus': wikitext2 needs Hugging Face datasets"):
+        lm_corpus("wikitext2", 3)
+    out = tmp_path / "runs"
+    argv = ["run", *[f"{k}={v}" if not isinstance(v, str) else f'{k}="{v}"' for k, v in
+                     {**TINY, "lm-corpus": "wikitext2", "output-dir": str(out)}.items()], "--no-progress"]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'lm-corpus'" in err[0]
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_an_unloadable_hub_model_fails_at_once_naming_lm_model(monkeypatch):
+    """An lm-model Hub name that cannot be loaded took 80 s of retries; offline it is refused before
+    any request, online after one."""
+    import transformers
+
+    from fedcal.lm.model import fresh_lm
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("from_pretrained was called for an unloadable name")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", no_download)
+    with pytest.raises(ConfigError, match="^run-config key 'lm-model': 'no-such-org/no-such-model' is not a local"):
+        fresh_lm("no-such-org/no-such-model")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match="'lm-model'.*offline"):
+        fresh_lm("no-such-org/no-such-model")

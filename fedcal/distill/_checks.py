@@ -10,6 +10,8 @@ from numbers import Integral, Real
 
 import torch
 
+from fedcal.aggregate.numerics import fit_weights
+
 
 def check_int(name: str, value, low: int, high: int | None = None) -> int:
     """``value`` as an int in [low, high] (``high`` None: no upper bound); bools are refused."""
@@ -67,14 +69,15 @@ def check_uploads(Z) -> torch.Tensor:
 def normalized_weights(weights, n: int, *, dtype: torch.dtype, device) -> torch.Tensor:
     """p_k = w_k / Σ_j w_j for ``n`` clients; ``None`` means equal weights p_k = 1/n.
 
-    The weights (typically sample counts) must be finite, >= 0 and have a positive sum.
+    The weights (typically sample counts) must be finite, >= 0 and have a positive sum; any finite
+    size is accepted, even above ``dtype``'s range (:func:`fedcal.aggregate.numerics.fit_weights`).
     """
     if weights is None:
         return torch.full((n,), 1.0 / n, dtype=dtype, device=device)
     w = torch.as_tensor(weights, device=device)
     if w.is_complex():
         raise ValueError("weights must be real")
-    w = w.to(dtype)
+    w = w.double()  # checked before any cast: a size above float32's range is a size, not an Inf
     if w.shape != (n,):
         raise ValueError(f"weights must have shape ({n},), one per client, got {tuple(w.shape)}")
     if not bool(torch.isfinite(w).all()):
@@ -82,6 +85,10 @@ def normalized_weights(weights, n: int, *, dtype: torch.dtype, device) -> torch.
     if bool((w < 0).any()):
         k = int(torch.nonzero(w < 0)[0, 0])
         raise ValueError(f"weights must be >= 0; client {k} has weight {float(w[k])}")
+    # The image strategies' overflow-free weighting: sizes outside [2^-60, 2^60] (a client claiming
+    # 1e39 examples) are rescaled by a power of two, exactly, before the cast to ``dtype``; ordinary
+    # sizes are cast unchanged, so their arithmetic is what it was.
+    w = fit_weights(w, dtype)
     total = w.sum()
     if not float(total) > 0:
         raise ValueError("weights must have a positive sum (all weights are zero)")

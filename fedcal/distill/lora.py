@@ -161,8 +161,12 @@ def flexlora_redistribute(As, Bs, weights, ranks: int | Iterable[int], alpha: fl
 
     so that the adapter's update (α/r)·B A = U_r S_r V_rᵀ is the best rank-r approximation of W̄
     in the Frobenius and spectral norms (Eckart–Young–Mirsky); at r = min(d_out, d_in) it is W̄
-    itself. ``ranks``: one int or several, each in [1, min(d_out, d_in)]. Returns
-    ``{r: (A, B)}``. The SVD is computed once, in the adapters' dtype.
+    itself. A rank above min(d_out, d_in) (a client whose allowed rank exceeds a small layer) gets
+    W̄ itself, its factors padded with zero rows of A and zero columns of B: still the best rank-r
+    approximation, in the shapes that client's adapter has. ``ranks``: one int or several, each
+    >= 1. Returns ``{r: (A, B)}``. The SVD is computed once, in the adapters' dtype; it raises
+    ``torch.linalg.LinAlgError`` when LAPACK does not converge (the caller decides what a round
+    does then).
     """
     alpha = check_real("alpha", alpha, low=0.0, strict_low=True)
     As, Bs = _check_adapters(As, Bs)
@@ -170,7 +174,7 @@ def flexlora_redistribute(As, Bs, weights, ranks: int | Iterable[int], alpha: fl
     full = min(d_out, d_in)
     if isinstance(ranks, bool) or not isinstance(ranks, Iterable):
         ranks = [ranks]
-    ranks = [check_int("each target rank", r, 1, full) for r in ranks]
+    ranks = [check_int("each target rank", r, 1) for r in ranks]
     if not ranks:
         raise ValueError("ranks is empty: give at least one target rank")
     p = normalized_weights(weights, len(As), dtype=As[0].dtype, device=As[0].device)
@@ -179,7 +183,11 @@ def flexlora_redistribute(As, Bs, weights, ranks: int | Iterable[int], alpha: fl
     root = S.sqrt()
     out = {}
     for r in ranks:
-        A = root[:r, None] * Vh[:r]
-        B = (r / alpha) * (U[:, :r] * root[None, :r])
+        k = min(r, full)
+        A = root[:k, None] * Vh[:k]
+        B = (r / alpha) * (U[:, :k] * root[None, :k])
+        if r > full:  # zero components beyond the update's own rank
+            A = torch.cat([A, A.new_zeros(r - full, d_in)], dim=0)
+            B = torch.cat([B, B.new_zeros(d_out, r - full)], dim=1)
         out[r] = (A, B)
     return out

@@ -108,11 +108,11 @@ def replay(source_dir: str | os.PathLike[str], cfg: RunConfig, device: str = "cp
     """Re-run RFD-LoRA's server of ``cfg`` on the uploads recorded by the finished run in
     ``source_dir`` (same client side: ValueError otherwise) and store the result as ``cfg``'s run
     directory (:func:`fedcal.results.run_dir_for`); returns it."""
-    from fedcal.results import RunStore, config_hash, hashed_keys, is_finished, load_config, run_dir_for
+    from fedcal.results import RunFailed, RunStore, config_hash, hashed_keys, is_finished, load_config, run_dir_for
 
     from .clients import adapter_state
-    from .setup import (base_classifier, distill_data, evaluate_backdoor, is_eval_round, server_round,
-                        student_and_optimizer)
+    from .setup import (base_classifier, distill_data, evaluate_backdoor, is_eval_round, is_finite_evaluation,
+                        server_round, student_and_optimizer)
 
     source_dir = Path(source_dir)
     if not is_finished(source_dir):
@@ -142,6 +142,9 @@ def replay(source_dir: str | os.PathLike[str], cfg: RunConfig, device: str = "cp
         if is_eval_round(cfg, rnd):
             metrics.update(evaluate())
         store.log_round(rnd, metrics)
+    if not is_finite_evaluation(metrics):  # the live run's rule: a NaN model is no result
+        raise RunFailed(f"run {store.dir.name}: the final model's logits are not finite (CA, RA and ASR are NaN in "
+                        "metrics.csv); the run is not marked DONE")
     (store.dir / REPLAY_FILE).write_text(json.dumps({"replayed_from": source_dir.name,
                                                      "source_config_hash": config_hash(src)}, indent=1))
     store.save_model(adapter_state(model))

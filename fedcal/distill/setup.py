@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from fedcal.config import RunConfig
+from fedcal.config import ConfigError, RunConfig
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,31 @@ def text_task(cfg: RunConfig):
                     test_labels=task.test_labels[te], num_classes=task.num_classes, class_names=task.class_names)
 
 
+def check_data_sizes(cfg: RunConfig, task) -> None:
+    """One :class:`ConfigError` naming the key whose value leaves part of the run empty, once the
+    corpus (``task``, after ``dst-train-size`` / ``dst-test-size``) is known: the public anchor set
+    (round(``dst-anchor-frac`` · N) texts, :func:`fedcal.text.anchor_split`'s count) must hold at
+    least one text and leave one private; every client needs a private text; the test split must
+    hold every class (CA is over all classes; ASR needs texts outside ``dst-target``). Checked on
+    the server before anything runs, so a run never fails — or worse, averages nothing — later."""
+    n = len(task.train_labels)
+    anchors = round(cfg.dst_anchor_frac * n)
+    if not 0 < anchors < n:
+        key = "dst-train-size" if cfg.dst_train_size else "dst-anchor-frac"
+        raise ConfigError(f"run-config key {key!r}: dst-anchor-frac = {cfg.dst_anchor_frac:g} of the {n} training "
+                          f"texts of dst-corpus={cfg.dst_corpus} gives {anchors} anchors; the distillation needs at "
+                          "least one anchor and one private text")
+    if cfg.num_clients > n - anchors:
+        key = "dst-train-size" if cfg.dst_train_size else "num-clients"
+        raise ConfigError(f"run-config key {key!r}: {cfg.num_clients} clients but {n - anchors} private training texts "
+                          f"(dst-corpus={cfg.dst_corpus}, {anchors} anchors): every client needs one")
+    missing = sorted(set(range(task.num_classes)) - {int(c) for c in np.unique(task.test_labels)})
+    if missing:
+        key = "dst-test-size" if cfg.dst_test_size else "dst-corpus"
+        raise ConfigError(f"run-config key {key!r}: the test split ({len(task.test_labels)} texts) holds no text of "
+                          f"class(es) {missing}; CA covers every class and ASR needs texts outside the target")
+
+
 def backbone_config(cfg: RunConfig):
     """The small backbone's :class:`fedcal.text.BackboneConfig` from the ``dst-bb-*`` keys; for the
     synthetic corpus it pretrains on the toy task's public texts instead of the offline corpora.
@@ -103,6 +129,9 @@ def backbone_of(cfg: RunConfig) -> str:
     """``dst-backbone`` if set (a folder or a Hub name), else the small backbone's cached folder
     (built on first use: :func:`fedcal.text.pretrained_backbone`)."""
     if cfg.dst_backbone:
+        from fedcal.hub import check_hub_name
+
+        check_hub_name("dst-backbone", cfg.dst_backbone)  # one request at most, not a minute of retries
         return cfg.dst_backbone
     from fedcal.text import pretrained_backbone
 
@@ -149,6 +178,7 @@ def _build_data(cfg: RunConfig) -> DistillData:
     from fedcal.text.splits import skew_patterns
 
     task = text_task(cfg)
+    check_data_sizes(cfg, task)  # before the backbone (minutes to build): a size that leaves nothing is a config error
     anchors, private = anchor_split(len(task.train_labels), cfg.dst_anchor_frac, cfg.seed, task.train_labels)
     if cfg.dst_partition == "iid":
         shards = iid_clients(task.train_labels, cfg.num_clients, cfg.seed, private)
@@ -225,9 +255,29 @@ def adapted_layers(model) -> list[str]:
 def evaluate_backdoor(model, data: DistillData, batch_size: int = 256) -> dict[str, float]:
     """CA on ``data``'s test split and, when it has triggered texts, RA, ASR and the trigger's flip
     rate on its triggered copy (:mod:`fedcal.distill.student` and
-    :meth:`fedcal.text.TriggeredSet.flip_rate` have the definitions)."""
+    :meth:`fedcal.text.TriggeredSet.flip_rate` have the definitions). A model with non-finite
+    logits gets NaN for every one of them (:func:`nonfinite_evaluation`): never a number — an
+    all-NaN model "predicts" class 0 everywhere, which would read as CA 0.5 and ASR 1.0."""
     from fedcal.distill.student import clean_accuracy, predict
 
+    try:
+        return _evaluate_backdoor(model, data, batch_size, clean_accuracy, predict)
+    except FloatingPointError:
+        return nonfinite_evaluation(data)
+
+
+def nonfinite_evaluation(data: DistillData) -> dict[str, float]:
+    """The metrics :func:`evaluate_backdoor` reports for a model with non-finite logits: all NaN."""
+    keys = ("ca", "ra", "asr", "flip") if len(data.triggered.labels) else ("ca",)
+    return {k: float("nan") for k in keys}
+
+
+def is_finite_evaluation(metrics: dict[str, float]) -> bool:
+    """Whether an evaluation of :func:`evaluate_backdoor` measured a model (its CA is a number)."""
+    return math.isfinite(metrics.get("ca", float("nan")))
+
+
+def _evaluate_backdoor(model, data: DistillData, batch_size: int, clean_accuracy, predict) -> dict[str, float]:
     pred = predict(model, data.test_batch["input_ids"], data.test_batch["attention_mask"], batch_size=batch_size)
     out = {"ca": clean_accuracy(pred, torch.as_tensor(data.test_labels))}
     if len(data.triggered.labels):

@@ -179,9 +179,16 @@ def distill_step(
 
 
 def predict(model, input_ids, attention_mask, *, batch_size: int = 256) -> torch.Tensor:
-    """Predicted labels argmax_c z_c of the model's eval-mode logits, an int64 CPU tensor (N,)."""
+    """Predicted labels argmax_c z_c of the model's eval-mode logits, an int64 CPU tensor (N,).
+
+    FloatingPointError when a logit is NaN or Inf: the argmax of such a row is an artefact of its
+    position (class 0 for an all-NaN row), not a prediction, and accuracies computed from it would
+    look like ordinary numbers."""
     ids, mask = _check_batch(input_ids, attention_mask)
-    return _logits(model, ids, mask, check_int("batch_size", batch_size, 1)).argmax(dim=-1)
+    z = _logits(model, ids, mask, check_int("batch_size", batch_size, 1))
+    if not bool(torch.isfinite(z).all()):
+        raise FloatingPointError("the model's logits contain NaN or Inf: it predicts nothing")
+    return z.argmax(dim=-1)
 
 
 def _labels(pred, labels) -> tuple[torch.Tensor, torch.Tensor]:

@@ -30,15 +30,17 @@ __all__ = [
 
 
 def check_probits(probits: torch.Tensor) -> torch.Tensor:
-    """Validate a (B, n, C) probit tensor; raise ValueError on wrong rank or NaN."""
+    """Validate a (B, n, C) probit tensor; raise ValueError on wrong rank, NaN or ±Inf (a probit is
+    a probability: no aggregator gives an infinite one a meaning, and each would handle it its own
+    way — a mean turns the row NaN, a median or a trimmed mean drops it depending on its place)."""
     if not isinstance(probits, torch.Tensor):
         probits = torch.as_tensor(probits)
     if probits.dim() != 3:
         raise ValueError(f"probits must be 3-D (B, n, C); got shape {tuple(probits.shape)}")
     if probits.shape[1] < 1 or probits.shape[2] < 1:
         raise ValueError(f"probits needs n >= 1 clients and C >= 1 classes; got {tuple(probits.shape)}")
-    if torch.isnan(probits).any():
-        raise ValueError("probits contain NaN")
+    if not bool(torch.isfinite(probits).all()):
+        raise ValueError("probits contain NaN or Inf")
     if not probits.is_floating_point():
         probits = probits.float()
     return probits

@@ -169,15 +169,27 @@ def articles(lines: Sequence[str]) -> list[str]:
     return ["\n".join(a) for a in out]
 
 
+#: WikiText-2's dataset name on the Hugging Face Hub, as ``load_dataset`` takes it
+WIKITEXT_REPO = "wikitext"
+
+
 def wikitext2_lm(num_clients: int, seed: int = 0, cache_dir: str | os.PathLike[str] | None = None) -> LMCorpus:
     """WikiText-2 (raw) through Hugging Face ``datasets`` (downloads; networked users): the training
     articles dealt round-robin to ``num_clients`` clients, each client's articles split as
     :func:`split_samples`; the validation split is the public text."""
     try:
         from datasets import load_dataset
-    except ImportError as exc:
-        raise ImportError("lm-corpus=wikitext2 needs Hugging Face datasets: `pip install datasets`") from exc
-    ds = load_dataset("wikitext", "wikitext-2-raw-v1", cache_dir=cache_dir)
+    except ImportError:
+        raise ConfigError("run-config key 'lm-corpus': wikitext2 needs Hugging Face datasets (`pip install datasets`), "
+                          "not installed here; offline, use lm-corpus=shakespeare or synthetic") from None
+    from fedcal.hub import check_hub_name
+
+    check_hub_name("lm-corpus", WIKITEXT_REPO, repo_type="dataset")  # one request at most, not load_dataset's retries
+    try:
+        ds = load_dataset(WIKITEXT_REPO, "wikitext-2-raw-v1", cache_dir=cache_dir)
+    except Exception as exc:  # noqa: BLE001 — offline without a cached copy, a broken download
+        raise ConfigError(f"run-config key 'lm-corpus': WikiText-2 cannot be loaded ({type(exc).__name__}: "
+                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})") from None
     train = articles(ds["train"]["text"])
     if num_clients > len(train):
         raise ConfigError(f"run-config key 'num-clients': {num_clients} clients but WikiText-2 has {len(train)} articles")

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from fedcal.config import LM_TOKENIZERS, ConfigError
+from fedcal.hub import check_hub_name
 from fedcal.text.backbone import (_quiet_transformers, cache_root, pack, publish_folder, shuffled_batches,
                                   warmup_linear_decay)
 from fedcal.text.tokenizer import gpt2_tokenizer, load_tokenizer, train_tokenizer
@@ -228,6 +229,7 @@ def fresh_lm(path_or_name: str) -> tuple[CausalLM, LMTokens]:
         else:
             from transformers import AutoTokenizer
 
+            check_hub_name("lm-model", path_or_name)  # one request at most, not a minute of retries
             fast = AutoTokenizer.from_pretrained(path_or_name)
             eos = fast.eos_token_id
             tokens = LMTokens(fast.backend_tokenizer, fast.bos_token_id if fast.bos_token_id is not None else eos, eos)

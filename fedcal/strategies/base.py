@@ -15,8 +15,10 @@ Bad replies — error replies, NaN/Inf values, a missing, extra, wrongly shaped 
 typed array, an invalid buffer (BatchNorm ``running_var`` < 0, a negative counter), an update
 that overflows float32, a missing or invalid weight, a second reply of the same node — are
 dropped with a warning naming the node, its partition id (``node_label``) and the reason; the
-round continues with the rest, and when nothing valid remains the global model is kept. Every
-round's accounting (received, accepted, rejected with reasons) is kept in :attr:`replies`.
+round continues with the rest, and when nothing valid remains the global model is kept. So it is
+when the rule itself fails (a ValueError, an ArithmeticError, LAPACK's ``LinAlgError``) or its
+result is not finite, with the reason logged. Every round's accounting (received, accepted,
+rejected with reasons) is kept in :attr:`replies`.
 
 This covers *train* replies. Federated evaluation (``configure_evaluate`` /
 ``aggregate_evaluate``) is Flower's FedAvg's own: fedcal evaluates centrally
@@ -350,7 +352,8 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
                     piece = merged[offset:offset + size].reshape(base[k].shape)
                     new[k] = (piece if base[k].is_floating_point() else piece.round()).to(base[k].dtype)
                     offset += size
-        except (ValueError, ArithmeticError) as exc:  # a rule refusing its input must not end the run
+        # a rule refusing its input, or failing numerically (a LAPACK solver not converging), must not end the run
+        except (ValueError, ArithmeticError, torch.linalg.LinAlgError) as exc:
             log(WARNING, "round %d: aggregation failed (%s); the global model is kept", server_round, exc)
             return None, None
         if any(not bool(torch.isfinite(v).all()) for v in new.values() if v.is_floating_point()):

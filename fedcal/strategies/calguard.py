@@ -7,6 +7,7 @@ from logging import INFO, WARNING
 from typing import Unpack
 
 import torch
+from flwr.app import ArrayRecord
 from flwr.supercore import log
 from torch import nn
 
@@ -47,7 +48,8 @@ class CalGuard(UpdateAggregationStrategy):
         The shared arguments (Flower's FedAvg ones, seeded sampling, buffers), see the base.
 
     After each round :attr:`last_audit` holds, per node, the signature, deviation, score, σ and
-    decision, and :meth:`audit_rows` returns them with the aggregation weight.
+    decision, and :meth:`audit_rows` returns them with the aggregation weight. ``start`` refuses
+    initial arrays that do not fit ``model`` (:meth:`check_arrays`) before the first round.
     """
 
     def __init__(self, *, model: nn.Module, root_x: torch.Tensor, root_y: torch.Tensor, kappa: float = 5.0,
@@ -74,6 +76,25 @@ class CalGuard(UpdateAggregationStrategy):
         self.kappa, self.mode = float(kappa), mode
         self.scale = cg.DeviationScale(window)
         self.strikes = cg.Strikes(strikes)
+
+    def check_arrays(self, arrays: ArrayRecord) -> None:
+        """ValueError naming the first array that does not fit :attr:`model` (a missing or unexpected
+        key, another shape): CalGuard loads every candidate into its model, so arrays of another
+        architecture would fail only in round 1, after every client had trained."""
+        want = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
+        have = {k: tuple(arrays[k].shape) for k in arrays.keys()}
+        missing, extra = sorted(set(want) - set(have)), sorted(set(have) - set(want))
+        if missing or extra:
+            raise ValueError(f"CalGuard's model does not fit the arrays: missing {missing[:3]}, unexpected {extra[:3]}")
+        for k, shape in want.items():
+            if have[k] != shape:
+                raise ValueError(f"CalGuard's model does not fit the arrays: '{k}' has shape {have[k]}, the model's "
+                                 f"{shape}")
+
+    def start(self, grid, initial_arrays: ArrayRecord, *args, **kwargs):
+        """Flower's ``start``, after :meth:`check_arrays` of the initial arrays (before any message)."""
+        self.check_arrays(initial_arrays)
+        return super().start(grid, initial_arrays, *args, **kwargs)
 
     def summary(self) -> None:
         """Log CalGuard's settings, then the shared ones."""

@@ -24,10 +24,15 @@ class              what a node receives / how replies are combined
 
 Replies are validated before any arithmetic: an error reply, no ArrayRecord, NaN/Inf, keys or
 shapes that do not fit the round (another rank under FedIT, an A uploaded under FFA-LoRA, an
-unpaired A/B, another layer set), a missing or invalid ``num-examples``, a second reply of one
-node — each is dropped with a warning naming the node (``node_label`` gives its partition id) and
-recorded in :attr:`LoraStrategy.replies` (:class:`fedcal.strategies.base.RoundReplies`). With
-fewer than ``min_replies`` valid replies the global adapter is kept.
+unpaired A/B, another layer set), layers of different ranks, a rank outside ``allowed_ranks``,
+layers or head shapes unlike the model's (``template``), an update (α/r)·B·A that can leave
+float32's range, a missing or invalid ``num-examples``, a second reply of one node — each is
+dropped with a warning naming the node (``node_label`` gives its partition id) and recorded in
+:attr:`LoraStrategy.replies` (:class:`fedcal.strategies.base.RoundReplies`). Claimed sizes of any
+finite magnitude weigh as in the image strategies (:func:`fedcal.aggregate.fit_weights`). With
+fewer than ``min_replies`` valid replies the global adapter is kept; so it is when the rule fails
+numerically (a ValueError, an ArithmeticError, LAPACK's ``LinAlgError``) or its result is not a
+usable adapter (its update beyond float32), with the reason logged: no reply is to blame then.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg as _FlowerFedAvg
 from flwr.supercore import log
 
+from fedcal.aggregate import fit_weights
 from fedcal.distill.clients import is_lora_a_key, is_lora_b_key
 from fedcal.distill.adapters import (
     FloraUpdate,
@@ -65,6 +71,7 @@ from fedcal.strategies.base import RoundReplies, counted_replies, reply_weight
 __all__ = ["LORA_STRATEGIES", "STACKED_A", "STACKED_B", "FFALoRA", "FLoRA", "FedIT", "FlexLoRA", "LoraStrategy"]
 
 STACKED_A, STACKED_B = ".stacked_A", ".stacked_B"  # FLoRA's record keys: <layer>.stacked_A / .stacked_B
+_F32_MAX = float(torch.finfo(torch.float32).max)
 
 
 def _tensor(array: Any) -> torch.Tensor:
@@ -89,6 +96,13 @@ class LoraStrategy(_FlowerFedAvg):
     every connected node is trained unless ``fraction_train`` < 1) plus
 
     * ``alpha``: the clients' LoRA α (FLoRA and FlexLoRA fold α/r into their products);
+    * ``allowed_ranks``: the ranks a client's adapter may have (the distill task's ``dst-ranks``);
+      a reply of another rank is dropped (default: any rank). A node's rank is never taken on
+      trust: every layer of its adapter must have the same one;
+    * ``template``: an adapter state of the model the clients adapt, at any rank (e.g.
+      ``adapter_state`` of the global model): a reply must have exactly its LoRA layers, each
+      layer's d_in (A's columns) and d_out (B's rows), and its head tensors' shapes (default:
+      replies are only compared with each other, the first valid one setting the round's shapes);
     * ``min_replies``: fewer valid replies than this keep the global adapter (default 1);
     * ``node_label``: node id → partition id (or any name) for warnings and rejections;
     * ``node_sort_key``: node id → sortable key; valid replies are aggregated in this order so
@@ -104,7 +118,7 @@ class LoraStrategy(_FlowerFedAvg):
 
     def __init__(self, *, alpha: float = 8.0, min_replies: int = 1, node_label: Callable[[int], Any] | None = None,
                  node_sort_key: Callable[[int], Any] | None = None, message_type: str = MessageType.TRAIN,
-                 **fedavg: Any) -> None:
+                 allowed_ranks: Iterable[int] | None = None, template: Any = None, **fedavg: Any) -> None:
         fedavg.setdefault("fraction_evaluate", 0.0)  # the global model is evaluated centrally
         fedavg.setdefault("min_evaluate_nodes", 0)
         super().__init__(**fedavg)
@@ -113,6 +127,17 @@ class LoraStrategy(_FlowerFedAvg):
         if min_replies < 1:
             raise ValueError(f"min_replies must be >= 1, got {min_replies}")
         self.alpha = float(alpha)
+        self.allowed_ranks = None if allowed_ranks is None else tuple(sorted({int(r) for r in allowed_ranks}))
+        if self.allowed_ranks is not None and (not self.allowed_ranks or self.allowed_ranks[0] < 1):
+            raise ValueError(f"allowed_ranks must be ranks >= 1, got {allowed_ranks}")
+        #: per LoRA layer (d_in, d_out), and the head's shapes, of the model (from ``template``)
+        self.layer_dims: dict[str, tuple[int, int]] | None = None
+        self.head_shapes: dict[str, tuple[int, ...]] | None = None
+        if template is not None:
+            state = OrderedDict((k, template[k]) for k in template)
+            self.layer_dims = {layer: (int(state[a].shape[1]), int(state[b].shape[0]))
+                               for layer, (a, b) in lora_layers(state).items()}
+            self.head_shapes = {k: tuple(v.shape) for k, v in state.items() if ".lora_" not in k}
         self.message_type = message_type
         self.min_replies = int(min_replies)
         self.node_label = node_label
@@ -167,16 +192,39 @@ class LoraStrategy(_FlowerFedAvg):
     # ------------------------------------------------------------------ validate
     def check_keys(self, node: int, state: OrderedDict) -> str | None:
         """Why ``state``'s keys/shapes do not fit this round (None: they do). Default: every LoRA
-        layer has both A (r, d_in) and B (d_out, r) of one rank r."""
+        layer has both A (r, d_in) and B (d_out, r) of one rank r, the same r in every layer and one
+        of ``allowed_ranks``; the layers, their d_in / d_out and the head's shapes are the model's
+        (``template``); and every layer's update (α/r)·B·A stays within float32's range."""
         try:
             layers = lora_layers(state)
         except ValueError as exc:
             return str(exc)
+        ranks = set()
         for layer, (a, b) in layers.items():
             A, B = state[a], state[b]
             if A.ndim != 2 or B.ndim != 2 or B.shape[1] != A.shape[0]:
                 return f"layer {layer}: A {tuple(A.shape)} and B {tuple(B.shape)} are not a rank-r pair"
-        return None
+            ranks.add(int(A.shape[0]))
+        if len(ranks) > 1:
+            return f"its layers have different ranks {sorted(ranks)} (a client's adapter has one rank)"
+        rank = ranks.pop()
+        if self.allowed_ranks is not None and rank not in self.allowed_ranks:
+            return f"LoRA rank {rank} is not in the allowed set {list(self.allowed_ranks)}"
+        if self.layer_dims is not None:
+            if set(layers) != set(self.layer_dims):
+                odd = sorted(set(layers) ^ set(self.layer_dims))
+                return f"its LoRA layers are not the model's (differing: {odd[:3]})"
+            for layer, (a, b) in layers.items():
+                d_in, d_out = self.layer_dims[layer]
+                if state[a].shape[1] != d_in or state[b].shape[0] != d_out:
+                    return (f"layer {layer}: A {tuple(state[a].shape)} and B {tuple(state[b].shape)} do not fit the "
+                            f"model's layer (d_in = {d_in}, d_out = {d_out})")
+            head = {k: tuple(v.shape) for k, v in state.items() if ".lora_" not in k}
+            if head != self.head_shapes:
+                want = self.head_shapes
+                odd = sorted(set(head) ^ set(want)) or sorted(k for k in head if head[k] != want[k])
+                return f"its head tensors are not the model's (differing: {odd[:3]})"
+        return update_range_problem(state, layers, self.alpha)
 
     def _reply_state(self, msg: Message) -> tuple[str | None, OrderedDict | None, float, int]:
         """(reason or None, state, weight, payload bytes) of one reply."""
@@ -213,6 +261,16 @@ class LoraStrategy(_FlowerFedAvg):
         """The new global record from the valid replies' states (in ``node_sort_key`` order)."""
         raise NotImplementedError
 
+    def record_problem(self, record: ArrayRecord) -> str | None:
+        """Why the new global record is no usable adapter (None: it is). Default: its arrays are
+        finite and every layer's update (α/r)·B·A stays within float32's range — replies that are
+        each fine can still average into one that is not (a huge A from one, a huge B from another)."""
+        state = to_state(record)
+        for k, v in state.items():
+            if not bool(torch.isfinite(v).all()):
+                return f"the new global adapter's array '{k}' is not finite"
+        return update_range_problem(state, lora_layers(state), self.alpha, "the new global adapter's")
+
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Validate the replies, then :meth:`aggregate_states` when at least ``min_replies`` are valid."""
@@ -241,24 +299,48 @@ class LoraStrategy(_FlowerFedAvg):
                 continue
             good.append((node, state, weight))
             self.last_bytes[node] = size
-            b_key = next((k for k in state if is_lora_b_key(k)), None)  # B (d_out, r) is uploaded under every rule
-            if b_key is not None:
-                self.node_ranks[node] = int(state[b_key].shape[1])
+            # the one rank of all its layers (check_keys): B (d_out, r) is uploaded under every rule
+            b = next((v for k, v in state.items() if is_lora_b_key(k)), None)
+            if b is not None:
+                self.node_ranks[node] = int(b.shape[1])
         good.sort(key=lambda g: (self.node_sort_key(g[0]), g[0]))
         account.accepted = [g[0] for g in good]
         if len(good) < self.min_replies:
             log(WARNING, "round %d: %d valid replies (< %d); the global adapter is kept", server_round, len(good),
                 self.min_replies)
             return None, None
+        # Data sizes as float64, brought into float32's range by a power of two when a reply claims
+        # an absurd size (1e39): the image strategies' weighting (fedcal.strategies.base).
+        weights = fit_weights(torch.tensor([g[2] for g in good], dtype=torch.float64), torch.float64)
         try:
-            record = self.aggregate_states(server_round, [g[0] for g in good], [g[1] for g in good],
-                                           torch.tensor([g[2] for g in good], dtype=torch.float64))
-        except (ValueError, ArithmeticError) as exc:  # a rule refusing its input must not end the run
-            log(WARNING, "round %d: aggregation failed (%s); the global adapter is kept", server_round, exc)
+            record = self.aggregate_states(server_round, [g[0] for g in good], [g[1] for g in good], weights)
+            problem = self.record_problem(record)
+        # a rule refusing its input, or failing numerically (LAPACK's SVD not converging), must not end the run
+        except (ValueError, ArithmeticError, torch.linalg.LinAlgError) as exc:
+            problem = f"aggregation failed ({exc})"
+        if problem:
+            log(WARNING, "round %d: %s; the global adapter is kept", server_round, problem)
             return None, None
         account.aggregated = True
         total = sum(g[2] for g in good)
         return record, MetricRecord({"num-examples": total, "replies-accepted": len(good)})
+
+
+def update_range_problem(state, layers, alpha: float, whose: str = "its adapter's") -> str | None:
+    """Why an adapter's update ΔW = (α/r)·B·A may leave float32's range at some layer (None: it
+    cannot). Checked with the bound |(B A)_ij| ≤ r·max|B|·max|A| in float64 — on its own and scaled
+    by α/r — so nothing of size d_out × d_in is computed; it trips only for entries of order 1e18
+    or more, far from anything training produces, where the product (and the model it is merged
+    into) could be Inf."""
+    for layer, (a, b) in layers.items():
+        A, B = state[a], state[b]
+        if not A.numel() or not B.numel():
+            continue
+        bound = float(A.detach().abs().max()) * float(B.detach().abs().max()) * max(int(A.shape[0]), alpha)
+        if not bound < _F32_MAX:
+            return (f"{whose} update (α/r)·B·A at layer {layer} can leave float32's range "
+                    f"(max|A|·max|B|·max(r, α) = {bound:.3g})")
+    return None
 
 
 def _compare(want: dict[str, tuple], state, what: str) -> str | None:
@@ -281,12 +363,11 @@ class FedIT(LoraStrategy):
     name = "FedIT"
 
     def check_keys(self, node, state):
+        reason = super().check_keys(node, state)  # first: a rank outside the allowed set names itself
         sent = self.sent.get(node)
-        if sent is not None and len(sent.keys()):
+        if reason is None and sent is not None and len(sent.keys()):
             reason = _compare({k: tuple(sent[k].shape) for k in sent}, state, "the global adapter")
-            if reason:
-                return reason
-        return super().check_keys(node, state)
+        return reason
 
     def aggregate_states(self, server_round, nodes, states, weights):
         return to_record(fedit_aggregate(states, weights))
@@ -336,13 +417,22 @@ class FLoRA(LoraStrategy):
 
     def aggregate_states(self, server_round, nodes, states, weights):
         update = flora_aggregate(states, weights, alpha=self.alpha)
-        out = OrderedDict()
+        out, merged = OrderedDict(), {}
         for layer, (A_s, B_s) in update.stacked.items():
             out[layer + STACKED_A], out[layer + STACKED_B] = A_s.float(), B_s.float()
             delta = update.delta(layer).float()
-            self.merged[layer] = self.merged.get(layer, torch.zeros_like(delta)) + delta
+            merged[layer] = self.merged.get(layer, torch.zeros_like(delta)) + delta
+            if not bool(torch.isfinite(merged[layer]).all()):  # checked before anything is kept
+                raise ArithmeticError(f"the merged update of layer {layer} leaves float32's range")
+        self.merged.update(merged)
         out.update(update.head)
         return to_record(out)
+
+    def record_problem(self, record):
+        """The stacked record's update is checked (finite, in float32) while it is merged."""
+        state = to_state(record)
+        bad = next((k for k, v in state.items() if not bool(torch.isfinite(v).all())), None)
+        return None if bad is None else f"the new stacked adapter's array '{bad}' is not finite"
 
 
 def flora_update(record: ArrayRecord) -> FloraUpdate | None:
@@ -380,8 +470,13 @@ class FlexLoRA(LoraStrategy):
         a0 = states[0][next(iter(layers.values()))[0]]
         b0 = states[0][next(iter(layers.values()))[1]]
         full = min(a0.shape[1], b0.shape[0])
-        wanted = sorted({*(r for r in self.ranks if r <= full), *(self.node_ranks[n] for n in nodes), full})
+        # every rank a node may have, even above the layer size (flexlora_redistribute pads it with zeros)
+        wanted = sorted({*self.ranks, *(self.node_ranks[n] for n in nodes), full})
         per_rank = flexlora_aggregate(states, weights, alpha=self.alpha, ranks=wanted)
+        for r, state in per_rank.items():  # checked before any node is served from them
+            problem = update_range_problem(state, lora_layers(state), self.alpha, f"the new rank-{r} adapter's")
+            if problem:
+                raise ArithmeticError(problem)
         self.per_rank = {r: to_record(s) for r, s in per_rank.items()}
         return self.per_rank[full]
 

@@ -62,6 +62,7 @@ def strategy_from_config(
     root_set: tuple[torch.Tensor, torch.Tensor] | None = None,
     model: nn.Module | None = None,
     message_type: str = "train",
+    available: int | None = None,
 ) -> UpdateAggregationStrategy:
     """The strategy ``cfg.strategy`` configured from the run config.
 
@@ -72,7 +73,9 @@ def strategy_from_config(
     rule's parameters; FLTrust needs ``root_train_fn``; CalGuard needs ``root_set`` (x, y) and a
     ``model`` of the federation's architecture (``calguard-*`` keys set the rest). ``node_label`` (node id → partition
     id) names each node's client in every warning and rejection; ``message_type`` is the type of
-    the training messages (``train.lm`` for the lm task's clients).
+    the training messages (``train.lm`` for the lm task's clients). ``available`` is how many nodes
+    identified themselves (default ``num-clients``): with fewer — nodes left out at the handshake —
+    each round trains min(M, available) of them instead of waiting for nodes that never come.
     """
     try:
         cls = STRATEGIES[cfg.strategy]
@@ -90,9 +93,9 @@ def strategy_from_config(
     return cls(
         fraction_train=cfg.clients_per_round / cfg.num_clients,
         fraction_evaluate=0.0,  # the global model is evaluated centrally, on the test set
-        min_train_nodes=cfg.clients_per_round,
+        min_train_nodes=min(cfg.clients_per_round, cfg.num_clients if available is None else available),
         min_evaluate_nodes=0,
-        min_available_nodes=cfg.num_clients,
+        min_available_nodes=cfg.num_clients if available is None else available,
         weighted_by_key="num-examples",
         sampling_seed=cfg.seed,
         node_sort_key=node_sort_key,

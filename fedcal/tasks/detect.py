@@ -42,7 +42,8 @@ from fedcal.config import ConfigError, RunConfig
 from fedcal.data import default_data_dir
 from fedcal.detect import kitti
 from fedcal.detect.metrics import THRESHOLDS, detection_metrics, kept_detections
-from fedcal.detect.model import DetectorSpec, build_detector, check_model_name
+from fedcal.detect.model import DetectorSpec, build_detector, check_model_name, is_pretrained_name
+from fedcal.hub import check_hub_name
 from fedcal.detect.scenes import SceneSpec, Scenes, make_scenes
 from fedcal.detect.train import local_round, predict
 from fedcal.reports.detect import EXAMPLE_FILE, EXAMPLE_IMAGE, KEPT_FILE, detect_report
@@ -74,6 +75,8 @@ def check_detect_config(cfg: RunConfig) -> None:
     else:
         scene_spec(cfg).check()
     check_model_name(cfg.det_model)
+    if is_pretrained_name(cfg.det_model):  # one request at most, not from_pretrained's minute of retries
+        check_hub_name("det-model", cfg.det_model)
 
 
 def _kitti_root(cfg: RunConfig) -> str:
@@ -170,9 +173,11 @@ def run_detect(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -
         cfg.det_train_scenes, "KITTI" if cfg.det_data == "kitti" else cfg.det_digits, cfg.attack, cfg.tau,
         cfg.num_attackers, cfg.num_clients, sorted(attackers_of(cfg)))
     m = cfg.det_clients_per_round or cfg.num_clients
-    # fedcal's FedAvg (reply validation, seeded sampling) sending train.detect messages
-    strategy = FedAvg(fraction_train=m / cfg.num_clients, fraction_evaluate=0.0, min_train_nodes=m,
-                      min_evaluate_nodes=0, min_available_nodes=cfg.num_clients, sampling_seed=cfg.seed,
+    # fedcal's FedAvg (reply validation, seeded sampling) sending train.detect messages, over the
+    # nodes that identified themselves (federate hands it only those)
+    strategy = FedAvg(fraction_train=m / cfg.num_clients, fraction_evaluate=0.0,
+                      min_train_nodes=min(m, len(node_to_client)), min_evaluate_nodes=0,
+                      min_available_nodes=len(node_to_client), sampling_seed=cfg.seed,
                       node_sort_key=lambda n: node_to_client.get(n, 1 << 62), node_label=node_to_client.get,
                       message_type=MESSAGE_TYPE)
 

@@ -15,15 +15,21 @@ on a real SuperNode) and a trainable head. Each round (message type ``train.dist
   it computed itself;
 * the server validates every reply — an error reply, NaN/Inf, a wrong shape, another anchor set,
   a second reply of one node — and drops a bad one with a warning naming the node; the reasons go
-  to ``rejections.csv`` (round, node_id, partition_id, reason) as in the train task. A client whose
-  rank is outside ``dst-ranks`` stops the run at once (:class:`fedcal.config.ConfigError` naming
-  the node and the rank). With fewer than ``dst-min-replies`` valid replies the round keeps the
+  to ``rejections.csv`` (round, node_id, partition_id, reason) as in the train task. A node's
+  claims are input: an rfd reply's ``rank`` metric must be one of ``dst-ranks`` (an integer; inf,
+  NaN, a string or 99999 is a bad reply, never a crash or a metric of its own), a baseline's rank
+  is read from its adapter's shapes and checked by the strategy (one rank in every layer, one of
+  ``dst-ranks``, the model's layer sizes). An error reply is a bad reply whatever its text says
+  (a client built with a rank outside ``dst-ranks`` answers with one: that node is left out,
+  the run goes on). With fewer than ``dst-min-replies`` valid replies the round keeps the
   student / global model (``round_kept`` = 1 in its metrics);
 * ``rfd``: :func:`fedcal.distill.student.build_consensus` (clip, then mom / median / mean) and
   :func:`~fedcal.distill.student.distill_step` on the server's student; baselines: the strategy's
   ``aggregate_train``, and the global adapter model is rebuilt from its record;
 * every ``dst-eval-every`` rounds (always 0 and the last): CA, RA and ASR of the student / global
-  model on the test split and its triggered copy. Every round: the reply counts, ``round_kept``,
+  model on the test split and its triggered copy — NaN, with a warning, for a model whose logits
+  are not finite, and a run whose last evaluation is such fails (:class:`fedcal.results.RunFailed`,
+  no ``DONE``): a broken model is never reported as numbers. Every round: the reply counts, ``round_kept``,
   the bytes each client uploaded (the size of the reply's ArrayRecord payload, measured on the
   server: ``upload_bytes`` mean and ``upload_bytes_r<rank>`` per rank), ``round_seconds``.
 
@@ -36,7 +42,7 @@ what nodes derive from the config in :mod:`fedcal.distill.setup`; this module on
 from __future__ import annotations
 
 import functools
-import re
+import math
 import time
 from collections import OrderedDict
 from logging import INFO, WARNING
@@ -55,7 +61,7 @@ from flwr.app import (
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedcal.config import ConfigError, RunConfig
+from fedcal.config import RunConfig
 from fedcal.reports.distill import distill_report
 from fedcal.results import REJECTIONS_FILE, RunFailed, RunStore, run_dir_for
 from fedcal.strategies.lora import (
@@ -69,12 +75,13 @@ from fedcal.tasks.nodes import (
     client_id,
     config_record,
     discover_clients,
+    identified_grid,
     message_config,
 )
 from fedcal.distill.clients import is_lora_a_key
 from fedcal.distill.setup import (adapted_layers, base_classifier, client_batch, distill_data,
-                                  evaluate_backdoor, init_seed, is_eval_round, server_round,
-                                  student_and_optimizer)
+                                  evaluate_backdoor, init_seed, is_eval_round, is_finite_evaluation,
+                                  server_round, student_and_optimizer)
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.tasks.train import REJECTION_COLUMNS
 from fedcal.train import resolve_device
@@ -83,7 +90,6 @@ MESSAGE_TYPE = "train.distill"
 ADAPTER_KEY = "distill-adapter"  # a client's adapter state between rounds (its Context state)
 BASE_KEY = "distill-base"  # FLoRA: the client's adapted layers' base weights, with the merged updates
 RANK_KEY = "lora-rank"  # optional node config: the node's own LoRA rank (a real SuperNode's resources)
-_RANK_ERROR = re.compile(r"LoRA rank \S+ is not in the allowed set \[[^\]]*\]")
 
 
 # ------------------------------------------------------------------------------------ node side
@@ -118,7 +124,7 @@ def distill_round(msg: Message, context: Context) -> Message:
     device = str(resolve_device(cfg.device))
     base = base_classifier(data.backbone, data.num_classes, device)
     # lora_model refuses a rank outside dst-ranks with "client k: LoRA rank r is not in the allowed
-    # set [...]": the error reply the server turns into a run-stopping error.
+    # set [...]": an error reply, which the server drops naming the node and this reason.
     model = lora_model(base, rank, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, seed=init_seed(cfg, cid),
                        allowed_ranks=cfg.distill_ranks, client=cid, freeze_a=cfg.dst_method == "ffa")
     if BASE_KEY in context.state:  # FLoRA: the global updates merged into this client's base so far
@@ -201,14 +207,19 @@ def check_logit_reply(content: RecordDict, anchor_id: str, shape: tuple[int, int
     return None, z.float()
 
 
-def _rank_error(replies: list[Message], who) -> None:
-    """A client built with a rank outside ``dst-ranks`` replied with that error: stop the run."""
-    for msg in replies:
-        if msg.has_error():
-            found = _RANK_ERROR.search(msg.error.reason or "")
-            if found:
-                raise ConfigError(f"run-config key 'dst-ranks': {who(msg.metadata.src_node_id)}: "
-                                  f"{found.group(0)}; every client's rank must be one of dst-ranks")
+def claimed_rank(content: RecordDict, allowed) -> tuple[str | None, int | None]:
+    """(why an rfd reply's ``rank`` metric is unusable or None, the rank): it must be an integer
+    (an integral number) of the ``allowed`` ranks (``dst-ranks``). It only labels the reply's
+    upload bytes (``upload_bytes_r<rank>``), so a reply that lies about it is dropped rather than
+    trusted with a metric name of its own."""
+    rec = content.get("metrics") if "metrics" in content else None
+    value = rec.get("rank") if isinstance(rec, (MetricRecord, ConfigRecord)) else None
+    if value is None:
+        return "no 'rank' in its record 'metrics'", None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value != int(value) or int(value) not in allowed:
+        return f"invalid 'rank' = {value!r} (must be one of dst-ranks {sorted(set(allowed))})", None
+    return None, int(value)
 
 
 def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> pd.DataFrame:
@@ -218,9 +229,9 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
 
     if cfg.task != "distill":
         raise ValueError(f"run_distill needs task = 'distill', got {cfg.task!r}")
+    data = distill_data(cfg)  # first: a corpus size that leaves nothing is a config error, before the run starts
     store = RunStore(run_dir_for(cfg), cfg)
     store.start()
-    data = distill_data(cfg)
     device = str(resolve_device(cfg.device))
     base = base_classifier(data.backbone, data.num_classes, device)
     node_to_client = discover_clients(grid, cfg.num_clients)
@@ -229,7 +240,7 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
         cfg.num_clients, sorted(data.backdoor), len(data.anchors), data.anchor_id)
     evaluate = functools.partial(evaluate_backdoor, data=data, batch_size=cfg.eval_batch_size)
     ranks = sorted(set(cfg.distill_ranks))
-    rank_of = {}  # node → rank, from the replies' metrics
+    rank_of = {}  # node → rank: rfd from its checked metric, a baseline from its checked adapter
     rows, rejections = [], []
     shape = (len(data.anchors), data.num_classes)
     method = cfg.dst_method
@@ -238,10 +249,6 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
         strategy, arrays = None, None
         upload_log = UploadLog(store.dir)  # every round's valid uploads, for server-side replays
     else:
-        strategy = LORA_STRATEGIES[method](alpha=cfg.dst_alpha, min_replies=cfg.dst_min_replies,
-                                           node_label=node_to_client.get, message_type=MESSAGE_TYPE,
-                                           node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
-                                           **({"ranks": ranks} if method == "flexlora" else {}))
         if method in ("fedit", "ffa"):  # the shared initial adapter every client starts from
             model = lora_model(base, ranks[0], alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, seed=cfg.seed,
                                allowed_ranks=None, client="global", freeze_a=method == "ffa")
@@ -250,6 +257,12 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
             model = lora_model(base, 1, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, seed=cfg.seed,
                                allowed_ranks=None, client="global")
             arrays = ArrayRecord()
+        # every reply's rank checked against dst-ranks and its layers against the model's (template)
+        strategy = LORA_STRATEGIES[method](alpha=cfg.dst_alpha, min_replies=cfg.dst_min_replies,
+                                           node_label=node_to_client.get, message_type=MESSAGE_TYPE,
+                                           node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
+                                           allowed_ranks=ranks, template=adapter_state(model),
+                                           **({"ranks": ranks} if method == "flexlora" else {}))
 
     def apply_global(record: ArrayRecord):
         """The global adapter model of a baseline from the strategy's new record."""
@@ -270,10 +283,15 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
             load_adapter_state(model, state)
 
     clock = [time.perf_counter()]
+    evaluated = {}  # round → whether its evaluation measured a model (finite logits)
 
     def finish_round(server_round: int, metrics: dict) -> None:
         if is_eval_round(cfg, server_round):
             metrics.update(evaluate(model))
+            evaluated[server_round] = is_finite_evaluation(metrics)
+            if not evaluated[server_round]:
+                log(WARNING, "round %d: the %s's logits are not finite: CA, RA and ASR are NaN", server_round,
+                    "student" if strategy is None else "global model")
         now = time.perf_counter()
         metrics["round_seconds"] = now - clock[0]
         clock[0] = now
@@ -291,15 +309,11 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
         if strategy is None:
             nodes = sorted(node_to_client, key=node_to_client.get)
             messages = [Message(RecordDict({"config": rec}), message_type=MESSAGE_TYPE, dst_node_id=n) for n in nodes]
-        else:
-            messages = list(strategy.configure_train(rnd, arrays, rec, grid))
+        else:  # the strategy sees only the nodes that identified themselves
+            messages = list(strategy.configure_train(rnd, arrays, rec, identified_grid(grid, node_to_client)))
         replies = list(grid.send_and_receive(messages))
-        _rank_error(replies, who)
         metrics: dict[str, float] = {"replies_received": len(replies)}
         bytes_by_node: dict[int, int] = {}
-        for msg in replies:
-            if not msg.has_error() and "metrics" in msg.content and "rank" in msg.content["metrics"]:
-                rank_of[msg.metadata.src_node_id] = int(msg.content["metrics"]["rank"])
         if strategy is None:
             uploads, senders, seen, rejected = [], [], set(), []
             for msg in sorted(replies, key=lambda m: node_to_client.get(m.metadata.src_node_id, 1 << 62)):
@@ -310,6 +324,9 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
                     reason = f"error reply ({msg.error.reason})"
                 else:
                     reason, z = check_logit_reply(msg.content, data.anchor_id, shape)
+                    if reason is None:
+                        reason, rank = claimed_rank(msg.content, ranks)
+                        rank_of[node] = rank if reason is None else rank_of.get(node)
                 seen.add(node)
                 if reason:
                     rejected.append((node, reason))
@@ -329,6 +346,7 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
             account = strategy.replies[rnd]
             rejected, accepted = list(account.rejections), len(account.accepted)
             bytes_by_node = dict(strategy.last_bytes)
+            rank_of.update(strategy.node_ranks)  # read from the adapters' shapes, checked
             kept = new is None
             if not kept:
                 arrays = new
@@ -354,6 +372,9 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
     if aggregated == 0:
         raise RunFailed(f"run {store.dir.name}: no round had {cfg.dst_min_replies} valid replies ({len(rejections)} "
                         f"rejected, reasons in {REJECTIONS_FILE}); the model is untrained and the run is not marked DONE")
+    if not evaluated.get(cfg.dst_rounds, True):
+        raise RunFailed(f"run {store.dir.name}: the final model's logits are not finite (CA, RA and ASR are NaN in "
+                        "metrics.csv); the run is not marked DONE")
     if method == "flora":
         final = {f"{layer}.merged": d for layer, d in strategy.merged.items()}
         final.update((k, v) for k, v in to_state(arrays).items() if not k.endswith((STACKED_A, ".stacked_B")))
@@ -375,5 +396,5 @@ TASK = register(Task(
     report=distill_report,
 ))
 
-__all__ = ["ADAPTER_KEY", "MESSAGE_TYPE", "check_logit_reply", "client_rank", "distill_round", "payload_bytes",
-           "run_distill"]
+__all__ = ["ADAPTER_KEY", "MESSAGE_TYPE", "check_logit_reply", "claimed_rank", "client_rank", "distill_round",
+           "payload_bytes", "run_distill"]

@@ -7,6 +7,7 @@ Every task uses these; none of them knows a task.
 from __future__ import annotations
 
 import functools
+import math
 import time
 from logging import WARNING
 from typing import Any
@@ -27,8 +28,13 @@ _CONFIG_KEYS = {key_of(f) for f in RunConfig.__dataclass_fields__}
 def discover_clients(grid: Grid, expected: int, timeout: float = 600.0) -> dict[int, int]:
     """Ask every connected node for its partition id; returns {node id: partition id}.
 
-    Waits until ``expected`` nodes are connected. Nodes that do not answer are logged
-    and left out (they are then never sampled).
+    Waits until ``expected`` nodes are connected. A node's claim is input like any reply: a node
+    that answers with an error, no ``identity`` record, or a partition id that is not an integer
+    in [0, ``expected``) (inf, NaN, 4.9, -1, a string, …) is left out with a warning naming it and
+    the reason; nodes that claim one id are all left out (none of them can be trusted with that
+    partition's data). A run goes on with the nodes left (hand the strategies
+    :func:`identified_grid`, so the others are never sampled); :class:`fedcal.results.RunFailed`
+    when no node is left.
     """
     t0, warned = time.monotonic(), False
     while len(nodes := list(grid.get_node_ids())) < expected:
@@ -44,20 +50,87 @@ def discover_clients(grid: Grid, expected: int, timeout: float = 600.0) -> dict[
                 expected, len(nodes), expected, expected, expected)
         time.sleep(0.5)
     messages = [Message(content=RecordDict(), message_type=IDENTITY, dst_node_id=n) for n in nodes]
-    mapping: dict[int, int] = {}
+    claims: dict[int, int] = {}
+    seen: set[int] = set()
     for reply in grid.send_and_receive(messages, timeout=timeout):
         node = reply.metadata.src_node_id
-        if reply.has_error():
-            log(WARNING, "node %s did not report its identity: %s", node, reply.error.reason)
+        reason, pid = (f"error reply ({reply.error.reason})", None) if reply.has_error() \
+            else claimed_partition(reply.content, expected)
+        if node in seen:
+            reason = "a second identity reply of this node"
+        seen.add(node)
+        if reason:
+            log(WARNING, "identity: node %s is left out: %s", node, reason)
+            claims.pop(node, None)
             continue
-        try:
-            mapping[node] = int(reply.content["identity"]["partition-id"])
-        except (KeyError, TypeError, ValueError) as exc:  # a malformed handshake: leave the node out
-            log(WARNING, "node %s sent a malformed identity reply (%r); it is left out", node, exc)
-    dupes = len(mapping) - len(set(mapping.values()))
-    if dupes:
-        raise ValueError(f"{dupes} nodes share a partition id; give each node its own 'partition-id'")
+        claims[node] = pid
+    by_id: dict[int, list[int]] = {}
+    for node, pid in claims.items():
+        by_id.setdefault(pid, []).append(node)
+    mapping = {}
+    for pid, nodes_of in sorted(by_id.items()):
+        if len(nodes_of) == 1:
+            mapping[nodes_of[0]] = pid
+            continue
+        for node in nodes_of:
+            log(WARNING, "identity: node %s is left out: partition id %d is also claimed by node(s) %s", node, pid,
+                ", ".join(str(n) for n in nodes_of if n != node))
+    if not mapping:
+        from fedcal.results import RunFailed  # the run store (pandas) loads only when needed
+
+        raise RunFailed(f"no node reported a valid partition id ({len(nodes)} asked; reasons in the log): is "
+                        "fedcal.app.client:app the ClientApp, and has each SuperNode its own 'partition-id'?")
     return mapping
+
+
+def claimed_partition(content: RecordDict, expected: int) -> tuple[str | None, int | None]:
+    """(why an identity reply's ``partition-id`` is unusable or None, the id): an integer — or an
+    integral number, as a MetricRecord may carry it — in [0, ``expected``)."""
+    rec = content.get("identity") if "identity" in content else None
+    value = rec.get("partition-id") if isinstance(rec, (MetricRecord, ConfigRecord)) else None
+    if value is None:
+        return "no 'partition-id' in its 'identity' record", None
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) \
+        and value == int(value) and 0 <= int(value) < expected
+    if not ok:
+        return f"invalid partition id {value!r} (must be an integer in [0, {expected}): num-clients)", None
+    return None, int(value)
+
+
+def identified_grid(grid: Grid, mapping: dict[int, int]) -> Grid:
+    """``grid`` restricted to the nodes of ``mapping`` (:func:`discover_clients`): the others are
+    never offered to a strategy's sampling, so a node left out at the handshake is never trained."""
+    return _IdentifiedGrid(grid, set(mapping))
+
+
+class _IdentifiedGrid(Grid):
+    """A Grid whose ``get_node_ids`` lists only the identified nodes; everything else is the
+    wrapped grid's, through Flower's public Grid API."""
+
+    def __init__(self, grid: Grid, nodes: set[int]):
+        self.grid, self.nodes = grid, nodes
+
+    @property
+    def run(self):
+        return self.grid.run
+
+    def set_run(self, run_id: int) -> None:
+        self.grid.set_run(run_id)
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
+        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self):
+        return [n for n in self.grid.get_node_ids() if n in self.nodes]
+
+    def push_messages(self, messages):
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids):
+        return self.grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        return self.grid.send_and_receive(messages, timeout=timeout)
 
 
 def config_record(cfg: RunConfig) -> ConfigRecord:

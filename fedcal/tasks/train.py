@@ -30,8 +30,8 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedcal.tasks.nodes import (check_partitions, client_id, config_record, discover_clients, message_config,
-                              shared_model)
+from fedcal.tasks.nodes import (check_partitions, client_id, config_record, discover_clients, identified_grid,
+                                message_config, shared_model)
 from fedcal.attacks import BENIGN, attackers_of, behaviour_for, client_round
 from fedcal.config import RunConfig
 from fedcal.data import client_data, load_dataset, root_set
@@ -128,9 +128,11 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
     finished — when no round aggregated anything. The caller saves the model and finishes the run.
     """
     num_rounds = cfg.num_rounds if num_rounds is None else num_rounds
+    grid = identified_grid(grid, node_to_client)  # nodes left out at the handshake are never sampled
     if strategy is None:
         strategy = strategy_from_config(cfg, node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
-                                        node_label=node_to_client.get, **strategy_kwargs)
+                                        node_label=node_to_client.get, available=len(node_to_client),
+                                        **strategy_kwargs)
     rows: list[dict[str, float]] = []
     rejections: list[dict] = []
     clock = [time.perf_counter()]
