@@ -16,6 +16,7 @@ geometric_median    :func:`geometric_median` (batched: updates (n, d) and probit
 median_of_means     :func:`median_of_means`
 multikrum           :func:`multikrum`, :func:`multikrum_select`, :func:`krum_scores`,
                     :func:`multikrum_params`, :func:`pairwise_sq_distances`
+bulyan              :func:`bulyan` (a MultiKrum selection, then :func:`mean_around_median`)
 fltrust             :func:`fltrust`
 foolsgold           :class:`FoolsGoldHistory` (stateful: per-client histories),
                     :func:`foolsgold_weights`
@@ -45,6 +46,7 @@ the noise-injection baseline at σ = 0.1 is clipped by it).
 
 from __future__ import annotations
 
+from .bulyan import bulyan, mean_around_median
 from .buffers import buffer_mean, buffer_median, buffer_problem
 from .flatten import add_flat_update, flatten_state, unflatten
 from .fltrust import fltrust
@@ -60,6 +62,7 @@ from .trimmed_mean import trim_for, trimmed_mean, trimmed_mean_along
 __all__ = [
     "FoolsGoldHistory",
     "buffer_mean",
+    "bulyan",
     "buffer_median",
     "buffer_problem",
     "fit_weights",
@@ -72,6 +75,7 @@ __all__ = [
     "foolsgold_weights",
     "geometric_median",
     "krum_scores",
+    "mean_around_median",
     "median_of_means",
     "multikrum",
     "multikrum_params",
