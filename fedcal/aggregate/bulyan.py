@@ -24,8 +24,6 @@ def bulyan(updates: torch.Tensor, f: int) -> torch.Tensor:
     (``tests/test_flower_dropin.py``). El Mhamdi et al. pick the θ updates by applying Krum
     recursively (each pick removed before the next scores are computed); one MultiKrum pass
     ranks with all n updates present, which can select a different set when scores are close.
-    On the guarantees the two share: the coordinate step alone bounds each coordinate by the
-    honest values as long as at most f selected updates are Byzantine.
 
     Source: El Mhamdi, Guerraoui & Rouault, "The Hidden Vulnerability of Distributed Learning
     in Byzantium" (ICML 2018), Algorithm "Bulyan".

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from logging import INFO, WARNING
 from typing import Unpack
 
 import torch
+from flwr.app import RecordDict
 from flwr.supercore import log
 
 from fedcal import aggregate as agg
@@ -42,7 +44,7 @@ class Bulyan(UpdateAggregationStrategy):
 
     def __init__(self, *,
                  num_malicious_nodes: int = 0,
-                 selection_rule=None,
+                 selection_rule: Callable[[list[RecordDict], int, int], list[RecordDict]] | None = None,
                  **options: Unpack[StrategyOptions]) -> None:
         super().__init__(**options)
         if num_malicious_nodes < 0:
