@@ -94,7 +94,8 @@ def reply(arrays: dict, n=100, **metrics) -> RecordDict:
 def make(name: str, k: int = K, **extra):
     kw = dict(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=k, min_evaluate_nodes=0,
               min_available_nodes=k, node_sort_key=partition_of, node_label=partition_of, sampling_seed=0)
-    rule = {"multikrum": {"f": 2}, "trimmed_mean": {"f": 2}, "median_of_means": {"num_groups": 5}}.get(name, {})
+    rule = {"multikrum": {"num_malicious_nodes": 2, "num_nodes_to_select": None}, "trimmed_mean": {"f": 2},
+            "median_of_means": {"num_groups": 5}}.get(name, {})
     if name == "fltrust":
         rule = {"root_train_fn": lambda arrays, rnd: ArrayRecord(root_arrays(as_tensors(arrays)))}
     if name == "calguard":  # the matrix's tiny model (4 inputs, 2 classes) and a root set for it

@@ -189,3 +189,30 @@ def test_flwr_run_dot_runs_the_language_model_case_study(tmp_path):
     assert got.loc[[0, 2], "perplexity"].gt(1).all() and got.loc[[0, 2], "nucleus"].ge(1).all()
     assert (got.loc[[1, 2], "replies_accepted"] == 3).all() and (got.loc[[1, 2], "replies_rejected"] == 0).all()
     assert len(pd.read_csv(run_dir / "generations.csv")) == 4
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("flwr") is None, reason="flwr CLI not on PATH")
+def test_a_relative_output_dir_lands_where_the_local_superlink_started_and_says_so(tmp_path):
+    """`flwr run <app>` called from a directory D starts the local SuperLink there; a relative
+    output-dir then resolves against D (not the app's folder), and the streamed log names the
+    absolute run directory and the fix (docs/deployment.md §5)."""
+    flwr_home = tmp_path / "flwr-home"
+    log_file = flwr_home / "local-superlink" / "superlink.log"
+    invoked = tmp_path / "invoked-here"
+    invoked.mkdir()
+    env = dict(os.environ, FLWR_HOME=str(flwr_home), **OFFLINE_ENV, OMP_NUM_THREADS="1",
+               FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(free_port()), FLWR_LOCAL_CONTROL_API_PORT=str(free_port()))
+    cmd = ["flwr", "run", str(ROOT), "--stream", "--run-config",
+           "dataset='digits' num-clients=4 clients-per-round=2 num-rounds=1 output-dir='relative-runs'",
+           "--federation-config", "num-supernodes=4"]
+    try:
+        proc = subprocess.run(cmd, cwd=invoked, env=env, capture_output=True, text=True, timeout=400)
+    finally:
+        _stop_local_superlink(tmp_path, log_file)
+    context = f"rc={proc.returncode}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}\n{tail(log_file)}"
+    runs = list((invoked / "relative-runs").glob("*/DONE"))
+    assert len(runs) == 1, context
+    assert not (ROOT / "relative-runs").exists()
+    streamed = proc.stdout + proc.stderr
+    assert f"run directory: {runs[0].parent}" in streamed and "output-dir='$PWD/runs'" in streamed, context

@@ -135,7 +135,7 @@ def test_multikrum_excludes_outlier_and_ignores_buffers():
         # node 4 is an outlier only in BatchNorm statistics: not used for distances
         return reply(state(1.0, **({"bn.running_mean": torch.full((3,), 50.0)} if node == 4 else {})))
 
-    s = strategies.MultiKrum(f=1, **kwargs(5))
+    s = strategies.MultiKrum(num_malicious_nodes=1, num_nodes_to_select=None, **kwargs(5))
     out = run_rounds(s, FakeGrid([1, 2, 3, 4, 5], respond))
     assert s.last_weights[5] == 0.0 and s.last_weights[4] > 0
     assert torch.allclose(out["fc.weight"], torch.ones(3, 2))
@@ -163,8 +163,8 @@ COMMON_KWARGS = ("fraction_train", "fraction_evaluate", "min_train_nodes", "min_
                  "min_available_nodes", "weighted_by_key", "arrayrecord_key", "configrecord_key",
                  "train_metrics_aggr_fn", "evaluate_metrics_aggr_fn", "sampling_seed", "node_sort_key", "node_label",
                  "buffer_key", "message_type")
-RULE_KWARGS = {"fedavg": (), "fltrust": ("root_train_fn",), "foolsgold": ("kappa", "norm_bound"), "multikrum": ("f", "m"),
-               "trimmed_mean": ("f",), "median": (), "geometric_median": ("max_iter", "tol"),
+RULE_KWARGS = {"fedavg": (), "fltrust": ("root_train_fn",), "foolsgold": ("kappa", "norm_bound"), "multikrum": ("num_malicious_nodes", "num_nodes_to_select"),
+               "trimmed_mean": ("beta", "f"), "median": (), "geometric_median": ("max_iter", "tol"),
                "median_of_means": ("num_groups", "seed"),
                "calguard": ("model", "root_x", "root_y", "kappa", "window", "strikes", "mode")}
 
@@ -227,7 +227,8 @@ SUMMARY_SETTINGS = {  # name → (kwargs, strings summary() must log)
     "fedavg": ({}, ["FedAvg"]),
     "fltrust": ({"root_train_fn": _root}, ["FLTrust", "_root"]),
     "foolsgold": ({"kappa": 0.25}, ["FoolsGold", "kappa: 0.25"]),
-    "multikrum": ({"f": 2, "m": 4}, ["MultiKrum", "f (Byzantine replies assumed): 2", "m (updates averaged): 4"]),
+    "multikrum": ({"num_malicious_nodes": 2, "num_nodes_to_select": 4},
+                  ["MultiKrum", "Number of malicious nodes: 2", "Number of nodes to select: 4"]),
     "trimmed_mean": ({"f": 3}, ["TrimmedMean", "f (values dropped per side): 3"]),
     "median": ({}, ["Median"]),
     "geometric_median": ({"max_iter": 17, "tol": 1e-3}, ["GeometricMedian", "max_iter: 17", "tol: 0.001"]),
@@ -250,17 +251,23 @@ def test_summary_logs_the_rules_settings(name, caplog):
 
 def test_multikrum_summary_names_the_default_m(caplog):
     with caplog.at_level("INFO", logger="flwr"):
-        strategies.MultiKrum(f=1).summary()
-    assert "m (updates averaged): n - f" in caplog.text
+        strategies.MultiKrum(num_malicious_nodes=1, num_nodes_to_select=None).summary()
+    assert "Number of nodes to select: n - f" in caplog.text
 
 
 def test_invalid_rule_parameters_fail_at_construction():
-    with pytest.raises(ValueError, match="f >= 0"):
-        strategies.MultiKrum(f=-1)
-    with pytest.raises(ValueError, match="m >= 1"):
-        strategies.MultiKrum(f=1, m=0)
+    with pytest.raises(ValueError, match="num_malicious_nodes >= 0"):
+        strategies.MultiKrum(num_malicious_nodes=-1)
+    with pytest.raises(ValueError, match="num_nodes_to_select >= 1"):
+        strategies.MultiKrum(num_malicious_nodes=1, num_nodes_to_select=0)
     with pytest.raises(ValueError, match="f >= 0"):
         strategies.TrimmedMean(f=-1)
+    with pytest.raises(ValueError, match=r"beta in \[0, 0.5\)"):
+        strategies.TrimmedMean(beta=0.5)
+    with pytest.raises(ValueError, match="not both"):
+        strategies.TrimmedMean(beta=0.1, f=1)
+    with pytest.raises(ValueError, match="num_malicious_nodes >= 0"):
+        strategies.Bulyan(num_malicious_nodes=-1)
     with pytest.raises(ValueError, match="num_groups >= 1"):
         strategies.MedianOfMeans(num_groups=0)
     with pytest.raises(ValueError, match="kappa"):
@@ -277,8 +284,8 @@ EXPECTED_FROM_CONFIG = {
     "fedavg": (strategies.FedAvg, {}),
     "fltrust": (strategies.FLTrust, {"root_train_fn": _root}),
     "foolsgold": (strategies.FoolsGold, {"kappa": 0.5}),
-    "multikrum": (strategies.MultiKrum, {"f": 1, "m": 2}),
-    "trimmed_mean": (strategies.TrimmedMean, {"f": 2}),
+    "multikrum": (strategies.MultiKrum, {"num_malicious_nodes": 1, "num_nodes_to_select": 2}),
+    "trimmed_mean": (strategies.TrimmedMean, {"f": 2, "beta": None}),
     "median": (strategies.Median, {}),
     "geometric_median": (strategies.GeometricMedian, {"max_iter": 100, "tol": 1e-6}),
     "median_of_means": (strategies.MedianOfMeans, {"num_groups": 2, "seed": 3}),
@@ -310,7 +317,7 @@ def test_strategy_from_config_reproduces_the_simulations_choices(name):
 
 def test_strategy_from_config_defaults_and_errors():
     s = strategies.strategy_from_config(_cfg("multikrum", krum_m=0))
-    assert s.m is None and s.node_sort_key(42) == 42  # krum-m = 0 → n − f; nodes ordered by id
+    assert s.num_nodes_to_select is None and s.node_sort_key(42) == 42  # krum-m = 0 → n − f; nodes ordered by id
     with pytest.raises(ValueError, match="root_train_fn"):
         strategies.strategy_from_config(_cfg("fltrust"))
     with pytest.raises(ValueError, match="unknown strategy"):

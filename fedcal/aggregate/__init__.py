@@ -16,6 +16,7 @@ geometric_median    :func:`geometric_median` (batched: updates (n, d) and probit
 median_of_means     :func:`median_of_means`
 multikrum           :func:`multikrum`, :func:`multikrum_select`, :func:`krum_scores`,
                     :func:`multikrum_params`, :func:`pairwise_sq_distances`
+bulyan              :func:`bulyan` (a MultiKrum selection, then :func:`mean_around_median`)
 fltrust             :func:`fltrust`
 foolsgold           :class:`FoolsGoldHistory` (stateful: per-client histories),
                     :func:`foolsgold_weights`
@@ -61,6 +62,7 @@ the noise-injection baseline at σ = 0.1 is clipped by it).
 from __future__ import annotations
 
 from .bucketing import bucket_labels, bucketing
+from .bulyan import bulyan, mean_around_median
 from .buffers import buffer_mean, buffer_median, buffer_problem
 from .centered_clipping import centered_clip
 from .clipping import arc, arc_count, static_clip
@@ -89,6 +91,7 @@ __all__ = [
     "pre_aggregate",
     "static_clip",
     "buffer_mean",
+    "bulyan",
     "buffer_median",
     "buffer_problem",
     "fit_weights",
@@ -101,6 +104,7 @@ __all__ = [
     "foolsgold_weights",
     "geometric_median",
     "krum_scores",
+    "mean_around_median",
     "median_of_means",
     "multikrum",
     "multikrum_params",

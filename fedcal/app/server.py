@@ -7,10 +7,15 @@ to the server side of the task the config names (``task``), through the task reg
 
 from __future__ import annotations
 
+from logging import INFO, WARNING
+from pathlib import Path
+
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
+from flwr.supercore import log
 
 from fedcal.config import RunConfig
+from fedcal.results import run_dir_for
 from fedcal.tasks import ProgressFn, get_task
 
 app = ServerApp()
@@ -20,7 +25,29 @@ app = ServerApp()
 def main(grid: Grid, context: Context) -> None:
     """Entry point for ``flwr run`` and deployments: the config comes from Flower's run config."""
     cfg = RunConfig.from_flower(context.run_config)
+    run_dir = announce_run_dir(cfg)
     get_task(cfg.task).run(grid, cfg, None)
+    log(INFO, "run directory: %s", run_dir)
+
+
+def announce_run_dir(cfg: RunConfig) -> Path:
+    """Log where the run directory is (absolute) as the run starts, and return it.
+
+    A relative ``output-dir`` resolves against the ServerApp process's working directory. Under
+    ``flwr run .`` that is the local SuperLink's, which ``flwr run`` starts in the directory it
+    is first called from and keeps running (with another app or directory, later runs land in
+    the first one's folder); on a deployed SuperLink it is wherever the SuperLink was started.
+    So a relative ``output-dir`` is logged as a warning naming that directory and the fix.
+    """
+    run_dir = run_dir_for(cfg).absolute()
+    if Path(cfg.output_dir).is_absolute():
+        log(INFO, "run directory: %s", run_dir)
+    else:
+        log(WARNING, "run directory: %s (output-dir %r is relative to this ServerApp's working directory %s: under "
+            "`flwr run` that of the local SuperLink, i.e. where the first `flwr run` started it; pass an absolute "
+            "output-dir to choose, e.g. --run-config \"output-dir='$PWD/runs'\")",
+            run_dir, cfg.output_dir, Path.cwd())
+    return run_dir
 
 
 def server_app_for(cfg: RunConfig, progress: ProgressFn | None = None, sink: list | None = None) -> ServerApp:

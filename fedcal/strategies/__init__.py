@@ -22,6 +22,13 @@ run-config name        class                     module
 ``calguard``           :class:`CalGuard`         ``calguard.py``
 =====================  ========================  ===========================
 
+Flower's names for the rules Flower also ships, taking Flower's arguments with Flower's
+defaults (``tests/test_flower_dropin.py`` checks both on the same replies): :class:`MultiKrum`
+(``num_malicious_nodes``, ``num_nodes_to_select``), :class:`Krum` (``krum.py``), :data:`FedMedian`
+(= :class:`Median`), :data:`FedTrimmedAvg` (= :class:`TrimmedMean`, ``beta``) and
+:class:`Bulyan` (``bulyan.py``; not a run-config strategy). docs/strategies.md says what each adds
+over Flower's.
+
 The LoRA-adapter baselines of RFD-LoRA (``lora.py``: :class:`FedIT`, :class:`FFALoRA`, :class:`FLoRA`,
 :class:`FlexLoRA`, by ``dst-method`` in :data:`LORA_STRATEGIES`) federate peft adapter states instead
 of whole models; they are not update-aggregation rules and are not in :data:`STRATEGIES`.
@@ -31,20 +38,23 @@ configured one from a :class:`fedcal.config.RunConfig`.
 """
 
 from fedcal.strategies.base import UpdateAggregationStrategy, is_buffer_key
+from fedcal.strategies.bulyan import Bulyan
 from fedcal.strategies.calguard import CalGuard
 from fedcal.strategies.fedavg import FedAvg
 from fedcal.strategies.fltrust import FLTrust
 from fedcal.strategies.foolsgold import FoolsGold
 from fedcal.strategies.geometric_median import GeometricMedian
 from fedcal.strategies.lora import LORA_STRATEGIES, FedIT, FFALoRA, FlexLoRA, FLoRA, LoraStrategy
-from fedcal.strategies.median import Median
+from fedcal.strategies.krum import Krum
+from fedcal.strategies.median import FedMedian, Median
 from fedcal.strategies.median_of_means import MedianOfMeans
 from fedcal.strategies.multikrum import MultiKrum
 from fedcal.strategies.registry import STRATEGIES, strategy_from_config
-from fedcal.strategies.trimmed_mean import TrimmedMean
+from fedcal.strategies.trimmed_mean import FedTrimmedAvg, TrimmedMean
 
 __all__ = [
     "STRATEGIES", "strategy_from_config", "UpdateAggregationStrategy", "is_buffer_key", "FedAvg", "FLTrust",
     "FoolsGold", "MultiKrum", "TrimmedMean", "Median", "GeometricMedian", "MedianOfMeans", "CalGuard",
+    "Krum", "Bulyan", "FedMedian", "FedTrimmedAvg",
     "LORA_STRATEGIES", "LoraStrategy", "FedIT", "FFALoRA", "FLoRA", "FlexLoRA",
 ]

@@ -199,6 +199,10 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         self.last_audit: dict[int, dict[str, Any]] = {}
         #: the float64 data-size weights of the round being aggregated (accepted order)
         self._round_weights: torch.Tensor | None = None
+        #: the accepted replies' contents, in aggregation order, while :meth:`aggregate_updates`
+        #: runs (None otherwise): for rules that take Flower's RecordDict hooks (Bulyan's
+        #: ``selection_rule``)
+        self.round_contents: list[RecordDict] | None = None
 
     @property
     def rounds_aggregated(self) -> int:
@@ -328,10 +332,12 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         try:
             if train_keys:
                 updates = torch.stack([g[3] for g in good])
+                self.round_contents = [g[1] for g in good]
                 try:
                     delta, node_w = self.aggregate_updates(server_round, nodes, updates, weights.float())
                 finally:
                     self._round_weights = None  # this round's float64 sizes are not the next call's
+                    self.round_contents = None
                 if not torch.isfinite(delta).all():  # a rule must never produce a NaN model
                     log(WARNING, "round %d: aggregate is not finite; the global model is kept", server_round)
                     return None, None

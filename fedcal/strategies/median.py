@@ -30,3 +30,9 @@ class Median(UpdateAggregationStrategy):
     def aggregate_buffers(self, server_round, node_ids, values, weights):
         """The coordinate-wise median of the accepted replies' buffers (robust to a minority)."""
         return agg.buffer_median(values)
+
+
+#: Flower's name for the rule (``flwr.serverapp.strategy.FedMedian``, no arguments of its own): the
+#: same class. Flower takes the median of full models, fedcal of the updates (reply − sent): the
+#: same up to float rounding (``tests/test_flower_dropin.py``).
+FedMedian = Median

@@ -15,42 +15,52 @@ from fedcal.strategies.base import StrategyOptions, UpdateAggregationStrategy
 class MultiKrum(UpdateAggregationStrategy):
     """MultiKrum (Blanchard et al., NeurIPS 2017), over updates.
 
+    Takes the arguments of ``flwr.serverapp.strategy.MultiKrum`` with its names, meanings and
+    defaults (``num_malicious_nodes=0``, ``num_nodes_to_select=1``), so replacing Flower's import
+    with fedcal's changes nothing else in a ServerApp; on clean replies both aggregate the same
+    model (``tests/test_flower_dropin.py``). Flower scores full models, fedcal the updates
+    (reply − sent): their pairwise distances are the same, only the float rounding differs.
+    ``num_nodes_to_select=None`` (fedcal's addition) averages n − f, the usual MultiKrum.
+
     When fewer replies arrive than planned, :func:`fedcal.aggregate.multikrum_params` shrinks
-    f (to n − 3 at most) and clamps m to [1, n] for that round. With fewer than 3 valid
-    replies Krum scores do not exist: the round applies the coordinate-wise median of the
-    n ∈ {1, 2} updates instead (one update: itself; two: their unweighted midpoint) and logs
-    a warning. Buffers (BatchNorm statistics) are the coordinate-wise median over the
-    selected replies (Krum never looked at them, so a selected reply may still carry poisoned
-    statistics; the median outvotes it), over all replies in a fallback round.
+    f (to n − 3 at most, so Krum's n − f − 2 neighbours are Flower's ``max(1, n - f - 2)``) and
+    clamps the selection to [1, n] for that round. With fewer than 3 valid replies Krum scores
+    do not exist: the round applies the coordinate-wise median of the n ∈ {1, 2} updates instead
+    (one update: itself; two: their unweighted midpoint; Flower's scores tie there and with one
+    node to select it keeps the first reply) and logs a warning. Buffers (BatchNorm statistics) are the coordinate-wise median over the selected
+    replies (Krum never looked at them, so a selected reply may still carry poisoned statistics;
+    the median outvotes it), over all replies in a fallback round.
 
     Parameters
     ----------
-    f : int (default 0)
-        The number of Byzantine replies assumed per round; needs n ≥ f + 3 replies.
-    m : int, optional
-        How many lowest-scored updates are averaged (data-size weighted).
-        ``None`` → n − f (the usual MultiKrum); 1 is Krum.
+    num_malicious_nodes : int (default 0)
+        f, the number of Byzantine replies assumed per round; Krum scores sum the squared
+        distances to the n − f − 2 nearest other updates.
+    num_nodes_to_select : int or None (default 1)
+        m, how many lowest-scored updates are averaged (data-size weighted): 1 is Krum;
+        ``None`` → n − f.
     **options : StrategyOptions
         The shared arguments (Flower's FedAvg ones, seeded sampling, buffers), see the base.
     """
 
     def __init__(self, *,
-                 f: int = 0,
-                 m: int | None = None,
+                 num_malicious_nodes: int = 0,
+                 num_nodes_to_select: int | None = 1,
                  **options: Unpack[StrategyOptions]) -> None:
         super().__init__(**options)
-        if f < 0:
-            raise ValueError(f"MultiKrum needs f >= 0, got {f}")
-        if m is not None and m < 1:
-            raise ValueError(f"MultiKrum needs m >= 1 (or None for n - f), got {m}")
-        self.f, self.m = f, m
+        if num_malicious_nodes < 0:
+            raise ValueError(f"MultiKrum needs num_malicious_nodes >= 0, got {num_malicious_nodes}")
+        if num_nodes_to_select is not None and num_nodes_to_select < 1:
+            raise ValueError(f"MultiKrum needs num_nodes_to_select >= 1 (or None for n - f), got {num_nodes_to_select}")
+        self.num_malicious_nodes, self.num_nodes_to_select = num_malicious_nodes, num_nodes_to_select
         self._selected: torch.Tensor | None = None  # this round's Krum selection (for the buffers)
 
     def summary(self) -> None:
         """Log MultiKrum's settings, then the shared ones."""
         log(INFO, "\t├──> MultiKrum settings:")
-        log(INFO, "\t│\t├── f (Byzantine replies assumed): %d", self.f)
-        log(INFO, "\t│\t└── m (updates averaged): %s", "n - f" if self.m is None else self.m)
+        log(INFO, "\t│\t├── Number of malicious nodes: %d", self.num_malicious_nodes)
+        log(INFO, "\t│\t└── Number of nodes to select: %s",
+            "n - f" if self.num_nodes_to_select is None else self.num_nodes_to_select)
         super().summary()
 
     def aggregate_updates(self, server_round, node_ids, updates, weights):
@@ -60,7 +70,7 @@ class MultiKrum(UpdateAggregationStrategy):
             log(WARNING, "round %d: MultiKrum needs 3 valid replies, got %d (%s): applying their "
                 "coordinate-wise median instead (with 2 replies: their mean, no protection)", server_round, n, ", ".join(self.who(x) for x in node_ids))
             return agg.coordinate_median(updates), torch.ones(n)
-        f, m = agg.multikrum_params(n, self.f, self.m)
+        f, m = agg.multikrum_params(n, self.num_malicious_nodes, self.num_nodes_to_select)
         selected = agg.multikrum_select(updates, f, m)
         self._selected = selected
         mask = torch.zeros(n)

@@ -42,9 +42,9 @@ def _rule_kwargs(cfg: RunConfig) -> dict[str, Any]:
     name = cfg.strategy
     if name == "foolsgold":
         return {"kappa": cfg.foolsgold_kappa}
-    if name == "multikrum":
-        return {"f": cfg.krum_f, "m": cfg.krum_m or None}  # krum-m = 0 means n − f
-    if name == "trimmed_mean":
+    if name == "multikrum":  # krum-m = 0 means n − f
+        return {"num_malicious_nodes": cfg.krum_f, "num_nodes_to_select": cfg.krum_m or None}
+    if name == "trimmed_mean":  # a count, not Flower's fraction beta: trim_for shrinks it per round
         return {"f": cfg.trim_f}
     if name == "median_of_means":
         return {"num_groups": cfg.mom_groups, "seed": cfg.seed}
@@ -68,8 +68,9 @@ def strategy_from_config(
 
     Each round trains ``clients-per-round`` (M) of the ``num-clients`` (K) nodes, sampled with
     ``sampling_seed = seed`` over the nodes ordered by ``node_sort_key``; federated evaluation
-    is off (the global model is evaluated centrally). ``krum-f``/``krum-m`` (0 → n − f),
-    ``trim-f``, ``mom-groups`` (grouping seeded by ``seed``) and ``foolsgold-kappa`` set the
+    is off (the global model is evaluated centrally). ``krum-f``/``krum-m`` (MultiKrum's
+    ``num_malicious_nodes``/``num_nodes_to_select``, 0 → None: n − f), ``trim-f`` (the trimmed
+    mean's count ``f``), ``mom-groups`` (grouping seeded by ``seed``) and ``foolsgold-kappa`` set the
     rule's parameters; FLTrust needs ``root_train_fn``; CalGuard needs ``root_set`` (x, y) and a
     ``model`` of the federation's architecture (``calguard-*`` keys set the rest). ``node_label`` (node id → partition
     id) names each node's client in every warning and rejection; ``message_type`` is the type of

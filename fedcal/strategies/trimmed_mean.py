@@ -13,41 +13,72 @@ from fedcal.strategies.base import StrategyOptions, UpdateAggregationStrategy
 
 
 class TrimmedMean(UpdateAggregationStrategy):
-    """Coordinate-wise trimmed mean (Yin et al., ICML 2018): per coordinate drop the f
-    largest and f smallest values and average the rest (unweighted).
+    """Coordinate-wise trimmed mean (Yin et al., ICML 2018): per coordinate drop the k
+    largest and k smallest values and average the rest (unweighted).
 
-    When fewer replies arrive than planned, :func:`fedcal.aggregate.trim_for` shrinks f to
-    (n − 1) // 2 at most for that round.
+    k is set one of two ways:
+
+    - ``beta`` (Flower's ``FedTrimmedAvg`` argument, its meaning and default): the fraction cut
+      from each tail, k = ⌊beta · n⌋ of the n replies of the round. ``TrimmedMean(beta=0.1)``
+      (or :data:`FedTrimmedAvg`) aggregates what ``flwr.serverapp.strategy.FedTrimmedAvg(beta=0.1)``
+      does on clean replies — Flower trims full models, fedcal the updates (reply − sent), which
+      is the same up to float rounding (``tests/test_flower_dropin.py``).
+    - ``f`` (fedcal's, no Flower equivalent): a fixed count, the assumed Byzantine replies per
+      round (run-config ``trim-f``). When fewer replies arrive than planned,
+      :func:`fedcal.aggregate.trim_for` shrinks it to (n − 1) // 2 at most for that round.
 
     Parameters
     ----------
-    f : int (default 1)
-        Values dropped per side and coordinate.
+    beta : float, optional
+        Fraction cut from each tail, in [0, 0.5). Default 0.2 (Flower's) when ``f`` is not given.
+    f : int, optional
+        Values dropped per side and coordinate (instead of ``beta``; give one of the two).
     **options : StrategyOptions
         The shared arguments (Flower's FedAvg ones, seeded sampling, buffers), see the base.
     """
 
     def __init__(self, *,
-                 f: int = 1,
+                 beta: float | None = None,
+                 f: int | None = None,
                  **options: Unpack[StrategyOptions]) -> None:
         super().__init__(**options)
-        if f < 0:
+        if beta is not None and f is not None:
+            raise ValueError(f"TrimmedMean takes beta (a fraction) or f (a count), not both; got beta={beta}, f={f}")
+        if f is not None and f < 0:
             raise ValueError(f"TrimmedMean needs f >= 0, got {f}")
-        self.f = f
+        if f is None and beta is None:
+            beta = 0.2
+        if beta is not None and not 0.0 <= beta < 0.5:
+            raise ValueError(f"TrimmedMean needs beta in [0, 0.5), got {beta}")
+        self.beta, self.f = beta, f
 
     def summary(self) -> None:
         """Log the trimmed mean's settings, then the shared ones."""
         log(INFO, "\t├──> TrimmedMean settings:")
-        log(INFO, "\t│\t└── f (values dropped per side): %d", self.f)
+        if self.f is None:
+            log(INFO, "\t│\t└── beta (fraction cut per side): %s", self.beta)
+        else:
+            log(INFO, "\t│\t└── f (values dropped per side): %d", self.f)
         super().summary()
 
+    def trim_count(self, n: int) -> int:
+        """Values dropped per side this round when n replies are aggregated: ⌊beta · n⌋ (as
+        Flower computes it), or ``f`` shrunk by :func:`fedcal.aggregate.trim_for`."""
+        if self.f is None:
+            return int(self.beta * n)
+        return agg.trim_for(n, self.f)
+
     def aggregate_updates(self, server_round, node_ids, updates, weights):
-        f = agg.trim_for(updates.shape[0], self.f)
-        if f < self.f:
+        k = self.trim_count(updates.shape[0])
+        if self.f is not None and k < self.f:
             log(WARNING, "round %d: TrimmedMean: %d replies cannot lose %d per side; f = %d this round",
-                server_round, updates.shape[0], self.f, f)
-        return agg.trimmed_mean(updates, f), torch.ones(updates.shape[0])
+                server_round, updates.shape[0], self.f, k)
+        return agg.trimmed_mean(updates, k), torch.ones(updates.shape[0])
 
     def aggregate_buffers(self, server_round, node_ids, values, weights):
-        """The same coordinate-wise trimmed mean (same f) of the accepted replies' buffers."""
-        return agg.trimmed_mean(values, agg.trim_for(values.shape[0], self.f))
+        """The same coordinate-wise trimmed mean (same count) of the accepted replies' buffers."""
+        return agg.trimmed_mean(values, self.trim_count(values.shape[0]))
+
+
+#: Flower's name for the rule (``flwr.serverapp.strategy.FedTrimmedAvg``): the same class.
+FedTrimmedAvg = TrimmedMean

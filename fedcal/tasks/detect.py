@@ -49,7 +49,8 @@ from fedcal.detect.train import local_round, predict
 from fedcal.reports.detect import EXAMPLE_FILE, EXAMPLE_IMAGE, KEPT_FILE, detect_report
 from fedcal.results import RunStore, run_dir_for
 from fedcal.strategies import FedAvg
-from fedcal.tasks.nodes import check_partitions, client_id, discover_clients, message_config
+from fedcal.tasks.nodes import (CLIENT_RECORD, check_partitions, client_id, client_record, discover_clients,
+                                message_config)
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.tasks.train import federate
 from fedcal.train import resolve_device
@@ -150,8 +151,8 @@ def detect_round(msg: Message, context: Context) -> Message:
     return Message(RecordDict({
         "arrays": ArrayRecord(state),
         "metrics": MetricRecord({"train-loss": stats.loss, "train-loss-ce": stats.loss_ce,
-                                 "num-examples": stats.num_examples, "partition-id": cid,
-                                 "malicious": int(behaviour.malicious), "tau": float(tau)}),
+                                 "num-examples": stats.num_examples}),
+        CLIENT_RECORD: client_record(cid, behaviour.malicious, tau=float(tau)),
     }), reply_to=msg)
 
 

@@ -32,7 +32,8 @@ from fedcal.lm.metrics import TOKEN_KEYS
 from fedcal.lm.setup import LMEvaluator, client_windows, node_model
 from fedcal.reports.lm import lm_report
 from fedcal.results import RunStore, run_dir_for
-from fedcal.tasks.nodes import check_partitions, client_id, discover_clients, message_config
+from fedcal.tasks.nodes import (CLIENT_RECORD, check_partitions, client_id, client_record, discover_clients,
+                                message_config)
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.tasks.train import federate
 from fedcal.train import resolve_device
@@ -84,8 +85,8 @@ def train_lm(msg: Message, context: Context) -> Message:
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     return Message(content=RecordDict({
         "arrays": ArrayRecord(state),
-        "metrics": MetricRecord({"train-loss": stats.loss, "num-examples": stats.num_examples,
-                                 "partition-id": cid, "malicious": int(behaviour.malicious)}),
+        "metrics": MetricRecord({"train-loss": stats.loss, "num-examples": stats.num_examples}),
+        CLIENT_RECORD: client_record(cid, behaviour.malicious),
     }), reply_to=msg)
 
 

@@ -7,6 +7,8 @@ Every task uses these; none of them knows a task.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import math
 import time
 from logging import WARNING
@@ -22,6 +24,11 @@ from fedcal.models import build_model
 
 IDENTITY = "query.identity"  # message type of the handshake
 _CONFIG_KEYS = {key_of(f) for f in RunConfig.__dataclass_fields__}
+#: key of the whole config's digest in a message's ``config`` record (:func:`config_record`)
+CONFIG_DIGEST = "config-digest"
+#: key of the ConfigRecord in a train reply that says which client answered (partition id, whether
+#: it was an attacker, …): kept out of the MetricRecord, whose numbers Flower averages as metrics
+CLIENT_RECORD = "client"
 
 
 # ---------------------------------------------------------------------------------- server side
@@ -133,27 +140,62 @@ class _IdentifiedGrid(Grid):
         return self.grid.send_and_receive(messages, timeout=timeout)
 
 
+def config_digest(cfg: RunConfig) -> str:
+    """16 hex digits of the SHA-256 of every key and value of ``cfg`` (sorted): what a node checks
+    the config it rebuilt against."""
+    return hashlib.sha256(json.dumps(sorted(cfg.to_flower().items())).encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def _defaults() -> dict[str, Any]:
+    return RunConfig().to_flower()
+
+
 def config_record(cfg: RunConfig) -> ConfigRecord:
-    """The run config as the ``config`` record a message carries to the nodes."""
-    return ConfigRecord(cfg.to_flower())
+    """The run config as the ``config`` record a message carries to the nodes: the keys whose
+    values differ from :class:`RunConfig`'s defaults, and :data:`CONFIG_DIGEST`, the digest of the
+    whole config.
+
+    Every node rebuilds the full config from its own defaults and these keys, and refuses it
+    when the digest differs (its fedcal declares other defaults). So the server stays the one
+    authority over every key, while a train message — sent to every sampled node every round,
+    and logged by Flower when the strategy starts — carries a few keys instead of all ~200
+    (``benchmarks/message_bytes.py`` measures both).
+    """
+    defaults = _defaults()
+    changed = {k: v for k, v in cfg.to_flower().items() if v != defaults[k] or type(v) is not type(defaults[k])}
+    return ConfigRecord({**changed, CONFIG_DIGEST: config_digest(cfg)})
 
 
 # ---------------------------------------------------------------------------------- node side
 def message_config(msg: Message, context: Context) -> tuple[RunConfig, int]:
     """(run config, server round) of a message: the server's config travels in the message's
-    ``config`` record (the single authority); the node's own run config is the fallback."""
+    ``config`` record (the single authority: :func:`config_record`'s changed keys and digest, or
+    every key); the node's own run config is the fallback only for a message that carries none
+    (``run_simulation`` gives apps an empty run config, real SuperNodes the app's defaults).
+
+    Raises ValueError when the config rebuilt from this node's defaults does not match the
+    server's digest: the node would otherwise train with values the server never chose.
+    """
     rec = msg.content.get("config") if "config" in msg.content else None
     raw: dict[str, Any] = dict(rec) if isinstance(rec, ConfigRecord) else {}
     server_round = int(raw.pop("server-round", 0))
+    digest = raw.pop(CONFIG_DIGEST, None)
     ours = {k: v for k, v in raw.items() if k in _CONFIG_KEYS}
-    if not ours:
+    if not ours and digest is None:
         ours = {k: v for k, v in context.run_config.items() if k in _CONFIG_KEYS}
-    return _parse(tuple(sorted(ours.items()))), server_round
+    cfg, own_digest = _parse(tuple(sorted(ours.items())))
+    if digest is not None and digest != own_digest:
+        raise ValueError(f"run config digest {own_digest} rebuilt on this node from the {len(ours)} key(s) the server "
+                         f"sent differs from the server's {digest}: this node's fedcal has other defaults "
+                         "(install the server's fedcal version)")
+    return cfg, server_round
 
 
 @functools.lru_cache(maxsize=16)
-def _parse(items: tuple) -> RunConfig:
-    return RunConfig.from_flower(dict(items))
+def _parse(items: tuple) -> tuple[RunConfig, str]:
+    cfg = RunConfig.from_flower(dict(items))
+    return cfg, config_digest(cfg)
 
 
 def client_id(context: Context) -> int:
@@ -162,6 +204,14 @@ def client_id(context: Context) -> int:
         raise KeyError("node config lacks 'partition-id': start the SuperNode with "
                        "--node-config \"partition-id=<k> num-partitions=<K>\"")
     return int(context.node_config["partition-id"])
+
+
+def client_record(partition_id: int, malicious: bool, **extra: Any) -> ConfigRecord:
+    """Who answered a train message, for the reply's :data:`CLIENT_RECORD`: the partition id,
+    whether the client attacked, and ``extra`` (e.g. the τ it trained at). Not in the reply's
+    MetricRecord, whose numbers Flower's default aggregation averages and logs every round as
+    if they were metrics (an "average partition id" of 2.6)."""
+    return ConfigRecord({"partition-id": int(partition_id), "malicious": bool(malicious), **extra})
 
 
 def check_partitions(cfg: RunConfig, context: Context) -> None:

@@ -30,8 +30,8 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedcal.tasks.nodes import (check_partitions, client_id, config_record, discover_clients, identified_grid,
-                                message_config, shared_model)
+from fedcal.tasks.nodes import (CLIENT_RECORD, check_partitions, client_id, client_record, config_record,
+                                discover_clients, identified_grid, message_config, shared_model)
 from fedcal.attacks import BENIGN, attackers_of, behaviour_for, client_round
 from fedcal.config import RunConfig
 from fedcal.data import client_data, load_dataset, root_set
@@ -197,12 +197,8 @@ def train(msg: Message, context: Context) -> Message:
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     content = RecordDict({
         "arrays": ArrayRecord(state),
-        "metrics": MetricRecord({
-            "train-loss": stats.loss,
-            "num-examples": stats.num_examples,
-            "partition-id": cid,
-            "malicious": int(behaviour.malicious),
-        }),
+        "metrics": MetricRecord({"train-loss": stats.loss, "num-examples": stats.num_examples}),
+        CLIENT_RECORD: client_record(cid, behaviour.malicious),
     })
     return Message(content=content, reply_to=msg)
 

@@ -9,6 +9,13 @@ from quickstart_robust.task import NUM_CLASSES, Net, load_data, make_data, train
 app = ClientApp()
 
 
+@app.query("identity")
+def identity(msg: Message, context: Context) -> Message:
+    """Tell the server which partition this node holds (its logs name clients by it)."""
+    record = MetricRecord({"partition-id": int(context.node_config["partition-id"])})
+    return Message(content=RecordDict({"identity": record}), reply_to=msg)
+
+
 @app.train()
 def train_fn(msg: Message, context: Context) -> Message:
     model = Net()

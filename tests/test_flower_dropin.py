@@ -1,0 +1,189 @@
+"""fedcal's strategies where Flower's stand: every fedcal strategy with a counterpart in
+``flwr.serverapp.strategy`` takes exactly the counterpart's constructor arguments (names and
+defaults) and, driven through the same grid with the same clean replies, ends with the model the
+counterpart ends with (to float tolerance: Flower aggregates full models, fedcal updates)."""
+
+import inspect
+import random
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import ArrayRecord, MetricRecord, RecordDict
+from flwr.serverapp import strategy as flower
+
+from fedcal import aggregate as agg
+from fedcal import strategies
+from fedcal.strategies.base import StrategyOptions, UpdateAggregationStrategy
+from tests.strategy_harness import FakeGrid
+
+#: fedcal class of each Flower strategy that has one, and the argument sets each is compared with
+#: ({} = every default; the issue's own example for MultiKrum)
+COUNTERPARTS = {
+    "FedAvg": (strategies.FedAvg, [{}]),
+    "MultiKrum": (strategies.MultiKrum, [{}, {"num_malicious_nodes": 2, "num_nodes_to_select": 3},
+                                         {"num_malicious_nodes": 1, "num_nodes_to_select": 20}]),
+    "Krum": (strategies.Krum, [{}, {"num_malicious_nodes": 2}]),
+    "FedMedian": (strategies.FedMedian, [{}]),
+    "FedTrimmedAvg": (strategies.FedTrimmedAvg, [{}, {"beta": 0.0}, {"beta": 0.1}, {"beta": 0.45}]),
+    "Bulyan": (strategies.Bulyan, [{}, {"num_malicious_nodes": 1}, {"num_malicious_nodes": 2}]),
+}
+CASES = [(name, args) for name, (_, sets) in COUNTERPARTS.items() for args in sets]
+NODES = list(range(101, 112))  # 11 nodes: enough for Bulyan with f = 2 (4f + 3)
+SHAPES = {"fc1.weight": (4, 3), "fc1.bias": (4,), "fc2.weight": (2, 4), "fc2.bias": (2,)}
+
+
+@pytest.fixture(autouse=True)
+def _no_full_gc_per_array(monkeypatch):
+    """Flower's Bulyan converts every selected reply with ``to_numpy_ndarrays(keep_input=False)``,
+    which runs a full ``gc.collect()`` per record: seconds per round in a test process holding
+    torch. Collecting garbage changes no value, so the comparison skips it."""
+    import types
+
+    from flwr.app.message import arrayrecord
+
+    monkeypatch.setattr(arrayrecord, "gc", types.SimpleNamespace(collect=lambda *a: 0))
+
+
+def _initial() -> ArrayRecord:
+    g = torch.Generator().manual_seed(0)
+    return ArrayRecord({k: torch.randn(s, generator=g) for k, s in SHAPES.items()})
+
+
+def _respond(node: int, content: RecordDict) -> RecordDict:
+    """A clean reply: the sent model plus the node's own step, different per node and round (its
+    size grows with the node, so Krum scores are far apart and both sides rank them alike), and a
+    node-dependent data size."""
+    rnd = int(content["config"]["server-round"]) if "server-round" in content["config"] else 0
+    g = torch.Generator().manual_seed(node * 1000 + rnd)
+    scale = 0.05 * (1 + (node - NODES[0]))
+    arrays = {k: torch.from_numpy(np.array(v.numpy())) + scale * torch.randn(v.shape, generator=g)
+              for k, v in content["arrays"].items()}
+    return RecordDict({"arrays": ArrayRecord(arrays),
+                       "metrics": MetricRecord({"num-examples": 10 + 7 * (node % 5), "train-loss": 1.0 / node})})
+
+
+def _run(strategy, rounds: int = 3) -> dict[str, np.ndarray]:
+    random.seed(0)  # Flower's own sampling draws from the global random (every node is sampled here)
+    result = strategy.start(grid=FakeGrid(NODES, _respond), initial_arrays=_initial(), num_rounds=rounds)
+    return {k: np.array(v.numpy()) for k, v in result.arrays.items()}
+
+
+def _accepted(cls) -> dict[str, inspect.Parameter]:
+    """The keyword arguments a fedcal strategy class accepts, with their declared defaults: its own
+    and the shared StrategyOptions (whose defaults are the base's)."""
+    own = {k: p for k, p in inspect.signature(cls).parameters.items() if p.kind is not p.VAR_KEYWORD}
+    base = inspect.signature(UpdateAggregationStrategy).parameters
+    return {**{k: base[k] for k in StrategyOptions.__annotations__}, **own}
+
+
+@pytest.mark.parametrize("name", sorted(COUNTERPARTS))
+def test_accepts_exactly_the_flower_counterparts_arguments_with_its_defaults(name):
+    theirs = flower.__dict__[name]
+    ours, _ = COUNTERPARTS[name]
+    flower_params = inspect.signature(theirs).parameters
+    accepted = _accepted(ours)
+    missing = sorted(set(flower_params) - set(accepted))
+    assert not missing, f"fedcal's {ours.__name__} does not take Flower's {missing}"
+    # The defaults mean the same: both built with no argument hold the same settings.
+    a, b = theirs(), ours()
+    for arg, param in flower_params.items():
+        if arg == "selection_rule":  # Flower stores its default (select_multikrum); fedcal None = MultiKrum
+            assert param.default is None and b.selection_rule is None
+            continue
+        assert getattr(b, arg) == getattr(a, arg), (name, arg, getattr(b, arg), getattr(a, arg))
+
+
+@pytest.mark.parametrize(("name", "args"), CASES, ids=[f"{n}-{a}" for n, a in CASES])
+def test_aggregates_what_flower_aggregates_on_clean_replies(name, args):
+    ours, _ = COUNTERPARTS[name]
+    expected = _run(flower.__dict__[name](**args))
+    got = _run(ours(**args))
+    assert set(got) == set(expected)
+    for k in expected:
+        np.testing.assert_allclose(got[k], expected[k], rtol=1e-5, atol=1e-5, err_msg=f"{name}{args} {k}")
+
+
+def test_the_comparison_tells_the_rules_apart():
+    """The replies are not so alike that any rule matches any other: MultiKrum's Flower default
+    (Krum, one update) differs from averaging n − f (fedcal's MultiKrum before it took Flower's
+    arguments), and the trimmed mean's beta changes the result."""
+    krum = _run(flower.MultiKrum())
+    n_minus_f = _run(strategies.MultiKrum(num_malicious_nodes=0, num_nodes_to_select=None))
+    assert np.abs(krum["fc1.weight"] - n_minus_f["fc1.weight"]).max() > 1e-2
+    trimmed = [_run(strategies.FedTrimmedAvg(beta=b))["fc1.weight"] for b in (0.0, 0.45)]
+    assert np.abs(trimmed[0] - trimmed[1]).max() > 1e-3
+
+
+def test_bulyan_takes_flowers_selection_rule_hook(caplog):
+    """``selection_rule`` gets the accepted replies' contents (full models), as in Flower: passing
+    Flower's own ``select_multikrum`` gives Flower's aggregate; a rule returning replies that were
+    not in its list fails the round (the model is kept), never the run."""
+    from flwr.serverapp.strategy.multikrum import select_multikrum
+
+    expected = _run(flower.Bulyan(num_malicious_nodes=1))
+    got = _run(strategies.Bulyan(num_malicious_nodes=1, selection_rule=select_multikrum))
+    for k in expected:
+        np.testing.assert_allclose(got[k], expected[k], rtol=1e-5, atol=1e-5)
+
+    def foreign(contents, f, theta):
+        return [RecordDict(dict(c)) for c in contents[:theta]]  # copies: not the replies it was given
+
+    s = strategies.Bulyan(num_malicious_nodes=1, selection_rule=foreign)
+    with caplog.at_level("WARNING", logger="flwr"):
+        s.start(grid=FakeGrid(NODES, _respond), initial_arrays=_initial(), num_rounds=1)
+    assert s.rounds_aggregated == 0 and s.replies[1].received == len(NODES)
+    assert "selection_rule must return distinct replies" in caplog.text
+
+
+def test_bulyan_with_too_few_replies_applies_the_median(caplog):
+    """Flower skips a round with fewer than 4f + 3 replies; fedcal applies their coordinate-wise
+    median (documented), so the round still moves the model."""
+    s = strategies.Bulyan(num_malicious_nodes=3, fraction_evaluate=0.0)  # needs 15 replies, gets 11
+    with caplog.at_level("WARNING", logger="flwr"):
+        got = _run(s, rounds=1)
+    init = {k: np.array(v.numpy()) for k, v in _initial().items()}
+    replies = [_respond(n, RecordDict({"arrays": _initial(), "config": _round(1)})) for n in NODES]
+    expected = {k: np.median(np.stack([np.array(r["arrays"][k].numpy()) for r in replies]) - init[k], axis=0) + init[k]
+                for k in init}
+    for k in init:
+        np.testing.assert_allclose(got[k], expected[k], rtol=1e-5, atol=1e-6)
+    assert "needs 15 valid replies, got 11" in caplog.text
+
+
+def _round(r: int):
+    from flwr.app import ConfigRecord
+
+    return ConfigRecord({"server-round": r})
+
+
+# ---------------------------------------------------------------------------- the core rule
+def test_mean_around_median_by_hand():
+    x = torch.tensor([[0.0, 10.0], [1.0, -3.0], [5.0, 4.0], [9.0, 5.0]])
+    # column 0: median 3, distances 3 2 2 6; column 1: median 4.5, distances 5.5 7.5 .5 .5
+    assert torch.equal(agg.mean_around_median(x, 2), torch.tensor([3.0, 4.5]))
+    assert torch.allclose(agg.mean_around_median(x, 3), torch.tensor([2.0, 19.0 / 3.0]))
+    with pytest.raises(ValueError, match="k ≤ n"):
+        agg.mean_around_median(x, 5)
+
+
+def test_bulyan_by_hand():
+    # f = 1, n = 7: Krum scores over 4 neighbours are 30 15 10 10 15 30 (and huge for 100);
+    # the 5 lowest (ties to the lower index) are 0..4; their median is 2 and the 3 closest
+    # values to it are 1, 2, 3.
+    x = torch.tensor([0.0, 1, 2, 3, 4, 5, 100]).unsqueeze(1)
+    assert torch.equal(agg.bulyan(x, 1), torch.tensor([2.0]))
+    with pytest.raises(ValueError, match="4f \\+ 3"):
+        agg.bulyan(x, 2)
+
+
+def test_mean_around_median_equals_flowers_numpy_rule():
+    """A second implementation: Flower's ``aggregate_n_closest_weights`` on the same selection."""
+    from flwr.serverapp.strategy.bulyan import aggregate_n_closest_weights
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(9, 40, generator=g, dtype=torch.float64)
+    arrays = [[row.numpy()] for row in x]
+    for k in (1, 4, 9):
+        theirs = aggregate_n_closest_weights([np.median(x.numpy(), axis=0)], arrays, k)[0]
+        np.testing.assert_allclose(agg.mean_around_median(x, k).numpy(), theirs, rtol=1e-12)
