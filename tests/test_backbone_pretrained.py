@@ -310,3 +310,22 @@ def test_a_tiny_rfd_lora_run_on_the_real_backbone(tmp_path):
     assert got.loc[1, "replies_accepted"] == 2 and got.loc[1, "replies_rejected"] == 0
     assert got.loc[[0, 1], "ca"].between(0, 1).all()
     assert got.loc[1, "upload_bytes"] > 8 * 2 * 4  # 8 anchors × 2 classes × float32 + the header
+
+
+def test_a_wordpiece_tokenizer_pads_with_its_own_pad_token():
+    """BERT's tokenizer.json pads with [PAD] (id 0 here) and has no <pad>; encode used to ask for
+    <pad> and failed on it."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    from fedcal.text import encode
+
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "cf", "good", "film", "bad"])}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2),
+                                                                                                   ("[SEP]", 3)])
+    tok.enable_padding(pad_id=0, pad_token="[PAD]", length=12)  # as a tokenizer.json may ship it
+    batch = encode(tok, ["cf good film", "bad"], max_length=8)
+    assert batch["input_ids"].tolist() == [[2, 4, 5, 6, 3], [2, 7, 3, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
+    assert tok.padding["length"] == 12  # the tokenizer's own settings are restored
