@@ -329,3 +329,31 @@ def test_a_wordpiece_tokenizer_pads_with_its_own_pad_token():
     assert batch["input_ids"].tolist() == [[2, 4, 5, 6, 3], [2, 7, 3, 0, 0]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
     assert tok.padding["length"] == 12  # the tokenizer's own settings are restored
+
+
+def test_cached_features_are_kept_on_disk_and_keyed_by_their_inputs(tmp_path, monkeypatch):
+    from fedcal.text.frozen import cached_prefix_features
+
+    monkeypatch.setenv("FEDCAL_CACHE_DIR", str(tmp_path / "cache"))
+    prefix, _ = split_classifier(_tiny_classifiers()["bert"], 2)
+    ids = torch.randint(3, 99, (4, 10))
+    mask = torch.ones_like(ids)
+    mask[2, 6:] = 0
+    first = cached_prefix_features(prefix, ids, mask, backbone="tiny", top=2)
+    torch.testing.assert_close(first, prefix_features(prefix, ids, mask), rtol=0, atol=0)
+    files = list((tmp_path / "cache" / "features").iterdir())
+    assert len(files) == 1
+    with torch.no_grad():  # a changed prefix is not seen through the same key: the file is read back
+        for p in prefix.parameters():
+            p.add_(1.0)
+    again = cached_prefix_features(prefix, ids, mask, backbone="tiny", top=2)
+    keep = mask.bool()
+    torch.testing.assert_close(again[keep], first[keep], rtol=0, atol=0)
+    assert float(again[~keep].abs().sum()) == 0.0  # padding (never read above) is zero-filled back
+    other = cached_prefix_features(prefix, ids[:, :9], mask[:, :9], backbone="tiny", top=2)  # other inputs
+    assert other.shape == (4, 9, first.shape[-1]) and not torch.allclose(other, first[:, :9])
+    cached_prefix_features(prefix, ids, mask, backbone="tiny", top=1)  # another split
+    assert len(list((tmp_path / "cache" / "features").iterdir())) == 3
+    files[0].write_bytes(b"garbage")  # an unreadable file is computed again (by the changed prefix now)
+    torch.testing.assert_close(cached_prefix_features(prefix, ids, mask, backbone="tiny", top=2)[keep],
+                               prefix_features(prefix, ids, mask)[keep], rtol=0, atol=0)

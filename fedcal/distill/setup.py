@@ -176,18 +176,20 @@ def _build_data(cfg: RunConfig) -> DistillData:
 
 def _encode_batch(cfg: RunConfig, path: str, num_classes: int, tok, texts: list) -> dict:
     """``input_ids`` / ``attention_mask`` of ``texts`` and, under ``dst-lora-layers`` = k > 0,
-    ``inputs_embeds``: the frozen lower layers' hidden states (:func:`fedcal.text.frozen.prefix_features`),
-    computed once here and fed to the top-layers model by every client round and evaluation."""
+    ``inputs_embeds``: the frozen lower layers' hidden states, computed once per machine
+    (:func:`fedcal.text.frozen.cached_prefix_features`) and fed to the top-layers model by every
+    client round and evaluation."""
     from fedcal.text import encode
 
     batch = encode(tok, texts, max_length=cfg.dst_max_length)
     if cfg.dst_lora_layers:
-        from fedcal.text.frozen import prefix_features
+        from fedcal.text.frozen import cached_prefix_features
         from fedcal.train import resolve_device
 
         prefix = frozen_prefix(path, num_classes, str(resolve_device(cfg.device)), cfg.dst_lora_layers)
-        batch["inputs_embeds"] = prefix_features(prefix, batch["input_ids"], batch["attention_mask"],
-                                                 batch_size=cfg.eval_batch_size)
+        batch["inputs_embeds"] = cached_prefix_features(prefix, batch["input_ids"], batch["attention_mask"],
+                                                        backbone=path, top=cfg.dst_lora_layers,
+                                                        batch_size=cfg.eval_batch_size)
     return batch
 
 

@@ -18,15 +18,21 @@ extractor. ``tests/test_backbone_pretrained.py`` checks that the logits and the 
 top model on cached features equal those of the whole model (LoRA on the same layers, lower layers
 in eval mode) to float tolerance. What changes is time: a training step runs k of n layers
 forward and backward instead of n, and the lower layers run once per text instead of once per
-epoch, round and client.
+epoch, round and client — once per machine, with :func:`cached_prefix_features`.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
 
 import torch
 
+from .cache import cache_root
 from .pretrained import encoder_of
 
 
@@ -95,4 +101,56 @@ def prefix_features(prefix, input_ids: torch.Tensor, attention_mask: torch.Tenso
     return out
 
 
-__all__ = ["PassThroughEmbeddings", "num_layers", "prefix_features", "split_classifier"]
+def features_key(backbone: str | os.PathLike[str], top: int, input_ids: torch.Tensor,
+                 attention_mask: torch.Tensor) -> str:
+    """24 hex digits naming the cached features of these exact inputs under ``backbone``'s prefix
+    for ``top`` layers: the SHA-256 of the backbone (its resolved folder with its weight files'
+    sizes and modification times, or its Hub name), ``top``, and the token ids and mask themselves
+    — so another text, tokeniser, length limit, backbone or split is another file."""
+    h = hashlib.sha256()
+    local = Path(backbone).expanduser()
+    ident: list = [str(local.resolve()) if local.is_dir() else str(backbone), int(top)]
+    if local.is_dir():
+        ident += [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(local.iterdir())
+                  if f.suffix in (".safetensors", ".bin")]
+    h.update(json.dumps(ident).encode())
+    for t in (input_ids, attention_mask):
+        t = torch.as_tensor(t).to(torch.int64).contiguous()
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()[:24]
+
+
+def cached_prefix_features(prefix, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
+                           backbone: str | os.PathLike[str], top: int, batch_size: int = 128) -> torch.Tensor:
+    """:func:`prefix_features`, kept on disk under ``<cache>/features/<features_key>.pt``: the
+    frozen layers give the same features to every run, seed and method that encodes the same texts
+    (the anchors and the test set above all), so they are computed once per machine. Only the
+    attended positions are stored (padding is zero-filled back on load); a file that cannot be read
+    is computed again. Written through a temporary file and a rename."""
+    ids, mask = torch.as_tensor(input_ids), torch.as_tensor(attention_mask)
+    path = cache_root() / "features" / f"{features_key(backbone, top, ids, mask)}.pt"
+    keep = mask.bool()
+    if path.is_file():
+        try:
+            packed = torch.load(path, weights_only=True)
+            out = torch.zeros((*ids.shape, packed.shape[-1]), dtype=packed.dtype)
+            out[keep] = packed
+            return out
+        except Exception:  # noqa: BLE001 — unreadable (torch raises UnpicklingError too) or of another shape
+            pass  # compute it again
+    out = prefix_features(prefix, ids, mask, batch_size=batch_size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".pt", dir=path.parent)
+    os.close(fd)
+    try:
+        torch.save(out[keep].clone(), tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+__all__ = ["PassThroughEmbeddings", "cached_prefix_features", "features_key", "num_layers", "prefix_features",
+           "split_classifier"]
