@@ -29,7 +29,7 @@ naming the file and the package to (re)install; nothing is ever downloaded.
 the attention mask and applies dropout and a linear head. all-MiniLM-L6-v2 was trained by
 sentence-transformers with mean pooling (its ``1_Pooling/config.json``: ``pooling_mode_mean_tokens``),
 and its ``[CLS]`` state and BERT pooler were never trained for it: the capacity study of
-docs/distill.md probes all three readouts of the frozen encoder, and mean pooling is the best.
+docs/distill.md probes both readouts of the frozen encoder (mean pooling and the first token).
 transformers has no mean-pooling sequence classifier for BERT, hence this small module.
 """
 
