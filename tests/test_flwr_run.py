@@ -161,7 +161,7 @@ def test_flwr_run_dot_runs_rfd_lora_with_heterogeneous_ranks_and_a_backdoor_clie
     run_dir = _flwr_run(tmp_path, "task='distill' dst-corpus='synthetic' num-clients=3 dst-ranks='2,4,8' "
                         "dst-backdoor-ratio=0.3 dst-rounds=2 dst-groups=3 dst-bb-hidden=16 dst-bb-layers=1 "
                         "dst-bb-intermediate=32 dst-bb-vocab=120 dst-bb-steps=10 dst-max-length=16 batch-size=16 "
-                        "dst-distill-steps=3 dst-student-rank=4", 3, FEDCAL_CACHE_DIR=str(tmp_path / "cache"))
+                        "dst-distill-steps=3 dst-student-rank=4 dst-backbone='' dst-lora-targets='query,value,word_embeddings'", 3, FEDCAL_CACHE_DIR=str(tmp_path / "cache"))
     df = load_metrics(run_dir)
     got = df.pivot_table(index="round", columns="metric", values="value")
     assert list(got.index) == [0, 1, 2]

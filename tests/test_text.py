@@ -324,12 +324,12 @@ def test_classifier_encoder_is_the_cached_backbone(cache):
 
 
 def test_hub_backbones_fail_with_a_config_error_offline(monkeypatch, tmp_path):
-    from transformers import RobertaForSequenceClassification
+    from transformers import AutoModelForSequenceClassification
 
     def offline(*args, **kwargs):
         raise OSError("We couldn't connect to 'https://huggingface.co'")
 
-    monkeypatch.setattr(RobertaForSequenceClassification, "from_pretrained", offline)
+    monkeypatch.setattr(AutoModelForSequenceClassification, "from_pretrained", offline)
     with pytest.raises(ConfigError, match="roberta-large.*offline"):
         bb.classifier_from_backbone("roberta-large", 2)
     with pytest.raises(ConfigError, match="no config.json"):

@@ -78,6 +78,7 @@ __all__ = [
     "adapter_state",
     "load_adapter_state",
     "local_train",
+    "forward_logits",
     "anchor_logits",
     "upload_bytes",
 ]
@@ -320,20 +321,39 @@ class TrainStats:
 
 
 def _check_batch(input_ids, attention_mask, labels=None):
+    """``input_ids`` is a batch of token ids (N, L) or of the cached hidden states (N, L, H) of a
+    model's frozen lower layers (:mod:`fedcal.text.frozen`, for a top-layers model);
+    ``attention_mask`` (N, L) either way."""
     ids = torch.as_tensor(input_ids)
     mask = torch.as_tensor(attention_mask)
-    if ids.ndim != 2 or ids.shape[0] < 1:
-        raise ValueError(f"input_ids must be (N, L) with N >= 1, got shape {tuple(ids.shape)}")
-    if ids.is_floating_point() or mask.is_floating_point():
-        raise ValueError("input_ids and attention_mask must be integer tensors")
-    if mask.shape != ids.shape:
-        raise ValueError(f"attention_mask must have input_ids' shape {tuple(ids.shape)}, got {tuple(mask.shape)}")
+    features = ids.is_floating_point()
+    if ids.ndim != (3 if features else 2) or ids.shape[0] < 1:
+        raise ValueError(f"input_ids must be token ids (N, L) or cached hidden states (N, L, H) with N >= 1, got "
+                         f"{'float' if features else 'integer'} shape {tuple(ids.shape)}")
+    if mask.is_floating_point():
+        raise ValueError("attention_mask must be an integer tensor")
+    if mask.shape != ids.shape[:2]:
+        raise ValueError(f"attention_mask must have shape {tuple(ids.shape[:2])} (N, L), got {tuple(mask.shape)}")
     if labels is None:
         return ids, mask
     y = torch.as_tensor(labels)
     if y.shape != (ids.shape[0],) or y.is_floating_point():
         raise ValueError(f"labels must be an integer (N,) = ({ids.shape[0]},) tensor, got shape {tuple(y.shape)}")
     return ids, mask, y.long()
+
+
+def forward_logits(model, ids: torch.Tensor, mask: torch.Tensor, device=None) -> torch.Tensor:
+    """``model``'s logits on one batch — token ids (``input_ids``) or cached hidden states
+    (``inputs_embeds`` of a top-layers model) — cut to the batch's last attended position: the
+    positions after it are padding in every row, masked out of every attention and pooling, so
+    dropping them changes eval-mode logits only by float rounding and saves their time (texts are
+    padded to the longest of a whole set, a batch's longest is usually shorter). In train mode the
+    dropout masks are drawn for the shorter tensor: other draws of the same noise."""
+    device = _device(model) if device is None else device
+    attended = mask.bool().any(0).nonzero()
+    width = int(attended.max()) + 1 if attended.numel() else 1
+    key = "inputs_embeds" if ids.is_floating_point() else "input_ids"
+    return model(**{key: ids[:, :width].to(device)}, attention_mask=mask[:, :width].to(device)).logits
 
 
 def local_train(
@@ -386,7 +406,7 @@ def local_train(
             for b in range(per_epoch):
                 idx = perm[b * batch_size:(b + 1) * batch_size]
                 lrs.append(optimizer.param_groups[0]["lr"])
-                logits = model(input_ids=ids[idx].to(device), attention_mask=mask[idx].to(device)).logits
+                logits = forward_logits(model, ids[idx], mask[idx], device)
                 loss = F.cross_entropy(logits.float(), y[idx].to(device))
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -405,8 +425,7 @@ def _logits(model, ids: torch.Tensor, mask: torch.Tensor, batch_size: int) -> to
     was_training = model.training
     model.eval()
     try:
-        out = [model(input_ids=ids[i:i + batch_size].to(device),
-                     attention_mask=mask[i:i + batch_size].to(device)).logits.float().cpu()
+        out = [forward_logits(model, ids[i:i + batch_size], mask[i:i + batch_size], device).float().cpu()
                for i in range(0, ids.shape[0], batch_size)]
     finally:
         model.train(was_training)

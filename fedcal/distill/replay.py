@@ -127,7 +127,7 @@ def replay(source_dir: str | os.PathLike[str], cfg: RunConfig, device: str = "cp
                          f"only {', '.join(k.replace('_', '-') for k in SERVER_KEYS)} may change")
     uploads = load_uploads(source_dir)
     data = distill_data(cfg)
-    base = base_classifier(data.backbone, data.num_classes, device)
+    base = base_classifier(data.backbone, data.num_classes, device, data.lora_layers)
     model, optimizer = student_and_optimizer(base, cfg)
     store = RunStore(run_dir_for(cfg), cfg)
     store.start()

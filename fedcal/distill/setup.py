@@ -28,6 +28,7 @@ class DistillData:
 
     num_classes: int
     backbone: str  # a backbone folder or Hub name
+    lora_layers: int  # dst-lora-layers: 0, or the top k layers whose input the batches' "inputs_embeds" cache
     train_texts: tuple
     train_labels: np.ndarray
     anchors: np.ndarray  # indices into the (subsampled) training split
@@ -126,8 +127,14 @@ def backbone_config(cfg: RunConfig):
 
 
 def backbone_of(cfg: RunConfig) -> str:
-    """``dst-backbone`` if set (a folder or a Hub name), else the small backbone's cached folder
-    (built on first use: :func:`fedcal.text.pretrained_backbone`)."""
+    """The folder (or Hub name) of ``dst-backbone``: ``minilm`` — all-MiniLM-L6-v2 copied from the
+    installed wheel into the cache (:func:`fedcal.text.pretrained.minilm_dir`); another non-empty
+    value — a folder or a Hub name, as given; ``""`` — the small backbone's cached folder (built on
+    first use: :func:`fedcal.text.pretrained_backbone`)."""
+    from fedcal.text.pretrained import MINILM, minilm_dir
+
+    if cfg.dst_backbone == MINILM:
+        return str(minilm_dir())
     if cfg.dst_backbone:
         from fedcal.hub import check_hub_name
 
@@ -143,7 +150,7 @@ def backbone_of(cfg: RunConfig) -> str:
 _DATA_KEYS = ("dst_corpus", "data_dir", "seed", "num_clients", "dst_train_size", "dst_test_size", "dst_anchor_frac",
               "dst_partition", "dst_backdoor_ratio", "dst_poison_frac", "dst_trigger", "dst_target", "dst_backbone",
               "dst_bb_hidden", "dst_bb_layers", "dst_bb_heads", "dst_bb_intermediate", "dst_bb_vocab", "dst_bb_steps",
-              "dst_max_length")
+              "dst_max_length", "dst_lora_layers")
 
 
 _DATA_CACHE: OrderedDict[tuple, DistillData] = OrderedDict()  # the last two setups of this process
@@ -187,25 +194,72 @@ def _build_data(cfg: RunConfig) -> DistillData:
         shards = label_skew_clients(task.train_labels, per, seed=cfg.seed, indices=private)[0][:cfg.num_clients]
     path = backbone_of(cfg)
     tok = backbone_tokenizer(path)
-    enc = functools.partial(encode, tok, max_length=cfg.dst_max_length)
+    enc = functools.partial(_encode_batch, cfg, path, task.num_classes, tok)
     trig = triggered_test_set(task.test_texts, task.test_labels, cfg.dst_trigger, cfg.dst_target)
     return DistillData(
-        num_classes=task.num_classes, backbone=path, train_texts=task.train_texts, train_labels=task.train_labels,
-        anchors=anchors, anchor_id=anchor_set_id(anchors), shards=tuple(shards), backdoor=backdoor_clients(cfg),
-        anchor_batch=enc([task.train_texts[i] for i in anchors]), test_batch=enc(list(task.test_texts)),
-        test_labels=task.test_labels, triggered=trig, triggered_batch=enc(list(trig.texts)))
+        num_classes=task.num_classes, backbone=path, lora_layers=cfg.dst_lora_layers, train_texts=task.train_texts,
+        train_labels=task.train_labels, anchors=anchors, anchor_id=anchor_set_id(anchors), shards=tuple(shards),
+        backdoor=backdoor_clients(cfg), anchor_batch=enc([task.train_texts[i] for i in anchors]),
+        test_batch=enc(list(task.test_texts)), test_labels=task.test_labels, triggered=trig,
+        triggered_batch=enc(list(trig.texts)))
+
+
+def _encode_batch(cfg: RunConfig, path: str, num_classes: int, tok, texts: list) -> dict:
+    """``input_ids`` / ``attention_mask`` of ``texts`` and, under ``dst-lora-layers`` = k > 0,
+    ``inputs_embeds``: the frozen lower layers' hidden states, computed once per machine
+    (:func:`fedcal.text.frozen.cached_prefix_features`) and fed to the top-layers model by every
+    client round and evaluation."""
+    from fedcal.text import encode
+
+    batch = encode(tok, texts, max_length=cfg.dst_max_length)
+    if cfg.dst_lora_layers:
+        from fedcal.text.frozen import cached_prefix_features
+        from fedcal.train import resolve_device
+
+        prefix = frozen_prefix(path, num_classes, str(resolve_device(cfg.device)), cfg.dst_lora_layers)
+        batch["inputs_embeds"] = cached_prefix_features(prefix, batch["input_ids"], batch["attention_mask"],
+                                                        backbone=path, top=cfg.dst_lora_layers,
+                                                        batch_size=cfg.eval_batch_size)
+    return batch
+
+
+def inputs_of(batch: dict) -> torch.Tensor:
+    """What a model of this run takes from an encoded batch: the cached hidden states
+    (``inputs_embeds``) under ``dst-lora-layers`` > 0, else the token ids."""
+    return batch["inputs_embeds"] if "inputs_embeds" in batch else batch["input_ids"]
 
 
 @functools.lru_cache(maxsize=2)
-def base_classifier(path: str, num_classes: int, device: str):
-    """The frozen classifier every client and the server wrap (built once per process; wrappers
-    deep-copy it). Its new head is initialised with seed 0, so all share one starting head."""
+def _classifier_parts(path: str, num_classes: int, device: str, top_layers: int):
+    """(frozen prefix or None, the classifier clients and the server wrap), built once per process."""
+    from fedcal.config import ConfigError
     from fedcal.text import classifier_from_backbone
+    from fedcal.text.frozen import num_layers, split_classifier
 
     model = classifier_from_backbone(path, num_classes, seed=0).to(device).eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    return model
+    if not top_layers:
+        return None, model
+    n = num_layers(model)
+    if top_layers > n:
+        raise ConfigError(f"run-config key 'dst-lora-layers': {top_layers} exceeds the backbone's {n} layers")
+    return split_classifier(model, top_layers)
+
+
+def base_classifier(path: str, num_classes: int, device: str, top_layers: int = 0):
+    """The frozen classifier every client and the server wrap (built once per process; wrappers
+    deep-copy it). Its new head is initialised with seed 0, so all share one starting head. With
+    ``top_layers`` = k > 0 it is the top-layers model of :func:`fedcal.text.frozen.split_classifier`
+    (the top k layers and the head, fed the cached ``inputs_embeds``), so LoRA lands on those k
+    layers only."""
+    return _classifier_parts(path, num_classes, device, top_layers)[1]
+
+
+def frozen_prefix(path: str, num_classes: int, device: str, top_layers: int):
+    """The frozen lower layers of :func:`base_classifier` (``top_layers`` > 0): what
+    :func:`_encode_batch` caches the hidden states of."""
+    return _classifier_parts(path, num_classes, device, top_layers)[0]
 
 
 _BATCH_CACHE: OrderedDict[tuple, tuple] = OrderedDict()  # a node's encoded shard, per setup and client
@@ -223,7 +277,7 @@ def client_batch(cfg: RunConfig, cid: int) -> tuple[dict, torch.Tensor, int]:
 
 
 def _client_batch(cfg: RunConfig, cid: int) -> tuple[dict, torch.Tensor, int]:
-    from fedcal.text import encode, poison
+    from fedcal.text import poison
 
     data = distill_data(cfg)
     idx = data.shards[cid]
@@ -234,7 +288,7 @@ def _client_batch(cfg: RunConfig, cid: int) -> tuple[dict, torch.Tensor, int]:
         texts, labels, poisoned = list(p.texts), p.labels, len(p.indices)
     from fedcal.text import backbone_tokenizer
 
-    batch = encode(backbone_tokenizer(data.backbone), texts, max_length=cfg.dst_max_length)
+    batch = _encode_batch(cfg, data.backbone, data.num_classes, backbone_tokenizer(data.backbone), texts)
     return batch, torch.as_tensor(labels, dtype=torch.long), poisoned
 
 
@@ -278,10 +332,10 @@ def is_finite_evaluation(metrics: dict[str, float]) -> bool:
 
 
 def _evaluate_backdoor(model, data: DistillData, batch_size: int, clean_accuracy, predict) -> dict[str, float]:
-    pred = predict(model, data.test_batch["input_ids"], data.test_batch["attention_mask"], batch_size=batch_size)
+    pred = predict(model, inputs_of(data.test_batch), data.test_batch["attention_mask"], batch_size=batch_size)
     out = {"ca": clean_accuracy(pred, torch.as_tensor(data.test_labels))}
     if len(data.triggered.labels):
-        pt = predict(model, data.triggered_batch["input_ids"], data.triggered_batch["attention_mask"],
+        pt = predict(model, inputs_of(data.triggered_batch), data.triggered_batch["attention_mask"],
                      batch_size=batch_size).numpy()
         out["ra"] = data.triggered.robust_accuracy(pt)
         out["asr"] = data.triggered.attack_success_rate(pt)
@@ -312,7 +366,7 @@ def server_round(model, optimizer, uploads: list, data: DistillData, cfg: RunCon
     groups = min(cfg.dst_groups, len(uploads))
     consensus = build_consensus(uploads, clip=cfg.dst_clip, method=cfg.dst_aggregator,
                                 num_groups=groups if cfg.dst_aggregator == "mom" else None, generator=gen)
-    stats = distill_step(model, data.anchor_batch["input_ids"], data.anchor_batch["attention_mask"], consensus,
+    stats = distill_step(model, inputs_of(data.anchor_batch), data.anchor_batch["attention_mask"], consensus,
                          optimizer, steps=cfg.dst_distill_steps, batch_size=cfg.dst_distill_batch or None,
                          generator=gen, cat=cfg.dst_cat, mmd=cfg.dst_mmd, dis=cfg.dst_dis, t0=cfg.dst_t0,
                          kappa=cfg.dst_kappa, tau=cfg.dst_tau, lam=cfg.dst_lambda, rho=cfg.dst_rho)

@@ -32,7 +32,7 @@ from typing import Sequence, Unpack
 import torch
 
 from ._checks import check_int
-from .clients import _check_batch, _device, _logits, _seeded, lora_model
+from .clients import _check_batch, _device, _logits, _seeded, forward_logits, lora_model
 from .consensus import Consensus, aggregate_logits, clip_logits
 from .loss import LossOptions, distillation_loss
 
@@ -168,7 +168,7 @@ def distill_step(
             if order.numel() < batch_size:  # a new shuffled pass when the current one runs out
                 order = torch.cat([order, torch.randperm(n, generator=generator)])
             idx, order = order[:batch_size], order[batch_size:]
-            z = student(input_ids=ids[idx].to(device), attention_mask=mask[idx].to(device)).logits.float()
+            z = forward_logits(student, ids[idx], mask[idx], device).float()
             loss = distillation_loss(z, _subset(cons, idx.to(device)), **loss_options)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

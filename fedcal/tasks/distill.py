@@ -80,7 +80,7 @@ from fedcal.tasks.nodes import (
 )
 from fedcal.distill.clients import is_lora_a_key
 from fedcal.distill.setup import (adapted_layers, base_classifier, client_batch, distill_data,
-                                  evaluate_backdoor, init_seed, is_eval_round, is_finite_evaluation,
+                                  evaluate_backdoor, init_seed, inputs_of, is_eval_round, is_finite_evaluation,
                                   server_round, student_and_optimizer)
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.tasks.train import REJECTION_COLUMNS
@@ -122,7 +122,7 @@ def distill_round(msg: Message, context: Context) -> Message:
     rank = client_rank(cfg, context, cid)
     data = distill_data(cfg)
     device = str(resolve_device(cfg.device))
-    base = base_classifier(data.backbone, data.num_classes, device)
+    base = base_classifier(data.backbone, data.num_classes, device, data.lora_layers)
     # lora_model refuses a rank outside dst-ranks with "client k: LoRA rank r is not in the allowed
     # set [...]": an error reply, which the server drops naming the node and this reason.
     model = lora_model(base, rank, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, seed=init_seed(cfg, cid),
@@ -142,7 +142,7 @@ def distill_round(msg: Message, context: Context) -> Message:
             merge_flora(model, update, seed=(cfg.seed * 1000 + cid) * 10007 + server_round)
     batch, labels, poisoned = client_batch(cfg, cid)
     gen = torch.Generator().manual_seed(int(cfg.seed) * 1_000_003 + cid * 1009 + server_round)
-    stats = local_train(model, batch["input_ids"], batch["attention_mask"], labels, epochs=cfg.dst_local_epochs,
+    stats = local_train(model, inputs_of(batch), batch["attention_mask"], labels, epochs=cfg.dst_local_epochs,
                         batch_size=cfg.batch_size, lr=cfg.dst_client_lr, weight_decay=cfg.dst_weight_decay,
                         warmup_frac=cfg.dst_warmup, generator=gen)
     state = adapter_state(model)
@@ -158,7 +158,7 @@ def distill_round(msg: Message, context: Context) -> Message:
     content = RecordDict({"metrics": metrics, "anchor": ConfigRecord({"anchor-set": data.anchor_id})})
     if cfg.dst_method == "rfd":
         attack = cfg.dst_logit_attack if malicious else "none"
-        z = anchor_logits(model, data.anchor_batch["input_ids"], data.anchor_batch["attention_mask"],
+        z = anchor_logits(model, inputs_of(data.anchor_batch), data.anchor_batch["attention_mask"],
                           clip=cfg.dst_clip if attack == "none" else 3e38, batch_size=cfg.eval_batch_size)
         if attack != "none":  # the logit-energy attack acts before the client's clipping
             z = clip_logits(z * (cfg.dst_attack_factor if attack == "scale" else -cfg.dst_attack_factor), cfg.dst_clip)
@@ -233,7 +233,7 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
     store = RunStore(run_dir_for(cfg), cfg)
     store.start()
     device = str(resolve_device(cfg.device))
-    base = base_classifier(data.backbone, data.num_classes, device)
+    base = base_classifier(data.backbone, data.num_classes, device, data.lora_layers)
     node_to_client = discover_clients(grid, cfg.num_clients)
     who = lambda n: f"node {n} (partition {node_to_client.get(n, 'unknown')})"
     log(INFO, "distill: %s on %s, %d clients (backdoor: %s), %d anchors (id %s)", cfg.dst_method, cfg.dst_corpus,

@@ -53,6 +53,7 @@ import torch
 
 from fedcal.config import ConfigError
 
+from .cache import cache_root
 from .corpora import (
     genre_corpus,
     genre_split,
@@ -124,12 +125,6 @@ class BackboneConfig:
         """16 hex digits of the SHA-256 of the config as sorted JSON: the cache folder's name."""
         blob = json.dumps(dataclasses.asdict(self), sort_keys=True, default=list)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def cache_root() -> Path:
-    """``$FEDCAL_CACHE_DIR`` if set, else ``~/.cache/fedcal``."""
-    env = os.environ.get("FEDCAL_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "fedcal"
 
 
 def backbone_dir(cfg: BackboneConfig) -> Path:
@@ -342,26 +337,41 @@ def backbone_meta(path: str | os.PathLike[str]) -> dict:
 
 
 def classifier_from_backbone(path_or_name: str | os.PathLike[str], num_classes: int, seed: int | None = None):
-    """A ``RobertaForSequenceClassification`` whose encoder is the backbone at ``path_or_name`` (a
-    :func:`pretrained_backbone` folder, or a Hugging Face Hub name such as ``roberta-large`` for
-    networked users) and whose classification head is new, initialised under ``seed`` when given
-    (without moving the caller's RNG). Raises :class:`ConfigError` when a Hub model cannot be loaded.
+    """A sequence classifier whose encoder is the backbone at ``path_or_name`` and whose
+    classification head is new, initialised under ``seed`` when given (without moving the caller's
+    RNG). ``path_or_name`` is a local folder — a :func:`pretrained_backbone` folder (RoBERTa), the
+    cached all-MiniLM-L6-v2 of :func:`fedcal.text.pretrained.minilm_dir`, or any BERT / RoBERTa folder
+    with config.json, weights and tokenizer.json — or a Hugging Face Hub name such as ``roberta-large``
+    (networked users). Local folders load with ``local_files_only=True``. The MiniLM folder gives a
+    :class:`fedcal.text.pretrained.MeanPoolClassifier` (the checkpoint's own mean pooling); every other
+    backbone transformers' ``AutoModelForSequenceClassification`` (RoBERTa's ``<s>`` head, BERT's
+    pooler). Raises :class:`ConfigError` naming the file or name when it cannot be loaded.
     """
-    from transformers import RobertaForSequenceClassification
+    from .pretrained import MeanPoolClassifier, encoder_config, pooling_of
 
     if num_classes < 2:
         raise ConfigError(f"num_classes must be ≥ 2, got {num_classes}")
     local = Path(path_or_name).expanduser()
+    if local.is_dir():
+        encoder_config(local)  # a missing config.json or another architecture: one line naming the file
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
     with torch.random.fork_rng(devices=[], enabled=seed is not None):
         if seed is not None:
             torch.manual_seed(seed)
         if local.is_dir():
-            if not (local / "config.json").exists():
-                raise ConfigError(f"backbone {str(local)!r}: no config.json; build it with pretrained_backbone()")
-            with _quiet_transformers():
-                return RobertaForSequenceClassification.from_pretrained(local, num_labels=num_classes)
+            try:
+                with _quiet_transformers():
+                    if pooling_of(local) == "mean":
+                        enc = AutoModel.from_pretrained(local, local_files_only=True, add_pooling_layer=False)
+                        return MeanPoolClassifier(enc, num_classes)
+                    return AutoModelForSequenceClassification.from_pretrained(local, num_labels=num_classes,
+                                                                              local_files_only=True)
+            except Exception as exc:  # noqa: BLE001 — truncated / unreadable weights (safetensors' own error type too)
+                raise ConfigError(f"run-config key 'dst-backbone': {local}: its weights cannot be loaded "
+                                  f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from exc
         try:
-            return RobertaForSequenceClassification.from_pretrained(str(path_or_name), num_labels=num_classes)
+            return AutoModelForSequenceClassification.from_pretrained(str(path_or_name), num_labels=num_classes)
         except Exception as exc:  # offline: OSError / huggingface_hub errors
             raise ConfigError(f"backbone {str(path_or_name)!r}: not a local backbone folder, and the Hugging Face Hub "
                               f"model of that name cannot be loaded (offline?): {exc}") from exc
@@ -382,13 +392,16 @@ def backbone_tokenizer(path_or_name: str | os.PathLike[str]):
 
 
 def parameter_counts(model) -> dict[str, int]:
-    """Parameters of a RoBERTa model's encoder: word embeddings, the rest of the embeddings, the
-    transformer layers (what the tokenizer choice trades off)."""
-    emb = model.roberta.embeddings
+    """Parameters of a classifier's encoder (RoBERTa or BERT): word embeddings, the rest of the
+    embeddings, the transformer layers (what the tokenizer choice trades off)."""
+    from .pretrained import encoder_of
+
+    enc = encoder_of(model)
+    emb = enc.embeddings
     word = emb.word_embeddings.weight.numel()
     return {"word_embeddings": word,
             "other_embeddings": sum(p.numel() for p in emb.parameters()) - word,
-            "layers": sum(p.numel() for p in model.roberta.encoder.parameters())}
+            "layers": sum(p.numel() for p in enc.encoder.parameters())}
 
 
 __all__ = [

@@ -130,23 +130,34 @@ def as_transformers(tok: Tokenizer, model_max_length: int = 512):
                                    model_max_length=model_max_length)
 
 
+def pad_token_of(tok: Tokenizer) -> str:
+    """The padding token: the one a tokenizer.json's own padding names (BERT's ``[PAD]``), else
+    RoBERTa's ``<pad>`` (both tokenisers here), else ``[PAD]``; ValueError if it has none."""
+    for token in ((tok.padding or {}).get("pad_token"), "<pad>", "[PAD]"):
+        if token is not None and tok.token_to_id(token) is not None:
+            return token
+    raise ValueError("the tokenizer has no padding token (<pad> or [PAD])")
+
+
 def encode(tok: Tokenizer, texts: Sequence[Text], max_length: int = 128,
            pad_to_max: bool = False) -> dict[str, torch.Tensor]:
     """Tokenise ``texts`` (strings, or (first, second) pairs) into ``input_ids`` and
-    ``attention_mask`` int64 tensors of shape (len(texts), L): each text framed by ``<s> … </s>``
-    and truncated to ``max_length`` tokens in all (the closing ``</s>`` kept; pairs trimmed from the
-    longer side), then right-padded with ``<pad>`` (mask 0) to the longest text (L ≤ ``max_length``)
+    ``attention_mask`` int64 tensors of shape (len(texts), L): each text framed by the tokeniser's
+    special tokens (``<s> … </s>``; BERT's ``[CLS] … [SEP]``) and truncated to ``max_length`` tokens in
+    all (the closing one kept; pairs trimmed from the longer side), then right-padded with the
+    padding token (:func:`pad_token_of`, mask 0) to the longest text (L ≤ ``max_length``)
     or, with ``pad_to_max``, to ``max_length``."""
     if max_length < 4:
         raise ValueError(f"max_length must be ≥ 4 (room for <s>, </s> and text), got {max_length}")
     if not len(texts):
         raise ValueError("no texts to encode")
-    pad = tok.token_to_id("<pad>")
+    pad_token = pad_token_of(tok)
+    pad = tok.token_to_id(pad_token)
     # enable_* mutate the tokeniser: set them for this call and restore the caller's afterwards
     saved_trunc, saved_pad = tok.truncation, tok.padding
     try:
         tok.enable_truncation(max_length=max_length)
-        tok.enable_padding(pad_id=pad, pad_token="<pad>", length=max_length if pad_to_max else None)
+        tok.enable_padding(pad_id=pad, pad_token=pad_token, length=max_length if pad_to_max else None)
         encs = tok.encode_batch([t if isinstance(t, str) else tuple(t) for t in texts])
     finally:
         tok.no_truncation() if saved_trunc is None else tok.enable_truncation(**saved_trunc)
