@@ -47,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import fcntl
 import hashlib
 import json
 import logging
@@ -153,8 +154,6 @@ class RunStore:
         naming the holder's pid, when another writer holds it."""
         if self._lock_fd is not None:
             return
-        import fcntl
-
         self.dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -172,8 +171,6 @@ class RunStore:
         """Give up the lock (a no-op when not held)."""
         fd, self._lock_fd = getattr(self, "_lock_fd", None), None
         if fd is not None:
-            import fcntl
-
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
@@ -388,9 +385,14 @@ class RunStore:
         self.resumed_from = round_
         code, then = provenance()["code"], saved.get("code")
         other = f"; the earlier rounds were made by code {then}, these by {code}" if then and then != code else ""
-        self.log_event(f"resumed from round {round_}, pid {os.getpid()}{other}")
-        log.warning("%s: resumed from its checkpoint at round %d (--restart starts over)%s", self.dir, round_, other)
+        self.resumed(f"from round {round_}", other)
         return Checkpoint(round_, state)
+
+    def resumed(self, what: str, note: str = "") -> None:
+        """Say in ``run.log`` and on the console (a warning line) that this attempt resumed, and
+        from where (``what``: ``from round 40``, ``after the clients' collection``)."""
+        self.log_event(f"resumed {what}, pid {os.getpid()}{note}")
+        log.warning("%s: resumed %s (--restart starts over)%s", self.dir, what, note)
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -761,8 +763,6 @@ def run_events(run_dir: str | os.PathLike[str]) -> list[tuple[str, str]]:
 
 def lock_holder(run_dir: str | os.PathLike[str]) -> int | None:
     """The pid of the process writing ``run_dir`` now (holding its lock), else None."""
-    import fcntl
-
     try:
         fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY)
     except OSError:

@@ -95,7 +95,7 @@ def _worker_main(conn: Connection, threads: int) -> None:
         try:
             while (job := conn.recv()) is not None:
                 kind, payload = job
-                conn.send(_run_cell(*payload) if kind == "cell" else _run_batch_cells(payload))
+                conn.send(_run_job(kind, payload))
         except (KeyboardInterrupt, Terminated, EOFError, BrokenPipeError):
             return
 
@@ -165,9 +165,9 @@ class _Workers:
             for proc in procs:
                 if proc.is_alive():
                     proc.terminate()
-        deadline = time.monotonic() + (self.grace if kind is not None else 1e9)
+        deadline = time.monotonic() + self.grace
         for proc in procs:
-            proc.join(max(0.0, deadline - time.monotonic()))
+            proc.join(None if kind is None else max(0.0, deadline - time.monotonic()))
             if proc.is_alive():
                 proc.kill()
                 proc.join()
@@ -184,6 +184,14 @@ def _run_cell(flower_cfg: dict[str, Any], restart: bool = False) -> tuple[str, s
         return str(run_dir_for(cfg)), None
     except Exception:  # noqa: BLE001 — one failed cell must not stop the sweep
         return str(run_dir_for(cfg)), traceback.format_exc()
+
+
+def _run_job(kind: str, payload: Any):
+    """A sweep job: ``("cell", (config, restart))`` or ``("batch", configs)``."""
+    if kind == "batch":
+        return _run_batch_cells(payload)
+    flower_cfg, restart = payload
+    return _run_cell(flower_cfg, restart=True) if restart else _run_cell(flower_cfg)
 
 
 def _run_batch_cells(flower_cfgs: list[dict[str, Any]]) -> dict[str, str]:
@@ -262,8 +270,7 @@ def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True
     try:
         if jobs <= 1 or len(jobs_list) <= 1:
             for job in jobs_list:
-                kind, payload = job
-                done(job, _run_cell(*payload) if kind == "cell" else _run_batch_cells(payload))
+                done(job, _run_job(*job))
         else:
             threads = max(1, (os.cpu_count() or 1) // min(jobs, len(jobs_list)))
             with _Workers(min(jobs, len(jobs_list)), threads) as workers:

@@ -175,7 +175,7 @@ def run_inference(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None
     with store.session():
         if collected:
             log(INFO, "%s: reusing the probits collected earlier", path)
-            store.log_event(f"resumed after the clients' collection ({PROBITS_FILE} of an earlier attempt)")
+            store.resumed(f"after the clients' collection ({PROBITS_FILE} of an earlier attempt)")
             data = ProbitData.load(path)
         else:
             path.unlink(missing_ok=True)
