@@ -54,7 +54,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
@@ -303,9 +303,11 @@ class RunStore:
         every = self.cfg.checkpoint_every
         return every > 0 and 0 < server_round < last_round and server_round % every == 0
 
-    def save_checkpoint(self, server_round: int, state: Mapping[str, Any]) -> float:
+    def save_checkpoint(self, server_round: int,
+                        state: Mapping[str, Any] | Callable[[], Mapping[str, Any]]) -> float:
         """Checkpoint the run after ``server_round``: the task's ``state`` (tensors, numbers,
-        strings, lists, dicts: what ``torch.load(weights_only=True)`` reads back) and the run's
+        strings, lists, dicts: what ``torch.load(weights_only=True)`` reads back; or a function
+        returning it, so that capturing it counts in the checkpoint's cost) and the run's
         files — the length of each file appended to (flushed to disk first), the bytes of each
         table rewritten — in one file written atomically (:func:`fedcal.checkpoint.save_atomic`):
         a crash mid-write leaves the previous checkpoint. Logs ``checkpoint`` with its cost;
@@ -313,6 +315,8 @@ class RunStore:
         from fedcal.checkpoint import save_atomic
 
         t0 = time.perf_counter()
+        if callable(state):
+            state = state()
         files: dict[str, dict[str, Any]] = {}
         for name, kind in self._files.items():
             path = self.dir / name
@@ -677,8 +681,8 @@ def load_metrics(run_dirs: list[str | os.PathLike[str]] | str | os.PathLike[str]
     """Tidy per-round metrics of one or many runs, with their config columns joined, ``code``
     (the code that made the run, :func:`fedcal.provenance.code_of`) and, last, ``finished``
     (bool, :func:`run_status`): the rows of unfinished runs are kept, flagged
-    ``finished = False``. Metric names are whatever the runs logged (accuracy, ece, …,
-    round_seconds, and any per-round counts a task adds)."""
+    ``finished = False``. Metric names are whatever the runs logged (accuracy, ece, …, and any
+    per-round counts a task adds; wall-clock timings are in :func:`load_timings`)."""
     if isinstance(run_dirs, (str, os.PathLike)):
         run_dirs = [run_dirs]
     frames = []
@@ -694,6 +698,24 @@ def load_metrics(run_dirs: list[str | os.PathLike[str]] | str | os.PathLike[str]
         frames.append(pd.concat([df.drop(columns=[c for c in extra if c in df.columns]), extra], axis=1))
     if not frames:
         return pd.DataFrame(columns=[*COLUMNS, FINISHED])
+    return pd.concat(frames, ignore_index=True)
+
+
+def load_timings(run_dirs: list[str | os.PathLike[str]] | str | os.PathLike[str]) -> pd.DataFrame:
+    """Tidy wall-clock timings ``run_id, round, metric, value`` of one or many runs, from their
+    ``timings.csv`` (``round_seconds`` per round); a run made before timings left ``metrics.csv``
+    gives its ``round_seconds`` rows from there."""
+    if isinstance(run_dirs, (str, os.PathLike)):
+        run_dirs = [run_dirs]
+    frames = []
+    for d in map(Path, run_dirs):
+        if (d / TIMINGS_FILE).exists():
+            frames.append(pd.read_csv(d / TIMINGS_FILE))
+        elif (d / METRICS_FILE).exists():
+            old = pd.read_csv(d / METRICS_FILE)
+            frames.append(old[old["metric"] == "round_seconds"][list(TIMING_COLUMNS)])
+    if not frames:
+        return pd.DataFrame(columns=list(TIMING_COLUMNS))
     return pd.concat(frames, ignore_index=True)
 
 

@@ -95,8 +95,8 @@ def resume(cfg: RunConfig, *extra: str) -> subprocess.CompletedProcess:
     return done
 
 
-def assert_resumed_equal(ref: Path, run_dir: Path, killed_at: int, killed_metrics: bytes, files: list[str],
-                         stderr: str) -> int:
+def assert_resumed_equal(ref: Path, run_dir: Path, killed_at: int, killed_metrics: bytes, stderr: str,
+                         files: list[str]) -> int:
     """The resumed run said so, resumed from the killed run's last checkpoint (or a later one it
     wrote before dying), kept the rounds up to it as they were, cut the rounds after it, and ended
     byte-identical to the uninterrupted run in every one of ``files``. Returns the resumed round."""

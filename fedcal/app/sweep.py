@@ -160,7 +160,10 @@ class _Workers:
         conns = [c for _, c in self.idle] + [c for (_, c), _ in self.busy.values()]
         if kind is None:
             for conn in conns:
-                conn.send(None)
+                try:
+                    conn.send(None)
+                except OSError:  # a worker that is gone already
+                    pass
         else:
             for proc in procs:
                 if proc.is_alive():

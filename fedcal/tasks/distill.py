@@ -350,7 +350,7 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, store: RunStore, checkpoint: Che
 
     def save_checkpoint(server_round: int) -> None:
         part = {n: c for n, c in node_to_client.items()}
-        store.save_checkpoint(server_round, {
+        store.save_checkpoint(server_round, lambda: {
             "model": _server_state(model, method),
             "model_rank": int(next(p for n, p in model.named_parameters() if is_lora_a_key(n)).shape[0]),
             "ranks": {part[n]: r for n, r in rank_of.items() if n in part},

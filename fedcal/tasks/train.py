@@ -185,7 +185,7 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
         clock[0] = now  # a checkpoint's cost is counted in the next round's seconds
         rows.append({"round": server_round, **metrics})
         if store.checkpoint_due(server_round, num_rounds):
-            store.save_checkpoint(server_round, {
+            store.save_checkpoint(server_round, lambda: {
                 "arrays": arrays.to_torch_state_dict(), "strategy": strategy.state_dict(), "rows": rows,
                 "rejections": rejections, "aggregated": aggregated_before + strategy.rounds_aggregated,
                 "rng": rng_state()})
