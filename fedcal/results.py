@@ -843,6 +843,7 @@ def find_run_dirs(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
         inside = sorted(c for c in p.iterdir() if (c / CONFIG_FILE).exists() or (c / RUN_LOG).exists()) \
             if p.is_dir() else []
         if not inside:
-            raise FileNotFoundError(f"{p}: neither a run directory (config.json, run.log) nor a folder of run directories")
+            raise FileNotFoundError(f"{p}: neither a run directory (config.json, run.log) nor a folder of run "
+                                    "directories")
         out += inside
     return out

@@ -84,11 +84,11 @@ def _worker_init(threads: int) -> None:
 
 
 def _worker_main(conn: Connection, threads: int) -> None:
-    """A sweep worker process: runs the jobs its parent sends (``("cell", config)`` or ``("batch",
-    configs)``), one at a time, replying with each result, until it is sent None, its parent goes
-    away, or it is stopped. It dies with its parent (:func:`fedcal.signals.die_with_parent`), and
-    SIGTERM ends the running cell as an exception, so the cell's ``run.log`` says it was
-    terminated and its lock is released before the worker exits."""
+    """A sweep worker process: runs the jobs its parent sends (:func:`_run_job`), one at a time,
+    replying with each result, until it is sent None, its parent goes away, or it is stopped.
+    It dies with its parent (:func:`fedcal.signals.die_with_parent`), and SIGTERM ends the
+    running cell as an exception, so the cell's ``run.log`` says it was terminated and its lock
+    is released before the worker exits."""
     die_with_parent()
     _worker_init(threads)
     with sigterm_raises():
@@ -124,11 +124,6 @@ class _Workers:
         proc.start()
         child.close()
         return proc, parent
-
-    @property
-    def pids(self) -> list[int]:
-        """The worker processes' ids."""
-        return [p.pid for p, _ in self.idle] + [p.pid for p, _ in self.busy.values()]
 
     def run(self, jobs: Sequence[tuple[str, Any]], on_result: Callable[[tuple[str, Any], Any], None]) -> None:
         """Run every job, calling ``on_result(job, result)`` as each finishes (a job whose worker

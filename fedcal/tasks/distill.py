@@ -232,7 +232,8 @@ def _server_state(model, method: str) -> dict[str, torch.Tensor]:
 
     state = dict(adapter_state(model))
     if method == "flora":
-        state.update((f"{layer}.base_layer.weight", model.get_submodule(layer).get_base_layer().weight.detach().cpu().clone())
+        state.update((f"{layer}.base_layer.weight",
+                      model.get_submodule(layer).get_base_layer().weight.detach().cpu().clone())
                      for layer in adapted_layers(model))
     return state
 
