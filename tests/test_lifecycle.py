@@ -254,6 +254,33 @@ def test_a_crashed_ray_run_resumes(tmp_path, monkeypatch):
     pd.testing.assert_series_equal(a["value"], b["value"], rtol=1e-5, atol=1e-7)
 
 
+DETECT = dict(task="detect", num_clients=3, clients_per_round=3, attack="tsa", tau=5.0, attacker_ratio=0.34,
+              det_digits="digits", det_size=32, det_min_scale=8, det_max_scale=16, det_max_digits=2,
+              det_train_scenes=6, det_test_scenes=4, det_rounds=6, det_local_steps=2, det_batch_size=3,
+              det_backbone_width=4, engine="inprocess", device="cpu", checkpoint_every=2)
+
+
+def test_a_crashed_detect_run_resumes_bit_for_bit(tmp_path, monkeypatch):
+    """The detect task's rounds are the train task's (federate) with its own evaluation and its
+    appended kept.csv: crashed in round 5, resumed from round 4, byte-identical."""
+    import fedcal.app.server as server
+
+    ref = simulate(RunConfig.from_flower({**DETECT, "output_dir": str(tmp_path / "ref")}), progress=False)
+    cfg = RunConfig.from_flower({**DETECT, "output_dir": str(tmp_path / "crashed")})
+    real = server.server_app_for
+    with monkeypatch.context() as m:
+        m.setattr(server, "server_app_for", lambda c, progress=None, sink=None: real(
+            c, lambda r, _: (_ for _ in ()).throw(RuntimeError("simulated crash")) if r == 5 else None))
+        with pytest.raises(RuntimeError):
+            simulate(cfg, progress=False)
+    run_dir = run_dir_for(cfg)
+    assert set(pd.read_csv(run_dir / "kept.csv")["round"]) == set(range(6))  # round 5 was logged before the crash
+    simulate(cfg, progress=False)
+    assert [e.split(",")[0] for _, e in run_events(run_dir) if e.startswith("resumed")] == ["resumed from round 4"]
+    for name in ("metrics.csv", "model.pt", "kept.csv", "reliability.csv", "example.csv", "rejections.csv"):
+        assert (run_dir / name).read_bytes() == (ref / name).read_bytes(), name
+
+
 def test_restart_starts_over(tmp_path, monkeypatch, capsys):
     """`fedcal run --restart` discards the checkpoint: the run starts from round 0 (run.log says
     so, no 'resumed') and still ends equal to the uninterrupted run."""
