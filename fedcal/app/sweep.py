@@ -34,7 +34,8 @@ from typing import Any, Mapping, Sequence
 from tqdm.auto import tqdm
 
 from fedcal.config import ConfigError, RunConfig, parse_override
-from fedcal.results import RunNameConflict, RunStore, check_run_dir, config_hash, run_dir_for, warn_reused
+from fedcal.results import (RunLocked, RunNameConflict, RunStore, check_run_dir, config_hash, run_dir_for,
+                            warn_reused)
 from fedcal.signals import Terminated, die_with_parent, sigterm_raises
 
 
@@ -180,6 +181,8 @@ def _run_cell(flower_cfg: dict[str, Any], restart: bool = False) -> tuple[str, s
     try:
         simulate(cfg, progress=False, restart=restart)
         return str(run_dir_for(cfg)), None
+    except RunLocked as exc:  # another process runs this cell (a second sweep): one line, not a traceback
+        return str(run_dir_for(cfg)), str(exc)
     except Exception:  # noqa: BLE001 — one failed cell must not stop the sweep
         return str(run_dir_for(cfg)), traceback.format_exc()
 
