@@ -268,6 +268,7 @@ DETECT = dict(task="detect", num_clients=3, clients_per_round=3, attack="tsa", t
               det_backbone_width=4, engine="inprocess", device="cpu", checkpoint_every=2)
 
 
+@pytest.mark.slow
 def test_a_crashed_detect_run_resumes_bit_for_bit(tmp_path, monkeypatch):
     """The detect task's rounds are the train task's (federate) with its own evaluation and its
     appended kept.csv: crashed in round 5, resumed from round 4, byte-identical."""
