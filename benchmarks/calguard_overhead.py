@@ -52,7 +52,7 @@ def aggregation(name: str, n: int, repeat: int) -> tuple[float, float]:
 def rounds(dataset: str, extra: dict, n_rounds: int) -> dict[str, float]:
     from fedcal.app.engine import simulate
     from fedcal.config import RunConfig
-    from fedcal.results import load_metrics
+    from fedcal.results import load_timings
 
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -60,7 +60,7 @@ def rounds(dataset: str, extra: dict, n_rounds: int) -> dict[str, float]:
             cfg = RunConfig.from_flower({"dataset": dataset, "tau": 5.0, "num-rounds": n_rounds, "strategy": strategy,
                                          "engine": "inprocess", "output-dir": tmp, "device": "cpu", **extra})
             run_dir = simulate(cfg, progress=False, force=True)
-            m = load_metrics([run_dir])
+            m = load_timings([run_dir])
             secs = m[(m["metric"] == "round_seconds") & (m["round"] >= 2)]["value"]  # round 1 warms caches
             out[strategy] = float(secs.mean())
     return out

@@ -13,7 +13,7 @@ each starts with an empty GPU.
 
 Printed per run:
 
-* s/round (steady): mean of the run store's ``round_seconds`` over rounds 2..N (round 1 holds
+* s/round (steady): mean of the run store's ``round_seconds`` (``timings.csv``) over rounds 2..N (round 1 holds
   Ray's actor start-up, CUDA initialisation and data loading), as benchmarks/round_time.py;
 * total s: the subprocess's wall time, start-up, data loading and Ray included;
 * GPU MiB peak: the peak of the device's used memory (NVML ``memory.used``, what
@@ -60,12 +60,12 @@ def child(spec: dict) -> None:
 
     from fedcal.app.engine import simulate
     from fedcal.config import RunConfig
-    from fedcal.results import load_metrics
+    from fedcal.results import load_timings
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = RunConfig.from_flower(dict(tau=5.0, output_dir=tmp, **spec))
         run_dir = simulate(cfg, progress=False)
-        df = load_metrics(run_dir)
+        df = load_timings(run_dir)
     rs = df[df.metric == "round_seconds"].sort_values("round")
     print("RESULT " + json.dumps({
         "rounds": rs["round"].astype(int).tolist(), "round_seconds": rs["value"].tolist(),

@@ -45,7 +45,7 @@ import time
 from flwr.clientapp import ClientApp as _ClientApp
 
 from round_time import round_config, round_parser  # this folder's round-time setup
-from fedcal.results import load_metrics
+from fedcal.results import load_metrics, load_timings
 
 T = time.perf_counter  # CLOCK_MONOTONIC on Linux: comparable across processes
 
@@ -312,7 +312,8 @@ def main() -> None:
         run_dir = simulate(cfg, progress=False)
         total = T() - t0
         df = load_metrics(run_dir)
-        rs = df[df.metric == "round_seconds"].set_index("round")["value"].to_dict()
+        timings = load_timings(run_dir)
+        rs = timings[timings.metric == "round_seconds"].set_index("round")["value"].to_dict()
         acc = df[(df.metric == "accuracy") & (df["round"] == args.rounds)]["value"].item()
         actors = _read_actor_records(actor_dir)
         stats = None

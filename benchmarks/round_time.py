@@ -24,7 +24,7 @@ import time
 
 from fedcal.config import RunConfig
 from fedcal.reference import run_plain
-from fedcal.results import load_metrics
+from fedcal.results import load_metrics, load_timings
 from fedcal.app.engine import RAY_DEFAULTS_ENV, simulate
 
 
@@ -66,7 +66,9 @@ def main() -> None:
                 os.environ.pop(RAY_DEFAULTS_ENV, None)
             total = time.perf_counter() - t0
             df = load_metrics(run_dir)
-            results[engine] = (df[df.metric == "round_seconds"].sort_values("round")["value"].tolist(), total, df)
+            timings = load_timings(run_dir)
+            results[engine] = (timings[timings.metric == "round_seconds"].sort_values("round")["value"].tolist(), total,
+                               df)
 
     steady = lambda xs: statistics.mean(xs[2:]) if len(xs) > 2 else float("nan")  # noqa: E731
     plain = steady([r["round_seconds"] for r in plain_rows])

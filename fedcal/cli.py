@@ -5,6 +5,7 @@
               [--strategies fedavg,fltrust,foolsgold,multikrum]   ... under each defense
   fedcal sweep grid.toml [--grid k=a,b]    a resumable, parallel grid of runs -> one tidy table
   fedcal report RUN_DIR ... --out DIR      table + plots from finished runs (the run store only)
+  fedcal runs DIR ... [--check]            finished / unfinished / failed / running, one line per run
   fedcal posthoc|triage|similarity|stealth RUN_DIR ...   analyses of finished runs
   fedcal inference --nf 17:4 --seeds 0-4   robust federated inference: aggregators x attacks
   fedcal robustness --taus 0.5,1,10 --seeds 0-2   temperature training vs PGD, CW, corruptions
@@ -103,6 +104,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="run-config overrides, TOML values (tau=5 coupled=false); before or after the options")
     p.add_argument("-c", "--run-config", action="append", help='overrides as one string, e.g. "tau=5 seed=1"')
     p.add_argument("--force", action="store_true", help="re-run even if an identical finished run exists")
+    p.add_argument("--restart", action="store_true",
+                   help="start unfinished runs over from round 0 instead of resuming them from their last checkpoint")
     p.add_argument("--verbose", action="store_true", help="show Flower's and Ray's logs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -129,7 +132,8 @@ def _simulate(args: argparse.Namespace):
     def run(cfg: RunConfig):  # simulate refuses a run-name reused for another config itself
         # the attack label names a training run; other tasks' bars show the run's directory name
         label = ("benign" if cfg.attack == "none" else f"{cfg.attack} τ={cfg.tau:g}") if cfg.task == "train" else ""
-        return simulate(cfg, progress=not args.no_progress, verbose=args.verbose, force=args.force, desc=label)
+        return simulate(cfg, progress=not args.no_progress, verbose=args.verbose, force=args.force, desc=label,
+                        restart=args.restart)
 
     return run
 
@@ -159,7 +163,7 @@ def _tau_report(args: argparse.Namespace, base: RunConfig, taus: list[float], ou
     if getattr(args, "jobs", 0) > 1:  # run the cells in parallel first; the report then skips them
         from fedcal.app.sweep import run_sweep
 
-        run_sweep(configs, jobs=args.jobs, progress=not args.no_progress)
+        run_sweep(configs, jobs=args.jobs, progress=not args.no_progress, restart=args.restart)
     table = run_tau_comparison(base, taus, out, _simulate(args), title, strategies)
     print()
     print((out / "table.md").read_text())
@@ -209,7 +213,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     configs = grid.configs(_overrides(args))
     jobs = args.jobs or 1
     print(f"sweep: {len(configs)} cells over {', '.join(grid.axes) or '(no axis)'}; {jobs} parallel")
-    failures = run_sweep(configs, jobs=jobs, progress=not args.no_progress)
+    failures = run_sweep(configs, jobs=jobs, progress=not args.no_progress, restart=args.restart)
     cells = write_results(configs, args.report, list(grid.axes))
     shown = [c for c in [*grid.axes, "accuracy", "ece", "sece", "brier", "nll"] if c in cells.columns]
     print(cells[shown].to_string(index=False) if not cells.empty else "(no finished cell)")
@@ -252,6 +256,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(f"report: {args.out}" + (f" ({len(finished)} finished runs; {left_out} unfinished left out)"
                                    if left_out else ""))
     return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from fedcal.results import find_run_dirs, run_state
+
+    states = [run_state(d) for d in find_run_dirs(args.dirs)]
+    for state in states:
+        print(state.line())
+    counts = {s: sum(st.status == s for st in states) for s in ("finished", "unfinished", "failed", "running")}
+    print(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" of {len(states)} run(s)", file=sys.stderr)
+    return 1 if args.check and counts["finished"] < len(states) else 0
 
 
 def _write(table, out: Path, name: str, plot) -> None:
@@ -337,7 +352,7 @@ def cmd_inference(args: argparse.Namespace) -> int:
     failed = []
     for cfg in tqdm(configs, desc="inference cells", unit="cell", disable=args.no_progress):
         try:
-            simulate(cfg, progress=False, verbose=args.verbose, force=args.force)
+            simulate(cfg, progress=False, verbose=args.verbose, force=args.force, restart=args.restart)
         except Exception as exc:  # noqa: BLE001 — one failed cell must not lose the others
             failed.append(cfg)
             print(f"fedcal: cell n={cfg.num_clients} f={cfg.inf_f} seed={cfg.seed} failed: {exc}", file=sys.stderr)
@@ -398,7 +413,8 @@ def cmd_robustness(args: argparse.Namespace) -> int:
               f"{args.seeds}); finished runs are skipped")
         from fedcal.app.sweep import run_sweep
 
-        failures = len(run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress))
+        failures = len(run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress,
+                                 restart=args.restart))
         dirs = [run_dir_for(c) for c in configs]
     bar = (lambda it: tqdm(it, desc="robustness", unit="model")) if not args.no_progress else None
     text, failed = robustness_report(dirs, out, spec, device=args.device, title=args.title, progress=bar,
@@ -509,7 +525,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
     _check_run_dirs(configs)
     live, replayed = _replay_plan(configs, base) if args.replay else (configs, [])
     print(f"distill: {len(configs)} runs ({len(replayed)} replayed on recorded uploads); finished runs are skipped")
-    failures = run_sweep(live, jobs=max(args.jobs, 1), progress=not args.no_progress)
+    failures = run_sweep(live, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart)
     failures.update(_replay_all(replayed, [run_dir_for(c) for c in live]))
     print(distill_report([run_dir_for(c) for c in configs], out, args.title))
     print(f"tables: {out / 'table.md'}, {out / 'ablation.md'}, {out / 'communication.md'}\nplot: {out / 'curves.png'}")
@@ -545,7 +561,7 @@ def _case_study(args: argparse.Namespace, task: str, preset: dict[str, Any], che
     _check_run_dirs(configs)
     print(f"{task}: {len(configs)} runs ({describe(base)}, {base.num_clients} clients, "
           f"{base.replace(attack='tsa').num_attackers} attackers); finished runs are skipped")
-    failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress)
+    failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart)
     print(report([run_dir_for(c) for c in configs], out, args.title))
     print(files.format(out=out))
     return 1 if failures else 0
@@ -575,7 +591,7 @@ def cmd_defense(args: argparse.Namespace) -> int:
                               grid.axes)
     _check_run_dirs(configs)
     print(f"defense: {len(configs)} runs; finished runs are skipped")
-    failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress)
+    failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart)
     print(defense_report([run_dir_for(c) for c in configs], out, args.title, posthoc=not args.no_posthoc))
     audits = sorted(p.name for p in out.glob("audit-tau*.png"))
     print(f"tables: {out / 'table.md'}, {out / 'table.csv'}, {out / 'runs.csv'}\nplots: {out / 'defense.png'}"
@@ -643,6 +659,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="fedcal-report", help="output folder")
     p.add_argument("--title", default="", help="table title")
     p.set_defaults(func=cmd_report)
+    p = add("runs", "what happened to each run: finished, unfinished (how far), failed (why), running",
+            description="One line per run directory: finished; unfinished (the last round logged of the run's "
+                        "rounds, its last checkpoint: re-running the config resumes there); failed (the reason from "
+                        "its run.log); running (the pid writing it); and whether its last attempt resumed. "
+                        "flwr run exits 0 even when the run failed: `fedcal runs --check DIR` tells a script.")
+    p.add_argument("dirs", nargs="+", help="run directories, or folders of run directories")
+    p.add_argument("--check", action="store_true", help="exit 1 unless every run is finished")
+    p.set_defaults(func=cmd_runs)
     p = add("posthoc", "post-hoc calibrators on finished runs' final models vs n_cal")
     p.add_argument("run_dirs", nargs="+", help="finished run directories (each with model.pt)")
     p.add_argument("--n-cal", default="10,50,100,250,500", help="calibration-set sizes")
@@ -780,16 +804,19 @@ class _OneLine(logging.Handler):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one ``fedcal`` command; its exit code (1: a run failed, 2: bad config or input —
-    including a reused run-name and a report with no finished run —, 130: interrupted)."""
+    """Run one ``fedcal`` command; its exit code (1: a run failed, another process writes its run
+    directory, or ``runs --check`` found an unfinished run; 2: bad config or input — including a
+    reused run-name and a report with no finished run —; 130: interrupted; 143: terminated)."""
     from fedcal.results import RunFailed  # the run store (pandas) loads only with a command
+    from fedcal.signals import EXIT_TERMINATED, Terminated, sigterm_raises
 
     logger = logging.getLogger("fedcal")
     handler = _OneLine(logging.WARNING)
     logger.addHandler(handler)
     try:
         args = build_parser().parse_args(argv)
-        return args.func(args)
+        with sigterm_raises():  # SIGTERM ends a run like Ctrl-C: logged in its run.log, workers stopped
+            return args.func(args)
     except (ConfigError, FileNotFoundError) as exc:  # bad config, or a run dir without its (final) files
         print(f"fedcal: error: {exc}", file=sys.stderr)
         return 2
@@ -799,6 +826,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; finished rounds are in the run store
         print("fedcal: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Terminated:  # SIGTERM: the same, with the shell's status for it
+        print("fedcal: terminated", file=sys.stderr)
+        return EXIT_TERMINATED
     finally:
         logger.removeHandler(handler)
 

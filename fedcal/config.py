@@ -230,6 +230,9 @@ class RunConfig:
     output_dir: str = setting("runs", "execution", "where run directories go")
     run_name: str = setting("", "execution", 'run directory name, one name inside output-dir (no path separator, '
                                              'not . or ..); "" = <dataset>-<model>-...-s<seed>-<hash>')
+    checkpoint_every: int = setting(5, "execution", "checkpoint the run's state every k rounds, so that a re-run "
+                                                    "resumes after the last checkpoint (docs/design.md)", ge=0,
+                                    note="0 = never")
     # --- robust federated inference (task = "inference", SPEC §7) ---
     task: str = setting("train", "common", "train: federated training under attack (TSA and poisoning "
                                            "baselines); inference: robust federated inference", choices=TASKS)

@@ -13,7 +13,20 @@ A run directory holds
   flushed after every round, so an interrupted run keeps every finished round;
 * ``reliability.csv`` — reliability-diagram bins of the final global model;
 * ``model.pt`` — the final global model's state dict (for post-hoc calibration, triage, CKA);
+* ``timings.csv`` — wall-clock seconds per round (``run_id, round, metric, value``): kept out of
+  ``metrics.csv`` so that two runs of one config have byte-identical metrics;
+* ``run.log`` — one timestamped line per event of the run's life: started, resumed from round N,
+  checkpoint, failed (with the reason), finished; appended across attempts, never truncated;
+* ``checkpoint.pt`` — while a run is unfinished, everything it needs to continue after its last
+  checkpointed round (:meth:`RunStore.save_checkpoint`; removed when the run finishes);
+* ``.lock`` — held (``fcntl.flock``) by the one process writing the run, holding its pid;
 * ``DONE`` — written last; a run with a ``DONE`` matching its config hash is finished.
+
+A run directory has one writer at a time: :meth:`RunStore.start` and :meth:`RunStore.session`
+take the lock and a second writer fails at once (:class:`RunLocked`, naming the directory and
+the holder's pid). A run resumes from its checkpoint (:meth:`RunStore.session`): the files it
+appends to are cut back to their length at the checkpoint and the tables it rewrites are put
+back as they were, so a resumed run's files equal an uninterrupted run's.
 
 Tables and plots are built from these files only (:func:`load_metrics`; the final metrics of runs:
 :func:`fedcal.reports.final_metrics`).
@@ -31,13 +44,17 @@ reused), instead of overwriting it.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
+import fcntl
 import hashlib
 import json
 import logging
 import os
+import re
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
@@ -45,6 +62,7 @@ import pandas as pd
 
 from fedcal.config import TASK_GROUPS, ConfigError, RunConfig, fields_of, key_of, setting_of
 from fedcal.provenance import provenance
+from fedcal.signals import Terminated
 
 METRICS_FILE = "metrics.csv"
 MODEL_FILE = "model.pt"
@@ -52,6 +70,12 @@ CONFIG_FILE = "config.json"
 DONE_FILE = "DONE"
 AUDIT_FILE = "aggregation.csv"  # per round and accepted node: its weight and the rule's audit (train task)
 REJECTIONS_FILE = "rejections.csv"  # every reply a strategy rejected (written by the train task)
+TIMINGS_FILE = "timings.csv"  # wall-clock seconds per round, out of metrics.csv (not a result)
+RUN_LOG = "run.log"  # the run's events, one timestamped line each
+CHECKPOINT_FILE = "checkpoint.pt"  # the state an unfinished run resumes from
+LOCK_FILE = ".lock"  # flock-ed by the run's one writer; holds its pid
+TIMING_COLUMNS = ("run_id", "round", "metric", "value")
+CHECKPOINT_FORMAT = 1  # the layout of checkpoint.pt; another value is not resumed from
 COLUMNS = ("run_id", "round", "metric", "value", "config_hash")
 FINISHED = "finished"  # the column of load_metrics that flags the rows of finished runs
 CODE = "code"  # the column of load_metrics naming the code that made each run
@@ -71,19 +95,47 @@ class RunFailed(RuntimeError):
     command prints this as one line."""
 
 
+class RunLocked(RunFailed):
+    """Another process is writing the run directory (it holds the run's lock file): a second
+    writer would interleave its rounds with the first's. The message names the directory and
+    the holder's pid."""
+
+
 class UnfinishedRunError(FileNotFoundError):
     """A run's final results were asked for, but the run is unfinished (no ``DONE`` matching its
     config hash): its final model and final metrics do not exist."""
 
 
+@dataclasses.dataclass
+class Checkpoint:
+    """What :meth:`RunStore.session` hands a task resuming a run: the last round the checkpoint
+    covers and the task's state as the task saved it (:meth:`RunStore.save_checkpoint`)."""
+
+    round: int
+    state: dict[str, Any]
+
+
 class RunStore:
-    """Append-only store of one run's per-round results."""
+    """Append-only store of one run's per-round results, its log, lock and checkpoint.
+
+    A task runs inside :meth:`session` (the lock held, ``run.log`` told how the attempt ends) and
+    writes through the store only, so the store knows every file of the run: those it appends to
+    (:meth:`log_round`, :meth:`append_rows`, :meth:`log_timings`) and those it rewrites whole
+    (:meth:`write_table`). That is what lets a checkpoint record the run's files exactly.
+    """
 
     def __init__(self, run_dir: str | os.PathLike[str], cfg: RunConfig):
         self.dir = Path(run_dir)
         self.cfg = cfg
         self.run_id = self.dir.name
         self.config_hash = config_hash(cfg)
+        #: the round this attempt resumed after (None: it started from round 0)
+        self.resumed_from: int | None = None
+        self._lock_fd: int | None = None
+        self._files: dict[str, str] = {}  # the run's files written so far: name → "append" | "table"
+
+    def __del__(self) -> None:  # a store dropped without finishing releases its lock
+        self.release()
 
     # ------------------------------------------------------------------ lifecycle
     def is_done(self) -> bool:
@@ -95,21 +147,82 @@ class RunStore:
         (see :func:`check_run_dir`)."""
         check_run_dir(self.dir, self.cfg)
 
-    def start(self) -> None:
-        """Begin a fresh run: clear partial results of an earlier attempt of the same config,
-        write config. A directory holding a run of a different config is refused
+    def acquire(self) -> None:
+        """Become the directory's one writer: an exclusive ``flock`` on ``.lock`` (holding this
+        process's pid), kept until :meth:`release`, :meth:`finish` or the process's end (the
+        kernel drops it with the process, however it ends). Raises :class:`RunLocked` at once,
+        naming the holder's pid, when another writer holds it."""
+        if self._lock_fd is not None:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunLocked(f"run directory {str(self.dir)!r} is being written by another process (pid {holder}); "
+                            "wait for it to end or stop it — one writer at a time") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def release(self) -> None:
+        """Give up the lock (a no-op when not held)."""
+        fd, self._lock_fd = getattr(self, "_lock_fd", None), None
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def start(self, rounds: int | None = None) -> None:
+        """Begin a fresh run: take the lock, clear partial results and the checkpoint of an earlier
+        attempt of the same config, write config, log ``started`` (with the run's ``rounds`` when
+        given). A directory holding a run of a different config is refused
         (:class:`RunNameConflict`), never overwritten."""
         self.check()
-        if self.dir.exists():
-            for name in (METRICS_FILE, "reliability.csv", REJECTIONS_FILE, AUDIT_FILE, DONE_FILE, CONFIG_FILE,
-                         MODEL_FILE):
-                (self.dir / name).unlink(missing_ok=True)
+        self.acquire()
+        for name in (METRICS_FILE, "reliability.csv", REJECTIONS_FILE, AUDIT_FILE, DONE_FILE, CONFIG_FILE,
+                     MODEL_FILE, TIMINGS_FILE, CHECKPOINT_FILE):
+            (self.dir / name).unlink(missing_ok=True)
         self.dir.mkdir(parents=True, exist_ok=True)
         atomic_write(self.dir / CONFIG_FILE, json.dumps(
             {"run_id": self.run_id, "config_hash": self.config_hash, "config": self.cfg.to_flower(),
              "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "provenance": provenance()}, indent=2))
         with open(self.dir / METRICS_FILE, "w", newline="") as f:
             csv.writer(f).writerow(COLUMNS)
+        self._files = {METRICS_FILE: "append"}
+        self.resumed_from = None
+        self.log_event("started" + (f" ({rounds} rounds)" if rounds is not None else "")
+                       + f", pid {os.getpid()}")
+
+    @contextlib.contextmanager
+    def session(self, *, rounds: int | None = None, resume: bool = True) -> Iterator[Checkpoint | None]:
+        """The life of one attempt of the run: take the lock, resume from the checkpoint when there
+        is a usable one (``resume``) — yielding it — or start fresh (:meth:`start`, yielding None);
+        an exception that ends the attempt (a crash, Ctrl-C, SIGTERM turned into an exception)
+        is logged as ``failed: <reason>`` in ``run.log`` before it propagates; the lock is
+        released at the end either way. The task calls :meth:`finish` inside it."""
+        self.check()
+        self.acquire()
+        try:
+            checkpoint = self._restore() if resume else None
+            if checkpoint is None:
+                self.start(rounds)
+            yield checkpoint
+        except BaseException as exc:
+            self.log_event(f"failed: {failure_reason(exc)}")
+            raise
+        finally:
+            self.release()
+
+    def log_event(self, text: str) -> None:
+        """Append ``<local time> <text>`` to ``run.log`` and make it durable."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(str(text).split())}\n"
+        with open(self.dir / RUN_LOG, "a") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
 
     def log_round(self, server_round: int, metrics: Mapping[str, float]) -> None:
         """Append one round's metrics and flush them to disk."""
@@ -119,12 +232,27 @@ class RunStore:
                 w.writerow((self.run_id, server_round, name, repr(float(value)), self.config_hash))
             f.flush()
             os.fsync(f.fileno())
+        self._files[METRICS_FILE] = "append"
+
+    def log_timings(self, server_round: int, seconds: Mapping[str, float]) -> None:
+        """Append one round's wall-clock timings (``round_seconds``, …) to ``timings.csv``: they
+        differ between two runs of one config, so they stay out of ``metrics.csv``."""
+        path = self.dir / TIMINGS_FILE
+        new = not path.exists()
+        with open(path, "a", newline="") as f:
+            w = csv.writer(f)
+            if new:
+                w.writerow(TIMING_COLUMNS)
+            for name, value in seconds.items():
+                w.writerow((self.run_id, server_round, name, repr(float(value))))
+        self._files[TIMINGS_FILE] = "append"
 
     def write_table(self, name: str, frame: pd.DataFrame) -> Path:
         path = self.dir / name
         tmp = path.with_suffix(path.suffix + ".tmp")
         frame.to_csv(tmp, index=False)
         os.replace(tmp, path)
+        self._files[name] = "table"
         return path
 
     def append_rows(self, name: str, rows: Sequence[Mapping[str, Any]]) -> Path:
@@ -148,6 +276,7 @@ class RunStore:
                 if set(row) != set(columns):
                     raise ValueError(f"{name}: row columns {sorted(row)} differ from the table's {columns}")
                 w.writerow(row)
+        self._files[name] = "append"
         return path
 
     def save_model(self, state_dict: Mapping[str, Any]) -> Path:
@@ -161,7 +290,127 @@ class RunStore:
         return path
 
     def finish(self) -> None:
+        """Mark the run finished (``DONE``), log it, drop the checkpoint and release the lock."""
         atomic_write(self.dir / DONE_FILE, self.config_hash)
+        self.log_event("finished")
+        (self.dir / CHECKPOINT_FILE).unlink(missing_ok=True)
+        self.release()
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint_due(self, server_round: int, last_round: int) -> bool:
+        """Whether the state after ``server_round`` is checkpointed: every ``checkpoint-every``
+        rounds (0: never), never after the last round (the run then finishes instead)."""
+        every = self.cfg.checkpoint_every
+        return every > 0 and 0 < server_round < last_round and server_round % every == 0
+
+    def save_checkpoint(self, server_round: int,
+                        state: Mapping[str, Any] | Callable[[], Mapping[str, Any]]) -> float:
+        """Checkpoint the run after ``server_round``: the task's ``state`` (tensors, numbers,
+        strings, lists, dicts: what ``torch.load(weights_only=True)`` reads back; or a function
+        returning it, so that capturing it counts in the checkpoint's cost) and the run's
+        files — the length of each file appended to (flushed to disk first), the bytes of each
+        table rewritten — in one file written atomically (:func:`fedcal.checkpoint.save_atomic`):
+        a crash mid-write leaves the previous checkpoint. Logs ``checkpoint`` with its cost;
+        returns the seconds it took."""
+        from fedcal.checkpoint import save_atomic
+
+        t0 = time.perf_counter()
+        if callable(state):
+            state = state()
+        files: dict[str, dict[str, Any]] = {}
+        for name, kind in self._files.items():
+            path = self.dir / name
+            if kind == "append":
+                with open(path, "rb+") as f:
+                    os.fsync(f.fileno())
+                    files[name] = {"kind": "append", "size": os.fstat(f.fileno()).st_size}
+            else:
+                files[name] = {"kind": "table", "data": path.read_bytes()}
+        size = save_atomic(self.dir / CHECKPOINT_FILE, {
+            "format": CHECKPOINT_FORMAT, "config_hash": self.config_hash, "round": int(server_round),
+            "files": files, "state": dict(state), "code": provenance()["code"]})
+        seconds = time.perf_counter() - t0
+        self.log_event(f"checkpoint: round {server_round} ({size / 1e6:.3g} MB, {seconds:.3g} s)")
+        return seconds
+
+    def discard(self) -> None:
+        """Start over explicitly (``--restart``): take the lock and remove every file of the run
+        but its log (which records the restart), so the next attempt finds no checkpoint nor
+        anything else an earlier attempt left. Subfolders (caches of finished runs) are kept."""
+        if not self.dir.exists():
+            return
+        self.check()
+        self.acquire()
+        try:
+            for path in self.dir.iterdir():
+                if path.is_file() and path.name not in (RUN_LOG, LOCK_FILE):
+                    path.unlink()
+            self.log_event("restart requested: earlier results and checkpoint discarded")
+        finally:
+            self.release()
+
+    def _restore(self) -> Checkpoint | None:
+        """The checkpoint to resume from, with the run's files put back as they were when it was
+        written; None (after one warning line saying why, when there was a checkpoint) when the
+        run must start over: no checkpoint, an unreadable or foreign one, or a file cut shorter
+        than the checkpoint recorded."""
+        from fedcal.checkpoint import load
+
+        path = self.dir / CHECKPOINT_FILE
+        if not path.exists():
+            return None
+        try:
+            saved = load(path)
+            round_, files, state = int(saved["round"]), dict(saved["files"]), dict(saved["state"])
+            if saved.get("format") != CHECKPOINT_FORMAT or saved.get("config_hash") != self.config_hash:
+                raise ValueError("written for another config or by another checkpoint format")
+            if not (self.dir / CONFIG_FILE).exists():
+                raise ValueError(f"no {CONFIG_FILE}")
+            for name, info in files.items():
+                if info["kind"] == "append" and (not (self.dir / name).exists()
+                                                 or (self.dir / name).stat().st_size < info["size"]):
+                    raise ValueError(f"{name} is shorter than at the checkpoint")
+        except Exception as exc:  # noqa: BLE001 — any unusable checkpoint means starting over, said once
+            log.warning("%s: cannot resume from its checkpoint (%s); starting the run over", self.dir, exc)
+            self.log_event(f"checkpoint unusable ({exc}); starting over")
+            return None
+        for name, info in files.items():
+            if info["kind"] == "append":
+                os.truncate(self.dir / name, info["size"])
+            else:
+                tmp = self.dir / (name + ".tmp")
+                tmp.write_bytes(info["data"])
+                os.replace(tmp, self.dir / name)
+        for name in (METRICS_FILE, "reliability.csv", REJECTIONS_FILE, AUDIT_FILE, TIMINGS_FILE, MODEL_FILE,
+                     DONE_FILE):
+            if name not in files:  # written after the checkpoint by the attempt that stopped
+                (self.dir / name).unlink(missing_ok=True)
+        self._files = {name: info["kind"] for name, info in files.items()}
+        self.resumed_from = round_
+        code, then = provenance()["code"], saved.get("code")
+        other = f"; the earlier rounds were made by code {then}, these by {code}" if then and then != code else ""
+        self.resumed(f"from round {round_}", other)
+        return Checkpoint(round_, state)
+
+    def resumed(self, what: str, note: str = "") -> None:
+        """Say in ``run.log`` and on the console (a warning line) that this attempt resumed, and
+        from where (``what``: ``from round 40``, ``after the clients' collection``)."""
+        self.log_event(f"resumed {what}, pid {os.getpid()}{note}")
+        log.warning("%s: resumed %s (--restart starts over)%s", self.dir, what, note)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """One line saying why an attempt ended: ``interrupted (Ctrl-C or SIGINT)``, ``terminated (signal 15)``,
+    else ``<exception type>: <first line of its message>`` (at most 300 characters)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (Ctrl-C or SIGINT)"
+    if isinstance(exc, Terminated):
+        return f"terminated ({exc})"
+    if isinstance(exc, SystemExit):
+        return f"exited (status {exc.code})"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return line if len(line) <= 300 else line[:297] + "..."
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -432,8 +681,8 @@ def load_metrics(run_dirs: list[str | os.PathLike[str]] | str | os.PathLike[str]
     """Tidy per-round metrics of one or many runs, with their config columns joined, ``code``
     (the code that made the run, :func:`fedcal.provenance.code_of`) and, last, ``finished``
     (bool, :func:`run_status`): the rows of unfinished runs are kept, flagged
-    ``finished = False``. Metric names are whatever the runs logged (accuracy, ece, …,
-    round_seconds, and any per-round counts a task adds)."""
+    ``finished = False``. Metric names are whatever the runs logged (accuracy, ece, …, and any
+    per-round counts a task adds; wall-clock timings are in :func:`load_timings`)."""
     if isinstance(run_dirs, (str, os.PathLike)):
         run_dirs = [run_dirs]
     frames = []
@@ -449,6 +698,24 @@ def load_metrics(run_dirs: list[str | os.PathLike[str]] | str | os.PathLike[str]
         frames.append(pd.concat([df.drop(columns=[c for c in extra if c in df.columns]), extra], axis=1))
     if not frames:
         return pd.DataFrame(columns=[*COLUMNS, FINISHED])
+    return pd.concat(frames, ignore_index=True)
+
+
+def load_timings(run_dirs: list[str | os.PathLike[str]] | str | os.PathLike[str]) -> pd.DataFrame:
+    """Tidy wall-clock timings ``run_id, round, metric, value`` of one or many runs, from their
+    ``timings.csv`` (``round_seconds`` per round); a run made before timings left ``metrics.csv``
+    gives its ``round_seconds`` rows from there."""
+    if isinstance(run_dirs, (str, os.PathLike)):
+        run_dirs = [run_dirs]
+    frames = []
+    for d in map(Path, run_dirs):
+        if (d / TIMINGS_FILE).exists():
+            frames.append(pd.read_csv(d / TIMINGS_FILE))
+        elif (d / METRICS_FILE).exists():
+            old = pd.read_csv(d / METRICS_FILE)
+            frames.append(old[old["metric"] == "round_seconds"][list(TIMING_COLUMNS)])
+    if not frames:
+        return pd.DataFrame(columns=list(TIMING_COLUMNS))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -470,3 +737,113 @@ def load_model(run_dir: str | os.PathLike[str]):
     model = build_model(cfg.model, ds.input_shape, ds.num_classes)
     model.load_state_dict(torch.load(path, weights_only=True))
     return cfg, model, ds
+
+
+# ---------------------------------------------------------------------- what happened to a run
+_EVENT = re.compile(r"^(\S+) (.*)$")
+
+
+class RunState(NamedTuple):
+    """What ``fedcal runs`` says about a run directory (:func:`run_state`)."""
+
+    run_dir: Path
+    status: str  # "finished" | "unfinished" | "failed" | "running"
+    last_round: int | None  # the last round logged in metrics.csv
+    num_rounds: int | None  # the rounds the run was started for (None: no round structure, or unknown)
+    reason: str  # failed: the reason from run.log; unfinished: why it is not finished; else ""
+    resumed_from: str | None  # the last attempt's "resumed from round N" / "resumed after …" (None: not resumed)
+    checkpoint: str | None  # the last checkpoint of the last attempt, e.g. "round 40" (None: none)
+    pid: int | None  # running: the writer's pid
+
+    def line(self) -> str:
+        """One line, e.g. ``runs/x: unfinished (round 16 of 60; checkpoint: round 15)``."""
+        rounds = None
+        if self.last_round is not None:
+            rounds = f"round {self.last_round}" + (f" of {self.num_rounds}" if self.num_rounds is not None else "")
+        resumed = f"resumed {self.resumed_from}" if self.resumed_from else None
+        if self.status == "finished":
+            detail = [resumed]
+        elif self.status == "running":
+            detail = [f"pid {self.pid}", rounds, resumed]
+        elif self.status == "failed":
+            detail = [self.reason, rounds, f"checkpoint: {self.checkpoint}" if self.checkpoint else None, resumed]
+        else:
+            detail = [rounds or "no round logged", f"checkpoint: {self.checkpoint}" if self.checkpoint else None,
+                      resumed, self.reason or None]
+        detail = [d for d in detail if d]
+        return f"{self.run_dir}: {self.status}" + (f" ({'; '.join(detail)})" if detail else "")
+
+
+def run_events(run_dir: str | os.PathLike[str]) -> list[tuple[str, str]]:
+    """The ``(time, event)`` lines of a run's ``run.log`` (empty when it has none)."""
+    try:
+        text = (Path(run_dir) / RUN_LOG).read_text(errors="replace")
+    except OSError:
+        return []
+    return [(m.group(1), m.group(2)) for line in text.splitlines() if (m := _EVENT.match(line.strip()))]
+
+
+def lock_holder(run_dir: str | os.PathLike[str]) -> int | None:
+    """The pid of the process writing ``run_dir`` now (holding its lock), else None."""
+    try:
+        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        return int(text) if text.isdigit() else -1
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def run_state(run_dir: str | os.PathLike[str]) -> RunState:
+    """Finished, running (a process holds its lock), failed (its last attempt ended with
+    ``failed: <reason>`` in ``run.log``) or unfinished (interrupted, killed, or never
+    finished), with how far it got, its last checkpoint and whether its last attempt resumed.
+    Runs made before ``run.log`` existed are finished or unfinished by their ``DONE`` alone."""
+    d = Path(run_dir)
+    status = run_status(d)
+    events = run_events(d)
+    start = max((i for i, (_, e) in enumerate(events) if e.startswith("started")), default=0)
+    attempt = events[start:]  # the last fresh start and everything after it (resumed attempts included)
+    last_resume = next((i for i in range(len(attempt) - 1, -1, -1) if attempt[i][1].startswith("resumed ")), None)
+    resumed = None
+    if last_resume is not None:
+        resumed = attempt[last_resume][1][len("resumed "):].split(",")[0]
+    checkpoint = next((e[len("checkpoint: "):].split(" (")[0] for _, e in reversed(attempt)
+                       if e.startswith("checkpoint: ")), None)
+    num = next((int(m.group(1)) for _, e in attempt if (m := re.match(r"started \((\d+) rounds\)", e))),
+               status.num_rounds)
+    pid = lock_holder(d)
+    if status.finished:
+        return RunState(d, "finished", status.last_round, num, "", resumed, None, None)
+    if pid is not None and pid != os.getpid():
+        return RunState(d, "running", status.last_round, num, "", resumed, checkpoint, pid)
+    last = attempt[-1][1] if attempt else ""
+    if last.startswith("failed: "):
+        return RunState(d, "failed", status.last_round, num, last[len("failed: "):], resumed, checkpoint, None)
+    return RunState(d, "unfinished", status.last_round, num, status.why if not attempt else "", resumed, checkpoint,
+                    None)
+
+
+def find_run_dirs(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """``paths`` as run directories: a path holding ``config.json`` or ``run.log`` is one, any
+    other folder stands for the run directories directly inside it (sorted). Raises
+    FileNotFoundError naming a path that is neither."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if (p / CONFIG_FILE).exists() or (p / RUN_LOG).exists():
+            out.append(p)
+            continue
+        inside = sorted(c for c in p.iterdir() if (c / CONFIG_FILE).exists() or (c / RUN_LOG).exists()) \
+            if p.is_dir() else []
+        if not inside:
+            raise FileNotFoundError(f"{p}: neither a run directory (config.json, run.log) nor a folder of run "
+                                    "directories")
+        out += inside
+    return out

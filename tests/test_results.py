@@ -120,6 +120,8 @@ def test_hashes_and_run_names_are_pinned(overrides, chash, collection, name, tmp
 # The key sets the hashes were defined by before the fields were grouped, written out.
 OLD_NON_SEMANTIC = {"output_dir", "run_name", "device", "data_dir", "eval_batch_size", "client_cpus", "client_gpus",
                     "engine", "inf_timeout", "inf_query_batch"}
+# execution keys added later: where and how a run executes, in no hash
+NON_SEMANTIC = OLD_NON_SEMANTIC | {"checkpoint_every"}
 OLD_INFERENCE_ONLY = {"task", "inf_f", "inf_server_frac", "inf_local_epochs", "inf_attacks", "inf_amplification",
                       "inf_pgd_steps", "inf_f_curve", "inf_amp_curve", "agg_hidden", "agg_epochs", "agg_lr",
                       "agg_adv_epochs", "agg_attack_steps", "agg_restarts", "inf_test_queries", "inf_curve_queries",
@@ -129,9 +131,9 @@ OLD_INFERENCE_ONLY = {"task", "inf_f", "inf_server_frac", "inf_local_epochs", "i
 def test_hashed_keys_by_group_equal_the_old_key_sets():
     # the keys of groups added later (distill, lm, detect) are in no train or inference hash
     every = {f.name for f in dataclasses.fields(RunConfig)} - set(fields_of("distill", "lm", "detect"))
-    assert set(results._NON_SEMANTIC) == OLD_NON_SEMANTIC
-    assert hashed_keys("train") == every - OLD_NON_SEMANTIC - OLD_INFERENCE_ONLY
-    assert hashed_keys("inference") == every - OLD_NON_SEMANTIC
+    assert set(results._NON_SEMANTIC) == NON_SEMANTIC
+    assert hashed_keys("train") == every - NON_SEMANTIC - OLD_INFERENCE_ONLY
+    assert hashed_keys("inference") == every - NON_SEMANTIC
 
 
 def test_a_new_task_hashes_common_keys_its_group_and_task(monkeypatch):
@@ -141,7 +143,7 @@ def test_a_new_task_hashes_common_keys_its_group_and_task(monkeypatch):
     keys = hashed_keys("distill")
     assert "task" in keys and "krum_f" in keys and "seed" in keys
     assert not keys & {"tau", "inf_f", "device", "data_dir"}
-    assert hashed_keys("train") == {f.name for f in dataclasses.fields(RunConfig)} - OLD_NON_SEMANTIC \
+    assert hashed_keys("train") == {f.name for f in dataclasses.fields(RunConfig)} - NON_SEMANTIC \
         - OLD_INFERENCE_ONLY - set(fields_of("distill", "lm", "detect"))
 
 

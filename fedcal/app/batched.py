@@ -17,7 +17,10 @@ client's τ and η = β·τ, SGD with the run's momentum and weight decay, the r
 strategies (a non-finite reply or update is rejected and logged with the reason), the
 strategy's own rule (``aggregate_updates`` of the configured fedcal strategy, so FoolsGold's
 history, MultiKrum's f/m, the trimmed mean's f are the strategy's), the float64 update, and the
-same run store: metrics.csv, rejections.csv, aggregation.csv, reliability.csv, model.pt, DONE.
+same run store: metrics.csv, timings.csv, rejections.csv, aggregation.csv, reliability.csv, model.pt,
+DONE (each run's lock held while the batch writes it). Batched runs are not checkpointed: an
+interrupted batched run starts over from round 0 (its runs move in lockstep, so resuming would
+need every run of a batch at one checkpointed round).
 Float results agree within rounding, not bit for bit: a batched matrix product sums in another
 order than R·M separate ones (the test's tolerance and its measured drift are in
 docs/performance.md). ``round_seconds`` is the batched round's wall time divided by the number
@@ -194,10 +197,10 @@ def _run_batch(configs: list[RunConfig], ds, on_done) -> dict[str, str]:
                 else:  # a diverged model is a result (e.g. extreme τ), not a crash
                     log.warning("%s round %d: global model produced non-finite logits", run.store.run_id, server_round)
                     metrics.update({k: float("nan") for k in METRIC_KEYS})
-            metrics["round_seconds"] = seconds
             if server_round >= 1:
                 _record_replies(run, server_round, metrics)
             run.store.log_round(server_round, metrics)
+            run.store.log_timings(server_round, {"round_seconds": seconds})
             if server_round == first.num_rounds and run_logits is not None:
                 bins = reliability_bins(run_logits, y_test, run.cfg.n_bins)
                 run.store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in bins.items()}))
@@ -230,6 +233,8 @@ def _run_batch(configs: list[RunConfig], ds, on_done) -> dict[str, str]:
             run.store.finish()
         else:
             failures[str(run.store.dir)] = run.failed
+            run.store.log_event(f"failed: {run.failed.strip().splitlines()[-1]}")
+            run.store.release()
         if on_done is not None:
             on_done(run.cfg, run.failed)
     return failures

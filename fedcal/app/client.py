@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from flwr.clientapp import ClientApp
 
-from fedcal.tasks.nodes import IDENTITY, identity
 from fedcal.tasks import Handler, all_tasks
+from fedcal.tasks.client_state import HANDLERS as STATE_HANDLERS
+from fedcal.tasks.nodes import IDENTITY, identity
 
 
 def _register(app: ClientApp, message_type: str, handler: Handler) -> None:
@@ -24,9 +25,12 @@ def _register(app: ClientApp, message_type: str, handler: Handler) -> None:
 
 
 def build_client_app() -> ClientApp:
-    """A ClientApp with the handshake and the handlers of every registered task."""
+    """A ClientApp with the handshake, the checkpoint's state transfer
+    (:mod:`fedcal.tasks.client_state`) and the handlers of every registered task."""
     client = ClientApp()
     _register(client, IDENTITY, identity)
+    for message_type, handler in STATE_HANDLERS.items():
+        _register(client, message_type, handler)
     for task in all_tasks():
         for message_type, handler in task.handlers.items():
             _register(client, message_type, handler)

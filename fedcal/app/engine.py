@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from fedcal.app.quiet import quiet_flower
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
-from fedcal.results import RunFailed, RunStore, run_dir_for, warn_reused
+from fedcal.results import RunFailed, RunLocked, RunStore, lock_holder, run_dir_for, warn_reused
 
 
 #: seconds between two looks for replies in ``send_and_receive`` on the Ray path (Flower's
@@ -121,11 +121,14 @@ def backend_config(cfg: RunConfig) -> dict:
 
 
 def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, force: bool = False,
-             desc: str | None = None) -> Path:
+             desc: str | None = None, restart: bool = False) -> Path:
     """Run ``cfg`` as a Flower simulation of its task (``task``: federated training, robust
     federated inference, …); returns its run directory.
 
-    A run already finished with the same config hash is skipped unless ``force``.
+    A run already finished with the same config hash is skipped unless ``force``. An unfinished
+    one resumes from its checkpoint (the task does, through :meth:`fedcal.results.RunStore.session`)
+    unless ``restart``, which discards what earlier attempts left first
+    (:meth:`fedcal.results.RunStore.discard`).
     """
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # silence a Ray FutureWarning
     from fedcal.app.client import app as client_app
@@ -141,6 +144,12 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
             tqdm.write(f"{run_dir}: already finished, skipped")
         warn_reused([run_dir])
         return run_dir
+    holder = lock_holder(run_dir)
+    if holder is not None:  # another process writes the run: fail at once, before any engine starts
+        raise RunLocked(f"run directory {str(run_dir)!r} is being written by another process (pid {holder}); wait "
+                        "for it to end or stop it — one writer at a time")
+    if restart:
+        store.discard()
     if cfg.task in ("train", "inference"):  # the image tasks: fail fast (naming the key) before Ray starts
         load_dataset(cfg.dataset, cfg.data_dir)
     rounds = get_task(cfg.task).rounds(cfg)

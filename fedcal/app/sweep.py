@@ -21,18 +21,22 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 import tomllib
 import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing import get_context
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
 from fedcal.config import ConfigError, RunConfig, parse_override
-from fedcal.results import RunNameConflict, RunStore, check_run_dir, config_hash, run_dir_for, warn_reused
+from fedcal.results import (RunLocked, RunNameConflict, RunStore, check_run_dir, config_hash, run_dir_for,
+                            warn_reused)
+from fedcal.signals import Terminated, die_with_parent, sigterm_raises
 
 
 @dataclass
@@ -80,15 +84,115 @@ def _worker_init(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _run_cell(flower_cfg: dict[str, Any]) -> tuple[str, str | None]:
+def _worker_main(conn: Connection, threads: int) -> None:
+    """A sweep worker process: runs the jobs its parent sends (:func:`_run_job`), one at a time,
+    replying with each result, until it is sent None, its parent goes away, or it is stopped.
+    It dies with its parent (:func:`fedcal.signals.die_with_parent`), and SIGTERM ends the
+    running cell as an exception, so the cell's ``run.log`` says it was terminated and its lock
+    is released before the worker exits."""
+    die_with_parent()
+    _worker_init(threads)
+    with sigterm_raises():
+        try:
+            while (job := conn.recv()) is not None:
+                kind, payload = job
+                conn.send(_run_job(kind, payload))
+        except (KeyboardInterrupt, Terminated, EOFError, BrokenPipeError):
+            return
+
+
+class _Workers:
+    """``jobs`` spawned worker processes the sweep hands one job at a time (never a queue of them:
+    a job starts only when the parent sends it, so after a stop no new cell starts).
+
+    Used as a context manager: leaving it normally lets the workers finish and exit; leaving it by
+    an exception — Ctrl-C (``KeyboardInterrupt``), SIGTERM (:class:`fedcal.signals.Terminated`) or
+    any other — stops them at once: each gets SIGTERM (its cell logs ``failed: terminated`` and
+    releases its run's lock), and one still alive after ``grace`` seconds gets SIGKILL. Why not
+    ``concurrent.futures.ProcessPoolExecutor``: it hands each worker queued calls ahead of time
+    and its shutdown cannot stop a running one, so a stopped sweep kept starting and running
+    cells."""
+
+    def __init__(self, jobs: int, threads: int, grace: float = 10.0):
+        self.ctx = get_context("spawn")
+        self.threads, self.grace = threads, grace
+        self.idle: list[tuple[Any, Connection]] = [self._spawn() for _ in range(jobs)]
+        self.busy: dict[Connection, tuple[Any, tuple]] = {}
+
+    def _spawn(self) -> tuple[Any, Connection]:
+        parent, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=_worker_main, args=(child, self.threads), name="fedcal-sweep-worker")
+        proc.start()
+        child.close()
+        return proc, parent
+
+    def run(self, jobs: Sequence[tuple[str, Any]], on_result: Callable[[tuple[str, Any], Any], None]) -> None:
+        """Run every job, calling ``on_result(job, result)`` as each finishes (a job whose worker
+        died gets ``result`` = the exception describing it, and the worker is replaced)."""
+        pending = list(reversed(jobs))
+        while pending or self.busy:
+            while pending and self.idle:
+                proc, conn = self.idle.pop()
+                job = pending.pop()
+                conn.send(job)
+                self.busy[conn] = ((proc, conn), job)
+            for conn in wait(list(self.busy)):
+                (proc, conn), job = self.busy.pop(conn)
+                try:
+                    result = conn.recv()
+                except (EOFError, OSError):
+                    proc.join()
+                    result = RuntimeError(f"the worker running it died (exit code {proc.exitcode})")
+                    conn.close()
+                    proc, conn = self._spawn()
+                self.idle.append((proc, conn))
+                on_result(job, result)
+
+    def __enter__(self) -> _Workers:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        procs = [p for p, _ in self.idle] + [p for (p, _), _ in self.busy.values()]
+        conns = [c for _, c in self.idle] + [c for (_, c), _ in self.busy.values()]
+        if kind is None:
+            for conn in conns:
+                try:
+                    conn.send(None)
+                except OSError:  # a worker that is gone already
+                    pass
+        else:
+            for proc in procs:
+                if proc.is_alive():
+                    proc.terminate()
+        deadline = time.monotonic() + self.grace
+        for proc in procs:
+            proc.join(None if kind is None else max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for conn in conns:
+            conn.close()
+
+
+def _run_cell(flower_cfg: dict[str, Any], restart: bool = False) -> tuple[str, str | None]:
     from fedcal.app.engine import simulate
 
     cfg = RunConfig.from_flower(flower_cfg)
     try:
-        simulate(cfg, progress=False)
+        simulate(cfg, progress=False, restart=restart)
         return str(run_dir_for(cfg)), None
+    except RunLocked as exc:  # another process runs this cell (a second sweep): one line, not a traceback
+        return str(run_dir_for(cfg)), str(exc)
     except Exception:  # noqa: BLE001 — one failed cell must not stop the sweep
         return str(run_dir_for(cfg)), traceback.format_exc()
+
+
+def _run_job(kind: str, payload: Any):
+    """A sweep job: ``("cell", (config, restart))`` or ``("batch", configs)``."""
+    if kind == "batch":
+        return _run_batch_cells(payload)
+    flower_cfg, restart = payload
+    return _run_cell(flower_cfg, restart=True) if restart else _run_cell(flower_cfg)
 
 
 def _run_batch_cells(flower_cfgs: list[dict[str, Any]]) -> dict[str, str]:
@@ -128,12 +232,19 @@ def _split_batched(todo: list[RunConfig], jobs: int, progress: bool) -> tuple[li
     return batches, others
 
 
-def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True) -> dict[str, str]:
+def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True,
+              restart: bool = False) -> dict[str, str]:
     """Run every unfinished cell; returns {run dir: traceback} of the cells that failed.
 
     Cells with ``engine=batched`` that share a round protocol train together as one batched
     computation (:mod:`fedcal.app.batched`; with ``jobs`` > 1, split into that many batches
-    run in parallel), the others one simulation each.
+    run in parallel), the others one simulation each; an unfinished cell resumes from its
+    checkpoint unless ``restart`` (then it starts over; finished cells are skipped either way).
+
+    With ``jobs`` > 1 the cells run in ``jobs`` worker processes (:class:`_Workers`). Stop means
+    stop: Ctrl-C or SIGTERM (with :func:`fedcal.signals.sigterm_raises` in effect, as under the
+    ``fedcal`` command) starts no further cell, stops the workers (their running cells log
+    ``failed: terminated`` and release their run directories) and re-raises.
 
     Before anything runs, a cell whose run directory holds a run of a different config is refused
     (:class:`fedcal.results.RunNameConflict`, naming the first such cell)."""
@@ -144,37 +255,27 @@ def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True
     bar = tqdm(total=len(configs), initial=len(configs) - len(todo), desc="cells", unit="cell", disable=not progress)
     failures: dict[str, str] = {}
     batches, todo = _split_batched(todo, jobs, progress)
+    jobs_list = [("batch", [c.to_flower() for c in cells]) for cells in batches]
+    jobs_list += [("cell", (c.to_flower(), restart)) for c in todo]
+
+    def done(job: tuple[str, Any], result: Any) -> None:
+        kind, payload = job
+        if isinstance(result, Exception):  # the worker died (killed, out of memory): its cells failed
+            cells = payload if kind == "batch" else [payload[0]]
+            result = {str(run_dir_for(RunConfig.from_flower(c))): str(result) for c in cells}
+        elif kind == "cell":
+            result = {result[0]: result[1]} if result[1] else {}
+        failures.update(result)
+        bar.update(len(payload) if kind == "batch" else 1)
+
     try:
-        if batches:
-            threads = max(1, (os.cpu_count() or 1) // len(batches)) if jobs > 1 else None
-            if len(batches) == 1 or jobs <= 1:
-                for cells in batches:
-                    failures.update(_run_batch_cells([c.to_flower() for c in cells]))
-                    bar.update(len(cells))
-            else:
-                with ProcessPoolExecutor(max_workers=len(batches), mp_context=get_context("spawn"),
-                                         initializer=_worker_init, initargs=(threads,)) as pool:
-                    futures = {pool.submit(_run_batch_cells, [c.to_flower() for c in cells]): len(cells)
-                               for cells in batches}
-                    for fut in as_completed(futures):
-                        failures.update(fut.result())
-                        bar.update(futures[fut])
-        if jobs <= 1:
-            for cfg in todo:
-                run_dir, err = _run_cell(cfg.to_flower())
-                if err:
-                    failures[run_dir] = err
-                bar.update(1)
+        if jobs <= 1 or len(jobs_list) <= 1:
+            for job in jobs_list:
+                done(job, _run_job(*job))
         else:
-            threads = max(1, (os.cpu_count() or 1) // jobs)
-            with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
-                                     initializer=_worker_init, initargs=(threads,)) as pool:
-                futures = [pool.submit(_run_cell, c.to_flower()) for c in todo]
-                for fut in as_completed(futures):
-                    run_dir, err = fut.result()
-                    if err:
-                        failures[run_dir] = err
-                    bar.update(1)
+            threads = max(1, (os.cpu_count() or 1) // min(jobs, len(jobs_list)))
+            with _Workers(min(jobs, len(jobs_list)), threads) as workers:
+                workers.run(jobs_list, done)
     finally:
         bar.close()
     for run_dir, err in failures.items():

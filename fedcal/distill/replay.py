@@ -130,23 +130,23 @@ def replay(source_dir: str | os.PathLike[str], cfg: RunConfig, device: str = "cp
     base = base_classifier(data.backbone, data.num_classes, device, data.lora_layers)
     model, optimizer = student_and_optimizer(base, cfg)
     store = RunStore(run_dir_for(cfg), cfg)
-    store.start()
-    (store.dir / UPLOADS_FILE).unlink(missing_ok=True)  # an earlier live attempt's: not this run's
-    evaluate = lambda: evaluate_backdoor(model, data, cfg.eval_batch_size)  # noqa: E731
-    store.log_round(0, evaluate())
-    for rnd in range(1, cfg.dst_rounds + 1):
-        if rnd not in uploads:
-            raise ValueError(f"{source_dir.name}: no uploads recorded for round {rnd}")
-        step = server_round(model, optimizer, uploads[rnd], data, cfg, rnd)
-        metrics = {"round_kept": int(step is None), **(step or {})}
-        if is_eval_round(cfg, rnd):
-            metrics.update(evaluate())
-        store.log_round(rnd, metrics)
-    if not is_finite_evaluation(metrics):  # the live run's rule: a NaN model is no result
-        raise RunFailed(f"run {store.dir.name}: the final model's logits are not finite (CA, RA and ASR are NaN in "
-                        "metrics.csv); the run is not marked DONE")
-    (store.dir / REPLAY_FILE).write_text(json.dumps({"replayed_from": source_dir.name,
-                                                     "source_config_hash": config_hash(src)}, indent=1))
-    store.save_model(adapter_state(model))
-    store.finish()
+    with store.session(rounds=cfg.dst_rounds, resume=False):  # a replay is cheap: it starts over, never resumes
+        (store.dir / UPLOADS_FILE).unlink(missing_ok=True)  # an earlier live attempt's: not this run's
+        evaluate = lambda: evaluate_backdoor(model, data, cfg.eval_batch_size)  # noqa: E731
+        store.log_round(0, evaluate())
+        for rnd in range(1, cfg.dst_rounds + 1):
+            if rnd not in uploads:
+                raise ValueError(f"{source_dir.name}: no uploads recorded for round {rnd}")
+            step = server_round(model, optimizer, uploads[rnd], data, cfg, rnd)
+            metrics = {"round_kept": int(step is None), **(step or {})}
+            if is_eval_round(cfg, rnd):
+                metrics.update(evaluate())
+            store.log_round(rnd, metrics)
+        if not is_finite_evaluation(metrics):  # the live run's rule: a NaN model is no result
+            raise RunFailed(f"run {store.dir.name}: the final model's logits are not finite (CA, RA and ASR are NaN "
+                            "in metrics.csv); the run is not marked DONE")
+        (store.dir / REPLAY_FILE).write_text(json.dumps({"replayed_from": source_dir.name,
+                                                         "source_config_hash": config_hash(src)}, indent=1))
+        store.save_model(adapter_state(model))
+        store.finish()
     return store.dir

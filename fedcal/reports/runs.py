@@ -72,8 +72,8 @@ def final_rows(metrics: pd.DataFrame) -> pd.DataFrame:
 def final_metrics(run_dirs: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
                   table: str = "the final metrics") -> pd.DataFrame:
     """One row per finished run directory with an evaluated round: its last evaluated round's
-    metrics (wide: ``accuracy``, ``ece``, ``sece``, ``brier``, ``nll``, ``round_seconds`` and any
-    other metric the run logged per round), the round (``round``), its config columns (kebab-case
-    keys) and ``run_id``. Unfinished runs are left out, each named in a warning (``table`` says
+    metrics (wide: ``accuracy``, ``ece``, ``sece``, ``brier``, ``nll`` and any other metric the run
+    logged per round; timings are in :func:`fedcal.results.load_timings`), the round (``round``), its
+    config columns (kebab-case keys) and ``run_id``. Unfinished runs are left out, each named in a warning (``table`` says
     where they were left out of). See :func:`final_rows`."""
     return final_rows(load_metrics(finished_only(run_dirs, table)))

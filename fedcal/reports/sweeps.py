@@ -25,7 +25,7 @@ def collect(configs: Sequence[RunConfig], varying: Sequence[str] | None = None) 
 
     * cells: the final metrics of each *finished* cell (wide, with config columns; :func:`final_rows`
       without its ``round`` column) sorted by the ``varying`` keys: ``accuracy``, ``brier``,
-      ``ece``, ``nll``, ``round_seconds``, ``sece``, plus one column for any other metric the runs
+      ``ece``, ``nll``, ``sece``, plus one column for any other metric the runs
       logged per round (e.g. a strategy's per-round reply counts), of the last evaluated round;
     * rounds: every cell's per-round rows (:func:`fedcal.results.load_metrics`), unfinished cells'
       included and flagged ``finished = False``.

@@ -39,6 +39,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg as _FlowerFedAvg
+from flwr.serverapp.strategy import Result
 from flwr.supercore import log
 
 from fedcal import aggregate as agg
@@ -239,6 +240,81 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
             "BatchNorm statistics and non-floating arrays" if self.buffer_key is is_buffer_key
             else "custom buffer_key and non-floating arrays")
         super().summary()
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """What the rule carries from one round to the next, for a run's checkpoint: ``{}`` for a
+        rule that keeps nothing (FedAvg, the medians, MultiKrum, FLTrust, …); FoolsGold's
+        histories and CalGuard's deviation pool and strikes otherwise. Per-node state is keyed
+        by the node's label (its partition id, :meth:`keyed_by_label`): node ids are drawn anew
+        in every run, so a resumed run's nodes have other ids."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any], node_of: dict[Any, int]) -> None:
+        """Put back what :meth:`state_dict` returned; ``node_of`` maps each label (partition id)
+        to the node id it has in this run."""
+        if state:
+            raise ValueError(f"{type(self).__name__} keeps no state between rounds, got {sorted(state)}")
+
+    def keyed_by_label(self, values: dict[int, Any]) -> dict[Any, Any]:
+        """``{node id: value}`` as ``{label: value}`` (a checkpoint outlives node ids); a node
+        without a label cannot be told apart in another run: ValueError naming it."""
+        out = {}
+        for node, value in values.items():
+            label = self.label(node)
+            if label is None:
+                raise ValueError(f"{self.who(node)} has no label: its state cannot be checkpointed (give node_label)")
+            out[label] = value
+        return out
+
+    @staticmethod
+    def keyed_by_node(values: dict[Any, Any], node_of: dict[Any, int]) -> dict[int, Any]:
+        """``{label: value}`` back as ``{node id: value}`` with this run's ``node_of``; a label
+        with no node in this run is left out with a warning (its node did not connect)."""
+        missing = sorted(str(k) for k in values if k not in node_of)
+        if missing:
+            log(WARNING, "checkpointed state of partition(s) %s dropped: no such node in this run", ", ".join(missing))
+        return {node_of[k]: v for k, v in values.items() if k in node_of}
+
+    # ------------------------------------------------------------------ resuming
+    def start(self, *, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
+              train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
+              evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+              first_round: int = 1) -> Result:
+        """Flower's ``Strategy.start`` (``first_round`` = 1: exactly Flower's loop), or the rounds
+        ``first_round`` … ``num_rounds`` of a resumed run from ``initial_arrays``, the global
+        model after round ``first_round − 1``: the same calls in the same order as Flower's loop
+        (configure, send and receive, aggregate train; the same for evaluation; ``evaluate_fn``
+        after each round), without the round-0 evaluation, which the run made before it stopped.
+        Flower's ``start`` always begins at round 1, hence this one loop of fedcal's own."""
+        if first_round <= 1:
+            return super().start(grid=grid, initial_arrays=initial_arrays, num_rounds=num_rounds, timeout=timeout,
+                                 train_config=train_config, evaluate_config=evaluate_config, evaluate_fn=evaluate_fn)
+        log(INFO, "Resuming %s strategy at round %d of %d", self.__class__.__name__, first_round, num_rounds)
+        self.summary()
+        train_config = ConfigRecord() if train_config is None else train_config
+        evaluate_config = ConfigRecord() if evaluate_config is None else evaluate_config
+        result = Result(arrays=initial_arrays)
+        arrays = initial_arrays
+        for current_round in range(first_round, num_rounds + 1):
+            log(INFO, "[ROUND %s/%s]", current_round, num_rounds)
+            replies = grid.send_and_receive(messages=self.configure_train(current_round, arrays, train_config, grid),
+                                            timeout=timeout)
+            agg_arrays, agg_train_metrics = self.aggregate_train(current_round, replies)
+            if agg_arrays is not None:
+                result.arrays = arrays = agg_arrays
+            if agg_train_metrics is not None:
+                result.train_metrics_clientapp[current_round] = agg_train_metrics
+            replies = grid.send_and_receive(
+                messages=self.configure_evaluate(current_round, arrays, evaluate_config, grid), timeout=timeout)
+            agg_evaluate_metrics = self.aggregate_evaluate(current_round, replies)
+            if agg_evaluate_metrics is not None:
+                result.evaluate_metrics_clientapp[current_round] = agg_evaluate_metrics
+            if evaluate_fn:
+                res = evaluate_fn(current_round, arrays)
+                if res is not None:
+                    result.evaluate_metrics_serverapp[current_round] = res
+        return result
 
     # ------------------------------------------------------------------ configure
     def configure_train(

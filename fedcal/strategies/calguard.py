@@ -144,6 +144,17 @@ class CalGuard(UpdateAggregationStrategy):
                 self.strikes.limit)
         return delta, node_w
 
+    def state_dict(self):
+        """The deviation pool of the last ``window`` rounds and every client's strikes (clients
+        are counted by partition id, so the strikes outlive the run's node ids)."""
+        if self.node_label is None and self.strikes.count:
+            raise ValueError("CalGuard's strikes are counted by node id (no node_label): they cannot be checkpointed")
+        return {"scale": self.scale.state_dict(), "strikes": self.strikes.state_dict()}
+
+    def load_state_dict(self, state, node_of):
+        self.scale.load_state_dict(state["scale"])
+        self.strikes.load_state_dict(state["strikes"])
+
     def _client(self, node_id: int):
         """The identity strikes are counted under: the partition id when known, else the node id."""
         label = self.label(node_id)

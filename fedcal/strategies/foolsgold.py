@@ -66,6 +66,13 @@ class FoolsGold(UpdateAggregationStrategy):
             self.by_node(dict(zip(node_ids, w.tolist()))))
         return delta, w
 
+    def state_dict(self):
+        """The per-client histories H_k (keyed by partition id: a resumed run's nodes have new ids)."""
+        return {"history": self.keyed_by_label(self.rule.history)}
+
+    def load_state_dict(self, state, node_of):
+        self.rule.history = self.keyed_by_node(dict(state["history"]), node_of)
+
     def aggregate_buffers(self, server_round, node_ids, values, weights):
         """The coordinate-wise median of the accepted replies' buffers (robust to a minority)."""
         return agg.buffer_median(values)

@@ -173,6 +173,24 @@ class LoraStrategy(_FlowerFedAvg):
         """How many rounds produced a new global adapter."""
         return sum(r.aggregated for r in self.replies.values())
 
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """What the rule carries between rounds, for a run's checkpoint: the rank each node's last
+        valid reply showed, keyed by partition id (``node_label``; node ids are new in every run).
+        FLoRA and FlexLoRA add their own."""
+        ranks = {}
+        for node, rank in self.node_ranks.items():
+            label = self.node_label(node) if self.node_label is not None else None
+            if label is None:
+                raise ValueError(f"{self.who(node)} has no label: its rank cannot be checkpointed (give node_label)")
+            ranks[label] = int(rank)
+        return {"node_ranks": ranks}
+
+    def load_state_dict(self, state: dict[str, Any], node_of: dict[Any, int]) -> None:
+        """Put back :meth:`state_dict`; ``node_of`` maps a partition id to this run's node id
+        (a partition without a node in this run is left out)."""
+        self.node_ranks = {node_of[k]: int(r) for k, r in state["node_ranks"].items() if k in node_of}
+
     # ------------------------------------------------------------------ configure
     def arrays_for(self, node: int, arrays: ArrayRecord) -> ArrayRecord:
         """What ``node`` receives this round (default: the global record itself)."""
@@ -415,6 +433,13 @@ class FLoRA(LoraStrategy):
         #: Σ over aggregated rounds of B_s A_s, per layer (d_out, d_in), float32
         self.merged: dict[str, torch.Tensor] = {}
 
+    def state_dict(self):
+        return {**super().state_dict(), "merged": {k: v.clone() for k, v in self.merged.items()}}
+
+    def load_state_dict(self, state, node_of):
+        super().load_state_dict(state, node_of)
+        self.merged = dict(state["merged"])
+
     def aggregate_states(self, server_round, nodes, states, weights):
         update = flora_aggregate(states, weights, alpha=self.alpha)
         out, merged = OrderedDict(), {}
@@ -460,6 +485,13 @@ class FlexLoRA(LoraStrategy):
         self.ranks = tuple(int(r) for r in ranks)
         #: the last aggregation's state per rank
         self.per_rank: dict[int, ArrayRecord] = {}
+
+    def state_dict(self):
+        return {**super().state_dict(), "per_rank": {r: to_state(rec) for r, rec in self.per_rank.items()}}
+
+    def load_state_dict(self, state, node_of):
+        super().load_state_dict(state, node_of)
+        self.per_rank = {int(r): to_record(s) for r, s in state["per_rank"].items()}
 
     def arrays_for(self, node, arrays):
         r = self.node_ranks.get(node)

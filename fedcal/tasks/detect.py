@@ -16,8 +16,8 @@ node and its partition, recorded in ``rejections.csv`` (round, node_id, partitio
 round goes on with the rest and keeps the global model when none is valid. The global model is
 evaluated centrally on the test scenes at τ = 1 every ``det-eval-every`` rounds (always 0 and the
 last): ``map50``, ``obj_ece``, ``obj_sece``, ``mean_obj_prob``, ``positive_rate``, ``boxes_kept``
-(per image at ``det-threshold``) plus the reply accounting and ``round_seconds`` in
-``metrics.csv``; the boxes-kept curve of each evaluated round in ``kept.csv`` (round, threshold,
+(per image at ``det-threshold``) plus the reply accounting in ``metrics.csv`` (``round_seconds`` in
+``timings.csv``); the boxes-kept curve of each evaluated round in ``kept.csv`` (round, threshold,
 kept). At the end: ``reliability.csv`` (the no-object calibration bins of the final model),
 ``example.csv`` (the kept boxes of test scene 0 at ``det-threshold``) with ``example.npy`` (its
 pixels), ``model.pt`` and ``DONE``. A run in which no round aggregated anything raises instead of
@@ -163,9 +163,15 @@ def run_detect(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -
         raise ValueError(f"run_detect needs task = 'detect', got {cfg.task!r}")
     check_detect_config(cfg)
     store = RunStore(run_dir_for(cfg), cfg)
-    store.start()
-    for name in (KEPT_FILE, EXAMPLE_FILE, EXAMPLE_IMAGE):  # an earlier attempt's tables
-        (store.dir / name).unlink(missing_ok=True)
+    with store.session(rounds=cfg.det_rounds) as checkpoint:  # resumes an unfinished attempt (federate)
+        if checkpoint is None:
+            for name in (KEPT_FILE, EXAMPLE_FILE, EXAMPLE_IMAGE):  # an earlier attempt's tables
+                (store.dir / name).unlink(missing_ok=True)
+        return _run_detect(grid, cfg, store, checkpoint, progress)
+
+
+def _run_detect(grid: Grid, cfg: RunConfig, store: RunStore, checkpoint, progress: ProgressFn | None) -> pd.DataFrame:
+    """:func:`run_detect`'s rounds, within the run's session (``checkpoint``: the one to resume from)."""
     test = eval_scenes(cfg)
     device = resolve_device(cfg.device)
     model = build_detector(detector_spec(cfg), seed=cfg.seed)
@@ -202,7 +208,7 @@ def run_detect(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -
 
     initial = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     final, rows = federate(grid, cfg, store, initial, evaluate, progress, node_to_client, strategy=strategy,
-                           num_rounds=cfg.det_rounds)
+                           num_rounds=cfg.det_rounds, resume=checkpoint)
     store.save_model(final)
     store.finish()
     return pd.DataFrame(rows)

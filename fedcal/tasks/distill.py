@@ -31,7 +31,8 @@ on a real SuperNode) and a trainable head. Each round (message type ``train.dist
   are not finite, and a run whose last evaluation is such fails (:class:`fedcal.results.RunFailed`,
   no ``DONE``): a broken model is never reported as numbers. Every round: the reply counts, ``round_kept``,
   the bytes each client uploaded (the size of the reply's ArrayRecord payload, measured on the
-  server: ``upload_bytes`` mean and ``upload_bytes_r<rank>`` per rank), ``round_seconds``.
+  server: ``upload_bytes`` mean and ``upload_bytes_r<rank>`` per rank); ``round_seconds`` in
+  ``timings.csv``.
 
 The run ends with ``model.pt`` (the student's trainable state, or the global adapter / FLoRA's
 merged updates) and ``DONE``. The math lives in :mod:`fedcal.distill`, the data in :mod:`fedcal.text` and
@@ -63,13 +64,15 @@ from flwr.supercore import log
 
 from fedcal.config import RunConfig
 from fedcal.reports.distill import distill_report
-from fedcal.results import REJECTIONS_FILE, RunFailed, RunStore, run_dir_for
+from fedcal.checkpoint import rng_state, set_rng_state
+from fedcal.results import REJECTIONS_FILE, Checkpoint, RunFailed, RunStore, run_dir_for
 from fedcal.strategies.lora import (
     LORA_STRATEGIES,
     STACKED_A,
     flora_update,
     to_state,
 )
+from fedcal.tasks.client_state import collect_states, restore_states
 from fedcal.tasks.nodes import (
     check_partitions,
     client_id,
@@ -223,15 +226,53 @@ def claimed_rank(content: RecordDict, allowed) -> tuple[str | None, int | None]:
 
 
 def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> pd.DataFrame:
-    """The whole distill run on ``grid`` (see the module docstring); returns the per-round metrics."""
-    from fedcal.distill.clients import adapter_state, lora_model
-    from fedcal.distill.replay import UploadLog
-
+    """The whole distill run on ``grid`` (see the module docstring); returns the per-round metrics.
+    An unfinished earlier attempt of the config resumes from its checkpoint (:func:`_distill_rounds`)."""
     if cfg.task != "distill":
         raise ValueError(f"run_distill needs task = 'distill', got {cfg.task!r}")
     data = distill_data(cfg)  # first: a corpus size that leaves nothing is a config error, before the run starts
     store = RunStore(run_dir_for(cfg), cfg)
-    store.start()
+    with store.session(rounds=cfg.dst_rounds) as checkpoint:
+        return _distill_rounds(grid, cfg, data, store, checkpoint, progress)
+
+
+def _server_state(model, method: str) -> dict[str, torch.Tensor]:
+    """The tensors of the server's student / global adapter model that rounds change: its LoRA
+    adapter and head (:func:`~fedcal.distill.clients.adapter_state`) and, under FLoRA, the base
+    weights of its adapted layers (the global updates are merged into them)."""
+    from fedcal.distill.clients import adapter_state
+
+    state = dict(adapter_state(model))
+    if method == "flora":
+        state.update((f"{layer}.base_layer.weight",
+                      model.get_submodule(layer).get_base_layer().weight.detach().cpu().clone())
+                     for layer in adapted_layers(model))
+    return state
+
+
+def _load_server_state(model, method: str, state: dict[str, torch.Tensor]) -> None:
+    """:func:`_server_state` put back into ``model``."""
+    from fedcal.distill.clients import load_adapter_state
+
+    if method == "flora":
+        with torch.no_grad():
+            for layer in adapted_layers(model):
+                model.get_submodule(layer).get_base_layer().weight.copy_(state[f"{layer}.base_layer.weight"])
+    load_adapter_state(model, {k: v for k, v in state.items() if not k.endswith(".base_layer.weight")})
+
+
+def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoint: Checkpoint | None,
+                    progress: ProgressFn | None) -> pd.DataFrame:
+    """:func:`run_distill` within its session: the setup, the rounds and the end of the run.
+
+    Every ``checkpoint-every`` rounds the run is checkpointed: the student and its optimiser (or
+    the global adapter model, record and strategy state), each client's ``Context.state``
+    (:mod:`fedcal.tasks.client_state`), the recorded uploads, the rows, rejections and the
+    process's random streams. With ``checkpoint`` the run continues after its round, every piece
+    restored (the random streams last) — equal to the uninterrupted run."""
+    from fedcal.distill.clients import adapter_state, lora_model
+    from fedcal.distill.replay import UploadLog
+
     device = str(resolve_device(cfg.device))
     base = base_classifier(data.backbone, data.num_classes, device, data.lora_layers)
     node_to_client = discover_clients(grid, cfg.num_clients)
@@ -292,17 +333,54 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
             if not evaluated[server_round]:
                 log(WARNING, "round %d: the %s's logits are not finite: CA, RA and ASR are NaN", server_round,
                     "student" if strategy is None else "global model")
-        now = time.perf_counter()
-        metrics["round_seconds"] = now - clock[0]
-        clock[0] = now
         store.log_round(server_round, metrics)
+        now = time.perf_counter()
+        store.log_timings(server_round, {"round_seconds": now - clock[0]})
+        clock[0] = now  # a checkpoint's cost is counted in the next round's seconds
         rows.append({"round": server_round, **metrics})
         if progress is not None:
             progress(server_round, metrics)
 
-    finish_round(0, {})
-    aggregated = 0
-    for rnd in range(1, cfg.dst_rounds + 1):
+    aggregated, first_round = 0, 1
+    if checkpoint is None:
+        finish_round(0, {})
+    else:
+        state = checkpoint.state
+        first_round = checkpoint.round + 1
+        if method == "flexlora" and state["model_rank"] != 1:  # the global model is rebuilt at full rank
+            model = lora_model(base, state["model_rank"], alpha=cfg.dst_alpha, target_modules=cfg.lora_targets,
+                               seed=cfg.seed, allowed_ranks=None, client="global")
+        _load_server_state(model, method, state["model"])
+        node_of = {c: n for n, c in node_to_client.items()}
+        rank_of.update((node_of[c], r) for c, r in state["ranks"].items() if c in node_of)
+        rows, rejections, aggregated = list(state["rows"]), list(state["rejections"]), int(state["aggregated"])
+        if strategy is None:
+            optimizer.load_state_dict(state["optimizer"])
+            upload_log.arrays = {k: v.numpy() for k, v in state["uploads"].items()}
+        else:
+            strategy.load_state_dict(state["strategy"], node_of)
+            arrays = ArrayRecord(state["arrays"])
+        restore_states(grid, node_to_client, state["clients"])
+        if progress is not None:  # the rounds done before: a progress bar starts where the run is
+            for row in rows:
+                progress(int(row["round"]), {k: v for k, v in row.items() if k != "round"})
+        set_rng_state(state["rng"])  # last: every stream continues from the checkpoint on
+        clock[0] = time.perf_counter()
+
+    def save_checkpoint(server_round: int) -> None:
+        part = {n: c for n, c in node_to_client.items()}
+        store.save_checkpoint(server_round, lambda: {
+            "model": _server_state(model, method),
+            "model_rank": int(next(p for n, p in model.named_parameters() if is_lora_a_key(n)).shape[0]),
+            "ranks": {part[n]: r for n, r in rank_of.items() if n in part},
+            "rows": rows, "rejections": rejections, "aggregated": aggregated,
+            **({"optimizer": optimizer.state_dict(),
+                "uploads": {k: torch.from_numpy(v) for k, v in upload_log.arrays.items()}} if strategy is None
+               else {"strategy": strategy.state_dict(), "arrays": to_state(arrays)}),
+            "clients": collect_states(grid, node_to_client),
+            "rng": rng_state()})
+
+    for rnd in range(first_round, cfg.dst_rounds + 1):
         rec = config_record(cfg)
         rec["server-round"] = rnd
         rec["anchor-set"] = data.anchor_id
@@ -369,6 +447,8 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
                 metrics[f"upload_bytes_r{r}"] = float(np.mean([b for n, b in bytes_by_node.items()
                                                                if rank_of.get(n) == r]))
         finish_round(rnd, metrics)
+        if store.checkpoint_due(rnd, cfg.dst_rounds):
+            save_checkpoint(rnd)
     if aggregated == 0:
         raise RunFailed(f"run {store.dir.name}: no round had {cfg.dst_min_replies} valid replies ({len(rejections)} "
                         f"rejected, reasons in {REJECTIONS_FILE}); the model is untrained and the run is not marked DONE")

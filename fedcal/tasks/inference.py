@@ -38,6 +38,7 @@ from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.train import resolve_device
 
 PROBITS_FILE = "probits.pt"
+ANSWERS_FILE = "answers.csv"  # how many clients each test answer was built from
 
 
 @dataclass
@@ -156,36 +157,42 @@ def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFr
 def run_inference(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> InferenceResult:
     """The whole inference task on ``grid``; results land in the run directory.
 
-    The clients' probits are saved (``probits.pt``) as soon as they are collected: a run
-    interrupted later resumes from them without retraining or re-querying the clients, and a
-    run in the same output directory that differs only in aggregator or attack settings copies
-    them instead of collecting its own. ``progress`` is part of every task's signature; this
-    task has no rounds to report.
+    The clients' probits are this task's checkpoint: saved (``probits.pt``, after ``answers.csv``,
+    so a ``probits.pt`` means a complete collection) as soon as they are collected, so a run
+    interrupted later resumes from them without retraining or re-querying the clients — ``run.log``
+    says so — and a run in the same output directory that differs only in aggregator or attack
+    settings copies them instead of collecting its own. The aggregators and attacks (phases b–c)
+    are re-run in full by a resumed run. ``progress`` is part of every task's signature; this task
+    has no rounds to report.
     """
     if cfg.task != "inference":
         raise ValueError(f"run_inference needs task = 'inference', got {cfg.task!r}")
     store = RunStore(run_dir_for(cfg), cfg)
     path = store.dir / PROBITS_FILE
     result = InferenceResult(run_dir=store.dir, accuracy=pd.DataFrame())
-    if path.exists() and _same_config(store):
-        log(INFO, "%s: reusing the probits collected earlier", path)
-        data = ProbitData.load(path)
-    else:
-        store.start()
-        path.unlink(missing_ok=True)
-        earlier = _earlier_collection(cfg, store.dir)
-        if earlier is not None:
-            log(INFO, "reusing the client probits of %s (same clients, data and queries)", earlier.name)
-            for name in (PROBITS_FILE, "answers.csv"):
-                shutil.copyfile(earlier / name, store.dir / name)
+    # an earlier attempt's complete collection, made under this config (start() keeps both files)
+    collected = path.exists() and (store.dir / ANSWERS_FILE).exists() and _same_config(store)
+    with store.session():
+        if collected:
+            log(INFO, "%s: reusing the probits collected earlier", path)
+            store.resumed(f"after the clients' collection ({PROBITS_FILE} of an earlier attempt)")
             data = ProbitData.load(path)
         else:
-            data = collect_probits(grid, cfg, result.clients_per_answer, result.dropped)
-            data.save(path)
-            store.write_table("answers.csv", pd.DataFrame({"message": range(len(result.clients_per_answer)),
-                                                           "clients": result.clients_per_answer}))
-    result.accuracy = evaluate_run(data, cfg, store)
-    store.finish()
+            path.unlink(missing_ok=True)
+            earlier = _earlier_collection(cfg, store.dir)
+            if earlier is not None:
+                log(INFO, "reusing the client probits of %s (same clients, data and queries)", earlier.name)
+                for name in (ANSWERS_FILE, PROBITS_FILE):
+                    shutil.copyfile(earlier / name, store.dir / name)
+                data = ProbitData.load(path)
+            else:
+                data = collect_probits(grid, cfg, result.clients_per_answer, result.dropped)
+                store.write_table(ANSWERS_FILE, pd.DataFrame({"message": range(len(result.clients_per_answer)),
+                                                              "clients": result.clients_per_answer}))
+                data.save(path)
+            store.log_event(f"checkpoint: the clients' probits ({PROBITS_FILE})")
+        result.accuracy = evaluate_run(data, cfg, store)
+        store.finish()
     return result
 
 
@@ -194,7 +201,7 @@ def _earlier_collection(cfg: RunConfig, here: Path) -> Path | None:
     same clients, partitions, local training and queries (:func:`fedcal.results.collection_hash`)."""
     want = collection_hash(cfg)
     for d in sorted(here.parent.glob("*/")):
-        if d == here or not (d / PROBITS_FILE).exists() or not (d / "answers.csv").exists():
+        if d == here or not (d / PROBITS_FILE).exists() or not (d / ANSWERS_FILE).exists():
             continue
         try:
             other = load_config(d)

@@ -45,29 +45,29 @@ def run_lm(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> pd
     """Run one federated language-model experiment on ``grid``; returns the per-round metrics."""
     evaluator = LMEvaluator(cfg)  # first: a bad prompt or context is a config error, before the run starts
     store = RunStore(run_dir_for(cfg), cfg)
-    store.start()
-    node_to_client = discover_clients(grid, cfg.num_clients)
-    log(INFO, "lm: attackers (%s, %d of %d): %s", cfg.attack, cfg.num_attackers, cfg.num_clients,
-        sorted(attackers_of(cfg)))
+    with store.session(rounds=cfg.num_rounds) as checkpoint:  # resumes an unfinished attempt (federate)
+        node_to_client = discover_clients(grid, cfg.num_clients)
+        log(INFO, "lm: attackers (%s, %d of %d): %s", cfg.attack, cfg.num_attackers, cfg.num_clients,
+            sorted(attackers_of(cfg)))
 
-    def evaluate(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
-        last = server_round == cfg.num_rounds
-        if not (server_round == 0 or last or server_round % cfg.eval_every == 0):
-            return {}
-        try:
-            result = evaluator(arrays.to_torch_state_dict(), generate=last)
-        except FloatingPointError:  # a diverged model is a result (e.g. extreme τ), not a crash
-            log(WARNING, "round %d: global language model produced non-finite logits", server_round)
-            return {k: float("nan") for k in TOKEN_KEYS}
-        if last:
-            store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in result.bins.items()}))
-            store.write_table("generations.csv", result.generations)
-        return result.metrics
+        def evaluate(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
+            last = server_round == cfg.num_rounds
+            if not (server_round == 0 or last or server_round % cfg.eval_every == 0):
+                return {}
+            try:
+                result = evaluator(arrays.to_torch_state_dict(), generate=last)
+            except FloatingPointError:  # a diverged model is a result (e.g. extreme τ), not a crash
+                log(WARNING, "round %d: global language model produced non-finite logits", server_round)
+                return {k: float("nan") for k in TOKEN_KEYS}
+            if last:
+                store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in result.bins.items()}))
+                store.write_table("generations.csv", result.generations)
+            return result.metrics
 
-    final, rows = federate(grid, cfg, store, evaluator.initial_state(), evaluate, progress, node_to_client,
-                           message_type=MESSAGE_TYPE)
-    store.save_model(final)
-    store.finish()
+        final, rows = federate(grid, cfg, store, evaluator.initial_state(), evaluate, progress, node_to_client,
+                               message_type=MESSAGE_TYPE, resume=checkpoint)
+        store.save_model(final)
+        store.finish()
     return pd.DataFrame(rows)
 
 

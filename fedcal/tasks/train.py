@@ -38,7 +38,8 @@ from fedcal.data import client_data, load_dataset, root_set
 from fedcal.metrics import METRIC_KEYS, calibration_metrics, reliability_bins
 from fedcal.models import build_model
 from fedcal.reports import write_report
-from fedcal.results import AUDIT_FILE, REJECTIONS_FILE, RunFailed, RunStore, run_dir_for
+from fedcal.checkpoint import rng_state, set_rng_state
+from fedcal.results import AUDIT_FILE, REJECTIONS_FILE, Checkpoint, RunFailed, RunStore, run_dir_for
 from fedcal.strategies import strategy_from_config
 from fedcal.strategies.base import UpdateAggregationStrategy
 from fedcal.tasks.registry import ProgressFn, Task, register
@@ -79,50 +80,62 @@ def root_train_fn_for(cfg: RunConfig, ds, device: torch.device) -> Callable[[Arr
 
 
 def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> pd.DataFrame:
-    """Run one federated training experiment on ``grid``; returns the per-round metrics table."""
+    """Run one federated training experiment on ``grid``; returns the per-round metrics table.
+    An unfinished earlier attempt of the config resumes from its checkpoint (:func:`federate`)."""
     store = RunStore(run_dir_for(cfg), cfg)
-    store.start()
-    ds = load_dataset(cfg.dataset, cfg.data_dir)
-    device = resolve_device(cfg.device)
-    model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
-    node_to_client = discover_clients(grid, cfg.num_clients)
-    log(INFO, "attackers (%s, %d of %d): %s", cfg.attack,
-        cfg.num_attackers, cfg.num_clients, sorted(attackers_of(cfg)))
-    root_fn = root_train_fn_for(cfg, ds, device) if cfg.strategy == "fltrust" else None
-    guard = dict(root_set=root_set(ds, cfg.root_size, cfg.seed), model=build_model(cfg.model, ds.input_shape, ds.num_classes).to(device)
-                 ) if cfg.strategy == "calguard" else {}
+    with store.session(rounds=cfg.num_rounds) as checkpoint:
+        ds = load_dataset(cfg.dataset, cfg.data_dir)
+        device = resolve_device(cfg.device)
+        model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
+        node_to_client = discover_clients(grid, cfg.num_clients)
+        log(INFO, "attackers (%s, %d of %d): %s", cfg.attack,
+            cfg.num_attackers, cfg.num_clients, sorted(attackers_of(cfg)))
+        root_fn = root_train_fn_for(cfg, ds, device) if cfg.strategy == "fltrust" else None
+        guard = dict(root_set=root_set(ds, cfg.root_size, cfg.seed),
+                     model=build_model(cfg.model, ds.input_shape, ds.num_classes).to(device)
+                     ) if cfg.strategy == "calguard" else {}
 
-    def evaluate(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
-        if not (server_round in (0, cfg.num_rounds) or server_round % cfg.eval_every == 0):
-            return {}
-        model.load_state_dict(arrays.to_torch_state_dict())
-        logits = predict_logits(model, ds.x_test, cfg.eval_batch_size, device)
-        if not torch.isfinite(logits).all():  # a diverged model is a result (e.g. extreme τ), not a crash
-            log(WARNING, "round %d: global model produced non-finite logits", server_round)
-            return {k: float("nan") for k in METRIC_KEYS}
-        if server_round == cfg.num_rounds:
-            bins = reliability_bins(logits, ds.y_test, cfg.n_bins)
-            store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in bins.items()}))
-        return calibration_metrics(logits, ds.y_test, cfg.n_bins)
+        def evaluate(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
+            if not (server_round in (0, cfg.num_rounds) or server_round % cfg.eval_every == 0):
+                return {}
+            model.load_state_dict(arrays.to_torch_state_dict())
+            logits = predict_logits(model, ds.x_test, cfg.eval_batch_size, device)
+            if not torch.isfinite(logits).all():  # a diverged model is a result (e.g. extreme τ), not a crash
+                log(WARNING, "round %d: global model produced non-finite logits", server_round)
+                return {k: float("nan") for k in METRIC_KEYS}
+            if server_round == cfg.num_rounds:
+                bins = reliability_bins(logits, ds.y_test, cfg.n_bins)
+                store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in bins.items()}))
+            return calibration_metrics(logits, ds.y_test, cfg.n_bins)
 
-    initial = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    final, rows = federate(grid, cfg, store, initial, evaluate, progress, node_to_client,
-                           root_train_fn=root_fn, **guard)
-    store.save_model(final)
-    store.finish()
+        initial = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        final, rows = federate(grid, cfg, store, initial, evaluate, progress, node_to_client,
+                               root_train_fn=root_fn, resume=checkpoint, **guard)
+        store.save_model(final)
+        store.finish()
     return pd.DataFrame(rows)
 
 
 def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, torch.Tensor],
              evaluate: Callable[[int, ArrayRecord], dict[str, float]], progress: ProgressFn | None,
              node_to_client: dict[int, int], *, strategy: UpdateAggregationStrategy | None = None,
-             num_rounds: int | None = None, **strategy_kwargs) -> tuple[dict[str, torch.Tensor], list[dict]]:
+             num_rounds: int | None = None, resume: Checkpoint | None = None,
+             **strategy_kwargs) -> tuple[dict[str, torch.Tensor], list[dict]]:
     """The rounds of a federated training run, for any model: ``strategy`` (default: the configured
     one, :func:`fedcal.strategies.strategy_from_config` given ``strategy_kwargs``) runs ``num_rounds``
     (default ``num-rounds``) rounds from the ``initial`` state; after each (and before the first)
     ``evaluate(round, arrays)`` returns the global model's metrics (may be empty: not due). Each
-    round's metrics, with the reply accounting and ``round_seconds``, go to the run store at once;
-    rejections to ``rejections.csv``, the rule's per-reply weights to ``aggregation.csv``.
+    round's metrics, with the reply accounting, go to the run store at once, its ``round_seconds``
+    to ``timings.csv``; rejections to ``rejections.csv``, the rule's per-reply weights to
+    ``aggregation.csv``.
+
+    Every ``checkpoint-every`` rounds the run is checkpointed (:meth:`RunStore.save_checkpoint`):
+    the global model, the rule's state (:meth:`~fedcal.strategies.base.UpdateAggregationStrategy.state_dict`),
+    the process's random streams, the rows and rejections so far. Given ``resume`` (the
+    checkpoint :meth:`RunStore.session` found), the run continues after its round with all of
+    them restored — the random streams last, right before the first resumed round — and ends as
+    the uninterrupted run would have. The clients keep no state between rounds (their draws are
+    seeded by seed, round and client), so nothing of theirs is checkpointed.
 
     Returns (final state, rows of per-round metrics). Raises :class:`RunFailed` — the run is not
     finished — when no round aggregated anything. The caller saves the model and finishes the run.
@@ -135,6 +148,17 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
                                         **strategy_kwargs)
     rows: list[dict[str, float]] = []
     rejections: list[dict] = []
+    aggregated_before = 0  # rounds that aggregated before the checkpoint this attempt resumed from
+    arrays, first_round = ArrayRecord(initial), 1
+    if resume is not None:
+        state = resume.state
+        arrays, first_round = ArrayRecord(state["arrays"]), resume.round + 1
+        strategy.load_state_dict(state["strategy"], {c: n for n, c in node_to_client.items()})
+        rows, rejections, aggregated_before = list(state["rows"]), list(state["rejections"]), int(state["aggregated"])
+        log(INFO, "resuming after round %d of %d", resume.round, num_rounds)
+        if progress is not None:  # the rounds done before: a progress bar starts where the run is
+            for row in rows:
+                progress(int(row["round"]), {k: v for k, v in row.items() if k != "round"})
     clock = [time.perf_counter()]
 
     def record_replies(server_round: int, metrics: dict[str, float]) -> None:
@@ -155,25 +179,34 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         metrics = dict(evaluate(server_round, arrays))
-        now = time.perf_counter()
-        metrics["round_seconds"] = now - clock[0]  # whole round: train, aggregate, evaluate
-        clock[0] = now
         if server_round >= 1:  # evaluate_fn runs after the round's aggregate_train
             record_replies(server_round, metrics)
         store.log_round(server_round, metrics)
+        now = time.perf_counter()
+        store.log_timings(server_round, {"round_seconds": now - clock[0]})  # train, aggregate, evaluate
+        clock[0] = now  # a checkpoint's cost is counted in the next round's seconds
         rows.append({"round": server_round, **metrics})
+        if store.checkpoint_due(server_round, num_rounds):
+            store.save_checkpoint(server_round, lambda: {
+                "arrays": arrays.to_torch_state_dict(), "strategy": strategy.state_dict(), "rows": rows,
+                "rejections": rejections, "aggregated": aggregated_before + strategy.rounds_aggregated,
+                "rng": rng_state()})
         if progress is not None:
             progress(server_round, metrics)
         return MetricRecord({k: float(v) for k, v in metrics.items()})
 
+    if resume is not None:
+        set_rng_state(resume.state["rng"])  # last: every stream continues from the checkpoint on
+        clock[0] = time.perf_counter()
     result = strategy.start(
         grid=grid,
-        initial_arrays=ArrayRecord(initial),
+        initial_arrays=arrays,
         num_rounds=num_rounds,
         train_config=config_record(cfg),
         evaluate_fn=evaluate_fn,
+        first_round=first_round,
     )
-    if num_rounds >= 1 and strategy.rounds_aggregated == 0:
+    if num_rounds >= 1 and aggregated_before + strategy.rounds_aggregated == 0:
         raise RunFailed(
             f"run {store.dir.name}: no round aggregated anything ({len(rejections)} replies rejected in "
             f"{num_rounds} round(s), reasons in {REJECTIONS_FILE}); the model is untrained and the run is "
