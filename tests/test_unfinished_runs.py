@@ -123,8 +123,9 @@ def test_sweep_command_shows_only_finished_cells(sweep, tmp_path, capsys, monkey
 
 
 def tau_runs(tmp_path):
-    """Benign and τ=5 finished; τ=0.2 interrupted at round 16 of 60 with better-looking numbers."""
-    base = RunConfig(dataset="synthetic", num_rounds=60, output_dir=str(tmp_path / "runs"))
+    """Benign and τ=5 finished (evaluated every 4 rounds and at the last); τ=0.2 interrupted at round
+    16 of 60 with better-looking numbers."""
+    base = RunConfig(dataset="synthetic", num_rounds=60, eval_every=4, output_dir=str(tmp_path / "runs"))
     dirs = {}
     for tau, acc, finish, last in ((1.0, 0.5, True, 60), (5.0, 0.4, True, 60), (0.2, 0.9, False, 16)):
         cfg = base.replace(attack="none") if tau == 1.0 else base.replace(tau=tau)

@@ -47,36 +47,52 @@ def reliability_grid(tables: Sequence[tuple[str, pd.DataFrame]], path: str | Pat
     return path
 
 
-def trajectory_table(metrics: pd.DataFrame, label_col: str,
+def trajectory_table(metrics: pd.DataFrame, label_col: str | Sequence[str],
                      metric_names: Sequence[str] = ("accuracy", "sece")) -> pd.DataFrame:
-    """The table behind :func:`trajectories`: per ``label_col`` value, round and metric, the
-    mean and standard deviation over the runs (seeds) sharing that value, and their count."""
+    """The table behind :func:`trajectories`: per line (a value of ``label_col``, or a combination of
+    the ``label_col`` columns), round and metric, the mean and standard deviation over the runs
+    (seeds) of that line, and their count. A line whose run count changes from round to round would
+    average runs of different lengths (a jump where the short runs end): a ValueError names it."""
+    by = [label_col] if isinstance(label_col, str) else list(label_col)
     sub = metrics[metrics["metric"].isin(metric_names)]
-    g = sub.groupby([label_col, "metric", "round"], sort=True)["value"]
+    g = sub.groupby([*by, "metric", "round"], sort=True)["value"]
     out = g.agg(mean="mean", std="std", runs="size").reset_index()
     out["std"] = out["std"].fillna(0.0)
+    uneven = out.groupby([*by, "metric"])["runs"].nunique()
+    if (uneven > 1).any():
+        line = uneven[uneven > 1].index[0]
+        raise ValueError(f"trajectory {dict(zip([*by, 'metric'], line))} averages runs of different lengths: "
+                         "group runs by configuration first")
     return out
 
 
-def trajectories(table: pd.DataFrame, label_col: str, path: str | Path) -> Path:
-    """Per-round curves (in %) of each metric of a :func:`trajectory_table`, one line per
-    value of ``label_col`` (the mean over its runs, a band of ± one standard deviation)."""
+def _line_name(key) -> str:
+    parts = key if isinstance(key, tuple) else (key,)
+    return ", ".join(f"{p:g}" if isinstance(p, float) else str(p) for p in parts if str(p) != "")
+
+
+def trajectories(table: pd.DataFrame, label_col: str | Sequence[str], path: str | Path) -> Path:
+    """Per-round curves (in %) of each metric of a :func:`trajectory_table`, one line per value of
+    ``label_col`` (or combination of its columns; the mean over its runs, a band of ± one standard
+    deviation)."""
+    by = [label_col] if isinstance(label_col, str) else list(label_col)
     names = list(dict.fromkeys(table["metric"]))
-    labels = sorted(table[label_col].unique())
+    lines = sorted(table[by].drop_duplicates().itertuples(index=False, name=None))
     # An ordered key (τ) gets an ordered colour map, so nine lines stay readable.
-    colours = dict(zip(labels, plt.get_cmap("coolwarm")(np.linspace(0, 1, len(labels))))) if len(labels) > 3 else {}
+    colours = dict(zip(lines, plt.get_cmap("coolwarm")(np.linspace(0, 1, len(lines))))) if len(lines) > 3 else {}
     fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names) + 1.0, 3.4), squeeze=False)
     for ax, name in zip(axes[0], names):
-        for label, g in table[table["metric"] == name].groupby(label_col, sort=True):
+        for key, g in table[table["metric"] == name].groupby(by, sort=True):
+            key = key if isinstance(key, tuple) else (key,)
             mean, std = 100 * g["mean"].to_numpy(), 100 * g["std"].to_numpy()
-            (line,) = ax.plot(g["round"], mean, label=f"{label:g}" if isinstance(label, float) else str(label),
-                              color=colours.get(label))
+            (line,) = ax.plot(g["round"], mean, label=_line_name(key if len(by) > 1 else key[0]),
+                              color=colours.get(key))
             if (g["runs"] > 1).any():
                 ax.fill_between(g["round"], mean - std, mean + std, color=line.get_color(), alpha=0.15, lw=0)
         ax.set(xlabel="round", ylabel=f"{name} (%)", title=name)
         if name == "sece":
             ax.axhline(0, color="black", lw=0.8)
-    axes[0, -1].legend(title=label_col, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    axes[0, -1].legend(title=", ".join(by), fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=120)
