@@ -195,14 +195,22 @@ def stealth_plot(table: pd.DataFrame, path: str | Path) -> Path:
 
 def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None = None,
                  metric_names: Sequence[str] = ("accuracy", "sece")) -> Path:
-    """Final accuracy and sECE (%) against a swept key ``x``, one line per ``hue`` value
-    (mean over any other varying key, e.g. seeds)."""
+    """Final accuracy and sECE (%) against a swept key ``x``, one line per ``hue`` value and per
+    configuration (any other hashed key that varies: its line is labelled with it), each point the
+    mean over the seeds of its cells — never over other settings."""
+    from fedcal.reports.groups import frame_config_labels
+
+    cells = cells.assign(_config=frame_config_labels(cells, [x, *([hue] if hue else [])]))
     fig, axes = plt.subplots(1, len(metric_names), figsize=(4.6 * len(metric_names), 3.5), squeeze=False)
-    groups = cells.groupby(hue, sort=True) if hue else [("all", cells)]
+    by = [hue, "_config"] if hue else ["_config"]
+    groups = list(cells.groupby(by, sort=True))
+    labelled = hue or cells["_config"].nunique() > 1
     for ax, name in zip(axes[0], metric_names):
-        for label, g in groups:
+        for key, g in groups:
+            key = key if isinstance(key, tuple) else (key,)
+            label = ", ".join(filter(None, [f"{hue}={key[0]}" if hue else "", key[-1]]))
             m = g.groupby(x)[name].mean().sort_index()
-            ax.plot(m.index, 100 * m.to_numpy(), marker="o", label=f"{hue}={label}" if hue else None)
+            ax.plot(m.index, 100 * m.to_numpy(), marker="o", label=label or None)
         ax.set(xlabel=x, ylabel=f"{name} (%)")
         values = pd.to_numeric(cells[x], errors="coerce")
         if values.notna().all() and values.min() > 0 and values.max() / values.min() > 10:
@@ -211,7 +219,7 @@ def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None 
             ax.minorticks_off()
         if name == "sece":
             ax.axhline(0, color="black", lw=0.8)
-        if hue:
+        if labelled:
             ax.legend(fontsize=7)
     return _save(fig, path)
 
@@ -244,12 +252,15 @@ def robustness_curves(summary: pd.DataFrame, path: str | Path, metrics: dict[str
     nrows = -(-len(metric_names) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 2.9 * nrows), squeeze=False)
     lines = []  # (label, rows): each arm (a non-benign training) drawn through its benign point at τ = 1
-    for (setting, dataset, strategy), block in summary.groupby(["setting", "dataset", "strategy"], sort=False):
+    summary = summary.assign(config=summary["config"] if "config" in summary.columns else "")
+    for (config, setting, dataset, strategy), block in summary.groupby(["config", "setting", "dataset", "strategy"],
+                                                                       sort=False):
         benign = block[block["training"] == "benign"]
         arms = [t for t in dict.fromkeys(block["training"]) if t != "benign"]
         for arm in arms or ["benign"]:
             rows = benign if arm == "benign" else pd.concat([benign, block[block["training"] == arm]])
-            lines.append((f"{setting}, {dataset}, {strategy}: {arm}", rows.sort_values("tau")))
+            lines.append((f"{setting}, {dataset}, {strategy}: {arm}" + (f" [{config}]" if config else ""),
+                          rows.sort_values("tau")))
     for ax, name in zip(axes.flat, metric_names):
         scale = 1.0 if name in raw else 100.0
         for label, g in lines:

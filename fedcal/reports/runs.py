@@ -245,6 +245,21 @@ def finished_only(run_dirs: Sequence[str | os.PathLike[str]] | str | os.PathLike
     return out
 
 
+def load_rounds(run_dirs: Sequence[str | os.PathLike[str]], table: str = "the per-round table") -> pd.DataFrame:
+    """:func:`fedcal.results.load_metrics` of every run directory whose ``metrics.csv`` pandas can
+    parse — unfinished runs included, flagged ``finished = False`` —; a directory whose file it
+    cannot parse (two writers interleaving their rows) is left out of ``table`` with a warning."""
+    frames = []
+    for d in run_dirs:
+        try:
+            frames.append(load_metrics([d]))
+        except (OSError, ValueError, KeyError, pd.errors.ParserError) as exc:
+            log.warning("left out of %s: %s: its %s cannot be parsed (%s)", table, d, METRICS_FILE,
+                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else load_metrics([])
+
+
 def final_rows(metrics: pd.DataFrame) -> pd.DataFrame:
     """Wide rows of the last evaluated round of each finished run in ``metrics`` (tidy rows of
     :func:`fedcal.results.load_metrics`): ``run_id``, the config columns, ``code`` (which code
