@@ -110,6 +110,7 @@ def lm_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.Path
     finals = final_metrics(run_dirs, "the lm table")
     if finals.empty:
         raise ValueError("no finished lm run to report")
+    finals = finals.copy()  # one block: the columns below are added to it one by one
     finals["tau_eff"] = finals.apply(_tau, axis=1)
     finals[CONFIG] = frame_config_labels(finals, SHOWN)
     dirs = {Path(d).name: Path(d) for d in run_dirs}  # a run's id is its directory's name

@@ -122,6 +122,8 @@ def read_metrics_strict(run_dir: Path) -> tuple[list[tuple[int, str, float]], st
             return [], f"its {METRICS_FILE} is torn (line {i}: round {line[1]!r}, value {line[3]!r})"
         if not rnd.is_integer() or rnd < 0:
             return [], f"its {METRICS_FILE} is torn (line {i}: round {line[1]!r})"
+        if len(line[4]) != 12 or any(c not in "0123456789abcdef" for c in line[4]):
+            return [], f"its {METRICS_FILE} is torn (line {i}: config hash {line[4]!r})"
         hashes.add(line[4])
         rows.append((int(rnd), line[2], value))
     if len(hashes) > 1:
@@ -276,8 +278,12 @@ def final_rows(metrics: pd.DataFrame) -> pd.DataFrame:
     done = metrics[metrics["round"] == metrics["run_id"].map(last)]
     config_cols = [key_of(f) for f in RunConfig.__dataclass_fields__]
     index = ["run_id", *[c for c in [*config_cols, CODE] if c in done.columns], "round"]
-    wide = done.pivot_table(index=index, columns="metric", values="value").reset_index()
-    wide.columns.name = None
+    # pivot on the run id alone, then join the run's config columns: a pivot indexed by 100+ config
+    # columns is slow, fragments the frame, and drops a run whose config lacks a key (a NaN index)
+    values = done.pivot_table(index="run_id", columns="metric", values="value", dropna=False)
+    values.columns.name = None
+    per_run = done.drop_duplicates("run_id")[index].sort_values("run_id")
+    wide = per_run.merge(values, left_on="run_id", right_index=True, how="left").reset_index(drop=True)
     # pivot_table drops a metric that is NaN in every row (a diverged model); keep it, as NaN
     return wide.reindex(columns=[*index, *sorted(set(done["metric"]))])
 
