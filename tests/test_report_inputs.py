@@ -464,3 +464,16 @@ def test_every_task_has_an_evaluation_schedule_and_real_runs_pass_it(tmp_path):
     assert check_run(run).why == ""
     rounds = pd.read_csv(run / "metrics.csv").query("metric == 'accuracy'")["round"].tolist()
     assert rounds == [0, 2, 4, 5]
+
+
+def test_a_run_made_before_a_config_key_existed_stays_in_the_final_tables(tmp_path):
+    """Its config.json lacks the newer key: the joined column is NaN for it, which a pivot indexed by
+    the config columns silently dropped."""
+    from fedcal.reports import final_metrics
+
+    dirs = [train_run(tmp_path, 0.5 + s / 10, attack="none", seed=s) for s in (0, 1)]
+    stored = json.loads((dirs[0] / "config.json").read_text())
+    del stored["config"]["optimizer"]  # a key added after the run was made (hash_when_set: same hash)
+    (dirs[0] / "config.json").write_text(json.dumps(stored))
+    final = final_metrics(dirs)
+    assert final["seed"].tolist() == [0, 1] and final["accuracy"].tolist() == pytest.approx([0.5, 0.6])
