@@ -373,7 +373,7 @@ def cmd_inference(args: argparse.Namespace) -> int:
     failed = []
     for cfg in tqdm(configs, desc="inference cells", unit="cell", disable=args.no_progress):
         try:
-            simulate(cfg, progress=False, verbose=args.verbose, force=args.force)
+            simulate(cfg, progress=not args.no_progress, verbose=args.verbose, force=args.force)
         except Exception as exc:  # noqa: BLE001 — one failed cell must not lose the others
             failed.append(cfg)
             print(f"fedcal: cell n={cfg.num_clients} f={cfg.inf_f} seed={cfg.seed} failed: {exc}", file=sys.stderr)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import tomllib
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -80,12 +81,18 @@ def _worker_init(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _run_cell(flower_cfg: dict[str, Any]) -> tuple[str, str | None]:
+def _run_cell(flower_cfg: dict[str, Any], progress: str = "") -> tuple[str, str | None]:
+    """Run one cell; ``progress``: "bars" (this process's terminal: the run's own bars under the
+    cells bar), "log" (a worker process: its rounds and long phases as lines on stderr, so a long
+    cell is never silent) or "" (nothing)."""
     from fedcal.app.engine import simulate
+    from fedcal.progress import log_reporter, reporting
 
     cfg = RunConfig.from_flower(flower_cfg)
+    lines = log_reporter(lambda line: print(line, file=sys.stderr, flush=True), prefix=f"{run_dir_for(cfg).name}: ")
     try:
-        simulate(cfg, progress=False)
+        with reporting(lines if progress == "log" else None):
+            simulate(cfg, progress=progress == "bars")
         return str(run_dir_for(cfg)), None
     except Exception:  # noqa: BLE001 — one failed cell must not stop the sweep
         return str(run_dir_for(cfg)), traceback.format_exc()
@@ -161,7 +168,7 @@ def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True
                         bar.update(futures[fut])
         if jobs <= 1:
             for cfg in todo:
-                run_dir, err = _run_cell(cfg.to_flower())
+                run_dir, err = _run_cell(cfg.to_flower(), "bars" if progress else "")
                 if err:
                     failures[run_dir] = err
                 bar.update(1)
@@ -169,7 +176,7 @@ def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True
             threads = max(1, (os.cpu_count() or 1) // jobs)
             with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
                                      initializer=_worker_init, initargs=(threads,)) as pool:
-                futures = [pool.submit(_run_cell, c.to_flower()) for c in todo]
+                futures = [pool.submit(_run_cell, c.to_flower(), "log" if progress else "") for c in todo]
                 for fut in as_completed(futures):
                     run_dir, err = fut.result()
                     if err:
