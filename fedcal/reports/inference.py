@@ -53,14 +53,23 @@ def worst_case(df: pd.DataFrame, by: Sequence[str] = ("aggregator",)) -> pd.Data
     return out.reset_index(drop=True)
 
 
+def without_chance(cells: pd.DataFrame) -> pd.DataFrame:
+    """``cells`` without the rows of aggregators whose clean accuracy is at chance level in any of
+    them (their ``chance_level`` column; unchanged for tables written before it existed): what a
+    ranking of worst cases may rank."""
+    if CHANCE not in cells.columns:
+        return cells
+    return cells[~cells["aggregator"].isin(set(cells.loc[cells[CHANCE].astype(bool), "aggregator"]))]
+
+
 def robust_ranking(cells: pd.DataFrame, by: Sequence[str] = ("seed", "aggregator")) -> tuple[pd.Series, list[str]]:
     """(aggregators by mean worst-case accuracy, best first; the aggregators left out because their
     clean accuracy is at chance level in some seed). A constant predictor is unmoved by every attack:
     its worst case equals its clean accuracy and would otherwise rank it "robust"."""
-    worst = worst_case(cells, by=by)
-    at_chance = sorted(set(cells.loc[cells[CHANCE].astype(bool), "aggregator"])) if CHANCE in cells.columns else []
-    kept = worst[~worst["aggregator"].isin(at_chance)]
-    return kept.groupby("aggregator")["accuracy"].mean().sort_values(ascending=False), at_chance
+    kept = without_chance(cells)
+    at_chance = sorted(set(cells["aggregator"]) - set(kept["aggregator"]))
+    ranking = worst_case(kept, by=by).groupby("aggregator")["accuracy"].mean() if len(kept) else pd.Series(dtype=float)
+    return ranking.sort_values(ascending=False), at_chance
 
 
 def percent_cell(mean: float, std: float, count: int) -> str:
