@@ -447,6 +447,11 @@ def test_sweep_curves_draw_one_line_per_configuration(tmp_path):
     assert frame_config_labels(cells, ["tau"]) == ["num-rounds=20", "num-rounds=20", "num-rounds=10",
                                                    "num-rounds=10", "num-rounds=20"]
     assert frame_config_labels(cells, ["tau", "num-rounds"]) == [""] * 5
+    # a key a run's config predates (NaN in its column) is its default, as when the config is parsed
+    cells["optimizer"] = ["sgd", None, "sgd", "sgd", None]
+    assert frame_config_labels(cells, ["tau", "num-rounds"]) == [""] * 5
+    cells.loc[0, "optimizer"] = "adamw"
+    assert frame_config_labels(cells, ["tau", "num-rounds"])[:2] == ["optimizer=adamw", "optimizer=sgd"]
 
 
 def test_every_task_has_an_evaluation_schedule_and_real_runs_pass_it(tmp_path):

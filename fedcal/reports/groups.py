@@ -7,7 +7,6 @@ attack setting, …). "Computed the same thing" is decided on the run's *hashed*
 say where or how a run executed (``output-dir``, ``engine``, ``device``, ``data-dir`` …) never
 split a row, and a key that changes the computation always does.
 
-* :func:`config_identity` — what a run's row is keyed by besides the table's own columns;
 * :func:`config_labels` — for runs of several configurations, each run's ``config`` label naming
   the keys in which the configurations differ (``"num-clients=10 num-rounds=20"``), "" for all of
   them when they share one configuration (so a table of one configuration keeps its format);
@@ -43,12 +42,17 @@ class MixedConfigError(ConfigError):
     message names the keys that differ."""
 
 
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+
+
 def _fields(cfg: RunConfig | Mapping[str, Any]) -> dict[str, Any]:
     """A run's field values by snake-case name (a :class:`RunConfig`, or a mapping with snake- or
-    kebab-case keys such as a row of a table's config columns)."""
+    kebab-case keys such as a row of a table's config columns). A key the mapping lacks, or holds
+    as NaN (a run made before the key existed), is the key's default, as when its config is parsed."""
     if isinstance(cfg, RunConfig):
         return dataclasses.asdict(cfg)
-    return {str(k).replace("-", "_"): _plain(v) for k, v in cfg.items()}
+    values = {str(k).replace("-", "_"): _plain(v) for k, v in cfg.items()}
+    return {**_DEFAULTS, **{k: v for k, v in values.items() if v is not None}}
 
 
 def _plain(v: Any) -> Any:
@@ -84,13 +88,6 @@ def identity_keys(configs: Sequence[Mapping[str, Any]], shown: Collection[str] =
     if len({_task(v) for v in configs}) > 1:
         keys.add("task")
     return sorted(keys - shown, key=lambda k: _ORDER.get(k, len(_ORDER)))
-
-
-def config_identity(cfg: RunConfig | Mapping[str, Any], shown: Collection[str] = ()) -> tuple:
-    """What a run's row is keyed by besides the table's ``shown`` columns and its seed: the values of
-    its hashed keys, the others left out. Two runs share a row only if their identities are equal."""
-    values = _fields(cfg)
-    return tuple((k, _same(values.get(k))) for k in identity_keys([values], shown))
 
 
 def _text(v: Any) -> str:
