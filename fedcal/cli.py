@@ -249,12 +249,20 @@ def _readable_tasks(dirs: Sequence[Path]) -> list[str]:
     return sorted(set(tasks))
 
 
-def _run_dirs(paths: Sequence[str]) -> list[Path]:
-    """``paths`` as run directories; one line naming every path without a ``config.json``."""
+def _run_dirs(paths: Sequence[str], readable: bool = False) -> list[Path]:
+    """``paths`` as run directories; one line naming every path without a ``config.json`` (and, with
+    ``readable``, the first whose ``config.json`` cannot be read: an analysis of one run needs it)."""
+    from fedcal.results import load_config
+
     dirs = [Path(d) for d in paths]
     missing = [str(d) for d in dirs if not (d / "config.json").exists()]
     if missing:
         raise ConfigError(f"not a run directory (no config.json): {', '.join(missing)}")
+    for d in dirs if readable else []:
+        try:
+            load_config(d)
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # corrupt JSON, unknown keys, bad values
+            raise ConfigError(f"{d}: its config.json cannot be read ({str(exc).split('; known keys')[0]})") from None
     return dirs
 
 
@@ -295,7 +303,8 @@ def cmd_posthoc(args: argparse.Namespace) -> int:
     from fedcal.reports import posthoc_curves, posthoc_table
 
     n_cals = [int(x) for x in args.n_cal.split(",")]
-    table = posthoc_table(args.run_dirs, n_cals=n_cals, seed=args.seed, methods=_names(args.methods))
+    table = posthoc_table(_run_dirs(args.run_dirs, readable=True), n_cals=n_cals, seed=args.seed,
+                          methods=_names(args.methods))
     index = ["config", "run", "n_cal"] if "config" in table.columns else ["run", "n_cal"]
     summary = table.pivot_table(index=index, columns="method", values="sece").mul(100).round(2)
     seeds = table["seed"].nunique()
@@ -311,7 +320,7 @@ def cmd_posthoc(args: argparse.Namespace) -> int:
 def cmd_triage(args: argparse.Namespace) -> int:
     from fedcal.reports import triage_plot, triage_table
 
-    table = triage_table(args.run_dirs, args.benign)
+    table = triage_table(_run_dirs(args.run_dirs, readable=True), _run_dirs(args.benign, readable=True))
     at = table[(table["gamma"] - 0.9).abs() < 1e-9]
     at = at.groupby("run", sort=False)[["sent", "unnecessary", "missed", "unnecessary_change", "missed_change"]].mean()
     seeds = table["seed"].nunique()
@@ -323,7 +332,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
 def cmd_similarity(args: argparse.Namespace) -> int:
     from fedcal.reports import similarity_scatter, similarity_table
 
-    table = similarity_table(args.benign, args.run_dirs)
+    table = similarity_table(_run_dirs(args.benign, readable=True), _run_dirs(args.run_dirs, readable=True))
     print(table.groupby("pair")[["logit_cosine", "cka"]].agg(["mean", "std", "count"]).round(4).to_string())
     _write(table, Path(args.out), "similarity", similarity_scatter)
     return 0
@@ -332,7 +341,7 @@ def cmd_similarity(args: argparse.Namespace) -> int:
 def cmd_stealth(args: argparse.Namespace) -> int:
     from fedcal.reports import stealth_plot, stealth_table
 
-    table = stealth_table(args.run_dir, client_id=args.client, steps=args.steps)
+    table = stealth_table(_run_dirs([args.run_dir], readable=True)[0], client_id=args.client, steps=args.steps)
     print(table.pivot(index="variant", columns="step", values="cosine").round(3).to_string())
     _write(table, Path(args.out), "stealth", stealth_plot)
     return 0

@@ -127,7 +127,9 @@ class _LogHandle:
         elapsed = self.clock() - self.start
         count = f"{self.done}/{self.total}" if self.total else str(self.done)
         left = estimate_left(elapsed, self.done, self.total)
-        when = f"{clock_text(elapsed)} elapsed" + ("" if closing or left is None else f", about {clock_text(left)} left")
+        when = f"{clock_text(elapsed)} elapsed"
+        if not closing and left is not None:
+            when += f", about {clock_text(left)} left"
         note = f"; {self.note}" if self.note else ""
         return f"{self.prefix}{self.name}: {count} {self.unit}{' done' if closing else ''}, {when}{note}"
 

@@ -56,7 +56,8 @@ def test_reporting_nests_and_restores_and_no_reporter_costs_nothing():
                 bar.update()
         with phase("b", 1) as bar:
             bar.update()
-    assert [line.split(":")[0] for line in inner] == ["a", "a"] and [line.split(":")[0] for line in outer] == ["b", "b"]
+    assert [line.split(":")[0] for line in inner] == ["a", "a"]
+    assert [line.split(":")[0] for line in outer] == ["b", "b"]
     with phase("nobody listens", 2) as bar:
         bar.update(2)
     assert progress._reporter is None

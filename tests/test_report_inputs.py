@@ -175,7 +175,8 @@ def _two_writers(d: Path) -> str:
 
 def _incomplete(d: Path) -> str:
     lines = (d / "metrics.csv").read_text().splitlines()
-    (d / "metrics.csv").write_text("\n".join(line for line in lines if ",15," not in line and ",16," not in line) + "\n")
+    kept = [line for line in lines if ",15," not in line and ",16," not in line]
+    (d / "metrics.csv").write_text("\n".join(kept) + "\n")
     return "lacks the evaluation (accuracy) of rounds 15-16"
 
 
@@ -186,8 +187,8 @@ def _corrupt_config(d: Path) -> str:
 
 @pytest.mark.parametrize("damage", [_torn, _missing, _two_writers, _incomplete, _corrupt_config])
 def test_a_finished_run_with_bad_files_is_left_out_loudly(tmp_path, capsys, damage):
-    runs = {(a, s): train_run(tmp_path / "runs", 0.6 if a == "none" else 0.5, attack=a, tau=1.0 if a == "none" else 5.0,
-                              seed=s) for a in ("none", "tsa") for s in range(4)}
+    runs = {(a, s): train_run(tmp_path / "runs", 0.6 if a == "none" else 0.5, attack=a,
+                              tau=1.0 if a == "none" else 5.0, seed=s) for a in ("none", "tsa") for s in range(4)}
     bad = runs["tsa", 3]
     why = damage(bad)
     code, _, err = report(runs.values(), tmp_path / "rep", capsys)
@@ -204,10 +205,15 @@ def test_a_corrupt_config_or_an_output_file_is_one_line(tmp_path, capsys):
     (run / "config.json").write_text("{not json")
     code, _, err = report([run], tmp_path / "rep", capsys)
     assert code == 2 and "Traceback" not in err and err.splitlines()[-1].startswith("fedcal: error:")
+    for argv in (["posthoc", str(run)], ["stealth", str(run)], ["triage", str(run), "--benign", str(run)]):
+        assert cli_main([*argv, "--out", str(tmp_path / "a")]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith(f"fedcal: error: {run}: its config.json cannot be read"), err
     good = train_run(tmp_path / "runs", tau=5.0)
     target = tmp_path / "results.csv"
     target.write_text("not a folder")
-    for argv, option, value in ((["report", str(good)], "--out", target), (["report", str(good)], "--out", target / "sub"),
+    for argv, option, value in ((["report", str(good)], "--out", target),
+                                (["report", str(good)], "--out", target / "sub"),
                                 (["posthoc", str(good)], "--out", target),
                                 (["sweep", "--grid", "seed=0", "dataset=digits"], "--report", target)):
         assert cli_main([*argv, option, str(value)]) == 2

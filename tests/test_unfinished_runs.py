@@ -104,7 +104,7 @@ def test_sweep_command_shows_only_finished_cells(sweep, tmp_path, capsys, monkey
     import fedcal.app.sweep as sw
 
     _, _, (done, interrupted, crashed) = sweep
-    monkeypatch.setattr(sw, "_run_cell", lambda flower_cfg, *progress: (str(run_dir_for(RunConfig.from_flower(flower_cfg))),
+    monkeypatch.setattr(sw, "_run_cell", lambda flower_cfg, *_: (str(run_dir_for(RunConfig.from_flower(flower_cfg))),
                                                                "RuntimeError: crashed again"))
     rep = tmp_path / "rep"
     assert cli_main(["sweep", "--grid", "seed=0,1,2", "--report", str(rep), "--no-progress", "dataset=synthetic",

@@ -30,8 +30,8 @@ COMMANDS = {
     "demo": ("fedcal demo --output {out}", "the main job"),
     "defense": ("fedcal defense --strategies fedavg,calguard --taus 0.2,5 --seeds 0 --report {out} dataset=digits "
                 "num-clients=10 num-rounds=20 lr=0.05 root-size=50", "CalGuard against FedAvg"),
-    "distill-smoke": ("fedcal distill --methods rfd,flora,flexlora --rhos 0,0.3 --partitions iid --seeds 0 --report {out} "
-                      "dst-corpus=synthetic num-clients=4 dst-rounds=3 dst-bb-hidden=32 dst-bb-layers=1 "
+    "distill-smoke": ("fedcal distill --methods rfd,flora,flexlora --rhos 0,0.3 --partitions iid --seeds 0 "
+                      "--report {out} dst-corpus=synthetic num-clients=4 dst-rounds=3 dst-bb-hidden=32 dst-bb-layers=1 "
                       "dst-bb-intermediate=64 dst-bb-vocab=200 dst-bb-steps=50 dst-max-length=24",
                       "the RFD-LoRA smoke grid"),
     "distill-run": ("fedcal run task=distill engine=inprocess dst-corpus=synthetic num-clients=4 dst-rounds=5 "

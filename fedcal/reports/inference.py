@@ -222,7 +222,8 @@ def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title:
     if CHANCE in worst.columns:
         keys = [*by, "n", "f", "aggregator"]
         hit = set(worst.loc[worst[CHANCE].astype(bool), keys].itertuples(index=False, name=None))
-        scal["cell"] = [marked(c, k in hit) for c, k in zip(scal["cell"], scal[keys].itertuples(index=False, name=None))]
+        rows = scal[keys].itertuples(index=False, name=None)
+        scal["cell"] = [marked(c, k in hit) for c, k in zip(scal["cell"], rows)]
     wide = scal.pivot(index=[*by, "aggregator"], columns=["n", "f"], values="cell")
     wide.columns = [f"n={n}, f={f}" for n, f in wide.columns]
     rank = {a: i for i, a in enumerate(AGGREGATOR_NAMES)}
