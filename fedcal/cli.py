@@ -227,31 +227,69 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def _run_dirs(paths: Sequence[str]) -> list[Path]:
-    """``paths`` as run directories; one line naming every path without a ``config.json``."""
+def _folder(path: str | Path, option: str) -> Path:
+    """``path`` as an output folder: refused in one line naming ``option`` when it, or a folder above
+    it, is an existing file (``--out results.csv``), before anything runs or is written."""
+    p = Path(path)
+    for q in (p, *p.parents):
+        if q.exists():
+            if not q.is_dir():
+                raise ConfigError(f"{option} {str(path)!r}: {str(q)!r} is a file, not a folder")
+            break
+    return p
+
+
+def _readable_tasks(dirs: Sequence[Path]) -> list[str]:
+    """The tasks of the runs whose ``config.json`` can be read (the others are left out of the
+    report, each named in a warning, by :func:`fedcal.reports.runs.finished_only`)."""
+    from fedcal.results import load_config
+
+    tasks = []
+    for d in dirs:
+        try:
+            tasks.append(load_config(d).task)
+        except (OSError, ValueError, KeyError, TypeError):  # corrupt JSON, unknown keys, bad values
+            continue
+    return sorted(set(tasks))
+
+
+def _run_dirs(paths: Sequence[str], readable: bool = False) -> list[Path]:
+    """``paths`` as run directories; one line naming every path without a ``config.json`` (and, with
+    ``readable``, the first whose ``config.json`` cannot be read: an analysis of one run needs it)."""
+    from fedcal.results import load_config
+
     dirs = [Path(d) for d in paths]
     missing = [str(d) for d in dirs if not (d / "config.json").exists()]
     if missing:
         raise ConfigError(f"not a run directory (no config.json): {', '.join(missing)}")
+    for d in dirs if readable else []:
+        try:
+            load_config(d)
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # corrupt JSON, unknown keys, bad values
+            raise ConfigError(f"{d}: its config.json cannot be read ({str(exc).split('; known keys')[0]})") from None
     return dirs
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from fedcal.reports.runs import finished_only
-    from fedcal.results import UnfinishedRunError, load_config
+    from fedcal.results import UnfinishedRunError
     from fedcal.tasks import get_task
 
     dirs = _run_dirs(args.run_dirs)
-    tasks = sorted({load_config(d).task for d in dirs})
+    out = Path(args.out)
+    tasks = _readable_tasks(dirs)
     if len(tasks) > 1:
         raise ConfigError(f"the runs belong to different tasks ({', '.join(tasks)}): report each task on its own")
+    if not tasks:
+        finished_only(dirs, "the report")  # names each directory and why
+        raise ConfigError(f"no readable config.json among the {len(dirs)} run directories: nothing to report")
     task = get_task(tasks[0])
     if task.report is None:
         raise ConfigError(f"task {task.name!r} has no report")
     finished = finished_only(dirs, "the report")  # a warning line for each unfinished run left out
     if not finished:
         raise UnfinishedRunError(f"no finished run among the {len(dirs)} run directories: nothing to report")
-    print(task.report(finished, Path(args.out), args.title))
+    print(task.report(finished, out, args.title))
     left_out = len(dirs) - len(finished)
     print(f"report: {args.out}" + (f" ({len(finished)} finished runs; {left_out} unfinished left out)"
                                    if left_out else ""))
@@ -280,9 +318,16 @@ def cmd_posthoc(args: argparse.Namespace) -> int:
     from fedcal.reports import posthoc_curves, posthoc_table
 
     n_cals = [int(x) for x in args.n_cal.split(",")]
-    table = posthoc_table(args.run_dirs, n_cals=n_cals, seed=args.seed, methods=_names(args.methods))
-    summary = table.pivot_table(index=["run", "n_cal"], columns="method", values="sece").mul(100).round(2)
-    print("sECE (%) after post-hoc calibration\n" + summary.to_string())
+    table = posthoc_table(_run_dirs(args.run_dirs, readable=True), n_cals=n_cals, seed=args.seed,
+                          methods=_names(args.methods))
+    index = ["config", "run", "n_cal"] if "config" in table.columns else ["run", "n_cal"]
+    summary = table.pivot_table(index=index, columns="method", values="sece").mul(100).round(2)
+    seeds = table["seed"].nunique()
+    print(f"sECE (%) after post-hoc calibration{f', mean over {seeds} seeds' if seeds > 1 else ''}\n"
+          + summary.to_string())
+    if table["chance_level"].any():
+        print("at chance level (accuracy within noise of a constant predictor): "
+              + ", ".join(sorted(set(table.loc[table["chance_level"], "run_dir"]))))
     _write(table, Path(args.out), "posthoc", posthoc_curves)
     return 0
 
@@ -290,7 +335,7 @@ def cmd_posthoc(args: argparse.Namespace) -> int:
 def cmd_triage(args: argparse.Namespace) -> int:
     from fedcal.reports import triage_plot, triage_table
 
-    table = triage_table(args.run_dirs, args.benign)
+    table = triage_table(_run_dirs(args.run_dirs, readable=True), _run_dirs(args.benign, readable=True))
     at = table[(table["gamma"] - 0.9).abs() < 1e-9]
     at = at.groupby("run", sort=False)[["sent", "unnecessary", "missed", "unnecessary_change", "missed_change"]].mean()
     seeds = table["seed"].nunique()
@@ -302,7 +347,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
 def cmd_similarity(args: argparse.Namespace) -> int:
     from fedcal.reports import similarity_scatter, similarity_table
 
-    table = similarity_table(args.benign, args.run_dirs)
+    table = similarity_table(_run_dirs(args.benign, readable=True), _run_dirs(args.run_dirs, readable=True))
     print(table.groupby("pair")[["logit_cosine", "cka"]].agg(["mean", "std", "count"]).round(4).to_string())
     _write(table, Path(args.out), "similarity", similarity_scatter)
     return 0
@@ -311,7 +356,7 @@ def cmd_similarity(args: argparse.Namespace) -> int:
 def cmd_stealth(args: argparse.Namespace) -> int:
     from fedcal.reports import stealth_plot, stealth_table
 
-    table = stealth_table(args.run_dir, client_id=args.client, steps=args.steps)
+    table = stealth_table(_run_dirs([args.run_dir], readable=True)[0], client_id=args.client, steps=args.steps)
     print(table.pivot(index="variant", columns="step", values="cosine").round(3).to_string())
     _write(table, Path(args.out), "stealth", stealth_plot)
     return 0
@@ -352,7 +397,8 @@ def cmd_inference(args: argparse.Namespace) -> int:
     failed = []
     for cfg in tqdm(configs, desc="inference cells", unit="cell", disable=args.no_progress):
         try:
-            simulate(cfg, progress=False, verbose=args.verbose, force=args.force, restart=args.restart)
+            simulate(cfg, progress=not args.no_progress, verbose=args.verbose, force=args.force,
+                     restart=args.restart)
         except Exception as exc:  # noqa: BLE001 — one failed cell must not lose the others
             failed.append(cfg)
             print(f"fedcal: cell n={cfg.num_clients} f={cfg.inf_f} seed={cfg.seed} failed: {exc}", file=sys.stderr)
@@ -385,7 +431,18 @@ def cmd_robustness(args: argparse.Namespace) -> int:
     out = Path(args.report)
     if args.runs:  # the bridge: evaluate finished runs as they are, no training
         dirs = _run_dirs(args.runs)
-        datasets = sorted({load_config(d).dataset for d in dirs})
+        configs = {}
+        for d in dirs:
+            try:
+                configs[d] = load_config(d)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise ConfigError(f"{d}: its config.json cannot be read ({str(exc).split('; known keys')[0]})") \
+                    from None
+        others = [f"{d} (task {c.task})" for d, c in configs.items() if c.task != "train"]
+        if others:  # their dataset key is the image default: evaluating it would fetch MNIST for nothing
+            raise ConfigError("--runs evaluates image-classifier runs (task = train), not " + ", ".join(others[:3])
+                              + (f" and {len(others) - 3} more" if len(others) > 3 else ""))
+        datasets = sorted({c.dataset for c in configs.values()})
         if len(datasets) > 1:
             raise ConfigError(f"the runs use different datasets ({', '.join(datasets)}): evaluate each on its own")
         if _overrides(args):
@@ -815,6 +872,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.addHandler(handler)
     try:
         args = build_parser().parse_args(argv)
+        for option in ("out", "report", "output"):  # every command's output folder, checked before it runs
+            if isinstance(getattr(args, option, None), str):
+                _folder(getattr(args, option), f"--{option}")
         with sigterm_raises():  # SIGTERM ends a run like Ctrl-C: logged in its run.log, workers stopped
             return args.func(args)
     except (ConfigError, FileNotFoundError) as exc:  # bad config, or a run dir without its (final) files

@@ -38,11 +38,12 @@ def evaluated(rnd: int, acc: float, sece: float) -> list[tuple[int, str, float]]
 
 @pytest.fixture
 def store(tmp_path):
-    base = RunConfig(dataset="synthetic", output_dir=str(tmp_path), num_rounds=3)
-    benign = write_run(base.replace(attack="none"),
-                       evaluated(0, 0.1, 0.3) + evaluated(2, 0.8, 0.02) + [(3, "round_seconds", 2.5)])
-    tsa = write_run(base.replace(attack="tsa", tau=5.0),
-                    evaluated(0, 0.1, 0.3) + evaluated(2, 0.7, -0.1) + evaluated(3, 0.75, -0.2))
+    base = RunConfig(dataset="synthetic", output_dir=str(tmp_path), num_rounds=3, eval_every=2)
+    # evaluated at rounds 0, 2 and 3 (the last); round 1 logs its timing only
+    benign = write_run(base.replace(attack="none"), evaluated(0, 0.1, 0.3) + [(1, "round_seconds", 2.5)]
+                       + evaluated(2, 0.6, 0.05) + evaluated(3, 0.8, 0.02))
+    tsa = write_run(base.replace(attack="tsa", tau=5.0), evaluated(0, 0.1, 0.3) + [(1, "round_seconds", 2.5)]
+                    + evaluated(2, 0.7, -0.1) + evaluated(3, 0.75, -0.2))
     unstarted = run_dir_for(base.replace(attack="tsa", tau=0.2))
     unstarted.mkdir()
     (unstarted / "config.json").write_text(json.dumps({"config": base.replace(attack="tsa", tau=0.2).to_flower()}))
@@ -55,8 +56,8 @@ def test_final_metrics_reads_the_last_evaluated_round(store):
     assert len(final) == 2  # the run without any round is left out
     rows = final.set_index("run_id")
     benign, tsa = rows.loc[store["benign"].name], rows.loc[store["tsa"].name]
-    # round 3 of the benign run logged its timing only: round 2 is its last evaluated round
-    assert benign["round"] == 2 and benign["accuracy"] == 0.8 and benign["sece"] == 0.02
+    # round 3 is the last evaluated round (round 1 logged its timing only)
+    assert benign["round"] == 3 and benign["accuracy"] == 0.8 and benign["sece"] == 0.02
     assert benign["round_seconds"] == 1.5
     assert tsa["round"] == 3 and tsa["accuracy"] == 0.75 and tsa["sece"] == -0.2
     # config columns (kebab-case keys) come with the metrics
@@ -69,7 +70,7 @@ def test_final_metrics_reads_the_last_evaluated_round(store):
 
 
 def test_final_metrics_keeps_a_diverged_metric_as_nan(tmp_path):
-    cfg = RunConfig(dataset="synthetic", output_dir=str(tmp_path))
+    cfg = RunConfig(dataset="synthetic", output_dir=str(tmp_path), num_rounds=1)
     d = write_run(cfg, evaluated(0, 0.1, 0.3) + [(1, "accuracy", float("nan")), (1, "sece", float("nan")),
                                                   (1, "round_seconds", 2.0)])
     final = final_metrics([d])
@@ -80,13 +81,14 @@ def test_final_metrics_keeps_a_diverged_metric_as_nan(tmp_path):
 def test_tau_table_and_sweep_cells_use_the_final_metrics(store):
     table = summarise([store["benign"], store["tsa"], store["unstarted"]])
     assert table["tau"].tolist() == [1.0, 5.0]
-    assert table["accuracy_%"].tolist() == [80.0, 75.0]  # the benign run's round 2, not its timing-only round 3
+    assert table["accuracy_%"].tolist() == [80.0, 75.0]  # the last evaluated round of each
     assert table["d_sece"].tolist() == pytest.approx([0.0, -22.0])
     base = store["base"]
     cells, rounds = collect([base.replace(attack="tsa", tau=5.0), base.replace(attack="none")], ["tau"])
     final = final_metrics([store["benign"], store["tsa"]]).drop(columns="round")
+    assert cells.pop("chance_level").tolist() == [False, False]  # 80 and 75 % of a 4-class task
     pd.testing.assert_frame_equal(cells, final.sort_values("tau").reset_index(drop=True))
-    assert len(rounds) == 6 + 6 + 1 + 6 + 6 + 6
+    assert len(rounds) == 2 * (6 + 1 + 6 + 6)
 
 
 def test_markdown_table_plain_titled_and_formatted():

@@ -94,7 +94,7 @@ def test_report_command_on_real_runs(runs, tmp_path):
     assert cli_main(["report", str(runs["benign0"]), str(runs["benign1"]), str(runs["tsa5"]),
                      "--out", str(tmp_path)]) == 0
     table = pd.read_csv(tmp_path / "table.csv")
-    assert sorted(table["run"]) == ["TSA", "benign", "benign"]
+    assert sorted(table["run"]) == ["TSA τ=5", "benign", "benign"]  # a TSA run is named with its τ
     assert table.loc[table["run"] == "benign", "d_sece"].tolist() == [0.0, 0.0]
     traj = pd.read_csv(tmp_path / "trajectories.csv")
     benign = traj[(traj["tau"] == 1.0) & (traj["metric"] == "accuracy")]

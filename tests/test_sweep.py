@@ -52,11 +52,11 @@ def test_a_failing_cell_does_not_stop_the_sweep(tmp_path, monkeypatch):
 
     real = sw._run_cell
 
-    def flaky(cfg):
+    def flaky(cfg, *progress):
         if cfg["seed"] == 1:
             raise_in = dict(cfg, dataset="mnist", **{"data-dir": str(tmp_path / "nothing")})
-            return real(raise_in)
-        return real(cfg)
+            return real(raise_in, *progress)
+        return real(cfg, *progress)
 
     monkeypatch.setattr(sw, "_run_cell", flaky)
     monkeypatch.setattr("torchvision.datasets.MNIST.__init__", lambda *a, **k: (_ for _ in ()).throw(OSError("offline")))
@@ -93,7 +93,7 @@ def test_a_sweep_refuses_a_cell_whose_directory_holds_another_config_before_runn
     d.mkdir(parents=True)
     (d / "config.json").write_text(json.dumps({"config": squatter.to_flower()}))
     ran = []
-    monkeypatch.setattr(sw, "_run_cell", lambda c: ran.append(c) or (None, None))
+    monkeypatch.setattr(sw, "_run_cell", lambda c, *progress: ran.append(c) or (None, None))
     with pytest.raises(RunNameConflict, match="seed=7 there, 0 here"):
         run_sweep(cfgs, jobs=1, progress=False)
     assert ran == [] and not run_dir_for(cfgs[0]).exists()

@@ -104,7 +104,7 @@ def test_sweep_command_shows_only_finished_cells(sweep, tmp_path, capsys, monkey
     import fedcal.app.sweep as sw
 
     _, _, (done, interrupted, crashed) = sweep
-    monkeypatch.setattr(sw, "_run_cell", lambda flower_cfg: (str(run_dir_for(RunConfig.from_flower(flower_cfg))),
+    monkeypatch.setattr(sw, "_run_cell", lambda flower_cfg, *_: (str(run_dir_for(RunConfig.from_flower(flower_cfg))),
                                                                "RuntimeError: crashed again"))
     rep = tmp_path / "rep"
     assert cli_main(["sweep", "--grid", "seed=0,1,2", "--report", str(rep), "--no-progress", "dataset=synthetic",
@@ -123,8 +123,9 @@ def test_sweep_command_shows_only_finished_cells(sweep, tmp_path, capsys, monkey
 
 
 def tau_runs(tmp_path):
-    """Benign and τ=5 finished; τ=0.2 interrupted at round 16 of 60 with better-looking numbers."""
-    base = RunConfig(dataset="synthetic", num_rounds=60, output_dir=str(tmp_path / "runs"))
+    """Benign and τ=5 finished (evaluated every 4 rounds and at the last); τ=0.2 interrupted at round
+    16 of 60 with better-looking numbers."""
+    base = RunConfig(dataset="synthetic", num_rounds=60, eval_every=4, output_dir=str(tmp_path / "runs"))
     dirs = {}
     for tau, acc, finish, last in ((1.0, 0.5, True, 60), (5.0, 0.4, True, 60), (0.2, 0.9, False, 16)):
         cfg = base.replace(attack="none") if tau == 1.0 else base.replace(tau=tau)

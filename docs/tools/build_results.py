@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedcal.config import RunConfig
-from fedcal.reports import markdown_table, worst_case
+from fedcal.reports import markdown_table, without_chance, worst_case
 from fedcal.reports.inference import percent_cell
 
 DOCS = Path(__file__).resolve().parents[1]
@@ -554,7 +554,7 @@ def resnet8_results() -> list[str]:
     if not (res / "table_n17_f4.md").exists():
         return []
     cells = pd.read_csv(res / "cells.csv")
-    worst = worst_case(cells, by=("seed", "aggregator"))
+    worst = worst_case(without_chance(cells), by=("seed", "aggregator"))  # a constant answer is never "robust"
     ranking = worst.groupby("aggregator")["accuracy"].mean().sort_values(ascending=False)
     attacks = worst.groupby("aggregator")["worst_attack"].agg(lambda a: ", ".join(sorted(set(a))))
     seeds = sorted(cells["seed"].unique())
@@ -637,8 +637,8 @@ def resnet8_pgd50(cells: pd.DataFrame) -> list[str]:
     cells50 = pd.concat([cells[cells["attack"] != "pgd_cw"], p50[p50["attack"] == "pgd_cw"]], ignore_index=True)
     per_seed = {"pgd20": cells[cells["attack"] == "pgd_cw"].set_index(key)["accuracy"],
                 "pgd50": p50[p50["attack"] == "pgd_cw"].set_index(key)["accuracy"],
-                "worst20": worst_case(cells, by=key).set_index(key)["accuracy"],
-                "worst50": worst_case(cells50, by=key).set_index(key)["accuracy"]}
+                "worst20": worst_case(without_chance(cells), by=key).set_index(key)["accuracy"],
+                "worst50": worst_case(without_chance(cells50), by=key).set_index(key)["accuracy"]}
     agg = pd.DataFrame(per_seed).groupby("aggregator").agg(["mean", "std", "count"])
     order = agg[("worst50", "mean")].sort_values(ascending=False).index
     cell = lambda c, a: percent_cell(*agg.loc[a, c])  # noqa: E731
@@ -665,7 +665,7 @@ def resnet8_pgd50(cells: pd.DataFrame) -> list[str]:
 def _grid_summary(grid: Path, set_aggregators: bool = False) -> str:
     """The (n, f) grid's winners — the highest worst case per cell, and, with ``set_aggregators``, the
     highest among those that see the answers as a set — then the clients' accuracies at n = 10 and 25."""
-    w = worst_case(pd.read_csv(grid / "cells.csv"), by=("n", "f", "seed", "aggregator"))
+    w = worst_case(without_chance(pd.read_csv(grid / "cells.csv")), by=("n", "f", "seed", "aggregator"))
     cell = ["n", "f", "seed"]
     winners = lambda d: "; ".join(f"n = {r.n}, f = {r.f}: {r.aggregator}"  # noqa: E731
                                   for r in d.loc[d.groupby(cell)["accuracy"].idxmax()].itertuples())
@@ -696,7 +696,7 @@ def inference_results() -> str:
     if not (res / "cells.csv").exists():
         return ""
     cells = pd.read_csv(res / "cells.csv")
-    worst = worst_case(cells, by=("seed", "aggregator"))
+    worst = worst_case(without_chance(cells), by=("seed", "aggregator"))  # a constant answer is never "robust"
     ranking = worst.groupby("aggregator")["accuracy"].mean().sort_values(ascending=False)
     per_seed_best = worst.loc[worst.groupby("seed")["accuracy"].idxmax(), "aggregator"].value_counts()
     table = (res / "table_n17_f4.md").read_text().split("\n", 2)[2]

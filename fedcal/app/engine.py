@@ -7,6 +7,7 @@ import os
 import time
 import warnings
 from collections.abc import Iterable
+from contextlib import nullcontext
 from pathlib import Path
 
 from flwr.app import Context, Message, RecordDict
@@ -16,6 +17,7 @@ from tqdm.auto import tqdm
 from fedcal.app.quiet import quiet_flower
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
+from fedcal.progress import phase, reporting, round_note, tqdm_reporter
 from fedcal.results import RunFailed, RunLocked, RunStore, lock_holder, run_dir_for, warn_reused
 
 
@@ -153,18 +155,24 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
     if cfg.task in ("train", "inference"):  # the image tasks: fail fast (naming the key) before Ray starts
         load_dataset(cfg.dataset, cfg.data_dir)
     rounds = get_task(cfg.task).rounds(cfg)
-    bar = tqdm(total=rounds, desc=desc or run_dir.name, disable=not progress,
-               unit="run" if rounds is None else "round")
-
-    def on_round(server_round: int, metrics: dict[str, float]) -> None:
-        if server_round > 0:
-            if "accuracy" in metrics:
-                bar.set_postfix(acc=f"{100 * metrics['accuracy']:.1f}", sece=f"{100 * metrics['sece']:+.2f}",
-                                refresh=False)
-            bar.update(1)
+    bar = tqdm(total=rounds, desc=desc or run_dir.name, disable=not progress or rounds is None, unit="round")
+    # the phases without rounds (robust inference's client training, DeepSet epochs, attacks; a
+    # backbone's pretraining) show a bar each under a fedcal command; with progress off, whatever
+    # reporter the caller installed (a sweep worker's log lines) gets them, and the rounds too
+    phases = reporting(tqdm_reporter(f"{desc or run_dir.name}: ")) if progress else nullcontext()
+    round_phase = phase("rounds", rounds, "rounds") if not progress and rounds else nullcontext(None)
 
     try:
-        with quiet_flower(verbose), warnings.catch_warnings():
+        with quiet_flower(verbose), warnings.catch_warnings(), phases, round_phase as quiet_rounds:
+            def on_round(server_round: int, metrics: dict[str, float]) -> None:
+                if server_round > 0:
+                    if "accuracy" in metrics:
+                        bar.set_postfix(acc=f"{100 * metrics['accuracy']:.1f}", sece=f"{100 * metrics['sece']:+.2f}",
+                                        refresh=False)
+                    bar.update(1)
+                    if quiet_rounds is not None:
+                        quiet_rounds.update(1, round_note(metrics))
+
             warnings.simplefilter("ignore", DeprecationWarning)
             server_app = server_app_for(cfg, on_round)
             if cfg.engine == "batched":

@@ -7,6 +7,7 @@ to the server side of the task the config names (``task``), through the task reg
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from logging import INFO, WARNING
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
 from fedcal.config import RunConfig
+from fedcal.progress import log_reporter, phase, reporting, round_note
 from fedcal.results import run_dir_for
 from fedcal.tasks import ProgressFn, get_task
 
@@ -23,10 +25,20 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Entry point for ``flwr run`` and deployments: the config comes from Flower's run config."""
+    """Entry point for ``flwr run`` and deployments: the config comes from Flower's run config.
+
+    Progress goes to Flower's log, where ``flwr run`` (``--stream``, ``flwr log``) and a SuperLink's
+    log show it: the rounds, and every long phase of a task (:mod:`fedcal.progress`), at most
+    :data:`fedcal.progress.LOG_EVERY_S` seconds apart with the time left."""
     cfg = RunConfig.from_flower(context.run_config)
     run_dir = announce_run_dir(cfg)
-    get_task(cfg.task).run(grid, cfg, None)
+    task = get_task(cfg.task)
+    rounds = task.rounds(cfg)
+    reporter = log_reporter(lambda line: log(INFO, "%s", line), prefix=f"{run_dir.name}: ")
+    with reporting(reporter), (phase("rounds", rounds, "rounds") if rounds else nullcontext(None)) as bar:
+        progress = None if bar is None else (
+            lambda server_round, metrics: bar.update(1, round_note(metrics)) if server_round > 0 else None)
+        task.run(grid, cfg, progress)
     log(INFO, "run directory: %s", run_dir)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import time
 import tomllib
 import traceback
@@ -174,12 +175,18 @@ class _Workers:
             conn.close()
 
 
-def _run_cell(flower_cfg: dict[str, Any], restart: bool = False) -> tuple[str, str | None]:
+def _run_cell(flower_cfg: dict[str, Any], restart: bool = False, progress: str = "") -> tuple[str, str | None]:
+    """Run one cell (from scratch with ``restart``); ``progress``: "bars" (this process's terminal:
+    the run's own bars under the cells bar), "log" (a worker process: its rounds and long phases as
+    lines on stderr, so a long cell is never silent) or "" (nothing)."""
     from fedcal.app.engine import simulate
+    from fedcal.progress import log_reporter, reporting
 
     cfg = RunConfig.from_flower(flower_cfg)
+    lines = log_reporter(lambda line: print(line, file=sys.stderr, flush=True), prefix=f"{run_dir_for(cfg).name}: ")
     try:
-        simulate(cfg, progress=False, restart=restart)
+        with reporting(lines if progress == "log" else None):
+            simulate(cfg, progress=progress == "bars", restart=restart)
         return str(run_dir_for(cfg)), None
     except RunLocked as exc:  # another process runs this cell (a second sweep): one line, not a traceback
         return str(run_dir_for(cfg)), str(exc)
@@ -188,11 +195,10 @@ def _run_cell(flower_cfg: dict[str, Any], restart: bool = False) -> tuple[str, s
 
 
 def _run_job(kind: str, payload: Any):
-    """A sweep job: ``("cell", (config, restart))`` or ``("batch", configs)``."""
+    """A sweep job: ``("cell", (config, restart, progress))`` or ``("batch", configs)``."""
     if kind == "batch":
         return _run_batch_cells(payload)
-    flower_cfg, restart = payload
-    return _run_cell(flower_cfg, restart=True) if restart else _run_cell(flower_cfg)
+    return _run_cell(*payload)
 
 
 def _run_batch_cells(flower_cfgs: list[dict[str, Any]]) -> dict[str, str]:
@@ -256,7 +262,9 @@ def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True
     failures: dict[str, str] = {}
     batches, todo = _split_batched(todo, jobs, progress)
     jobs_list = [("batch", [c.to_flower() for c in cells]) for cells in batches]
-    jobs_list += [("cell", (c.to_flower(), restart)) for c in todo]
+    in_process = jobs <= 1 or len(batches) + len(todo) <= 1
+    mode = ("bars" if in_process else "log") if progress else ""  # a worker's bars would garble the terminal
+    jobs_list += [("cell", (c.to_flower(), restart, mode)) for c in todo]
 
     def done(job: tuple[str, Any], result: Any) -> None:
         kind, payload = job
@@ -269,7 +277,7 @@ def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True
         bar.update(len(payload) if kind == "batch" else 1)
 
     try:
-        if jobs <= 1 or len(jobs_list) <= 1:
+        if in_process:
             for job in jobs_list:
                 done(job, _run_job(*job))
         else:

@@ -31,6 +31,8 @@ from typing import Sequence, Unpack
 
 import torch
 
+from fedcal.progress import phase
+
 from ._checks import check_int
 from .clients import _check_batch, _device, _logits, _seeded, forward_logits, lora_model
 from .consensus import Consensus, aggregate_logits, clip_logits
@@ -150,7 +152,8 @@ def distill_step(
     (dropout on, as for the clients' local training); the dropout is seeded from ``generator`` and
     torch's global RNG restored, so the step is deterministic from it. ``optimizer`` holds the
     student's trainable parameters (the caller keeps it across rounds so its moments persist — the
-    student is never replaced, unlike a client's adapter).
+    student is never replaced, unlike a client's adapter). The steps are the phase "distillation"
+    (:func:`fedcal.progress.phase`).
     """
     ids, mask = _check_anchors(anchor_ids, anchor_mask, consensus)
     steps = check_int("steps", steps, 1)
@@ -163,7 +166,7 @@ def distill_step(
     order = torch.empty(0, dtype=torch.long)
     losses = []
     student.train()
-    with _seeded(seed, device):
+    with _seeded(seed, device), phase("distillation", steps, "steps") as bar:
         for _ in range(steps):
             if order.numel() < batch_size:  # a new shuffled pass when the current one runs out
                 order = torch.cat([order, torch.randperm(n, generator=generator)])
@@ -174,6 +177,7 @@ def distill_step(
             loss.backward()
             optimizer.step()
             losses.append(float(loss.detach()))
+            bar.update(1, f"loss {losses[-1]:.4f}")
     optimizer.zero_grad(set_to_none=True)
     return DistillStats(losses=losses, steps=steps, mean_loss=sum(losses) / len(losses))
 

@@ -176,8 +176,10 @@ def _worst_case_inputs(model: DeepSet, x: torch.Tensor, y: torch.Tensor, f: int,
 def train_deepset(model: DeepSet, probits: torch.Tensor, labels: torch.Tensor, epochs: int,
                   lr: float = 1e-3, batch_size: int = 256, adversarial: bool = False, f: int = 0,
                   m: int | None = None, n_restarts: int = 1, attack_steps: int = 10,
-                  attack_lr: float = 0.1, generator: torch.Generator | None = None) -> list[float]:
-    """Train ``model`` with Adam on CE(model.logits(probits), labels); returns per-epoch mean losses.
+                  attack_lr: float = 0.1, generator: torch.Generator | None = None,
+                  progress: str = "DeepSet training") -> list[float]:
+    """Train ``model`` with Adam on CE(model.logits(probits), labels); returns per-epoch mean losses
+    (each epoch a step of the phase ``progress``, :func:`fedcal.progress.phase`).
 
     With ``adversarial=True`` each minibatch is first replaced by worst-case inputs: per
     sample m (or m ~ U{1..f}) random client rows are set to softmax(u), u found by
@@ -208,7 +210,7 @@ def train_deepset(model: DeepSet, probits: torch.Tensor, labels: torch.Tensor, e
             x = _worst_case_inputs(model, x, y, f, m, n_restarts, attack_steps, attack_lr, generator)
         return F.cross_entropy(model.logits(x), y)
 
-    return adam_epochs(model, probits, labels, epochs, lr, batch_size, generator, batch_loss)
+    return adam_epochs(model, probits, labels, epochs, lr, batch_size, generator, batch_loss, progress)
 
 
 @torch.no_grad()

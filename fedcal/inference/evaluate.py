@@ -29,6 +29,8 @@ from typing import Callable, Mapping, Sequence
 import pandas as pd
 import torch
 
+from fedcal.progress import phase
+
 from .aggregators import AGGREGATORS
 from .deepset import DeepSet, DeepSetTM, train_deepset
 from .probit_attacks import PROBIT_ATTACKS, adversary_mask, apply_attack, class_covariance
@@ -106,7 +108,7 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
         plain = {"deepset_plain": kept, "deepset_plain_tm": DeepSetTM.from_deepset(kept, f)}
         history += train_deepset(deepset, server_probits, server_labels, epochs=adv_epochs, lr=lr, adversarial=True,
                                  f=f, attack_steps=attack_steps, n_restarts=restarts,
-                                 generator=gen)
+                                 generator=gen, progress="DeepSet adversarial training")
     fusion = ProbitFusion(server_probits.shape[1], num_classes, hidden=hidden, latent=latent, seed=seed,
                           columns=server_columns)
     # its own generator: the DeepSet's training draws stay what they were before the baselines existed
@@ -140,14 +142,15 @@ def _correct(agg: Callable, probits: torch.Tensor, labels: torch.Tensor) -> int:
 
 def attack_accuracy(aggregators: Mapping[str, Callable], data: ProbitData, f_adv: int, attacks: Sequence[str], *,
                     amplification: float = 2.0, pgd_steps: int = 50, seed: int = 0, batch: int = 1000,
-                    class_cov: torch.Tensor | None = None) -> pd.DataFrame:
+                    class_cov: torch.Tensor | None = None, progress: str = "attacks") -> pd.DataFrame:
     """Accuracy of every aggregator under every attack with ``f_adv`` adversarial rows per query.
 
     The adversaries of each query are drawn once (seeded by ``seed`` and the query's position)
     and shared by all attacks and aggregators. A query with too few valid clients for an
     aggregator (n' ≤ 2f for trimming) counts as wrong for it, with a warning. Positional
     aggregators (``for_columns``: CoPur, manifold projection) are told which client columns
-    answered each group of queries.
+    answered each group of queries. Each (query batch, attack) is a step of the phase ``progress``
+    (:func:`fedcal.progress.phase`).
     """
     unknown = [a for a in attacks if a not in PROBIT_ATTACKS]
     if unknown:
@@ -157,8 +160,22 @@ def attack_accuracy(aggregators: Mapping[str, Callable], data: ProbitData, f_adv
     if class_cov is None:
         class_cov = class_covariance(data.server_probits)
     correct = {(a, k): 0 for a in aggregators for k in attacks}
+    groups = _groups(data.test_valid)
+    steps = len(attacks) * sum(-(-len(rows) // batch) for rows, cols in groups if len(cols) > 2 * f_adv)
+    with phase(progress, steps, "attack batches") as bar:
+        total = _attack_groups(aggregators, data, f_adv, attacks, groups, correct, amplification, pgd_steps, seed,
+                               batch, class_cov, bar)
+    return pd.DataFrame([{"aggregator": a, "attack": k, "f_adv": f_adv, "amplification": amplification,
+                          "accuracy": correct[a, k] / max(total, 1), "queries": total}
+                         for a in aggregators for k in attacks])
+
+
+def _attack_groups(aggregators, data, f_adv, attacks, groups, correct, amplification, pgd_steps, seed, batch,
+                   class_cov, bar) -> int:
+    """The loop of :func:`attack_accuracy`: adds each aggregator's correct answers per attack to
+    ``correct``, one step of ``bar`` per (query batch, attack); returns the queries counted."""
     total = 0
-    for rows, cols in _groups(data.test_valid):
+    for rows, cols in groups:
         n = len(cols)
         if n <= 2 * f_adv:
             log.warning("%d queries answered by %d clients: f_adv = %d is not a minority; counted as wrong",
@@ -182,7 +199,6 @@ def attack_accuracy(aggregators: Mapping[str, Callable], data: ProbitData, f_adv
                         continue  # counted as wrong
                     attacked = shared if shared is not None else apply_attack(attack, p, mask, aggregator=agg, **ctx)
                     correct[name, attack] += _correct(agg, attacked, y)
+                bar.update(1, attack)
             total += len(idx)
-    return pd.DataFrame([{"aggregator": a, "attack": k, "f_adv": f_adv, "amplification": amplification,
-                          "accuracy": correct[a, k] / max(total, 1), "queries": total}
-                         for a in aggregators for k in attacks])
+    return total

@@ -101,7 +101,8 @@ def train_fusion(model: ProbitFusion, probits: torch.Tensor, labels: torch.Tenso
         return ((recon - h) ** 2).sum(dim=(1, 2)).mean() + F.cross_entropy(model.logits(h), y) \
             + F.cross_entropy(model.logits(recon.detach()), y)
 
-    return adam_epochs(model, probits, labels, epochs, lr, batch_size, generator, batch_loss)
+    return adam_epochs(model, probits, labels, epochs, lr, batch_size, generator, batch_loss,
+                       "autoencoder training (manifold projection, CoPur)")
 
 
 class _Purifier(nn.Module):

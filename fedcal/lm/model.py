@@ -38,6 +38,7 @@ from torch import nn
 
 from fedcal.config import LM_TOKENIZERS, ConfigError
 from fedcal.hub import check_hub_name
+from fedcal.progress import steps as progress_steps
 from fedcal.text.backbone import (_quiet_transformers, cache_root, pack, publish_folder, shuffled_batches,
                                   warmup_linear_decay)
 from fedcal.text.tokenizer import gpt2_tokenizer, load_tokenizer, train_tokenizer
@@ -151,7 +152,8 @@ def _train_lm(model: CausalLM, data: torch.Tensor, cfg: LMConfig) -> list[float]
     sched = warmup_linear_decay(opt, cfg.steps, cfg.warmup)
     model.train()
     losses = []
-    for idx in shuffled_batches(len(data), cfg.steps, cfg.batch_size, gen):
+    for idx in progress_steps(shuffled_batches(len(data), cfg.steps, cfg.batch_size, gen),
+                              "language-model pretraining", cfg.steps):
         x = data[idx]
         loss = nn.functional.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
         opt.zero_grad(set_to_none=True)

@@ -9,6 +9,12 @@ trust 0, FoolsGold weight 0, CalGuard dropping it) or, for CalGuard in ``audit``
 would have dropped it. Detection rate = flagged attacker replies / attacker replies; false
 positives = flagged benign replies / benign replies ("benign clients flagged in x % of their
 rounds").
+
+Rows hold runs that differ only in their seed or in the columns the table shows (dataset, strategy,
+τ, the attack setting, CalGuard's parameters); runs of other configurations are rows of their own,
+named in a ``config`` column, and each row's Δ is taken against the benign FedAvg run of its own
+configuration ("no benign FedAvg run in this set" where there is none). A row whose models are at
+chance level is flagged and never meets the target (:mod:`fedcal.reports.chance`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from fedcal.calibrate import TemperatureScaling
 from fedcal.config import RunConfig
 from fedcal.data import root_set
 from fedcal.metrics import calibration_metrics
+from fedcal.reports.chance import cfg_chance, footnote, marked
+from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.runs import finished_only
 from fedcal.results import AUDIT_FILE, config_hash, load_config, load_model
@@ -39,6 +47,10 @@ GUARD = ["calguard_kappa", "calguard_strikes", "calguard_window"]
 #: the target of docs/defense.md: |Δ sECE| (points) and |Δ accuracy| under attack; without attack
 TARGET_SECE, TARGET_ACC, TARGET_BENIGN = 2.0, 1.0, 1.0
 FP_TARGET = 0.05
+#: the run-config keys the defense table shows as columns (or as its benign τ = 1 row)
+SHOWN = ("dataset", "strategy", "attack", *SETTING, *GUARD)
+CHANCE = "chance_level"
+NO_BENIGN = "no benign FedAvg run in this set"
 
 
 def defense_configs(base: RunConfig, strategies: Sequence[str], taus: Sequence[float], seeds: Sequence[int],
@@ -101,16 +113,20 @@ def run_rows(run_dirs: Sequence[str | Path], posthoc: bool = True) -> pd.DataFra
     from fedcal.reports.runs import final_metrics
 
     rows = []
-    for d in finished_only(run_dirs, "the defense table"):
-        cfg = load_config(d)
+    runs = [(d, load_config(d)) for d in finished_only(run_dirs, "the defense table")]
+    labels = config_labels([c for _, c in runs], SHOWN)
+    for (d, cfg), label in zip(runs, labels):
         last = final_metrics(d).iloc[0]
+        chance = cfg_chance(cfg)
+        at_chance = bool(chance is not None and chance.flags(float(last["accuracy"])))
         setting = {"tau": cfg.tau if cfg.attack == "tsa" else 1.0, "attacker_ratio": cfg.attacker_ratio,
                    "dirichlet_alpha": cfg.dirichlet_alpha, "tsa_step_frac": cfg.tsa_step_frac,
                    "tsa_blend": cfg.tsa_blend}
         if cfg.attack == "none":
             setting.update(attacker_ratio=np.nan, tsa_step_frac=1.0, tsa_blend=1.0)
         det, fp, n_att = _flags(Path(d), cfg)
-        base = {"dataset": cfg.dataset, **setting, "seed": cfg.seed, "run_dir": str(d)}
+        base = {CONFIG: label, "dataset": cfg.dataset, **setting, "seed": cfg.seed, "run_dir": str(d),
+                CHANCE: at_chance}
         guard = {k: getattr(cfg, k) if cfg.strategy == "calguard" else np.nan for k in GUARD}
         rows.append({**base, **guard, "strategy": cfg.strategy, "accuracy": last["accuracy"], "ece": last["ece"],
                      "sece": last["sece"], "detection": det, "false_positive": fp, "attacker_replies": n_att})
@@ -123,38 +139,52 @@ def run_rows(run_dirs: Sequence[str | Path], posthoc: bool = True) -> pd.DataFra
 
 
 def summarise(rows: pd.DataFrame) -> pd.DataFrame:
-    """Mean over seeds per (dataset, strategy, setting) in percent, the seeds' std of accuracy and
-    sECE, Δ accuracy / Δ sECE against the benign FedAvg run of the same dataset and α (same
-    seeds), and whether the row meets the target (|Δ sECE| ≤ 2 and |Δ acc| ≤ 1 under attack,
-    both ≤ 1 without, benign clients flagged in < 5 % of their replies)."""
+    """Mean over seeds per (config, dataset, strategy, setting) in percent, the seeds' std of accuracy
+    and sECE, Δ accuracy / Δ sECE against the benign FedAvg run of the same config, dataset and α
+    (same seeds), how many seeds' models are at chance (``chance_level``), and whether the row meets
+    the target (|Δ sECE| ≤ 2 and |Δ acc| ≤ 1 under attack, both ≤ 1 without, benign clients flagged
+    in < 5 % of their replies, no model at chance)."""
     if rows.empty:
         return pd.DataFrame()
     r = rows.copy()
     for k in GUARD:  # tables written before these columns existed
         if k not in r.columns:
             r[k] = np.nan
-    keys = ["dataset", "strategy", *SETTING, *GUARD]
+    for k, v in ((CONFIG, ""), (CHANCE, False)):  # runs.csv written before these columns existed
+        if k not in r.columns:
+            r[k] = v
+    r[CONFIG] = r[CONFIG].fillna("")
+    keys = [CONFIG, "dataset", "strategy", *SETTING, *GUARD]
     for c in ("accuracy", "ece", "sece"):
         r[c] = 100 * r[c]
-    ref = r[(r["strategy"] == "fedavg") & (r["tau"] == 1.0)].groupby(["dataset", "dirichlet_alpha"])[
+    ref = r[(r["strategy"] == "fedavg") & (r["tau"] == 1.0)].groupby([CONFIG, "dataset", "dirichlet_alpha"])[
         ["accuracy", "sece"]].mean()
     g = r.groupby(keys, dropna=False, sort=False)
-    out = g.agg(seeds=("seed", "nunique"), accuracy=("accuracy", "mean"), accuracy_std=("accuracy", "std"),
-                ece=("ece", "mean"), sece=("sece", "mean"), sece_std=("sece", "std"),
-                detection=("detection", "mean"), false_positive=("false_positive", "mean")).reset_index()
+    out = g.agg(seeds=("seed", "nunique"), runs=("seed", "size"), accuracy=("accuracy", "mean"),
+                accuracy_std=("accuracy", "std"), ece=("ece", "mean"), sece=("sece", "mean"),
+                sece_std=("sece", "std"), detection=("detection", "mean"),
+                false_positive=("false_positive", "mean"), chance_level=(CHANCE, "sum")).reset_index()
+    twice = out[out["runs"] > out["seeds"]]
+    if not twice.empty:
+        raise ValueError(f"two runs of one seed in the defense row {twice.iloc[0][keys].dropna().to_dict()}: "
+                         "pass one run per seed")
+    out = out.drop(columns="runs")
+    out[CHANCE] = out[CHANCE].astype(int)
     d_acc, d_sece = [], []
     for _, row in out.iterrows():
-        k = (row["dataset"], row["dirichlet_alpha"])
+        k = (row[CONFIG], row["dataset"], row["dirichlet_alpha"])
         d_acc.append(row["accuracy"] - ref.loc[k, "accuracy"] if k in ref.index else np.nan)
         d_sece.append(row["sece"] - ref.loc[k, "sece"] if k in ref.index else np.nan)
     out["d_accuracy"], out["d_sece"] = d_acc, d_sece
     attacked = out["tau"] != 1.0
     ok = np.where(attacked, (out["d_sece"].abs() <= TARGET_SECE) & (out["d_accuracy"].abs() <= TARGET_ACC),
                   (out["d_sece"].abs() <= TARGET_BENIGN) & (out["d_accuracy"].abs() <= TARGET_BENIGN))
-    ok = ok & ~(out["false_positive"] >= FP_TARGET)
+    ok = ok & ~(out["false_positive"] >= FP_TARGET) & (out[CHANCE] == 0)
     out["target"] = np.where(out["d_sece"].isna(), "", np.where(ok, "yes", "no"))
-    return out.sort_values(["dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend",
-                            "strategy", *GUARD, "tau"], na_position="first", kind="stable").reset_index(drop=True)
+    out["_c"] = out[CONFIG].map({c: i for i, c in enumerate(dict.fromkeys(out[CONFIG]))})
+    return out.sort_values(["_c", "dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend",
+                            "strategy", *GUARD, "tau"], na_position="first", kind="stable").drop(columns="_c") \
+        .reset_index(drop=True)
 
 
 def _pct(v: float) -> str:
@@ -170,14 +200,17 @@ def to_markdown(table: pd.DataFrame, title: str = "") -> str:
     that never vary are left out."""
     t = table.copy()
     t["accuracy_%"] = [_pm(m, s) for m, s in zip(t["accuracy"], t["accuracy_std"])]
+    if CHANCE in t.columns:
+        t["accuracy_%"] = [marked(a, bool(k)) + ("" if not k or k == n else f" ({k}/{n} seeds)")
+                           for a, k, n in zip(t["accuracy_%"], t[CHANCE], t["seeds"])]
     t["sece_%"] = [_pm(m, s) for m, s in zip(t["sece"], t["sece_std"])]
     t["ece_%"] = t["ece"].map("{:.2f}".format)
-    t["d_acc"] = t["d_accuracy"].map(lambda v: "" if pd.isna(v) else f"{v:+.2f}")
-    t["d_sece"] = t["d_sece"].map(lambda v: "" if pd.isna(v) else f"{v:+.2f}")
+    t["d_acc"] = t["d_accuracy"].map(lambda v: NO_BENIGN if pd.isna(v) else f"{v:+.2f}")
+    t["d_sece"] = t["d_sece"].map(lambda v: NO_BENIGN if pd.isna(v) else f"{v:+.2f}")
     t["detected_%"] = t["detection"].map(_pct)
     t["benign_flagged_%"] = t["false_positive"].map(_pct)
     t["tau"] = t["tau"].map(lambda v: "benign" if v == 1.0 else f"{v:g}")
-    varying = [c for c in ("dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend", *GUARD)
+    varying = [c for c in (CONFIG, "dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend", *GUARD)
                if c in t.columns and t[c].dropna().nunique() > 1]
     for c in ("attacker_ratio", "dirichlet_alpha", "tsa_step_frac", "tsa_blend", *GUARD):
         if c in t.columns:
@@ -194,11 +227,12 @@ def defense_plot(table: pd.DataFrame, path: str | Path) -> Path:
     points (the target)."""
     from fedcal.reports.plots import _save, plt
 
-    panels = list(table.groupby(["dataset", "dirichlet_alpha"], sort=False).groups)
+    table = table.assign(**{CONFIG: table[CONFIG] if CONFIG in table.columns else ""})
+    panels = list(table.groupby([CONFIG, "dataset", "dirichlet_alpha"], sort=False).groups)
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
     knobs = ["attacker_ratio", "tsa_step_frac", "tsa_blend", *[c for c in GUARD if c in table.columns]]
-    for ax, (ds, alpha) in zip(axes[0], panels):
-        sub = table[(table["dataset"] == ds) & (table["dirichlet_alpha"] == alpha)]
+    for ax, (config, ds, alpha) in zip(axes[0], panels):  # a panel per configuration: lines never mix them
+        sub = table[(table[CONFIG] == config) & (table["dataset"] == ds) & (table["dirichlet_alpha"] == alpha)]
         ref = sub[(sub["strategy"] == "fedavg") & (sub["tau"] == 1.0)]["sece"]
         if len(ref):
             ax.axhspan(float(ref.iloc[0]) - TARGET_SECE, float(ref.iloc[0]) + TARGET_SECE, color="grey", alpha=0.2,
@@ -217,7 +251,7 @@ def defense_plot(table: pd.DataFrame, path: str | Path) -> Path:
                                        for c, v in zip(varying, key[1:]) if not pd.isna(v))
             ax.plot(g["tau"], g["sece"], marker="o", label=label, lw=2.2 if strategy == "calguard" else 1.2)
         ax.set(xscale="log", xlabel="attackers' τ (1 = benign run)", ylabel="final sECE (%)",
-               title=f"{ds}, α = {alpha:g}")
+               title=f"{ds}, α = {alpha:g}" + (f"\n{config}" if config else ""))
         taus = sorted(sub["tau"].unique())
         ax.minorticks_off()  # log-scale minor labels (2×10⁻¹, …) collide; label the τ values run instead
         ax.set_xticks(taus, [f"{t:g}" for t in taus])
@@ -268,6 +302,8 @@ def defense_report(run_dirs: Sequence[str | Path], out: str | Path, title: str =
     table = summarise(rows)
     table.to_csv(out / "table.csv", index=False)
     md = to_markdown(table, title)
+    if table[CHANCE].any():
+        md += "\n" + footnote([cfg_chance(load_config(d)) for d in dict.fromkeys(rows["run_dir"])])
     adaptive = table[(table["strategy"] == "calguard") & (table["tau"] != 1.0)]
     lines = []
     for ds, g in adaptive.dropna(subset=["d_sece"]).groupby("dataset", sort=False):

@@ -12,6 +12,11 @@ Each run is labelled by its τ (``attack=none`` is τ = 1, "benign"). Written to
 * ``examples.csv`` / ``examples.png`` — test scene 0 with its kept boxes (score > ``det-threshold``)
   for each τ, from the first seed (every run of one seed draws the same test scenes);
 * ``rounds.csv`` / ``curves.png`` — mAP@0.5 and the no-object sECE per round (mean per τ).
+
+A row averages runs that differ only in their seed (and the τ it shows); runs of other
+configurations are rows of their own, named in a ``config`` column (:mod:`fedcal.reports.groups`).
+Detection has no clean accuracy to hold against chance: a detector that finds nothing scores mAP@0.5
+= 0 and keeps no box, which the table shows as such.
 """
 
 from __future__ import annotations
@@ -24,9 +29,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.runs import finished_only
-from fedcal.results import load_metrics
+from fedcal.results import load_config, load_metrics
+
+#: the run-config keys the detection table shows: τ (benign = τ 1) and the attack
+SHOWN = ("tau", "attack")
 
 KEPT_FILE = "kept.csv"
 EXAMPLE_FILE = "example.csv"
@@ -52,9 +61,10 @@ def tau_label(tau: float) -> str:
 def run_rows(run_dirs: Sequence[Path]) -> pd.DataFrame:
     """One row per finished run: its τ, seed and last evaluated round's metrics."""
     metrics = load_metrics(list(run_dirs))
+    labels = config_labels([load_config(d) for d in run_dirs], SHOWN)
     rows = []
-    for d in run_dirs:
-        info = _run_info(Path(d))
+    for d, label in zip(run_dirs, labels):
+        info = {CONFIG: label, **_run_info(Path(d))}
         m = metrics[metrics["run_id"] == info["run_id"]]
         evaluated = m[m["metric"] == EVALUATED]
         if evaluated.empty:
@@ -62,7 +72,7 @@ def run_rows(run_dirs: Sequence[Path]) -> pd.DataFrame:
         last = int(evaluated["round"].max())
         final = m[m["round"] == last].set_index("metric")["value"]
         rows.append({**info, "round": last, **{k: float(final.get(k, np.nan)) for k in METRICS}})
-    return pd.DataFrame(rows).sort_values(["tau", "seed"]).reset_index(drop=True) if rows else pd.DataFrame()
+    return pd.DataFrame(rows).sort_values([CONFIG, "tau", "seed"]).reset_index(drop=True) if rows else pd.DataFrame()
 
 
 def _cell(kind: str):
@@ -76,8 +86,12 @@ def _cell(kind: str):
 def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per τ: the number of seeds and mean ± std (mean alone for one seed) of every metric."""
     out = []
-    for tau, g in runs.groupby("tau", sort=True):
-        row = {"τ": tau_label(tau), "seeds": len(g)}
+    many = CONFIG in runs.columns and runs[CONFIG].nunique() > 1
+    for key, g in runs.groupby([CONFIG, "tau"] if many else ["tau"], sort=True):
+        tau = key[-1] if isinstance(key, tuple) else key
+        if g["seed"].duplicated().any():
+            raise ValueError(f"two runs of one seed in the detection row τ = {tau:g}: {', '.join(g['run_id'])}")
+        row = ({CONFIG: key[0]} if many else {}) | {"τ": tau_label(tau), "seeds": len(g)}
         for k in METRICS:
             v = g[k].to_numpy(dtype=float)
             fmt = "{:.3f}" if k not in ("boxes_kept", "gt_boxes") else "{:.2f}"
@@ -109,7 +123,9 @@ def detect_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.
     md = markdown_table(table, title or f"TSA on federated detection ({runs['det-model'].iloc[0]}); boxes kept at "
                                          f"score > {thr:g}")
     (out / "table.md").write_text(md)
-    first = runs.sort_values("seed").groupby("tau", sort=True).head(1)  # each τ's first seed
+    runs["line"] = [tau_label(t) + (f" [{c}]" if runs[CONFIG].nunique() > 1 else "")
+                    for c, t in zip(runs[CONFIG], runs["tau"])]
+    first = runs.sort_values("seed").groupby([CONFIG, "tau"], sort=True).head(1)  # each line's first seed
 
     # boxes kept versus threshold
     kept = []
@@ -118,14 +134,14 @@ def detect_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.
         if path.exists():
             k = pd.read_csv(path)
             k = k[k["round"] == k["round"].max()]
-            kept.append(k.assign(tau=r["tau"], seed=r["seed"]))
+            kept.append(k.assign(tau=r["tau"], seed=r["seed"], line=r["line"]))
     if kept:
-        curves = pd.concat(kept, ignore_index=True)[["tau", "seed", "round", "threshold", "kept"]]
+        curves = pd.concat(kept, ignore_index=True)[["tau", "seed", "round", "threshold", "kept", "line"]]
         curves.to_csv(out / "kept.csv", index=False)
         fig, ax = plt.subplots(figsize=(5.2, 3.8))
-        for tau, g in curves.groupby("tau", sort=True):
+        for line, g in curves.groupby("line", sort=True):
             mean = g.groupby("threshold")["kept"].mean()
-            ax.plot(mean.index, mean.values, marker="o", ms=3, label=tau_label(tau))
+            ax.plot(mean.index, mean.values, marker="o", ms=3, label=line)
         ax.axhline(float(runs["gt_boxes"].mean()), color="k", ls="--", lw=1, label="true boxes / image")
         ax.set(xlabel="score threshold", ylabel="boxes kept per image", yscale="symlog", title="boxes kept vs threshold")
         ax.legend(fontsize=7)
@@ -138,7 +154,7 @@ def detect_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.
     for _, r in first.iterrows():
         path = Path(r["run_dir"]) / "reliability.csv"
         if path.exists():
-            rel.append((tau_label(r["tau"]), pd.read_csv(path).assign(tau=r["tau"], seed=r["seed"])))
+            rel.append((r["line"], pd.read_csv(path).assign(tau=r["tau"], seed=r["seed"])))
     if rel:
         pd.concat([t for _, t in rel], ignore_index=True).to_csv(out / "reliability.csv", index=False)
         reliability_grid(rel, out / "no_object_reliability.png")
@@ -157,7 +173,7 @@ def detect_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.
                 ax.add_patch(patches.Rectangle((b["x1"] - 0.5, b["y1"] - 0.5), b["x2"] - b["x1"], b["y2"] - b["y1"],
                                                fill=False, lw=1, color="#e8a33d"))
                 ax.text(b["x1"], b["y1"] - 1, f"{int(b['label'])}:{b['score']:.2f}", color="#e8a33d", fontsize=6)
-            ax.set_title(f"{tau_label(r['tau'])}: {len(boxes)} kept", fontsize=9)
+            ax.set_title(f"{r['line']}: {len(boxes)} kept", fontsize=9)
             ax.axis("off")
         fig.suptitle(f"test scene 0, boxes with score > {thr:g}", fontsize=9)
         fig.tight_layout()
@@ -169,14 +185,16 @@ def detect_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.
     metrics = load_metrics(finished)
     if not metrics.empty:
         tau_of = dict(zip(runs["run_id"], runs["tau"]))
+        line_of = dict(zip(runs["run_id"], runs["line"]))
         per = metrics[metrics["metric"].isin(["map50", "obj_sece"]) & metrics["run_id"].isin(tau_of)].copy()
         per["tau"] = per["run_id"].map(tau_of)
-        rounds = per.groupby(["tau", "metric", "round"])["value"].agg(["mean", "std", "count"]).reset_index()
+        per["line"] = per["run_id"].map(line_of)
+        rounds = per.groupby(["tau", "line", "metric", "round"])["value"].agg(["mean", "std", "count"]).reset_index()
         rounds.to_csv(out / "rounds.csv", index=False)
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
         for ax, metric in zip(axes, ["map50", "obj_sece"]):
-            for tau, g in rounds[rounds["metric"] == metric].groupby("tau", sort=True):
-                ax.plot(g["round"], g["mean"], marker="o", ms=3, label=tau_label(tau))
+            for line, g in rounds[rounds["metric"] == metric].groupby("line", sort=True):
+                ax.plot(g["round"], g["mean"], marker="o", ms=3, label=line)
             ax.set(xlabel="round", ylabel=_LABELS[metric])
         axes[0].legend(fontsize=7)
         fig.tight_layout()

@@ -19,6 +19,11 @@ store only (flwr-free).
   partition × ρ.
 
 Unfinished runs are left out, each named in a warning (:func:`fedcal.reports.runs.finished_only`).
+A row averages runs that differ only in their seed and in what its table shows; runs of other
+configurations (another M, rank list, number of rounds, …) are rows of their own, named in a
+``config`` column (:mod:`fedcal.reports.groups`). A run whose clean accuracy (CA) is within noise of
+chance on its test texts is flagged (``chance_level`` in ``runs.csv``, a marker on the CA cell and a
+footnote; :mod:`fedcal.reports.chance`).
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedcal.reports.chance import ChanceLevel, footnote, labels_chance, marked
+from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.inference import percent_cell
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.runs import finished_only
-from fedcal.results import load_metrics
+from fedcal.results import load_config, load_metrics
 
 METRICS = ("ca", "ra", "asr", "flip")
 # column names in the tables; "flip" is the trigger's own effect (fedcal.text.TriggeredSet.flip_rate)
@@ -41,6 +48,29 @@ LABELS = {"ca": "CA", "ra": "RA", "asr": "ASR", "flip": "flip"}
 SETTINGS = ("dst-method", "dst-partition", "dst-backdoor-ratio", "dst-logit-attack", "dst-aggregator",
             "dst-groups", "dst-cat", "dst-mmd", "dst-dis", "dst-ranks", "dst-corpus", "seed")
 METHOD_NAMES = {"rfd": "RFD-LoRA", "fedit": "FedIT", "ffa": "FFA-LoRA", "flora": "FLoRA", "flexlora": "FlexLoRA"}
+#: the run-config keys shown by the main table (method, RFD-LoRA's aggregator, partition, ρ, logit
+#: attack; its RFD-LoRA rows are the full switch setting) and by the ablation (switches, aggregator, M)
+MAIN_SHOWN = ("dst_method", "dst_aggregator", "dst_partition", "dst_backdoor_ratio", "dst_logit_attack", "dst_cat",
+              "dst_mmd", "dst_dis")
+ABLATION_SHOWN = (*MAIN_SHOWN, "dst_groups")
+CHANCE = "chance_level"
+#: corpora whose test texts are on this machine without a download (GLUE's are fetched by datasets)
+_OFFLINE_CORPORA = ("sentiment", "genre", "synthetic")
+
+
+def text_chance(cfg) -> ChanceLevel | None:
+    """The chance level of a distill run's test texts (the corpus subsample it evaluates CA on), or
+    None where the corpus is not on this machine (GLUE: networked)."""
+    from fedcal.config import ConfigError
+    from fedcal.distill.setup import text_task
+
+    if cfg.dst_corpus not in _OFFLINE_CORPORA:
+        return None
+    try:
+        task = text_task(cfg)
+    except (ConfigError, OSError):
+        return None
+    return labels_chance(task.test_labels, task.num_classes)
 
 
 def variant(cat: bool, mmd: bool, dis: bool) -> str:
@@ -64,9 +94,14 @@ def run_table(run_dirs: Sequence[str | os.PathLike[str]]) -> tuple[pd.DataFrame,
     """(runs, tidy per-round metrics) of the finished runs among ``run_dirs``: one row per run with
     its settings, final ``ca``/``ra``/``asr`` (its last evaluated round) and ``upload_bytes`` (mean
     over its rounds)."""
-    metrics = load_metrics(finished_only(run_dirs, "the distill tables"))
+    dirs = finished_only(run_dirs, "the distill tables")
+    metrics = load_metrics(dirs)
     if metrics.empty:
         return pd.DataFrame(), metrics
+    cfgs = {d.name: load_config(d) for d in dirs}
+    main_label = dict(zip(cfgs, config_labels(list(cfgs.values()), MAIN_SHOWN)))
+    ablation_label = dict(zip(cfgs, config_labels(list(cfgs.values()), ABLATION_SHOWN)))
+    chances: dict[tuple, ChanceLevel | None] = {}
     rows = []
     for run_id, g in metrics.groupby("run_id", sort=True):
         evaluated = g[g["metric"] == "ca"]
@@ -78,24 +113,40 @@ def run_table(run_dirs: Sequence[str | os.PathLike[str]]) -> tuple[pd.DataFrame,
         row.update({m: float(final[m]) if m in final else np.nan for m in METRICS})
         up = g[g["metric"] == "upload_bytes"]["value"]
         row["upload_bytes"] = float(up.mean()) if len(up) else np.nan
+        cfg = cfgs[run_id]
+        key = (cfg.dst_corpus, cfg.data_dir, cfg.seed, cfg.dst_test_size)  # what the test texts depend on
+        if key not in chances:
+            chances[key] = text_chance(cfg)
+        row[CHANCE] = bool(chances[key] is not None and chances[key].flags(row["ca"]))
+        row[CONFIG], row["ablation_config"] = main_label[run_id], ablation_label[run_id]
         rows.append(row)
     runs = pd.DataFrame(rows)
     if not runs.empty:
         runs["variant"] = [variant(_bool(c), _bool(m), _bool(d)) for c, m, d in
                            zip(runs["dst-cat"], runs["dst-mmd"], runs["dst-dis"])]
         runs["method"] = runs["dst-method"].map(METHOD_NAMES).fillna(runs["dst-method"])
+    runs.attrs["chance"] = list(chances.values())
     return runs, metrics
 
 
-def _summary(runs: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """CA / RA / ASR / flip "mean ± std" (%) over the seeds of each ``by`` group, with the seed count."""
+def _summary(runs: pd.DataFrame, by: list[str], config: str = CONFIG) -> pd.DataFrame:
+    """CA / RA / ASR / flip "mean ± std" (%) over the seeds of each ``by`` group (and configuration:
+    the ``config`` column, first, when the runs have several), with the seed count; a CA cell of a
+    group with chance-level runs carries the chance marker."""
+    many = config in runs.columns and runs[config].nunique() > 1
+    keys = [config, *by] if many else by
     out = []
-    for key, g in runs.groupby(by, sort=True, dropna=False):
-        row = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+    for key, g in runs.groupby(keys, sort=True, dropna=False):
+        row = dict(zip([CONFIG, *by] if many else by, key if isinstance(key, tuple) else (key,)))
+        if "seed" in g and g["seed"].duplicated().any():
+            raise ValueError(f"two runs of one seed in the distill row {row}: {', '.join(g['run_id'])}")
         for m in METRICS:
             vals = g[m].dropna()
             row[LABELS[m]] = percent_cell(vals.mean(), vals.std(ddof=1) if len(vals) > 1 else 0.0, len(vals)) \
                 if len(vals) else "–"
+        k = int(g[CHANCE].sum()) if CHANCE in g else 0
+        if k:
+            row[LABELS["ca"]] = marked(row[LABELS["ca"]], True) + ("" if k == len(g) else f" ({k}/{len(g)} seeds)")
         row["seeds"] = int(g["seed"].nunique()) if "seed" in g else len(g)
         out.append(row)
     return pd.DataFrame(out)
@@ -118,9 +169,11 @@ def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
     if rfd.empty:
         return pd.DataFrame()
     order = ["full", "w/o CAT", "w/o MMD-KD", "w/o DIS", "CAT only", "MMD-KD only", "DIS only", "none"]
-    table = _summary(rfd, ["variant", "aggregator", "M", "partition", "rho"])
+    table = _summary(rfd, ["variant", "aggregator", "M", "partition", "rho"], config="ablation_config")
     table["_o"] = table["variant"].map({v: i for i, v in enumerate(order)})
-    return table.sort_values(["_o", "aggregator", "M", "partition", "rho"]).drop(columns="_o").reset_index(drop=True)
+    first = [CONFIG] if CONFIG in table.columns else []
+    return table.sort_values([*first, "_o", "aggregator", "M", "partition", "rho"]).drop(columns="_o") \
+        .reset_index(drop=True)
 
 
 def communication_table(runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
@@ -131,7 +184,11 @@ def communication_table(runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFra
         return pd.DataFrame(columns=["method", "rank", "bytes per client per round", "runs"])
     per_rank["rank"] = per_rank["metric"].str.removeprefix("upload_bytes_r").astype(int)
     per_rank["method"] = per_rank["dst-method"].map(METHOD_NAMES).fillna(per_rank["dst-method"])
-    g = per_rank.groupby(["method", "rank"]).agg(bytes=("value", "mean"), runs=("run_id", "nunique")).reset_index()
+    by = ["method", "rank"]
+    if "ablation_config" in runs.columns and runs["ablation_config"].nunique() > 1:
+        per_rank[CONFIG] = per_rank["run_id"].map(runs.set_index("run_id")["ablation_config"])
+        by = [CONFIG, *by]
+    g = per_rank.groupby(by).agg(bytes=("value", "mean"), runs=("run_id", "nunique")).reset_index()
     return g.rename(columns={"bytes": "bytes per client per round"})
 
 
@@ -142,7 +199,21 @@ def round_curves(metrics: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     rows["method"] = rows["dst-method"].map(METHOD_NAMES).fillna(rows["dst-method"])
     keys = ["method", "dst-partition", "dst-backdoor-ratio", "metric", "round"]
+    # a line per configuration (RFD-LoRA's aggregator, switches, M, …): seeds are its only average
+    labels = _line_configs(metrics)
+    if labels is not None:
+        rows[CONFIG] = rows["run_id"].map(labels)
+        keys = [CONFIG, *keys]
     return rows.groupby(keys)["value"].agg(["mean", "std", "count"]).reset_index()
+
+
+def _line_configs(metrics: pd.DataFrame) -> dict[str, str] | None:
+    """run id → what sets its curve apart besides method, partition and ρ; None when nothing does."""
+    from fedcal.reports.groups import frame_config_labels
+
+    first = metrics.drop_duplicates("run_id")
+    labels = frame_config_labels(first, ("dst_method", "dst_partition", "dst_backdoor_ratio"))
+    return dict(zip(first["run_id"], labels)) if any(labels) else None
 
 
 def curves_plot(curves: pd.DataFrame, path: str | Path) -> Path:
@@ -155,8 +226,10 @@ def curves_plot(curves: pd.DataFrame, path: str | Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), squeeze=False)
     for ax, metric, label in ((axes[0, 0], "ca", "clean accuracy (CA)"), (axes[0, 1], "asr", "attack success (ASR)")):
         part = curves[curves["metric"] == metric]
-        for key, g in part.groupby(["method", "dst-partition", "dst-backdoor-ratio"]):
-            ax.plot(g["round"], g["mean"], marker=".", label=f"{key[0]} {key[1]} ρ={key[2]:g}")
+        lines = [CONFIG] if CONFIG in part.columns else []
+        for key, g in part.groupby([*lines, "method", "dst-partition", "dst-backdoor-ratio"]):
+            name = f"{key[-3]} {key[-2]} ρ={key[-1]:g}" + (f" [{key[0]}]" if lines else "")
+            ax.plot(g["round"], g["mean"], marker=".", label=name)
         ax.set(xlabel="round", ylabel=label, ylim=(0, 1))
         ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=7)
@@ -182,13 +255,14 @@ def distill_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os
     parts = []
     table = main_table(runs)
     table.to_csv(out / "table.csv", index=False)
-    md = markdown_table(table, title or "CA / RA / ASR / flip (%), mean ± std over seeds")
+    note = ("\n" + footnote(runs.attrs.get("chance", []), "clean accuracy (CA)")) if runs[CHANCE].any() else ""
+    md = markdown_table(table, title or "CA / RA / ASR / flip (%), mean ± std over seeds") + note
     (out / "table.md").write_text(md)
     parts.append(md)
     ablation = ablation_table(runs)
     if not ablation.empty:
         ablation.to_csv(out / "ablation.csv", index=False)
-        md = markdown_table(ablation, "RFD-LoRA ablation: switches, aggregator, M")
+        md = markdown_table(ablation, "RFD-LoRA ablation: switches, aggregator, M") + note
         (out / "ablation.md").write_text(md)
         parts.append(md)
     comm = communication_table(runs, metrics)

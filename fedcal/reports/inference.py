@@ -7,6 +7,13 @@ robust-elements ablation of DeepSet-TM (:func:`ablation_table`), the worst case 
 (``scalability.md``) and the accuracy curves; ``client_accuracies`` is
 each client's own test accuracy. Only finished runs (a ``DONE`` matching their config hash) are
 read: an unfinished run's files may be partial, so it is left out and named in a warning line.
+
+Runs that differ in more than their seed and the table's own (n, f) are told apart by a ``config``
+column (:mod:`fedcal.reports.groups`). An aggregator (or client) whose clean accuracy — attack
+``none`` — is within noise of chance on the run's test queries is flagged (``chance_level`` in
+``cells.csv``, a marker and a footnote in the tables; :mod:`fedcal.reports.chance`): a constant
+answer is unmoved by every attack, so its worst case is no robustness, and :func:`robust_ranking`
+leaves it out of the ranking.
 """
 
 from __future__ import annotations
@@ -19,9 +26,16 @@ import pandas as pd
 from fedcal.config import RunConfig
 from fedcal.inference.evaluate import AGGREGATOR_NAMES
 from fedcal.inference.probit_attacks import PROBIT_ATTACKS
+from fedcal.reports.chance import ChanceLevel, footnote, image_chance, labels_chance, marked
+from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.runs import finished_only
 from fedcal.results import UnfinishedRunError, load_config
+
+CHANCE = "chance_level"
+#: the run-config keys the inference tables show: n (num-clients, with clients-per-round capped at
+#: it by inference_configs) and f
+SHOWN = ("num_clients", "clients_per_round", "inf_f")
 
 
 def inference_configs(base: RunConfig, nf: Sequence[tuple[int, int]], seeds: Sequence[int]) -> list[RunConfig]:
@@ -31,10 +45,31 @@ def inference_configs(base: RunConfig, nf: Sequence[tuple[int, int]], seeds: Seq
 
 
 def worst_case(df: pd.DataFrame, by: Sequence[str] = ("aggregator",)) -> pd.DataFrame:
-    """Per group, the lowest accuracy over attacks and the attack achieving it."""
+    """Per group, the lowest accuracy over attacks and the attack achieving it (and, when ``df`` has
+    one, its ``chance_level`` flag)."""
     idx = df.groupby(list(by))["accuracy"].idxmin()
-    out = df.loc[idx, [*by, "accuracy", "attack"]].rename(columns={"attack": "worst_attack"})
+    keep = [*by, "accuracy", "attack", *([CHANCE] if CHANCE in df.columns and CHANCE not in by else [])]
+    out = df.loc[idx, keep].rename(columns={"attack": "worst_attack"})
     return out.reset_index(drop=True)
+
+
+def without_chance(cells: pd.DataFrame) -> pd.DataFrame:
+    """``cells`` without the rows of aggregators whose clean accuracy is at chance level in any of
+    them (their ``chance_level`` column; unchanged for tables written before it existed): what a
+    ranking of worst cases may rank."""
+    if CHANCE not in cells.columns:
+        return cells
+    return cells[~cells["aggregator"].isin(set(cells.loc[cells[CHANCE].astype(bool), "aggregator"]))]
+
+
+def robust_ranking(cells: pd.DataFrame, by: Sequence[str] = ("seed", "aggregator")) -> tuple[pd.Series, list[str]]:
+    """(aggregators by mean worst-case accuracy, best first; the aggregators left out because their
+    clean accuracy is at chance level in some seed). A constant predictor is unmoved by every attack:
+    its worst case equals its clean accuracy and would otherwise rank it "robust"."""
+    kept = without_chance(cells)
+    at_chance = sorted(set(cells["aggregator"]) - set(kept["aggregator"]))
+    ranking = worst_case(kept, by=by).groupby("aggregator")["accuracy"].mean() if len(kept) else pd.Series(dtype=float)
+    return ranking.sort_values(ascending=False), at_chance
 
 
 def percent_cell(mean: float, std: float, count: int) -> str:
@@ -46,7 +81,9 @@ def seed_table(cells: pd.DataFrame, order: Sequence[str] = AGGREGATOR_NAMES) -> 
     """Aggregators × attacks (+ worst case) of accuracy in %, "mean ± std" over seeds.
 
     ``cells`` holds :func:`fedcal.inference.evaluate.attack_accuracy` rows with a ``seed``
-    column (one f_adv). The worst case is taken per seed, then averaged.
+    column (one f_adv). The worst case is taken per seed, then averaged. With a ``chance_level``
+    column, the clean and worst-case cells of an aggregator at chance level carry the chance marker
+    (``k/n seeds`` when not every seed's).
     """
     if cells["f_adv"].nunique() != 1:
         raise ValueError("seed_table expects rows of a single f_adv")
@@ -55,6 +92,13 @@ def seed_table(cells: pd.DataFrame, order: Sequence[str] = AGGREGATOR_NAMES) -> 
                                                                                    "accuracy"]]])
     stats = full.groupby(["aggregator", "attack"])["accuracy"].agg(["mean", "std", "count"]).reset_index()
     stats["cell"] = [percent_cell(m, s, k) for m, s, k in zip(stats["mean"], stats["std"], stats["count"])]
+    if CHANCE in cells.columns:
+        flagged = cells[cells[CHANCE].astype(bool)].groupby("aggregator")["seed"].nunique()
+        seeds = cells.groupby("aggregator")["seed"].nunique()
+        stats["cell"] = [marked(c, a in flagged.index and k in ("none", "worst case"))
+                         + ("" if a not in flagged.index or k not in ("none", "worst case")
+                            or flagged[a] == seeds[a] else f" ({flagged[a]}/{seeds[a]} seeds)")
+                         for c, a, k in zip(stats["cell"], stats["aggregator"], stats["attack"])]
     attacks = [a for a in PROBIT_ATTACKS if a in set(cells["attack"])] + ["worst case"]
     table = stats.pivot(index="aggregator", columns="attack", values="cell")[attacks]
     present = [a for a in order if a in table.index] + [a for a in table.index if a not in order]
@@ -82,20 +126,47 @@ def ablation_table(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _read_cells(run_dirs: Sequence[str | Path], name: str) -> pd.DataFrame:
-    frames = [pd.read_csv(Path(d) / name) for d in run_dirs if (Path(d) / name).exists()]
+def _read_cells(run_dirs: Sequence[str | Path], name: str, labels: dict[Path, str] | None = None) -> pd.DataFrame:
+    frames = [pd.read_csv(Path(d) / name).assign(**({CONFIG: labels[Path(d)]} if labels else {}))
+              for d in run_dirs if (Path(d) / name).exists()]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def run_chance(run_dir: str | Path, queries: int | None = None) -> ChanceLevel | None:
+    """The chance level of an inference run's test queries: from its saved probits (their labels and
+    class count), else from its dataset's first ``queries`` test labels on disk."""
+    from fedcal.inference.evaluate import ProbitData
+
+    path = Path(run_dir) / "probits.pt"
+    if path.exists():
+        data = ProbitData.load(path)
+        return labels_chance(data.test_labels.numpy(), int(data.test_probits.shape[-1]))
+    cfg = load_config(run_dir)
+    return image_chance(cfg.dataset, cfg.data_dir, n=queries)
+
+
+def _flag_chance(acc: pd.DataFrame, chance: ChanceLevel | None) -> pd.DataFrame:
+    """``acc`` (one run's accuracy.csv) with ``chance_level``: the aggregator's clean accuracy (attack
+    ``none``; False when the run did not evaluate it) is within noise of chance."""
+    clean = acc[acc["attack"] == "none"].groupby("aggregator")["accuracy"].min()
+    flagged = {a for a, v in clean.items() if chance is not None and chance.flags(float(v))}
+    return acc.assign(**{CHANCE: acc["aggregator"].isin(flagged)})
+
+
+def _with_config(table: pd.DataFrame, label: str, many: bool) -> pd.DataFrame:
+    return table.assign(**{CONFIG: label}).set_index(CONFIG, append=True).reorder_levels([1, 0]) if many else table
 
 
 def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str = "") -> str:
     """Tables and plots of finished inference runs (their ``accuracy.csv`` and curves).
 
-    Writes ``cells.csv`` (every run's rows), ``table_n<n>_f<f>.md/.csv`` (aggregators ×
-    attacks + worst case, mean ± std over seeds) per (n, f), ``ablation_n<n>_f<f>.md`` (the four
-    DeepSet variants, when the runs trained adversarially), ``scalability.md`` (worst case
-    per (n, f)), and ``acc_vs_f.png`` / ``acc_vs_amplification.png`` from the curves. Returns
-    the Markdown of all tables. Unfinished runs are left out (each named in a warning line);
-    with no finished run, :class:`fedcal.results.UnfinishedRunError`.
+    Writes ``cells.csv`` (every run's rows, with ``chance_level`` and, for runs of several
+    configurations, ``config``), ``table_n<n>_f<f>.md/.csv`` (aggregators × attacks + worst case, mean
+    ± std over seeds) per (n, f), ``ablation_n<n>_f<f>.md`` (the four DeepSet variants, when the runs
+    trained adversarially), ``scalability.md`` (worst case per (n, f)), and ``acc_vs_f.png`` /
+    ``acc_vs_amplification.png`` from the curves. Returns the Markdown of all tables. Unfinished runs
+    are left out (each named in a warning line); with no finished run,
+    :class:`fedcal.results.UnfinishedRunError`.
     """
     from fedcal.reports.plots import inference_curve
 
@@ -105,40 +176,78 @@ def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title:
         raise UnfinishedRunError(f"no finished run among the {len(given)} run directories: nothing to report")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    cells = _read_cells(run_dirs, "accuracy.csv")
-    if cells.empty:
+    cfgs = [load_config(d) for d in run_dirs]
+    labels = dict(zip(run_dirs, config_labels(cfgs, SHOWN)))
+    many = len(set(labels.values())) > 1
+    frames, levels = [], []
+    for d in run_dirs:
+        if not (d / "accuracy.csv").exists():
+            continue
+        acc = pd.read_csv(d / "accuracy.csv")
+        chance = run_chance(d, int(acc["queries"].max()) if "queries" in acc.columns else None)
+        levels.append(chance)
+        frames.append(_flag_chance(acc, chance).assign(**({CONFIG: labels[d]} if many else {})))
+    if not frames:
         raise FileNotFoundError(f"no accuracy.csv in {len(run_dirs)} finished run directories: no inference run")
+    cells = pd.concat(frames, ignore_index=True)
     cells.to_csv(out / "cells.csv", index=False)
+    note = footnote(levels, "clean accuracy (and hence the worst case)") if cells[CHANCE].any() else ""
+    by = [CONFIG] if many else []
     parts = [f"**{title}**\n"] if title else []
-    for (n, f), g in cells.groupby(["n", "f"]):
-        table = seed_table(g)
+    for (n, f), block in cells.groupby(["n", "f"]):
+        tables, ablations = [], []
+        for label, g in block.groupby(by) if many else [("", block)]:
+            label = label[0] if isinstance(label, tuple) else label
+            table = seed_table(g)
+            tables.append(_with_config(table, label, many))
+            ablation = ablation_table(table)
+            if not ablation.empty:
+                ablations.append(ablation.assign(**{CONFIG: label})[[CONFIG, *ablation.columns]] if many else ablation)
+        table = pd.concat(tables)
         table.to_csv(out / f"table_n{n}_f{f}.csv")
-        md = markdown_table(table.reset_index(), f"n = {n}, f = {f}: accuracy (%) per attack, {_over_seeds(g)}")
+        flagged = block[CHANCE].any()
+        md = markdown_table(table.reset_index(), f"n = {n}, f = {f}: accuracy (%) per attack, {_over_seeds(block)}")
+        md += ("\n" + note) if flagged else ""
         (out / f"table_n{n}_f{f}.md").write_text(md)
         parts.append(md)
-        ablation = ablation_table(table)
-        if not ablation.empty:
-            md = markdown_table(ablation, f"n = {n}, f = {f}: robust elements of DeepSet-TM, accuracy (%), "
-                                          f"{_over_seeds(g)}")
+        if ablations:
+            md = markdown_table(pd.concat(ablations, ignore_index=True),
+                                f"n = {n}, f = {f}: robust elements of DeepSet-TM, accuracy (%), {_over_seeds(block)}")
+            md += ("\n" + note) if flagged else ""
             (out / f"ablation_n{n}_f{f}.md").write_text(md)
             parts.append(md)
-    worst = worst_case(cells, by=("n", "f", "seed", "aggregator"))
-    scal = worst.groupby(["n", "f", "aggregator"])["accuracy"].agg(["mean", "std", "count"]).reset_index()
+    worst = worst_case(cells, by=(*by, "n", "f", "seed", "aggregator"))
+    scal = worst.groupby([*by, "n", "f", "aggregator"])["accuracy"].agg(["mean", "std", "count"]).reset_index()
     scal["cell"] = [percent_cell(m, s, k) for m, s, k in zip(scal["mean"], scal["std"], scal["count"])]
-    wide = scal.pivot(index="aggregator", columns=["n", "f"], values="cell")
+    if CHANCE in worst.columns:
+        keys = [*by, "n", "f", "aggregator"]
+        hit = set(worst.loc[worst[CHANCE].astype(bool), keys].itertuples(index=False, name=None))
+        rows = scal[keys].itertuples(index=False, name=None)
+        scal["cell"] = [marked(c, k in hit) for c, k in zip(scal["cell"], rows)]
+    wide = scal.pivot(index=[*by, "aggregator"], columns=["n", "f"], values="cell")
     wide.columns = [f"n={n}, f={f}" for n, f in wide.columns]
-    wide = wide.loc[[a for a in AGGREGATOR_NAMES if a in wide.index]]
-    md = markdown_table(wide.reset_index(), f"worst-case accuracy (%) over attacks per (n, f), {_over_seeds(cells)}")
+    rank = {a: i for i, a in enumerate(AGGREGATOR_NAMES)}
+    wide = wide.reset_index()
+    wide = wide[wide["aggregator"].isin(rank)].assign(_o=lambda t: t["aggregator"].map(rank))
+    wide = wide.sort_values([*by, "_o"], kind="stable").drop(columns="_o")
+    md = markdown_table(wide, f"worst-case accuracy (%) over attacks per (n, f), {_over_seeds(cells)}")
+    md += ("\n" + note) if cells[CHANCE].any() else ""
     (out / "scalability.md").write_text(md)
     parts.append(md)
     for name, x, png in (("curve_f.csv", "f_adv", "acc_vs_f.png"),
                          ("curve_amp.csv", "amplification", "acc_vs_amplification.png")):
-        curve = _read_cells(run_dirs, name)
-        for (n, f), g in (curve.groupby(["n", "f"]) if not curve.empty else []):
-            suffix = "" if curve[["n", "f"]].drop_duplicates().shape[0] == 1 else f"_n{n}_f{f}"
+        curve = _read_cells(run_dirs, name, labels if many else None)
+        keys = [*by, "n", "f"]
+        for key, g in (curve.groupby(keys) if not curve.empty else []):
+            key = key if isinstance(key, tuple) else (key,)
+            n, f = key[-2:]
+            single = curve[keys].drop_duplicates().shape[0] == 1
+            suffix = "" if single else f"_n{n}_f{f}" + (f"_c{sorted(set(labels.values())).index(key[0])}"
+                                                           if many else "")
             g.to_csv(out / f"{Path(png).stem}{suffix}.csv", index=False)
             inference_curve(g, x, out / f"{Path(png).stem}{suffix}.png",
-                            f"n = {n}, aggregators built for f = {f}, {_over_seeds(g, spread=False)}")
+                            f"n = {n}, aggregators built for f = {f}, {_over_seeds(g, spread=False)}"
+                            + (f" [{key[0]}]" if many else ""))
     clients = client_accuracies(run_dirs)
     if not clients.empty:
         clients.to_csv(out / "clients.csv", index=False)
@@ -150,7 +259,8 @@ def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title:
 def client_accuracies(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
     """Each client's own test accuracy (its probits' argmax, on the queries it answered validly)
     in each finished inference run, from the saved probits (unfinished runs left out, each named
-    in a warning line)."""
+    in a warning line), and whether it is within noise of chance on those queries
+    (``chance_level``)."""
     from fedcal.inference.evaluate import ProbitData
 
     rows = []
@@ -160,9 +270,14 @@ def client_accuracies(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
         cfg = load_config(d)
         data = ProbitData.load(d / "probits.pt")
         hit = (data.test_probits.argmax(-1) == data.test_labels[:, None]) & data.test_valid
-        acc = hit.sum(0) / data.test_valid.sum(0).clamp_min(1)
-        rows += [{"seed": cfg.seed, "n": cfg.num_clients, "f": cfg.inf_f, "client": c, "accuracy": float(a)}
-                 for c, a in zip(data.clients, acc)]
+        answered = data.test_valid.sum(0)
+        acc = hit.sum(0) / answered.clamp_min(1)
+        classes = int(data.test_probits.shape[-1])
+        for j, (c, a) in enumerate(zip(data.clients, acc)):
+            own = data.test_labels[data.test_valid[:, j]].numpy()
+            chance = labels_chance(own, classes) if len(own) else None
+            rows.append({"seed": cfg.seed, "n": cfg.num_clients, "f": cfg.inf_f, "client": c, "accuracy": float(a),
+                         CHANCE: bool(chance is not None and chance.flags(float(a)))})
     return pd.DataFrame(rows)
 
 

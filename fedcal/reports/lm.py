@@ -7,6 +7,11 @@
 * ``nucleus.png`` — mean nucleus size and sECE against τ;
 * ``continuations.md`` — for the lowest seed, each prompt's first sampled continuation under every
   τ side by side (as generated: the report never edits text).
+
+A row averages runs that differ only in their seed (and the τ the table shows); runs of other
+configurations are rows of their own, named in a ``config`` column. A next-token accuracy within noise
+of chance — the rate of the most frequent next token of the held-out windows, what a model answering
+one token always scores (:mod:`fedcal.reports.chance`) — is flagged.
 """
 
 from __future__ import annotations
@@ -17,9 +22,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedcal.reports.chance import ChanceLevel, footnote, labels_chance, marked
+from fedcal.reports.groups import CONFIG, frame_config_labels
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.plots import _save, plt, reliability_grid
 from fedcal.reports.runs import final_metrics
+
+#: the run-config keys the LM table shows: τ (benign = τ 1), the attack and its coupling
+SHOWN = ("tau", "attack", "coupled")
+CHANCE = "chance_level"
 
 COLUMNS = {"accuracy": "accuracy %", "perplexity": "perplexity", "ece": "ECE %", "sece": "sECE %", "brier": "Brier",
            "nucleus": "nucleus size", "rep4": "rep-4 %", "distinct1": "distinct-1 %", "distinct2": "distinct-2 %",
@@ -35,11 +46,35 @@ def _label(tau: float) -> str:
     return "benign (τ 1)" if tau == 1 else f"τ {tau:g}"
 
 
+def lm_chance(cfg) -> ChanceLevel | None:
+    """The chance level of an lm run's next-token accuracy: the held-out windows' targets (every
+    position's next token) over the vocabulary. Read only where the run's small model is cached (its
+    tokenizer makes the windows); None otherwise — a report never pretrains a model."""
+    from fedcal.lm.model import META_FILE, cache_root
+    from fedcal.lm.setup import corpus_of, lm_config, node_model, test_windows
+
+    try:
+        if cfg.lm_model:
+            if not (Path(cfg.lm_model) / "tokenizer.json").exists():
+                return None
+        elif not (cache_root() / "lms" / lm_config(cfg, corpus_of(cfg)).digest() / META_FILE).exists():
+            return None
+        targets = test_windows(cfg)[:, 1:]
+        return labels_chance(targets.flatten().numpy(), node_model(cfg)[1].vocab_size)
+    except Exception:  # noqa: BLE001 — no corpus or model here: the flag is unknown, the table still stands
+        return None
+
+
 def lm_table(finals: pd.DataFrame) -> pd.DataFrame:
-    """Per τ: runs and the mean (± sd) of every metric of :data:`COLUMNS` (percent where a rate)."""
+    """Per (config, τ): runs and the mean (± sd) of every metric of :data:`COLUMNS` (percent where a
+    rate); the accuracy of a row with chance-level runs carries the chance marker."""
     rows = []
-    for tau, group in finals.groupby("tau_eff", sort=True):
-        row = {"τ": _label(tau), "runs": len(group)}
+    many = CONFIG in finals.columns and finals[CONFIG].nunique() > 1
+    for key, group in finals.groupby([CONFIG, "tau_eff"] if many else ["tau_eff"], sort=True):
+        tau = key[-1] if isinstance(key, tuple) else key
+        if group["seed"].duplicated().any():
+            raise ValueError(f"two runs of one seed in the lm row τ = {tau:g}: {', '.join(group['run_id'])}")
+        row = ({CONFIG: key[0]} if many else {}) | {"τ": _label(tau), "runs": len(group)}
         for key, name in COLUMNS.items():
             if key not in group:
                 continue
@@ -48,6 +83,9 @@ def lm_table(finals: pd.DataFrame) -> pd.DataFrame:
             if len(vals) > 1:
                 text += f" ± {vals.std(ddof=1):.2f}"
             row[name] = text
+        k = int(group[CHANCE].sum()) if CHANCE in group else 0
+        if k and "accuracy %" in row:
+            row["accuracy %"] = marked(row["accuracy %"], True) + ("" if k == len(group) else f" ({k}/{len(group)})")
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -72,23 +110,38 @@ def lm_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.Path
     finals = final_metrics(run_dirs, "the lm table")
     if finals.empty:
         raise ValueError("no finished lm run to report")
+    finals = finals.copy()  # one block: the columns below are added to it one by one
     finals["tau_eff"] = finals.apply(_tau, axis=1)
+    finals[CONFIG] = frame_config_labels(finals, SHOWN)
+    dirs = {Path(d).name: Path(d) for d in run_dirs}  # a run's id is its directory's name
+    from fedcal.results import load_config
+
+    levels = {r: lm_chance(load_config(dirs[r])) for r in finals["run_id"]}
+    finals[CHANCE] = [bool(levels[r] is not None and levels[r].flags(float(a)))
+                      for r, a in zip(finals["run_id"], finals["accuracy"])]
     table = lm_table(finals)
     table.to_csv(out / "table.csv", index=False)
     md = markdown_table(table, title or "TSA on a federated language model")
+    if finals[CHANCE].any():
+        md += "\n" + footnote(levels.values(), "next-token accuracy")
     (out / "table.md").write_text(md)
 
-    dirs = {Path(d).name: Path(d) for d in run_dirs}  # a run's id is its directory's name
-    by_tau = {tau: [dirs[r] for r in g["run_id"]] for tau, g in finals.groupby("tau_eff", sort=True)}
-    panels = [(_label(t), b) for t, ds in by_tau.items() if (b := _pooled_bins(ds)) is not None]
+    # diagrams and curves: one per (config, τ) — each pools the seeds of one configuration only
+    lines = finals.groupby([CONFIG, "tau_eff"], sort=True)
+    name = (lambda c, t: f"{_label(t)} [{c}]" if c else _label(t))  # noqa: E731
+    by_tau = {(c, tau): [dirs[r] for r in g["run_id"]] for (c, tau), g in lines}
+    panels = [(name(c, t), b) for (c, t), ds in by_tau.items() if (b := _pooled_bins(ds)) is not None]
     if panels:
         reliability_grid(panels, out / "reliability.png")
 
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
-    means = finals.groupby("tau_eff")[["nucleus", "sece"]].mean()
-    axes[0].plot(means.index, means["nucleus"], "o-")
+    for config, block in finals.groupby(CONFIG, sort=True):
+        means = block.groupby("tau_eff")[["nucleus", "sece"]].mean()
+        axes[0].plot(means.index, means["nucleus"], "o-", label=config or None)
+        axes[1].plot(means.index, 100 * means["sece"], "o-", label=config or None)
+    if finals[CONFIG].nunique() > 1:
+        axes[0].legend(fontsize=6)
     axes[0].set(xscale="log", xlabel="τ of the attackers", ylabel="mean top-p nucleus (tokens)")
-    axes[1].plot(means.index, 100 * means["sece"], "o-", color="#DD8452")
     axes[1].axhline(0, color="k", lw=0.8)
     axes[1].set(xscale="log", xlabel="τ of the attackers", ylabel="next-token sECE %")
     fig.tight_layout()
@@ -96,12 +149,12 @@ def lm_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.Path
 
     seed = finals["seed"].min()
     texts = {}
-    for tau, dirs in by_tau.items():
+    for (config, tau), dirs in by_tau.items():
         for d in dirs:
             path = d / "generations.csv"
             if path.exists() and int(finals.loc[finals["run_id"] == d.name, "seed"].iloc[0]) == seed:
                 gens = pd.read_csv(path, keep_default_na=False)
-                texts[_label(tau)] = gens[gens["sample"] == 0].set_index("prompt_id")
+                texts[name(config, tau)] = gens[gens["sample"] == 0].set_index("prompt_id")
     if texts:
         first = next(iter(texts.values()))
         lines = [f"**Sampled continuations (seed {seed}, top-p, first sample of each prompt)**", ""]

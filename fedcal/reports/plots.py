@@ -47,36 +47,52 @@ def reliability_grid(tables: Sequence[tuple[str, pd.DataFrame]], path: str | Pat
     return path
 
 
-def trajectory_table(metrics: pd.DataFrame, label_col: str,
+def trajectory_table(metrics: pd.DataFrame, label_col: str | Sequence[str],
                      metric_names: Sequence[str] = ("accuracy", "sece")) -> pd.DataFrame:
-    """The table behind :func:`trajectories`: per ``label_col`` value, round and metric, the
-    mean and standard deviation over the runs (seeds) sharing that value, and their count."""
+    """The table behind :func:`trajectories`: per line (a value of ``label_col``, or a combination of
+    the ``label_col`` columns), round and metric, the mean and standard deviation over the runs
+    (seeds) of that line, and their count. A line whose run count changes from round to round would
+    average runs of different lengths (a jump where the short runs end): a ValueError names it."""
+    by = [label_col] if isinstance(label_col, str) else list(label_col)
     sub = metrics[metrics["metric"].isin(metric_names)]
-    g = sub.groupby([label_col, "metric", "round"], sort=True)["value"]
+    g = sub.groupby([*by, "metric", "round"], sort=True)["value"]
     out = g.agg(mean="mean", std="std", runs="size").reset_index()
     out["std"] = out["std"].fillna(0.0)
+    uneven = out.groupby([*by, "metric"])["runs"].nunique()
+    if (uneven > 1).any():
+        line = uneven[uneven > 1].index[0]
+        raise ValueError(f"trajectory {dict(zip([*by, 'metric'], line))} averages runs of different lengths: "
+                         "group runs by configuration first")
     return out
 
 
-def trajectories(table: pd.DataFrame, label_col: str, path: str | Path) -> Path:
-    """Per-round curves (in %) of each metric of a :func:`trajectory_table`, one line per
-    value of ``label_col`` (the mean over its runs, a band of ± one standard deviation)."""
+def _line_name(key) -> str:
+    parts = key if isinstance(key, tuple) else (key,)
+    return ", ".join(f"{p:g}" if isinstance(p, float) else str(p) for p in parts if str(p) != "")
+
+
+def trajectories(table: pd.DataFrame, label_col: str | Sequence[str], path: str | Path) -> Path:
+    """Per-round curves (in %) of each metric of a :func:`trajectory_table`, one line per value of
+    ``label_col`` (or combination of its columns; the mean over its runs, a band of ± one standard
+    deviation)."""
+    by = [label_col] if isinstance(label_col, str) else list(label_col)
     names = list(dict.fromkeys(table["metric"]))
-    labels = sorted(table[label_col].unique())
+    lines = sorted(table[by].drop_duplicates().itertuples(index=False, name=None))
     # An ordered key (τ) gets an ordered colour map, so nine lines stay readable.
-    colours = dict(zip(labels, plt.get_cmap("coolwarm")(np.linspace(0, 1, len(labels))))) if len(labels) > 3 else {}
+    colours = dict(zip(lines, plt.get_cmap("coolwarm")(np.linspace(0, 1, len(lines))))) if len(lines) > 3 else {}
     fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names) + 1.0, 3.4), squeeze=False)
     for ax, name in zip(axes[0], names):
-        for label, g in table[table["metric"] == name].groupby(label_col, sort=True):
+        for key, g in table[table["metric"] == name].groupby(by, sort=True):
+            key = key if isinstance(key, tuple) else (key,)
             mean, std = 100 * g["mean"].to_numpy(), 100 * g["std"].to_numpy()
-            (line,) = ax.plot(g["round"], mean, label=f"{label:g}" if isinstance(label, float) else str(label),
-                              color=colours.get(label))
+            (line,) = ax.plot(g["round"], mean, label=_line_name(key if len(by) > 1 else key[0]),
+                              color=colours.get(key))
             if (g["runs"] > 1).any():
                 ax.fill_between(g["round"], mean - std, mean + std, color=line.get_color(), alpha=0.15, lw=0)
         ax.set(xlabel="round", ylabel=f"{name} (%)", title=name)
         if name == "sece":
             ax.axhline(0, color="black", lw=0.8)
-    axes[0, -1].legend(title=label_col, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    axes[0, -1].legend(title=", ".join(by), fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=120)
@@ -179,14 +195,22 @@ def stealth_plot(table: pd.DataFrame, path: str | Path) -> Path:
 
 def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None = None,
                  metric_names: Sequence[str] = ("accuracy", "sece")) -> Path:
-    """Final accuracy and sECE (%) against a swept key ``x``, one line per ``hue`` value
-    (mean over any other varying key, e.g. seeds)."""
+    """Final accuracy and sECE (%) against a swept key ``x``, one line per ``hue`` value and per
+    configuration (any other hashed key that varies: its line is labelled with it), each point the
+    mean over the seeds of its cells — never over other settings."""
+    from fedcal.reports.groups import frame_config_labels
+
+    cells = cells.assign(_config=frame_config_labels(cells, [x, *([hue] if hue else [])]))
     fig, axes = plt.subplots(1, len(metric_names), figsize=(4.6 * len(metric_names), 3.5), squeeze=False)
-    groups = cells.groupby(hue, sort=True) if hue else [("all", cells)]
+    by = [hue, "_config"] if hue else ["_config"]
+    groups = list(cells.groupby(by, sort=True))
+    labelled = hue or cells["_config"].nunique() > 1
     for ax, name in zip(axes[0], metric_names):
-        for label, g in groups:
+        for key, g in groups:
+            key = key if isinstance(key, tuple) else (key,)
+            label = ", ".join(filter(None, [f"{hue}={key[0]}" if hue else "", key[-1]]))
             m = g.groupby(x)[name].mean().sort_index()
-            ax.plot(m.index, 100 * m.to_numpy(), marker="o", label=f"{hue}={label}" if hue else None)
+            ax.plot(m.index, 100 * m.to_numpy(), marker="o", label=label or None)
         ax.set(xlabel=x, ylabel=f"{name} (%)")
         values = pd.to_numeric(cells[x], errors="coerce")
         if values.notna().all() and values.min() > 0 and values.max() / values.min() > 10:
@@ -195,7 +219,7 @@ def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None 
             ax.minorticks_off()
         if name == "sece":
             ax.axhline(0, color="black", lw=0.8)
-        if hue:
+        if labelled:
             ax.legend(fontsize=7)
     return _save(fig, path)
 
@@ -228,12 +252,15 @@ def robustness_curves(summary: pd.DataFrame, path: str | Path, metrics: dict[str
     nrows = -(-len(metric_names) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 2.9 * nrows), squeeze=False)
     lines = []  # (label, rows): each arm (a non-benign training) drawn through its benign point at τ = 1
-    for (setting, dataset, strategy), block in summary.groupby(["setting", "dataset", "strategy"], sort=False):
+    summary = summary.assign(config=summary["config"] if "config" in summary.columns else "")
+    for (config, setting, dataset, strategy), block in summary.groupby(["config", "setting", "dataset", "strategy"],
+                                                                       sort=False):
         benign = block[block["training"] == "benign"]
         arms = [t for t in dict.fromkeys(block["training"]) if t != "benign"]
         for arm in arms or ["benign"]:
             rows = benign if arm == "benign" else pd.concat([benign, block[block["training"] == arm]])
-            lines.append((f"{setting}, {dataset}, {strategy}: {arm}", rows.sort_values("tau")))
+            lines.append((f"{setting}, {dataset}, {strategy}: {arm}" + (f" [{config}]" if config else ""),
+                          rows.sort_values("tau")))
     for ax, name in zip(axes.flat, metric_names):
         scale = 1.0 if name in raw else 100.0
         for label, g in lines:

@@ -12,6 +12,11 @@
 
 The same evaluation serves the bridge to TSA: ``fedcal robustness --runs`` evaluates finished
 TSA runs (25 % attackers) without retraining.
+
+A summary row holds runs that differ only in their seed or in what the table shows (setting,
+dataset, model, strategy, training, τ); runs of other configurations are rows of their own, named in
+a ``config`` column. A model whose clean accuracy is within noise of chance is flagged
+(``chance_level``, :mod:`fedcal.reports.chance`): its "robustness" is a constant answer's.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from pathlib import Path
 import pandas as pd
 
 from fedcal.config import RunConfig
+from fedcal.reports.chance import cfg_chance, footnote, marked
+from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.plots import robustness_curves
 from fedcal.reports.runs import finished_only
@@ -195,34 +202,50 @@ def robustness_table(run_dirs: Sequence[str | os.PathLike[str]], spec: Robustnes
     for d, reason in failures.items():
         log.warning("robustness of %s left out of the table: %s", d, reason)
     rows = []
-    for d in dirs:
-        if str(d) in failures:
-            continue
-        cfg = load_config(d)
-        rows.append({"setting": setting_of(cfg), "dataset": cfg.dataset, "model": cfg.model,
+    runs = [(d, load_config(d)) for d in dirs if str(d) not in failures]
+    labels: dict[Path, str] = {}
+    for setting in SETTINGS:  # the setting column shows what sets a centralised run apart (one client)
+        own = [(d, c) for d, c in runs if setting_of(c) == setting]
+        labels.update(zip((d for d, _ in own), config_labels([c for _, c in own], SHOWN)))
+    for d, cfg in runs:
+        chance = cfg_chance(cfg)
+        m = metrics[str(d)]
+        rows.append({CONFIG: labels[d], "setting": setting_of(cfg), "dataset": cfg.dataset, "model": cfg.model,
                      "strategy": cfg.strategy, "training": training_of(cfg), "tau": cfg.tau, "seed": cfg.seed,
-                     **metrics[str(d)], "rejected_rounds": rejected_rounds(d), "run": d.name})
+                     **m, "rejected_rounds": rejected_rounds(d), "run": d.name,
+                     CHANCE: bool(chance is not None and chance.flags(float(m["accuracy"])))})
     table = pd.DataFrame(rows)
+    table.attrs["chance"] = [cfg_chance(c) for _, c in runs]
     table.attrs["failed"] = failures  # the command's exit code reflects them
     return table
 
 
-GROUP = ["setting", "dataset", "model", "strategy", "training", "tau"]
+GROUP = [CONFIG, "setting", "dataset", "model", "strategy", "training", "tau"]
+#: the run-config keys the table shows (its training column: attack, attacker ratio, coupling)
+SHOWN = ("dataset", "model", "strategy", "attack", "attacker_ratio", "coupled", "tau")
+CHANCE = "chance_level"
 
 
 def summarise_robustness(table: pd.DataFrame) -> pd.DataFrame:
     """Mean and std (ddof 1; 0 for one seed) over seeds of every metric per
     (setting, dataset, model, strategy, training, τ), with the number of seeds."""
-    metrics = [m for m in table.columns if m not in (*GROUP, "seed", "run")]
+    table = table.assign(**{CONFIG: table[CONFIG] if CONFIG in table.columns else ""})
+    metrics = [m for m in table.columns if m not in (*GROUP, "seed", "run", CHANCE)]
+    twice = table[table.duplicated([*GROUP, "seed"], keep=False)]
+    if not twice.empty:
+        raise ValueError(f"two runs of one seed in one robustness row: {', '.join(twice['run'])}")
     g = table.groupby(GROUP, sort=False)
     mean = g[metrics].mean()
     std = g[metrics].std(ddof=1).fillna(0.0)
     out = mean.add_suffix("_mean").join(std.add_suffix("_std")).join(g.size().rename("seeds"))
+    if CHANCE in table.columns:
+        out = out.join(g[CHANCE].sum().astype(int))
     order = {s: i for i, s in enumerate(SETTINGS)}
     out = out.reset_index()
     out["_o"] = out["setting"].map(order)
-    return out.sort_values(["_o", "dataset", "model", "strategy", "tau", "training"]).drop(columns="_o") \
+    out = out.sort_values(["_o", CONFIG, "dataset", "model", "strategy", "tau", "training"]).drop(columns="_o") \
         .reset_index(drop=True)
+    return out if out[CONFIG].ne("").any() else out.drop(columns=CONFIG)
 
 
 def _cell(mean: float, std: float, seeds: int, raw: bool) -> str:
@@ -237,7 +260,9 @@ def robustness_markdown(summary: pd.DataFrame, title: str = "") -> str:
     """The summary as one Markdown table per (setting, dataset, model, strategy): τ, training,
     seeds and every metric as mean ± std (percentages, except the prototype statistics)."""
     parts = []
-    for key, block in summary.groupby(["setting", "dataset", "model", "strategy"], sort=False):
+    configs = CONFIG in summary.columns
+    for key, block in summary.groupby([*([CONFIG] if configs else []), "setting", "dataset", "model", "strategy"],
+                                      sort=False):
         rows = []
         for _, r in block.iterrows():
             row = {"τ": f"{r['tau']:g}", "training": r["training"], "seeds": int(r["seeds"])}
@@ -245,8 +270,13 @@ def robustness_markdown(summary: pd.DataFrame, title: str = "") -> str:
                 if f"{m}_mean" in r:
                     row[name + ("" if m in _RAW else " %")] = _cell(r[f"{m}_mean"], r[f"{m}_std"], int(r["seeds"]),
                                                                    m in _RAW)
+            k = int(r.get(CHANCE, 0) or 0)
+            if k and "clean acc %" in row:
+                row["clean acc %"] = marked(row["clean acc %"], True) + \
+                    ("" if k == int(r["seeds"]) else f" ({k}/{int(r['seeds'])} seeds)")
             rows.append(row)
-        head = f"{key[0]}, {key[1]}–{key[2]}, {key[3]}"
+        head = (f"{key[1]}, {key[2]}–{key[3]}, {key[4]} ({key[0]})" if configs
+                else f"{key[0]}, {key[1]}–{key[2]}, {key[3]}")
         parts.append(f"### {head}\n\n" + markdown_table(pd.DataFrame(rows)))
     return (f"## {title}\n\n" if title else "") + "\n\n".join(parts) + "\n"
 
@@ -276,6 +306,8 @@ def robustness_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str |
                  f"(step {spec.step:.4g}, {spec.steps} PGD steps, random start); corruptions at severity "
                  f"{spec.severity}: {', '.join(spec.corruptions)}; accuracy, ECE and sECE on the whole test set.")
     text = text + "\n" + spec_line + "\n"
+    if table[CHANCE].any():
+        text += "\n" + footnote(table.attrs["chance"], "clean accuracy")
     (out / "robustness.md").write_text(text)
     robustness_curves(summary, out / "robustness.png",
                       {m: name for m, name in METRICS.items() if f"{m}_mean" in summary.columns

@@ -3,6 +3,12 @@ representation similarity and update-cosine curves. Every ``*_table`` function r
 directories (config + final global model from the run store) and returns a tidy pandas table;
 the figure drawn from each table is in :mod:`fedcal.reports.plots` (``posthoc_curves``,
 ``triage_plot``, ``similarity_scatter``, ``stealth_plot``).
+
+Runs are compared only within one configuration: the post-hoc table names each run's configuration in
+a ``config`` column when several are given; triage and similarity, which measure each run against a
+benign one, refuse runs of different configurations (up to seed, τ and the attack) with one line
+naming the keys (:mod:`fedcal.reports.groups`). Every table flags a model whose test accuracy is
+within noise of chance (``chance_level``, :mod:`fedcal.reports.chance`).
 """
 
 from __future__ import annotations
@@ -19,10 +25,21 @@ from fedcal.analysis import (default_variants, representation_similarity, triage
 from fedcal.attacks import BENIGN
 from fedcal.calibrate import CALIBRATORS, DEFAULT_CALIBRATORS, probs_metrics, split_calibration
 from fedcal.data import client_data
-from fedcal.results import load_model
+from fedcal.reports.chance import labels_chance
+from fedcal.reports.groups import CONFIG, config_labels, require_one_config
+from fedcal.results import load_config, load_model
 from fedcal.train import predict_logits
 
 N_CALS = (10, 50, 100, 250, 500)
+#: what the analyses' run labels show (``benign`` / ``tsa τ=5``) besides the seed
+SHOWN = ("tau", "attack", "coupled")
+CHANCE = "chance_level"
+
+
+def at_chance(logits: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether the model's test accuracy is within noise of chance on these labels."""
+    acc = float((logits.argmax(1) == y).double().mean())
+    return labels_chance(y.numpy(), int(logits.shape[1])).flags(acc)
 
 
 def _label(cfg) -> str:
@@ -45,19 +62,22 @@ def posthoc_table(run_dirs: Sequence[str | Path], n_cals: Sequence[int] = N_CALS
     if unknown:
         raise ValueError(f"unknown calibrator {unknown[0]!r}; choose from {', '.join(CALIBRATORS)}")
     rows = []
-    for d in run_dirs:
+    labels = config_labels([load_config(d) for d in run_dirs], (*SHOWN, "strategy"))
+    for d, label in zip(run_dirs, labels):
         cfg, logits, y = test_logits(d)
+        own = {CONFIG: label} if any(labels) else {}
+        chance = at_chance(logits, y)
         for n_cal in n_cals:
             cal, rest = split_calibration(len(y), n_cal, seed)
             cal_t, rest_t = torch.from_numpy(cal), torch.from_numpy(rest)
             base = probs_metrics(logits[rest_t].double().softmax(1), y[rest_t], n_bins)
-            rows.append({"run": _label(cfg), "tau": cfg.tau, "seed": cfg.seed, "strategy": cfg.strategy,
-                         "method": "none", "n_cal": n_cal, **base, "run_dir": str(d)})
+            rows.append({**own, "run": _label(cfg), "tau": cfg.tau, "seed": cfg.seed, "strategy": cfg.strategy,
+                         "method": "none", "n_cal": n_cal, **base, "run_dir": str(d), CHANCE: chance})
             for name in methods:
                 calib = CALIBRATORS[name]().fit(logits[cal_t], y[cal_t])
                 m = probs_metrics(calib.predict_proba(logits[rest_t]), y[rest_t], n_bins)
-                rows.append({"run": _label(cfg), "tau": cfg.tau, "seed": cfg.seed, "strategy": cfg.strategy,
-                             "method": name, "n_cal": n_cal, **m, "run_dir": str(d)})
+                rows.append({**own, "run": _label(cfg), "tau": cfg.tau, "seed": cfg.seed, "strategy": cfg.strategy,
+                             "method": name, "n_cal": n_cal, **m, "run_dir": str(d), CHANCE: chance})
     return pd.DataFrame(rows)
 
 
@@ -73,12 +93,14 @@ def triage_table(attacked_dirs: Sequence[str | Path], benign_dirs: str | Path | 
     """
     gammas = np.linspace(0, 1, 101) if gammas is None else gammas
     benign_dirs = [benign_dirs] if isinstance(benign_dirs, (str, Path)) else list(benign_dirs)
+    every = [*benign_dirs, *attacked_dirs]
+    require_one_config([load_config(d) for d in every], SHOWN, "the triage table", [str(d) for d in every])
     benign: dict[int, pd.DataFrame] = {}
     for d in benign_dirs:
         cfg, logits, y = test_logits(d)
         if cfg.seed in benign:
             raise ValueError(f"two benign runs of seed {cfg.seed} (the last: {d}); give one per seed")
-        benign[cfg.seed] = triage_curves(logits, y, gammas)
+        benign[cfg.seed] = triage_curves(logits, y, gammas).assign(**{CHANCE: at_chance(logits, y)})
     frames = [b.assign(run="benign", seed=s, unnecessary_change=0.0, missed_change=0.0) for s, b in benign.items()]
     for d in attacked_dirs:
         cfg, logits, y = test_logits(d)
@@ -88,7 +110,7 @@ def triage_table(attacked_dirs: Sequence[str | Path], benign_dirs: str | Path | 
         cur = triage_curves(logits, y, gammas)
         change = triage_change(cur, benign[cfg.seed])
         cur = cur.merge(change[["gamma", "unnecessary_change", "missed_change"]], on="gamma")
-        frames.append(cur.assign(run=_label(cfg), seed=cfg.seed))
+        frames.append(cur.assign(run=_label(cfg), seed=cfg.seed, **{CHANCE: at_chance(logits, y)}))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -97,7 +119,12 @@ def similarity_table(reference_dirs: Sequence[str | Path], other_dirs: Sequence[
     """Logit cosine and linear CKA (penultimate features) on the test set between every
     reference (benign) model and every other model; benign–benign pairs of different seeds
     are the seed-to-seed reference (``pair = "benign vs benign"``)."""
-    loaded = {str(d): load_model(d) for d in [*reference_dirs, *other_dirs]}
+    every = [*reference_dirs, *other_dirs]
+    require_one_config([load_config(d) for d in every], SHOWN, "the similarity table", [str(d) for d in every])
+    loaded = {str(d): load_model(d) for d in every}
+    chance = {}
+    for d, (_, model, ds) in loaded.items():
+        chance[d] = at_chance(predict_logits(model, ds.x_test, 1000), ds.y_test)
     rows = []
     refs = [str(d) for d in reference_dirs]
     for i, a in enumerate(refs):
@@ -107,7 +134,7 @@ def similarity_table(reference_dirs: Sequence[str | Path], other_dirs: Sequence[
             cfg_b, model_b, _ = loaded[b]
             sim = representation_similarity(model_a, model_b, ds.x_test)
             rows.append({"pair": pair or f"benign vs {_label(cfg_b)}", "tau": cfg_b.tau, "seed_a": cfg_a.seed,
-                         "seed_b": cfg_b.seed, **sim})
+                         "seed_b": cfg_b.seed, **sim, CHANCE: chance[a] or chance[b]})
     return pd.DataFrame(rows)
 
 

@@ -3,8 +3,11 @@
 store.
 
 Unfinished cells (no ``DONE`` matching their config hash: interrupted, crashed, not run) are never
-in ``cells.csv``; each is named in a warning line (:func:`fedcal.reports.runs.finished_only`).
-Their rows stay in ``rounds.csv``, flagged ``finished = False``.
+in ``cells.csv``, nor are finished cells whose files fail the run checks (torn ``metrics.csv``,
+incomplete rounds); each is named in a warning line (:func:`fedcal.reports.runs.finished_only`).
+Their rows stay in ``rounds.csv``, flagged ``finished = False``. ``cells.csv`` holds one row per
+cell, with its config columns, so no cell is averaged with another; its ``chance_level`` column flags
+a cell whose final accuracy is within noise of chance (:mod:`fedcal.reports.chance`).
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ from typing import Sequence
 import pandas as pd
 
 from fedcal.config import RunConfig
-from fedcal.reports.runs import final_rows, finished_only
-from fedcal.results import load_metrics, run_dir_for
+from fedcal.reports.chance import cfg_chance
+from fedcal.reports.runs import final_rows, finished_only, load_rounds
+from fedcal.results import FINISHED, run_dir_for
+
+CHANCE = "chance_level"
 
 
 def collect(configs: Sequence[RunConfig], varying: Sequence[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -26,19 +32,26 @@ def collect(configs: Sequence[RunConfig], varying: Sequence[str] | None = None) 
     * cells: the final metrics of each *finished* cell (wide, with config columns; :func:`final_rows`
       without its ``round`` column) sorted by the ``varying`` keys: ``accuracy``, ``brier``,
       ``ece``, ``nll``, ``sece``, plus one column for any other metric the runs
-      logged per round (e.g. a strategy's per-round reply counts), of the last evaluated round;
+      logged per round (e.g. a strategy's per-round reply counts), of the last evaluated round, and
+      ``chance_level``;
     * rounds: every cell's per-round rows (:func:`fedcal.results.load_metrics`), unfinished cells'
-      included and flagged ``finished = False``.
+      included and flagged ``finished = False`` (so are finished cells whose files fail the run
+      checks: they are not final either).
     """
     dirs = [run_dir_for(c) for c in configs]
-    finished_only(dirs, "cells.csv")  # names every cell left out
-    rounds = load_metrics(dirs)
+    sound = set(finished_only(dirs, "cells.csv"))  # names every cell left out
+    rounds = load_rounds(dirs, "rounds.csv")
     if rounds.empty:
         return pd.DataFrame(), rounds
-    cells = final_rows(rounds)  # finished cells only
+    rounds[FINISHED] = rounds[FINISHED] & rounds["run_id"].isin({d.name for d in sound})
+    cells = final_rows(rounds)  # sound, finished cells only
     if cells.empty:
         return cells, rounds
-    cells = cells.drop(columns="round")
+    cells = cells.drop(columns="round").copy()  # one block again: the pivot left it fragmented
+    chance = {c.dataset + "/" + c.data_dir: cfg_chance(c) for c in configs}
+    cells[CHANCE] = [bool(lv is not None and lv.flags(a)) for lv, a in
+                     zip((chance[f"{ds}/{dd}"] for ds, dd in zip(cells["dataset"], cells["data-dir"])),
+                         cells["accuracy"])]
     if varying:
         cells = cells.sort_values(list(varying)).reset_index(drop=True)
     return cells, rounds

@@ -5,6 +5,14 @@ optionally under several strategies, and ``write_report`` summarises the final g
 of each run as one table (with the change against the benign run) and plots, built from the
 run store only. Unfinished runs are left out of the table, the diagrams and the trajectories, each
 named in a warning line (:func:`fedcal.reports.runs.finished_only`).
+
+A row holds runs that differ only in their seed; the table's own columns are the strategy, τ and
+the run (benign, ``TSA τ=5``, ``TSA τ=5 (uncoupled)``, another attack). Runs of other
+configurations (another number of rounds, clients, …) are other rows, told apart by a ``config``
+column naming the keys that differ (:mod:`fedcal.reports.groups`); each run's change is measured
+against the benign run of its own configuration, strategy and seed, and a row without one says
+"no benign run in this set". A model whose accuracy is within noise of chance is flagged
+(``chance_level``, :mod:`fedcal.reports.chance`).
 """
 
 from __future__ import annotations
@@ -15,12 +23,30 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from fedcal.config import RunConfig
+from fedcal.reports.chance import cfg_chance, footnote, marked
+from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.plots import defense_bars, reliability_grid, trajectories, trajectory_table
 from fedcal.reports.runs import final_rows, finished_only
 from fedcal.results import UnfinishedRunError, load_config, load_metrics, run_dir_for
 
 TABLE_COLUMNS = ["strategy", "tau", "run", "accuracy_%", "ece_%", "sece_%", "brier", "nll", "run_id", "code"]
+#: the run-config keys a τ table shows as its own columns (strategy, tau, and the run label's attack
+#: and coupling): runs that differ in any other hashed key but the seed are rows of another config
+SHOWN = ("strategy", "tau", "attack", "coupled")
+CHANCE = "chance_level"
+#: what a Δ cell says when its row has no benign run of the same configuration, strategy and seed
+NO_BENIGN = "no benign run in this set"
+
+
+def run_label(cfg: RunConfig) -> str:
+    """The ``run`` column: ``benign``, ``TSA τ=5`` (``(uncoupled)`` for the η = β ablation; τ named at
+    every τ, 1 included, so a TSA run at τ = 1 is never read as the benign run) or another attack."""
+    if cfg.attack == "none":
+        return "benign"
+    if cfg.attack == "tsa":
+        return f"TSA τ={cfg.tau:g}" + ("" if cfg.coupled else " (uncoupled)")
+    return cfg.attack
 
 
 def tau_configs(base: RunConfig, taus: Sequence[float], strategies: Sequence[str] | None = None) -> list[RunConfig]:
@@ -40,32 +66,53 @@ def tau_configs(base: RunConfig, taus: Sequence[float], strategies: Sequence[str
 
 def summarise(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
     """Final-round metrics of each finished run (from its store), percentages for accuracy/ECE/sECE,
-    and the change of accuracy and sECE against the benign run of the same strategy. Unfinished
-    runs are left out, each named in a warning line."""
+    the change of accuracy and sECE against the benign run of the same configuration, strategy and
+    seed (NaN without one), and ``chance_level``. With runs of several configurations a ``config``
+    column (first) names each run's differing keys. Unfinished runs are left out, each named in a
+    warning line."""
+    runs = [(d, load_config(d)) for d in finished_only(run_dirs, "the τ table")]
+    labels = config_labels([c for _, c in runs], SHOWN)
     rows = []
-    for d in finished_only(run_dirs, "the τ table"):
+    for (d, cfg), label in zip(runs, labels):
         final = final_rows(load_metrics(d))
         if final.empty:  # no round evaluated
             continue
-        cfg = load_config(d)
         last = final.iloc[0]
+        chance = cfg_chance(cfg)
         rows.append({
-            "strategy": cfg.strategy, "tau": cfg.tau, "seed": cfg.seed,
-            "run": "benign" if cfg.attack == "none" else f"TSA{'' if cfg.coupled else ' (uncoupled)'}",
+            CONFIG: label, "strategy": cfg.strategy, "tau": cfg.tau, "seed": cfg.seed, "run": run_label(cfg),
             "accuracy_%": 100 * last["accuracy"], "ece_%": 100 * last["ece"], "sece_%": 100 * last["sece"],
             "brier": last["brier"], "nll": last["nll"], "run_id": last["run_id"], "code": last["code"],
+            CHANCE: bool(chance is not None and chance.flags(float(last["accuracy"]))),
         })
-    table = pd.DataFrame(rows, columns=[*TABLE_COLUMNS, "seed"])
-    benign = table[table["run"] == "benign"].set_index(["strategy", "seed"])
+    table = pd.DataFrame(rows, columns=[CONFIG, *TABLE_COLUMNS, "seed", CHANCE])
+    benign = table[table["run"] == "benign"].set_index([CONFIG, "strategy", "seed"])
     dupes = benign.index[benign.index.duplicated()].unique().tolist()
     if dupes:
-        raise ValueError(f"several benign runs for (strategy, seed) {dupes}: pass one run per cell")
-    key = pd.MultiIndex.from_frame(table[["strategy", "seed"]])
+        raise ValueError(f"several benign runs for (config, strategy, seed) {dupes}: pass one run per cell")
+    key = pd.MultiIndex.from_frame(table[[CONFIG, "strategy", "seed"]])
     table["d_accuracy"] = table["accuracy_%"].to_numpy() - benign["accuracy_%"].reindex(key).to_numpy()
     table["d_sece"] = table["sece_%"].to_numpy() - benign["sece_%"].reindex(key).to_numpy()
-    order = {s: i for i, s in enumerate(dict.fromkeys(table["strategy"]))}
-    table["_o"] = table["strategy"].map(order)
-    return table.sort_values(["_o", "tau"]).drop(columns="_o").reset_index(drop=True)
+    table["_c"] = table[CONFIG].map({c: i for i, c in enumerate(dict.fromkeys(labels))})
+    table["_o"] = table["strategy"].map({s: i for i, s in enumerate(dict.fromkeys(table["strategy"]))})
+    table = table.sort_values(["_c", "_o", "tau", "run"], kind="stable").drop(columns=["_c", "_o"])
+    if table[CONFIG].nunique() <= 1:  # one configuration: the table keeps its one-config format
+        table = table.drop(columns=CONFIG)
+    return table.reset_index(drop=True)
+
+
+def _line_labels(table: pd.DataFrame) -> dict[str, str]:
+    """run id → the label of its line in the diagrams and trajectories (its run label, with its
+    strategy and config when the table has several)."""
+    out = {}
+    for _, r in table.iterrows():
+        name = "benign (τ=1)" if r["run"] == "benign" and r["tau"] == 1 else r["run"]
+        if table["strategy"].nunique() > 1:
+            name = f"{r['strategy']}: {name}"
+        if CONFIG in table.columns:
+            name = f"[{r[CONFIG]}] {name}"
+        out[r["run_id"]] = name
+    return out
 
 
 def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str = "") -> pd.DataFrame:
@@ -73,7 +120,9 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str
     reliability diagrams and trajectories for one strategy, grouped bars for several.
 
     Only finished runs are reported (each run left out is named in a warning line); with none,
-    :class:`fedcal.results.UnfinishedRunError`.
+    :class:`fedcal.results.UnfinishedRunError`. Runs of several configurations are rows of their
+    own (``config`` column); the diagrams and trajectories draw one line per (config, run), so runs
+    of different lengths are never averaged into one line.
     """
     given = [Path(d) for d in run_dirs]
     run_dirs = finished_only(given, "the τ report")
@@ -84,34 +133,45 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str
     table = summarise(run_dirs)
     table.to_csv(out / "table.csv", index=False)
     seeds = sorted(int(x) for x in table["seed"].unique())
-    if len(seeds) > 1:  # one row per (strategy, τ): mean ± std over seeds
+    chances = [cfg_chance(load_config(d)) for d in run_dirs]
+    if len(seeds) > 1:  # one row per (config, strategy, τ, run): mean ± std over seeds
         agg = seed_summary(table)
         agg.to_csv(out / "table_seeds.csv", index=False)
         note = f"(mean ± std over seeds {', '.join(map(str, seeds))})"
-        (out / "table.md").write_text(seeds_markdown(agg, f"{title} {note}".strip()))
+        md = seeds_markdown(agg, f"{title} {note}".strip())
     else:
-        (out / "table.md").write_text(to_markdown(table, title))
+        md = to_markdown(table, title)
+    if table[CHANCE].any():
+        md += "\n" + footnote(chances)
+    (out / "table.md").write_text(md)
     if table["strategy"].nunique() > 1:
-        defense_bars(table, out / "defenses.png", title)
+        bars = table if CONFIG not in table.columns else \
+            table.assign(strategy=[f"{s} [{c}]" for s, c in zip(table["strategy"], table[CONFIG])])
+        defense_bars(bars, out / "defenses.png", title)
         return table
+    lines = _line_labels(table)
     panels = []
-    by_tau = sorted(((load_config(d), d) for d in run_dirs if (d / "config.json").exists()),
-                    key=lambda cd: cd[0].tau)
-    for cfg, d in by_tau:
-        if cfg.seed != seeds[0]:  # diagrams of one seed; the table covers all of them
-            continue
-        rel = d / "reliability.csv"
+    first = table.sort_values("seed", kind="stable").drop_duplicates([c for c in (CONFIG, "tau", "run")
+                                                                      if c in table.columns])
+    by_id = {d.name: d for d in run_dirs}
+    for _, r in first.sort_values("tau", kind="stable").iterrows():  # one seed per line; the table covers all
+        rel = by_id[r["run_id"]] / "reliability.csv"
         if rel.exists():
-            name = "benign (τ=1)" if cfg.attack == "none" else f"TSA τ={cfg.tau:g}"
-            panels.append((name, pd.read_csv(rel)))
+            panels.append((lines[r["run_id"]], pd.read_csv(rel)))
     if panels:  # each figure is written with the table it is drawn from
         pd.concat([bins.assign(run=name) for name, bins in panels]).to_csv(out / "reliability.csv", index=False)
         reliability_grid(panels, out / "reliability.png")
     metrics = load_metrics(run_dirs)
     if not metrics.empty:
-        traj = trajectory_table(metrics, "tau")
+        keys = table.set_index("run_id")
+        metrics["run"] = metrics["run_id"].map(keys["run"])
+        by = ["tau", "run"]
+        if CONFIG in table.columns:
+            metrics[CONFIG] = metrics["run_id"].map(keys[CONFIG])
+            by = [CONFIG, *by]
+        traj = trajectory_table(metrics[metrics["run"].notna()], by)
         traj.to_csv(out / "trajectories.csv", index=False)
-        trajectories(traj, "tau", out / "trajectories.png")
+        trajectories(traj, by, out / "trajectories.png")
     return table
 
 
@@ -119,18 +179,41 @@ SUMMARY_METRICS = ["accuracy_%", "ece_%", "sece_%", "brier", "nll", "d_accuracy"
 
 
 def seed_summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Mean and standard deviation over seeds of every metric, per (strategy, τ, run)."""
-    g = table.groupby(["strategy", "tau", "run"], sort=False)[SUMMARY_METRICS]
-    out = g.mean().add_suffix("_mean").join(g.std(ddof=1).add_suffix("_std")).join(g.size().rename("seeds"))
+    """Mean and standard deviation over seeds of every metric, per (config, strategy, τ, run), the
+    seed count and how many of the seeds' models are at chance (``chance_level``). A row never holds
+    two runs of one seed (a ValueError names them)."""
+    by = [c for c in (CONFIG, "strategy", "tau", "run") if c in table.columns]
+    twice = table[table.duplicated([*by, "seed"], keep=False)]
+    if not twice.empty:
+        raise ValueError(f"two runs of one seed in one row: {', '.join(twice['run_id'])}; pass one run per seed")
+    g = table.groupby(by, sort=False)
+    out = g[SUMMARY_METRICS].mean().add_suffix("_mean").join(g[SUMMARY_METRICS].std(ddof=1).add_suffix("_std"))
+    out = out.join(g.size().rename("seeds"))
+    if CHANCE in table.columns:
+        out = out.join(g[CHANCE].sum().astype(int))
     return out.reset_index()
 
 
+def _pm(mean: float, std: float, digits: int, seeds: int) -> str:
+    if pd.isna(mean):
+        return NO_BENIGN
+    return f"{mean:.{digits}f} ± {std:.{digits}f}" if seeds > 1 else f"{mean:.{digits}f}"
+
+
 def seeds_markdown(agg: pd.DataFrame, title: str = "") -> str:
-    """Markdown of :func:`seed_summary` as "mean ± std" cells."""
+    """Markdown of :func:`seed_summary` as "mean ± std" cells (the mean alone for one seed); a row
+    without a benign reference says so in its Δ cells, and a row with chance-level models carries
+    the chance marker on its accuracy (``k/n seeds`` when not all of them)."""
     show_strategy = agg["strategy"].nunique() > 1
-    cols = (["strategy"] if show_strategy else []) + ["tau", "run", *SUMMARY_METRICS, "seeds"]
-    cells = agg.assign(**{c: [f"{m:.{d}f} ± {s:.{d}f}" for m, s in zip(agg[c + "_mean"], agg[c + "_std"])]
+    cols = ([CONFIG] if CONFIG in agg.columns else []) + (["strategy"] if show_strategy else []) + \
+        ["tau", "run", *SUMMARY_METRICS, "seeds"]
+    cells = agg.assign(**{c: [_pm(m, s, d, k) if c.startswith("d_") else
+                              (f"{m:.{d}f} ± {s:.{d}f}" if k > 1 else f"{m:.{d}f}")
+                              for m, s, k in zip(agg[c + "_mean"], agg[c + "_std"], agg["seeds"])]
                           for c, d in ((c, SEED_DIGITS.get(c, 2)) for c in SUMMARY_METRICS)})
+    if CHANCE in agg.columns:
+        cells["accuracy_%"] = [marked(t, bool(k)) + ("" if not k or k == n else f" ({k}/{n} seeds)")
+                               for t, k, n in zip(cells["accuracy_%"], agg[CHANCE], agg["seeds"])]
     return markdown_table(cells[cols], title, formats={"tau": "{:g}"})
 
 
@@ -139,12 +222,21 @@ TABLE_FORMATS = {"tau": "{:g}", "accuracy_%": "{:.2f}", "ece_%": "{:.2f}", "sece
                  "nll": "{:.4f}", "d_accuracy": "{:+.2f}", "d_sece": "{:+.2f}"}
 
 
+def _delta(fmt: str):
+    return lambda v: NO_BENIGN if pd.isna(v) else fmt.format(v)
+
+
 def to_markdown(table: pd.DataFrame, title: str = "") -> str:
     """The τ table of :func:`summarise` in Markdown (``run_id``, ``code`` and single-valued
-    strategy/seed left out)."""
+    strategy/seed left out; the chance marker on a chance-level model's accuracy)."""
     cols = [c for c in table.columns
-            if c not in ("run_id", "code") and not (c in ("strategy", "seed") and table[c].nunique() <= 1)]
-    return markdown_table(table[cols], title, formats=TABLE_FORMATS)
+            if c not in ("run_id", "code", CHANCE) and not (c in ("strategy", "seed") and table[c].nunique() <= 1)]
+    formats = {**TABLE_FORMATS, "d_accuracy": _delta("{:+.2f}"), "d_sece": _delta("{:+.2f}")}
+    shown = table[cols].copy()
+    if CHANCE in table.columns:
+        shown["accuracy_%"] = [marked(f"{v:.2f}", bool(f)) for v, f in zip(table["accuracy_%"], table[CHANCE])]
+        formats["accuracy_%"] = str
+    return markdown_table(shown, title, formats=formats)
 
 
 def run_tau_comparison(base: RunConfig, taus: Sequence[float], out_dir: str | Path,

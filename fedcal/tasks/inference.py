@@ -27,11 +27,12 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedcal.tasks.nodes import (check_partitions, client_id, config_record, discover_clients, message_config,
-                              shared_model)
+                              send_counted, shared_model)
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
 from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators
 from fedcal.inference.federated import assemble, server_split, train_client
+from fedcal.progress import phase
 from fedcal.reports import inference_report
 from fedcal.results import RunStore, collection_hash, load_config, run_dir_for
 from fedcal.tasks.registry import ProgressFn, Task, register
@@ -84,7 +85,8 @@ def collect_probits(grid: Grid, cfg: RunConfig, clients_per_answer: list[int],
         raise RuntimeError("no node reported its partition id; is fedcal.app.client:app the ClientApp?")
     train_msgs = [Message(content=RecordDict({"config": config_record(cfg)}), message_type="train.local", dst_node_id=n)
                   for n in node_to_client]
-    failed = [r for r in grid.send_and_receive(train_msgs, timeout=cfg.inf_timeout) if r.has_error()]
+    failed = [r for r in send_counted(grid, train_msgs, "client training", "clients", timeout=cfg.inf_timeout)
+              if r.has_error()]
     for r in failed:
         log(WARNING, "node %s (partition %s) failed to train its local model; it will not answer queries: %s",
             r.metadata.src_node_id, node_to_client.get(r.metadata.src_node_id, "unknown"), r.error.reason)
@@ -94,15 +96,17 @@ def collect_probits(grid: Grid, cfg: RunConfig, clients_per_answer: list[int],
     def ask(x: torch.Tensor, what: str) -> tuple[torch.Tensor, torch.Tensor]:
         probits = torch.zeros(len(x), len(clients), ds.num_classes)
         valid = torch.zeros(len(x), len(clients), dtype=torch.bool)
-        for i in range(0, len(x), cfg.inf_query_batch):
-            p, used = query_all(grid, node_to_client, x[i:i + cfg.inf_query_batch], cfg, ds.num_classes, dropped)
-            cols = [col[c] for c in used]
-            probits[i:i + len(p), cols] = p
-            valid[i:i + len(p), cols] = True
-            if what == "test":
-                clients_per_answer.append(len(used))
-                log(INFO, "test queries %d-%d: answers built from %d of %d clients", i, i + len(p) - 1, len(used),
-                    len(clients))
+        with phase(f"queries ({what} split)", -(-len(x) // cfg.inf_query_batch), "query batches") as bar:
+            for i in range(0, len(x), cfg.inf_query_batch):
+                p, used = query_all(grid, node_to_client, x[i:i + cfg.inf_query_batch], cfg, ds.num_classes, dropped)
+                cols = [col[c] for c in used]
+                probits[i:i + len(p), cols] = p
+                valid[i:i + len(p), cols] = True
+                if what == "test":
+                    clients_per_answer.append(len(used))
+                    log(INFO, "test queries %d-%d: answers built from %d of %d clients", i, i + len(p) - 1, len(used),
+                        len(clients))
+                bar.update(1)
         return probits, valid
 
     srv_idx = torch.from_numpy(server_split(ds.y_train.numpy(), cfg.inf_server_frac, cfg.seed)[0])
@@ -139,16 +143,19 @@ def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFr
     store.write_table("deepset_loss.csv", pd.DataFrame({"epoch": range(1, len(history) + 1), "loss": history}))
     cell = {"seed": cfg.seed, "n": cfg.num_clients, "f": cfg.inf_f}
     kw = dict(pgd_steps=cfg.inf_pgd_steps, seed=cfg.seed)
-    table = attack_accuracy(aggs, data, cfg.inf_f, cfg.inference_attacks, amplification=cfg.inf_amplification, **kw)
+    table = attack_accuracy(aggs, data, cfg.inf_f, cfg.inference_attacks, amplification=cfg.inf_amplification,
+                            progress="attacks", **kw)
     store.write_table("accuracy.csv", table.assign(**cell))
     curve_data = _subset(data, cfg.inf_curve_queries)
     if cfg.inf_f_curve:
         n_valid = int(data.test_valid.sum(dim=1).min())
         rows = [attack_accuracy(aggs, curve_data, fa, cfg.inference_attacks if fa else ("none",),
-                                amplification=cfg.inf_amplification, **kw) for fa in range(0, (n_valid - 1) // 2 + 1)]
+                                amplification=cfg.inf_amplification, progress=f"accuracy-vs-f curve, f_adv = {fa}",
+                                **kw) for fa in range(0, (n_valid - 1) // 2 + 1)]
         store.write_table("curve_f.csv", pd.concat(rows).assign(**cell))
     if cfg.amplification_curve:
-        rows = [attack_accuracy(aggs, curve_data, cfg.inf_f, ("logit_flip",), amplification=a, **kw)
+        rows = [attack_accuracy(aggs, curve_data, cfg.inf_f, ("logit_flip",), amplification=a,
+                                progress=f"amplification curve, a = {a:g}", **kw)
                 for a in cfg.amplification_curve]
         store.write_table("curve_amp.csv", pd.concat(rows).assign(**cell))
     return table
@@ -163,7 +170,8 @@ def run_inference(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None
     says so — and a run in the same output directory that differs only in aggregator or attack
     settings copies them instead of collecting its own. The aggregators and attacks (phases b–c)
     are re-run in full by a resumed run. ``progress`` is part of every task's signature; this task
-    has no rounds to report.
+    has no rounds to report: its phases (client training, queries, the aggregators' training, the
+    attacks) report themselves through :func:`fedcal.progress.phase`.
     """
     if cfg.task != "inference":
         raise ValueError(f"run_inference needs task = 'inference', got {cfg.task!r}")

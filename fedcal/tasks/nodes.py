@@ -167,6 +167,37 @@ def config_record(cfg: RunConfig) -> ConfigRecord:
     return ConfigRecord({**changed, CONFIG_DIGEST: config_digest(cfg)})
 
 
+REPLY_POLL_S = 0.01  # how often send_counted looks for replies
+
+
+def send_counted(grid: Grid, messages: list[Message], name: str, unit: str,
+                 timeout: float | None = None) -> list[Message]:
+    """Flower's ``grid.send_and_receive`` (push, then pull until every reply is in or ``timeout`` has
+    passed) with each reply counted as a step of the phase ``name`` (:func:`fedcal.progress.phase`),
+    so a long wait for the nodes — every client training its own model — shows how many are done.
+    The messages are pushed one at a time and the replies pulled in between: an in-process grid
+    runs a node inside ``push_messages``, a SuperLink answers whenever the node is done."""
+    from fedcal.progress import phase
+
+    replies: list[Message] = []
+    pending: set[str] = set()
+    with phase(name, len(messages), unit) as bar:
+        def pull() -> None:
+            got = list(grid.pull_messages(pending))
+            replies.extend(got)
+            pending.difference_update(m.metadata.reply_to_message_id for m in got)
+            bar.update(len(got))
+
+        for msg in messages:
+            pending.update(grid.push_messages([msg]))
+            pull()
+        end = None if timeout is None else time.monotonic() + timeout
+        while pending and (end is None or time.monotonic() < end):
+            time.sleep(REPLY_POLL_S)
+            pull()
+    return replies
+
+
 # ---------------------------------------------------------------------------------- node side
 def message_config(msg: Message, context: Context) -> tuple[RunConfig, int]:
     """(run config, server round) of a message: the server's config travels in the message's

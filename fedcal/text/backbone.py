@@ -52,6 +52,7 @@ from pathlib import Path
 import torch
 
 from fedcal.config import ConfigError
+from fedcal.progress import steps as progress_steps
 
 from .cache import cache_root
 from .corpora import (
@@ -229,7 +230,8 @@ def _train_mlm(model, windows: torch.Tensor, collator, cfg: BackboneConfig) -> l
     sched = warmup_linear_decay(opt, cfg.steps, cfg.warmup)
     model.train()
     losses = []
-    for idx in shuffled_batches(len(windows), cfg.steps, cfg.batch_size, gen):
+    for idx in progress_steps(shuffled_batches(len(windows), cfg.steps, cfg.batch_size, gen),
+                              "backbone pretraining (MLM)", cfg.steps):
         batch = collator([{"input_ids": w} for w in windows[idx]])
         loss = mlm_loss(model, batch["input_ids"], batch["labels"])
         opt.zero_grad(set_to_none=True)
