@@ -350,6 +350,9 @@ class RunConfig:
     tsa_blend: float = setting(1.0, "train", "adaptive TSA: the reply is benign + blend * (TSA - benign), both "
                                              "trained on the same batches (1 = plain TSA)", gt=0, finite=True,
                                hash_when_set=True)
+    tsa_duty: float = setting(1.0, "train", "adaptive TSA: share of its rounds an attacker attacks (a seeded draw per "
+                                            "client round; benign in the others; 1 = every round)", gt=0, le=1,
+                              hash_when_set=True)
     local_epochs: int = setting(0, "train", "local epochs per round: passes over each client's own data, the last "
                                             "batch of a pass smaller when B does not divide it (replaces "
                                             "local-steps, which must then stay at its default)", ge=0,
