@@ -12,6 +12,7 @@ from torch import nn
 
 from fedcal import aggregate as agg
 from fedcal import calguard as cg
+from fedcal.aggregate.numerics import row_norms64
 from fedcal.strategies.base import StrategyOptions, UpdateAggregationStrategy, _tensor
 
 
@@ -110,11 +111,14 @@ class CalGuard(UpdateAggregationStrategy):
         else:
             log(WARNING, "CalGuard round %d: every reply flagged; the global model is kept", server_round)
             delta = torch.zeros(updates.shape[1], dtype=torch.float32)
+        # the update's L2 norm is recorded for the audit only (a τ < 1 client's step is small:
+        # the offline study of a per-client sequential test, docs/defense.md, reads it)
+        norms = row_norms64(updates)
         self.last_audit = {
-            n: {**sig, "deviation": float(d), "score": float(s), "sigma": sigma, "outlier": bool(o),
-                "struck_out": bool(b), "flagged": bool(f),
+            n: {**sig, "update_norm": float(u), "deviation": float(d), "score": float(s), "sigma": sigma,
+                "outlier": bool(o), "struck_out": bool(b), "flagged": bool(f),
                 "decision": ("dropped" if f else "kept") if self.mode == "filter" else ("would drop" if f else "kept")}
-            for n, sig, d, s, o, b, f in zip(node_ids, signatures, dev, z, outlier, banned, flagged)}
+            for n, sig, u, d, s, o, b, f in zip(node_ids, signatures, norms, dev, z, outlier, banned, flagged)}
         dropped = [n for n, f in zip(node_ids, flagged) if f]
         if dropped:
             log(INFO, "CalGuard round %d: %s %s (score |z| > %.3g, or struck out after %d flags)", server_round,
