@@ -193,3 +193,145 @@ def test_the_detect_task_and_the_batched_engine_refuse_the_duty_cycled_attacker(
     with pytest.raises(ConfigError, match="tsa-duty"):
         check_detect_config(RunConfig.from_flower({"task": "detect", "tau": 0.2, "tsa-duty": 0.5}))
     assert "tsa-duty" in batched_unsupported(RunConfig.from_flower({"dataset": "digits", "tau": 0.2, "tsa-duty": 0.5}))
+
+
+# --------------------------------------------------------------------------- CalGuard with the sequential test
+from flwr.app import ArrayRecord, MetricRecord, RecordDict  # noqa: E402
+
+from fedcal import calguard as cg  # noqa: E402
+from fedcal import strategies  # noqa: E402
+from tests.strategy_harness import FakeGrid  # noqa: E402
+
+
+def _root(n: int = 60):
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(n) % 3
+    return torch.randn(n, 4, generator=g) + 2.0 * torch.nn.functional.one_hot(y, 4).float(), y
+
+
+def _init_state() -> dict[str, torch.Tensor]:
+    torch.manual_seed(1)
+    return {k: v.detach().clone() for k, v in Linear().state_dict().items()}
+
+
+def _step(current: dict, node: int, rnd: int, factor: float = 1.0) -> RecordDict:
+    """One gradient step on the root-like data with a node-specific jitter, its size × ``factor``
+    (a small factor: a reply that grows the logit scale less than the others, as τ < 1 does)."""
+    x, y = _root()
+    model = Linear()
+    model.load_state_dict(current)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    g = torch.Generator().manual_seed(1000 * node + rnd)
+    arrays = {name: (p - factor * 0.1 * p.grad * (1 + 0.5 * torch.rand(p.shape, generator=g))).detach()
+              for name, p in model.named_parameters()}
+    return RecordDict({"arrays": ArrayRecord(arrays), "metrics": MetricRecord({"num-examples": 10 * node})})
+
+
+def _tensors(arrays) -> dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(np.array(v.numpy(), copy=True)) for k, v in arrays.items()}
+
+
+def _guard(**extra):
+    x, y = _root()
+    return strategies.CalGuard(model=Linear(), root_x=x, root_y=y, fraction_train=1.0, fraction_evaluate=0.0,
+                               min_train_nodes=5, min_evaluate_nodes=0, min_available_nodes=5,
+                               node_label=lambda n: 100 + n, **extra)
+
+
+def _low_node(node, content):
+    current = _tensors(content["arrays"])
+    return _step(current, node, int(content["config"]["server-round"]), factor=0.4 if node == 5 else 1.0)
+
+
+def test_calguard_drops_a_persistently_low_client_that_no_single_round_flags(caplog):
+    """Node 5 always takes a smaller step (its logit-scale shift sits below the others' but, with
+    κ = 50, never far enough for the per-round test). The sequential test alarms on it once its
+    low CUSUM — recomputed here from the recorded scores with :func:`cusum_path` — passes h; from
+    then on it gets weight 0 and the aggregate is the others' data-size weighted mean."""
+    det = sq.ClientCusum(k=0.5, h_low=3.0, h_high=50.0, clip=3.0)
+    s = _guard(kappa=50.0, strikes=0, sequential=det)
+    audits = []
+    orig = s.aggregate_updates
+
+    def record(*a, **k):
+        out = orig(*a, **k)
+        audits.append({n: dict(v) for n, v in s.last_audit.items()})
+        return out
+
+    s.aggregate_updates = record
+    with caplog.at_level("INFO"):
+        s.start(grid=FakeGrid([1, 2, 3, 4, 5], _low_node), initial_arrays=ArrayRecord(_init_state()), num_rounds=8)
+    scores = [a[5]["score"] for a in audits]
+    assert not any(a[5]["outlier"] for a in audits) and max(scores) < 0  # always low, never an outlier
+    low = sq.cusum_path(np.clip(scores, -3, 3), 0.5, "low")
+    alarm = int(np.argmax(low > 3.0)) + 1
+    assert low[-1] > 3.0 and 1 < alarm < 8
+    assert [a[5]["cusum_low"] for a in audits] == pytest.approx(low.tolist())
+    assert [a[5]["sequential"] for a in audits] == [r >= alarm for r in range(1, 9)]
+    assert not any(a[n]["sequential"] for a in audits for n in (1, 2, 3, 4))
+    assert det.statistic(105).alarm == "low" and det.statistic(105).alarm_round == alarm
+    assert s.last_weights[5] == 0.0 and s.last_audit[5]["decision"] == "dropped"
+    total = sum(10 * n for n in (1, 2, 3, 4))
+    assert {n: s.last_weights[n] for n in (1, 2, 3, 4)} == pytest.approx({n: 10 * n / total for n in (1, 2, 3, 4)})
+    named = [r.getMessage() for r in caplog.records if "alarmed by the sequential test (" in r.getMessage()]
+    assert len(named) == 1 and "partition 105" in named[0] and f"round {alarm}:" in named[0] and "low CUSUM" in named[0]
+
+
+def test_the_replay_of_a_recorded_audit_gives_the_strategys_decisions():
+    """docs/tools/detector_replay.py replays recorded signatures through cg.replay: on the audit
+    of a strategy run, it must reproduce every score, CUSUM and flag the strategy recorded."""
+    s = _guard(kappa=2.0, strikes=2, sequential=sq.ClientCusum(k=0.3, h_low=2.0, h_high=2.0), mode="audit")
+    audits = []
+    orig = s.aggregate_updates
+
+    def record(server_round, *a, **k):
+        out = orig(server_round, *a, **k)
+        audits.append((server_round, [100 + n for n in s.last_audit], [v["scale_shift"] for v in s.last_audit.values()],
+                       list(s.last_audit.values())))
+        return out
+
+    s.aggregate_updates = record
+    s.start(grid=FakeGrid([1, 2, 3, 4, 5], _low_node), initial_arrays=ArrayRecord(_init_state()), num_rounds=6)
+    rows = cg.replay([(r, c, v) for r, c, v, _ in audits], kappa=2.0, window=10, strikes=2,
+                     sequential=sq.ClientCusum(k=0.3, h_low=2.0, h_high=2.0))
+    recorded = [a for *_, audit in audits for a in audit]
+    assert len(rows) == len(recorded) == 30
+    for row, rec in zip(rows, recorded):
+        assert row["score"] == pytest.approx(rec["score"]) and row["low"] == pytest.approx(rec["cusum_low"])
+        assert (row["flagged"], row["outlier"], row["struck_out"], row["sequential"]) == (
+            rec["flagged"], rec["outlier"], rec["struck_out"], rec["sequential"])
+    assert any(r["flagged"] for r in rows)
+
+
+def test_replay_by_hand_on_one_round():
+    """Shifts 0.1 … 0.5: median 0.3, deviations −0.2 … 0.2, σ = 1.4826 · (low) median of the
+    non-zero |d| {0.1, 0.1, 0.2, 0.2} = 1.4826 · 0.1; the low CUSUM of the first client is
+    0.2 / σ − k."""
+    rows = cg.replay([(1, ["a", "b", "c", "d", "e"], [0.1, 0.2, 0.3, 0.4, 0.5])], kappa=1.2,
+                     sequential=sq.ClientCusum(k=0.5, h_low=0.8, h_high=9.0))
+    sigma = 1.4826 * 0.1
+    assert rows[0]["sigma"] == pytest.approx(sigma)
+    assert [r["score"] for r in rows] == pytest.approx([-0.2 / sigma, -0.1 / sigma, 0.0, 0.1 / sigma, 0.2 / sigma])
+    assert rows[0]["low"] == pytest.approx(0.2 / sigma - 0.5) and rows[1]["low"] == pytest.approx(0.1 / sigma - 0.5)
+    assert [r["outlier"] for r in rows] == [True, False, False, False, True]  # |z| = 1.35 > 1.2
+    assert [r["sequential"] for r in rows] == [True, False, False, False, False]  # 0.849 > 0.8; 0.174 < 0.8
+    assert [r["flagged"] for r in rows] == [True, False, False, False, True]
+
+
+def test_calguard_refuses_a_sequential_test_of_another_type_and_records_update_norms():
+    with pytest.raises(TypeError, match="ClientCusum"):
+        _guard(sequential={"k": 0.5})
+    s = _guard()
+    sent = {}
+
+    def respond(node, content):
+        current = _tensors(content["arrays"])
+        reply = _step(current, node, 1)
+        sent[node] = torch.cat([(torch.from_numpy(np.array(reply["arrays"][k].numpy())) - current[k]).reshape(-1)
+                                for k in current])
+        return reply
+
+    s.start(grid=FakeGrid([1, 2, 3, 4, 5], respond), initial_arrays=ArrayRecord(_init_state()), num_rounds=1)
+    for n in range(1, 6):
+        assert s.last_audit[n]["update_norm"] == pytest.approx(float(sent[n].double().norm()), rel=1e-6)
+    assert "cusum_low" not in s.last_audit[1]  # no sequential test, no columns

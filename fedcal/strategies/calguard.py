@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from logging import INFO, WARNING
 from typing import Unpack
 
@@ -12,6 +11,7 @@ from torch import nn
 
 from fedcal import aggregate as agg
 from fedcal import calguard as cg
+from fedcal import sequential as sq
 from fedcal.aggregate.numerics import row_norms64
 from fedcal.strategies.base import StrategyOptions, UpdateAggregationStrategy, _tensor
 
@@ -22,7 +22,10 @@ class CalGuard(UpdateAggregationStrategy):
     set is compared with the other replies' (deviation from the round's median, robust z against
     the deviations of the last ``window`` rounds); a reply with ``|z| > kappa``, or from a client
     flagged ``strikes`` times before, is dropped and the rest are averaged with their data sizes
-    (FedAvg).
+    (FedAvg). With ``sequential`` (:class:`fedcal.sequential.ClientCusum`), each client's robust
+    scores are also summed over the rounds it is sampled in (two one-sided CUSUMs): a client whose
+    scores sit persistently low (a TSA client at τ < 1, which no single round gives away) or high
+    is dropped from its alarm on, and its replies leave the median and the pooled scale.
 
     Parameters
     ----------
@@ -44,6 +47,9 @@ class CalGuard(UpdateAggregationStrategy):
     mode : str (default "filter")
         ``filter`` drops flagged replies; ``audit`` computes and records everything but averages
         every reply (FedAvg), so an operator sees an attack without acting on it.
+    sequential : fedcal.sequential.ClientCusum, optional (default None: off)
+        The per-client sequential test fed with every round's scores (its thresholds calibrated
+        on benign clients, docs/defense.md); alarms count per ``node_label`` like the strikes.
     **options : StrategyOptions
         The shared arguments (Flower's FedAvg ones, seeded sampling, buffers), see the base.
 
@@ -52,7 +58,7 @@ class CalGuard(UpdateAggregationStrategy):
     """
 
     def __init__(self, *, model: nn.Module, root_x: torch.Tensor, root_y: torch.Tensor, kappa: float = 5.0,
-                 window: int = 10, strikes: int = 3, mode: str = "filter",
+                 window: int = 10, strikes: int = 3, mode: str = "filter", sequential: sq.ClientCusum | None = None,
                  **options: Unpack[StrategyOptions]) -> None:
         super().__init__(**options)
         if not isinstance(model, nn.Module):
@@ -61,6 +67,8 @@ class CalGuard(UpdateAggregationStrategy):
             raise ValueError(f"mode must be one of {cg.CALGUARD_MODES}, got {mode!r}")
         if not kappa > 0:
             raise ValueError(f"kappa must be > 0, got {kappa}")
+        if sequential is not None and not isinstance(sequential, sq.ClientCusum):
+            raise TypeError(f"sequential must be a fedcal.sequential.ClientCusum, got {type(sequential).__name__}")
         self.model = model
         self.root_x, self.root_y = root_x, root_y.long() if isinstance(root_y, torch.Tensor) else root_y
         cg.check_root_set(self.root_x, self.root_y)
@@ -75,6 +83,7 @@ class CalGuard(UpdateAggregationStrategy):
         self.kappa, self.mode = float(kappa), mode
         self.scale = cg.DeviationScale(window)
         self.strikes = cg.Strikes(strikes)
+        self.sequential = sequential
 
     def summary(self) -> None:
         """Log CalGuard's settings, then the shared ones."""
@@ -82,6 +91,10 @@ class CalGuard(UpdateAggregationStrategy):
         log(INFO, "\t│\t├── Root set: %d samples, %d classes", len(self.root_y), len(torch.unique(self.root_y)))
         log(INFO, "\t│\t└── Mode: %s, kappa %.3g, window %d rounds, strikes %d", self.mode, self.kappa,
             self.scale.window, self.strikes.limit)
+        if self.sequential is not None:
+            q = self.sequential
+            log(INFO, "\t│\t└── Sequential test: two one-sided CUSUMs per client, k %.3g, h low %.3g, h high %.3g, "
+                "clip %.3g", q.k, q.h_low, q.h_high, q.clip)
         super().summary()
 
     def aggregate_updates(self, server_round, node_ids, updates, weights):
@@ -93,17 +106,11 @@ class CalGuard(UpdateAggregationStrategy):
             self.model, agg.add_flat_update(base, keys, u), self.root_x), self.root_y), current) for u in updates]
         shifts = torch.tensor([s["scale_shift"] for s in signatures], dtype=torch.float64)
         clients = [self._client(n) for n in node_ids]
-        banned = torch.tensor([self.strikes.banned(c) for c in clients])  # before this round's strikes
-        finite = torch.isfinite(shifts)  # a valid reply can still overflow the model's logits
-        trusted = ~banned & finite
-        dev = cg.median_deviations(shifts, trusted=trusted)
-        z, sigma = self.scale.score(dev, pooled=dev[trusted])
-        z = torch.where(finite, z, torch.full_like(z, math.inf))
-        outlier = cg.flag_outliers(z, self.kappa)
-        self.scale.push(dev[trusted])
-        for c, f in zip(clients, outlier):
-            self.strikes.record(c, bool(f))
-        flagged = outlier | banned
+        decision = cg.decide(shifts, clients, scale=self.scale, strikes=self.strikes, kappa=self.kappa,
+                             sequential=self.sequential, server_round=server_round)
+        dev, z, sigma, outlier, banned = (decision.deviation, decision.score, decision.sigma, decision.outlier,
+                                          decision.struck_out)
+        flagged = decision.flagged
         keep = ~flagged if self.mode == "filter" else torch.ones_like(flagged)
         node_w = torch.where(keep, weights.double(), torch.zeros_like(weights.double()))
         if float(node_w.sum()) > 0:
@@ -119,9 +126,20 @@ class CalGuard(UpdateAggregationStrategy):
                 "outlier": bool(o), "struck_out": bool(b), "flagged": bool(f),
                 "decision": ("dropped" if f else "kept") if self.mode == "filter" else ("would drop" if f else "kept")}
             for n, sig, u, d, s, o, b, f in zip(node_ids, signatures, norms, dev, z, outlier, banned, flagged)}
+        if self.sequential is not None:
+            for n, c, a in zip(node_ids, clients, decision.sequential):
+                stat = self.sequential.statistic(c)
+                self.last_audit[n].update({"cusum_low": stat.low, "cusum_high": stat.high, "sequential": bool(a)})
+                if a and stat.alarm_round == server_round:
+                    log(INFO, "CalGuard round %d: %s alarmed by the sequential test (%s CUSUM %.3g > %.3g after %d "
+                        "replies); %s from now on", server_round, self.who(n), stat.alarm,
+                        stat.low if stat.alarm == "low" else stat.high,
+                        self.sequential.h_low if stat.alarm == "low" else self.sequential.h_high, stat.count,
+                        "dropped" if self.mode == "filter" else "flagged (audit only)")
         dropped = [n for n, f in zip(node_ids, flagged) if f]
         if dropped:
-            log(INFO, "CalGuard round %d: %s %s (score |z| > %.3g, or struck out after %d flags)", server_round,
+            log(INFO, "CalGuard round %d: %s %s (score |z| > %.3g, struck out after %d flags, or alarmed by the "
+                "sequential test)", server_round,
                 "dropped" if self.mode == "filter" else "flagged (audit only)",
                 self.by_node({n: float(s) for n, s, f in zip(node_ids, z, flagged) if f}), self.kappa,
                 self.strikes.limit)
