@@ -243,13 +243,39 @@ def _low_node(node, content):
     return _step(current, node, int(content["config"]["server-round"]), factor=0.4 if node == 5 else 1.0)
 
 
+def _shrinking_node(node, content):
+    """Node 5 takes the benign step and then shrinks every weight by 3 %: a step of about the
+    others' size in a direction that lowers the logit scale (what τ < 1 aims at)."""
+    current = _tensors(content["arrays"])
+    reply = _step(current, node, int(content["config"]["server-round"]))
+    if node == 5:
+        arrays = {k: 0.97 * torch.from_numpy(np.array(v.numpy(), copy=True)) for k, v in reply["arrays"].items()}
+        reply = RecordDict({"arrays": ArrayRecord(arrays), "metrics": reply["metrics"]})
+    return reply
+
+
+def test_the_ratio_signal_tells_a_smaller_step_from_a_confidence_lowering_direction():
+    """Shift per unit of update norm: node 5 of ``_low_node`` moves like the others, only less
+    (same direction: its ratio is ordinary, no alarm); node 5 of ``_shrinking_node`` lowers the
+    logit scale per unit of movement (alarm on the low side)."""
+    outcomes = {}
+    for name, respond in (("smaller", _low_node), ("shrinking", _shrinking_node)):
+        det = sq.ClientCusum(k=0.5, h_low=3.0, h_high=50.0)
+        s = _guard(kappa=50.0, strikes=0, sequential=det, sequential_signal="ratio")
+        s.start(grid=FakeGrid([1, 2, 3, 4, 5], respond), initial_arrays=ArrayRecord(_init_state()), num_rounds=8)
+        outcomes[name] = (det.statistic(105).alarm, s.last_audit[5]["sequential_score"])
+        assert not any(det.alarmed(100 + n) for n in (1, 2, 3, 4))
+    assert outcomes["smaller"][0] == "" and outcomes["shrinking"][0] == "low"
+    assert outcomes["shrinking"][1] < -3
+
+
 def test_calguard_drops_a_persistently_low_client_that_no_single_round_flags(caplog):
     """Node 5 always takes a smaller step (its logit-scale shift sits below the others' but, with
     κ = 50, never far enough for the per-round test). The sequential test alarms on it once its
     low CUSUM — recomputed here from the recorded scores with :func:`cusum_path` — passes h; from
     then on it gets weight 0 and the aggregate is the others' data-size weighted mean."""
     det = sq.ClientCusum(k=0.5, h_low=3.0, h_high=50.0, clip=3.0)
-    s = _guard(kappa=50.0, strikes=0, sequential=det)
+    s = _guard(kappa=50.0, strikes=0, sequential=det, sequential_signal="scale")
     audits = []
     orig = s.aggregate_updates
 
@@ -280,27 +306,34 @@ def test_calguard_drops_a_persistently_low_client_that_no_single_round_flags(cap
 def test_the_replay_of_a_recorded_audit_gives_the_strategys_decisions():
     """docs/tools/detector_replay.py replays recorded signatures through cg.replay: on the audit
     of a strategy run, it must reproduce every score, CUSUM and flag the strategy recorded."""
-    s = _guard(kappa=2.0, strikes=2, sequential=sq.ClientCusum(k=0.3, h_low=2.0, h_high=2.0), mode="audit")
-    audits = []
-    orig = s.aggregate_updates
+    for signal in ("ratio", "scale"):
+        s = _guard(kappa=2.0, strikes=2, sequential=sq.ClientCusum(k=0.3, h_low=2.0, h_high=2.0), mode="audit",
+                   sequential_signal=signal)
+        audits = []
+        orig = s.aggregate_updates
 
-    def record(server_round, *a, **k):
-        out = orig(server_round, *a, **k)
-        audits.append((server_round, [100 + n for n in s.last_audit], [v["scale_shift"] for v in s.last_audit.values()],
-                       list(s.last_audit.values())))
-        return out
+        def record(server_round, *a, **k):
+            out = orig(server_round, *a, **k)
+            audits.append((server_round, [100 + n for n in s.last_audit], list(s.last_audit.values())))
+            return out
 
-    s.aggregate_updates = record
-    s.start(grid=FakeGrid([1, 2, 3, 4, 5], _low_node), initial_arrays=ArrayRecord(_init_state()), num_rounds=6)
-    rows = cg.replay([(r, c, v) for r, c, v, _ in audits], kappa=2.0, window=10, strikes=2,
-                     sequential=sq.ClientCusum(k=0.3, h_low=2.0, h_high=2.0))
-    recorded = [a for *_, audit in audits for a in audit]
-    assert len(rows) == len(recorded) == 30
-    for row, rec in zip(rows, recorded):
-        assert row["score"] == pytest.approx(rec["score"]) and row["low"] == pytest.approx(rec["cusum_low"])
-        assert (row["flagged"], row["outlier"], row["struck_out"], row["sequential"]) == (
-            rec["flagged"], rec["outlier"], rec["struck_out"], rec["sequential"])
-    assert any(r["flagged"] for r in rows)
+        s.aggregate_updates = record
+        s.start(grid=FakeGrid([1, 2, 3, 4, 5], _shrinking_node), initial_arrays=ArrayRecord(_init_state()),
+                num_rounds=6)
+        rounds = [(r, c, [a["scale_shift"] for a in audit],
+                   *([[a["scale_shift"] / a["update_norm"] for a in audit]] if signal == "ratio" else []))
+                  for r, c, audit in audits]
+        rows = cg.replay(rounds, kappa=2.0, window=10, strikes=2, sequential=sq.ClientCusum(k=0.3, h_low=2.0, h_high=2.0))
+        recorded = [a for *_, audit in audits for a in audit]
+        assert len(rows) == len(recorded) == 30
+        for row, rec in zip(rows, recorded):
+            assert row["score"] == pytest.approx(rec["score"]) and row["low"] == pytest.approx(rec["cusum_low"])
+            assert row["sequential_score"] == pytest.approx(rec["sequential_score"])
+            assert (row["flagged"], row["outlier"], row["struck_out"], row["sequential"]) == (
+                rec["flagged"], rec["outlier"], rec["struck_out"], rec["sequential"])
+        assert any(r["sequential"] for r in rows)
+        if signal == "scale":
+            assert all(r["sequential_score"] == r["score"] for r in rows)
 
 
 def test_replay_by_hand_on_one_round():
@@ -321,6 +354,8 @@ def test_replay_by_hand_on_one_round():
 def test_calguard_refuses_a_sequential_test_of_another_type_and_records_update_norms():
     with pytest.raises(TypeError, match="ClientCusum"):
         _guard(sequential={"k": 0.5})
+    with pytest.raises(ValueError, match="sequential_signal"):
+        _guard(sequential=sq.ClientCusum(), sequential_signal="norm")
     s = _guard()
     sent = {}
 

@@ -15,6 +15,9 @@ from fedcal import sequential as sq
 from fedcal.aggregate.numerics import row_norms64
 from fedcal.strategies.base import StrategyOptions, UpdateAggregationStrategy, _tensor
 
+#: what CalGuard's sequential test may be fed (``sequential_signal``)
+SEQUENTIAL_SIGNALS = ("ratio", "scale")
+
 
 class CalGuard(UpdateAggregationStrategy):
     """A calibration-aware defense (:mod:`fedcal.calguard` has the math): every valid reply is
@@ -50,6 +53,11 @@ class CalGuard(UpdateAggregationStrategy):
     sequential : fedcal.sequential.ClientCusum, optional (default None: off)
         The per-client sequential test fed with every round's scores (its thresholds calibrated
         on benign clients, docs/defense.md); alarms count per ``node_label`` like the strikes.
+    sequential_signal : str (default "ratio")
+        What the sequential test is fed: ``ratio``, the robust score of each reply's logit-scale
+        shift per unit of its update's norm (s / ‖Δ‖: the direction's effect on confidence, not
+        the step's size, which grows with a client's data), or ``scale``, the per-round test's own
+        z. docs/defense.md compares the two.
     **options : StrategyOptions
         The shared arguments (Flower's FedAvg ones, seeded sampling, buffers), see the base.
 
@@ -59,7 +67,7 @@ class CalGuard(UpdateAggregationStrategy):
 
     def __init__(self, *, model: nn.Module, root_x: torch.Tensor, root_y: torch.Tensor, kappa: float = 5.0,
                  window: int = 10, strikes: int = 3, mode: str = "filter", sequential: sq.ClientCusum | None = None,
-                 **options: Unpack[StrategyOptions]) -> None:
+                 sequential_signal: str = "ratio", **options: Unpack[StrategyOptions]) -> None:
         super().__init__(**options)
         if not isinstance(model, nn.Module):
             raise TypeError(f"CalGuard needs the federation's nn.Module, got {type(model).__name__}")
@@ -69,6 +77,8 @@ class CalGuard(UpdateAggregationStrategy):
             raise ValueError(f"kappa must be > 0, got {kappa}")
         if sequential is not None and not isinstance(sequential, sq.ClientCusum):
             raise TypeError(f"sequential must be a fedcal.sequential.ClientCusum, got {type(sequential).__name__}")
+        if sequential_signal not in SEQUENTIAL_SIGNALS:
+            raise ValueError(f"sequential_signal must be one of {SEQUENTIAL_SIGNALS}, got {sequential_signal!r}")
         self.model = model
         self.root_x, self.root_y = root_x, root_y.long() if isinstance(root_y, torch.Tensor) else root_y
         cg.check_root_set(self.root_x, self.root_y)
@@ -83,7 +93,8 @@ class CalGuard(UpdateAggregationStrategy):
         self.kappa, self.mode = float(kappa), mode
         self.scale = cg.DeviationScale(window)
         self.strikes = cg.Strikes(strikes)
-        self.sequential = sequential
+        self.sequential, self.sequential_signal = sequential, sequential_signal
+        self.signal_scale = cg.DeviationScale(window)  # the robust scale of the ratio signal
 
     def summary(self) -> None:
         """Log CalGuard's settings, then the shared ones."""
@@ -93,8 +104,8 @@ class CalGuard(UpdateAggregationStrategy):
             self.scale.window, self.strikes.limit)
         if self.sequential is not None:
             q = self.sequential
-            log(INFO, "\t│\t└── Sequential test: two one-sided CUSUMs per client, k %.3g, h low %.3g, h high %.3g, "
-                "clip %.3g", q.k, q.h_low, q.h_high, q.clip)
+            log(INFO, "\t│\t└── Sequential test on %s: two one-sided CUSUMs per client, k %.3g, h low %.3g, "
+                "h high %.3g, clip %.3g", self.sequential_signal, q.k, q.h_low, q.h_high, q.clip)
         super().summary()
 
     def aggregate_updates(self, server_round, node_ids, updates, weights):
@@ -106,8 +117,12 @@ class CalGuard(UpdateAggregationStrategy):
             self.model, agg.add_flat_update(base, keys, u), self.root_x), self.root_y), current) for u in updates]
         shifts = torch.tensor([s["scale_shift"] for s in signatures], dtype=torch.float64)
         clients = [self._client(n) for n in node_ids]
+        # the update's L2 norm: recorded for the audit, and the ratio signal's denominator
+        norms = row_norms64(updates)
+        ratio = self.sequential is not None and self.sequential_signal == "ratio"
         decision = cg.decide(shifts, clients, scale=self.scale, strikes=self.strikes, kappa=self.kappa,
-                             sequential=self.sequential, server_round=server_round)
+                             sequential=self.sequential, server_round=server_round,
+                             signal=shifts / norms if ratio else None, signal_scale=self.signal_scale if ratio else None)
         dev, z, sigma, outlier, banned = (decision.deviation, decision.score, decision.sigma, decision.outlier,
                                           decision.struck_out)
         flagged = decision.flagged
@@ -118,18 +133,16 @@ class CalGuard(UpdateAggregationStrategy):
         else:
             log(WARNING, "CalGuard round %d: every reply flagged; the global model is kept", server_round)
             delta = torch.zeros(updates.shape[1], dtype=torch.float32)
-        # the update's L2 norm is recorded for the audit only (a τ < 1 client's step is small:
-        # the offline study of a per-client sequential test, docs/defense.md, reads it)
-        norms = row_norms64(updates)
         self.last_audit = {
             n: {**sig, "update_norm": float(u), "deviation": float(d), "score": float(s), "sigma": sigma,
                 "outlier": bool(o), "struck_out": bool(b), "flagged": bool(f),
                 "decision": ("dropped" if f else "kept") if self.mode == "filter" else ("would drop" if f else "kept")}
             for n, sig, u, d, s, o, b, f in zip(node_ids, signatures, norms, dev, z, outlier, banned, flagged)}
         if self.sequential is not None:
-            for n, c, a in zip(node_ids, clients, decision.sequential):
+            for n, c, a, x in zip(node_ids, clients, decision.sequential, decision.sequential_score):
                 stat = self.sequential.statistic(c)
-                self.last_audit[n].update({"cusum_low": stat.low, "cusum_high": stat.high, "sequential": bool(a)})
+                self.last_audit[n].update({"sequential_score": float(x), "cusum_low": stat.low,
+                                           "cusum_high": stat.high, "sequential": bool(a)})
                 if a and stat.alarm_round == server_round:
                     log(INFO, "CalGuard round %d: %s alarmed by the sequential test (%s CUSUM %.3g > %.3g after %d "
                         "replies); %s from now on", server_round, self.who(n), stat.alarm,
