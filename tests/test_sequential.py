@@ -370,3 +370,59 @@ def test_calguard_refuses_a_sequential_test_of_another_type_and_records_update_n
     for n in range(1, 6):
         assert s.last_audit[n]["update_norm"] == pytest.approx(float(sent[n].double().norm()), rel=1e-6)
     assert "cusum_low" not in s.last_audit[1]  # no sequential test, no columns
+
+
+# --------------------------------------------------------------------------- the run-config keys
+def test_calguard_cusum_keys_build_the_sequential_test_and_enter_the_hash_only_when_set():
+    from fedcal.config import CALGUARD_SIGNALS
+    from fedcal.strategies.calguard import SEQUENTIAL_SIGNALS
+    from fedcal.strategies.registry import _rule_kwargs
+
+    assert CALGUARD_SIGNALS == SEQUENTIAL_SIGNALS
+    base = RunConfig.from_flower({"strategy": "calguard", "tau": 0.2})
+    assert _rule_kwargs(base)["sequential"] is None
+    on = RunConfig.from_flower({"strategy": "calguard", "tau": 0.2, "calguard-cusum": True, "calguard-cusum-k": 1.0,
+                                "calguard-cusum-h-high": 1e300, "calguard-cusum-signal": "scale"})
+    kw = _rule_kwargs(on)
+    det = kw["sequential"]
+    assert isinstance(det, sq.ClientCusum) and kw["sequential_signal"] == "scale"
+    assert (det.k, det.h_low, det.h_high) == (1.0, RunConfig().calguard_cusum_h_low, 1e300)
+    assert config_hash(base.replace(calguard_cusum=False)) == config_hash(base)  # earlier runs keep their names
+    assert len({config_hash(base), config_hash(on), config_hash(on.replace(calguard_cusum_k=0.5))}) == 3
+    for bad in (0, math.inf):
+        with pytest.raises(ConfigError, match="calguard-cusum-h-low"):
+            RunConfig.from_flower({"calguard-cusum": True, "calguard-cusum-h-low": bad})
+    with pytest.raises(ConfigError, match="calguard-cusum-signal"):
+        RunConfig.from_flower({"calguard-cusum": True, "calguard-cusum-signal": "norm"})
+
+
+def test_the_defense_table_keeps_calguard_with_and_without_the_sequential_test_apart():
+    """Rows that differ only in calguard-cusum (or tsa-duty) are separate table rows, each against
+    the one benign FedAvg reference, and the varying columns show in the Markdown."""
+    import pandas as pd
+
+    from fedcal.reports.defense import summarise, to_markdown
+
+    def row(strategy, tau, seed, sece, **extra):
+        return {"dataset": "mnist", "strategy": strategy, "tau": tau, "attacker_ratio": np.nan if tau == 1 else 0.25,
+                "dirichlet_alpha": 1.0, "tsa_step_frac": 1.0, "tsa_blend": 1.0, "tsa_duty": extra.pop("duty", 1.0),
+                "seed": seed, "accuracy": 0.9, "ece": abs(sece), "sece": sece, "detection": np.nan if tau == 1 else 0.5,
+                "false_positive": 0.01, **extra}
+
+    rows = pd.DataFrame([row("fedavg", 1.0, s, 0.02) for s in (0, 1)]
+                        + [row("calguard", 0.2, s, 0.05, calguard_cusum=False, calguard_cusum_signal="ratio")
+                           for s in (0, 1)]
+                        + [row("calguard", 0.2, s, 0.03, calguard_cusum=True, calguard_cusum_signal="ratio")
+                           for s in (0, 1)]
+                        + [row("calguard", 0.2, s, 0.025, calguard_cusum=True, calguard_cusum_signal="scale")
+                           for s in (0, 1)]
+                        + [row("fedavg", 0.2, s, 0.04, duty=0.5) for s in (0, 1)])
+    t = summarise(rows)
+    guarded = t[t["strategy"] == "calguard"].set_index(["calguard_cusum", "calguard_cusum_signal"])
+    assert guarded.loc[(False, "ratio"), "d_sece"] == pytest.approx(3.0)
+    assert guarded.loc[(True, "ratio"), "d_sece"] == pytest.approx(1.0)
+    assert guarded.loc[(True, "scale"), "d_sece"] == pytest.approx(0.5)
+    assert t[(t["strategy"] == "fedavg") & (t["tau"] == 0.2)]["tsa_duty"].tolist() == [0.5]
+    md = to_markdown(t)
+    assert "calguard_cusum" in md.splitlines()[0] and "tsa_duty" in md.splitlines()[0]
+    assert "| ratio |" in md and "| scale |" in md  # a word-valued setting is shown as it is

@@ -33,9 +33,10 @@ from fedcal.train import predict_logits
 #: the post-hoc baseline's name in the tables
 POSTHOC = "fedavg + TS(root)"
 #: the attack settings a row is identified by, besides dataset and strategy
-SETTING = ["tau", "attacker_ratio", "dirichlet_alpha", "tsa_step_frac", "tsa_blend"]
+SETTING = ["tau", "attacker_ratio", "dirichlet_alpha", "tsa_step_frac", "tsa_blend", "tsa_duty"]
 #: CalGuard's own parameters (NaN in the rows of other strategies)
-GUARD = ["calguard_kappa", "calguard_strikes", "calguard_window"]
+GUARD = ["calguard_kappa", "calguard_strikes", "calguard_window", "calguard_cusum", "calguard_cusum_signal",
+         "calguard_cusum_k", "calguard_cusum_h_low", "calguard_cusum_h_high"]
 #: the target of docs/defense.md: |Δ sECE| (points) and |Δ accuracy| under attack; without attack
 TARGET_SECE, TARGET_ACC, TARGET_BENIGN = 2.0, 1.0, 1.0
 FP_TARGET = 0.05
@@ -61,7 +62,8 @@ def defense_configs(base: RunConfig, strategies: Sequence[str], taus: Sequence[f
                 for tau in [*taus, 1.0] if strategy == "fedavg" else taus:
                     if tau == 1.0:
                         c = own.replace(strategy=strategy, seed=seed, attack="none", tau=1.0,
-                                        attacker_ratio=defaults.attacker_ratio, tsa_step_frac=1.0, tsa_blend=1.0)
+                                        attacker_ratio=defaults.attacker_ratio, tsa_step_frac=1.0, tsa_blend=1.0,
+                                        tsa_duty=1.0)
                     else:
                         c = own.replace(strategy=strategy, seed=seed, attack="tsa", tau=tau)
                     out.setdefault(config_hash(c), c)
@@ -106,9 +108,9 @@ def run_rows(run_dirs: Sequence[str | Path], posthoc: bool = True) -> pd.DataFra
         last = final_metrics(d).iloc[0]
         setting = {"tau": cfg.tau if cfg.attack == "tsa" else 1.0, "attacker_ratio": cfg.attacker_ratio,
                    "dirichlet_alpha": cfg.dirichlet_alpha, "tsa_step_frac": cfg.tsa_step_frac,
-                   "tsa_blend": cfg.tsa_blend}
+                   "tsa_blend": cfg.tsa_blend, "tsa_duty": cfg.tsa_duty}
         if cfg.attack == "none":
-            setting.update(attacker_ratio=np.nan, tsa_step_frac=1.0, tsa_blend=1.0)
+            setting.update(attacker_ratio=np.nan, tsa_step_frac=1.0, tsa_blend=1.0, tsa_duty=1.0)
         det, fp, n_att = _flags(Path(d), cfg)
         base = {"dataset": cfg.dataset, **setting, "seed": cfg.seed, "run_dir": str(d)}
         guard = {k: getattr(cfg, k) if cfg.strategy == "calguard" else np.nan for k in GUARD}
@@ -133,6 +135,8 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     for k in GUARD:  # tables written before these columns existed
         if k not in r.columns:
             r[k] = np.nan
+    if "tsa_duty" not in r.columns:
+        r["tsa_duty"] = 1.0
     keys = ["dataset", "strategy", *SETTING, *GUARD]
     for c in ("accuracy", "ece", "sece"):
         r[c] = 100 * r[c]
@@ -153,8 +157,15 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
                   (out["d_sece"].abs() <= TARGET_BENIGN) & (out["d_accuracy"].abs() <= TARGET_BENIGN))
     ok = ok & ~(out["false_positive"] >= FP_TARGET)
     out["target"] = np.where(out["d_sece"].isna(), "", np.where(ok, "yes", "no"))
-    return out.sort_values(["dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend",
+    return out.sort_values(["dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend", "tsa_duty",
                             "strategy", *GUARD, "tau"], na_position="first", kind="stable").reset_index(drop=True)
+
+
+def _knob(v) -> str:
+    """A setting's value in a table or legend: numbers as %g, words as they are, NaN empty."""
+    if isinstance(v, str):
+        return v
+    return "" if pd.isna(v) else f"{v:g}"
 
 
 def _pct(v: float) -> str:
@@ -177,11 +188,12 @@ def to_markdown(table: pd.DataFrame, title: str = "") -> str:
     t["detected_%"] = t["detection"].map(_pct)
     t["benign_flagged_%"] = t["false_positive"].map(_pct)
     t["tau"] = t["tau"].map(lambda v: "benign" if v == 1.0 else f"{v:g}")
-    varying = [c for c in ("dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend", *GUARD)
+    varying = [c for c in ("dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend", "tsa_duty",
+                           *GUARD)
                if c in t.columns and t[c].dropna().nunique() > 1]
-    for c in ("attacker_ratio", "dirichlet_alpha", "tsa_step_frac", "tsa_blend", *GUARD):
+    for c in ("attacker_ratio", "dirichlet_alpha", "tsa_step_frac", "tsa_blend", "tsa_duty", *GUARD):
         if c in t.columns:
-            t[c] = t[c].map(lambda v: "" if pd.isna(v) else f"{v:g}")
+            t[c] = t[c].map(_knob)
     cols = [*varying, "strategy", "tau", "seeds", "accuracy_%", "ece_%", "sece_%", "d_acc", "d_sece", "detected_%",
             "benign_flagged_%", "target"]
     return markdown_table(t[cols], title)
@@ -196,7 +208,7 @@ def defense_plot(table: pd.DataFrame, path: str | Path) -> Path:
 
     panels = list(table.groupby(["dataset", "dirichlet_alpha"], sort=False).groups)
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
-    knobs = ["attacker_ratio", "tsa_step_frac", "tsa_blend", *[c for c in GUARD if c in table.columns]]
+    knobs = ["attacker_ratio", "tsa_step_frac", "tsa_blend", "tsa_duty", *[c for c in GUARD if c in table.columns]]
     for ax, (ds, alpha) in zip(axes[0], panels):
         sub = table[(table["dataset"] == ds) & (table["dirichlet_alpha"] == alpha)]
         ref = sub[(sub["strategy"] == "fedavg") & (sub["tau"] == 1.0)]["sece"]
@@ -213,8 +225,8 @@ def defense_plot(table: pd.DataFrame, path: str | Path) -> Path:
                 if c in own.columns and c in varying:
                     own = own[own[c] == g[c].iloc[0]]
             g = pd.concat([g, own.iloc[:1]]).sort_values("tau")
-            label = strategy + "".join(f" {c.replace('calguard_', '').replace('tsa_', '')}={v:g}"
-                                       for c, v in zip(varying, key[1:]) if not pd.isna(v))
+            label = strategy + "".join(f" {c.replace('calguard_', '').replace('tsa_', '')}={_knob(v)}"
+                                       for c, v in zip(varying, key[1:]) if isinstance(v, str) or not pd.isna(v))
             ax.plot(g["tau"], g["sece"], marker="o", label=label, lw=2.2 if strategy == "calguard" else 1.2)
         ax.set(xscale="log", xlabel="attackers' τ (1 = benign run)", ylabel="final sECE (%)",
                title=f"{ds}, α = {alpha:g}")
