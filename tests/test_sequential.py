@@ -426,3 +426,28 @@ def test_the_defense_table_keeps_calguard_with_and_without_the_sequential_test_a
     md = to_markdown(t)
     assert "calguard_cusum" in md.splitlines()[0] and "tsa_duty" in md.splitlines()[0]
     assert "| ratio |" in md and "| scale |" in md  # a word-valued setting is shown as it is
+
+
+def test_a_flower_run_with_the_sequential_test_drops_the_alarmed_clients_and_records_its_statistics(tmp_path):
+    """digits, τ = 0.2 attackers, thresholds low enough to alarm within a few rounds: the run's
+    aggregation.csv carries each reply's CUSUMs, and every reply of an alarmed client from its
+    alarm on has weight 0."""
+    import pandas as pd
+
+    from fedcal.app.engine import simulate
+    from fedcal.results import AUDIT_FILE
+
+    cfg = RunConfig.from_flower(dict(dataset="digits", num_clients=8, clients_per_round=4, num_rounds=6, lr=0.05,
+                                     attacker_ratio=0.25, tau=0.2, strategy="calguard", root_size=40,
+                                     calguard_cusum=True, calguard_cusum_h_low=1.0, calguard_cusum_h_high=1.0,
+                                     engine="inprocess", output_dir=str(tmp_path), device="cpu"))
+    audit = pd.read_csv(simulate(cfg, progress=False) / AUDIT_FILE)
+    assert {"sequential_score", "cusum_low", "cusum_high", "sequential"} <= set(audit.columns)
+    for client, g in audit.groupby("partition_id"):
+        low = sq.cusum_path(g["sequential_score"].clip(-3, 3), 0.5, "low")
+        assert g["cusum_low"].tolist() == pytest.approx(low.tolist())
+    alarmed = audit[audit["sequential"].astype(bool)]
+    assert len(alarmed) and (alarmed["weight"] == 0).all() and (alarmed["decision"] == "dropped").all()
+    first = alarmed.groupby("partition_id")["round"].min()
+    later = audit[audit["partition_id"].map(first).le(audit["round"])]
+    assert later["sequential"].astype(bool).all()  # the alarm stays
