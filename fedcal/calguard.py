@@ -173,6 +173,13 @@ class DeviationScale:
     def push(self, deviations: torch.Tensor) -> None:
         self._rounds.append(self._spread(deviations).clone())
 
+    def state_dict(self) -> list[torch.Tensor]:
+        """The pooled rounds' deviations, oldest first (for a run's checkpoint)."""
+        return [d.clone() for d in self._rounds]
+
+    def load_state_dict(self, rounds: list[torch.Tensor]) -> None:
+        self._rounds = deque((torch.as_tensor(d, dtype=torch.float64) for d in rounds), maxlen=self.window)
+
     def __len__(self) -> int:
         return sum(len(r) for r in self._rounds)
 
@@ -195,6 +202,13 @@ class Strikes:
     def record(self, client: object, flagged: bool) -> None:
         if flagged:
             self.count[client] = self.count.get(client, 0) + 1
+
+    def state_dict(self) -> dict[object, int]:
+        """Every client's flag count (for a run's checkpoint)."""
+        return dict(self.count)
+
+    def load_state_dict(self, count: Mapping[object, int]) -> None:
+        self.count = {client: int(n) for client, n in count.items()}
 
 
 def flag_outliers(scores: torch.Tensor, kappa: float) -> torch.Tensor:

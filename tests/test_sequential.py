@@ -196,7 +196,7 @@ def test_the_detect_task_and_the_batched_engine_refuse_the_duty_cycled_attacker(
 
 
 # --------------------------------------------------------------------------- CalGuard with the sequential test
-from flwr.app import ArrayRecord, MetricRecord, RecordDict  # noqa: E402
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict  # noqa: E402
 
 from fedcal import calguard as cg  # noqa: E402
 from fedcal import strategies  # noqa: E402
@@ -451,3 +451,34 @@ def test_a_flower_run_with_the_sequential_test_drops_the_alarmed_clients_and_rec
     first = alarmed.groupby("partition_id")["round"].min()
     later = audit[audit["partition_id"].map(first).le(audit["round"])]
     assert later["sequential"].astype(bool).all()  # the alarm stays
+
+
+def test_calguard_with_the_sequential_test_resumes_from_its_state_dict_as_if_never_stopped():
+    """Three rounds, state_dict, a fresh strategy loaded with it runs rounds 4–6 from the same
+    global model: every score, CUSUM and weight equals those of the uninterrupted run."""
+    def fresh():
+        return _guard(kappa=3.0, strikes=2, sequential=sq.ClientCusum(k=0.3, h_low=2.0, h_high=2.0))
+
+    def rounds(s, first, last, arrays):
+        out = []
+        for r in range(first, last + 1):
+            msgs = list(s.configure_train(r, arrays, ConfigRecord(), grid))
+            replies = grid.send_and_receive(msgs)
+            arrays, _ = s.aggregate_train(r, replies)
+            out.append({n: (a["score"], a["sequential_score"], a["cusum_low"], a["cusum_high"], s.last_weights[n])
+                        for n, a in s.last_audit.items()})
+        return out, arrays
+
+    grid = FakeGrid([1, 2, 3, 4, 5], _shrinking_node)
+    whole, _ = rounds(fresh(), 1, 6, ArrayRecord(_init_state()))
+    first = fresh()
+    head, arrays = rounds(first, 1, 3, ArrayRecord(_init_state()))
+    state = first.state_dict()
+    assert set(state) == {"scale", "strikes", "sequential", "signal_scale"} and 105 in state["sequential"]
+    second = fresh()
+    second.load_state_dict(state, node_of={100 + n: n for n in range(1, 6)})
+    tail, _ = rounds(second, 4, 6, arrays)
+    assert head + tail == whole
+    assert any(v[2] > 2.0 for r in whole for v in r.values())  # an alarm happened on the way
+    with pytest.raises(ValueError, match="disagree on the sequential test"):
+        _guard().load_state_dict(state, node_of={})

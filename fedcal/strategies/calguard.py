@@ -158,6 +158,28 @@ class CalGuard(UpdateAggregationStrategy):
                 self.strikes.limit)
         return delta, node_w
 
+    def state_dict(self):
+        """The deviation pool of the last ``window`` rounds and every client's strikes (clients
+        are counted by partition id, so the strikes outlive the run's node ids); with the
+        sequential test also its per-client statistics and alarms and the ratio signal's pool."""
+        if self.node_label is None and (self.strikes.count or (self.sequential is not None and self.sequential.clients)):
+            raise ValueError("CalGuard's strikes are counted by node id (no node_label): they cannot be checkpointed")
+        state = {"scale": self.scale.state_dict(), "strikes": self.strikes.state_dict()}
+        if self.sequential is not None:
+            state.update(sequential=self.sequential.state_dict(), signal_scale=self.signal_scale.state_dict())
+        return state
+
+    def load_state_dict(self, state, node_of):
+        if ("sequential" in state) != (self.sequential is not None):
+            raise ValueError("CalGuard's checkpoint and this strategy disagree on the sequential test "
+                             f"(checkpoint: {'with' if 'sequential' in state else 'without'}, strategy: "
+                             f"{'with' if self.sequential is not None else 'without'})")
+        self.scale.load_state_dict(state["scale"])
+        self.strikes.load_state_dict(state["strikes"])
+        if self.sequential is not None:
+            self.sequential.load_state_dict(state["sequential"])
+            self.signal_scale.load_state_dict(state["signal_scale"])
+
     def _client(self, node_id: int):
         """The identity strikes are counted under: the partition id when known, else the node id."""
         label = self.label(node_id)
