@@ -37,6 +37,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -224,3 +225,86 @@ def root_logits(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Te
     model's device."""
     model.load_state_dict(state)
     return predict_logits(model, x, batch_size, next(model.parameters()).device)
+
+
+@dataclass(frozen=True)
+class RoundDecision:
+    """CalGuard's decision on one round's replies (one entry per reply, in order)."""
+
+    deviation: torch.Tensor  # d = s − median(s of the trusted replies)
+    score: torch.Tensor  # z = d / σ (+inf for a non-finite signature)
+    sigma: float
+    outlier: torch.Tensor  # |z| > κ
+    struck_out: torch.Tensor  # flagged `strikes` times before this round
+    sequential_score: torch.Tensor  # what the sequential test was fed (z, or the robust score of its own signal)
+    sequential: torch.Tensor  # the per-client sequential test's alarm (this round's or earlier), False without one
+    flagged: torch.Tensor  # outlier | struck_out | sequential
+
+
+def decide(shifts: torch.Tensor, clients: list, *, scale: DeviationScale, strikes: Strikes, kappa: float,
+           sequential=None, server_round: int = 0, signal: torch.Tensor | None = None,
+           signal_scale: DeviationScale | None = None) -> RoundDecision:
+    """One round of CalGuard's rule on the replies' logit-scale shifts ``shifts`` from ``clients``
+    (identities: partition ids), updating ``scale``, ``strikes`` and the optional per-client
+    sequential test ``sequential`` (:class:`fedcal.sequential.ClientCusum`) in place.
+
+    Replies of clients struck out, or alarmed by the sequential test, in an earlier round leave
+    the median and the pooled scale; a reply is flagged when ``|z| > κ``, when its client is
+    struck out, or when the sequential test alarms on its client. The sequential test is fed the
+    round's z, or — given ``signal`` (one value per reply, e.g. the shift per unit of update norm)
+    and its own ``signal_scale`` — that signal's robust score, computed as z is (deviation from the
+    trusted replies' median over the pooled robust scale; a non-finite value scores 0 and stays out
+    of the median). The strategy and the offline replay (:func:`replay`) both decide through here."""
+    shifts = shifts.double().reshape(-1)
+    banned = torch.tensor([strikes.banned(c) for c in clients], dtype=torch.bool)
+    earlier = torch.tensor([sequential is not None and sequential.alarmed(c) for c in clients], dtype=torch.bool)
+    finite = torch.isfinite(shifts)  # a valid reply can still overflow the model's logits
+    trusted = ~banned & ~earlier & finite
+    dev = median_deviations(shifts, trusted=trusted)
+    z, sigma = scale.score(dev, pooled=dev[trusted])
+    z = torch.where(finite, z, torch.full_like(z, math.inf))
+    outlier = flag_outliers(z, kappa)
+    scale.push(dev[trusted])
+    for c, f in zip(clients, outlier):
+        strikes.record(c, bool(f))
+    fed = z
+    if signal is not None:
+        if signal_scale is None:
+            raise ValueError("a sequential signal needs its own signal_scale (a DeviationScale)")
+        v = signal.double().reshape(-1)
+        ok = torch.isfinite(v)
+        v = torch.where(ok, v, torch.zeros_like(v))
+        dev_s = median_deviations(v, trusted=trusted & ok)
+        fed, _ = signal_scale.score(dev_s, pooled=dev_s[trusted & ok])
+        fed = torch.where(ok, fed, torch.zeros_like(fed))
+        signal_scale.push(dev_s[trusted & ok])
+    alarm = (sequential.update(clients, fed, server_round) if sequential is not None
+             else torch.zeros(len(clients), dtype=torch.bool))
+    return RoundDecision(deviation=dev, score=z, sigma=sigma, outlier=outlier, struck_out=banned,
+                         sequential_score=fed, sequential=alarm, flagged=outlier | banned | alarm)
+
+
+def replay(rounds, *, kappa: float = 5.0, window: int = 10, strikes: int = 3, sequential=None) -> list[dict]:
+    """CalGuard's decisions (:func:`decide`) on recorded signatures, without the models: ``rounds``
+    yields ``(server_round, clients, shifts)`` in round order (e.g. from a run's aggregation.csv),
+    or ``(server_round, clients, shifts, signal)`` to feed the sequential test the robust score of
+    ``signal`` instead of z. Returns one dict per reply: round, client, deviation, score, sigma,
+    outlier, struck_out, sequential_score, sequential (alarm), the sequential test's ``low`` /
+    ``high`` statistics after the reply, and flagged. A *what-if*: the replies were made by the
+    recorded run's global models, which a rule that dropped replies would have changed."""
+    scale, strike, signal_scale = DeviationScale(window), Strikes(strikes), DeviationScale(window)
+    rows = []
+    for server_round, clients, shifts, *signal in rounds:
+        clients = list(clients)
+        sig = torch.tensor(np.asarray(signal[0], dtype=np.float64)) if signal else None
+        d = decide(torch.tensor(np.asarray(shifts, dtype=np.float64)), clients, scale=scale, strikes=strike,
+                   kappa=kappa, sequential=sequential, server_round=server_round, signal=sig,
+                   signal_scale=signal_scale if signal else None)
+        for i, c in enumerate(clients):
+            stat = sequential.statistic(c) if sequential is not None else None
+            rows.append({"round": server_round, "client": c, "deviation": float(d.deviation[i]),
+                         "score": float(d.score[i]), "sigma": d.sigma, "outlier": bool(d.outlier[i]),
+                         "struck_out": bool(d.struck_out[i]), "sequential_score": float(d.sequential_score[i]),
+                         "sequential": bool(d.sequential[i]), "low": stat.low if stat else 0.0,
+                         "high": stat.high if stat else 0.0, "flagged": bool(d.flagged[i])})
+    return rows

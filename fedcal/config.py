@@ -35,6 +35,7 @@ PARTITIONS = ("dirichlet", "iid", "patient")
 STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "trimmed_mean", "median", "geometric_median",
               "median_of_means", "calguard")
 CALGUARD_MODES = ("filter", "audit")  # fedcal.calguard.CALGUARD_MODES (a test keeps them equal)
+CALGUARD_SIGNALS = ("ratio", "scale")  # fedcal.strategies.calguard.SEQUENTIAL_SIGNALS (a test keeps them equal)
 CALGUARD_MIN_ROOT = 20  # fedcal.calguard.MIN_ROOT_SIZE
 DEVICES = ("auto", "cpu", "cuda")
 ENGINES = ("ray", "inprocess", "batched")
@@ -442,6 +443,30 @@ class RunConfig:
     det_threshold: float = setting(0.3, "detect", "score threshold of the kept boxes (the per-round boxes-kept metric, "
                                                   "the example image)", ge=0, lt=1)
     det_eval_every: int = setting(1, "detect", "evaluate every k rounds (always round 0 and the last)", ge=1)
+    # --- added with CalGuard's sequential test (issue 36): appended, so that earlier tables keep their
+    # config columns' order ---
+    # CalGuard's per-client sequential test (docs/defense.md, "Under-confidence across rounds"); the
+    # thresholds' defaults are the ones docs/results/detector/thresholds.csv calibrates (ratio, k = 0.5,
+    # every seed's benign runs, 2 % of benign replies)
+    calguard_cusum: bool = setting(False, "defense", "CalGuard: also drop clients whose scores stay low (tau < 1) or "
+                                                     "high over their rounds (two one-sided CUSUMs per client)",
+                                   hash_when_set=True)
+    calguard_cusum_signal: str = setting("ratio", "defense", "CalGuard's sequential test is fed the robust score of the "
+                                                             "logit-scale shift per unit of update norm (ratio) or of "
+                                                             "the shift itself (scale)", choices=CALGUARD_SIGNALS,
+                                         hash_when_set=True)
+    calguard_cusum_k: float = setting(0.5, "defense", "CalGuard's sequential test: reference value k (half the "
+                                                      "persistent shift to detect, robust units)", ge=0, finite=True,
+                                      hash_when_set=True)
+    calguard_cusum_h_low: float = setting(11.07, "defense", "CalGuard's sequential test: threshold of the low side "
+                                                            "(under-confidence)", gt=0, finite=True,
+                                          hash_when_set=True)
+    calguard_cusum_h_high: float = setting(10.89, "defense", "CalGuard's sequential test: threshold of the high side "
+                                                             "(over-confidence)", gt=0, finite=True,
+                                           hash_when_set=True)
+    tsa_duty: float = setting(1.0, "train", "adaptive TSA: share of its rounds an attacker attacks (a seeded draw per "
+                                            "client round; benign in the others; 1 = every round)", gt=0, le=1,
+                              hash_when_set=True)
 
     def __post_init__(self) -> None:
         if self.task in LEGACY_TASKS:  # old run directories' config.json say task = "tsa"

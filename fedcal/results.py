@@ -489,7 +489,8 @@ def default_run_name(cfg: RunConfig) -> str:
         what = cfg.attack if cfg.attack != "tsa" else _tsa_label(cfg)
         if cfg.attack == "tsa":  # the adaptive attacker's knobs, named only when used
             what += (f"-f{cfg.tsa_step_frac:g}" if cfg.tsa_step_frac != 1 else "") + \
-                    (f"-b{cfg.tsa_blend:g}" if cfg.tsa_blend != 1 else "")
+                    (f"-b{cfg.tsa_blend:g}" if cfg.tsa_blend != 1 else "") + \
+                    (f"-d{cfg.tsa_duty:g}" if cfg.tsa_duty != 1 else "")
         return f"{cfg.dataset}-{cfg.model}-{cfg.strategy}-{what}-s{cfg.seed}-{config_hash(cfg)[:8]}"
     if cfg.task == "distill":  # dataset/model are the image tasks' keys: name the text task's own
         attack = f"-bd{cfg.dst_backdoor_ratio:g}" if cfg.num_backdoor_clients else ""

@@ -151,7 +151,9 @@ def test_every_field_is_declared_with_a_group_and_help():
     assert by_key["task"].range == "one of train, inference, distill, lm, detect"
     assert [i.key for i in describe("defense")] == ["strategy", "krum-f", "krum-m", "trim-f", "root-size",
                                                     "mom-groups", "foolsgold-kappa", "calguard-kappa",
-                                                    "calguard-window", "calguard-strikes", "calguard-mode"]
+                                                    "calguard-window", "calguard-strikes", "calguard-mode",
+                                                    "calguard-cusum", "calguard-cusum-signal", "calguard-cusum-k",
+                                                    "calguard-cusum-h-low", "calguard-cusum-h-high"]
     assert setting_of("inf-timeout").hashed is False and setting_of("tau").hashed is True
 
 

@@ -37,6 +37,7 @@ class Behaviour:
     flip_shift: int = 0  # labelflip: y ← (y + k) mod C
     step_frac: float = 1.0  # tsa: share of the local steps trained at τ (adaptive attacker)
     blend: float = 1.0  # tsa: reply = benign + blend · (TSA − benign) on the same batches (adaptive attacker)
+    duty: float = 1.0  # tsa: share of its rounds the client attacks, benign in the others (adaptive attacker)
 
     @property
     def malicious(self) -> bool:
@@ -89,6 +90,11 @@ class BehaviourKind:
         """λ of the reply ``benign + λ · (trained − benign)``, both trained from the global model
         on the same batches; 1 (the default) sends the trained model itself."""
         return 1.0
+
+    def attacks_in_round(self, behaviour: Behaviour, seed: int, server_round: int, client_id: int) -> bool:
+        """Whether the client behaves as ``behaviour`` in this round (False: a benign round).
+        Default: every round."""
+        return True
 
     def after_training(self, behaviour: Behaviour, model: nn.Module, seed: int, server_round: int,
                        client_id: int) -> None:

@@ -96,6 +96,8 @@ def client_round(
     their kind says: τ/η (TSA), labels (label flipping) or an additive Gaussian on Δθ (noise).
     """
     kind = behaviour_kind(behaviour.kind)
+    if not kind.attacks_in_round(behaviour, cfg.seed, server_round, client_id):  # tsa-duty: a benign round
+        behaviour, kind = BENIGN, behaviour_kind(BENIGN.kind)
     y = kind.train_labels(behaviour, y, num_classes)
     tau, coupled = kind.loss_temperature(behaviour)
     blend = kind.blend(behaviour)

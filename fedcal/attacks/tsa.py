@@ -22,7 +22,10 @@ accumulate.
 **Adaptive variants** (against a defense that watches confidence, docs/defense.md):
 ``tsa-step-frac`` trains only the first share of the local steps at τ; ``tsa-blend`` = λ sends
 benign + λ·(TSA − benign), both trained from the global model on the same batches — λ < 1 moves
-the reply's confidence signature towards the benign ones by as much as the attacker wants.
+the reply's confidence signature towards the benign ones by as much as the attacker wants;
+``tsa-duty`` = p attacks in a seeded share p of its rounds and trains benignly in the others —
+against a test that accumulates a client's evidence over rounds (docs/defense.md), it dilutes the
+evidence per round without changing what an attacking round does.
 
 Source: the project's SPEC §2 (shared/SPEC.md), "Temperature Scaling Attack". The loss and
 the η = β·τ coupling are implemented once, in :func:`fedcal.train.local_train` (``tau``,
@@ -34,7 +37,9 @@ from __future__ import annotations
 
 import math
 
-from fedcal.attacks.behaviour import Behaviour, BehaviourKind
+import torch
+
+from fedcal.attacks.behaviour import Behaviour, BehaviourKind, round_generator
 from fedcal.config import RunConfig
 
 
@@ -45,7 +50,8 @@ class TemperatureScalingAttack(BehaviourKind):
     attack = "tsa"
 
     def from_config(self, cfg: RunConfig) -> Behaviour:
-        return Behaviour("tsa", tau=cfg.tau, coupled=cfg.coupled, step_frac=cfg.tsa_step_frac, blend=cfg.tsa_blend)
+        return Behaviour("tsa", tau=cfg.tau, coupled=cfg.coupled, step_frac=cfg.tsa_step_frac, blend=cfg.tsa_blend,
+                         duty=cfg.tsa_duty)
 
     def variants(self) -> dict[str, Behaviour]:
         """Coupled and uncoupled, at τ ∈ {0.2, 5}."""
@@ -62,6 +68,8 @@ class TemperatureScalingAttack(BehaviourKind):
             raise ValueError(f"step_frac must lie in (0, 1], got {behaviour.step_frac}")
         if not (behaviour.blend > 0 and math.isfinite(behaviour.blend)):
             raise ValueError(f"blend must be a finite number > 0, got {behaviour.blend}")
+        if not 0 < behaviour.duty <= 1:
+            raise ValueError(f"duty must lie in (0, 1], got {behaviour.duty}")
 
     def loss_temperature(self, behaviour: Behaviour) -> tuple[float, bool]:
         return behaviour.tau, behaviour.coupled
@@ -69,6 +77,17 @@ class TemperatureScalingAttack(BehaviourKind):
     def temperature_steps(self, behaviour: Behaviour, steps: int) -> int:
         """The adaptive attacker's ``tsa-step-frac``: the first round(frac · E) steps, at least one."""
         return steps if behaviour.step_frac >= 1 else max(1, min(steps, round(behaviour.step_frac * steps)))
+
+    def attacks_in_round(self, behaviour: Behaviour, seed: int, server_round: int, client_id: int) -> bool:
+        """The adaptive attacker's ``tsa-duty`` = p: it attacks when a uniform draw of the round's own
+        ``duty`` stream (:func:`~fedcal.attacks.behaviour.round_generator`) falls below p. A draw per
+        (seed, round, client) rather than a strict alternation over the client's own rounds: a
+        client does not know how often it was sampled (fedcal's clients keep no state across
+        rounds), and a draw makes the attacked rounds the same wherever the round runs."""
+        if behaviour.duty >= 1:
+            return True
+        u = torch.rand((), generator=round_generator(seed, server_round, client_id, stream="duty"), dtype=torch.float64)
+        return float(u) < behaviour.duty
 
     def blend(self, behaviour: Behaviour) -> float:
         """The adaptive attacker's ``tsa-blend``."""

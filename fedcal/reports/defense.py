@@ -41,9 +41,10 @@ from fedcal.train import predict_logits
 #: the post-hoc baseline's name in the tables
 POSTHOC = "fedavg + TS(root)"
 #: the attack settings a row is identified by, besides dataset and strategy
-SETTING = ["tau", "attacker_ratio", "dirichlet_alpha", "tsa_step_frac", "tsa_blend"]
+SETTING = ["tau", "attacker_ratio", "dirichlet_alpha", "tsa_step_frac", "tsa_blend", "tsa_duty"]
 #: CalGuard's own parameters (NaN in the rows of other strategies)
-GUARD = ["calguard_kappa", "calguard_strikes", "calguard_window"]
+GUARD = ["calguard_kappa", "calguard_strikes", "calguard_window", "calguard_cusum", "calguard_cusum_signal",
+         "calguard_cusum_k", "calguard_cusum_h_low", "calguard_cusum_h_high"]
 #: the target of docs/defense.md: |Δ sECE| (points) and |Δ accuracy| under attack; without attack
 TARGET_SECE, TARGET_ACC, TARGET_BENIGN = 2.0, 1.0, 1.0
 FP_TARGET = 0.05
@@ -73,7 +74,8 @@ def defense_configs(base: RunConfig, strategies: Sequence[str], taus: Sequence[f
                 for tau in [*taus, 1.0] if strategy == "fedavg" else taus:
                     if tau == 1.0:
                         c = own.replace(strategy=strategy, seed=seed, attack="none", tau=1.0,
-                                        attacker_ratio=defaults.attacker_ratio, tsa_step_frac=1.0, tsa_blend=1.0)
+                                        attacker_ratio=defaults.attacker_ratio, tsa_step_frac=1.0, tsa_blend=1.0,
+                                        tsa_duty=1.0)
                     else:
                         c = own.replace(strategy=strategy, seed=seed, attack="tsa", tau=tau)
                     out.setdefault(config_hash(c), c)
@@ -121,9 +123,9 @@ def run_rows(run_dirs: Sequence[str | Path], posthoc: bool = True) -> pd.DataFra
         at_chance = bool(chance is not None and chance.flags(float(last["accuracy"])))
         setting = {"tau": cfg.tau if cfg.attack == "tsa" else 1.0, "attacker_ratio": cfg.attacker_ratio,
                    "dirichlet_alpha": cfg.dirichlet_alpha, "tsa_step_frac": cfg.tsa_step_frac,
-                   "tsa_blend": cfg.tsa_blend}
+                   "tsa_blend": cfg.tsa_blend, "tsa_duty": cfg.tsa_duty}
         if cfg.attack == "none":
-            setting.update(attacker_ratio=np.nan, tsa_step_frac=1.0, tsa_blend=1.0)
+            setting.update(attacker_ratio=np.nan, tsa_step_frac=1.0, tsa_blend=1.0, tsa_duty=1.0)
         det, fp, n_att = _flags(Path(d), cfg)
         base = {CONFIG: label, "dataset": cfg.dataset, **setting, "seed": cfg.seed, "run_dir": str(d),
                 CHANCE: at_chance}
@@ -150,6 +152,8 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     for k in GUARD:  # tables written before these columns existed
         if k not in r.columns:
             r[k] = np.nan
+    if "tsa_duty" not in r.columns:
+        r["tsa_duty"] = 1.0
     for k, v in ((CONFIG, ""), (CHANCE, False)):  # runs.csv written before these columns existed
         if k not in r.columns:
             r[k] = v
@@ -182,9 +186,16 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     ok = ok & ~(out["false_positive"] >= FP_TARGET) & (out[CHANCE] == 0)
     out["target"] = np.where(out["d_sece"].isna(), "", np.where(ok, "yes", "no"))
     out["_c"] = out[CONFIG].map({c: i for i, c in enumerate(dict.fromkeys(out[CONFIG]))})
-    return out.sort_values(["_c", "dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend",
+    return out.sort_values(["_c", "dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend", "tsa_duty",
                             "strategy", *GUARD, "tau"], na_position="first", kind="stable").drop(columns="_c") \
         .reset_index(drop=True)
+
+
+def _knob(v) -> str:
+    """A setting's value in a table or legend: numbers as %g, words as they are, NaN empty."""
+    if isinstance(v, str):
+        return v
+    return "" if pd.isna(v) else f"{v:g}"
 
 
 def _pct(v: float) -> str:
@@ -210,11 +221,12 @@ def to_markdown(table: pd.DataFrame, title: str = "") -> str:
     t["detected_%"] = t["detection"].map(_pct)
     t["benign_flagged_%"] = t["false_positive"].map(_pct)
     t["tau"] = t["tau"].map(lambda v: "benign" if v == 1.0 else f"{v:g}")
-    varying = [c for c in (CONFIG, "dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend", *GUARD)
+    varying = [c for c in (CONFIG, "dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend",
+                           "tsa_duty", *GUARD)
                if c in t.columns and t[c].dropna().nunique() > 1]
-    for c in ("attacker_ratio", "dirichlet_alpha", "tsa_step_frac", "tsa_blend", *GUARD):
+    for c in ("attacker_ratio", "dirichlet_alpha", "tsa_step_frac", "tsa_blend", "tsa_duty", *GUARD):
         if c in t.columns:
-            t[c] = t[c].map(lambda v: "" if pd.isna(v) else f"{v:g}")
+            t[c] = t[c].map(_knob)
     cols = [*varying, "strategy", "tau", "seeds", "accuracy_%", "ece_%", "sece_%", "d_acc", "d_sece", "detected_%",
             "benign_flagged_%", "target"]
     return markdown_table(t[cols], title)
@@ -230,7 +242,7 @@ def defense_plot(table: pd.DataFrame, path: str | Path) -> Path:
     table = table.assign(**{CONFIG: table[CONFIG] if CONFIG in table.columns else ""})
     panels = list(table.groupby([CONFIG, "dataset", "dirichlet_alpha"], sort=False).groups)
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
-    knobs = ["attacker_ratio", "tsa_step_frac", "tsa_blend", *[c for c in GUARD if c in table.columns]]
+    knobs = ["attacker_ratio", "tsa_step_frac", "tsa_blend", "tsa_duty", *[c for c in GUARD if c in table.columns]]
     for ax, (config, ds, alpha) in zip(axes[0], panels):  # a panel per configuration: lines never mix them
         sub = table[(table[CONFIG] == config) & (table["dataset"] == ds) & (table["dirichlet_alpha"] == alpha)]
         ref = sub[(sub["strategy"] == "fedavg") & (sub["tau"] == 1.0)]["sece"]
@@ -247,8 +259,8 @@ def defense_plot(table: pd.DataFrame, path: str | Path) -> Path:
                 if c in own.columns and c in varying:
                     own = own[own[c] == g[c].iloc[0]]
             g = pd.concat([g, own.iloc[:1]]).sort_values("tau")
-            label = strategy + "".join(f" {c.replace('calguard_', '').replace('tsa_', '')}={v:g}"
-                                       for c, v in zip(varying, key[1:]) if not pd.isna(v))
+            label = strategy + "".join(f" {c.replace('calguard_', '').replace('tsa_', '')}={_knob(v)}"
+                                       for c, v in zip(varying, key[1:]) if isinstance(v, str) or not pd.isna(v))
             ax.plot(g["tau"], g["sece"], marker="o", label=label, lw=2.2 if strategy == "calguard" else 1.2)
         ax.set(xscale="log", xlabel="attackers' τ (1 = benign run)", ylabel="final sECE (%)",
                title=f"{ds}, α = {alpha:g}" + (f"\n{config}" if config else ""))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from logging import INFO, WARNING
 from typing import Unpack
 
@@ -13,7 +12,12 @@ from torch import nn
 
 from fedcal import aggregate as agg
 from fedcal import calguard as cg
+from fedcal import sequential as sq
+from fedcal.aggregate.numerics import row_norms64
 from fedcal.strategies.base import StrategyOptions, UpdateAggregationStrategy, _tensor
+
+#: what CalGuard's sequential test may be fed (``sequential_signal``)
+SEQUENTIAL_SIGNALS = ("ratio", "scale")
 
 
 class CalGuard(UpdateAggregationStrategy):
@@ -22,7 +26,10 @@ class CalGuard(UpdateAggregationStrategy):
     set is compared with the other replies' (deviation from the round's median, robust z against
     the deviations of the last ``window`` rounds); a reply with ``|z| > kappa``, or from a client
     flagged ``strikes`` times before, is dropped and the rest are averaged with their data sizes
-    (FedAvg).
+    (FedAvg). With ``sequential`` (:class:`fedcal.sequential.ClientCusum`), each client's robust
+    scores are also summed over the rounds it is sampled in (two one-sided CUSUMs): a client whose
+    scores sit persistently low (a TSA client at τ < 1, which no single round gives away) or high
+    is dropped from its alarm on, and its replies leave the median and the pooled scale.
 
     Parameters
     ----------
@@ -44,6 +51,14 @@ class CalGuard(UpdateAggregationStrategy):
     mode : str (default "filter")
         ``filter`` drops flagged replies; ``audit`` computes and records everything but averages
         every reply (FedAvg), so an operator sees an attack without acting on it.
+    sequential : fedcal.sequential.ClientCusum, optional (default None: off)
+        The per-client sequential test fed with every round's scores (its thresholds calibrated
+        on benign clients, docs/defense.md); alarms count per ``node_label`` like the strikes.
+    sequential_signal : str (default "ratio")
+        What the sequential test is fed: ``ratio``, the robust score of each reply's logit-scale
+        shift per unit of its update's norm (s / ‖Δ‖: the direction's effect on confidence, not
+        the step's size, which grows with a client's data), or ``scale``, the per-round test's own
+        z. docs/defense.md compares the two.
     **options : StrategyOptions
         The shared arguments (Flower's FedAvg ones, seeded sampling, buffers), see the base.
 
@@ -53,8 +68,8 @@ class CalGuard(UpdateAggregationStrategy):
     """
 
     def __init__(self, *, model: nn.Module, root_x: torch.Tensor, root_y: torch.Tensor, kappa: float = 5.0,
-                 window: int = 10, strikes: int = 3, mode: str = "filter",
-                 **options: Unpack[StrategyOptions]) -> None:
+                 window: int = 10, strikes: int = 3, mode: str = "filter", sequential: sq.ClientCusum | None = None,
+                 sequential_signal: str = "ratio", **options: Unpack[StrategyOptions]) -> None:
         super().__init__(**options)
         if not isinstance(model, nn.Module):
             raise TypeError(f"CalGuard needs the federation's nn.Module, got {type(model).__name__}")
@@ -62,6 +77,10 @@ class CalGuard(UpdateAggregationStrategy):
             raise ValueError(f"mode must be one of {cg.CALGUARD_MODES}, got {mode!r}")
         if not kappa > 0:
             raise ValueError(f"kappa must be > 0, got {kappa}")
+        if sequential is not None and not isinstance(sequential, sq.ClientCusum):
+            raise TypeError(f"sequential must be a fedcal.sequential.ClientCusum, got {type(sequential).__name__}")
+        if sequential_signal not in SEQUENTIAL_SIGNALS:
+            raise ValueError(f"sequential_signal must be one of {SEQUENTIAL_SIGNALS}, got {sequential_signal!r}")
         self.model = model
         self.root_x, self.root_y = root_x, root_y.long() if isinstance(root_y, torch.Tensor) else root_y
         cg.check_root_set(self.root_x, self.root_y)
@@ -76,6 +95,8 @@ class CalGuard(UpdateAggregationStrategy):
         self.kappa, self.mode = float(kappa), mode
         self.scale = cg.DeviationScale(window)
         self.strikes = cg.Strikes(strikes)
+        self.sequential, self.sequential_signal = sequential, sequential_signal
+        self.signal_scale = cg.DeviationScale(window)  # the robust scale of the ratio signal
 
     def check_arrays(self, arrays: ArrayRecord) -> None:
         """ValueError naming the first array that does not fit :attr:`model` (a missing or unexpected
@@ -103,6 +124,10 @@ class CalGuard(UpdateAggregationStrategy):
         log(INFO, "\t│\t├── Root set: %d samples, %d classes", len(self.root_y), len(torch.unique(self.root_y)))
         log(INFO, "\t│\t└── Mode: %s, kappa %.3g, window %d rounds, strikes %d", self.mode, self.kappa,
             self.scale.window, self.strikes.limit)
+        if self.sequential is not None:
+            q = self.sequential
+            log(INFO, "\t│\t└── Sequential test on %s: two one-sided CUSUMs per client, k %.3g, h low %.3g, "
+                "h high %.3g, clip %.3g", self.sequential_signal, q.k, q.h_low, q.h_high, q.clip)
         super().summary()
 
     def aggregate_updates(self, server_round, node_ids, updates, weights):
@@ -114,17 +139,15 @@ class CalGuard(UpdateAggregationStrategy):
             self.model, agg.add_flat_update(base, keys, u), self.root_x), self.root_y), current) for u in updates]
         shifts = torch.tensor([s["scale_shift"] for s in signatures], dtype=torch.float64)
         clients = [self._client(n) for n in node_ids]
-        banned = torch.tensor([self.strikes.banned(c) for c in clients])  # before this round's strikes
-        finite = torch.isfinite(shifts)  # a valid reply can still overflow the model's logits
-        trusted = ~banned & finite
-        dev = cg.median_deviations(shifts, trusted=trusted)
-        z, sigma = self.scale.score(dev, pooled=dev[trusted])
-        z = torch.where(finite, z, torch.full_like(z, math.inf))
-        outlier = cg.flag_outliers(z, self.kappa)
-        self.scale.push(dev[trusted])
-        for c, f in zip(clients, outlier):
-            self.strikes.record(c, bool(f))
-        flagged = outlier | banned
+        # the update's L2 norm: recorded for the audit, and the ratio signal's denominator
+        norms = row_norms64(updates)
+        ratio = self.sequential is not None and self.sequential_signal == "ratio"
+        decision = cg.decide(shifts, clients, scale=self.scale, strikes=self.strikes, kappa=self.kappa,
+                             sequential=self.sequential, server_round=server_round,
+                             signal=shifts / norms if ratio else None, signal_scale=self.signal_scale if ratio else None)
+        dev, z, sigma, outlier, banned = (decision.deviation, decision.score, decision.sigma, decision.outlier,
+                                          decision.struck_out)
+        flagged = decision.flagged
         keep = ~flagged if self.mode == "filter" else torch.ones_like(flagged)
         node_w = torch.where(keep, weights.double(), torch.zeros_like(weights.double()))
         if float(node_w.sum()) > 0:
@@ -133,13 +156,25 @@ class CalGuard(UpdateAggregationStrategy):
             log(WARNING, "CalGuard round %d: every reply flagged; the global model is kept", server_round)
             delta = torch.zeros(updates.shape[1], dtype=torch.float32)
         self.last_audit = {
-            n: {**sig, "deviation": float(d), "score": float(s), "sigma": sigma, "outlier": bool(o),
-                "struck_out": bool(b), "flagged": bool(f),
+            n: {**sig, "update_norm": float(u), "deviation": float(d), "score": float(s), "sigma": sigma,
+                "outlier": bool(o), "struck_out": bool(b), "flagged": bool(f),
                 "decision": ("dropped" if f else "kept") if self.mode == "filter" else ("would drop" if f else "kept")}
-            for n, sig, d, s, o, b, f in zip(node_ids, signatures, dev, z, outlier, banned, flagged)}
+            for n, sig, u, d, s, o, b, f in zip(node_ids, signatures, norms, dev, z, outlier, banned, flagged)}
+        if self.sequential is not None:
+            for n, c, a, x in zip(node_ids, clients, decision.sequential, decision.sequential_score):
+                stat = self.sequential.statistic(c)
+                self.last_audit[n].update({"sequential_score": float(x), "cusum_low": stat.low,
+                                           "cusum_high": stat.high, "sequential": bool(a)})
+                if a and stat.alarm_round == server_round:
+                    log(INFO, "CalGuard round %d: %s alarmed by the sequential test (%s CUSUM %.3g > %.3g after %d "
+                        "replies); %s from now on", server_round, self.who(n), stat.alarm,
+                        stat.low if stat.alarm == "low" else stat.high,
+                        self.sequential.h_low if stat.alarm == "low" else self.sequential.h_high, stat.count,
+                        "dropped" if self.mode == "filter" else "flagged (audit only)")
         dropped = [n for n, f in zip(node_ids, flagged) if f]
         if dropped:
-            log(INFO, "CalGuard round %d: %s %s (score |z| > %.3g, or struck out after %d flags)", server_round,
+            log(INFO, "CalGuard round %d: %s %s (score |z| > %.3g, struck out after %d flags, or alarmed by the "
+                "sequential test)", server_round,
                 "dropped" if self.mode == "filter" else "flagged (audit only)",
                 self.by_node({n: float(s) for n, s, f in zip(node_ids, z, flagged) if f}), self.kappa,
                 self.strikes.limit)
@@ -147,14 +182,25 @@ class CalGuard(UpdateAggregationStrategy):
 
     def state_dict(self):
         """The deviation pool of the last ``window`` rounds and every client's strikes (clients
-        are counted by partition id, so the strikes outlive the run's node ids)."""
-        if self.node_label is None and self.strikes.count:
+        are counted by partition id, so the strikes outlive the run's node ids); with the
+        sequential test also its per-client statistics and alarms and the ratio signal's pool."""
+        if self.node_label is None and (self.strikes.count or (self.sequential is not None and self.sequential.clients)):
             raise ValueError("CalGuard's strikes are counted by node id (no node_label): they cannot be checkpointed")
-        return {"scale": self.scale.state_dict(), "strikes": self.strikes.state_dict()}
+        state = {"scale": self.scale.state_dict(), "strikes": self.strikes.state_dict()}
+        if self.sequential is not None:
+            state.update(sequential=self.sequential.state_dict(), signal_scale=self.signal_scale.state_dict())
+        return state
 
     def load_state_dict(self, state, node_of):
+        if ("sequential" in state) != (self.sequential is not None):
+            raise ValueError("CalGuard's checkpoint and this strategy disagree on the sequential test "
+                             f"(checkpoint: {'with' if 'sequential' in state else 'without'}, strategy: "
+                             f"{'with' if self.sequential is not None else 'without'})")
         self.scale.load_state_dict(state["scale"])
         self.strikes.load_state_dict(state["strikes"])
+        if self.sequential is not None:
+            self.sequential.load_state_dict(state["sequential"])
+            self.signal_scale.load_state_dict(state["signal_scale"])
 
     def _client(self, node_id: int):
         """The identity strikes are counted under: the partition id when known, else the node id."""

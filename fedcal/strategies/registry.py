@@ -9,6 +9,7 @@ import torch
 from flwr.app import ArrayRecord
 from torch import nn
 
+from fedcal.sequential import ClientCusum
 from fedcal.strategies.base import UpdateAggregationStrategy
 from fedcal.strategies.calguard import CalGuard
 from fedcal.strategies.fedavg import FedAvg
@@ -49,7 +50,10 @@ def _rule_kwargs(cfg: RunConfig) -> dict[str, Any]:
     if name == "median_of_means":
         return {"num_groups": cfg.mom_groups, "seed": cfg.seed}
     if name == "calguard":
-        return {"kappa": cfg.calguard_kappa, "window": cfg.calguard_window, "strikes": cfg.calguard_strikes, "mode": cfg.calguard_mode}
+        sequential = (ClientCusum(k=cfg.calguard_cusum_k, h_low=cfg.calguard_cusum_h_low, h_high=cfg.calguard_cusum_h_high)
+                      if cfg.calguard_cusum else None)
+        return {"kappa": cfg.calguard_kappa, "window": cfg.calguard_window, "strikes": cfg.calguard_strikes,
+                "mode": cfg.calguard_mode, "sequential": sequential, "sequential_signal": cfg.calguard_cusum_signal}
     return {}
 
 

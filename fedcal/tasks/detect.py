@@ -68,6 +68,8 @@ def check_detect_config(cfg: RunConfig) -> None:
         raise ConfigError(f"run-config key 'attack': the detect task runs the TSA or no attack, got {cfg.attack!r}")
     if cfg.attack == "tsa" and cfg.tsa_blend != 1.0:
         raise ConfigError("run-config key 'tsa-blend': the detect task has no blended attacker (keep 1)")
+    if cfg.attack == "tsa" and cfg.tsa_duty != 1.0:
+        raise ConfigError("run-config key 'tsa-duty': the detect task has no duty-cycled attacker (keep 1)")
     if cfg.det_clients_per_round > cfg.num_clients:
         raise ConfigError(f"run-config key 'det-clients-per-round' must not exceed num-clients ({cfg.num_clients}), "
                           f"got {cfg.det_clients_per_round}")
