@@ -41,6 +41,8 @@ TASKS = ("train", "inference", "distill", "lm", "detect")
 # Old names of tasks, accepted and normalised: run directories written before the rename say "tsa".
 LEGACY_TASKS = {"tsa": "train"}
 # Probit-space attacks of robust federated inference (SPEC §7): the names of fedcal.inference.probit_attacks.PROBIT_ATTACKS (a test keeps them equal).
+#: what a client answers an inference query with (``inf-client-output``)
+CLIENT_OUTPUTS = ("probits", "logits")
 INFERENCE_ATTACKS = ("none", "logit_flip", "sia_blackbox", "sia_blackbox_colluding", "sia_whitebox", "lma", "cpa",
                      "pgd_cw")
 
@@ -239,6 +241,10 @@ class RunConfig:
     inf_augment: str = setting("none", "inference", "augmentation of the clients' training batches (crop-flip: pad 4, "
                                                     "random 32x32 crop, horizontal flip; CIFAR only)",
                                choices=AUGMENTATIONS, hash_when_set=True)
+    inf_client_output: str = setting("probits", "inference", "what a client answers a query with: probits (its "
+                                     "softmax output) or logits (the server takes the softmax itself and also keeps "
+                                     "the logits, for the logit-input aggregators and the attacks on logits)",
+                                     choices=CLIENT_OUTPUTS, hash_when_set=True)
     inf_attacks: str = setting(",".join(INFERENCE_ATTACKS), "inference",
                                "evaluated probit attacks: " + ", ".join(INFERENCE_ATTACKS),
                                note="comma-separated names, at least one")

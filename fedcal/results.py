@@ -222,6 +222,8 @@ def collection_hash(cfg: RunConfig) -> str:
     keys = {k: getattr(cfg, k) for k in _COLLECTION_KEYS}
     if cfg.inf_augment != "none":  # added later: collections made before keep their hash
         keys["inf_augment"] = cfg.inf_augment
+    if cfg.inf_client_output != "probits":  # likewise: a logits collection also holds the clients' logits
+        keys["inf_client_output"] = cfg.inf_client_output
     blob = json.dumps(keys, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 

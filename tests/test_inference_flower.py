@@ -212,3 +212,54 @@ def test_inference_command_runs_cells_and_reports(tmp_path, capsys):
     capsys.readouterr()
     assert main(["inference", "--nf", "5", "dataset=digits"]) == 2
     assert "--nf" in capsys.readouterr().err
+
+
+def test_clients_answering_with_logits(tmp_path):
+    """inf-client-output=logits: the clients send their logits, the server keeps them beside the probits it
+    derives (their softmax: the probits a probits-answering client sends, to float rounding), a client whose
+    logits are not finite is absent, and the collection is told apart from a probits one."""
+    from flwr.app import ArrayRecord, RecordDict
+    from flwr.app import Message as M
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedcal.inference.evaluate import ProbitData
+    from fedcal.inference.federated import assemble_logits
+    from fedcal.results import collection_hash
+
+    z = torch.tensor([[2.0, 0.0, -1.0], [0.5, 0.5, 0.5]])
+    bad = z.clone()
+    bad[1, 2] = float("inf")
+    p, logits, used, dropped = assemble_logits({0: z, 1: bad, 2: None, 3: torch.zeros(2, 4), 4: 3 * z}, 2, 3)
+    assert used == [0, 4] and set(dropped) == {1, 2, 3} and "logit" in dropped[1]
+    assert torch.equal(logits[:, 1], 3 * z)
+    expected = torch.exp(z) / torch.exp(z).sum(-1, keepdim=True)
+    assert torch.allclose(p[:, 0], expected, atol=1e-7)
+
+    class LogitGrid:
+        def send_and_receive(self, messages, *, timeout=None):
+            out = []
+            for m in messages:
+                n = len(m.content["queries"]["x"].numpy())
+                out.append(M(content=RecordDict({"logits": ArrayRecord({"z": z[:1].expand(n, 3).clone()})}),
+                             reply_to=m))
+            return out
+
+    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 1
+    cfg = RunConfig.from_flower(dict(CFG, inf_client_output="logits"))
+    kept = []
+    q, used = query_all(LogitGrid(), {11: 0, 12: 1}, torch.zeros(4, 8), cfg, 3, {}, kept)
+    assert used == [0, 1] and torch.equal(kept[0], z[:1].expand(4, 2, 3))
+    assert torch.allclose(q, expected[:1].expand(4, 2, 3), atol=1e-7)
+    assert collection_hash(cfg) != collection_hash(cfg.replace(inf_client_output="probits"))
+    assert collection_hash(cfg.replace(inf_client_output="probits")) == collection_hash(RunConfig.from_flower(CFG))
+
+    # end to end: the saved collection holds the logits, the probits are their softmax
+    sink = []
+    run_inprocess(server_app_for(cfg.replace(output_dir=str(tmp_path), inf_attacks="none,logit_flip",
+                                             inf_f_curve=False, inf_amp_curve="", agg_epochs=5, agg_adv_epochs=0),
+                                  sink=sink),
+                  client_app, num_supernodes=5, seed=0)
+    data = ProbitData.load(sink[0].run_dir / "probits.pt")
+    assert data.test_logits is not None and data.test_logits.shape == data.test_probits.shape
+    assert torch.allclose(torch.softmax(data.test_logits, -1), data.test_probits, atol=1e-6)
+    assert data.server_logits.shape == data.server_probits.shape

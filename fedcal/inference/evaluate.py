@@ -55,6 +55,9 @@ class ProbitData:
     zeros and are never read. ``clients`` names the n client ids of the test columns;
     ``server_columns`` says which test columns the server split's columns are (None: all, in
     order), what the positional aggregators (CoPur, manifold projection) need to line them up.
+    ``server_logits`` / ``test_logits``: the clients' logits of the same queries when they answered with
+    logits (``inf-client-output=logits``; None otherwise), what the logit-input aggregators and the
+    attacks on logits read.
     """
 
     server_probits: torch.Tensor
@@ -64,6 +67,8 @@ class ProbitData:
     test_labels: torch.Tensor
     clients: list[int]
     server_columns: list[int] | None = None
+    server_logits: torch.Tensor | None = None
+    test_logits: torch.Tensor | None = None
 
     def save(self, path: str | Path) -> None:
         tmp = Path(path).with_suffix(".tmp")
