@@ -44,7 +44,16 @@ LEGACY_TASKS = {"tsa": "train"}
 #: what a client answers an inference query with (``inf-client-output``)
 CLIENT_OUTPUTS = ("probits", "logits")
 INFERENCE_ATTACKS = ("none", "logit_flip", "sia_blackbox", "sia_blackbox_colluding", "sia_whitebox", "lma", "cpa",
-                     "pgd_cw")
+                     "pgd_cw", "sia_whitebox_raise")
+# The attacks an inference run evaluates by default: SPEC §7's. (A string literal, not all of INFERENCE_ATTACKS:
+# the default is hashed, and an attack added later must not rename every earlier run.)
+DEFAULT_INFERENCE_ATTACKS = "none,logit_flip,sia_blackbox,sia_blackbox_colluding,sia_whitebox,lma,cpa,pgd_cw"
+# PGD-CW's start, margin and gradient through trimming/medians (fedcal.inference.probit_attacks.PGD_STARTS,
+# PGD_LOSSES; fedcal.inference.evaluate.PGD_GRADS; a test keeps them equal): fedcal's first, the robust-inference
+# authors' code's second.
+PGD_STARTS = ("own", "uniform")
+PGD_LOSSES = ("logit", "prob")
+PGD_GRADS = ("exact", "bpda")
 
 # Field groups, in the order `fedcal run --help` and docs/configuration.md list them.
 GROUPS = {
@@ -245,11 +254,23 @@ class RunConfig:
                                      "softmax output) or logits (the server takes the softmax itself and also keeps "
                                      "the logits, for the logit-input aggregators and the attacks on logits)",
                                      choices=CLIENT_OUTPUTS, hash_when_set=True)
-    inf_attacks: str = setting(",".join(INFERENCE_ATTACKS), "inference",
+    inf_attacks: str = setting(DEFAULT_INFERENCE_ATTACKS, "inference",
                                "evaluated probit attacks: " + ", ".join(INFERENCE_ATTACKS),
                                note="comma-separated names, at least one")
     inf_amplification: float = setting(2.0, "inference", "logit flipping's amplification a", gt=0, finite=True)
     inf_pgd_steps: int = setting(50, "inference", "PGD-CW sign-gradient steps (step 0.1)", ge=0)
+    inf_pgd_start: str = setting("own", "inference", "where PGD-CW's adversarial rows start: own (the adversary's "
+                                                     "own probits) or uniform (random near-uniform rows, logits "
+                                                     "~ U[0,1): the robust-inference authors' code)",
+                                 choices=PGD_STARTS, hash_when_set=True)
+    inf_pgd_loss: str = setting("logit", "inference", "the Carlini-Wagner margin PGD-CW ascends: logit (on the "
+                                                      "aggregate's log-probabilities, capped at 0) or prob (on its "
+                                                      "probabilities, capped at 0.1: the authors' code)",
+                                choices=PGD_LOSSES, hash_when_set=True)
+    inf_pgd_grad: str = setting("exact", "inference", "PGD-CW's gradient through trimming and medians: exact (the "
+                                                      "sort's subgradient; trimmed rows get none) or bpda (forward "
+                                                      "as deployed, backward as the mean: the authors' code)",
+                                choices=PGD_GRADS, hash_when_set=True)
     inf_test_queries: int = setting(0, "inference", "test queries evaluated (the first k of the test set)", ge=0,
                                     note="0 = all")
     inf_f_curve: bool = setting(True, "inference", "also evaluate every f_adv = 0..(n-1)//2 (aggregators stay "

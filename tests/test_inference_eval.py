@@ -131,7 +131,13 @@ def test_build_aggregators_warm_up_then_adversarial_phase():
     aggs, history = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=2, lr=3e-3, seed=0)
     assert list(aggs) == ["mean", "median", "geometric_median", "trimmed_mean", "manifold_projection", "copur",
                           "deepset_plain", "deepset_plain_tm", "deepset", "deepset_tm"]
-    assert list(aggs) == list(AGGREGATOR_NAMES)  # the reports' row order knows every aggregator
+    # the reports' row order knows every aggregator; the logit purifiers exist only with the clients' logits
+    assert list(aggs) == [a for a in AGGREGATOR_NAMES if not a.endswith("_logit")]
+    with_logits, _ = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=0, lr=3e-3, seed=0,
+                                       server_logits=sp.clamp_min(1e-6).log())
+    assert [a for a in AGGREGATOR_NAMES if a not in ("deepset_plain", "deepset_plain_tm")] == list(with_logits)
+    assert with_logits["copur_logit"].reads == "logits" and with_logits["copur"].reads == "probits"
+    assert with_logits["copur_logit"].fusion is with_logits["manifold_projection_logit"].fusion
     assert len(history) == 5 and history[2] < history[0]
     assert aggs["deepset_tm"].rho is aggs["deepset"].rho and aggs["deepset_tm"].f == 2
     assert isinstance(aggs["deepset_tm"], DeepSetTM) and aggs["deepset_tm"].pooling == "trimmed"

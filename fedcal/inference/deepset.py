@@ -24,7 +24,7 @@ from torch import nn
 from fedcal.aggregate import trimmed_mean_along
 
 from ._fit import adam_epochs
-from .aggregators import check_probits
+from .aggregators import check_probits, straight_through
 
 __all__ = ["DeepSet", "DeepSetTM", "as_trimmed", "train_deepset", "accuracy", "POOLINGS"]
 
@@ -68,10 +68,12 @@ class DeepSet(nn.Module):
                                     nn.Linear(hidden, num_classes))
 
     def pool(self, h: torch.Tensor) -> torch.Tensor:
-        """(B, n, h) -> (B, h)."""
+        """(B, n, h) -> (B, h); a BPDA view (:meth:`DeepSetTM.as_bpda`) trims in value and
+        differentiates as the mean."""
         if self.pooling == "mean":
             return h.mean(dim=1)
-        return trimmed_mean_along(h, self.f, dim=1)
+        tm = trimmed_mean_along(h, self.f, dim=1)
+        return straight_through(tm, h.mean(dim=1)) if getattr(self, "bpda", False) else tm
 
     def logits(self, probits: torch.Tensor) -> torch.Tensor:
         probits = check_probits(probits)
@@ -119,6 +121,16 @@ class DeepSetTM(DeepSet):
         new.rho, new.mu = model.rho, model.mu
         new.train(model.training)
         return new
+
+    def as_bpda(self) -> "DeepSetTM":
+        """The same aggregator (shared weights, the same outputs) whose trimmed pooling is
+        differentiated as the mean (:func:`~fedcal.inference.aggregators.straight_through`): what
+        the robust-inference authors' white-box attacks differentiate (``BPDATrimmedMean`` in their
+        DeepSet_TM2). The exact subgradient gives a row that is trimmed in every hidden
+        coordinate no gradient at all, so sign-gradient ascent cannot move it."""
+        view = DeepSetTM.from_deepset(self, self.f)
+        view.bpda = True
+        return view
 
 
 def as_trimmed(model: DeepSet, f: int) -> DeepSetTM:

@@ -31,15 +31,23 @@ import torch
 
 from .aggregators import AGGREGATORS
 from .deepset import DeepSet, DeepSetTM, train_deepset
-from .probit_attacks import PROBIT_ATTACKS, adversary_mask, apply_attack, class_covariance
+from .logit_attacks import attack_logits
+from .probit_attacks import PGD_LOSSES, PGD_STARTS, PROBIT_ATTACKS, adversary_mask, apply_attack, class_covariance
 from .purify import CoPur, ManifoldProjection, ProbitFusion, train_fusion
 
-__all__ = ["ProbitData", "AGGREGATOR_NAMES", "build_aggregators", "attack_accuracy", "WHITE_BOX"]
+__all__ = ["ProbitData", "AGGREGATOR_NAMES", "build_aggregators", "attack_accuracy", "WHITE_BOX", "PGD_GRADS",
+           "PGD_KAPPA", "gradient_view"]
 
 log = logging.getLogger(__name__)
 
 AGGREGATOR_NAMES = ("mean", "median", "geometric_median", "trimmed_mean", "manifold_projection", "copur",
+                    "manifold_projection_logit", "copur_logit",
                     "deepset_plain", "deepset_plain_tm", "deepset", "deepset_tm")
+#: how PGD-CW differentiates trimming and medians: their exact (sort) subgradient, or BPDA (:func:`gradient_view`)
+PGD_GRADS = ("exact", "bpda")
+#: PGD-CW's cap on the margin per loss: 0 on log-probabilities (fedcal), 0.1 on probabilities (the
+#: robust-inference authors' ``cw_confidence`` default, Utils/fl_args.py)
+PGD_KAPPA = {"logit": 0.0, "prob": 0.1}
 # Attacks that query the aggregator (SPEC §7 "white-box"): evaluated once per aggregator.
 WHITE_BOX = tuple(name for name, fn in PROBIT_ATTACKS.items()
                   if "aggregator" in inspect.signature(fn).parameters)
@@ -83,7 +91,8 @@ class ProbitData:
 def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor, f: int, *, hidden: int = 224,
                       epochs: int = 100, adv_epochs: int = 20, lr: float = 1e-3, attack_steps: int = 10,
                       restarts: int = 2, seed: int = 0, latent: int = 32, copur_steps: int = 30,
-                      server_columns: Sequence[int] | None = None) -> tuple[dict[str, Callable], list[float]]:
+                      server_columns: Sequence[int] | None = None,
+                      server_logits: torch.Tensor | None = None) -> tuple[dict[str, Callable], list[float]]:
     """The aggregators of SPEC §7 built for ``f`` adversaries, and the baselines of the
     inference literature; returns them and the DeepSet's per-epoch training losses.
 
@@ -99,7 +108,10 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
     Manifold projection and CoPur (:mod:`.purify`) share one autoencoder and fusion classifier
     (width ``hidden``, latent ``latent``, ``epochs`` epochs, learning rate ``lr``) trained on the
     clean server split; CoPur fits its latent in ``copur_steps`` steps. ``server_columns`` are the
-    test columns of the split's clients (:class:`ProbitData`).
+    test columns of the split's clients (:class:`ProbitData`). With ``server_logits`` (the clients
+    answered with logits) the same two purifiers are also built on the logits
+    (``manifold_projection_logit``, ``copur_logit``: a fusion of their own, seeded alike), the
+    literature's CoPur.
     """
     num_classes = server_probits.shape[2]
     gen = torch.Generator().manual_seed(seed)
@@ -117,13 +129,35 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
     # its own generator: the DeepSet's training draws stay what they were before the baselines existed
     train_fusion(fusion, server_probits, server_labels, epochs=epochs, lr=lr,
                  generator=torch.Generator().manual_seed(seed + 1))
+    on_logits: dict[str, Callable] = {}
+    if server_logits is not None:
+        if server_logits.shape != server_probits.shape:
+            raise ValueError(f"server_logits shape {tuple(server_logits.shape)} != server_probits shape "
+                             f"{tuple(server_probits.shape)}")
+        logit_fusion = ProbitFusion(server_probits.shape[1], num_classes, hidden=hidden, latent=latent, seed=seed,
+                                    columns=server_columns, space="logits")
+        train_fusion(logit_fusion, server_logits, server_labels, epochs=epochs, lr=lr,
+                     generator=torch.Generator().manual_seed(seed + 1))
+        on_logits = {"manifold_projection_logit": ManifoldProjection(logit_fusion),
+                     "copur_logit": CoPur(logit_fusion, steps=copur_steps)}
     aggs: dict[str, Callable] = {"mean": AGGREGATORS["mean"](), "median": AGGREGATORS["median"](),
                                  "geometric_median": AGGREGATORS["geometric_median"](),
                                  "trimmed_mean": AGGREGATORS["trimmed_mean"](f),
                                  "manifold_projection": ManifoldProjection(fusion),
-                                 "copur": CoPur(fusion, steps=copur_steps), **plain,
+                                 "copur": CoPur(fusion, steps=copur_steps), **on_logits, **plain,
                                  "deepset": deepset, "deepset_tm": DeepSetTM.from_deepset(deepset, f)}
     return aggs, history
+
+
+def gradient_view(agg: Callable, grad: str) -> Callable:
+    """What a white-box attack differentiates: ``agg`` itself (``grad="exact"``), or with ``"bpda"``
+    its BPDA view where it has one (``as_bpda``: the trimmed means, the coordinate-wise median and
+    DeepSet-TM's pooling keep their value and take the mean's gradient), as the robust-inference
+    authors' code attacks them. Aggregators without such a view (mean, geometric median, the plain
+    DeepSet, the purifiers) are differentiated exactly either way."""
+    if grad not in PGD_GRADS:
+        raise ValueError(f"grad must be one of {PGD_GRADS}, got {grad!r}")
+    return agg.as_bpda() if grad == "bpda" and hasattr(agg, "as_bpda") else agg
 
 
 def _groups(valid: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -145,20 +179,36 @@ def _correct(agg: Callable, probits: torch.Tensor, labels: torch.Tensor) -> int:
 
 def attack_accuracy(aggregators: Mapping[str, Callable], data: ProbitData, f_adv: int, attacks: Sequence[str], *,
                     amplification: float = 2.0, pgd_steps: int = 50, seed: int = 0, batch: int = 1000,
-                    class_cov: torch.Tensor | None = None) -> pd.DataFrame:
+                    class_cov: torch.Tensor | None = None, pgd_start: str = "own", pgd_loss: str = "logit",
+                    pgd_grad: str = "exact") -> pd.DataFrame:
     """Accuracy of every aggregator under every attack with ``f_adv`` adversarial rows per query.
 
     The adversaries of each query are drawn once (seeded by ``seed`` and the query's position)
     and shared by all attacks and aggregators. A query with too few valid clients for an
     aggregator (n' ≤ 2f for trimming) counts as wrong for it, with a warning. Positional
     aggregators (``for_columns``: CoPur, manifold projection) are told which client columns
-    answered each group of queries.
+    answered each group of queries. An aggregator that reads logits (``reads == "logits"``:
+    ``copur_logit``, ``manifold_projection_logit``) gets the clients' logits and the attacks'
+    logit forms (:mod:`.logit_attacks`); logit flipping flips the clients' logits when the data
+    has them (``log p`` otherwise: the same softmax, up to float underflow).
+
+    PGD-CW: ``pgd_steps`` steps from ``pgd_start`` (:data:`~.probit_attacks.PGD_STARTS`) on the
+    margin ``pgd_loss`` (capped at :data:`PGD_KAPPA`), differentiated per ``pgd_grad``
+    (:func:`gradient_view`); a uniform start is drawn from a generator seeded per batch and shared by
+    every aggregator (paired, like the adversaries).
     """
     unknown = [a for a in attacks if a not in PROBIT_ATTACKS]
     if unknown:
         raise ValueError(f"unknown attacks {unknown}; known: {sorted(PROBIT_ATTACKS)}")
     if f_adv < 0:
         raise ValueError(f"f_adv must be >= 0, got {f_adv}")
+    if pgd_start not in PGD_STARTS or pgd_loss not in PGD_LOSSES or pgd_grad not in PGD_GRADS:
+        raise ValueError(f"pgd_start must be one of {PGD_STARTS}, pgd_loss one of {PGD_LOSSES}, pgd_grad one of "
+                         f"{PGD_GRADS}; got {pgd_start!r}, {pgd_loss!r}, {pgd_grad!r}")
+    reads_logits = [name for name, agg in aggregators.items() if getattr(agg, "reads", "probits") == "logits"]
+    if reads_logits and data.test_logits is None:
+        raise ValueError(f"aggregators {reads_logits} read logits, but the clients answered with probits "
+                         "(inf-client-output=logits collects logits)")
     if class_cov is None:
         class_cov = class_covariance(data.server_probits)
     correct = {(a, k): 0 for a in aggregators for k in attacks}
@@ -176,16 +226,26 @@ def attack_accuracy(aggregators: Mapping[str, Callable], data: ProbitData, f_adv
         for start in range(0, len(rows), batch):
             idx = rows[start:start + batch]
             p = data.test_probits[idx][:, cols]
+            z = None if data.test_logits is None else data.test_logits[idx][:, cols]
             y = data.test_labels[idx]
             gen = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(idx[0]))
             mask = adversary_mask(len(idx), n, f_adv, generator=gen)
-            ctx = dict(labels=y, class_cov=class_cov, amplification=amplification, steps=pgd_steps)
+            pgd_seed = int(seed) * 1_000_003 + int(idx[0]) + 7_919  # the uniform start's draws, per batch
+            ctx = dict(labels=y, class_cov=class_cov, amplification=amplification, steps=pgd_steps, start=pgd_start,
+                       loss=pgd_loss, kappa=PGD_KAPPA[pgd_loss])
             for attack in attacks:
-                shared = None if attack in WHITE_BOX else apply_attack(attack, p, mask, **ctx)
+                shared = None if attack in WHITE_BOX else apply_attack(attack, p, mask, logits=z, **ctx)
                 for name, agg in group_aggs.items():
                     if n < _needs(aggregators[name]):
                         continue  # counted as wrong
-                    attacked = shared if shared is not None else apply_attack(attack, p, mask, aggregator=agg, **ctx)
+                    pgd_gen = torch.Generator().manual_seed(pgd_seed)
+                    if getattr(agg, "reads", "probits") == "logits":
+                        attacked = attack_logits(attack, z, p, mask, aggregator=agg, generator=pgd_gen, **ctx)
+                    elif shared is not None:
+                        attacked = shared
+                    else:
+                        attacked = apply_attack(attack, p, mask, aggregator=gradient_view(agg, pgd_grad),
+                                                generator=pgd_gen, **ctx)
                     correct[name, attack] += _correct(agg, attacked, y)
             total += len(idx)
     return pd.DataFrame([{"aggregator": a, "attack": k, "f_adv": f_adv, "amplification": amplification,
