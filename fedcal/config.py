@@ -54,6 +54,7 @@ DEFAULT_INFERENCE_ATTACKS = "none,logit_flip,sia_blackbox,sia_blackbox_colluding
 PGD_STARTS = ("own", "uniform")
 PGD_LOSSES = ("logit", "prob")
 PGD_GRADS = ("exact", "bpda")
+ADV_ATTACKS = ("fedcal", "literature")  # fedcal.inference.deepset.ADV_ATTACKS
 
 # Field groups, in the order `fedcal run --help` and docs/configuration.md list them.
 GROUPS = {
@@ -290,6 +291,12 @@ class RunConfig:
     agg_attack_steps: int = setting(10, "inference", "sign-gradient steps per adversarial-training batch", ge=0)
     agg_restarts: int = setting(2, "inference", "adversarial-training starts per batch (the 2nd from a simplex "
                                                 "vertex); the worst kept", ge=1)
+    agg_adv_attack: str = setting("fedcal", "inference", "the adversarial-training attack: fedcal (1..f random "
+                                                         "positions, loss ascent from the clients' probits and a "
+                                                         "vertex) or literature (the robust-inference authors': "
+                                                         "mostly f positions, CW probability margin from a uniform "
+                                                         "start, agg-attack-steps steps)",
+                                  choices=ADV_ATTACKS, hash_when_set=True)
     agg_latent: int = setting(32, "inference", "latent width of the autoencoder of manifold projection and CoPur",
                               ge=1, hash_when_set=True)
     copur_steps: int = setting(30, "inference", "CoPur's gradient steps fitting the latent of each query (0 = start "

@@ -92,7 +92,8 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
                       epochs: int = 100, adv_epochs: int = 20, lr: float = 1e-3, attack_steps: int = 10,
                       restarts: int = 2, seed: int = 0, latent: int = 32, copur_steps: int = 30,
                       server_columns: Sequence[int] | None = None,
-                      server_logits: torch.Tensor | None = None) -> tuple[dict[str, Callable], list[float]]:
+                      server_logits: torch.Tensor | None = None,
+                      adv_attack: str = "fedcal") -> tuple[dict[str, Callable], list[float]]:
     """The aggregators of SPEC §7 built for ``f`` adversaries, and the baselines of the
     inference literature; returns them and the DeepSet's per-epoch training losses.
 
@@ -102,6 +103,8 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
     from the clients' probits and, for the second, from a simplex vertex). The clean warm-up is there because
     an adversarial epoch costs ``attack_steps + 1`` forward/backward passes: on a CPU the
     worst-case phase is affordable only as a fine-tuning of an already trained set function.
+    ``adv_attack="literature"`` trains against the robust-inference authors' attack instead
+    (:func:`~fedcal.inference.deepset.train_deepset`).
     With ``adv_epochs`` the DeepSet as it was before that phase is kept too (``deepset_plain``
     and its trimmed view ``deepset_plain_tm``): the ablation's rows without adversarial training.
 
@@ -123,7 +126,7 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
         plain = {"deepset_plain": kept, "deepset_plain_tm": DeepSetTM.from_deepset(kept, f)}
         history += train_deepset(deepset, server_probits, server_labels, epochs=adv_epochs, lr=lr, adversarial=True,
                                  f=f, attack_steps=attack_steps, n_restarts=restarts,
-                                 generator=gen)
+                                 generator=gen, adv_attack=adv_attack)
     fusion = ProbitFusion(server_probits.shape[1], num_classes, hidden=hidden, latent=latent, seed=seed,
                           columns=server_columns)
     # its own generator: the DeepSet's training draws stay what they were before the baselines existed

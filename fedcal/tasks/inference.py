@@ -149,7 +149,8 @@ def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFr
                                       epochs=cfg.agg_epochs, adv_epochs=cfg.agg_adv_epochs, lr=cfg.agg_lr,
                                       attack_steps=cfg.agg_attack_steps, restarts=cfg.agg_restarts,
                                       seed=cfg.seed, latent=cfg.agg_latent, copur_steps=cfg.copur_steps,
-                                      server_columns=data.server_columns, server_logits=data.server_logits)
+                                      server_columns=data.server_columns, server_logits=data.server_logits,
+                                      adv_attack=cfg.agg_adv_attack)
     torch.save(aggs["deepset"].state_dict(), store.dir / "deepset.pt")
     store.write_table("deepset_loss.csv", pd.DataFrame({"epoch": range(1, len(history) + 1), "loss": history}))
     cell = {"seed": cfg.seed, "n": cfg.num_clients, "f": cfg.inf_f}
