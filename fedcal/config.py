@@ -55,6 +55,10 @@ PGD_STARTS = ("own", "uniform")
 PGD_LOSSES = ("logit", "prob")
 PGD_GRADS = ("exact", "bpda")
 ADV_ATTACKS = ("fedcal", "literature")  # fedcal.inference.deepset.ADV_ATTACKS
+# fedcal.inference.evaluate.AGGREGATOR_NAMES (a test keeps them equal)
+INFERENCE_AGGREGATORS = ("mean", "median", "geometric_median", "trimmed_mean", "manifold_projection", "copur",
+                         "manifold_projection_logit", "copur_logit", "deepset_plain", "deepset_plain_tm", "deepset",
+                         "deepset_tm")
 
 # Field groups, in the order `fedcal run --help` and docs/configuration.md list them.
 GROUPS = {
@@ -274,6 +278,13 @@ class RunConfig:
                                 choices=PGD_GRADS, hash_when_set=True)
     inf_test_queries: int = setting(0, "inference", "test queries evaluated (the first k of the test set)", ge=0,
                                     note="0 = all")
+    inf_eval_queries: int = setting(0, "inference", "test queries of the main table: the first k of those collected "
+                                                    "(the collection, and so the clients, stay the same)", ge=0,
+                                    note="0 = all", hash_when_set=True)
+    inf_aggregators: str = setting("", "inference", "the aggregators built and evaluated: comma-separated names of "
+                                                    + ", ".join(INFERENCE_AGGREGATORS),
+                                   note='"" = all (the *_logit ones need inf-client-output=logits)',
+                                   hash_when_set=True)
     inf_f_curve: bool = setting(True, "inference", "also evaluate every f_adv = 0..(n-1)//2 (aggregators stay "
                                                    "built for inf-f)")
     inf_curve_queries: int = setting(2000, "inference", "test queries of the accuracy-vs-f and vs-amplification "
@@ -516,6 +527,11 @@ class RunConfig:
         return tuple(a.strip() for a in self.inf_attacks.split(",") if a.strip())
 
     @property
+    def inference_aggregators(self) -> tuple[str, ...]:
+        """``inf-aggregators`` as a tuple of names (empty: all)."""
+        return tuple(a.strip() for a in self.inf_aggregators.split(",") if a.strip())
+
+    @property
     def amplification_curve(self) -> tuple[float, ...]:
         """``inf-amp-curve`` as a tuple of amplifications (empty: no curve)."""
         return tuple(float(a) for a in self.inf_amp_curve.split(",") if a.strip())
@@ -611,6 +627,14 @@ def _inference_attacks(c: RunConfig) -> None:
             raise ConfigError(f"run-config key 'inf-attacks': unknown value {name!r}; choose one of "
                               f"{', '.join(INFERENCE_ATTACKS)}")
     _check("inf-attacks", bool(c.inference_attacks), c.inf_attacks, "must name at least one attack")
+    for name in c.inference_aggregators:
+        if name not in INFERENCE_AGGREGATORS:
+            raise ConfigError(f"run-config key 'inf-aggregators': unknown value {name!r}; choose among "
+                              f"{', '.join(INFERENCE_AGGREGATORS)}")
+    if c.task == "inference" and c.inf_client_output != "logits":
+        logit_aggs = [a for a in c.inference_aggregators if a.endswith("_logit")]
+        _check("inf-aggregators", not logit_aggs, c.inf_aggregators,
+               f"names {', '.join(logit_aggs)}, which read the clients' logits: set inf-client-output=logits")
 
 
 def _amplification_curve(c: RunConfig) -> None:

@@ -138,6 +138,23 @@ def test_build_aggregators_warm_up_then_adversarial_phase():
     assert [a for a in AGGREGATOR_NAMES if a not in ("deepset_plain", "deepset_plain_tm")] == list(with_logits)
     assert with_logits["copur_logit"].reads == "logits" and with_logits["copur"].reads == "probits"
     assert with_logits["copur_logit"].fusion is with_logits["manifold_projection_logit"].fusion
+    # built alone (its own seeded generators), an aggregator is the one built among all; nothing else is trained
+    alone, h_alone = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=2, lr=3e-3, seed=0,
+                                       names=["deepset_tm", "mean"])
+    assert list(alone) == ["mean", "deepset_tm"] and h_alone == history
+    assert all(torch.equal(v, aggs["deepset_tm"].state_dict()[k]) for k, v in alone["deepset_tm"].state_dict().items())
+    purifier, h_none = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=2, lr=3e-3, seed=0,
+                                         names=["copur"])
+    assert h_none == [] and list(purifier) == ["copur"]
+    assert all(torch.equal(v, aggs["copur"].state_dict()[k]) for k, v in purifier["copur"].state_dict().items())
+    with pytest.raises(ValueError, match="unknown aggregators"):
+        build_aggregators(sp, sy, 2, epochs=1, names=["krum"])
+    from fedcal.config import INFERENCE_AGGREGATORS, ConfigError, RunConfig
+    assert INFERENCE_AGGREGATORS == AGGREGATOR_NAMES  # the run config's copy of the names
+    with pytest.raises(ConfigError, match="'inf-aggregators'"):
+        RunConfig.from_flower(dict(task="inference", inf_aggregators="deepset,krum"))
+    with pytest.raises(ConfigError, match="inf-client-output=logits"):
+        RunConfig.from_flower(dict(task="inference", inf_aggregators="copur_logit"))
     assert len(history) == 5 and history[2] < history[0]
     assert aggs["deepset_tm"].rho is aggs["deepset"].rho and aggs["deepset_tm"].f == 2
     assert isinstance(aggs["deepset_tm"], DeepSetTM) and aggs["deepset_tm"].pooling == "trimmed"

@@ -63,7 +63,7 @@ def test_federated_inference_round_trip(monkeypatch, tmp_path):
     run_inprocess(server_app_for(cfg, sink=sink), garbage_app, num_supernodes=5, seed=0)
     (res,) = sink
     acc = res.accuracy.set_index(["aggregator", "attack"])["accuracy"]
-    assert set(res.accuracy["aggregator"]) == set(AGGREGATOR_NAMES)
+    assert set(res.accuracy["aggregator"]) == {a for a in AGGREGATOR_NAMES if not a.endswith("_logit")}  # probits
     assert set(res.accuracy["attack"]) == set(cfg.inference_attacks)
     assert all(n == 4 for n in res.clients_per_answer)  # the garbage client is left out of every answer
     assert 4 in res.dropped and all("probit" in r for r in res.dropped[4])
@@ -196,9 +196,10 @@ def test_inference_command_runs_cells_and_reports(tmp_path, capsys):
     out = capsys.readouterr().out
     table = pd.read_csv(tmp_path / "rep" / "table_n5_f1.csv", index_col=0)
     assert list(table.columns) == ["none", "sia_whitebox", "lma", "worst case"]  # registry order
-    assert list(table.index) == list(AGGREGATOR_NAMES)
+    probit_aggregators = [a for a in AGGREGATOR_NAMES if not a.endswith("_logit")]  # the clients sent probits
+    assert list(table.index) == probit_aggregators
     cells = pd.read_csv(tmp_path / "rep" / "cells.csv")
-    assert sorted(cells["seed"].unique()) == [0, 1] and len(cells) == 2 * len(AGGREGATOR_NAMES) * 3
+    assert sorted(cells["seed"].unique()) == [0, 1] and len(cells) == 2 * len(probit_aggregators) * 3
     assert "worst case" in out and "± " in out
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/accuracy.csv")}
     assert len(stamps) == 2
@@ -253,12 +254,16 @@ def test_clients_answering_with_logits(tmp_path):
     assert collection_hash(cfg) != collection_hash(cfg.replace(inf_client_output="probits"))
     assert collection_hash(cfg.replace(inf_client_output="probits")) == collection_hash(RunConfig.from_flower(CFG))
 
-    # end to end: the saved collection holds the logits, the probits are their softmax
+    # end to end: the saved collection holds the logits, the probits are their softmax; the logit CoPur is
+    # evaluated on them, on the first inf-eval-queries test queries only, beside the aggregators asked for
     sink = []
     run_inprocess(server_app_for(cfg.replace(output_dir=str(tmp_path), inf_attacks="none,logit_flip",
-                                             inf_f_curve=False, inf_amp_curve="", agg_epochs=5, agg_adv_epochs=0),
+                                             inf_f_curve=False, inf_amp_curve="", agg_epochs=5, agg_adv_epochs=0,
+                                             inf_eval_queries=60, inf_aggregators="mean,copur_logit"),
                                   sink=sink),
                   client_app, num_supernodes=5, seed=0)
+    table = sink[0].accuracy
+    assert sorted(table["aggregator"].unique()) == ["copur_logit", "mean"] and (table["queries"] == 60).all()
     data = ProbitData.load(sink[0].run_dir / "probits.pt")
     assert data.test_logits is not None and data.test_logits.shape == data.test_probits.shape
     assert torch.allclose(torch.softmax(data.test_logits, -1), data.test_probits, atol=1e-6)

@@ -92,8 +92,8 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
                       epochs: int = 100, adv_epochs: int = 20, lr: float = 1e-3, attack_steps: int = 10,
                       restarts: int = 2, seed: int = 0, latent: int = 32, copur_steps: int = 30,
                       server_columns: Sequence[int] | None = None,
-                      server_logits: torch.Tensor | None = None,
-                      adv_attack: str = "fedcal") -> tuple[dict[str, Callable], list[float]]:
+                      server_logits: torch.Tensor | None = None, adv_attack: str = "fedcal",
+                      names: Sequence[str] | None = None) -> tuple[dict[str, Callable], list[float]]:
     """The aggregators of SPEC §7 built for ``f`` adversaries, and the baselines of the
     inference literature; returns them and the DeepSet's per-epoch training losses.
 
@@ -115,25 +115,28 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
     answered with logits) the same two purifiers are also built on the logits
     (``manifold_projection_logit``, ``copur_logit``: a fusion of their own, seeded alike), the
     literature's CoPur.
+
+    ``names``: only these aggregators (:data:`AGGREGATOR_NAMES`; None = all); a learned component
+    none of them uses (the DeepSet, either fusion) is not trained. Each component has its own
+    seeded generator, so an aggregator built alone is the one built among all.
     """
+    unknown = [a for a in names or () if a not in AGGREGATOR_NAMES]
+    if unknown:
+        raise ValueError(f"unknown aggregators {unknown}; known: {list(AGGREGATOR_NAMES)}")
+    wanted = set(AGGREGATOR_NAMES if names is None else names)
     num_classes = server_probits.shape[2]
-    gen = torch.Generator().manual_seed(seed)
-    deepset = DeepSet(num_classes, hidden=hidden, seed=seed)
-    history = train_deepset(deepset, server_probits, server_labels, epochs=epochs, lr=lr, generator=gen)
-    plain: dict[str, Callable] = {}
-    if adv_epochs:
-        kept = copy.deepcopy(deepset)
-        plain = {"deepset_plain": kept, "deepset_plain_tm": DeepSetTM.from_deepset(kept, f)}
-        history += train_deepset(deepset, server_probits, server_labels, epochs=adv_epochs, lr=lr, adversarial=True,
-                                 f=f, attack_steps=attack_steps, n_restarts=restarts,
-                                 generator=gen, adv_attack=adv_attack)
-    fusion = ProbitFusion(server_probits.shape[1], num_classes, hidden=hidden, latent=latent, seed=seed,
-                          columns=server_columns)
-    # its own generator: the DeepSet's training draws stay what they were before the baselines existed
-    train_fusion(fusion, server_probits, server_labels, epochs=epochs, lr=lr,
-                 generator=torch.Generator().manual_seed(seed + 1))
-    on_logits: dict[str, Callable] = {}
-    if server_logits is not None:
+    history: list[float] = []
+    aggs: dict[str, Callable] = {"mean": AGGREGATORS["mean"](), "median": AGGREGATORS["median"](),
+                                 "geometric_median": AGGREGATORS["geometric_median"](),
+                                 "trimmed_mean": AGGREGATORS["trimmed_mean"](f)}
+    if wanted & {"manifold_projection", "copur"}:
+        fusion = ProbitFusion(server_probits.shape[1], num_classes, hidden=hidden, latent=latent, seed=seed,
+                              columns=server_columns)
+        # its own generator: the DeepSet's training draws stay what they were before the baselines existed
+        train_fusion(fusion, server_probits, server_labels, epochs=epochs, lr=lr,
+                     generator=torch.Generator().manual_seed(seed + 1))
+        aggs.update({"manifold_projection": ManifoldProjection(fusion), "copur": CoPur(fusion, steps=copur_steps)})
+    if server_logits is not None and wanted & {"manifold_projection_logit", "copur_logit"}:
         if server_logits.shape != server_probits.shape:
             raise ValueError(f"server_logits shape {tuple(server_logits.shape)} != server_probits shape "
                              f"{tuple(server_probits.shape)}")
@@ -141,15 +144,20 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
                                     columns=server_columns, space="logits")
         train_fusion(logit_fusion, server_logits, server_labels, epochs=epochs, lr=lr,
                      generator=torch.Generator().manual_seed(seed + 1))
-        on_logits = {"manifold_projection_logit": ManifoldProjection(logit_fusion),
-                     "copur_logit": CoPur(logit_fusion, steps=copur_steps)}
-    aggs: dict[str, Callable] = {"mean": AGGREGATORS["mean"](), "median": AGGREGATORS["median"](),
-                                 "geometric_median": AGGREGATORS["geometric_median"](),
-                                 "trimmed_mean": AGGREGATORS["trimmed_mean"](f),
-                                 "manifold_projection": ManifoldProjection(fusion),
-                                 "copur": CoPur(fusion, steps=copur_steps), **on_logits, **plain,
-                                 "deepset": deepset, "deepset_tm": DeepSetTM.from_deepset(deepset, f)}
-    return aggs, history
+        aggs.update({"manifold_projection_logit": ManifoldProjection(logit_fusion),
+                     "copur_logit": CoPur(logit_fusion, steps=copur_steps)})
+    if wanted & {"deepset_plain", "deepset_plain_tm", "deepset", "deepset_tm"}:
+        gen = torch.Generator().manual_seed(seed)
+        deepset = DeepSet(num_classes, hidden=hidden, seed=seed)
+        history = train_deepset(deepset, server_probits, server_labels, epochs=epochs, lr=lr, generator=gen)
+        if adv_epochs:
+            kept = copy.deepcopy(deepset)
+            aggs.update({"deepset_plain": kept, "deepset_plain_tm": DeepSetTM.from_deepset(kept, f)})
+            history += train_deepset(deepset, server_probits, server_labels, epochs=adv_epochs, lr=lr,
+                                     adversarial=True, f=f, attack_steps=attack_steps, n_restarts=restarts,
+                                     generator=gen, adv_attack=adv_attack)
+        aggs.update({"deepset": deepset, "deepset_tm": DeepSetTM.from_deepset(deepset, f)})
+    return {a: aggs[a] for a in AGGREGATOR_NAMES if a in aggs and a in wanted}, history
 
 
 def gradient_view(agg: Callable, grad: str) -> Callable:

@@ -150,13 +150,15 @@ def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFr
                                       attack_steps=cfg.agg_attack_steps, restarts=cfg.agg_restarts,
                                       seed=cfg.seed, latent=cfg.agg_latent, copur_steps=cfg.copur_steps,
                                       server_columns=data.server_columns, server_logits=data.server_logits,
-                                      adv_attack=cfg.agg_adv_attack)
-    torch.save(aggs["deepset"].state_dict(), store.dir / "deepset.pt")
-    store.write_table("deepset_loss.csv", pd.DataFrame({"epoch": range(1, len(history) + 1), "loss": history}))
+                                      adv_attack=cfg.agg_adv_attack, names=cfg.inference_aggregators or None)
+    if "deepset" in aggs:
+        torch.save(aggs["deepset"].state_dict(), store.dir / "deepset.pt")
+        store.write_table("deepset_loss.csv", pd.DataFrame({"epoch": range(1, len(history) + 1), "loss": history}))
     cell = {"seed": cfg.seed, "n": cfg.num_clients, "f": cfg.inf_f}
     kw = dict(pgd_steps=cfg.inf_pgd_steps, seed=cfg.seed, pgd_start=cfg.inf_pgd_start, pgd_loss=cfg.inf_pgd_loss,
               pgd_grad=cfg.inf_pgd_grad)
-    table = attack_accuracy(aggs, data, cfg.inf_f, cfg.inference_attacks, amplification=cfg.inf_amplification, **kw)
+    table = attack_accuracy(aggs, _subset(data, cfg.inf_eval_queries), cfg.inf_f, cfg.inference_attacks,
+                            amplification=cfg.inf_amplification, **kw)
     store.write_table("accuracy.csv", table.assign(**cell))
     curve_data = _subset(data, cfg.inf_curve_queries)
     if cfg.inf_f_curve:
