@@ -228,6 +228,21 @@ def collection_hash(cfg: RunConfig) -> str:
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
+# What an inference run's learned aggregators (DeepSet, the purifiers' fusions) depend on beyond its
+# collection: runs that differ only in attack or evaluation settings reuse each other's trained ones.
+_AGGREGATOR_KEYS = ("inf_f", "agg_hidden", "agg_epochs", "agg_adv_epochs", "agg_lr", "agg_attack_steps",
+                    "agg_restarts", "agg_latent", "agg_adv_attack")
+
+
+def aggregator_hash(cfg: RunConfig) -> str:
+    """Hash of what an inference run's trained aggregators depend on: its collection and the
+    aggregator-training keys (not the attacks, nor how many queries or which aggregators it evaluates)."""
+    keys = {k: getattr(cfg, k) for k in _AGGREGATOR_KEYS}
+    keys["collection"] = collection_hash(cfg)
+    blob = json.dumps(keys, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
 def _tsa_label(cfg: RunConfig) -> str:
     """``tsa<τ>`` of a run name, ``u`` appended for the uncoupled ablation."""
     return f"tsa{cfg.tau:g}" + ("" if cfg.coupled else "u")

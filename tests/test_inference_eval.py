@@ -149,6 +149,13 @@ def test_build_aggregators_warm_up_then_adversarial_phase():
     assert all(torch.equal(v, aggs["copur"].state_dict()[k]) for k, v in purifier["copur"].state_dict().items())
     with pytest.raises(ValueError, match="unknown aggregators"):
         build_aggregators(sp, sy, 2, epochs=1, names=["krum"])
+    # a build from the saved state (epochs=0: nothing could be trained) answers exactly as the trained one
+    from fedcal.inference.evaluate import learned_state
+    loaded, h_loaded = build_aggregators(sp, sy, 2, hidden=16, epochs=0, adv_epochs=2, lr=3e-3, seed=0,
+                                         state=learned_state(aggs, history))
+    assert h_loaded == history and list(loaded) == list(aggs)
+    with torch.no_grad():
+        assert all(torch.equal(loaded[a](sp[:20]), aggs[a](sp[:20])) for a in aggs)
     from fedcal.config import INFERENCE_AGGREGATORS, ConfigError, RunConfig
     assert INFERENCE_AGGREGATORS == AGGREGATOR_NAMES  # the run config's copy of the names
     with pytest.raises(ConfigError, match="'inf-aggregators'"):

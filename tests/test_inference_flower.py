@@ -95,6 +95,22 @@ def test_federated_inference_round_trip(monkeypatch, tmp_path):
     assert other[0].run_dir != res.run_dir and (other[0].run_dir / "probits.pt").exists()
     assert other[0].accuracy.set_index(["aggregator", "attack"])["accuracy"]["mean", "none"] == acc["mean", "none"]
 
+    # Other attacks, the same aggregator settings: the trained aggregators are loaded, not trained again,
+    # and every cell the two runs share is the same
+    import fedcal.inference.evaluate as evaluate
+
+    def no_training(*a, **k):
+        raise AssertionError("an aggregator was trained again")
+
+    monkeypatch.setattr(evaluate, "train_deepset", no_training)
+    monkeypatch.setattr(evaluate, "train_fusion", no_training)
+    third = []
+    run_inprocess(server_app_for(cfg.replace(inf_attacks="lma,sia_whitebox_raise", inf_f_curve=False, inf_amp_curve=""),
+                                 sink=third), client_app, num_supernodes=5, seed=0)
+    again_acc = third[0].accuracy.set_index(["aggregator", "attack"])["accuracy"]
+    assert all(again_acc[a, "lma"] == acc[a, "lma"] for a in set(res.accuracy["aggregator"]))
+    assert (third[0].run_dir / "aggregators.pt").exists()
+
 
 class _SilentGrid:
     """A Grid whose send_and_receive returns only some replies (the rest timed out)."""

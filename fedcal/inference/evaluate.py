@@ -36,7 +36,7 @@ from .probit_attacks import PGD_LOSSES, PGD_STARTS, PROBIT_ATTACKS, adversary_ma
 from .purify import CoPur, ManifoldProjection, ProbitFusion, train_fusion
 
 __all__ = ["ProbitData", "AGGREGATOR_NAMES", "build_aggregators", "attack_accuracy", "WHITE_BOX", "PGD_GRADS",
-           "PGD_KAPPA", "gradient_view"]
+           "PGD_KAPPA", "gradient_view", "learned_state"]
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,8 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
                       restarts: int = 2, seed: int = 0, latent: int = 32, copur_steps: int = 30,
                       server_columns: Sequence[int] | None = None,
                       server_logits: torch.Tensor | None = None, adv_attack: str = "fedcal",
-                      names: Sequence[str] | None = None) -> tuple[dict[str, Callable], list[float]]:
+                      names: Sequence[str] | None = None,
+                      state: Mapping[str, object] | None = None) -> tuple[dict[str, Callable], list[float]]:
     """The aggregators of SPEC §7 built for ``f`` adversaries, and the baselines of the
     inference literature; returns them and the DeepSet's per-epoch training losses.
 
@@ -119,7 +120,11 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
     ``names``: only these aggregators (:data:`AGGREGATOR_NAMES`; None = all); a learned component
     none of them uses (the DeepSet, either fusion) is not trained. Each component has its own
     seeded generator, so an aggregator built alone is the one built among all.
+
+    ``state``: learned components trained earlier with the same data and settings
+    (:func:`learned_state` of that build), loaded instead of trained again.
     """
+    state = dict(state or {})
     unknown = [a for a in names or () if a not in AGGREGATOR_NAMES]
     if unknown:
         raise ValueError(f"unknown aggregators {unknown}; known: {list(AGGREGATOR_NAMES)}")
@@ -132,9 +137,12 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
     if wanted & {"manifold_projection", "copur"}:
         fusion = ProbitFusion(server_probits.shape[1], num_classes, hidden=hidden, latent=latent, seed=seed,
                               columns=server_columns)
-        # its own generator: the DeepSet's training draws stay what they were before the baselines existed
-        train_fusion(fusion, server_probits, server_labels, epochs=epochs, lr=lr,
-                     generator=torch.Generator().manual_seed(seed + 1))
+        if "fusion" in state:
+            fusion.load_state_dict(state["fusion"])
+            fusion.eval()
+        else:  # its own generator: the DeepSet's training draws stay what they were before the baselines existed
+            train_fusion(fusion, server_probits, server_labels, epochs=epochs, lr=lr,
+                         generator=torch.Generator().manual_seed(seed + 1))
         aggs.update({"manifold_projection": ManifoldProjection(fusion), "copur": CoPur(fusion, steps=copur_steps)})
     if server_logits is not None and wanted & {"manifold_projection_logit", "copur_logit"}:
         if server_logits.shape != server_probits.shape:
@@ -142,22 +150,55 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
                              f"{tuple(server_probits.shape)}")
         logit_fusion = ProbitFusion(server_probits.shape[1], num_classes, hidden=hidden, latent=latent, seed=seed,
                                     columns=server_columns, space="logits")
-        train_fusion(logit_fusion, server_logits, server_labels, epochs=epochs, lr=lr,
-                     generator=torch.Generator().manual_seed(seed + 1))
+        if "logit_fusion" in state:
+            logit_fusion.load_state_dict(state["logit_fusion"])
+            logit_fusion.eval()
+        else:
+            train_fusion(logit_fusion, server_logits, server_labels, epochs=epochs, lr=lr,
+                         generator=torch.Generator().manual_seed(seed + 1))
         aggs.update({"manifold_projection_logit": ManifoldProjection(logit_fusion),
                      "copur_logit": CoPur(logit_fusion, steps=copur_steps)})
     if wanted & {"deepset_plain", "deepset_plain_tm", "deepset", "deepset_tm"}:
-        gen = torch.Generator().manual_seed(seed)
         deepset = DeepSet(num_classes, hidden=hidden, seed=seed)
-        history = train_deepset(deepset, server_probits, server_labels, epochs=epochs, lr=lr, generator=gen)
-        if adv_epochs:
-            kept = copy.deepcopy(deepset)
-            aggs.update({"deepset_plain": kept, "deepset_plain_tm": DeepSetTM.from_deepset(kept, f)})
-            history += train_deepset(deepset, server_probits, server_labels, epochs=adv_epochs, lr=lr,
-                                     adversarial=True, f=f, attack_steps=attack_steps, n_restarts=restarts,
-                                     generator=gen, adv_attack=adv_attack)
+        if "deepset" in state and (not adv_epochs or "deepset_plain" in state):
+            deepset.load_state_dict(state["deepset"])
+            deepset.eval()
+            history = list(state.get("history", []))
+            if adv_epochs:
+                kept = DeepSet(num_classes, hidden=hidden, seed=seed)
+                kept.load_state_dict(state["deepset_plain"])
+                kept.eval()
+                aggs.update({"deepset_plain": kept, "deepset_plain_tm": DeepSetTM.from_deepset(kept, f)})
+        else:
+            gen = torch.Generator().manual_seed(seed)
+            history = train_deepset(deepset, server_probits, server_labels, epochs=epochs, lr=lr, generator=gen)
+            if adv_epochs:
+                kept = copy.deepcopy(deepset)
+                aggs.update({"deepset_plain": kept, "deepset_plain_tm": DeepSetTM.from_deepset(kept, f)})
+                history += train_deepset(deepset, server_probits, server_labels, epochs=adv_epochs, lr=lr,
+                                         adversarial=True, f=f, attack_steps=attack_steps, n_restarts=restarts,
+                                         generator=gen, adv_attack=adv_attack)
         aggs.update({"deepset": deepset, "deepset_tm": DeepSetTM.from_deepset(deepset, f)})
     return {a: aggs[a] for a in AGGREGATOR_NAMES if a in aggs and a in wanted}, history
+
+
+def learned_state(aggs: Mapping[str, Callable], history: Sequence[float]) -> dict[str, object]:
+    """The learned components of a :func:`build_aggregators` result, as state dicts (what its
+    ``state`` argument loads): ``deepset`` (after adversarial training), ``deepset_plain`` (before
+    it), ``fusion``, ``logit_fusion`` and the DeepSet's ``history`` — those the build had."""
+    out: dict[str, object] = {}
+    for key, names in (("deepset", ("deepset", "deepset_tm")), ("deepset_plain", ("deepset_plain", "deepset_plain_tm"))):
+        agg = next((aggs[a] for a in names if a in aggs), None)
+        if agg is not None:
+            out[key] = {k: v.detach().clone() for k, v in agg.state_dict().items()}
+    for key, names in (("fusion", ("copur", "manifold_projection")),
+                       ("logit_fusion", ("copur_logit", "manifold_projection_logit"))):
+        agg = next((aggs[a] for a in names if a in aggs), None)
+        if agg is not None:
+            out[key] = {k: v.detach().clone() for k, v in agg.fusion.state_dict().items()}
+    if "deepset" in out:
+        out["history"] = list(history)
+    return out
 
 
 def gradient_view(agg: Callable, grad: str) -> Callable:

@@ -30,14 +30,15 @@ from fedcal.tasks.nodes import (check_partitions, client_id, config_record, disc
                               shared_model)
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
-from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators
+from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators, learned_state
 from fedcal.inference.federated import assemble, assemble_logits, server_split, train_client
 from fedcal.reports import inference_report
-from fedcal.results import RunStore, collection_hash, load_config, run_dir_for
+from fedcal.results import RunStore, aggregator_hash, collection_hash, load_config, run_dir_for
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.train import resolve_device
 
 PROBITS_FILE = "probits.pt"
+AGGREGATORS_FILE = "aggregators.pt"  # the learned aggregators' state dicts (fedcal.inference.evaluate.learned_state)
 
 
 @dataclass
@@ -144,13 +145,21 @@ def _subset(data: ProbitData, k: int) -> ProbitData:
 def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFrame:
     """Phases (b)–(c): build the aggregators from the server split, then write the accuracy
     of every aggregator under every attack (``accuracy.csv``) and the curves against the
-    number of adversaries (``curve_f.csv``) and the logit-flip amplification (``curve_amp.csv``)."""
+    number of adversaries (``curve_f.csv``) and the logit-flip amplification (``curve_amp.csv``).
+
+    The learned aggregators are saved (``aggregators.pt``); a run in the same output directory with
+    the same collection and aggregator-training settings (:func:`fedcal.results.aggregator_hash`)
+    loads them instead of training them again: an attack or evaluation change costs its
+    evaluation only."""
+    state = _earlier_aggregators(cfg, store.dir)
     aggs, history = build_aggregators(data.server_probits, data.server_labels, cfg.inf_f, hidden=cfg.agg_hidden,
                                       epochs=cfg.agg_epochs, adv_epochs=cfg.agg_adv_epochs, lr=cfg.agg_lr,
                                       attack_steps=cfg.agg_attack_steps, restarts=cfg.agg_restarts,
                                       seed=cfg.seed, latent=cfg.agg_latent, copur_steps=cfg.copur_steps,
                                       server_columns=data.server_columns, server_logits=data.server_logits,
-                                      adv_attack=cfg.agg_adv_attack, names=cfg.inference_aggregators or None)
+                                      adv_attack=cfg.agg_adv_attack, names=cfg.inference_aggregators or None,
+                                      state=state)
+    _save_state({**state, **learned_state(aggs, history)}, store.dir / AGGREGATORS_FILE)
     if "deepset" in aggs:
         torch.save(aggs["deepset"].state_dict(), store.dir / "deepset.pt")
         store.write_table("deepset_loss.csv", pd.DataFrame({"epoch": range(1, len(history) + 1), "loss": history}))
@@ -207,6 +216,35 @@ def run_inference(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None
     result.accuracy = evaluate_run(data, cfg, store)
     store.finish()
     return result
+
+
+def _save_state(state: dict, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)  # atomic: a later run never loads half a file
+
+
+def _earlier_aggregators(cfg: RunConfig, here: Path) -> dict:
+    """The learned aggregators of finished-training runs next to ``here`` with the same collection and
+    aggregator-training settings (:func:`fedcal.results.aggregator_hash`), merged; {} if none."""
+    want = aggregator_hash(cfg)
+    state: dict = {}
+    for d in sorted(here.parent.glob("*/")):
+        if d == here or not (d / AGGREGATORS_FILE).exists():
+            continue
+        try:
+            other = load_config(d)
+            if other.task != "inference" or aggregator_hash(other) != want:
+                continue
+            found = torch.load(d / AGGREGATORS_FILE, weights_only=True)
+        except (OSError, ValueError, KeyError, RuntimeError):
+            continue
+        for key, value in found.items():
+            state.setdefault(key, value)
+    if state:
+        log(INFO, "reusing the trained aggregators (%s) of earlier runs with the same settings",
+            ", ".join(k for k in state if k != "history"))
+    return state
 
 
 def _earlier_collection(cfg: RunConfig, here: Path) -> Path | None:
