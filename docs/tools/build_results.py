@@ -690,6 +690,16 @@ def _clients_sentence(*folders: Path, n: int = 17, tail: bool = True) -> str:
     return ""
 
 
+def _audit_sections() -> list[str]:
+    """Issue 35 §1's sections (docs/tools/inference_audit.py), beside this file."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from inference_audit import audit_sections
+
+    return audit_sections()
+
+
 def inference_results() -> str:
     """The results section of docs/inference.md, read from the generated tables."""
     res = DOCS / "results" / "inference-cifar10"
@@ -738,6 +748,7 @@ def inference_results() -> str:
         if (res / png).exists():
             lines += [f"![{png}](results/inference-cifar10/{png})", "", caption, ""]
     lines += resnet8_results()
+    lines += _audit_sections()
     grid_dir = DOCS / "results" / "inference-cifar10-grid"
     if (grid_dir / "scalability.md").exists():
         lines += ["## Scalability: (n, f) = (10, 3), (17, 4), (25, 5)", "", "```bash", GRID_COMMAND, "```", "",
