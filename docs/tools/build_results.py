@@ -700,6 +700,16 @@ def _audit_sections() -> list[str]:
     return audit_sections()
 
 
+def _inference_claims() -> str:
+    """Issue 35 §1's claim-by-claim rows (docs/tools/inference_audit.py), once their runs exist."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from inference_audit import claims_table
+
+    return claims_table()
+
+
 def inference_results() -> str:
     """The results section of docs/inference.md, read from the generated tables."""
     res = DOCS / "results" / "inference-cifar10"
@@ -795,6 +805,9 @@ def main() -> None:
     intro = (DOCS / "tools" / "inference_intro.md").read_text()
     (DOCS / "inference.md").write_text(intro + "\n" + inference_results())
     parts = [HEADER.rstrip("\n") + "\n", literature_section()]
+    claims = _inference_claims()
+    if claims:
+        parts.append(claims)
     for name, title, command, figures, prose in SECTIONS:
         if not (DOCS / "results" / name / "table.md").exists():
             continue
