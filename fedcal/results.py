@@ -228,16 +228,19 @@ def collection_hash(cfg: RunConfig) -> str:
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
-# What an inference run's learned aggregators (DeepSet, the purifiers' fusions) depend on beyond its
-# collection: runs that differ only in attack or evaluation settings reuse each other's trained ones.
-_AGGREGATOR_KEYS = ("inf_f", "agg_hidden", "agg_epochs", "agg_adv_epochs", "agg_lr", "agg_attack_steps",
-                    "agg_restarts", "agg_latent", "agg_adv_attack")
+# What an inference run's learned aggregators depend on beyond its collection, per component: runs that
+# differ only in attack or evaluation settings (or in the other component's keys) reuse each other's.
+_AGGREGATOR_KEYS = {"deepset": ("inf_f", "agg_hidden", "agg_epochs", "agg_adv_epochs", "agg_lr", "agg_attack_steps",
+                                "agg_restarts", "agg_adv_attack"),
+                    "fusion": ("agg_hidden", "agg_epochs", "agg_lr", "agg_latent")}
 
 
-def aggregator_hash(cfg: RunConfig) -> str:
-    """Hash of what an inference run's trained aggregators depend on: its collection and the
-    aggregator-training keys (not the attacks, nor how many queries or which aggregators it evaluates)."""
-    keys = {k: getattr(cfg, k) for k in _AGGREGATOR_KEYS}
+def aggregator_hash(cfg: RunConfig, component: str) -> str:
+    """Hash of what one learned component of an inference run depends on — ``"deepset"`` (the DeepSet,
+    before and after adversarial training) or ``"fusion"`` (the purifiers' autoencoders and fusion
+    classifiers) —: the collection and that component's training keys, not the attacks, nor how many
+    queries or which aggregators the run evaluates."""
+    keys = {k: getattr(cfg, k) for k in _AGGREGATOR_KEYS[component]}
     keys["collection"] = collection_hash(cfg)
     blob = json.dumps(keys, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]

@@ -110,6 +110,15 @@ def test_federated_inference_round_trip(monkeypatch, tmp_path):
     again_acc = third[0].accuracy.set_index(["aggregator", "attack"])["accuracy"]
     assert all(again_acc[a, "lma"] == acc[a, "lma"] for a in set(res.accuracy["aggregator"]))
     assert (third[0].run_dir / "aggregators.pt").exists()
+    # another autoencoder width: the fusions are trained anew, the DeepSet (which does not depend on it) is loaded
+    monkeypatch.undo()
+    monkeypatch.setattr(evaluate, "train_deepset", no_training)
+    fourth = []
+    run_inprocess(server_app_for(cfg.replace(inf_attacks="lma", inf_f_curve=False, inf_amp_curve="", agg_latent=8,
+                                             inf_aggregators="deepset_tm,copur"), sink=fourth),
+                  client_app, num_supernodes=5, seed=0)
+    fourth_acc = fourth[0].accuracy.set_index(["aggregator", "attack"])["accuracy"]
+    assert fourth_acc["deepset_tm", "lma"] == acc["deepset_tm", "lma"]
 
 
 class _SilentGrid:

@@ -148,9 +148,9 @@ def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFr
     number of adversaries (``curve_f.csv``) and the logit-flip amplification (``curve_amp.csv``).
 
     The learned aggregators are saved (``aggregators.pt``); a run in the same output directory with
-    the same collection and aggregator-training settings (:func:`fedcal.results.aggregator_hash`)
-    loads them instead of training them again: an attack or evaluation change costs its
-    evaluation only."""
+    the same collection and training settings of a component (:func:`fedcal.results.aggregator_hash`:
+    the DeepSet, the fusions) loads it instead of training it again: an attack or evaluation change
+    costs its evaluation only."""
     state = _earlier_aggregators(cfg, store.dir)
     aggs, history = build_aggregators(data.server_probits, data.server_labels, cfg.inf_f, hidden=cfg.agg_hidden,
                                       epochs=cfg.agg_epochs, adv_epochs=cfg.agg_adv_epochs, lr=cfg.agg_lr,
@@ -159,6 +159,7 @@ def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFr
                                       server_columns=data.server_columns, server_logits=data.server_logits,
                                       adv_attack=cfg.agg_adv_attack, names=cfg.inference_aggregators or None,
                                       state=state)
+    # what was loaded matches this run's hashes, so it is this run's too
     _save_state({**state, **learned_state(aggs, history)}, store.dir / AGGREGATORS_FILE)
     if "deepset" in aggs:
         torch.save(aggs["deepset"].state_dict(), store.dir / "deepset.pt")
@@ -224,23 +225,32 @@ def _save_state(state: dict, path: Path) -> None:
     tmp.replace(path)  # atomic: a later run never loads half a file
 
 
+# which saved entries (fedcal.inference.evaluate.learned_state) belong to which component's hash
+_COMPONENT_ENTRIES = {"deepset": ("deepset", "deepset_plain", "history"), "fusion": ("fusion", "logit_fusion")}
+
+
 def _earlier_aggregators(cfg: RunConfig, here: Path) -> dict:
-    """The learned aggregators of finished-training runs next to ``here`` with the same collection and
-    aggregator-training settings (:func:`fedcal.results.aggregator_hash`), merged; {} if none."""
-    want = aggregator_hash(cfg)
+    """The learned aggregators of runs next to ``here`` that trained them from the same collection and
+    the same settings (per component, :func:`fedcal.results.aggregator_hash`), merged; {} if none."""
+    want = {c: aggregator_hash(cfg, c) for c in _COMPONENT_ENTRIES}
     state: dict = {}
     for d in sorted(here.parent.glob("*/")):
         if d == here or not (d / AGGREGATORS_FILE).exists():
             continue
         try:
             other = load_config(d)
-            if other.task != "inference" or aggregator_hash(other) != want:
+            if other.task != "inference":
+                continue
+            same = [c for c in _COMPONENT_ENTRIES if aggregator_hash(other, c) == want[c]]
+            if not same:
                 continue
             found = torch.load(d / AGGREGATORS_FILE, weights_only=True)
         except (OSError, ValueError, KeyError, RuntimeError):
             continue
-        for key, value in found.items():
-            state.setdefault(key, value)
+        for component in same:
+            if any(key in state for key in _COMPONENT_ENTRIES[component]):
+                continue  # one run's entries per component: a DeepSet and its history stay together
+            state.update({key: found[key] for key in _COMPONENT_ENTRIES[component] if key in found})
     if state:
         log(INFO, "reusing the trained aggregators (%s) of earlier runs with the same settings",
             ", ".join(k for k in state if k != "history"))
