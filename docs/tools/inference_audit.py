@@ -25,8 +25,10 @@ I35_KEYS = ("dataset=cifar10 model=resnet8 lr=0.05 momentum=0.9 weight-decay=5e-
 LIT_PGD = "inf-pgd-steps=50 inf-pgd-start=uniform inf-pgd-loss=prob inf-pgd-grad=bpda"
 LIT_ATTACKS = ("inf-amplification=1 inf-attacks=none,logit_flip,sia_blackbox,sia_blackbox_colluding,lma,cpa,pgd_cw,"
                "sia_whitebox_raise")
-LIT_EXTRA = "inf-f-curve=false inf-curve-queries=0"
-FEDCAL_EXTRA = "inf-pgd-steps=50 inf-f-curve=false 'inf-amp-curve=\"\"'"
+#: 2 CPU cores shared with other jobs: the first 2,000 of the 10,000 collected test queries (the clients and
+#: their answers are those of all 10,000)
+LIT_EXTRA = "inf-f-curve=false inf-eval-queries=2000 inf-curve-queries=2000"
+FEDCAL_EXTRA = "inf-pgd-steps=50 inf-f-curve=false 'inf-amp-curve=\"\"' inf-eval-queries=2000"
 #: the PGD ablation: PGD-CW only, five aggregators, the first 2,000 test queries
 ABLATION_EXTRA = ("inf-attacks=none,pgd_cw inf-f-curve=false 'inf-amp-curve=\"\"' inf-eval-queries=2000 "
                   "inf-aggregators=mean,geometric_median,trimmed_mean,deepset,deepset_tm")
@@ -214,7 +216,7 @@ def copur_section() -> list[str]:
     top = wide.columns[-1]
     lines = ["### CoPur on logits, and logit flipping", "",
              f"The same runs (the command above), logit flipping (−a·z on logits, softmax(−a·z) on probits) against "
-             f"its amplification a, f = 4, all {curve['queries'].iloc[0]:,} test queries, {_seeds_text(seeds)}; "
+             f"its amplification a, f = 4, the first {curve['queries'].iloc[0]:,} test queries, {_seeds_text(seeds)}; "
              "accuracy (%):", "", markdown_table(table), ""]
     cl, cp = wide.loc["copur_logit", top], wide.loc["copur", top]
     lines += [f"At {top} CoPur on logits is at {100 * cl:.2f} %, CoPur on probits at {100 * cp:.2f} %: "
