@@ -27,7 +27,7 @@ def run_timings(run_dir: Path) -> dict:
         return path.stat().st_mtime if path.exists() else None
 
     probits, aggregators, done = at("probits.pt"), at("aggregators.pt"), at("DONE")
-    return {"run": run_dir.name, "seed": cfg.get("seed"), "dirichlet-alpha": cfg.get("dirichlet_alpha"),
+    return {"run": run_dir.name, "seed": cfg.get("seed"), "dirichlet-alpha": cfg.get("dirichlet-alpha"),
             "started": meta["started"], "machine_cpus": meta.get("provenance", {}).get("machine", {}).get("cpus"),
             "collect_s": None if probits is None else round(probits - started),
             "aggregators_s": None if aggregators is None or probits is None else round(aggregators - probits),
