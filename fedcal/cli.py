@@ -409,6 +409,16 @@ def cmd_inference(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_inference_theorem(args: argparse.Namespace) -> int:
+    from fedcal.reports.inference_theory import theorem_report
+
+    if args.queries < 0:
+        raise ConfigError(f"--queries must be >= 0, got {args.queries}")
+    print(theorem_report(_run_dirs(args.run_dirs), args.out, queries=args.queries))
+    print(f"report: {args.out}")
+    return 0
+
+
 def _robustness_spec(args: argparse.Namespace, dataset: str):
     from fedcal.robustness import DEFAULT_CORRUPTIONS, spec_for
 
@@ -757,6 +767,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", default="0", help="seeds, e.g. 0-4 or 0,2")
     p.add_argument("--report", default="fedcal-inference", help="folder for the tables and plots")
     p.set_defaults(func=cmd_inference)
+    p = add("inference-theorem", "the averaging aggregators' error vs honest dissimilarity and top-2 margin",
+            description="From finished inference runs' saved probits: per test query the mean's, medians' and "
+                        "trimmed mean's aggregation error, the honest answers' dissimilarity and the honest mean's "
+                        "top-2 margin, with no attack and under SIA white-box (the robust-inference literature's "
+                        "Theorem 1; docs/inference.md).")
+    p.add_argument("run_dirs", nargs="+", help="finished inference runs")
+    p.add_argument("--queries", type=int, default=0, help="the first k test queries (0 = all)")
+    p.add_argument("--out", default="fedcal-report", help="folder for theorem_*.csv and theorem.png")
+    p.set_defaults(func=cmd_inference_theorem)
     p = add("robustness", "temperature as a robustness knob: τ-trained models under PGD, CW and corruptions",
             description="Without --runs: train every client at each τ (federated and/or centralised, each seed; "
                         "resumable, finished runs are skipped), then evaluate every final model at τ = 1. With "

@@ -43,8 +43,24 @@ TASKS = ("train", "inference", "distill", "lm", "detect")
 # Old names of tasks, accepted and normalised: run directories written before the rename say "tsa".
 LEGACY_TASKS = {"tsa": "train"}
 # Probit-space attacks of robust federated inference (SPEC §7): the names of fedcal.inference.probit_attacks.PROBIT_ATTACKS (a test keeps them equal).
+#: what a client answers an inference query with (``inf-client-output``)
+CLIENT_OUTPUTS = ("probits", "logits")
 INFERENCE_ATTACKS = ("none", "logit_flip", "sia_blackbox", "sia_blackbox_colluding", "sia_whitebox", "lma", "cpa",
-                     "pgd_cw")
+                     "pgd_cw", "sia_whitebox_raise")
+# The attacks an inference run evaluates by default: SPEC §7's. (A string literal, not all of INFERENCE_ATTACKS:
+# the default is hashed, and an attack added later must not rename every earlier run.)
+DEFAULT_INFERENCE_ATTACKS = "none,logit_flip,sia_blackbox,sia_blackbox_colluding,sia_whitebox,lma,cpa,pgd_cw"
+# PGD-CW's start, margin and gradient through trimming/medians (fedcal.inference.probit_attacks.PGD_STARTS,
+# PGD_LOSSES; fedcal.inference.evaluate.PGD_GRADS; a test keeps them equal): fedcal's first, the robust-inference
+# authors' code's second.
+PGD_STARTS = ("own", "uniform")
+PGD_LOSSES = ("logit", "prob")
+PGD_GRADS = ("exact", "bpda")
+ADV_ATTACKS = ("fedcal", "literature")  # fedcal.inference.deepset.ADV_ATTACKS
+# fedcal.inference.evaluate.AGGREGATOR_NAMES (a test keeps them equal)
+INFERENCE_AGGREGATORS = ("mean", "median", "geometric_median", "trimmed_mean", "manifold_projection", "copur",
+                         "manifold_projection_logit", "copur_logit", "deepset_plain", "deepset_plain_tm", "deepset",
+                         "deepset_tm")
 
 # Field groups, in the order `fedcal run --help` and docs/configuration.md list them.
 GROUPS = {
@@ -245,13 +261,36 @@ class RunConfig:
     inf_augment: str = setting("none", "inference", "augmentation of the clients' training batches (crop-flip: pad 4, "
                                                     "random 32x32 crop, horizontal flip; CIFAR only)",
                                choices=AUGMENTATIONS, hash_when_set=True)
-    inf_attacks: str = setting(",".join(INFERENCE_ATTACKS), "inference",
+    inf_client_output: str = setting("probits", "inference", "what a client answers a query with: probits (its "
+                                     "softmax output) or logits (the server takes the softmax itself and also keeps "
+                                     "the logits, for the logit-input aggregators and the attacks on logits)",
+                                     choices=CLIENT_OUTPUTS, hash_when_set=True)
+    inf_attacks: str = setting(DEFAULT_INFERENCE_ATTACKS, "inference",
                                "evaluated probit attacks: " + ", ".join(INFERENCE_ATTACKS),
                                note="comma-separated names, at least one")
     inf_amplification: float = setting(2.0, "inference", "logit flipping's amplification a", gt=0, finite=True)
     inf_pgd_steps: int = setting(50, "inference", "PGD-CW sign-gradient steps (step 0.1)", ge=0)
+    inf_pgd_start: str = setting("own", "inference", "where PGD-CW's adversarial rows start: own (the adversary's "
+                                                     "own probits) or uniform (random near-uniform rows, logits "
+                                                     "~ U[0,1): the robust-inference authors' code)",
+                                 choices=PGD_STARTS, hash_when_set=True)
+    inf_pgd_loss: str = setting("logit", "inference", "the Carlini-Wagner margin PGD-CW ascends: logit (on the "
+                                                      "aggregate's log-probabilities, capped at 0) or prob (on its "
+                                                      "probabilities, capped at 0.1: the authors' code)",
+                                choices=PGD_LOSSES, hash_when_set=True)
+    inf_pgd_grad: str = setting("exact", "inference", "PGD-CW's gradient through trimming and medians: exact (the "
+                                                      "sort's subgradient; trimmed rows get none) or bpda (forward "
+                                                      "as deployed, backward as the mean: the authors' code)",
+                                choices=PGD_GRADS, hash_when_set=True)
     inf_test_queries: int = setting(0, "inference", "test queries evaluated (the first k of the test set)", ge=0,
                                     note="0 = all")
+    inf_eval_queries: int = setting(0, "inference", "test queries of the main table: the first k of those collected "
+                                                    "(the collection, and so the clients, stay the same)", ge=0,
+                                    note="0 = all", hash_when_set=True)
+    inf_aggregators: str = setting("", "inference", "the aggregators built and evaluated: comma-separated names of "
+                                                    + ", ".join(INFERENCE_AGGREGATORS),
+                                   note='"" = all (the *_logit ones need inf-client-output=logits)',
+                                   hash_when_set=True)
     inf_f_curve: bool = setting(True, "inference", "also evaluate every f_adv = 0..(n-1)//2 (aggregators stay "
                                                    "built for inf-f)")
     inf_curve_queries: int = setting(2000, "inference", "test queries of the accuracy-vs-f and vs-amplification "
@@ -269,6 +308,12 @@ class RunConfig:
     agg_attack_steps: int = setting(10, "inference", "sign-gradient steps per adversarial-training batch", ge=0)
     agg_restarts: int = setting(2, "inference", "adversarial-training starts per batch (the 2nd from a simplex "
                                                 "vertex); the worst kept", ge=1)
+    agg_adv_attack: str = setting("fedcal", "inference", "the adversarial-training attack: fedcal (1..f random "
+                                                         "positions, loss ascent from the clients' probits and a "
+                                                         "vertex) or literature (the robust-inference authors': "
+                                                         "mostly f positions, CW probability margin from a uniform "
+                                                         "start, agg-attack-steps steps)",
+                                  choices=ADV_ATTACKS, hash_when_set=True)
     agg_latent: int = setting(32, "inference", "latent width of the autoencoder of manifold projection and CoPur",
                               ge=1, hash_when_set=True)
     copur_steps: int = setting(30, "inference", "CoPur's gradient steps fitting the latent of each query (0 = start "
@@ -523,6 +568,11 @@ class RunConfig:
         return tuple(a.strip() for a in self.inf_attacks.split(",") if a.strip())
 
     @property
+    def inference_aggregators(self) -> tuple[str, ...]:
+        """``inf-aggregators`` as a tuple of names (empty: all)."""
+        return tuple(a.strip() for a in self.inf_aggregators.split(",") if a.strip())
+
+    @property
     def amplification_curve(self) -> tuple[float, ...]:
         """``inf-amp-curve`` as a tuple of amplifications (empty: no curve)."""
         return tuple(float(a) for a in self.inf_amp_curve.split(",") if a.strip())
@@ -618,6 +668,14 @@ def _inference_attacks(c: RunConfig) -> None:
             raise ConfigError(f"run-config key 'inf-attacks': unknown value {name!r}; choose one of "
                               f"{', '.join(INFERENCE_ATTACKS)}")
     _check("inf-attacks", bool(c.inference_attacks), c.inf_attacks, "must name at least one attack")
+    for name in c.inference_aggregators:
+        if name not in INFERENCE_AGGREGATORS:
+            raise ConfigError(f"run-config key 'inf-aggregators': unknown value {name!r}; choose among "
+                              f"{', '.join(INFERENCE_AGGREGATORS)}")
+    if c.task == "inference" and c.inf_client_output != "logits":
+        logit_aggs = [a for a in c.inference_aggregators if a.endswith("_logit")]
+        _check("inf-aggregators", not logit_aggs, c.inf_aggregators,
+               f"names {', '.join(logit_aggs)}, which read the clients' logits: set inf-client-output=logits")
 
 
 def _amplification_curve(c: RunConfig) -> None:

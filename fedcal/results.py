@@ -471,6 +471,26 @@ def collection_hash(cfg: RunConfig) -> str:
     keys = {k: getattr(cfg, k) for k in _COLLECTION_KEYS}
     if cfg.inf_augment != "none":  # added later: collections made before keep their hash
         keys["inf_augment"] = cfg.inf_augment
+    if cfg.inf_client_output != "probits":  # likewise: a logits collection also holds the clients' logits
+        keys["inf_client_output"] = cfg.inf_client_output
+    blob = json.dumps(keys, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+# What an inference run's learned aggregators depend on beyond its collection, per component: runs that
+# differ only in attack or evaluation settings (or in the other component's keys) reuse each other's.
+_AGGREGATOR_KEYS = {"deepset": ("inf_f", "agg_hidden", "agg_epochs", "agg_adv_epochs", "agg_lr", "agg_attack_steps",
+                                "agg_restarts", "agg_adv_attack"),
+                    "fusion": ("agg_hidden", "agg_epochs", "agg_lr", "agg_latent")}
+
+
+def aggregator_hash(cfg: RunConfig, component: str) -> str:
+    """Hash of what one learned component of an inference run depends on — ``"deepset"`` (the DeepSet,
+    before and after adversarial training) or ``"fusion"`` (the purifiers' autoencoders and fusion
+    classifiers) —: the collection and that component's training keys, not the attacks, nor how many
+    queries or which aggregators the run evaluates."""
+    keys = {k: getattr(cfg, k) for k in _AGGREGATOR_KEYS[component]}
+    keys["collection"] = collection_hash(cfg)
     blob = json.dumps(keys, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 

@@ -291,3 +291,46 @@ def test_train_deepset_errors_and_params_untouched_by_attack():
         train_deepset(model, x, y[:10], 1)
     train_deepset(model, x, y, 1, adversarial=True, f=2, m=2, n_restarts=2, attack_steps=3)
     assert all(p.requires_grad for p in model.parameters())
+
+
+def test_the_literatures_corrupted_positions():
+    """The authors' training corrupts the n − k clients outside a random subset of k ∈ [n − f, n],
+    P(k) = 0.7·C(n, k)/Σ C(n, k') + 0.3/(f + 1): for n = 17, f = 4, by hand from C(17, 13..17) =
+    2380, 680, 136, 17, 1 (sum 3214), P(m = 4) = 0.7·2380/3214 + 0.06 = 0.5784, P(m = 0) = 0.0602."""
+    from math import comb
+
+    from fedcal.inference.deepset import literature_corruption_mask
+
+    mask = literature_corruption_mask(40_000, 17, 4, torch.Generator().manual_seed(0))
+    m = mask.sum(1)
+    total = sum(comb(17, k) for k in range(13, 18))
+    for corrupted in range(5):
+        want = 0.7 * comb(17, 17 - corrupted) / total + 0.3 / 5
+        assert abs((m == corrupted).float().mean().item() - want) < 0.01, corrupted
+    assert abs((m == 4).float().mean().item() - 0.5784) < 0.01
+    # positions uniform over clients
+    assert (mask.float().mean(0) - mask.float().mean()).abs().max() < 0.01
+
+
+def test_adversarial_training_against_the_literatures_attack():
+    """adv_attack='literature': the authors' attack (uniform start, CW probability margin, last iterate) in
+    the adversarial phase; its rows are probit vectors on the corrupted positions only, and the trained
+    DeepSet-TM withstands the runner-up corruption far better than the plain DeepSet."""
+    from fedcal.inference.deepset import _literature_inputs
+
+    xtr, ytr = _task(800, 0)
+    xte, yte = _task(400, 1)
+    plain = DeepSet(C, hidden=32, seed=0)
+    train_deepset(plain, xtr, ytr, epochs=8, lr=3e-3, generator=torch.Generator().manual_seed(0))
+    rows = _literature_inputs(plain, xte[:64], yte[:64], F, 5, 0.1, torch.Generator().manual_seed(1))
+    changed = (rows != xte[:64]).any(-1)
+    assert (changed.sum(1) <= F).all() and changed.any()
+    _on_simplex(rows.reshape(-1, C))
+    adv = DeepSet(C, hidden=32, seed=0)
+    train_deepset(adv, xtr, ytr, epochs=8, lr=3e-3, adversarial=True, f=F, attack_steps=5, attack_lr=1.0,
+                  generator=torch.Generator().manual_seed(0), adv_attack="literature")
+    xatk = _runner_up_attack(xte)
+    assert accuracy(adv.as_trimmed(F), xte, yte) > 0.75  # 8 epochs from scratch, all of them adversarial
+    assert accuracy(adv.as_trimmed(F), xatk, yte) > accuracy(plain, xatk, yte) + 0.1
+    with pytest.raises(ValueError, match="adv_attack"):
+        train_deepset(adv, xtr, ytr, 1, adversarial=True, f=F, adv_attack="madry")

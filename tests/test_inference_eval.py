@@ -131,7 +131,37 @@ def test_build_aggregators_warm_up_then_adversarial_phase():
     aggs, history = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=2, lr=3e-3, seed=0)
     assert list(aggs) == ["mean", "median", "geometric_median", "trimmed_mean", "manifold_projection", "copur",
                           "deepset_plain", "deepset_plain_tm", "deepset", "deepset_tm"]
-    assert list(aggs) == list(AGGREGATOR_NAMES)  # the reports' row order knows every aggregator
+    # the reports' row order knows every aggregator; the logit purifiers exist only with the clients' logits
+    assert list(aggs) == [a for a in AGGREGATOR_NAMES if not a.endswith("_logit")]
+    with_logits, _ = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=0, lr=3e-3, seed=0,
+                                       server_logits=sp.clamp_min(1e-6).log())
+    assert [a for a in AGGREGATOR_NAMES if a not in ("deepset_plain", "deepset_plain_tm")] == list(with_logits)
+    assert with_logits["copur_logit"].reads == "logits" and with_logits["copur"].reads == "probits"
+    assert with_logits["copur_logit"].fusion is with_logits["manifold_projection_logit"].fusion
+    # built alone (its own seeded generators), an aggregator is the one built among all; nothing else is trained
+    alone, h_alone = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=2, lr=3e-3, seed=0,
+                                       names=["deepset_tm", "mean"])
+    assert list(alone) == ["mean", "deepset_tm"] and h_alone == history
+    assert all(torch.equal(v, aggs["deepset_tm"].state_dict()[k]) for k, v in alone["deepset_tm"].state_dict().items())
+    purifier, h_none = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=2, lr=3e-3, seed=0,
+                                         names=["copur"])
+    assert h_none == [] and list(purifier) == ["copur"]
+    assert all(torch.equal(v, aggs["copur"].state_dict()[k]) for k, v in purifier["copur"].state_dict().items())
+    with pytest.raises(ValueError, match="unknown aggregators"):
+        build_aggregators(sp, sy, 2, epochs=1, names=["krum"])
+    # a build from the saved state (epochs=0: nothing could be trained) answers exactly as the trained one
+    from fedcal.inference.evaluate import learned_state
+    loaded, h_loaded = build_aggregators(sp, sy, 2, hidden=16, epochs=0, adv_epochs=2, lr=3e-3, seed=0,
+                                         state=learned_state(aggs, history))
+    assert h_loaded == history and list(loaded) == list(aggs)
+    with torch.no_grad():
+        assert all(torch.equal(loaded[a](sp[:20]), aggs[a](sp[:20])) for a in aggs)
+    from fedcal.config import INFERENCE_AGGREGATORS, ConfigError, RunConfig
+    assert INFERENCE_AGGREGATORS == AGGREGATOR_NAMES  # the run config's copy of the names
+    with pytest.raises(ConfigError, match="'inf-aggregators'"):
+        RunConfig.from_flower(dict(task="inference", inf_aggregators="deepset,krum"))
+    with pytest.raises(ConfigError, match="inf-client-output=logits"):
+        RunConfig.from_flower(dict(task="inference", inf_aggregators="copur_logit"))
     assert len(history) == 5 and history[2] < history[0]
     assert aggs["deepset_tm"].rho is aggs["deepset"].rho and aggs["deepset_tm"].f == 2
     assert isinstance(aggs["deepset_tm"], DeepSetTM) and aggs["deepset_tm"].pooling == "trimmed"

@@ -63,7 +63,7 @@ def test_federated_inference_round_trip(monkeypatch, tmp_path):
     run_inprocess(server_app_for(cfg, sink=sink), garbage_app, num_supernodes=5, seed=0)
     (res,) = sink
     acc = res.accuracy.set_index(["aggregator", "attack"])["accuracy"]
-    assert set(res.accuracy["aggregator"]) == set(AGGREGATOR_NAMES)
+    assert set(res.accuracy["aggregator"]) == {a for a in AGGREGATOR_NAMES if not a.endswith("_logit")}  # probits
     assert set(res.accuracy["attack"]) == set(cfg.inference_attacks)
     assert all(n == 4 for n in res.clients_per_answer)  # the garbage client is left out of every answer
     assert 4 in res.dropped and all("probit" in r for r in res.dropped[4])
@@ -94,6 +94,31 @@ def test_federated_inference_round_trip(monkeypatch, tmp_path):
                   num_supernodes=5, seed=0)
     assert other[0].run_dir != res.run_dir and (other[0].run_dir / "probits.pt").exists()
     assert other[0].accuracy.set_index(["aggregator", "attack"])["accuracy"]["mean", "none"] == acc["mean", "none"]
+
+    # Other attacks, the same aggregator settings: the trained aggregators are loaded, not trained again,
+    # and every cell the two runs share is the same
+    import fedcal.inference.evaluate as evaluate
+
+    def no_training(*a, **k):
+        raise AssertionError("an aggregator was trained again")
+
+    monkeypatch.setattr(evaluate, "train_deepset", no_training)
+    monkeypatch.setattr(evaluate, "train_fusion", no_training)
+    third = []
+    run_inprocess(server_app_for(cfg.replace(inf_attacks="lma,sia_whitebox_raise", inf_f_curve=False, inf_amp_curve=""),
+                                 sink=third), client_app, num_supernodes=5, seed=0)
+    again_acc = third[0].accuracy.set_index(["aggregator", "attack"])["accuracy"]
+    assert all(again_acc[a, "lma"] == acc[a, "lma"] for a in set(res.accuracy["aggregator"]))
+    assert (third[0].run_dir / "aggregators.pt").exists()
+    # another autoencoder width: the fusions are trained anew, the DeepSet (which does not depend on it) is loaded
+    monkeypatch.undo()
+    monkeypatch.setattr(evaluate, "train_deepset", no_training)
+    fourth = []
+    run_inprocess(server_app_for(cfg.replace(inf_attacks="lma", inf_f_curve=False, inf_amp_curve="", agg_latent=8,
+                                             inf_aggregators="deepset_tm,copur"), sink=fourth),
+                  client_app, num_supernodes=5, seed=0)
+    fourth_acc = fourth[0].accuracy.set_index(["aggregator", "attack"])["accuracy"]
+    assert fourth_acc["deepset_tm", "lma"] == acc["deepset_tm", "lma"]
 
 
 class _SilentGrid:
@@ -196,9 +221,10 @@ def test_inference_command_runs_cells_and_reports(tmp_path, capsys):
     out = capsys.readouterr().out
     table = pd.read_csv(tmp_path / "rep" / "table_n5_f1.csv", index_col=0)
     assert list(table.columns) == ["none", "sia_whitebox", "lma", "worst case"]  # registry order
-    assert list(table.index) == list(AGGREGATOR_NAMES)
+    probit_aggregators = [a for a in AGGREGATOR_NAMES if not a.endswith("_logit")]  # the clients sent probits
+    assert list(table.index) == probit_aggregators
     cells = pd.read_csv(tmp_path / "rep" / "cells.csv")
-    assert sorted(cells["seed"].unique()) == [0, 1] and len(cells) == 2 * len(AGGREGATOR_NAMES) * 3
+    assert sorted(cells["seed"].unique()) == [0, 1] and len(cells) == 2 * len(probit_aggregators) * 3
     assert "worst case" in out and "± " in out
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/accuracy.csv")}
     assert len(stamps) == 2
@@ -212,3 +238,58 @@ def test_inference_command_runs_cells_and_reports(tmp_path, capsys):
     capsys.readouterr()
     assert main(["inference", "--nf", "5", "dataset=digits"]) == 2
     assert "--nf" in capsys.readouterr().err
+
+
+def test_clients_answering_with_logits(tmp_path):
+    """inf-client-output=logits: the clients send their logits, the server keeps them beside the probits it
+    derives (their softmax: the probits a probits-answering client sends, to float rounding), a client whose
+    logits are not finite is absent, and the collection is told apart from a probits one."""
+    from flwr.app import ArrayRecord, RecordDict
+    from flwr.app import Message as M
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedcal.inference.evaluate import ProbitData
+    from fedcal.inference.federated import assemble_logits
+    from fedcal.results import collection_hash
+
+    z = torch.tensor([[2.0, 0.0, -1.0], [0.5, 0.5, 0.5]])
+    bad = z.clone()
+    bad[1, 2] = float("inf")
+    p, logits, used, dropped = assemble_logits({0: z, 1: bad, 2: None, 3: torch.zeros(2, 4), 4: 3 * z}, 2, 3)
+    assert used == [0, 4] and set(dropped) == {1, 2, 3} and "logit" in dropped[1]
+    assert torch.equal(logits[:, 1], 3 * z)
+    expected = torch.exp(z) / torch.exp(z).sum(-1, keepdim=True)
+    assert torch.allclose(p[:, 0], expected, atol=1e-7)
+
+    class LogitGrid:
+        def send_and_receive(self, messages, *, timeout=None):
+            out = []
+            for m in messages:
+                n = len(m.content["queries"]["x"].numpy())
+                out.append(M(content=RecordDict({"logits": ArrayRecord({"z": z[:1].expand(n, 3).clone()})}),
+                             reply_to=m))
+            return out
+
+    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 1
+    cfg = RunConfig.from_flower(dict(CFG, inf_client_output="logits"))
+    kept = []
+    q, used = query_all(LogitGrid(), {11: 0, 12: 1}, torch.zeros(4, 8), cfg, 3, {}, kept)
+    assert used == [0, 1] and torch.equal(kept[0], z[:1].expand(4, 2, 3))
+    assert torch.allclose(q, expected[:1].expand(4, 2, 3), atol=1e-7)
+    assert collection_hash(cfg) != collection_hash(cfg.replace(inf_client_output="probits"))
+    assert collection_hash(cfg.replace(inf_client_output="probits")) == collection_hash(RunConfig.from_flower(CFG))
+
+    # end to end: the saved collection holds the logits, the probits are their softmax; the logit CoPur is
+    # evaluated on them, on the first inf-eval-queries test queries only, beside the aggregators asked for
+    sink = []
+    run_inprocess(server_app_for(cfg.replace(output_dir=str(tmp_path), inf_attacks="none,logit_flip",
+                                             inf_f_curve=False, inf_amp_curve="", agg_epochs=5, agg_adv_epochs=0,
+                                             inf_eval_queries=60, inf_aggregators="mean,copur_logit"),
+                                  sink=sink),
+                  client_app, num_supernodes=5, seed=0)
+    table = sink[0].accuracy
+    assert sorted(table["aggregator"].unique()) == ["copur_logit", "mean"] and (table["queries"] == 60).all()
+    data = ProbitData.load(sink[0].run_dir / "probits.pt")
+    assert data.test_logits is not None and data.test_logits.shape == data.test_probits.shape
+    assert torch.allclose(torch.softmax(data.test_logits, -1), data.test_probits, atol=1e-6)
+    assert data.server_logits.shape == data.server_probits.shape

@@ -9,14 +9,20 @@ from fedcal.inference.probit_attacks import adversary_mask
 from fedcal.inference.purify import CoPur, ManifoldProjection, ProbitFusion, train_fusion
 
 
-def _structured(N, n=9, C=5, seed=0, noise=0.3):
-    """Answers on a low-dimensional manifold, CoPur's premise: client i answers a query of class
-    y with softmax(A_i[y] + noise), A_i a fixed random logit table per client (the same tables
-    for every split)."""
+def _structured_logits(N, n=9, C=5, seed=0, noise=0.3):
+    """Logits on a low-dimensional manifold, CoPur's premise: client i answers a query of class y
+    with A_i[y] + noise, A_i a fixed random logit table per client (the same tables for every
+    split): the n·C-dimensional answers are C points plus noise."""
     A = 2.0 * torch.randn(n, C, C, generator=torch.Generator().manual_seed(7))
     g = torch.Generator().manual_seed(seed)
     y = torch.randint(0, C, (N,), generator=g)
-    return (A[:, y].transpose(0, 1) + noise * torch.randn(N, n, C, generator=g)).softmax(-1), y
+    return A[:, y].transpose(0, 1) + noise * torch.randn(N, n, C, generator=g), y
+
+
+def _structured(N, n=9, C=5, seed=0, noise=0.3):
+    """The same answers as probits (their softmax)."""
+    z, y = _structured_logits(N, n, C, seed, noise)
+    return z.softmax(-1), y
 
 
 @pytest.fixture(scope="module")
@@ -138,3 +144,63 @@ def test_bad_arguments():
         CoPur(model, steps=-1)
     with pytest.raises(ValueError, match="labels"):
         train_fusion(model, torch.full((5, 3, 4), 0.25), torch.zeros(4), epochs=1)
+
+
+@pytest.fixture(scope="module")
+def logit_fusion():
+    sz, sy = _structured_logits(600)
+    model = ProbitFusion(9, 5, hidden=64, latent=8, seed=0, space="logits")
+    history = train_fusion(model, sz, sy, epochs=20, lr=3e-3)
+    assert history[-1] < history[0] / 5
+    return model
+
+
+def test_copur_on_logits_reconstructs_the_low_rank_answers_and_ignores_sparse_blocks(logit_fusion):
+    """On logits (the literature's CoPur): the decoder has no softmax, the clean answers (C points
+    plus noise of std 0.3 per entry, so ‖noise_i‖ ≈ 0.3·√5 ≈ 0.67 per block) are reconstructed to
+    within that noise, and with 3 of 9 blocks replaced by flipped, amplified logits (−2·z) the ℓ2,1
+    fit keeps the honest blocks near their clean reconstruction where the ℓ2 projection is dragged."""
+    from fedcal.inference.logit_attacks import attack_logits
+
+    tz, ty = _structured_logits(200, seed=1)
+    cp, mp = CoPur(logit_fusion), ManifoldProjection(logit_fusion)
+    assert cp.reads == "logits" and cp.for_columns(list(range(9))).reads == "logits"
+    observed = torch.ones(200, 9, dtype=torch.bool)
+    with torch.no_grad():
+        clean = logit_fusion.decode(cp.fit_latent(tz, observed))
+        assert ((clean - tz).norm(dim=-1).mean() < 0.67 * 1.5) and _acc(cp, tz, ty) > 0.97
+        mask = adversary_mask(200, 9, 3, generator=torch.Generator().manual_seed(0))
+        bad = attack_logits("logit_flip", tz, tz.softmax(-1), mask, amplification=2.0)
+        purified = logit_fusion.decode(cp.fit_latent(bad, observed))
+        projected = logit_fusion.decode(logit_fusion.encode(bad))
+        honest = ~mask
+        err_cp = (purified - clean).norm(dim=-1)[honest].mean()
+        err_mp = (projected - clean).norm(dim=-1)[honest].mean()
+        assert err_cp < 0.5 * err_mp
+        assert _acc(cp, bad, ty) > 0.9 and _acc(cp, bad, ty) > _acc(mp, bad, ty)
+        # absent blocks are zero logits (the uniform probit vector's logits), not 1/C
+        assert torch.equal(logit_fusion.absent(tz), torch.zeros_like(tz))
+
+
+def test_logit_purifiers_in_the_evaluation(logit_fusion):
+    """attack_accuracy hands a logit-reading aggregator the clients' logits and the attacks' logit
+    forms: the probit CoPur and the logit CoPur see the same clients, and without logits in the data
+    a logit aggregator is refused."""
+    tz, ty = _structured_logits(100, seed=5)
+    data = ProbitData(tz.softmax(-1), ty, tz.softmax(-1), torch.ones(100, 9, dtype=torch.bool), ty, list(range(9)),
+                      server_logits=tz, test_logits=tz)
+    from fedcal.inference.logit_attacks import attack_logits
+
+    cp = CoPur(logit_fusion, steps=10)
+    df = attack_accuracy({"copur_logit": cp}, data, 3, ["none", "logit_flip", "lma"], amplification=2.0)
+    acc = df.set_index("attack")["accuracy"]
+    # by hand: the batch's adversaries (seed 0, first query 0) and each attack's logit form
+    mask = adversary_mask(100, 9, 3, generator=torch.Generator().manual_seed(0))
+    for attack in ("none", "logit_flip", "lma"):
+        attacked = attack_logits(attack, tz, tz.softmax(-1), mask, amplification=2.0)
+        assert acc[attack] == pytest.approx(_acc(cp, attacked, ty))
+    assert acc["none"] > 0.95
+    with pytest.raises(ValueError, match="read logits"):
+        attack_accuracy({"copur_logit": cp}, ProbitData(tz.softmax(-1), ty, tz.softmax(-1),
+                                                        torch.ones(100, 9, dtype=torch.bool), ty, list(range(9))),
+                        3, ["none"])

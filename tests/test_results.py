@@ -125,7 +125,9 @@ NON_SEMANTIC = OLD_NON_SEMANTIC | {"checkpoint_every"}
 OLD_INFERENCE_ONLY = {"task", "inf_f", "inf_server_frac", "inf_local_epochs", "inf_attacks", "inf_amplification",
                       "inf_pgd_steps", "inf_f_curve", "inf_amp_curve", "agg_hidden", "agg_epochs", "agg_lr",
                       "agg_adv_epochs", "agg_attack_steps", "agg_restarts", "inf_test_queries", "inf_curve_queries",
-                      "agg_latent", "copur_steps", "inf_augment"}  # added later, hashed only when set
+                      "agg_latent", "copur_steps", "inf_augment",
+                      "inf_client_output", "inf_pgd_start", "inf_pgd_loss", "inf_pgd_grad",
+                      "agg_adv_attack", "inf_eval_queries", "inf_aggregators"}  # added later, hashed only when set
 
 
 def test_hashed_keys_by_group_equal_the_old_key_sets():

@@ -690,6 +690,26 @@ def _clients_sentence(*folders: Path, n: int = 17, tail: bool = True) -> str:
     return ""
 
 
+def _audit_sections() -> list[str]:
+    """Issue 35 §1's sections (docs/tools/inference_audit.py), beside this file."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from inference_audit import audit_sections
+
+    return audit_sections()
+
+
+def _inference_claims() -> str:
+    """Issue 35 §1's claim-by-claim rows (docs/tools/inference_audit.py), once their runs exist."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from inference_audit import claims_table
+
+    return claims_table()
+
+
 def inference_results() -> str:
     """The results section of docs/inference.md, read from the generated tables."""
     res = DOCS / "results" / "inference-cifar10"
@@ -738,6 +758,7 @@ def inference_results() -> str:
         if (res / png).exists():
             lines += [f"![{png}](results/inference-cifar10/{png})", "", caption, ""]
     lines += resnet8_results()
+    lines += _audit_sections()
     grid_dir = DOCS / "results" / "inference-cifar10-grid"
     if (grid_dir / "scalability.md").exists():
         lines += ["## Scalability: (n, f) = (10, 3), (17, 4), (25, 5)", "", "```bash", GRID_COMMAND, "```", "",
@@ -784,6 +805,9 @@ def main() -> None:
     intro = (DOCS / "tools" / "inference_intro.md").read_text()
     (DOCS / "inference.md").write_text(intro + "\n" + inference_results())
     parts = [HEADER.rstrip("\n") + "\n", literature_section()]
+    claims = _inference_claims()
+    if claims:
+        parts.append(claims)
     for name, title, command, figures, prose in SECTIONS:
         if not (DOCS / "results" / name / "table.md").exists():
             continue

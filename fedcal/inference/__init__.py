@@ -4,12 +4,14 @@
 federated run (:mod:`.federated`)."""
 from .aggregators import AGGREGATORS, CoordinateMedian, GeometricMedian, Mean, TrimmedMean, check_probits, renormalise
 from .deepset import POOLINGS, DeepSet, DeepSetTM, accuracy, as_trimmed, train_deepset
+from .logit_attacks import amplified_one_hot, attack_logits
 from .probit_attacks import (PROBIT_ATTACKS, adversary_mask, apply_attack, class_covariance, cpa, cw_margin, lma,
-                             logit_flip, pgd_cw, sia_blackbox, sia_whitebox, validate_probits)
+                             logit_flip, pgd_cw, sia_blackbox, sia_whitebox, sia_whitebox_raise, validate_probits)
 
 __all__ = [
     "AGGREGATORS", "CoordinateMedian", "GeometricMedian", "Mean", "TrimmedMean", "check_probits", "renormalise",
     "POOLINGS", "DeepSet", "DeepSetTM", "accuracy", "as_trimmed", "train_deepset",
     "PROBIT_ATTACKS", "adversary_mask", "apply_attack", "class_covariance", "cpa", "cw_margin", "lma", "logit_flip",
-    "pgd_cw", "sia_blackbox", "sia_whitebox", "validate_probits",
+    "pgd_cw", "sia_blackbox", "sia_whitebox", "sia_whitebox_raise", "validate_probits", "amplified_one_hot",
+    "attack_logits",
 ]

@@ -19,6 +19,7 @@ from torch import nn
 from fedcal.aggregate import geometric_median, trimmed_mean_along, true_median
 
 __all__ = [
+    "straight_through",
     "Mean",
     "CoordinateMedian",
     "GeometricMedian",
@@ -55,6 +56,18 @@ def renormalise(z: torch.Tensor) -> torch.Tensor:
     return torch.where(s > 0, z / safe, uniform)
 
 
+def straight_through(forward: torch.Tensor, backward: torch.Tensor) -> torch.Tensor:
+    """``forward``'s value with ``backward``'s gradient (only): forward.detach() + (backward −
+    backward.detach()), whose second term is exactly 0 in value.
+
+    BPDA (backward-pass differentiable approximation; Athalye, Carlini & Wagner, ICML 2018): the
+    robust-inference authors' code attacks its trimmed means and medians through an identity
+    backward (``BPDATrimmedMean`` / ``BPDAMedian`` in Models/static_aggs.py), i.e. with the mean's
+    gradient, which every row receives; the exact subgradient of a sort gives a trimmed row none.
+    """
+    return forward.detach() + (backward - backward.detach())
+
+
 class Mean(nn.Module):
     """Plain average of the client probits."""
 
@@ -64,10 +77,21 @@ class Mean(nn.Module):
 
 
 class CoordinateMedian(nn.Module):
-    """Coordinate-wise median (mean of the two middle values for even n), renormalised."""
+    """Coordinate-wise median (mean of the two middle values for even n), renormalised.
+
+    ``bpda=True`` (:meth:`as_bpda`): the same value, with the mean's gradient (:func:`straight_through`)."""
+
+    def __init__(self, bpda: bool = False):
+        super().__init__()
+        self.bpda = bool(bpda)
 
     def forward(self, probits: torch.Tensor) -> torch.Tensor:
-        return renormalise(true_median(check_probits(probits), dim=1))
+        probits = check_probits(probits)
+        med = true_median(probits, dim=1)
+        return renormalise(straight_through(med, probits.mean(dim=1)) if self.bpda else med)
+
+    def as_bpda(self) -> "CoordinateMedian":
+        return CoordinateMedian(bpda=True)
 
 
 class GeometricMedian(nn.Module):
@@ -95,17 +119,24 @@ class GeometricMedian(nn.Module):
 
 class TrimmedMean(nn.Module):
     """Coordinate-wise trimmed mean (CWTM): per class drop f largest and f smallest of the
-    n client values, average the rest, then divide by the row sum (zero sum -> uniform)."""
+    n client values, average the rest, then divide by the row sum (zero sum -> uniform).
+    ``bpda=True`` (:meth:`as_bpda`): the same value, with the mean's gradient."""
 
-    def __init__(self, f: int):
+    def __init__(self, f: int, bpda: bool = False):
         super().__init__()
         if int(f) != f or f < 0:
             raise ValueError(f"f must be a non-negative integer; got {f}")
-        self.f = int(f)
+        self.f, self.bpda = int(f), bool(bpda)
 
     def forward(self, probits: torch.Tensor) -> torch.Tensor:
         probits = check_probits(probits)
-        return renormalise(trimmed_mean_along(probits, self.f, dim=1))
+        tm = trimmed_mean_along(probits, self.f, dim=1)
+        return renormalise(straight_through(tm, probits.mean(dim=1)) if self.bpda else tm)
+
+    def as_bpda(self) -> "TrimmedMean":
+        """The same aggregator with the mean's gradient (:func:`straight_through`): what a white-box
+        attack differentiates in the authors' code."""
+        return TrimmedMean(self.f, bpda=True)
 
 
 AGGREGATORS = {

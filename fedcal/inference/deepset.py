@@ -15,6 +15,7 @@ trimmed pooling (same weights): ``DeepSetTM.from_deepset(model, f)``, ``model.as
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -24,9 +25,10 @@ from torch import nn
 from fedcal.aggregate import trimmed_mean_along
 
 from ._fit import adam_epochs
-from .aggregators import check_probits
+from .aggregators import check_probits, straight_through
 
-__all__ = ["DeepSet", "DeepSetTM", "as_trimmed", "train_deepset", "accuracy", "POOLINGS"]
+__all__ = ["DeepSet", "DeepSetTM", "as_trimmed", "train_deepset", "accuracy", "POOLINGS", "ADV_ATTACKS",
+           "literature_corruption_mask"]
 
 POOLINGS = ("mean", "trimmed")
 # Logit of the chosen class at a vertex start: softmax puts ~0.94 on it for C = 10.
@@ -68,10 +70,12 @@ class DeepSet(nn.Module):
                                     nn.Linear(hidden, num_classes))
 
     def pool(self, h: torch.Tensor) -> torch.Tensor:
-        """(B, n, h) -> (B, h)."""
+        """(B, n, h) -> (B, h); a BPDA view (:meth:`DeepSetTM.as_bpda`) trims in value and
+        differentiates as the mean."""
         if self.pooling == "mean":
             return h.mean(dim=1)
-        return trimmed_mean_along(h, self.f, dim=1)
+        tm = trimmed_mean_along(h, self.f, dim=1)
+        return straight_through(tm, h.mean(dim=1)) if getattr(self, "bpda", False) else tm
 
     def logits(self, probits: torch.Tensor) -> torch.Tensor:
         probits = check_probits(probits)
@@ -120,6 +124,16 @@ class DeepSetTM(DeepSet):
         new.train(model.training)
         return new
 
+    def as_bpda(self) -> "DeepSetTM":
+        """The same aggregator (shared weights, the same outputs) whose trimmed pooling is
+        differentiated as the mean (:func:`~fedcal.inference.aggregators.straight_through`): what
+        the robust-inference authors' white-box attacks differentiate (``BPDATrimmedMean`` in their
+        DeepSet_TM2). The exact subgradient gives a row that is trimmed in every hidden
+        coordinate no gradient at all, so sign-gradient ascent cannot move it."""
+        view = DeepSetTM.from_deepset(self, self.f)
+        view.bpda = True
+        return view
+
 
 def as_trimmed(model: DeepSet, f: int) -> DeepSetTM:
     """DeepSet-TM: same weights as ``model``, coordinate-wise trimmed pooling (f per side)."""
@@ -134,6 +148,55 @@ def _corruption_mask(b: int, n: int, f: int, m: int | None, generator) -> torch.
         ms = torch.full((b,), int(m))
     ranks = torch.argsort(torch.rand(b, n, generator=generator), dim=1)  # random permutation per row
     return ranks < ms[:, None]
+
+
+#: how the adversarial training finds its corrupted rows: fedcal's (below) or the robust-inference authors'
+ADV_ATTACKS = ("fedcal", "literature")
+
+
+def literature_corruption_mask(b: int, n: int, f: int, generator) -> torch.Tensor:
+    """(b, n) bool: the clients the authors' adversarial training corrupts per sample. Their
+    ``generate_subsets_with_masks`` keeps a random subset of k ∈ [n − f, n] clients, k drawn with
+    probability 0.7 · C(n, k) / Σ_k' C(n, k') + 0.3 / (f + 1), and their in-place PGD corrupts the
+    n − k clients outside it: m = n − k ∈ {0..f}, mostly f (58 % for n = 17, f = 4)."""
+    sizes = torch.arange(n - f, n + 1)
+    binom = torch.tensor([math.comb(n, int(k)) for k in sizes], dtype=torch.float64)
+    prob = 0.7 * binom / binom.sum() + 0.3 / len(sizes)
+    k = sizes[torch.multinomial(prob, b, replacement=True, generator=generator)]
+    ranks = torch.argsort(torch.rand(b, n, generator=generator), dim=1)
+    return ranks < (n - k)[:, None]
+
+
+def _literature_inputs(model: DeepSet, x: torch.Tensor, y: torch.Tensor, f: int, attack_steps: int,
+                       attack_lr: float, generator) -> torch.Tensor:
+    """The authors' adversarial-training attack (``adversarial_attack_batch_inplace`` with their
+    ``Carlini_Wagner_loss``, github.com/sacs-epfl/robust-federated-inference, Utils/adversarial.py):
+    corrupted positions from :func:`literature_corruption_mask`, free logits u ~ U[0, 1)^C,
+    ``attack_steps`` sign steps of ``attack_lr`` ascending −max(p_y − max_{j≠y} p_j + 0.1, 0) of the
+    mean-pooled model's softmax, the last iterate sent as softmax(u)."""
+    b, n, c = x.shape
+    mask = literature_corruption_mask(b, n, f, generator)[..., None]
+    params = list(model.parameters())
+    flags = [p.requires_grad for p in params]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        u = torch.rand(b, n, c, generator=generator).requires_grad_(True)
+        onehot = F.one_hot(y, c).bool()
+        for _ in range(attack_steps):
+            z = torch.where(mask, torch.softmax(u, dim=-1), x)
+            prob = torch.softmax(model.logits(z), dim=-1)
+            true = prob[onehot]
+            other = prob.masked_fill(onehot, float("-inf")).amax(-1)
+            objective = -(true - other + 0.1).clamp_min(0.0).sum()
+            (g,) = torch.autograd.grad(objective, u)
+            with torch.no_grad():
+                u += attack_lr * g.sign()
+        with torch.no_grad():
+            return torch.where(mask, torch.softmax(u, dim=-1), x).detach()
+    finally:
+        for p, fl in zip(params, flags):
+            p.requires_grad_(fl)
 
 
 def _worst_case_inputs(model: DeepSet, x: torch.Tensor, y: torch.Tensor, f: int, m: int | None,
@@ -177,7 +240,7 @@ def train_deepset(model: DeepSet, probits: torch.Tensor, labels: torch.Tensor, e
                   lr: float = 1e-3, batch_size: int = 256, adversarial: bool = False, f: int = 0,
                   m: int | None = None, n_restarts: int = 1, attack_steps: int = 10,
                   attack_lr: float = 0.1, generator: torch.Generator | None = None,
-                  progress: str = "DeepSet training") -> list[float]:
+                  adv_attack: str = "fedcal", progress: str = "DeepSet training") -> list[float]:
     """Train ``model`` with Adam on CE(model.logits(probits), labels); returns per-epoch mean losses
     (each epoch a step of the phase ``progress``, :func:`fedcal.progress.phase`).
 
@@ -190,6 +253,13 @@ def train_deepset(model: DeepSet, probits: torch.Tensor, labels: torch.Tensor, e
     step-0.1 ascent from log(probits) moves u by at most 0.1 per step, too little to get there
     from a diffuse client probit in 10–50 steps.
     The model's parameters are frozen during the attack.
+
+    ``adv_attack="literature"``: the robust-inference authors' attack instead
+    (:func:`_literature_inputs`: their corrupted-position distribution, a uniform start, their
+    probability-margin CW loss, the last iterate; ``m`` and ``n_restarts`` are not used). Their
+    training runs it on 300 random subsets of every server sample for 10 epochs (lr 5e-5) — a
+    volume out of a CPU's reach, which this option does not copy: it changes the attack, not the
+    epochs.
     """
     probits = check_probits(probits)
     n = probits.shape[1]
@@ -202,12 +272,17 @@ def train_deepset(model: DeepSet, probits: torch.Tensor, labels: torch.Tensor, e
             raise ValueError(f"m must be in 1..f; got m={m}, f={f}")
         if n_restarts < 1 or attack_steps < 0:
             raise ValueError("n_restarts must be >= 1 and attack_steps >= 0")
+        if adv_attack not in ADV_ATTACKS:
+            raise ValueError(f"adv_attack must be one of {ADV_ATTACKS}; got {adv_attack!r}")
     if generator is None:  # one generator for the shuffles and the attack's draws
         generator = torch.Generator().manual_seed(0)
 
     def batch_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if adversarial:
-            x = _worst_case_inputs(model, x, y, f, m, n_restarts, attack_steps, attack_lr, generator)
+            if adv_attack == "literature":
+                x = _literature_inputs(model, x, y, f, attack_steps, attack_lr, generator)
+            else:
+                x = _worst_case_inputs(model, x, y, f, m, n_restarts, attack_steps, attack_lr, generator)
         return F.cross_entropy(model.logits(x), y)
 
     return adam_epochs(model, probits, labels, epochs, lr, batch_size, generator, batch_loss, progress)

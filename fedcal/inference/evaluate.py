@@ -33,15 +33,23 @@ from fedcal.progress import phase
 
 from .aggregators import AGGREGATORS
 from .deepset import DeepSet, DeepSetTM, train_deepset
-from .probit_attacks import PROBIT_ATTACKS, adversary_mask, apply_attack, class_covariance
+from .logit_attacks import attack_logits
+from .probit_attacks import PGD_LOSSES, PGD_STARTS, PROBIT_ATTACKS, adversary_mask, apply_attack, class_covariance
 from .purify import CoPur, ManifoldProjection, ProbitFusion, train_fusion
 
-__all__ = ["ProbitData", "AGGREGATOR_NAMES", "build_aggregators", "attack_accuracy", "WHITE_BOX"]
+__all__ = ["ProbitData", "AGGREGATOR_NAMES", "build_aggregators", "attack_accuracy", "WHITE_BOX", "PGD_GRADS",
+           "PGD_KAPPA", "gradient_view", "learned_state"]
 
 log = logging.getLogger(__name__)
 
 AGGREGATOR_NAMES = ("mean", "median", "geometric_median", "trimmed_mean", "manifold_projection", "copur",
+                    "manifold_projection_logit", "copur_logit",
                     "deepset_plain", "deepset_plain_tm", "deepset", "deepset_tm")
+#: how PGD-CW differentiates trimming and medians: their exact (sort) subgradient, or BPDA (:func:`gradient_view`)
+PGD_GRADS = ("exact", "bpda")
+#: PGD-CW's cap on the margin per loss: 0 on log-probabilities (fedcal), 0.1 on probabilities (the
+#: robust-inference authors' ``cw_confidence`` default, Utils/fl_args.py)
+PGD_KAPPA = {"logit": 0.0, "prob": 0.1}
 # Attacks that query the aggregator (SPEC §7 "white-box"): evaluated once per aggregator.
 WHITE_BOX = tuple(name for name, fn in PROBIT_ATTACKS.items()
                   if "aggregator" in inspect.signature(fn).parameters)
@@ -57,6 +65,9 @@ class ProbitData:
     zeros and are never read. ``clients`` names the n client ids of the test columns;
     ``server_columns`` says which test columns the server split's columns are (None: all, in
     order), what the positional aggregators (CoPur, manifold projection) need to line them up.
+    ``server_logits`` / ``test_logits``: the clients' logits of the same queries when they answered with
+    logits (``inf-client-output=logits``; None otherwise), what the logit-input aggregators and the
+    attacks on logits read.
     """
 
     server_probits: torch.Tensor
@@ -66,6 +77,8 @@ class ProbitData:
     test_labels: torch.Tensor
     clients: list[int]
     server_columns: list[int] | None = None
+    server_logits: torch.Tensor | None = None
+    test_logits: torch.Tensor | None = None
 
     def save(self, path: str | Path) -> None:
         tmp = Path(path).with_suffix(".tmp")
@@ -80,7 +93,10 @@ class ProbitData:
 def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor, f: int, *, hidden: int = 224,
                       epochs: int = 100, adv_epochs: int = 20, lr: float = 1e-3, attack_steps: int = 10,
                       restarts: int = 2, seed: int = 0, latent: int = 32, copur_steps: int = 30,
-                      server_columns: Sequence[int] | None = None) -> tuple[dict[str, Callable], list[float]]:
+                      server_columns: Sequence[int] | None = None,
+                      server_logits: torch.Tensor | None = None, adv_attack: str = "fedcal",
+                      names: Sequence[str] | None = None,
+                      state: Mapping[str, object] | None = None) -> tuple[dict[str, Callable], list[float]]:
     """The aggregators of SPEC §7 built for ``f`` adversaries, and the baselines of the
     inference literature; returns them and the DeepSet's per-epoch training losses.
 
@@ -90,37 +106,113 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
     from the clients' probits and, for the second, from a simplex vertex). The clean warm-up is there because
     an adversarial epoch costs ``attack_steps + 1`` forward/backward passes: on a CPU the
     worst-case phase is affordable only as a fine-tuning of an already trained set function.
+    ``adv_attack="literature"`` trains against the robust-inference authors' attack instead
+    (:func:`~fedcal.inference.deepset.train_deepset`).
     With ``adv_epochs`` the DeepSet as it was before that phase is kept too (``deepset_plain``
     and its trimmed view ``deepset_plain_tm``): the ablation's rows without adversarial training.
 
     Manifold projection and CoPur (:mod:`.purify`) share one autoencoder and fusion classifier
     (width ``hidden``, latent ``latent``, ``epochs`` epochs, learning rate ``lr``) trained on the
     clean server split; CoPur fits its latent in ``copur_steps`` steps. ``server_columns`` are the
-    test columns of the split's clients (:class:`ProbitData`).
+    test columns of the split's clients (:class:`ProbitData`). With ``server_logits`` (the clients
+    answered with logits) the same two purifiers are also built on the logits
+    (``manifold_projection_logit``, ``copur_logit``: a fusion of their own, seeded alike), the
+    literature's CoPur.
+
+    ``names``: only these aggregators (:data:`AGGREGATOR_NAMES`; None = all); a learned component
+    none of them uses (the DeepSet, either fusion) is not trained. Each component has its own
+    seeded generator, so an aggregator built alone is the one built among all.
+
+    ``state``: learned components trained earlier with the same data and settings
+    (:func:`learned_state` of that build), loaded instead of trained again.
     """
+    state = dict(state or {})
+    unknown = [a for a in names or () if a not in AGGREGATOR_NAMES]
+    if unknown:
+        raise ValueError(f"unknown aggregators {unknown}; known: {list(AGGREGATOR_NAMES)}")
+    wanted = set(AGGREGATOR_NAMES if names is None else names)
     num_classes = server_probits.shape[2]
-    gen = torch.Generator().manual_seed(seed)
-    deepset = DeepSet(num_classes, hidden=hidden, seed=seed)
-    history = train_deepset(deepset, server_probits, server_labels, epochs=epochs, lr=lr, generator=gen)
-    plain: dict[str, Callable] = {}
-    if adv_epochs:
-        kept = copy.deepcopy(deepset)
-        plain = {"deepset_plain": kept, "deepset_plain_tm": DeepSetTM.from_deepset(kept, f)}
-        history += train_deepset(deepset, server_probits, server_labels, epochs=adv_epochs, lr=lr, adversarial=True,
-                                 f=f, attack_steps=attack_steps, n_restarts=restarts,
-                                 generator=gen, progress="DeepSet adversarial training")
-    fusion = ProbitFusion(server_probits.shape[1], num_classes, hidden=hidden, latent=latent, seed=seed,
-                          columns=server_columns)
-    # its own generator: the DeepSet's training draws stay what they were before the baselines existed
-    train_fusion(fusion, server_probits, server_labels, epochs=epochs, lr=lr,
-                 generator=torch.Generator().manual_seed(seed + 1))
+    history: list[float] = []
     aggs: dict[str, Callable] = {"mean": AGGREGATORS["mean"](), "median": AGGREGATORS["median"](),
                                  "geometric_median": AGGREGATORS["geometric_median"](),
-                                 "trimmed_mean": AGGREGATORS["trimmed_mean"](f),
-                                 "manifold_projection": ManifoldProjection(fusion),
-                                 "copur": CoPur(fusion, steps=copur_steps), **plain,
-                                 "deepset": deepset, "deepset_tm": DeepSetTM.from_deepset(deepset, f)}
-    return aggs, history
+                                 "trimmed_mean": AGGREGATORS["trimmed_mean"](f)}
+    if wanted & {"manifold_projection", "copur"}:
+        fusion = ProbitFusion(server_probits.shape[1], num_classes, hidden=hidden, latent=latent, seed=seed,
+                              columns=server_columns)
+        if "fusion" in state:
+            fusion.load_state_dict(state["fusion"])
+            fusion.eval()
+        else:  # its own generator: the DeepSet's training draws stay what they were before the baselines existed
+            train_fusion(fusion, server_probits, server_labels, epochs=epochs, lr=lr,
+                         generator=torch.Generator().manual_seed(seed + 1))
+        aggs.update({"manifold_projection": ManifoldProjection(fusion), "copur": CoPur(fusion, steps=copur_steps)})
+    if server_logits is not None and wanted & {"manifold_projection_logit", "copur_logit"}:
+        if server_logits.shape != server_probits.shape:
+            raise ValueError(f"server_logits shape {tuple(server_logits.shape)} != server_probits shape "
+                             f"{tuple(server_probits.shape)}")
+        logit_fusion = ProbitFusion(server_probits.shape[1], num_classes, hidden=hidden, latent=latent, seed=seed,
+                                    columns=server_columns, space="logits")
+        if "logit_fusion" in state:
+            logit_fusion.load_state_dict(state["logit_fusion"])
+            logit_fusion.eval()
+        else:
+            train_fusion(logit_fusion, server_logits, server_labels, epochs=epochs, lr=lr,
+                         generator=torch.Generator().manual_seed(seed + 1))
+        aggs.update({"manifold_projection_logit": ManifoldProjection(logit_fusion),
+                     "copur_logit": CoPur(logit_fusion, steps=copur_steps)})
+    if wanted & {"deepset_plain", "deepset_plain_tm", "deepset", "deepset_tm"}:
+        deepset = DeepSet(num_classes, hidden=hidden, seed=seed)
+        if "deepset" in state and (not adv_epochs or "deepset_plain" in state):
+            deepset.load_state_dict(state["deepset"])
+            deepset.eval()
+            history = list(state.get("history", []))
+            if adv_epochs:
+                kept = DeepSet(num_classes, hidden=hidden, seed=seed)
+                kept.load_state_dict(state["deepset_plain"])
+                kept.eval()
+                aggs.update({"deepset_plain": kept, "deepset_plain_tm": DeepSetTM.from_deepset(kept, f)})
+        else:
+            gen = torch.Generator().manual_seed(seed)
+            history = train_deepset(deepset, server_probits, server_labels, epochs=epochs, lr=lr, generator=gen)
+            if adv_epochs:
+                kept = copy.deepcopy(deepset)
+                aggs.update({"deepset_plain": kept, "deepset_plain_tm": DeepSetTM.from_deepset(kept, f)})
+                history += train_deepset(deepset, server_probits, server_labels, epochs=adv_epochs, lr=lr,
+                                         adversarial=True, f=f, attack_steps=attack_steps, n_restarts=restarts,
+                                         generator=gen, adv_attack=adv_attack,
+                                         progress="DeepSet adversarial training")
+        aggs.update({"deepset": deepset, "deepset_tm": DeepSetTM.from_deepset(deepset, f)})
+    return {a: aggs[a] for a in AGGREGATOR_NAMES if a in aggs and a in wanted}, history
+
+
+def learned_state(aggs: Mapping[str, Callable], history: Sequence[float]) -> dict[str, object]:
+    """The learned components of a :func:`build_aggregators` result, as state dicts (what its
+    ``state`` argument loads): ``deepset`` (after adversarial training), ``deepset_plain`` (before
+    it), ``fusion``, ``logit_fusion`` and the DeepSet's ``history`` — those the build had."""
+    out: dict[str, object] = {}
+    for key, names in (("deepset", ("deepset", "deepset_tm")), ("deepset_plain", ("deepset_plain", "deepset_plain_tm"))):
+        agg = next((aggs[a] for a in names if a in aggs), None)
+        if agg is not None:
+            out[key] = {k: v.detach().clone() for k, v in agg.state_dict().items()}
+    for key, names in (("fusion", ("copur", "manifold_projection")),
+                       ("logit_fusion", ("copur_logit", "manifold_projection_logit"))):
+        agg = next((aggs[a] for a in names if a in aggs), None)
+        if agg is not None:
+            out[key] = {k: v.detach().clone() for k, v in agg.fusion.state_dict().items()}
+    if "deepset" in out:
+        out["history"] = list(history)
+    return out
+
+
+def gradient_view(agg: Callable, grad: str) -> Callable:
+    """What a white-box attack differentiates: ``agg`` itself (``grad="exact"``), or with ``"bpda"``
+    its BPDA view where it has one (``as_bpda``: the trimmed means, the coordinate-wise median and
+    DeepSet-TM's pooling keep their value and take the mean's gradient), as the robust-inference
+    authors' code attacks them. Aggregators without such a view (mean, geometric median, the plain
+    DeepSet, the purifiers) are differentiated exactly either way."""
+    if grad not in PGD_GRADS:
+        raise ValueError(f"grad must be one of {PGD_GRADS}, got {grad!r}")
+    return agg.as_bpda() if grad == "bpda" and hasattr(agg, "as_bpda") else agg
 
 
 def _groups(valid: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -142,21 +234,37 @@ def _correct(agg: Callable, probits: torch.Tensor, labels: torch.Tensor) -> int:
 
 def attack_accuracy(aggregators: Mapping[str, Callable], data: ProbitData, f_adv: int, attacks: Sequence[str], *,
                     amplification: float = 2.0, pgd_steps: int = 50, seed: int = 0, batch: int = 1000,
-                    class_cov: torch.Tensor | None = None, progress: str = "attacks") -> pd.DataFrame:
+                    class_cov: torch.Tensor | None = None, pgd_start: str = "own", pgd_loss: str = "logit",
+                    pgd_grad: str = "exact", progress: str = "attacks") -> pd.DataFrame:
     """Accuracy of every aggregator under every attack with ``f_adv`` adversarial rows per query.
 
     The adversaries of each query are drawn once (seeded by ``seed`` and the query's position)
     and shared by all attacks and aggregators. A query with too few valid clients for an
     aggregator (n' ≤ 2f for trimming) counts as wrong for it, with a warning. Positional
     aggregators (``for_columns``: CoPur, manifold projection) are told which client columns
-    answered each group of queries. Each (query batch, attack) is a step of the phase ``progress``
-    (:func:`fedcal.progress.phase`).
+    answered each group of queries. An aggregator that reads logits (``reads == "logits"``:
+    ``copur_logit``, ``manifold_projection_logit``) gets the clients' logits and the attacks'
+    logit forms (:mod:`.logit_attacks`); logit flipping flips the clients' logits when the data
+    has them (``log p`` otherwise: the same softmax, up to float underflow).
+
+    PGD-CW: ``pgd_steps`` steps from ``pgd_start`` (:data:`~.probit_attacks.PGD_STARTS`) on the
+    margin ``pgd_loss`` (capped at :data:`PGD_KAPPA`), differentiated per ``pgd_grad``
+    (:func:`gradient_view`); a uniform start is drawn from a generator seeded per batch and shared by
+    every aggregator (paired, like the adversaries). Each (query batch, attack) is a step of the
+    phase ``progress`` (:func:`fedcal.progress.phase`).
     """
     unknown = [a for a in attacks if a not in PROBIT_ATTACKS]
     if unknown:
         raise ValueError(f"unknown attacks {unknown}; known: {sorted(PROBIT_ATTACKS)}")
     if f_adv < 0:
         raise ValueError(f"f_adv must be >= 0, got {f_adv}")
+    if pgd_start not in PGD_STARTS or pgd_loss not in PGD_LOSSES or pgd_grad not in PGD_GRADS:
+        raise ValueError(f"pgd_start must be one of {PGD_STARTS}, pgd_loss one of {PGD_LOSSES}, pgd_grad one of "
+                         f"{PGD_GRADS}; got {pgd_start!r}, {pgd_loss!r}, {pgd_grad!r}")
+    reads_logits = [name for name, agg in aggregators.items() if getattr(agg, "reads", "probits") == "logits"]
+    if reads_logits and data.test_logits is None:
+        raise ValueError(f"aggregators {reads_logits} read logits, but the clients answered with probits "
+                         "(inf-client-output=logits collects logits)")
     if class_cov is None:
         class_cov = class_covariance(data.server_probits)
     correct = {(a, k): 0 for a in aggregators for k in attacks}
@@ -164,14 +272,14 @@ def attack_accuracy(aggregators: Mapping[str, Callable], data: ProbitData, f_adv
     steps = len(attacks) * sum(-(-len(rows) // batch) for rows, cols in groups if len(cols) > 2 * f_adv)
     with phase(progress, steps, "attack batches") as bar:
         total = _attack_groups(aggregators, data, f_adv, attacks, groups, correct, amplification, pgd_steps, seed,
-                               batch, class_cov, bar)
+                               batch, class_cov, bar, pgd_start, pgd_loss, pgd_grad)
     return pd.DataFrame([{"aggregator": a, "attack": k, "f_adv": f_adv, "amplification": amplification,
                           "accuracy": correct[a, k] / max(total, 1), "queries": total}
                          for a in aggregators for k in attacks])
 
 
 def _attack_groups(aggregators, data, f_adv, attacks, groups, correct, amplification, pgd_steps, seed, batch,
-                   class_cov, bar) -> int:
+                   class_cov, bar, pgd_start, pgd_loss, pgd_grad) -> int:
     """The loop of :func:`attack_accuracy`: adds each aggregator's correct answers per attack to
     ``correct``, one step of ``bar`` per (query batch, attack); returns the queries counted."""
     total = 0
@@ -188,16 +296,26 @@ def _attack_groups(aggregators, data, f_adv, attacks, groups, correct, amplifica
         for start in range(0, len(rows), batch):
             idx = rows[start:start + batch]
             p = data.test_probits[idx][:, cols]
+            z = None if data.test_logits is None else data.test_logits[idx][:, cols]
             y = data.test_labels[idx]
             gen = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(idx[0]))
             mask = adversary_mask(len(idx), n, f_adv, generator=gen)
-            ctx = dict(labels=y, class_cov=class_cov, amplification=amplification, steps=pgd_steps)
+            pgd_seed = int(seed) * 1_000_003 + int(idx[0]) + 7_919  # the uniform start's draws, per batch
+            ctx = dict(labels=y, class_cov=class_cov, amplification=amplification, steps=pgd_steps, start=pgd_start,
+                       loss=pgd_loss, kappa=PGD_KAPPA[pgd_loss])
             for attack in attacks:
-                shared = None if attack in WHITE_BOX else apply_attack(attack, p, mask, **ctx)
+                shared = None if attack in WHITE_BOX else apply_attack(attack, p, mask, logits=z, **ctx)
                 for name, agg in group_aggs.items():
                     if n < _needs(aggregators[name]):
                         continue  # counted as wrong
-                    attacked = shared if shared is not None else apply_attack(attack, p, mask, aggregator=agg, **ctx)
+                    pgd_gen = torch.Generator().manual_seed(pgd_seed)
+                    if getattr(agg, "reads", "probits") == "logits":
+                        attacked = attack_logits(attack, z, p, mask, aggregator=agg, generator=pgd_gen, **ctx)
+                    elif shared is not None:
+                        attacked = shared
+                    else:
+                        attacked = apply_attack(attack, p, mask, aggregator=gradient_view(agg, pgd_grad),
+                                                generator=pgd_gen, **ctx)
                     correct[name, attack] += _correct(agg, attacked, y)
                 bar.update(1, attack)
             total += len(idx)

@@ -67,6 +67,35 @@ def train_client(cfg: RunConfig, ds: Dataset, cid: int, *, device: torch.device 
     return model, loss, len(idx)
 
 
+def assemble_logits(replies: dict[int, torch.Tensor], batch: int, num_classes: int
+                    ) -> tuple[torch.Tensor, torch.Tensor, list[int], dict]:
+    """Stack valid client *logit* replies (``inf-client-output=logits``): (probits, logits, client ids
+    used, {client id: reason}), both tensors (B, n', C), clients in id order, probits the softmax of
+    the logits taken here (in float32, as a client's own softmax would be).
+
+    A reply that is not a finite (B, C) matrix counts as that client being absent for this batch.
+    Logits have no range to check beyond finiteness: any real vector is a valid logit vector, which
+    is exactly why an aggregator reading them is exposed to scale (docs/inference.md).
+    """
+    used, rows, dropped = [], [], {}
+    for cid in sorted(replies):
+        z = replies[cid]
+        if z is None:
+            dropped[cid] = "no reply"
+        elif tuple(z.shape) != (batch, num_classes):
+            dropped[cid] = f"shape {tuple(z.shape)}, expected {(batch, num_classes)}"
+        elif not bool(torch.isfinite(z).all()):
+            dropped[cid] = "not a logit vector (NaN or infinite entries)"
+        else:
+            used.append(cid)
+            rows.append(z.float())
+    if not rows:
+        empty = torch.empty(batch, 0, num_classes)
+        return empty, empty.clone(), used, dropped
+    logits = torch.stack(rows, dim=1)
+    return torch.softmax(logits, dim=-1), logits, used, dropped
+
+
 def assemble(replies: dict[int, torch.Tensor], batch: int, num_classes: int) -> tuple[torch.Tensor, list[int], dict]:
     """Stack valid client replies into (B, n', C), clients in id order.
 

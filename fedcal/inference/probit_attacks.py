@@ -10,7 +10,8 @@ redrawn per query (:func:`adversary_mask`).
 Every attack has the signature ``attack(probits, mask, **kw) -> probits'`` and
 returns a NEW tensor in which only the masked (adversarial) rows differ; honest
 rows are copied bit-identically (``torch.where``) and every returned row is a
-valid probit vector.
+valid probit vector — except :func:`sia_whitebox_raise`'s (:data:`OFF_SIMPLEX`),
+the robust-inference authors' code's white-box SIA, kept to measure their protocol.
 
 An *aggregator* is any callable ``agg(probits (B, n, C)) -> (B, C)``; the
 white-box attacks (:func:`sia_whitebox`, :func:`pgd_cw`) query it, and
@@ -29,6 +30,7 @@ __all__ = [
     "logit_flip",
     "sia_blackbox",
     "sia_whitebox",
+    "sia_whitebox_raise",
     "lma",
     "class_covariance",
     "cpa",
@@ -36,6 +38,9 @@ __all__ = [
     "pgd_cw",
     "no_attack",
     "PROBIT_ATTACKS",
+    "OFF_SIMPLEX",
+    "PGD_STARTS",
+    "PGD_LOSSES",
     "apply_attack",
     "validate_probits",
 ]
@@ -167,6 +172,33 @@ def sia_whitebox(probits: torch.Tensor, mask: torch.Tensor,
     return _replace(probits, mask, _one_hot(target, C, probits).unsqueeze(1))
 
 
+def sia_whitebox_raise(probits: torch.Tensor, mask: torch.Tensor,
+                       aggregator: Callable[[torch.Tensor], torch.Tensor], labels) -> torch.Tensor:
+    """White-box SIA as the robust-inference authors' code writes it: the target class is
+    :func:`sia_whitebox`'s (the aggregator's most probable wrong class on the clean probits), but
+    each adversary sends its OWN probit row with the target's entry raised to 1, the other entries
+    kept and nothing renormalised (``x.scatter(-1, target, 1)`` in ``sia_attack`` of
+    Utils/adversarial.py, github.com/sacs-epfl/robust-federated-inference).
+
+    The row sums to 2 − p_t: it is no probit vector, and fedcal's server would drop such a reply
+    (:func:`validate_probits`). It keeps the adversary's honest mass (often on the true class), so
+    it is much weaker than SPEC §7's one-hot row (:func:`sia_whitebox`); it is here because it is
+    what the literature's white-box SIA numbers measured.
+    """
+    _check(probits, mask)
+    B, _, C = probits.shape
+    labels = _check_labels(labels, B, probits.device)
+    with torch.no_grad():
+        clean = aggregator(probits)
+    if clean.shape != (B, C):
+        raise ValueError(f"aggregator returned {tuple(clean.shape)}, expected {(B, C)}")
+    scores = clean.detach().clone().float()
+    scores[torch.arange(B), labels] = float("-inf")
+    target = scores.argmax(-1)
+    raised = probits.scatter(-1, target[:, None, None].expand(B, probits.shape[1], 1), 1.0)
+    return _replace(probits, mask, raised)
+
+
 def lma(probits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Least-likely-class attack: one-hot of the least likely class of the
     honest mean prediction."""
@@ -216,17 +248,30 @@ def cpa(probits: torch.Tensor, mask: torch.Tensor,
     return _replace(probits, mask, _one_hot(target, C, probits).unsqueeze(1))
 
 
-def cw_margin(agg_probs: torch.Tensor, labels, kappa: Optional[float] = None
+#: where PGD-CW starts its free variables: at the adversary's own row (fedcal's default) or at a
+#: random near-uniform row, logits ~ U[0, 1)^C (the robust-inference authors' code, ``torch.rand_like``)
+PGD_STARTS = ("own", "uniform")
+#: the margin PGD-CW ascends: on log-probabilities (fedcal's default) or on probabilities (the authors'
+#: ``Carlini_Wagner_loss``, applied to the aggregate's probabilities)
+PGD_LOSSES = ("logit", "prob")
+
+
+def cw_margin(agg_probs: torch.Tensor, labels, kappa: Optional[float] = None, space: str = "logit"
               ) -> torch.Tensor:
     """Carlini–Wagner margin of an aggregate (B, C) per query:
-    ``max_{j != y} log p_j - log p_y`` (positive <=> misclassified).
+    ``max_{j != y} log p_j - log p_y`` (positive <=> misclassified); with
+    ``space="prob"`` on the probabilities themselves, ``max_{j != y} p_j - p_y`` (the
+    robust-inference authors' ``Carlini_Wagner_loss``; its gradient vanishes where the
+    aggregate's softmax saturates, the log margin's does not).
 
     With ``kappa`` the attacker's objective is capped at ``kappa``:
     ``min(margin, kappa)``, i.e. the CW loss ``max(log p_y - max_j log p_j,
     -kappa)`` to be minimised."""
+    if space not in PGD_LOSSES:
+        raise ValueError(f"space must be one of {PGD_LOSSES}, got {space!r}")
     B, C = agg_probs.shape
     labels = _check_labels(labels, B, agg_probs.device)
-    logp = agg_probs.clamp_min(_EPS).log()
+    logp = agg_probs.clamp_min(_EPS).log() if space == "logit" else agg_probs
     true = logp.gather(1, labels[:, None]).squeeze(1)
     other = logp.masked_fill(F.one_hot(labels, C).bool(), float("-inf")).amax(1)
     m = other - true
@@ -239,58 +284,91 @@ def pgd_cw(probits: torch.Tensor, mask: torch.Tensor,
            aggregator: Callable[[torch.Tensor], torch.Tensor], labels,
            steps: int = 50, step_size: float = 0.1, kappa: float = 0.0,
            restarts: int = 1, generator: Optional[torch.Generator] = None,
-           noise_scale: float = 0.5) -> torch.Tensor:
+           noise_scale: float = 0.5, start: str = "own", loss: str = "logit") -> torch.Tensor:
     """White-box PGD (sign-gradient ascent) on the CW margin of the aggregate.
 
     Free variables ``u`` for the adversarial rows, adversarial probits
     ``softmax(u)`` (always valid). Objective per query:
     ``min(max_{j!=y} log p_j - log p_y, kappa)`` of the aggregator output
-    (the CW loss ``max(log p_y - max_j log p_j, -kappa)`` minimised). ``u`` is
-    initialised at ``log`` of the current adversarial rows (restart 0) plus
+    (the CW loss ``max(log p_y - max_j log p_j, -kappa)`` minimised; ``loss="prob"``:
+    the same margin on probabilities, :func:`cw_margin`). ``u`` starts at ``log`` of
+    the current adversarial rows (``start="own"``) or at ``U[0, 1)^C``, a random
+    near-uniform row (``start="uniform"``, the robust-inference authors' code), plus
     Gaussian noise of scale ``noise_scale`` for restarts >= 1. The best
     (highest-objective) iterate per query over all steps and restarts is
     returned; the initial (unattacked) rows are always a candidate, so the
     objective never decreases. Gradients are taken w.r.t. ``u`` only
     (``torch.autograd.grad``), never the aggregator's parameters.
+
+    Why the start matters: each step moves every logit by ``step_size``, so
+    ``steps`` steps reach only logits within ``steps · step_size`` of the start.
+    From a client's confident row (true class ahead by ~10 in log-probability)
+    20 steps of 0.1 cannot even leave the true class, 50 barely can: the budget,
+    not the threat model (any probit vector), then limits the adversary. From a
+    near-uniform row every vertex region is within reach of 50 steps.
     """
     _check(probits, mask)
     if steps < 0 or restarts < 1:
         raise ValueError(f"need steps >= 0 and restarts >= 1, got {steps}, {restarts}")
+    if start not in PGD_STARTS:
+        raise ValueError(f"start must be one of {PGD_STARTS}, got {start!r}")
+    if loss not in PGD_LOSSES:
+        raise ValueError(f"loss must be one of {PGD_LOSSES}, got {loss!r}")
     B, n, C = probits.shape
     labels = _check_labels(labels, B, probits.device)
     base = probits.detach()
+    start_u = base.clamp_min(_EPS).log() if start == "own" else None
+    best = sign_ascent(base, mask, aggregator, labels, lambda u: torch.softmax(u, dim=-1), start_u,
+                       steps=steps, step_size=step_size, kappa=kappa, restarts=restarts, generator=generator,
+                       noise_scale=noise_scale, loss=loss)
+    return _replace(probits, mask, best)
+
+
+def sign_ascent(base: torch.Tensor, mask: torch.Tensor, aggregator: Callable[[torch.Tensor], torch.Tensor],
+                labels: torch.Tensor, to_rows: Callable[[torch.Tensor], torch.Tensor],
+                start_u: Optional[torch.Tensor], *, steps: int, step_size: float, kappa: float, restarts: int,
+                generator: Optional[torch.Generator], noise_scale: float, loss: str) -> torch.Tensor:
+    """PGD-CW's loop, shared by the probit and the logit attacks (:mod:`.logit_attacks`): free
+    variables ``u`` (B, n, C), adversarial rows ``to_rows(u)`` on the masked positions, sign-gradient
+    ascent on :func:`cw_margin` of ``aggregator``'s output, the best iterate per query over steps and
+    restarts (the unattacked ``base`` included). ``u`` starts at ``start_u`` or, when None, at
+    U[0, 1)^C; restarts >= 1 add N(0, noise_scale²) to that start. Returns the (B, n, C) rows of the
+    best iterate (``base`` on queries no iterate improved)."""
+    B, _, C = base.shape
     m3 = mask.unsqueeze(-1)
-    u0 = base.clamp_min(_EPS).log()
 
     def objective(adv_rows: torch.Tensor) -> torch.Tensor:
         agg = aggregator(torch.where(m3, adv_rows, base))
         if agg.shape != (B, C):
             raise ValueError(f"aggregator returned {tuple(agg.shape)}, expected {(B, C)}")
-        return cw_margin(agg, labels, kappa)
+        return cw_margin(agg, labels, kappa, space=loss)
 
     best_rows = base.clone()
     with torch.no_grad():
         best_loss = objective(base)
 
     for r in range(restarts):
-        u = u0.clone()
+        if start_u is not None:
+            u = start_u.clone()
+        else:
+            u = torch.rand(base.shape, generator=generator, dtype=base.dtype).to(base.device)
         if r > 0:
             noise = torch.randn(u.shape, generator=generator, dtype=u.dtype)
             u = u + noise_scale * noise.to(u.device)
         for t in range(steps + 1):
             u = u.detach().requires_grad_(True)
-            rows = torch.softmax(u, dim=-1)
-            loss = objective(rows)
+            rows = to_rows(u)
+            value = objective(rows)
             with torch.no_grad():
-                better = loss.detach() > best_loss
-                best_loss = torch.where(better, loss.detach(), best_loss)
+                better = value.detach() > best_loss
+                best_loss = torch.where(better, value.detach(), best_loss)
                 best_rows = torch.where(better[:, None, None], rows.detach(), best_rows)
             if t == steps:
                 break
-            (g,) = torch.autograd.grad(loss.sum(), u)
+            (g,) = torch.autograd.grad(value.sum(), u)
             with torch.no_grad():
                 u = u + step_size * torch.where(m3, g.sign(), torch.zeros_like(g))
-    return _replace(probits, mask, best_rows)
+    return best_rows
 
 
 # --------------------------------------------------------------------------- registry
@@ -307,7 +385,10 @@ PROBIT_ATTACKS: Dict[str, Callable[..., torch.Tensor]] = {
     "lma": lma,
     "cpa": cpa,
     "pgd_cw": pgd_cw,
+    "sia_whitebox_raise": sia_whitebox_raise,
 }
+#: attacks whose adversarial rows are not probit vectors (kept to measure the literature's protocol)
+OFF_SIMPLEX = frozenset({"sia_whitebox_raise"})
 
 
 def apply_attack(name: str, probits: torch.Tensor, mask: torch.Tensor,

@@ -22,6 +22,13 @@ At inference, with the observed blocks O (absent clients' blocks are not observe
   arbitrarily wrong clients are block-sparse outliers the fit can ignore; absent blocks are left
   out of the sum. l starts at E(h̃) and takes ``steps`` normalised gradient steps.
 
+**On logits** (``space="logits"``, :data:`SPACES`): the same autoencoder, fusion classifier and
+purifiers on the clients' concatenated *logits* (the decoder without its per-block softmax), as
+the robust-federated-inference literature runs CoPur (Dhasade et al., ICLR 2026, github.com/
+sacs-epfl/robust-federated-inference, Baselines/CoPur: the autoencoder is trained with MSE on the raw
+logits). A logit vector has no bound, so an adversary can send one of any scale (logit flipping
+−a·z with large a): the probit form bounds every block to the simplex, the logit form does not.
+
 Why our own code: no maintained library implements either for probit vectors (CoPur's release is
 research code for its two vertical-FL datasets). Both are differentiable end to end — CoPur's
 inner loop is unrolled (``create_graph``) when the input requires gradients — so the white-box
@@ -38,7 +45,10 @@ from torch import nn
 from ._fit import adam_epochs
 from .aggregators import check_probits
 
-__all__ = ["ProbitFusion", "train_fusion", "ManifoldProjection", "CoPur", "PURIFIERS"]
+__all__ = ["ProbitFusion", "train_fusion", "ManifoldProjection", "CoPur", "PURIFIERS", "SPACES"]
+
+#: what a fusion's blocks are: the clients' probits (decoded through a softmax per block) or their logits
+SPACES = ("probits", "logits")
 
 
 class ProbitFusion(nn.Module):
@@ -47,15 +57,19 @@ class ProbitFusion(nn.Module):
     E: Linear(nC, h)-ReLU-Linear(h, k); D: Linear(k, h)-ReLU-Linear(h, nC) and a softmax per
     client block (so every decoded block is a probit vector); g: Linear(nC, h)-ReLU-Linear(h, C)
     logits. ``columns`` names which client column each block is (the ids of
-    :class:`~fedcal.inference.evaluate.ProbitData`'s test columns; default 0..n-1).
+    :class:`~fedcal.inference.evaluate.ProbitData`'s test columns; default 0..n-1). ``space="logits"``:
+    the blocks are the clients' logits and the decoder has no softmax (see the module docstring).
     """
 
     def __init__(self, n: int, num_classes: int, hidden: int = 224, latent: int = 32, seed: int | None = None,
-                 columns: Sequence[int] | None = None):
+                 columns: Sequence[int] | None = None, space: str = "probits"):
         super().__init__()
         if n < 1 or num_classes < 2 or hidden < 1 or latent < 1:
             raise ValueError(f"ProbitFusion needs n >= 1, num_classes >= 2, hidden >= 1, latent >= 1; "
                              f"got n={n}, num_classes={num_classes}, hidden={hidden}, latent={latent}")
+        if space not in SPACES:
+            raise ValueError(f"space must be one of {SPACES}; got {space!r}")
+        self.space = space
         self.columns = list(range(n)) if columns is None else [int(c) for c in columns]
         if len(self.columns) != n or len(set(self.columns)) != n:
             raise ValueError(f"columns must name {n} distinct client columns; got {self.columns}")
@@ -78,7 +92,13 @@ class ProbitFusion(nn.Module):
         return self.encoder(h.flatten(1))
 
     def decode(self, latent: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(self.decoder(latent).view(-1, self.n, self.num_classes), dim=-1)
+        out = self.decoder(latent).view(-1, self.n, self.num_classes)
+        return torch.softmax(out, dim=-1) if self.space == "probits" else out
+
+    def absent(self, h: torch.Tensor) -> torch.Tensor:
+        """What an absent client's block is filled with: the uniform probit vector, or zero logits
+        (whose softmax is that vector)."""
+        return torch.full_like(h, 1.0 / h.shape[-1]) if self.space == "probits" else torch.zeros_like(h)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         return self.classifier(h.flatten(1))
@@ -106,19 +126,24 @@ def train_fusion(model: ProbitFusion, probits: torch.Tensor, labels: torch.Tenso
 
 
 class _Purifier(nn.Module):
-    """A positional aggregator: (B, n, C) probits in ``fusion.columns`` order → (B, C)."""
+    """A positional aggregator: (B, n, C) probits (logits when ``reads == "logits"``) in
+    ``fusion.columns`` order → (B, C) probabilities."""
 
     def __init__(self, fusion: ProbitFusion):
         super().__init__()
         self.fusion = fusion
+
+    @property
+    def reads(self) -> str:
+        """"probits" or "logits": what the evaluation must hand this aggregator (its fusion's space)."""
+        return self.fusion.space
 
     def purify(self, h: torch.Tensor, observed: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
     def aggregate(self, h: torch.Tensor, observed: torch.Tensor) -> torch.Tensor:
         """Probabilities g(purified) for ``h`` (B, n, C) with the (B, n) bool ``observed`` blocks."""
-        fill = torch.full_like(h, 1.0 / h.shape[-1])
-        h = torch.where(observed[..., None], h, fill)
+        h = torch.where(observed[..., None], h, self.fusion.absent(h))
         return torch.softmax(self.fusion.logits(self.purify(h, observed)), dim=-1)
 
     def forward(self, probits: torch.Tensor) -> torch.Tensor:
@@ -136,6 +161,7 @@ class _OnColumns(nn.Module):
     def __init__(self, purifier: _Purifier, cols: Sequence[int]):
         super().__init__()
         self.purifier = purifier
+        self.reads = purifier.reads
         position = {c: j for j, c in enumerate(purifier.fusion.columns)}
         cols = [int(c) for c in cols]
         self.pick = torch.tensor([k for k, c in enumerate(cols) if c in position], dtype=torch.long)

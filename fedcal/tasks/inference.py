@@ -30,16 +30,17 @@ from fedcal.tasks.nodes import (check_partitions, client_id, config_record, disc
                               send_counted, shared_model)
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
-from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators
-from fedcal.inference.federated import assemble, server_split, train_client
+from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators, learned_state
+from fedcal.inference.federated import assemble, assemble_logits, server_split, train_client
 from fedcal.progress import phase
 from fedcal.reports import inference_report
-from fedcal.results import RunStore, collection_hash, load_config, run_dir_for
+from fedcal.results import RunStore, aggregator_hash, collection_hash, load_config, run_dir_for
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.train import resolve_device
 
 PROBITS_FILE = "probits.pt"
 ANSWERS_FILE = "answers.csv"  # how many clients each test answer was built from
+AGGREGATORS_FILE = "aggregators.pt"  # the learned aggregators' state dicts (fedcal.inference.evaluate.learned_state)
 
 
 @dataclass
@@ -53,22 +54,30 @@ class InferenceResult:
 
 
 def query_all(grid: Grid, node_to_client: dict[int, int], x: torch.Tensor, cfg: RunConfig, num_classes: int,
-              dropped: dict[int, list[str]]) -> tuple[torch.Tensor, list[int]]:
+              dropped: dict[int, list[str]], logits: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, list[int]]:
     """Fan one batch of queries out to every node; returns (B, n', C) valid probits and the
     client ids they came from. A client that errs, does not answer within ``inf-timeout`` or
-    answers with something that is not a probit matrix is logged and left out."""
+    answers with something that is not a probit matrix (a finite logit matrix under
+    ``inf-client-output=logits``) is logged and left out. With logits, the server takes their
+    softmax itself and, when ``logits`` is a list, appends the (B, n', C) logits to it."""
     content = RecordDict({"queries": ArrayRecord({"x": x}), "config": config_record(cfg)})
     msgs = [Message(content=content, message_type="query.probits", dst_node_id=n) for n in node_to_client]
     replies: dict[int, torch.Tensor | None] = {cid: None for cid in node_to_client.values()}
+    record, key = ("logits", "z") if cfg.inf_client_output == "logits" else ("probits", "p")
     for reply in grid.send_and_receive(msgs, timeout=cfg.inf_timeout):
         cid = node_to_client.get(reply.metadata.src_node_id)
         if cid is None or reply.has_error():
             continue
         try:
-            replies[cid] = torch.from_numpy(reply.content["probits"]["p"].numpy().copy())
+            replies[cid] = torch.from_numpy(reply.content[record][key].numpy().copy())
         except Exception:  # noqa: BLE001 — a malformed reply is an absent client
             replies[cid] = torch.full((1,), float("nan"))
-    probits, used, why = assemble(replies, len(x), num_classes)
+    if cfg.inf_client_output == "logits":
+        probits, z, used, why = assemble_logits(replies, len(x), num_classes)
+        if logits is not None:
+            logits.append(z)
+    else:
+        probits, used, why = assemble(replies, len(x), num_classes)
     for cid, reason in why.items():
         log(WARNING, "query: client %d left out of this answer: %s", cid, reason)
         dropped.setdefault(cid, []).append(reason)
@@ -93,58 +102,79 @@ def collect_probits(grid: Grid, cfg: RunConfig, clients_per_answer: list[int],
     clients = sorted(node_to_client.values())
     col = {c: j for j, c in enumerate(clients)}
 
-    def ask(x: torch.Tensor, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+    with_logits = cfg.inf_client_output == "logits"
+
+    def ask(x: torch.Tensor, what: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         probits = torch.zeros(len(x), len(clients), ds.num_classes)
+        logits = torch.zeros(len(x), len(clients), ds.num_classes) if with_logits else None
         valid = torch.zeros(len(x), len(clients), dtype=torch.bool)
         with phase(f"queries ({what} split)", -(-len(x) // cfg.inf_query_batch), "query batches") as bar:
             for i in range(0, len(x), cfg.inf_query_batch):
-                p, used = query_all(grid, node_to_client, x[i:i + cfg.inf_query_batch], cfg, ds.num_classes, dropped)
+                z: list[torch.Tensor] = []
+                p, used = query_all(grid, node_to_client, x[i:i + cfg.inf_query_batch], cfg, ds.num_classes, dropped,
+                                    z)
                 cols = [col[c] for c in used]
                 probits[i:i + len(p), cols] = p
+                if logits is not None:
+                    logits[i:i + len(p), cols] = z[0]
                 valid[i:i + len(p), cols] = True
                 if what == "test":
                     clients_per_answer.append(len(used))
                     log(INFO, "test queries %d-%d: answers built from %d of %d clients", i, i + len(p) - 1, len(used),
                         len(clients))
                 bar.update(1)
-        return probits, valid
+        return probits, valid, logits
 
     srv_idx = torch.from_numpy(server_split(ds.y_train.numpy(), cfg.inf_server_frac, cfg.seed)[0])
-    sp, sv = ask(ds.x_train[srv_idx], "server")
+    sp, sv, sz = ask(ds.x_train[srv_idx], "server")
     # The DeepSet trains on fixed-size sets: the clients that answered the whole split validly.
     keep = sv.all(dim=0)
     if int(keep.sum()) <= 2 * cfg.inf_f:
         raise RuntimeError(f"only {int(keep.sum())} clients answered the aggregator-training split validly; "
                            f"need more than 2 * inf-f = {2 * cfg.inf_f}")
     n_test = cfg.inf_test_queries or len(ds.y_test)
-    tp, tv = ask(ds.x_test[:n_test], "test")
+    tp, tv, tz = ask(ds.x_test[:n_test], "test")
     return ProbitData(server_probits=sp[:, keep], server_labels=ds.y_train[srv_idx], test_probits=tp, test_valid=tv,
                       test_labels=ds.y_test[:n_test], clients=clients,
-                      server_columns=torch.nonzero(keep).flatten().tolist())
+                      server_columns=torch.nonzero(keep).flatten().tolist(),
+                      server_logits=None if sz is None else sz[:, keep], test_logits=tz)
 
 
 def _subset(data: ProbitData, k: int) -> ProbitData:
     if not k or k >= len(data.test_labels):
         return data
     return ProbitData(data.server_probits, data.server_labels, data.test_probits[:k], data.test_valid[:k],
-                      data.test_labels[:k], data.clients, data.server_columns)
+                      data.test_labels[:k], data.clients, data.server_columns, data.server_logits,
+                      None if data.test_logits is None else data.test_logits[:k])
 
 
 def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFrame:
     """Phases (b)–(c): build the aggregators from the server split, then write the accuracy
     of every aggregator under every attack (``accuracy.csv``) and the curves against the
-    number of adversaries (``curve_f.csv``) and the logit-flip amplification (``curve_amp.csv``)."""
+    number of adversaries (``curve_f.csv``) and the logit-flip amplification (``curve_amp.csv``).
+
+    The learned aggregators are saved (``aggregators.pt``); a run in the same output directory with
+    the same collection and training settings of a component (:func:`fedcal.results.aggregator_hash`:
+    the DeepSet, the fusions) loads it instead of training it again: an attack or evaluation change
+    costs its evaluation only."""
+    state = _earlier_aggregators(cfg, store.dir)
     aggs, history = build_aggregators(data.server_probits, data.server_labels, cfg.inf_f, hidden=cfg.agg_hidden,
                                       epochs=cfg.agg_epochs, adv_epochs=cfg.agg_adv_epochs, lr=cfg.agg_lr,
                                       attack_steps=cfg.agg_attack_steps, restarts=cfg.agg_restarts,
                                       seed=cfg.seed, latent=cfg.agg_latent, copur_steps=cfg.copur_steps,
-                                      server_columns=data.server_columns)
-    torch.save(aggs["deepset"].state_dict(), store.dir / "deepset.pt")
-    store.write_table("deepset_loss.csv", pd.DataFrame({"epoch": range(1, len(history) + 1), "loss": history}))
+                                      server_columns=data.server_columns, server_logits=data.server_logits,
+                                      adv_attack=cfg.agg_adv_attack, names=cfg.inference_aggregators or None,
+                                      state=state)
+    # what was loaded matches this run's hashes, so it is this run's too
+    _save_state({**state, **learned_state(aggs, history)}, store.dir / AGGREGATORS_FILE)
+    if "deepset" in aggs:
+        torch.save(aggs["deepset"].state_dict(), store.dir / "deepset.pt")
+        store.write_table("deepset_loss.csv", pd.DataFrame({"epoch": range(1, len(history) + 1), "loss": history}))
     cell = {"seed": cfg.seed, "n": cfg.num_clients, "f": cfg.inf_f}
-    kw = dict(pgd_steps=cfg.inf_pgd_steps, seed=cfg.seed)
-    table = attack_accuracy(aggs, data, cfg.inf_f, cfg.inference_attacks, amplification=cfg.inf_amplification,
-                            progress="attacks", **kw)
+    kw = dict(pgd_steps=cfg.inf_pgd_steps, seed=cfg.seed, pgd_start=cfg.inf_pgd_start, pgd_loss=cfg.inf_pgd_loss,
+              pgd_grad=cfg.inf_pgd_grad)
+    table = attack_accuracy(aggs, _subset(data, cfg.inf_eval_queries), cfg.inf_f, cfg.inference_attacks,
+                            amplification=cfg.inf_amplification, progress="attacks", **kw)
     store.write_table("accuracy.csv", table.assign(**cell))
     curve_data = _subset(data, cfg.inf_curve_queries)
     if cfg.inf_f_curve:
@@ -204,6 +234,44 @@ def run_inference(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None
     return result
 
 
+def _save_state(state: dict, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)  # atomic: a later run never loads half a file
+
+
+# which saved entries (fedcal.inference.evaluate.learned_state) belong to which component's hash
+_COMPONENT_ENTRIES = {"deepset": ("deepset", "deepset_plain", "history"), "fusion": ("fusion", "logit_fusion")}
+
+
+def _earlier_aggregators(cfg: RunConfig, here: Path) -> dict:
+    """The learned aggregators of runs next to ``here`` that trained them from the same collection and
+    the same settings (per component, :func:`fedcal.results.aggregator_hash`), merged; {} if none."""
+    want = {c: aggregator_hash(cfg, c) for c in _COMPONENT_ENTRIES}
+    state: dict = {}
+    for d in sorted(here.parent.glob("*/")):
+        if d == here or not (d / AGGREGATORS_FILE).exists():
+            continue
+        try:
+            other = load_config(d)
+            if other.task != "inference":
+                continue
+            same = [c for c in _COMPONENT_ENTRIES if aggregator_hash(other, c) == want[c]]
+            if not same:
+                continue
+            found = torch.load(d / AGGREGATORS_FILE, weights_only=True)
+        except (OSError, ValueError, KeyError, RuntimeError):
+            continue
+        for component in same:
+            if any(key in state for key in _COMPONENT_ENTRIES[component]):
+                continue  # one run's entries per component: a DeepSet and its history stay together
+            state.update({key: found[key] for key in _COMPONENT_ENTRIES[component] if key in found})
+    if state:
+        log(INFO, "reusing the trained aggregators (%s) of earlier runs with the same settings",
+            ", ".join(k for k in state if k != "history"))
+    return state
+
+
 def _earlier_collection(cfg: RunConfig, here: Path) -> Path | None:
     """A finished-collection run directory next to ``here`` whose probits this run can reuse:
     same clients, partitions, local training and queries (:func:`fedcal.results.collection_hash`)."""
@@ -244,7 +312,8 @@ def train_local(msg: Message, context: Context) -> Message:
 
 
 def probits(msg: Message, context: Context) -> Message:
-    """Answer a batch of queries with this client's probability vectors."""
+    """Answer a batch of queries with this client's probability vectors (its logits under
+    ``inf-client-output=logits``; the server takes their softmax)."""
     cfg, _ = message_config(msg, context)
     if MODEL_KEY not in context.state:
         raise RuntimeError("no local model: the node has not run train.local")
@@ -253,8 +322,10 @@ def probits(msg: Message, context: Context) -> Message:
     model.load_state_dict(context.state[MODEL_KEY].to_torch_state_dict())
     x = torch.from_numpy(msg.content["queries"]["x"].numpy().copy())
     with torch.no_grad():
-        p = model.eval()(x).softmax(dim=1)
-    return Message(content=RecordDict({"probits": ArrayRecord({"p": p})}), reply_to=msg)
+        z = model.eval()(x)
+    if cfg.inf_client_output == "logits":
+        return Message(content=RecordDict({"logits": ArrayRecord({"z": z})}), reply_to=msg)
+    return Message(content=RecordDict({"probits": ArrayRecord({"p": z.softmax(dim=1)})}), reply_to=msg)
 
 
 TASK = register(Task(
