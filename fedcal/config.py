@@ -426,6 +426,13 @@ class RunConfig:
     det_threshold: float = setting(0.3, "detect", "score threshold of the kept boxes (the per-round boxes-kept metric, "
                                                   "the example image)", ge=0, lt=1)
     det_eval_every: int = setting(1, "detect", "evaluate every k rounds (always round 0 and the last)", ge=1)
+    # hashed only when set: runs named before the key existed keep their names (the report refuses
+    # those, whose boxes_kept was the class rule's, until they are re-run: fedcal.reports.detect)
+    det_keep: str = setting("object", "detect", "which score keeps a box (the boxes-kept metric, the example image): "
+                                                "object (1 - p(no object) > det-threshold, SPEC §10's object score) or "
+                                                "class (max class probability, transformers' DETR post-processing); "
+                                                "every run also records both", choices=("object", "class"),
+                            hash_when_set=True)
 
     def __post_init__(self) -> None:
         if self.task in LEGACY_TASKS:  # old run directories' config.json say task = "tsa"
