@@ -166,14 +166,27 @@ def similarity_scatter(table: pd.DataFrame, path: str | Path) -> Path:
 
 
 def stealth_plot(table: pd.DataFrame, path: str | Path) -> Path:
-    """Cosine similarity to the benign update vs local step, one line per variant."""
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    """Cosine similarity to the benign reference vs local step, one line per variant (the mean over
+    runs), one panel per protocol (start round, reference, compared vectors) when the table has
+    several; a reference of other clients also draws the benign client's own line."""
+    keys = [k for k in ("start_round", "reference", "compare") if k in table.columns]
+    panels = list(table.groupby(keys, sort=False)) if keys else [((), table)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4), squeeze=False, sharey=True)
     colours = plt.cm.tab20.colors  # 12+ variants: the default 10-colour cycle would repeat
-    for i, (variant, g) in enumerate((v, g) for v, g in table.groupby("variant", sort=False) if v != "benign"):
-        style = "-" if variant.startswith("tsa_coupled") else ":" if variant.startswith("tsa") else "--"
-        ax.plot(g["step"], g["cosine"], style, marker=".", label=variant, color=colours[i % len(colours)])
-    ax.set(xlabel="local SGD step", ylabel="cosine to benign update", ylim=(-1.05, 1.05))
-    ax.legend(fontsize=6, ncol=2)
+    for ax, (key, part) in zip(axes[0], panels):
+        key = key if isinstance(key, tuple) else (key,)
+        protocol = dict(zip(keys, key))
+        shown = [(v, g) for v, g in part.groupby("variant", sort=False)
+                 if v != "benign" or protocol.get("reference") == "others"]
+        for i, (variant, g) in enumerate(shown):
+            style = "-" if variant.startswith("tsa_coupled") or variant == "benign" else \
+                ":" if variant.startswith("tsa") else "--"
+            mean = g.groupby("step")["cosine"].mean()
+            ax.plot(mean.index, mean.values, style, marker=".", label=variant,
+                    color="black" if variant == "benign" else colours[i % len(colours)])
+        ax.set(xlabel="local SGD step", ylabel="cosine to the benign reference", ylim=(-1.05, 1.05),
+               title=", ".join(f"{k} {v}" for k, v in protocol.items()))
+        ax.legend(fontsize=6, ncol=2)
     return _save(fig, path)
 
 
