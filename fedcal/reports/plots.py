@@ -171,22 +171,27 @@ def stealth_plot(table: pd.DataFrame, path: str | Path) -> Path:
     several; a reference of other clients also draws the benign client's own line."""
     keys = [k for k in ("start_round", "reference", "compare") if k in table.columns]
     panels = list(table.groupby(keys, sort=False)) if keys else [((), table)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4), squeeze=False, sharey=True)
-    colours = plt.cm.tab20.colors  # 12+ variants: the default 10-colour cycle would repeat
-    for ax, (key, part) in zip(axes[0], panels):
+    cols = min(3, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4 * rows), squeeze=False, sharey=True)
+    palette = plt.cm.tab20.colors  # 12+ variants: the default 10-colour cycle would repeat
+    colour = {v: palette[i % len(palette)] for i, v in enumerate(v for v in table["variant"].unique() if v != "benign")}
+    colour["benign"] = "black"  # one colour per variant in every panel
+    for ax, (key, part) in zip(axes.flat, panels):
         key = key if isinstance(key, tuple) else (key,)
         protocol = dict(zip(keys, key))
-        shown = [(v, g) for v, g in part.groupby("variant", sort=False)
-                 if v != "benign" or protocol.get("reference") == "others"]
-        for i, (variant, g) in enumerate(shown):
+        for variant, g in part.groupby("variant", sort=False):
+            if variant == "benign" and protocol.get("reference") != "others":
+                continue  # its own reference: 1 at every step
             style = "-" if variant.startswith("tsa_coupled") or variant == "benign" else \
                 ":" if variant.startswith("tsa") else "--"
             mean = g.groupby("step")["cosine"].mean()
-            ax.plot(mean.index, mean.values, style, marker=".", label=variant,
-                    color="black" if variant == "benign" else colours[i % len(colours)])
+            ax.plot(mean.index, mean.values, style, marker=".", label=variant, color=colour[variant])
         ax.set(xlabel="local SGD step", ylabel="cosine to the benign reference", ylim=(-1.05, 1.05),
                title=", ".join(f"{k} {v}" for k, v in protocol.items()))
         ax.legend(fontsize=6, ncol=2)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
     return _save(fig, path)
 
 
