@@ -7,6 +7,7 @@ the figure drawn from each table is in :mod:`fedcal.reports.plots` (``posthoc_cu
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Sequence
 
@@ -118,6 +119,16 @@ def similarity_table(reference_dirs: Sequence[str | Path], other_dirs: Sequence[
 STEALTH_REFERENCES = ("same", "others")
 
 
+@functools.lru_cache(maxsize=8)
+def _replayed(run_dir: str, server_round: int) -> dict[str, torch.Tensor]:
+    """The run's global state after ``server_round`` rounds, recomputed once per process (a CLI call
+    measuring several protocols from one round replays it once)."""
+    from fedcal.reference import global_state
+    from fedcal.results import load_config
+
+    return global_state(load_config(run_dir), server_round)
+
+
 def _start_model(run_dir: str | Path, start_round: int | None):
     """(cfg, model, dataset, round, accuracy the run logged at that round or NaN) — the run's global
     model after ``start_round`` rounds: None or num-rounds = its final model (model.pt), otherwise
@@ -127,9 +138,7 @@ def _start_model(run_dir: str | Path, start_round: int | None):
     if not 0 <= rnd <= cfg.num_rounds:
         raise ValueError(f"start round must lie in [0, num-rounds = {cfg.num_rounds}] of {run_dir}, got {rnd}")
     if rnd != cfg.num_rounds:
-        from fedcal.reference import global_state
-
-        model.load_state_dict(global_state(cfg, rnd))
+        model.load_state_dict(_replayed(str(Path(run_dir).resolve()), rnd))
     logged = load_metrics([run_dir])
     logged = logged[(logged["metric"] == "accuracy") & (logged["round"] == rnd)]["value"]
     return cfg, model, ds, rnd, float(logged.iloc[0]) if len(logged) else float("nan")
