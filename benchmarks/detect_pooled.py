@@ -51,8 +51,9 @@ def main() -> None:
         logits, boxes = predict(model, test.images)
         m, _ = detection_metrics(logits, boxes, test, model.loss_config)
         print(f"steps {steps}  {time.time() - start:.0f} s  {step_s:.3f} s/step  loss {stats.loss:.3f}  "
-              f"class CE {stats.loss_ce:.3f}  mAP@0.5 {m['map50']:.3f}  kept@0.3 {m['boxes_kept']:.2f} "
-              f"(true {m['gt_boxes']:.2f})  no-object ECE {m['obj_ece']:.3f}", flush=True)
+              f"class CE {stats.loss_ce:.3f}  mAP@0.5 {m['map50']:.3f}  kept@0.3 {m['boxes_kept_object']:.2f} "
+              f"(object score) {m['boxes_kept_class']:.2f} (class score) (true {m['gt_boxes']:.2f})  "
+              f"no-object ECE {m['obj_ece']:.3f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Stealth analyses (SPEC §4) and decision-threshold triage (SPEC §6). flwr-free.
 
 * Update geometry: how aligned an attacker's local update stays with the benign update
-  computed from the same global model on the same batches (:func:`update_cosine_curves`).
+  computed from the same global model on the same batches, or with the mean benign update of
+  other clients (:func:`update_cosine_curves`).
 * Representation similarity of two models on a shared evaluation set: row-wise logit
   cosine (:func:`logit_cosine`) and linear CKA of penultimate features (:func:`linear_cka`).
 * Triage: a prediction is sent for (human) verification when its top-class confidence is
@@ -20,10 +21,15 @@ import torch
 from torch import nn
 
 from fedcal.attacks import BEHAVIOURS, Behaviour, behaviour_kind, stealth_variants
+from fedcal.attacks.behaviour import round_generator
 from fedcal.checks import _check_finite, _check_gammas, _check_labels, _check_logits, _check_matrix, _check_probs
 from fedcal.train import batch_schedule, local_train, predict_logits
 
+#: what :func:`update_cosine_curves` compares: the updates Δθ, or the local models' weights θ_start + Δθ
+COMPARED = ("update", "weights")
+
 __all__ = [
+    "COMPARED",
     "default_variants",
     "flat_params",
     "linear_cka",
@@ -87,13 +93,15 @@ def update_cosine_curves(
     seed: int = 0,
     momentum: float = 0.0,
     device: torch.device | str = "cpu",
+    reference_data: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    compare: str = "update",
 ) -> pd.DataFrame:
-    """cos(Δ_benign(k), Δ_attack(k)) after each local step k = 1..``steps``.
+    """cos(R(k), Δ_attack(k)) after each local step k = 1..``steps``, R the benign reference.
 
     Δ(k) = θ after k local SGD steps − θ_global, over trainable parameters, and
     cos(a, b) = a·b / (‖a‖‖b‖) (float64). Every run starts from a copy of ``model`` (left
-    unchanged) and uses the same batch schedule (``batch_schedule`` seeded with ``seed``).
-    Each variant's kind (``fedcal.attacks.BEHAVIOURS[b.kind]``) says how its run differs
+    unchanged); the client's own runs use one batch schedule (``batch_schedule`` seeded with
+    ``seed``). Each variant's kind (``fedcal.attacks.BEHAVIOURS[b.kind]``) says how its run differs
     from the benign one (labels, loss temperature, then its ``stealth_update``); a variant
     that trains like the benign client reuses the benign run:
 
@@ -105,10 +113,25 @@ def update_cosine_curves(
     * ``labelflip``: benign training on labels (y + k) mod C;
     * ``benign``: the benign run itself (cosine 1).
 
+    The benign reference R(k) (two protocols):
+
+    * ``reference_data=None`` (fedcal's default): R(k) = Δ_benign(k), the benign update of the
+      same client on the same batches — the variant is the only difference, so the cosine
+      measures what the attack alone changes;
+    * ``reference_data=[(x_j, y_j), ...]``: R(k) = (1/J) Σ_j Δ_j(k), the mean benign update of J
+      other clients after k steps on their own data, each with its own batch schedule
+      (``batch_schedule`` seeded by ``round_generator(seed, 0, j + 1, "stealth")``) — what a server
+      comparing an update with the round's other updates sees. Here the ``benign`` variant is the
+      client's own benign update against the others' mean, the level a benign client reaches.
+
+    ``compare="weights"`` compares the local models' weights θ_global + Δ instead of the updates
+    Δ (a model-similarity reading: both share θ_global, so the cosine is near 1 whenever ‖Δ‖ is small
+    beside ‖θ_global‖, whatever the update's direction).
+
     Source: the stealth argument of SPEC §4 (coupling η = β·τ keeps TSA updates collinear).
 
     Returns a DataFrame with columns ``variant, step, cosine`` (``variants`` defaults to
-    :func:`default_variants`). A step where either update is exactly 0 gives NaN.
+    :func:`default_variants`). A step where either vector is exactly 0 gives NaN.
     """
     variants = default_variants() if variants is None else dict(variants)
     if not variants:
@@ -126,25 +149,45 @@ def update_cosine_curves(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if not (lr > 0 and np.isfinite(lr)):
         raise ValueError(f"lr must be a finite number > 0, got {lr}")
-    x, y = torch.as_tensor(x), torch.as_tensor(y)
-    if y.ndim != 1 or x.shape[0] != y.shape[0]:
-        raise ValueError(f"x and y must hold the same number of samples, got {tuple(x.shape)} and {tuple(y.shape)}")
-    if x.is_floating_point():
-        _check_finite(x, "x")
-    y = _check_labels(y, len(y), num_classes)
+    if compare not in COMPARED:
+        raise ValueError(f"compare must be one of {', '.join(COMPARED)}, got {compare!r}")
+
+    def checked(x, y, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = torch.as_tensor(x), torch.as_tensor(y)
+        if y.ndim != 1 or x.shape[0] != y.shape[0]:
+            raise ValueError(f"{what}x and y must hold the same number of samples, got {tuple(x.shape)} and "
+                             f"{tuple(y.shape)}")
+        if x.is_floating_point():
+            _check_finite(x, f"{what}x")
+        return x, _check_labels(y, len(y), num_classes)
+
+    x, y = checked(x, y, "")
+    others = None if reference_data is None else [checked(xj, yj, f"reference_data[{j}]: ")
+                                                  for j, (xj, yj) in enumerate(reference_data)]
+    if others is not None and not others:
+        raise ValueError("reference_data must hold at least one client's (x, y), or be None")
 
     start = flat_params(model)
     batches = batch_schedule(len(y), steps, batch_size, torch.Generator().manual_seed(seed))
 
-    def trajectory(labels: torch.Tensor, tau: float, coupled: bool) -> list[torch.Tensor]:
+    def trajectory(labels: torch.Tensor, tau: float, coupled: bool, inputs: torch.Tensor = x,
+                   schedule: list[torch.Tensor] = batches) -> list[torch.Tensor]:
         m = copy.deepcopy(model)
         deltas: list[torch.Tensor] = []
-        local_train(m, x, labels, steps=steps, batch_size=batch_size, lr=lr, tau=tau, coupled=coupled,
-                    momentum=momentum, device=device, batches=batches,
+        local_train(m, inputs, labels, steps=steps, batch_size=batch_size, lr=lr, tau=tau, coupled=coupled,
+                    momentum=momentum, device=device, batches=schedule,
                     on_step=lambda k, mm: deltas.append(update_vector(mm, start).double().cpu()))
         return deltas
 
     benign = trajectory(y, 1.0, True)
+    if others is None:
+        reference = benign
+    else:  # the mean benign update of the other clients after each step, each on its own batches
+        runs = [trajectory(yj, 1.0, True, xj, batch_schedule(len(yj), steps, batch_size,
+                                                             round_generator(seed, 0, j + 1, "stealth")))
+                for j, (xj, yj) in enumerate(others)]
+        reference = [torch.stack(per_step).mean(0) for per_step in zip(*runs)]
+    shift = start.detach().double().cpu() if compare == "weights" else 0.0
     rows = []
     for name, b in variants.items():
         kind = BEHAVIOURS[b.kind]
@@ -152,7 +195,8 @@ def update_cosine_curves(
         tau, coupled = kind.loss_temperature(b)
         trained = benign if labels is y and (tau, coupled) == (1.0, True) else trajectory(labels, tau, coupled)
         attack = kind.stealth_update(b, trained, seed)
-        rows += [(name, k, _cosine64(db, da)) for k, (db, da) in enumerate(zip(benign, attack), start=1)]
+        rows += [(name, k, _cosine64(dr + shift, da + shift)) for k, (dr, da) in enumerate(zip(reference, attack),
+                                                                                          start=1)]
     return pd.DataFrame(rows, columns=["variant", "step", "cosine"])
 
 

@@ -354,11 +354,37 @@ def cmd_similarity(args: argparse.Namespace) -> int:
 
 
 def cmd_stealth(args: argparse.Namespace) -> int:
-    from fedcal.reports import stealth_plot, stealth_table
+    import pandas as pd
 
-    table = stealth_table(_run_dirs([args.run_dir], readable=True)[0], client_id=args.client, steps=args.steps)
-    print(table.pivot(index="variant", columns="step", values="cosine").round(3).to_string())
+    from fedcal.reports import stealth_markdown, stealth_plot, stealth_table
+
+    from fedcal.analysis import COMPARED, default_variants
+    from fedcal.reports.studies import STEALTH_REFERENCES
+
+    rounds = [None if r == "final" else int(r) if r.isdigit() else r for r in _names(args.round)]
+    if not rounds or any(isinstance(r, str) for r in rounds):
+        raise ConfigError(f"--round takes final, 0 or round numbers, comma-separated; got {args.round!r}")
+    for option, given, allowed in (("--reference", args.reference, STEALTH_REFERENCES),
+                                   ("--compare", args.compare, COMPARED)):
+        if not _names(given) or set(_names(given)) - set(allowed):
+            raise ConfigError(f"{option} takes {', '.join(allowed)}, comma-separated; got {given!r}")
+    unknown = [v for v in _names(args.variants) if not any(k.startswith(v) for k in default_variants())]
+    if unknown:
+        raise ConfigError(f"--variants: unknown variant {unknown[0]!r}; choose from {', '.join(default_variants())}")
+    if args.others < 1 or args.steps < 1:
+        raise ConfigError(f"--others and --steps must be >= 1, got {args.others} and {args.steps}")
+    try:
+        table = pd.concat([stealth_table(d, client_id=args.client, steps=args.steps, start_round=r, reference=ref,
+                                         others=args.others, compare=cmp, variants=_names(args.variants))
+                           for d in _run_dirs(args.run_dir, readable=True) for r in rounds for ref in _names(args.reference)
+                           for cmp in _names(args.compare)], ignore_index=True)
+    except ValueError as exc:  # a round past the run's, a client it does not have, too few benign clients
+        raise ConfigError(str(exc)) from None
     _write(table, Path(args.out), "stealth", stealth_plot)
+    md = stealth_markdown(table, f"cosine to the benign reference after local step 1 and {args.steps} (client "
+                                 f"{args.client}); mean ± std over runs")
+    (Path(args.out) / "stealth.md").write_text(md)
+    print(md + f"summary: {Path(args.out) / 'stealth.md'}")
     return 0
 
 
@@ -753,10 +779,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="fedcal-report", help="folder for similarity.csv and similarity.png")
     p.set_defaults(func=cmd_similarity)
     p = add("stealth", "update cosine to the benign update after each local step")
-    p.add_argument("run_dir", help="a run whose final global model is the starting point")
+    p.add_argument("run_dir", nargs="+", help="runs whose global model is the starting point (one per seed)")
     p.add_argument("--client", type=int, default=0, help="the client whose data the local steps use")
     p.add_argument("--steps", type=int, default=10, help="local SGD steps (a cosine after each)")
-    p.add_argument("--out", default="fedcal-report", help="folder for stealth.csv and stealth.png")
+    p.add_argument("--round", default="final", help="start from the global model after these rounds: final, 0 (the "
+                                                    "initial model) or a round (recomputed), comma-separated")
+    p.add_argument("--reference", default="same", help="benign reference, comma-separated: same (the client's own "
+                                                      "benign update, same batches) or others (the mean benign "
+                                                      "update of --others other clients)")
+    p.add_argument("--others", type=int, default=4, help="clients averaged by --reference others")
+    p.add_argument("--compare", default="update", help="update (the updates) or weights (the local models' weights), "
+                                                      "comma-separated")
+    p.add_argument("--variants", default="", help="variants to measure besides benign, names or prefixes (\"\" = all)")
+    p.add_argument("--out", default="fedcal-report", help="folder for stealth.csv, stealth.md and stealth.png")
     p.set_defaults(func=cmd_stealth)
     p = add("inference", "robust federated inference: aggregators × probit attacks over seeds",
             description="Every (n, f) and seed is one Flower run (task = inference): clients train their own "

@@ -512,6 +512,13 @@ class RunConfig:
     tsa_duty: float = setting(1.0, "train", "adaptive TSA: share of its rounds an attacker attacks (a seeded draw per "
                                             "client round; benign in the others; 1 = every round)", gt=0, le=1,
                               hash_when_set=True)
+    # hashed only when set: runs named before the key existed keep their names (the report refuses
+    # those, whose boxes_kept was the class rule's, until they are re-run: fedcal.reports.detect)
+    det_keep: str = setting("object", "detect", "which score keeps a box (the boxes-kept metric, the example image): "
+                                                "object (1 - p(no object) > det-threshold, SPEC §10's object score) or "
+                                                "class (max class probability, transformers' DETR post-processing); "
+                                                "every run also records both", choices=("object", "class"),
+                            hash_when_set=True)
 
     def __post_init__(self) -> None:
         if self.task in LEGACY_TASKS:  # old run directories' config.json say task = "tsa"

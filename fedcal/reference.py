@@ -2,18 +2,20 @@
 
 It performs exactly the computation of a fedcal simulation — same seeded client sample per
 round, same client rounds (:func:`fedcal.attacks.client_round`), data-size weighted FedAvg,
-central evaluation after every round — in one process. Two uses:
+central evaluation after every round — in one process. Three uses:
 
 * the *compute limit* in benchmarks (what a round costs with no framework at all);
 * an independent second implementation: tests check that the Flower apps give the same
-  metrics for the same seed.
+  metrics for the same seed;
+* a run's global model after any round (:func:`global_state`), which the run store does not keep
+  (it keeps the final model): the stealth analysis starts local training from it.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -30,31 +32,15 @@ def sampled_clients(cfg: RunConfig, server_round: int) -> list[int]:
     return random.Random(f"{cfg.seed}/{server_round}").sample(range(cfg.num_clients), cfg.clients_per_round)
 
 
-def run_plain(cfg: RunConfig, on_round: Callable[[int, dict[str, float]], None] | None = None
-              ) -> list[dict[str, float]]:
-    """Run ``cfg`` without Flower; returns one metrics dict per round (round 0 = initial)."""
+def _states(cfg: RunConfig, num_rounds: int) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
+    """(round, global state dict) for rounds 0 (the initial model) .. ``num_rounds``."""
     ds = load_dataset(cfg.dataset, cfg.data_dir)
     device = resolve_device(cfg.device)
-    global_model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
     worker = build_model(cfg.model, ds.input_shape, ds.num_classes)
-    state = {k: v.detach().clone() for k, v in global_model.state_dict().items()}
-    rows: list[dict[str, float]] = []
-    clock = time.perf_counter()
-
-    def evaluate(server_round: int) -> None:
-        nonlocal clock
-        global_model.load_state_dict(state)
-        logits = predict_logits(global_model, ds.x_test, cfg.eval_batch_size, device)
-        m = calibration_metrics(logits, ds.y_test, cfg.n_bins)
-        now = time.perf_counter()
-        m["round_seconds"] = now - clock
-        clock = now
-        rows.append({"round": server_round, **m})
-        if on_round:
-            on_round(server_round, m)
-
-    evaluate(0)
-    for rnd in range(1, cfg.num_rounds + 1):
+    state = {k: v.detach().clone() for k, v in
+             build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed).state_dict().items()}
+    yield 0, state
+    for rnd in range(1, num_rounds + 1):
         acc: dict[str, torch.Tensor] = {}
         total = 0
         for cid in sampled_clients(cfg, rnd):
@@ -69,5 +55,36 @@ def run_plain(cfg: RunConfig, on_round: Callable[[int, dict[str, float]], None] 
                 v = v.detach().to("cpu", torch.float64) * n
                 acc[k] = acc[k] + v if k in acc else v
         state = {k: (acc[k] / total).to(state[k].dtype) for k in state}
-        evaluate(rnd)
+        yield rnd, state
+
+
+def global_state(cfg: RunConfig, server_round: int) -> dict[str, torch.Tensor]:
+    """The global model's state dict after ``server_round`` rounds of ``cfg`` (0 = the initial model),
+    recomputed from round 1 — the Flower run's state up to float rounding (summation order)."""
+    if not 0 <= server_round <= cfg.num_rounds:
+        raise ValueError(f"server_round must lie in [0, num-rounds = {cfg.num_rounds}], got {server_round}")
+    for rnd, state in _states(cfg, server_round):
+        if rnd == server_round:
+            return state
+    raise AssertionError("unreachable")  # pragma: no cover - _states yields every round up to server_round
+
+
+def run_plain(cfg: RunConfig, on_round: Callable[[int, dict[str, float]], None] | None = None
+              ) -> list[dict[str, float]]:
+    """Run ``cfg`` without Flower; returns one metrics dict per round (round 0 = initial)."""
+    ds = load_dataset(cfg.dataset, cfg.data_dir)
+    device = resolve_device(cfg.device)
+    global_model = build_model(cfg.model, ds.input_shape, ds.num_classes)
+    rows: list[dict[str, float]] = []
+    clock = time.perf_counter()
+    for server_round, state in _states(cfg, cfg.num_rounds):
+        global_model.load_state_dict(state)
+        logits = predict_logits(global_model, ds.x_test, cfg.eval_batch_size, device)
+        m = calibration_metrics(logits, ds.y_test, cfg.n_bins)
+        now = time.perf_counter()
+        m["round_seconds"] = now - clock
+        clock = now
+        rows.append({"round": server_round, **m})
+        if on_round:
+            on_round(server_round, m)
     return rows

@@ -231,6 +231,77 @@ def test_noise_zero_sigma_is_benign_and_seeded():
     assert (a[a.variant == "n1"]["cosine"] < 1.0).all()
 
 
+def test_tau_one_on_the_same_batches_is_the_benign_update():
+    """TSA at τ = 1 (coupled or not) trains exactly like the benign client: cosine 1 at every step,
+    on the updates and on the weights."""
+    ds, base = partly_trained_digits_mlp()
+    v = {"t1": Behaviour("tsa", tau=1.0), "t1u": Behaviour("tsa", tau=1.0, coupled=False)}
+    for compare in ("update", "weights"):
+        df = update_cosine_curves(base, ds.x_train[:200], ds.y_train[:200], ds.num_classes, v, steps=4, batch_size=32,
+                                  lr=0.1, seed=3, compare=compare)
+        assert np.allclose(df["cosine"], 1.0, atol=1e-12)
+
+
+def test_a_model_with_uniform_predictions_gives_collinear_first_steps():
+    """With the output layer zeroed, p = softmax(z/τ) = 1/C for every τ and input: the coupled TSA
+    logit gradient η·(1/τ)(p_τ − y) = β(p − y) is the benign one, so the first update is the benign
+    update (cosine 1), and the uncoupled one is it divided by τ (cosine 1 too). The cosine falls only
+    once the model's predictions are no longer flat — why a measurement from an untrained global
+    model finds TSA collinear and one from a trained model does not (docs/results.md)."""
+    ds, base = partly_trained_digits_mlp()
+    flat = copy.deepcopy(base)
+    with torch.no_grad():
+        flat.head.weight.zero_()
+        flat.head.bias.zero_()
+    tsa = {k: b for k, b in default_variants().items() if k.startswith("tsa")}
+    first = update_cosine_curves(flat, ds.x_train, ds.y_train, ds.num_classes, tsa, steps=1, batch_size=32, lr=0.05,
+                                 seed=0)
+    assert np.allclose(first["cosine"], 1.0, atol=1e-9)
+    trained = update_cosine_curves(base, ds.x_train, ds.y_train, ds.num_classes, tsa, steps=1, batch_size=32, lr=0.05,
+                                   seed=0).set_index("variant")["cosine"]
+    assert trained["tsa_coupled_tau5"] < 1.0 - 1e-3
+
+
+def test_curves_against_other_clients_and_on_weights_match_independent_computation():
+    """reference_data: the reference is the mean benign update of the other clients after k steps,
+    each on its own batch schedule (round_generator(seed, 0, j + 1, "stealth")); compare="weights"
+    takes the cosine of θ_start + Δ. Both recomputed here from scratch."""
+    from fedcal.attacks.behaviour import round_generator
+
+    ds, base = partly_trained_digits_mlp()
+    x, y = ds.x_train[:300], ds.y_train[:300]
+    others = [(ds.x_train[300 + 200 * j:500 + 200 * j], ds.y_train[300 + 200 * j:500 + 200 * j]) for j in range(3)]
+    v = {"tsa5": Behaviour("tsa", tau=5.0)}
+    start = torch.cat([p.detach().flatten() for p in base.parameters()]).double()
+
+    def delta(xx, yy, tau, batches):
+        m = copy.deepcopy(base)
+        local_train(m, xx, yy, steps=len(batches), batch_size=32, lr=0.1, tau=tau, batches=batches)
+        return torch.cat([q.detach().flatten() for q in m.parameters()]).double() - start
+
+    got = {c: update_cosine_curves(base, x, y, ds.num_classes, {"benign": Behaviour(), **v}, steps=5, batch_size=32,
+                                   lr=0.1, seed=7, reference_data=others, compare=c).set_index(["variant", "step"])
+           for c in ("update", "weights")}
+    own = batch_schedule(len(y), 5, 32, torch.Generator().manual_seed(7))
+    for k in (1, 5):
+        ref = torch.stack([delta(xo, yo, 1.0, batch_schedule(len(yo), 5, 32, round_generator(7, 0, j + 1, "stealth"))[:k])
+                           for j, (xo, yo) in enumerate(others)]).mean(0)
+        for name, tau in (("benign", 1.0), ("tsa5", 5.0)):
+            d = delta(x, y, tau, own[:k])
+            assert got["update"].loc[(name, k), "cosine"] == pytest.approx(float(F.cosine_similarity(d, ref, dim=0)),
+                                                                           abs=1e-6)
+            assert got["weights"].loc[(name, k), "cosine"] == pytest.approx(
+                float(F.cosine_similarity(start + d, start + ref, dim=0)), abs=1e-9)
+    # other clients' data: the benign client's own update is no longer the reference
+    assert got["update"].loc[("benign", 5), "cosine"] < 0.99
+    with pytest.raises(ValueError, match="compare"):
+        update_cosine_curves(base, x, y, ds.num_classes, v, steps=1, compare="params")
+    with pytest.raises(ValueError, match="reference_data"):
+        update_cosine_curves(base, x, y, ds.num_classes, v, steps=1, reference_data=[])
+    with pytest.raises(ValueError, match=r"reference_data\[0\]: x and y"):
+        update_cosine_curves(base, x, y, ds.num_classes, v, steps=1, reference_data=[(x, y[:5])])
+
+
 def test_curves_errors():
     ds = synthetic_dataset(n_train=20, n_test=4)
     m = build_model("mlp", ds.input_shape, ds.num_classes, seed=0)

@@ -197,6 +197,65 @@ def test_boxes_kept_by_hand_and_monotone():
     assert len(kept) == 1 and kept[0]["label"] == 2 and kept[0]["x1"] == pytest.approx(24.0)
 
 
+def test_keep_rules_by_hand():
+    """Which queries each rule keeps at 0.3 (3 classes + no object, p = softmax(z)):
+    q0 a confident class 1; q1 flat, p = 1/4 each: object score 3/4, class score 1/4; q2 a confident
+    no-object; q3 p = (1, 1, 1, 2)/5: object 3/5, class 1/5; q4 p = (3, 3, 1, 2)/9: object 7/9, class 1/3."""
+    z = torch.tensor([[[0.0, 8.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 8.0],
+                       [0.0, 0.0, 0.0, math.log(2.0)], [math.log(3.0), math.log(3.0), 0.0, math.log(2.0)]]])
+    obj, labels = dm.keep_scores(z, "object")
+    cls, labels_c = dm.keep_scores(z, "class")
+    e8 = math.exp(8.0)
+    assert obj[0].tolist() == pytest.approx([(e8 + 2) / (e8 + 3), 0.75, 3 / (e8 + 3), 0.6, 7 / 9])
+    assert cls[0].tolist() == pytest.approx([e8 / (e8 + 3), 0.25, 1 / (e8 + 3), 0.2, 1 / 3])
+    assert labels.tolist() == labels_c.tolist() and labels[0, 0] == 1
+    assert (obj[0] > 0.3).tolist() == [True, True, False, True, True]
+    assert (cls[0] > 0.3).tolist() == [True, False, False, False, True]
+    boxes = torch.full((5, 4), 0.5)
+    assert [k["score"] for k in dm.kept_detections(z[0], boxes, 0.3, 64, rule="class")] == pytest.approx([e8 / (e8 + 3), 1 / 3])
+    assert len(dm.kept_detections(z[0], boxes, 0.3, 64)) == 4  # the object rule is the default
+    with pytest.raises(ValueError, match="keep rule"):
+        dm.keep_scores(z, "score")
+    # max_c p_c <= sum_c p_c: whatever the class rule keeps, the object rule keeps too
+    g = torch.Generator().manual_seed(0)
+    rand = torch.randn(20, 16, 11, generator=g) * 3
+    for t in dm.THRESHOLDS:
+        assert dm.boxes_kept(dm.keep_scores(rand, "class")[0], (t,)) <= dm.boxes_kept(dm.keep_scores(rand, "object")[0], (t,))
+
+
+def test_the_object_rule_keeps_more_boxes_as_tau_falls():
+    """A TSA model trained at τ answers at τ = 1 with roughly its calibrated logits scaled by τ
+    (z/τ fitted the labels). On a scene of 60 empty queries (no-object logit 2, class logits near 0)
+    and 4 objects (a class logit 6), scaling the logits by τ: under the object rule the kept count
+    falls monotonically with τ — every empty query's 1 − p_∅ = 1 − 1/(1 + Σ_c e^{τ(z_c − z_∅)}) grows
+    as τ falls — from all 64 queries at τ = 0.2 (1 − p_∅ ≈ 0.87) to the 4 objects at τ = 5; the class
+    rule goes the other way (at τ = 0.2 even an object's top class has p ≈ 0.24 < 0.3)."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.cat([torch.randn(64, 10, generator=g) * 0.1, torch.full((64, 1), 2.0)], dim=1)
+    z[:4, :10] = 0.0
+    z[torch.arange(4), torch.arange(4)] = 6.0
+    taus = (0.2, 0.5, 1.0, 2.0, 5.0)
+    kept = {rule: [dm.boxes_kept(dm.keep_scores((tau * z)[None], rule)[0], (0.3,))[0] for tau in taus]
+            for rule in dm.KEEP_RULES}
+    assert all(a >= b for a, b in zip(kept["object"], kept["object"][1:]))
+    assert kept["object"][0] == 64 and kept["object"][-1] == 4
+    assert kept["class"][0] == 0 and kept["class"][-1] == 4
+
+
+def test_detection_metrics_record_both_keep_rules():
+    config = detr_config(DetectorSpec(num_classes=3))
+    scenes = Scenes(torch.zeros(1, 1, 64, 64), [torch.tensor([[10.0, 10.0, 30.0, 30.0]])], [torch.tensor([1])])
+    z = torch.tensor([[[0.0, 8.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 8.0]]])
+    b = torch.tensor([[[0.3125, 0.3125, 0.3125, 0.3125], [0.7, 0.7, 0.1, 0.1], [0.2, 0.8, 0.1, 0.1]]])
+    for keep, headline in (("object", 2.0), ("class", 1.0)):
+        m, curves = dm.detection_metrics(z, b, scenes, config, n_bins=2, threshold=0.3, keep=keep)
+        assert (m["boxes_kept_object"], m["boxes_kept_class"], m["boxes_kept"]) == (2.0, 1.0, headline)
+        assert set(curves["kept"]) == set(dm.KEEP_RULES)
+        assert curves["kept"]["object"][dm.THRESHOLDS.index(0.3)] == 2.0
+    with pytest.raises(ValueError, match="keep rule"):
+        dm.detection_metrics(z, b, scenes, config, keep="max")
+
+
 # ---------------------------------------------------------------------------------- models
 def test_detectors_share_detrs_output_structure():
     x = torch.rand(2, 1, 32, 32)
@@ -237,10 +296,19 @@ def test_detect_end_to_end_through_flower(tmp_path, monkeypatch):
     final = metrics[metrics["round"] == 2].set_index("metric")["value"]
     assert final["replies_accepted"] == 3 and final["replies_rejected"] == 0
     assert 0 <= final["map50"] <= 1 and 0 <= final["obj_ece"] <= 1
+    assert final["boxes_kept"] == final["boxes_kept_object"] >= final["boxes_kept_class"]  # det-keep = object
     kept = pd.read_csv(run / "kept.csv")
-    assert set(kept["round"]) == {0, 1, 2} and (kept.groupby("round")["kept"].apply(lambda k: k.is_monotonic_decreasing)).all()
+    assert set(kept["round"]) == {0, 1, 2} and set(kept["rule"]) == {"object", "class"}
+    assert (kept.groupby(["round", "rule"])["kept"].apply(lambda k: k.is_monotonic_decreasing)).all()
     md = detect_report(runs, tmp_path / "report")
     assert "τ = 5" in md and "benign" in md
+    assert "boxes kept / image (object score)" in md and "boxes kept / image (class score)" in md
+    assert set(pd.read_csv(tmp_path / "report" / "kept.csv")["rule"]) == {"object", "class"}
+    # a run from before the keep rules (only boxes_kept, the class score's) is refused, named
+    legacy = metrics[~metrics["metric"].isin(["boxes_kept_object", "boxes_kept_class"])]
+    legacy.to_csv(run / "metrics.csv", index=False)
+    with pytest.raises(ValueError, match=f"{run.name}.*re-run"):
+        detect_report(runs, tmp_path / "report2")
     for name in ("table.csv", "runs.csv", "kept.csv", "boxes_kept.png", "no_object_reliability.png", "examples.png",
                  "curves.png"):
         assert (tmp_path / "report" / name).exists(), name
@@ -281,6 +349,21 @@ def test_bad_replies_are_rejected_with_the_node_named(tmp_path):
     assert "NaN" in rejections.loc[rejections["partition_id"] == 1, "reason"].item()
     assert "shape" in rejections.loc[rejections["partition_id"] == 2, "reason"].item()
     assert frame.loc[frame["round"] == 1, "replies_accepted"].item() == 1
+
+
+def test_the_keep_rule_is_hashed_only_when_set():
+    """The keep rule changes the run's headline boxes_kept and example: det-keep=class is another run;
+    the default keeps the names runs had before the key existed (docs/results/detect-mnist/runs.csv)."""
+    from fedcal.results import default_run_name
+
+    base = dict(task="detect", num_clients=10, data_dir="../shared/data", output_dir="runs/detect", engine="inprocess")
+    names = [default_run_name(RunConfig.from_flower(dict(base, attack=a, tau=t))) for a, t in
+             (("tsa", 0.2), ("none", 1.0), ("tsa", 5.0))]
+    assert names == ["detect-grid-tsa0.2-s0-d020cea5", "detect-grid-benign-s0-d0b7594f", "detect-grid-tsa5-s0-729f86ee"]
+    cls = default_run_name(RunConfig.from_flower(dict(base, attack="tsa", tau=0.2, det_keep="class")))
+    assert cls.startswith("detect-grid-tsa0.2-s0-") and cls != names[0]
+    with pytest.raises(ConfigError, match="'det-keep'"):
+        RunConfig.from_flower({"det-keep": "score"})
 
 
 def test_detect_config_errors():

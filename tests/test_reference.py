@@ -22,6 +22,32 @@ def test_flower_run_matches_plain_pytorch_loop(tmp_path):
     pd.testing.assert_frame_equal(flower, plain, check_names=False, rtol=1e-5, atol=1e-5)
 
 
+def test_global_state_is_the_runs_global_model(tmp_path):
+    """global_state(cfg, r): round 0 is the initial model the run starts from, the last round the
+    Flower run's saved final model (up to the aggregation's summation order)."""
+    import torch
+
+    from fedcal.models import build_model
+    from fedcal.data import load_dataset
+    from fedcal.reference import global_state
+
+    cfg = RunConfig.from_flower(dict(
+        dataset="synthetic", num_clients=6, clients_per_round=3, num_rounds=3, attacker_ratio=0.34,
+        attack="tsa", tau=5.0, lr=0.05, batch_size=16, local_steps=3, output_dir=str(tmp_path)))
+    run = simulate(cfg, progress=False)
+    final = torch.load(run / "model.pt", weights_only=True)
+    ds = load_dataset(cfg.dataset, cfg.data_dir)
+    initial = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed).state_dict()
+    assert all(torch.equal(v, global_state(cfg, 0)[k]) for k, v in initial.items())
+    replayed = global_state(cfg, 3)
+    assert all(torch.allclose(v, replayed[k], atol=1e-6) for k, v in final.items())
+    assert not all(torch.allclose(v, global_state(cfg, 2)[k], atol=1e-6) for k, v in final.items())
+    import pytest
+
+    with pytest.raises(ValueError, match="server_round"):
+        global_state(cfg, 4)
+
+
 def test_sampling_is_seeded_per_round():
     cfg = RunConfig()
     assert sampled_clients(cfg, 1) == sampled_clients(cfg, 1)

@@ -82,6 +82,44 @@ def test_stealth(runs, tmp_path):
     assert set(t["step"]) == {1, 2, 3, 4}
     last = t[t.step == 4].set_index("variant")["cosine"]
     assert last["tsa_coupled_tau5"] > last["labelflip_k1"]
+    assert set(t["start_round"]) == {8} and set(t["reference"]) == {"same"} and set(t["compare"]) == {"update"}
+    assert (tmp_path / "stealth.md").exists()
+
+
+def test_stealth_protocols(runs, tmp_path):
+    """Start models (initial, a recomputed round, final), references and compared vectors: the start
+    model's accuracy is what the run logged at that round (the recomputed round 3 too:
+    fedcal.reference replays the Flower run)."""
+    out = tmp_path / "s"
+    assert cli_main(["stealth", str(runs["benign0"]), "--steps", "2", "--round", "0,3,final",
+                     "--reference", "same,others", "--others", "2", "--compare", "update,weights", "--variants", "tsa",
+                     "--out", str(out)]) == 0
+    t = pd.read_csv(out / "stealth.csv")
+    assert set(t["start_round"]) == {0, 3, 8} and set(t["seed"]) == {0}
+    assert set(t["variant"]) == {"benign", "tsa_coupled_tau0.2", "tsa_coupled_tau5", "tsa_uncoupled_tau0.2",
+                                 "tsa_uncoupled_tau5"}
+    assert len(t) == 3 * 2 * 2 * 5 * 2  # rounds × references × compared × variants × steps
+    assert (t["start_accuracy"] - t["logged_accuracy"]).abs().max() < 1e-12
+    assert t.groupby("start_round")["start_accuracy"].first().is_monotonic_increasing  # training helped
+    benign = t[t["variant"] == "benign"].set_index(["reference", "compare", "start_round", "step"])["cosine"].sort_index()
+    assert (benign.loc[("same", "update")] - 1).abs().max() < 1e-12
+    assert (benign.loc[("others", "update")] < 1 - 1e-6).all()  # other clients' data: another direction
+    md = (out / "stealth.md").read_text()
+    assert "| start_round | reference | compare | variant | runs | step 1 | step 2 |" in md
+    assert cli_main(["stealth", str(runs["benign0"]), "--round", "next", "--out", str(out)]) == 2
+    assert cli_main(["stealth", str(runs["benign0"]), "--reference", "all", "--out", str(out)]) == 2
+    assert cli_main(["stealth", str(runs["benign0"]), "--variants", "tsa9", "--out", str(out)]) == 2
+    assert cli_main(["stealth", str(runs["benign0"]), "--round", "9", "--out", str(out)]) == 2  # past num-rounds
+
+
+def test_stealth_summary_averages_runs():
+    from fedcal.reports.studies import stealth_summary
+
+    rows = [dict(run=r, start_round=0, reference="same", compare="update", variant="tsa", step=k, cosine=c)
+            for r, cs in (("a", (0.9, 0.5)), ("b", (0.7, 0.3))) for k, c in zip((1, 2), cs)]
+    got = stealth_summary(pd.DataFrame(rows))
+    assert got.to_dict("records") == [dict(start_round=0, reference="same", compare="update", variant="tsa", runs=2,
+                                           **{"step 1": "0.800 ± 0.141", "step 2": "0.400 ± 0.141"})]
 
 
 def test_analysis_of_a_non_run_fails_clearly(tmp_path, capsys):

@@ -3,8 +3,18 @@
 From a detector's outputs on the test scenes — class logits z (N, Q, C + 1), the last column "no
 object", and boxes (N, Q, 4) as normalised cxcywh — with p = softmax(z):
 
-* **score and label of a query**: s = max_{c < C} p_c and its argmax (transformers'
-  ``post_process_object_detection``); a query is **kept** at threshold t when s > t.
+* **label of a query**: argmax_{c < C} p_c, the most probable digit class.
+* **keep rules** (:data:`KEEP_RULES`): a query is **kept** at threshold t when its score s > t, with
+  either of two scores, and every run records both:
+
+  - ``object`` (the default, ``det-keep``): s = 1 − p_∅ = Σ_{c < C} p_c, the probability that the
+    query is an object at all — SPEC §10's "a query is kept when its object score exceeds a
+    threshold", the score whose calibration the no-object metrics measure. A flatter softmax (an
+    under-confident model, TSA with τ < 1) moves mass off p_∅ onto the classes, so more queries pass.
+  - ``class``: s = max_{c < C} p_c, transformers' ``DetrImageProcessor.post_process_object_detection``
+    (``prob[..., :-1].max(-1)``, as in the DETR repository's demo). A flatter softmax spreads the
+    object mass over the C classes, so its largest share can fall below t even where 1 − p_∅ rises:
+    the two rules can move in opposite directions under the same attack.
 * **mAP@0.5**: torchmetrics' ``MeanAveragePrecision`` (COCO's 101-point interpolated AP, IoU 0.5,
   xyxy pixel boxes, pycocotools backend) over every query's (box, score, label) — the usual
   DETR evaluation, which ranks all queries rather than thresholding them.
@@ -25,6 +35,8 @@ import torch
 
 #: thresholds of the boxes-kept curve
 THRESHOLDS = tuple(round(t, 2) for t in np.linspace(0.05, 0.95, 19))
+#: the scores a query can be kept by (module docstring); the first is the default of ``det-keep``
+KEEP_RULES = ("object", "class")
 
 
 def to_xyxy(boxes: torch.Tensor, size: float = 1.0) -> torch.Tensor:
@@ -38,6 +50,17 @@ def scores_labels(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tor
     p = logits.double().softmax(-1)
     scores, labels = p[..., :-1].max(-1)
     return scores, labels, 1.0 - p[..., -1]
+
+
+def keep_scores(logits: torch.Tensor, rule: str = "object") -> tuple[torch.Tensor, torch.Tensor]:
+    """(score, label) of every query, each (N, Q), under keep rule ``rule`` (:data:`KEEP_RULES`):
+    ``object`` scores 1 − p_∅ (summed over the classes, exact where p_∅ is near 1), ``class`` scores
+    max_c p_c; the label is the most probable class under both."""
+    if rule not in KEEP_RULES:
+        raise ValueError(f"keep rule must be one of {', '.join(KEEP_RULES)}, got {rule!r}")
+    p = logits.double().softmax(-1)
+    top, labels = p[..., :-1].max(-1)
+    return (p[..., :-1].sum(-1) if rule == "object" else top), labels
 
 
 def mean_average_precision(logits: torch.Tensor, boxes: torch.Tensor, gt_boxes: list[torch.Tensor],
@@ -100,9 +123,11 @@ def boxes_kept(scores: torch.Tensor, thresholds=THRESHOLDS) -> list[float]:
     return [float((scores > t).sum()) / n for t in thresholds]
 
 
-def kept_detections(logits: torch.Tensor, boxes: torch.Tensor, threshold: float, size: int) -> list[dict]:
-    """The kept queries of one image (logits (Q, C+1), boxes (Q, 4)): xyxy pixel box, label, score."""
-    scores, labels, _ = scores_labels(logits[None])
+def kept_detections(logits: torch.Tensor, boxes: torch.Tensor, threshold: float, size: int,
+                    rule: str = "object") -> list[dict]:
+    """The kept queries of one image (logits (Q, C+1), boxes (Q, 4)) under keep rule ``rule``: xyxy
+    pixel box, label, score (the rule's)."""
+    scores, labels = keep_scores(logits[None], rule)
     keep = torch.nonzero(scores[0] > threshold).flatten()
     xyxy = to_xyxy(boxes.double(), size)
     return [{"x1": float(xyxy[q, 0]), "y1": float(xyxy[q, 1]), "x2": float(xyxy[q, 2]), "y2": float(xyxy[q, 3]),
@@ -110,17 +135,23 @@ def kept_detections(logits: torch.Tensor, boxes: torch.Tensor, threshold: float,
 
 
 def detection_metrics(logits: torch.Tensor, boxes: torch.Tensor, scenes, config, n_bins: int = 15,
-                      threshold: float = 0.3) -> tuple[dict[str, float], dict]:
+                      threshold: float = 0.3, keep: str = "object") -> tuple[dict[str, float], dict]:
     """(scalar metrics, curves) of a model's test outputs on ``scenes`` (:class:`fedcal.detect.scenes.Scenes`).
 
     Scalars: ``map50``, ``obj_ece``, ``obj_sece``, ``mean_obj_prob`` (mean 1 − p_∅ over queries),
-    ``positive_rate`` (share of positive queries), ``boxes_kept`` (per image at ``threshold``),
-    ``gt_boxes`` (per image). Curves: ``kept`` (list over :data:`THRESHOLDS`), ``bins``."""
+    ``positive_rate`` (share of positive queries), ``boxes_kept`` (per image at ``threshold`` under keep
+    rule ``keep``), ``boxes_kept_object`` and ``boxes_kept_class`` (the same under each rule, whichever
+    ``keep`` is), ``gt_boxes`` (per image). Curves: ``kept`` ({rule: list over :data:`THRESHOLDS`} for
+    every rule), ``bins``."""
+    if keep not in KEEP_RULES:
+        raise ValueError(f"keep rule must be one of {', '.join(KEEP_RULES)}, got {keep!r}")
     if not (torch.isfinite(logits).all() and torch.isfinite(boxes).all()):
         nan = float("nan")
         return ({k: nan for k in ("map50", "obj_ece", "obj_sece", "mean_obj_prob", "positive_rate", "boxes_kept",
-                                  "gt_boxes")}, {})
-    scores, _, p_obj = scores_labels(logits)
+                                  *(f"boxes_kept_{r}" for r in KEEP_RULES), "gt_boxes")}, {})
+    _, _, p_obj = scores_labels(logits)
+    kept = {rule: boxes_kept(keep_scores(logits, rule)[0]) for rule in KEEP_RULES}
+    at_threshold = {rule: boxes_kept(keep_scores(logits, rule)[0], (threshold,))[0] for rule in KEEP_RULES}
     positive = matched_objects(logits, boxes, scenes.targets(), config)
     cal = object_calibration(p_obj, positive, n_bins)
     metrics = {
@@ -129,7 +160,8 @@ def detection_metrics(logits: torch.Tensor, boxes: torch.Tensor, scenes, config,
         "obj_sece": float(cal["sece"]),
         "mean_obj_prob": float(p_obj.mean()),
         "positive_rate": float(positive.double().mean()),
-        "boxes_kept": boxes_kept(scores, (threshold,))[0],
+        "boxes_kept": at_threshold[keep],
+        **{f"boxes_kept_{rule}": at_threshold[rule] for rule in KEEP_RULES},
         "gt_boxes": float(np.mean([len(b) for b in scenes.boxes])),
     }
-    return metrics, {"kept": boxes_kept(scores), "bins": cal["bins"]}
+    return metrics, {"kept": kept, "bins": cal["bins"]}

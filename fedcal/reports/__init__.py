@@ -22,7 +22,7 @@ from fedcal.reports.markdown import markdown_table
 from fedcal.reports.plots import (defense_bars, inference_curve, posthoc_curves, reliability_grid, similarity_scatter,
                                   stealth_plot, sweep_curves, trajectories, trajectory_table, triage_plot)
 from fedcal.reports.runs import final_metrics, final_rows, finished_only
-from fedcal.reports.studies import posthoc_table, similarity_table, stealth_table, triage_table
+from fedcal.reports.studies import posthoc_table, similarity_table, stealth_markdown, stealth_table, triage_table
 from fedcal.reports.sweeps import collect, write_results
 from fedcal.reports.taus import (run_tau_comparison, seed_summary, seeds_markdown, summarise, tau_configs, to_markdown,
                                  write_report)
@@ -32,7 +32,7 @@ __all__ = [
     "tau_configs", "summarise", "write_report", "seed_summary", "seeds_markdown", "to_markdown", "run_tau_comparison",
     "inference_configs", "inference_report", "ablation_table", "client_accuracies", "seed_table", "percent_cell", "worst_case",
     "robust_ranking", "without_chance",
-    "posthoc_table", "triage_table", "similarity_table", "stealth_table",
+    "posthoc_table", "triage_table", "similarity_table", "stealth_table", "stealth_markdown",
     "collect", "write_results",
     "defense_bars", "inference_curve", "posthoc_curves", "reliability_grid", "similarity_scatter", "stealth_plot",
     "sweep_curves", "trajectories", "trajectory_table", "triage_plot",

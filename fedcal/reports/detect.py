@@ -3,20 +3,27 @@
 Each run is labelled by its τ (``attack=none`` is τ = 1, "benign"). Written to ``out_dir``:
 
 * ``runs.csv`` — every finished run's last evaluated round (``map50``, ``obj_ece``, ``obj_sece``,
-  ``mean_obj_prob``, ``positive_rate``, ``boxes_kept`` at ``det-threshold``, ``gt_boxes``);
-* ``table.csv`` / ``table.md`` — per τ: mean ± std over seeds (the mean alone for one seed);
+  ``mean_obj_prob``, ``positive_rate``, ``boxes_kept_object`` and ``boxes_kept_class`` at
+  ``det-threshold``, ``gt_boxes``);
+* ``table.csv`` / ``table.md`` — per τ: mean ± std over seeds (the mean alone for one seed), boxes
+  kept under both keep rules (:data:`fedcal.detect.metrics.KEEP_RULES`);
 * ``kept.csv`` / ``boxes_kept.png`` — boxes kept per image versus the score threshold (each run's
-  final model; mean over seeds per τ), the ground-truth count as a reference line;
+  final model; mean over seeds per τ), one panel per keep rule, the ground-truth count as a reference
+  line;
 * ``reliability.csv`` / ``no_object_reliability.png`` — the no-object calibration (confidence 1 − p_∅
   that a query is an object vs whether it matched a box) of each τ's first seed;
-* ``examples.csv`` / ``examples.png`` — test scene 0 with its kept boxes (score > ``det-threshold``)
-  for each τ, from the first seed (every run of one seed draws the same test scenes);
+* ``examples.csv`` / ``examples.png`` — test scene 0 with its kept boxes (score > ``det-threshold``
+  under the runs' ``det-keep`` rule) for each τ, from the first seed (every run of one seed draws the
+  same test scenes);
 * ``rounds.csv`` / ``curves.png`` — mAP@0.5 and the no-object sECE per round (mean per τ).
 
 A row averages runs that differ only in their seed (and the τ it shows); runs of other
 configurations are rows of their own, named in a ``config`` column (:mod:`fedcal.reports.groups`).
 Detection has no clean accuracy to hold against chance: a detector that finds nothing scores mAP@0.5
 = 0 and keeps no box, which the table shows as such.
+
+A run made before the keep rules existed recorded only ``boxes_kept``, under the class rule, and has
+the run name of a default (object-rule) run: it is refused with a line naming it, to be re-run.
 """
 
 from __future__ import annotations
@@ -41,17 +48,22 @@ KEPT_FILE = "kept.csv"
 EXAMPLE_FILE = "example.csv"
 EXAMPLE_IMAGE = "example.npy"
 EVALUATED = "map50"  # a detect round that logged this was evaluated
-METRICS = ("map50", "obj_ece", "obj_sece", "mean_obj_prob", "positive_rate", "boxes_kept", "gt_boxes")
+METRICS = ("map50", "obj_ece", "obj_sece", "mean_obj_prob", "positive_rate", "boxes_kept_object",
+           "boxes_kept_class", "gt_boxes")
 _LABELS = {"map50": "mAP@0.5", "obj_ece": "no-object ECE", "obj_sece": "no-object sECE",
-           "mean_obj_prob": "mean P(object)", "positive_rate": "matched queries", "boxes_kept": "boxes kept / image",
+           "mean_obj_prob": "mean P(object)", "positive_rate": "matched queries",
+           "boxes_kept_object": "boxes kept / image (object score)", "boxes_kept_class": "boxes kept / image (class score)",
            "gt_boxes": "true boxes / image"}
+_COUNTS = ("boxes_kept_object", "boxes_kept_class", "gt_boxes")  # two decimals, the rest three
+_RULE_TEXT = {"object": "1 − p(no object)", "class": "max class probability"}
 
 
 def _run_info(run_dir: Path) -> dict:
     cfg = json.loads((run_dir / "config.json").read_text())["config"]
     tau = 1.0 if cfg["attack"] == "none" else float(cfg["tau"])
     return {"run_dir": str(run_dir), "run_id": run_dir.name, "tau": tau, "attack": cfg["attack"],
-            "seed": int(cfg["seed"]), "det-model": cfg["det-model"], "det-threshold": float(cfg["det-threshold"])}
+            "seed": int(cfg["seed"]), "det-model": cfg["det-model"], "det-threshold": float(cfg["det-threshold"]),
+            "det-keep": cfg.get("det-keep", "object")}
 
 
 def tau_label(tau: float) -> str:
@@ -71,6 +83,9 @@ def run_rows(run_dirs: Sequence[Path]) -> pd.DataFrame:
             continue
         last = int(evaluated["round"].max())
         final = m[m["round"] == last].set_index("metric")["value"]
+        if "boxes_kept_object" not in final:
+            raise ValueError(f"{d}: made before the keep rules (det-keep) existed, its boxes_kept is the class "
+                             f"score's and no object-score count was recorded; re-run it (--force)")
         rows.append({**info, "round": last, **{k: float(final.get(k, np.nan)) for k in METRICS}})
     return pd.DataFrame(rows).sort_values([CONFIG, "tau", "seed"]).reset_index(drop=True) if rows else pd.DataFrame()
 
@@ -94,7 +109,7 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
         row = ({CONFIG: key[0]} if many else {}) | {"τ": tau_label(tau), "seeds": len(g)}
         for k in METRICS:
             v = g[k].to_numpy(dtype=float)
-            fmt = "{:.3f}" if k not in ("boxes_kept", "gt_boxes") else "{:.2f}"
+            fmt = "{:.2f}" if k in _COUNTS else "{:.3f}"
             row[_LABELS[k]] = fmt.format(np.nanmean(v)) + (f" ± {fmt.format(np.nanstd(v, ddof=1))}" if len(v) > 1 else "")
         out.append(row)
     return pd.DataFrame(out)
@@ -121,7 +136,8 @@ def detect_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.
     table.to_csv(out / "table.csv", index=False)
     thr = float(runs["det-threshold"].iloc[0])
     md = markdown_table(table, title or f"TSA on federated detection ({runs['det-model'].iloc[0]}); boxes kept at "
-                                         f"score > {thr:g}")
+                                         f"score > {thr:g}, the object score 1 − p(no object) or the class score "
+                                         f"max p(class)")
     (out / "table.md").write_text(md)
     runs["line"] = [tau_label(t) + (f" [{c}]" if runs[CONFIG].nunique() > 1 else "")
                     for c, t in zip(runs[CONFIG], runs["tau"])]
@@ -136,15 +152,18 @@ def detect_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.
             k = k[k["round"] == k["round"].max()]
             kept.append(k.assign(tau=r["tau"], seed=r["seed"], line=r["line"]))
     if kept:
-        curves = pd.concat(kept, ignore_index=True)[["tau", "seed", "round", "threshold", "kept", "line"]]
+        curves = pd.concat(kept, ignore_index=True)[["tau", "seed", "round", "rule", "threshold", "kept", "line"]]
         curves.to_csv(out / "kept.csv", index=False)
-        fig, ax = plt.subplots(figsize=(5.2, 3.8))
-        for line, g in curves.groupby("line", sort=True):
-            mean = g.groupby("threshold")["kept"].mean()
-            ax.plot(mean.index, mean.values, marker="o", ms=3, label=line)
-        ax.axhline(float(runs["gt_boxes"].mean()), color="k", ls="--", lw=1, label="true boxes / image")
-        ax.set(xlabel="score threshold", ylabel="boxes kept per image", yscale="symlog", title="boxes kept vs threshold")
-        ax.legend(fontsize=7)
+        rules = [rule for rule in _RULE_TEXT if rule in set(curves["rule"])]
+        fig, axes = plt.subplots(1, len(rules), figsize=(5.2 * len(rules), 3.8), squeeze=False, sharey=True)
+        for ax, rule in zip(axes[0], rules):
+            for line, g in curves[curves["rule"] == rule].groupby("line", sort=True):
+                mean = g.groupby("threshold")["kept"].mean()
+                ax.plot(mean.index, mean.values, marker="o", ms=3, label=line)
+            ax.axhline(float(runs["gt_boxes"].mean()), color="k", ls="--", lw=1, label="true boxes / image")
+            ax.set(xlabel=f"threshold on {_RULE_TEXT[rule]}", ylabel="boxes kept per image", yscale="symlog",
+                   title=f"{rule} score")
+        axes[0][0].legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(out / "boxes_kept.png", dpi=120)
         plt.close(fig)
@@ -167,7 +186,7 @@ def detect_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.
         for ax, (r, d) in zip(axes[0], shown):
             img = np.load(d / EXAMPLE_IMAGE)
             boxes = pd.read_csv(d / EXAMPLE_FILE) if (d / EXAMPLE_FILE).exists() else pd.DataFrame()
-            ex.append(boxes.assign(tau=r["tau"], seed=r["seed"]))
+            ex.append(boxes.assign(tau=r["tau"], seed=r["seed"], rule=r["det-keep"]))
             ax.imshow(img, cmap="gray", vmin=0, vmax=1)
             for _, b in boxes.iterrows():
                 ax.add_patch(patches.Rectangle((b["x1"] - 0.5, b["y1"] - 0.5), b["x2"] - b["x1"], b["y2"] - b["y1"],
@@ -175,7 +194,8 @@ def detect_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.
                 ax.text(b["x1"], b["y1"] - 1, f"{int(b['label'])}:{b['score']:.2f}", color="#e8a33d", fontsize=6)
             ax.set_title(f"{r['line']}: {len(boxes)} kept", fontsize=9)
             ax.axis("off")
-        fig.suptitle(f"test scene 0, boxes with score > {thr:g}", fontsize=9)
+        scored = " or ".join(_RULE_TEXT[k] for k in dict.fromkeys(r["det-keep"] for r, _ in shown))  # each run's rule
+        fig.suptitle(f"test scene 0, boxes with {scored} > {thr:g}", fontsize=9)
         fig.tight_layout()
         fig.savefig(out / "examples.png", dpi=120)
         plt.close(fig)

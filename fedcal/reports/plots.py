@@ -182,14 +182,32 @@ def similarity_scatter(table: pd.DataFrame, path: str | Path) -> Path:
 
 
 def stealth_plot(table: pd.DataFrame, path: str | Path) -> Path:
-    """Cosine similarity to the benign update vs local step, one line per variant."""
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    colours = plt.cm.tab20.colors  # 12+ variants: the default 10-colour cycle would repeat
-    for i, (variant, g) in enumerate((v, g) for v, g in table.groupby("variant", sort=False) if v != "benign"):
-        style = "-" if variant.startswith("tsa_coupled") else ":" if variant.startswith("tsa") else "--"
-        ax.plot(g["step"], g["cosine"], style, marker=".", label=variant, color=colours[i % len(colours)])
-    ax.set(xlabel="local SGD step", ylabel="cosine to benign update", ylim=(-1.05, 1.05))
-    ax.legend(fontsize=6, ncol=2)
+    """Cosine similarity to the benign reference vs local step, one line per variant (the mean over
+    runs), one panel per protocol (start round, reference, compared vectors) when the table has
+    several; a reference of other clients also draws the benign client's own line."""
+    keys = [k for k in ("start_round", "reference", "compare") if k in table.columns]
+    panels = list(table.groupby(keys, sort=False)) if keys else [((), table)]
+    cols = min(3, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 4 * rows), squeeze=False, sharey=True)
+    palette = plt.cm.tab20.colors  # 12+ variants: the default 10-colour cycle would repeat
+    colour = {v: palette[i % len(palette)] for i, v in enumerate(v for v in table["variant"].unique() if v != "benign")}
+    colour["benign"] = "black"  # one colour per variant in every panel
+    for ax, (key, part) in zip(axes.flat, panels):
+        key = key if isinstance(key, tuple) else (key,)
+        protocol = dict(zip(keys, key))
+        for variant, g in part.groupby("variant", sort=False):
+            if variant == "benign" and protocol.get("reference") != "others":
+                continue  # its own reference: 1 at every step
+            style = "-" if variant.startswith("tsa_coupled") or variant == "benign" else \
+                ":" if variant.startswith("tsa") else "--"
+            mean = g.groupby("step")["cosine"].mean()
+            ax.plot(mean.index, mean.values, style, marker=".", label=variant, color=colour[variant])
+        ax.set(xlabel="local SGD step", ylabel="cosine to the benign reference", ylim=(-1.05, 1.05),
+               title=", ".join(f"{k} {v}" for k, v in protocol.items()))
+        ax.legend(fontsize=6, ncol=2)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
     return _save(fig, path)
 
 

@@ -13,6 +13,7 @@ within noise of chance (``chance_level``, :mod:`fedcal.reports.chance`).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Sequence
 
@@ -20,14 +21,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedcal.analysis import (default_variants, representation_similarity, triage_change, triage_curves,
+from fedcal.analysis import (COMPARED, default_variants, representation_similarity, triage_change, triage_curves,
                              update_cosine_curves)
-from fedcal.attacks import BENIGN
+from fedcal.attacks import BENIGN, behaviour_for
 from fedcal.calibrate import CALIBRATORS, DEFAULT_CALIBRATORS, probs_metrics, split_calibration
 from fedcal.data import client_data
+from fedcal.metrics import calibration_metrics
 from fedcal.reports.chance import labels_chance
 from fedcal.reports.groups import CONFIG, config_labels, require_one_config
-from fedcal.results import load_config, load_model
+from fedcal.reports.markdown import markdown_table
+from fedcal.results import load_config, load_metrics, load_model
 from fedcal.train import predict_logits
 
 N_CALS = (10, 50, 100, 250, 500)
@@ -139,13 +142,109 @@ def similarity_table(reference_dirs: Sequence[str | Path], other_dirs: Sequence[
 
 
 # --------------------------------------------------------------------------- update cosine
-def stealth_table(run_dir: str | Path, client_id: int = 0, steps: int = 10, seed: int = 0) -> pd.DataFrame:
-    """Cosine similarity to the benign update after each of 1..steps local steps, for TSA
-    (coupled/uncoupled), noise injection and label flipping (SPEC §4), from the run's final
-    global model on client ``client_id``'s data with the run's B and β."""
+#: the benign references of the stealth analysis (fedcal.analysis.update_cosine_curves)
+STEALTH_REFERENCES = ("same", "others")
+
+
+@functools.lru_cache(maxsize=8)
+def _replayed(run_dir: str, server_round: int) -> dict[str, torch.Tensor]:
+    """The run's global state after ``server_round`` rounds, recomputed once per process (a CLI call
+    measuring several protocols from one round replays it once)."""
+    from fedcal.reference import global_state
+    from fedcal.results import load_config
+
+    return global_state(load_config(run_dir), server_round)
+
+
+def _start_model(run_dir: str | Path, start_round: int | None):
+    """(cfg, model, dataset, round, accuracy the run logged at that round or NaN) — the run's global
+    model after ``start_round`` rounds: None or num-rounds = its final model (model.pt), otherwise
+    recomputed by :func:`fedcal.reference.global_state` (0 = the initial model)."""
     cfg, model, ds = load_model(run_dir)
-    data = client_data(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha, cfg.seed,
-                       client_id)
-    variants = {"benign": BENIGN, **default_variants()}
-    return update_cosine_curves(model, data.x, data.y, data.num_classes, variants, steps=steps,
-                                batch_size=cfg.batch_size, lr=cfg.lr, seed=seed, momentum=cfg.momentum)
+    rnd = cfg.num_rounds if start_round is None else int(start_round)
+    if not 0 <= rnd <= cfg.num_rounds:
+        raise ValueError(f"start round must lie in [0, num-rounds = {cfg.num_rounds}] of {run_dir}, got {rnd}")
+    if rnd != cfg.num_rounds:
+        model.load_state_dict(_replayed(str(Path(run_dir).resolve()), rnd))
+    logged = load_metrics([run_dir])
+    logged = logged[(logged["metric"] == "accuracy") & (logged["round"] == rnd)]["value"]
+    return cfg, model, ds, rnd, float(logged.iloc[0]) if len(logged) else float("nan")
+
+
+def stealth_table(run_dir: str | Path, client_id: int = 0, steps: int = 10, seed: int = 0,
+                  start_round: int | None = None, reference: str = "same", others: int = 4,
+                  compare: str = "update", variants: Sequence[str] | None = None) -> pd.DataFrame:
+    """Cosine similarity to the benign reference after each of 1..steps local steps, for TSA
+    (coupled/uncoupled), noise injection and label flipping (SPEC §4), on client ``client_id``'s data
+    with the run's B and β (no augmentation), from one of the run's global models.
+
+    The protocol (fedcal's default first; docs/results.md's stealth audit measures each):
+
+    * ``start_round``: None = the run's final global model; 0 = its initial model; r = its global model
+      after r rounds, recomputed with the run's configuration (:func:`fedcal.reference.global_state`);
+    * ``reference``: ``same`` = the benign update of the same client on the same batches; ``others`` =
+      the mean benign update of ``others`` other benign clients of the run (the next client ids after
+      ``client_id``, cyclically), each on its own data (:func:`fedcal.analysis.update_cosine_curves`);
+    * ``compare``: ``update`` (Δθ) or ``weights`` (θ_start + Δθ).
+
+    ``variants``: names of :func:`fedcal.analysis.default_variants` (or prefixes such as ``tsa``) to
+    keep; the benign variant is always measured. Columns: ``variant, step, cosine`` and the protocol
+    (``run``, ``seed``, ``client``, ``start_round``, ``reference``, ``compare``, ``start_accuracy`` — the
+    start model's test accuracy — and ``logged_accuracy``, what the run logged at that round, NaN if it
+    did not evaluate it)."""
+    if reference not in STEALTH_REFERENCES:
+        raise ValueError(f"reference must be one of {', '.join(STEALTH_REFERENCES)}, got {reference!r}")
+    if compare not in COMPARED:
+        raise ValueError(f"compare must be one of {', '.join(COMPARED)}, got {compare!r}")
+    chosen = default_variants()
+    if variants:
+        unknown = [v for v in variants if not any(name.startswith(v) for name in chosen)]
+        if unknown:
+            raise ValueError(f"unknown stealth variant {unknown[0]!r}; choose from {', '.join(chosen)}")
+        chosen = {k: b for k, b in chosen.items() if any(k.startswith(v) for v in variants)}
+    cfg, model, ds, rnd, logged = _start_model(run_dir, start_round)
+    if not 0 <= client_id < cfg.num_clients:
+        raise ValueError(f"client must lie in [0, num-clients = {cfg.num_clients}), got {client_id}")
+
+    def shard(cid: int):
+        return client_data(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha, cfg.seed,
+                           cid)
+
+    data = shard(client_id)
+    reference_data = None
+    if reference == "others":
+        if others < 1:
+            raise ValueError(f"others must be >= 1, got {others}")
+        ids = [j % cfg.num_clients for j in range(client_id + 1, client_id + cfg.num_clients)]
+        ids = [j for j in ids if not behaviour_for(cfg, j).malicious][:others]
+        if len(ids) < others:
+            raise ValueError(f"{run_dir} has {len(ids)} benign clients besides client {client_id}, fewer than "
+                             f"others = {others}")
+        reference_data = [(d.x, d.y) for d in map(shard, ids)]
+    table = update_cosine_curves(model, data.x, data.y, data.num_classes, {"benign": BENIGN, **chosen}, steps=steps,
+                                 batch_size=cfg.batch_size, lr=cfg.lr, seed=seed, momentum=cfg.momentum,
+                                 reference_data=reference_data, compare=compare)
+    accuracy = calibration_metrics(predict_logits(model, ds.x_test, cfg.eval_batch_size), ds.y_test)["accuracy"]
+    return table.assign(run=Path(run_dir).name, seed=cfg.seed, client=client_id, start_round=rnd,
+                        reference=reference, compare=compare, start_accuracy=accuracy, logged_accuracy=logged)
+
+
+def stealth_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per protocol (start round, reference, compared vectors) and variant: the cosine after the first
+    and after the last local step, mean ± std over the runs (seeds), and how many."""
+    last = int(table["step"].max())
+    keys = ["start_round", "reference", "compare", "variant"]
+    rows = []
+    for key, g in table.groupby(keys, sort=False):
+        row = dict(zip(keys, key))
+        row["runs"] = g["run"].nunique()
+        for step in (1, last):
+            v = g[g["step"] == step]["cosine"].to_numpy(dtype=float)
+            row[f"step {step}"] = f"{np.nanmean(v):.3f}" + (f" ± {np.nanstd(v, ddof=1):.3f}" if len(v) > 1 else "")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def stealth_markdown(table: pd.DataFrame, title: str = "") -> str:
+    """:func:`stealth_summary` as Markdown."""
+    return markdown_table(stealth_summary(table), title)

@@ -16,11 +16,13 @@ node and its partition, recorded in ``rejections.csv`` (round, node_id, partitio
 round goes on with the rest and keeps the global model when none is valid. The global model is
 evaluated centrally on the test scenes at τ = 1 every ``det-eval-every`` rounds (always 0 and the
 last): ``map50``, ``obj_ece``, ``obj_sece``, ``mean_obj_prob``, ``positive_rate``, ``boxes_kept``
-(per image at ``det-threshold``) plus the reply accounting in ``metrics.csv`` (``round_seconds`` in
-``timings.csv``); the boxes-kept curve of each evaluated round in ``kept.csv`` (round, threshold,
-kept). At the end: ``reliability.csv`` (the no-object calibration bins of the final model),
-``example.csv`` (the kept boxes of test scene 0 at ``det-threshold``) with ``example.npy`` (its
-pixels), ``model.pt`` and ``DONE``. A run in which no round aggregated anything raises instead of
+(per image at ``det-threshold`` under the ``det-keep`` rule), ``boxes_kept_object`` and
+``boxes_kept_class`` (under each keep rule, :mod:`fedcal.detect.metrics`) plus the reply accounting
+in ``metrics.csv`` (``round_seconds`` in ``timings.csv``); the boxes-kept curves of each evaluated round in
+``kept.csv`` (round, rule, threshold, kept; both rules). At the end: ``reliability.csv`` (the
+no-object calibration bins of the final model), ``example.csv`` (the kept boxes of test scene 0 at
+``det-threshold`` under the ``det-keep`` rule) with ``example.npy`` (its pixels), ``model.pt`` and
+``DONE``. A run in which no round aggregated anything raises instead of
 writing ``DONE``. Report: :func:`fedcal.reports.detect.detect_report`.
 """
 
@@ -195,15 +197,17 @@ def _run_detect(grid: Grid, cfg: RunConfig, store: RunStore, checkpoint, progres
             return {}
         model.load_state_dict(arrays.to_torch_state_dict())
         logits, boxes = predict(model, test.images, device=device)
-        found, curves = detection_metrics(logits, boxes, test, model.loss_config, cfg.n_bins, cfg.det_threshold)
+        found, curves = detection_metrics(logits, boxes, test, model.loss_config, cfg.n_bins, cfg.det_threshold,
+                                          keep=cfg.det_keep)
         if not curves:
             log(WARNING, "round %d: the global detector produced non-finite outputs", server_round)
             return found
-        store.append_rows(KEPT_FILE, [{"round": server_round, "threshold": t, "kept": k}
-                                      for t, k in zip(THRESHOLDS, curves["kept"])])
+        store.append_rows(KEPT_FILE, [{"round": server_round, "rule": rule, "threshold": t, "kept": k}
+                                      for rule, curve in curves["kept"].items() for t, k in zip(THRESHOLDS, curve)])
         if server_round == cfg.det_rounds:
             store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in curves["bins"].items()}))
-            kept = kept_detections(logits[EXAMPLE_SCENE], boxes[EXAMPLE_SCENE], cfg.det_threshold, test.size)
+            kept = kept_detections(logits[EXAMPLE_SCENE], boxes[EXAMPLE_SCENE], cfg.det_threshold, test.size,
+                                   rule=cfg.det_keep)
             store.write_table(EXAMPLE_FILE, pd.DataFrame(kept, columns=["x1", "y1", "x2", "y2", "label", "score"]))
             np.save(store.dir / EXAMPLE_IMAGE, test.images[EXAMPLE_SCENE, 0].numpy())
         return found
