@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
 # The budget setting (docs/distill.md, "The setting of the tables"): one for every table.
-C="data-dir=../shared/data num-clients=6 dst-train-size=2000 dst-test-size=300 dst-max-length=48 dst-lora-layers=1 batch-size=32 dst-rounds=3 dst-eval-every=3 dst-distill-steps=8"
+C="data-dir=../shared/data num-clients=6 dst-train-size=1500 dst-test-size=300 dst-max-length=48 dst-lora-layers=1 batch-size=32 dst-rounds=3 dst-eval-every=3 dst-distill-steps=8"
 R=runs/distill-minilm
 SEEDS=0-2
 
