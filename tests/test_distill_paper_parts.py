@@ -229,7 +229,12 @@ def test_the_report_shows_control_flip_and_separates_the_new_settings(tmp_path):
     distill_report([live, corrected], tmp_path / "report")
     table = pd.read_csv(tmp_path / "report" / "table.csv")
     assert "control flip" in table.columns and table["prior correction"].tolist() == [False, True]
+    assert "student steps" not in table.columns  # shown only where the runs differ in it
     assert len(pd.read_csv(tmp_path / "report" / "ablation.csv")) == 2
+    longer = replay(live, tiny(tmp_path, dst_partition="skew", dst_distill_steps=6))
+    distill_report([live, corrected, longer], tmp_path / "again")
+    table = pd.read_csv(tmp_path / "again" / "table.csv")
+    assert len(table) == 3 and sorted(table["student steps"].astype(str)) == ["3", "3", "6"]
 
 
 # ----------------------------------------------------------------------- label-prior correction

@@ -47,6 +47,8 @@ replays() {  # server-side replays on Table 1's RFD-LoRA uploads (copied, so Tab
   d "$T" "$A" --methods rfd --rhos 0.3 --partitions iid,skew --replay --groups 1,3,5,10
   # fedcal's variant: the label-prior correction, on every Table 1 RFD-LoRA run
   d "$T" "$A" --methods rfd --rhos 0,0.1,0.3 --partitions iid,skew --replay dst-prior-correct=true
+  # the student's budget: 4x the distillation steps per round on the same uploads
+  d "$T" "$A" --methods rfd --rhos 0,0.3 --partitions iid,skew --replay dst-distill-steps=32
 }
 
 attacks() {  # sentiment, IID, rho = 0.3: the logit-energy attack and anchor-set poisoning (RFD-LoRA)

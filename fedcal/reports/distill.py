@@ -44,13 +44,16 @@ METRICS = ("ca", "ra", "asr", "flip", "control_flip")
 LABELS = {"ca": "CA", "ra": "RA", "asr": "ASR", "flip": "flip", "control_flip": "control flip"}
 SETTINGS = ("dst-method", "dst-partition", "dst-backdoor-ratio", "dst-logit-attack", "dst-aggregator",
             "dst-groups", "dst-cat", "dst-mmd", "dst-dis", "dst-ranks", "dst-corpus", "seed", "dst-anchor-attack",
-            "dst-prior-correct", "dst-anchor-frac")
+            "dst-prior-correct", "dst-anchor-frac", "dst-distill-steps")
 # Settings shown as a table column only where they vary: the anchor attack and the prior correction
 # (added after runs were made: a run's config.json may lack them, read as their defaults) when some
-# run sets them, the anchor-set share when some run has another than the default, the ranks when the
-# runs of one method differ in them (the rank sweep; not FedIT's one rank against RFD-LoRA's four).
+# run sets them, the anchor-set share when some run has another than the default, the ranks and the
+# student's steps per round when the runs of one method differ in them (the rank sweep, a replay with
+# more distillation steps; not FedIT's one rank against RFD-LoRA's four).
 OPTIONAL = {"dst-anchor-attack": ("anchor attack", "none"), "dst-prior-correct": ("prior correction", False),
-            "dst-anchor-frac": ("anchor share", 0.1), "dst-ranks": ("ranks", None)}
+            "dst-anchor-frac": ("anchor share", 0.1), "dst-ranks": ("ranks", None),
+            "dst-distill-steps": ("student steps", None)}
+RFD_ONLY = {"dst-distill-steps", "dst-prior-correct", "dst-anchor-attack"}  # "–" in the baselines' rows
 METHOD_NAMES = {"rfd": "RFD-LoRA", "fedit": "FedIT", "ffa": "FFA-LoRA", "flora": "FLoRA", "flexlora": "FlexLoRA",
                 "lorafair": "LoRA-FAIR"}
 
@@ -127,6 +130,8 @@ def _optional(runs: pd.DataFrame) -> list[str]:
             runs.groupby("dst-method")[key].nunique().max() > 1
         if varies:
             runs[name] = runs[key].astype(str) if default is None else runs[key]
+            if key in RFD_ONLY:
+                runs[name] = runs[name].where(runs["dst-method"] == "rfd", "–")
             cols.append(name)
     return cols
 
