@@ -553,10 +553,12 @@ def distill_configs(base: RunConfig, methods: Sequence[str], rhos: Sequence[floa
     return list(out.values())
 
 
-def _replay_plan(configs: Sequence[RunConfig], base: RunConfig) -> tuple[list[RunConfig], list[RunConfig]]:
+def _replay_plan(configs: Sequence[RunConfig], base: RunConfig,
+                 sources: Sequence[str] = ()) -> tuple[list[RunConfig], list[RunConfig]]:
     """(cells to run, RFD-LoRA cells to replay): per client side (:func:`fedcal.distill.replay.client_side`)
     one RFD-LoRA cell runs — the one with the base config's server setting if present — and the
-    others replay its uploads."""
+    others replay its uploads; a client side of which ``sources`` (client-side hashes of finished
+    runs with recorded uploads) already has a run is replayed whole: no client trains again."""
     from fedcal.distill.replay import SERVER_KEYS, client_side
     from fedcal.results import config_hash
 
@@ -566,7 +568,10 @@ def _replay_plan(configs: Sequence[RunConfig], base: RunConfig) -> tuple[list[Ru
             groups.setdefault(config_hash(client_side(c)), []).append(c)
         else:
             live.append(c)
-    for cells in groups.values():
+    for key, cells in groups.items():
+        if key in sources:
+            replayed += cells
+            continue
         first = next((c for c in cells if all(getattr(c, k) == getattr(base, k) for k in SERVER_KEYS)), cells[0])
         live.append(first)
         replayed += [c for c in cells if c is not first]
@@ -616,7 +621,14 @@ def cmd_distill(args: argparse.Namespace) -> int:
                               _parse_ints(args.seeds, "--seeds"), _names(args.aggregators),
                               _parse_ints(args.groups, "--groups") if args.groups else [], args.ablation)
     _check_run_dirs(configs)
-    live, replayed = _replay_plan(configs, base) if args.replay else (configs, [])
+    if args.replay:
+        from fedcal.distill.replay import source_index
+
+        folder = Path(base.output_dir)
+        finished = source_index(sorted(folder.glob("*"))) if folder.is_dir() else {}
+        live, replayed = _replay_plan(configs, base, finished)
+    else:
+        live, replayed = configs, []
     print(f"distill: {len(configs)} runs ({len(replayed)} replayed on recorded uploads); finished runs are skipped")
     failures = run_sweep(live, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart)
     failures.update(_replay_all(replayed, [run_dir_for(c) for c in live]))

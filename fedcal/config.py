@@ -82,7 +82,7 @@ TASK_GROUPS = {"train": ("train", "defense"), "inference": ("inference",), "dist
 DISTILL_CORPORA = ("sentiment", "genre", "sst2", "mnli", "qnli", "qqp", "synthetic")
 # Classes per corpus, for the cross-field check of dst-target (fedcal.text builds the tasks).
 DISTILL_CLASSES = {"sentiment": 2, "genre": 3, "sst2": 2, "mnli": 3, "qnli": 2, "qqp": 2, "synthetic": 2}
-DISTILL_METHODS = ("rfd", "fedit", "ffa", "flora", "flexlora")
+DISTILL_METHODS = ("rfd", "fedit", "ffa", "flora", "flexlora", "lorafair")
 DISTILL_AGGREGATORS = ("mom", "median", "mean")
 # RoBERTa module-name suffixes a LoRA adapter may target (attention projections, the token table)
 LORA_TARGETS = ("query", "key", "value", "word_embeddings")
@@ -95,6 +95,8 @@ OPTIMIZERS = ("sgd", "adamw")
 # Strategies that need a labelled root set of images; the lm task has none.
 ROOT_SET_STRATEGIES = ("fltrust", "calguard")
 LOGIT_ATTACKS = ("none", "scale", "flip")
+# Anchor-set poisoning (rfd): what the backdoor clients, who know the public anchors, do on them.
+ANCHOR_ATTACKS = ("none", "trigger", "target")
 
 
 class ConfigError(ValueError):
@@ -323,8 +325,8 @@ class RunConfig:
     dst_corpus: str = setting("sentiment", "distill", "text task: sentiment (Rotten Tomatoes), genre (Shakespeare), "
                                                       "GLUE sst2/mnli/qnli/qqp (networked), synthetic (a seeded toy "
                                                       "task for tests)", choices=DISTILL_CORPORA)
-    dst_method: str = setting("rfd", "distill", "rfd: anchor logits + robust distillation; fedit/ffa/flora/flexlora: "
-                                                "the adapter-federating baselines", choices=DISTILL_METHODS)
+    dst_method: str = setting("rfd", "distill", "rfd: anchor logits + robust distillation; fedit/ffa/flora/flexlora/"
+                                                "lorafair: the adapter-federating baselines", choices=DISTILL_METHODS)
     dst_rounds: int = setting(20, "distill", "federated rounds", ge=1)
     dst_local_epochs: int = setting(1, "distill", "epochs of local training per round", ge=1)
     dst_client_lr: float = setting(3e-3, "distill", "clients' AdamW learning rate (LoRA + head)", gt=0, le=1,
@@ -333,7 +335,7 @@ class RunConfig:
     dst_warmup: float = setting(0.1, "distill", "share of a round's local steps with linear warm-up", ge=0, lt=1)
     dst_ranks: str = setting("2,4,8,16", "distill", "LoRA ranks, cycled over the clients (client k: ranks[k mod n]); "
                                                     "also the allowed set", note="comma-separated integers >= 1; "
-                                                    "fedit/ffa need one rank", number_list=True)
+                                                    "fedit/ffa/lorafair need one rank", number_list=True)
     dst_alpha: float = setting(8.0, "distill", "LoRA alpha (update = alpha/r * B A)", gt=0, le=1e4)
     dst_lora_targets: str = setting("query,value", "distill",
                                     "modules given LoRA adapters, comma-separated from " + ",".join(LORA_TARGETS)
@@ -373,6 +375,22 @@ class RunConfig:
     dst_poison_frac: float = setting(0.2, "distill", "pi, share of a backdoor client's samples poisoned", ge=0, le=1)
     dst_trigger: str = setting("cf", "distill", "trigger word prepended to poisoned and triggered texts")
     dst_target: int = setting(0, "distill", "backdoor target class", ge=0)
+    # Added after runs of this group were named: each enters a run's hash only when set.
+    dst_control: str = setting("mn", "distill", "control word prepended to the test texts beside the trigger: "
+                                                "control_flip is its flip rate, the effect of any unknown "
+                                                "prepended word", note='"" = none', hash_when_set=True)
+    dst_anchor_attack: str = setting("none", "distill", "anchor-set poisoning (rfd): trigger = the trigger is "
+                                                        "planted in dst-anchor-attack-frac of the public anchors and "
+                                                        "the backdoor clients upload the target class there; target "
+                                                        "= they upload the target class on the anchors they choose",
+                                     choices=ANCHOR_ATTACKS, hash_when_set=True)
+    dst_anchor_attack_frac: float = setting(0.1, "distill", "share of the anchors the anchor attack acts on", gt=0,
+                                            le=1, hash_when_set=True)
+    dst_prior_correct: bool = setting(False, "distill", "fedcal variant of RFD-LoRA's server: shift each client's "
+                                                        "anchor logits by a per-class bias so that its mean predicted "
+                                                        "distribution on the anchors is the clients' median one "
+                                                        "(label-prior correction under label skew)",
+                                      hash_when_set=True)
     dst_logit_attack: str = setting("none", "distill", "backdoor clients also scale or flip their anchor logits "
                                                        "before clipping (rfd)", choices=LOGIT_ATTACKS)
     dst_attack_factor: float = setting(10.0, "distill", "the logit attack's factor a: z -> a z (scale) or -a z (flip)",
@@ -705,7 +723,7 @@ def _distill_ranks(c: RunConfig) -> None:
     except ValueError:
         raise ConfigError(f"run-config key 'dst-ranks' must be comma-separated integers, got {c.dst_ranks!r}")
     _check("dst-ranks", bool(ranks) and all(r >= 1 for r in ranks), c.dst_ranks, "must list integers >= 1")
-    if c.task == "distill" and c.dst_method in ("fedit", "ffa"):
+    if c.task == "distill" and c.dst_method in ("fedit", "ffa", "lorafair"):
         # FedIT and FFA-LoRA average A and B entry-wise: every client must hold the same shapes
         _check("dst-ranks", len(set(ranks)) == 1, c.dst_ranks,
                f"must name one rank for dst-method={c.dst_method} (it averages A and B of one shape)")
@@ -755,6 +773,9 @@ def _distill_backbone(c: RunConfig) -> None:
            f"must divide dst-bb-hidden ({c.dst_bb_hidden})")
     _check("dst-trigger", bool(c.dst_trigger.strip()) and " " not in c.dst_trigger.strip(), c.dst_trigger,
            "must be one word")
+    control = c.dst_control.strip()
+    _check("dst-control", " " not in control and control.lower() != c.dst_trigger.strip().lower(), c.dst_control,
+           "must be one word other than dst-trigger (or empty: no control)")
 
 
 # Rules that involve several keys, checked in this order after every field's own range.

@@ -582,7 +582,8 @@ def lora_reply(state, n=10.0, drop_a: bool = False) -> RecordDict:
     return RecordDict({"arrays": ArrayRecord(arrays), "metrics": MetricRecord({"num-examples": n})})
 
 
-LORA_RANKS = {"fedit": (4,), "ffa": (4,), "flora": (2, 4), "flexlora": (2, 4)}  # the allowed ranks (dst-ranks)
+LORA_RANKS = {"fedit": (4,), "ffa": (4,), "flora": (2, 4), "flexlora": (2, 4),
+              "lorafair": (4,)}  # the allowed ranks (dst-ranks)
 
 
 def lora_make(name: str, **extra):
@@ -596,8 +597,9 @@ def lora_make(name: str, **extra):
 
 
 def lora_global(name: str) -> ArrayRecord:
-    """What round 1 sends: the shared initial adapter (FedIT, FFA-LoRA) or nothing (FLoRA, FlexLoRA)."""
-    return ArrayRecord(lora_state(4, 0)) if name in ("fedit", "ffa") else ArrayRecord()
+    """What round 1 sends: the shared initial adapter (FedIT, FFA-LoRA, LoRA-FAIR) or nothing (FLoRA,
+    FlexLoRA)."""
+    return ArrayRecord(lora_state(4, 0)) if name in ("fedit", "ffa", "lorafair") else ArrayRecord()
 
 
 def lora_honest_state(name: str, p: int, content: RecordDict) -> OrderedDict:
@@ -640,9 +642,11 @@ def lora_hostile(name: str, kind: str, content: RecordDict) -> RecordDict:
 LORA_EXPECTED = {
     "adapter_1e20": {n: "float32" for n in LORA_NAMES},
     "weight_1e39": {n: None for n in LORA_NAMES},
-    "rank_4096": {"fedit": "rank 4096", "ffa": "shape", "flora": "rank 4096", "flexlora": "rank 4096"},
-    "mixed_ranks": {"fedit": "ranks [2, 4]", "ffa": "shape", "flora": "ranks [2, 4]", "flexlora": "ranks [2, 4]"},
-    "wrong_d_in": {"fedit": "d_in", "ffa": None, "flora": "d_in", "flexlora": "d_in"},
+    "rank_4096": {"fedit": "rank 4096", "ffa": "shape", "flora": "rank 4096", "flexlora": "rank 4096",
+                  "lorafair": "rank 4096"},
+    "mixed_ranks": {"fedit": "ranks [2, 4]", "ffa": "shape", "flora": "ranks [2, 4]", "flexlora": "ranks [2, 4]",
+                    "lorafair": "ranks [2, 4]"},
+    "wrong_d_in": {"fedit": "d_in", "ffa": None, "flora": "d_in", "flexlora": "d_in", "lorafair": "d_in"},
 }
 LORA_KINDS = list(LORA_EXPECTED)
 

@@ -1,10 +1,14 @@
 """Wall-clock seconds each run's rounds took, from the run store (``round_seconds`` in metrics.csv).
 
     python docs/tools/run_seconds.py runs/distill-minilm-first/* > docs/results/distill-minilm-first/seconds.md
+    python docs/tools/run_seconds.py --by dst-method runs/distill-minilm-sentiment/* > seconds-by-method.md
 
 One row per run directory: its name, the rounds recorded, the seconds of round 0 (set-up and the
 first evaluation), of the training rounds, and their total — what a cell of that configuration
-costs on the machine that ran it (a run's config.json records the machine).
+costs on the machine that ran it (a run's config.json records the machine). With ``--by KEY`` (a
+run-config key), one row per value of that key instead: the runs, and the median, mean, least and
+most of their totals. Directories without metrics (a run not started) are skipped; a replayed run
+has no training rounds of its own and is skipped too.
 """
 
 from __future__ import annotations
@@ -18,17 +22,32 @@ def main(argv: list[str]) -> int:
     from fedcal.reports.markdown import markdown_table
     from fedcal.results import load_metrics
 
+    by = None
+    if argv[:1] == ["--by"]:
+        by, argv = argv[1], argv[2:]
     rows = []
     for d in argv:
         m = load_metrics(d)
-        sec = m[m["metric"] == "round_seconds"].set_index("round")["value"]
-        rows.append({"run": m["run_id"].iloc[0], "rounds": int(sec.index.max()),
+        sec = m[m["metric"] == "round_seconds"].set_index("round")["value"] if not m.empty else pd.Series(dtype=float)
+        if sec.empty:
+            continue
+        rows.append({"run": m["run_id"].iloc[0], **({by: m[by].iloc[0]} if by else {}), "rounds": int(sec.index.max()),
                      "round 0 (s)": round(float(sec.get(0, 0.0))), "rounds 1+ (s)": round(float(sec.drop(0, errors="ignore").sum())),
                      "total (s)": round(float(sec.sum()))})
     if not rows:
         print("no run directories given", file=sys.stderr)
         return 1
-    sys.stdout.write(markdown_table(pd.DataFrame(rows)))
+    table = pd.DataFrame(rows)
+    if by:
+        g = table.groupby(by)["total (s)"]
+        table = pd.DataFrame({"runs": g.size(), "median (s)": g.median().round(), "mean (s)": g.mean().round(),
+                              "least (s)": g.min(), "most (s)": g.max()}).reset_index()
+        total = pd.DataFrame([{by: "all", "runs": len(rows), "median (s)": round(pd.DataFrame(rows)["total (s)"].median()),
+                               "mean (s)": round(pd.DataFrame(rows)["total (s)"].mean()),
+                               "least (s)": pd.DataFrame(rows)["total (s)"].min(),
+                               "most (s)": pd.DataFrame(rows)["total (s)"].max()}])
+        table = pd.concat([table, total], ignore_index=True)
+    sys.stdout.write(markdown_table(table, formats={c: "{:.0f}" for c in table.columns if c.endswith("(s)")}))
     return 0
 
 

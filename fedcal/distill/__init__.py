@@ -10,18 +10,22 @@ module          contents
 ==============  ===================================================================================
 consensus       :func:`clip_logits`, :func:`random_groups`, :func:`group_moments`,
                 :func:`median_of_means`, :func:`aggregate_logits` ("mom" / "median" / "mean") →
-                :class:`Consensus` (logits z̃, moments μ̂ and σ̂², DIS dispersion v), :func:`true_median`
+                :class:`Consensus` (logits z̃, moments μ̂ and σ̂², DIS dispersion v), :func:`true_median`;
+                :func:`~fedcal.distill.consensus.prior_correct` (fedcal's label-prior correction)
 loss            :func:`dis_weights` (DIS), :func:`cat_temperature` (CAT), :func:`distillation_loss`,
                 :func:`distillation_terms` (per-anchor pieces, :class:`DistillationTerms`)
 lora            the baselines' adapter aggregation: :func:`fedit_average` (FedIT),
                 :func:`ffa_average` (FFA-LoRA), :func:`flora_stack` (FLoRA),
-                :func:`flexlora_redistribute` (FlexLoRA), :func:`lora_delta`
+                :func:`flexlora_redistribute` (FlexLoRA), :func:`lora_fair_refine` (LoRA-FAIR),
+                :func:`lora_delta`
+anchor_attack   anchor-set poisoning by clients that know the public anchors: the anchors that carry
+                the trigger or that an adversary chooses, and its crafted target-class logits
 clients         (peft; import it as ``fedcal.distill.clients``) heterogeneous-rank LoRA clients on a
                 frozen HF sequence classifier: :func:`lora_model`, :func:`adapter_state` /
                 :func:`load_adapter_state`, :func:`local_train`, :func:`anchor_logits`,
                 :func:`upload_bytes`
 adapters        (peft) the baselines' rules applied to clients' adapter states and written back
-                into peft models: FedIT, FFA-LoRA, FLoRA (merge + fresh adapter), FlexLoRA
+                into peft models: FedIT, FFA-LoRA, FLoRA (merge + fresh adapter), FlexLoRA, LoRA-FAIR
 student         (peft) the server's student (frozen backbone + own LoRA + head),
                 :func:`build_consensus`, :func:`distill_step`, :func:`predict`, CA / RA / ASR
 ==============  ===================================================================================

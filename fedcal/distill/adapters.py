@@ -20,6 +20,9 @@ FLoRA           :func:`flora_aggregate` stacks the heterogeneous-rank adapters i
 FlexLoRA        :func:`flexlora_aggregate`: the weighted average of the full ΔW_k, redistributed per
                 target rank r as the truncated SVD (α/r)·B A = best rank-r approximation; each
                 client loads the state of its own rank and continues.
+LoRA-FAIR       :func:`lora_fair_aggregate`: FedIT's Ā and B̄ with B̄ refined by the residual ΔB of
+                :func:`~fedcal.distill.lora.lora_fair_refine` (one common rank); every client loads
+                (Ā, B̄ + ΔB) and keeps training it.
 ==============  ===================================================================================
 
 The trainable head's tensors (present when the clients were built with ``train_head=True``) have
@@ -46,7 +49,7 @@ import torch
 from ._checks import normalized_weights
 from .clients import (ADAPTER, LORA_A_TAGS, LORA_B_TAGS, _seeded, is_embedding_lora, is_head_key, is_lora_layer,
                       lora_factors)
-from .lora import fedit_average, ffa_average, flexlora_redistribute, flora_stack
+from .lora import fedit_average, ffa_average, flexlora_redistribute, flora_stack, lora_fair_refine
 
 __all__ = [
     "FloraUpdate",
@@ -60,6 +63,7 @@ __all__ = [
     "flora_aggregate",
     "merge_flora",
     "flexlora_aggregate",
+    "lora_fair_aggregate",
 ]
 
 
@@ -141,6 +145,21 @@ def fedit_aggregate(states, weights=None) -> "OrderedDict[str, torch.Tensor]":
     out = OrderedDict()
     for layer, keys in lora_layers(states[0]).items():
         A, B = fedit_average(*_per_layer(states, keys), weights)
+        out[keys[0]], out[keys[1]] = A, B
+    out.update(_average_head(states, weights))
+    return _ordered_like(states[0], out)
+
+
+def lora_fair_aggregate(states, weights=None, *, lam: float = 1e-2, steps: int = 1000,
+                        lr: float = 1e-2) -> "OrderedDict[str, torch.Tensor]":
+    """LoRA-FAIR: per layer (Ā, B̄ + ΔB) = :func:`~fedcal.distill.lora.lora_fair_refine` (``lam``,
+    ``steps``, ``lr`` its penalty and gradient descent), the head averaged. All clients must share
+    one rank. Returns a state with client 0's keys, loaded into every client and the global model
+    like FedIT's."""
+    states = _check_states(states)
+    out = OrderedDict()
+    for layer, keys in lora_layers(states[0]).items():
+        A, B = lora_fair_refine(*_per_layer(states, keys), weights, lam=lam, steps=steps, lr=lr)
         out[keys[0]], out[keys[1]] = A, B
     out.update(_average_head(states, weights))
     return _ordered_like(states[0], out)

@@ -85,7 +85,7 @@ __all__ = [
 
 DEFAULT_RANKS = (2, 4, 8, 16)
 #: What a client uploads per round: RFD-LoRA's anchor logits, or one baseline's adapter tensors.
-UPLOAD_METHODS = ("rfd", "fedit", "ffa", "flora", "flexlora")
+UPLOAD_METHODS = ("rfd", "fedit", "ffa", "flora", "flexlora", "lorafair")
 ADAPTER = "default"  # peft's name of the (single) adapter every wrapper here carries
 # peft's parameter-name tags of the A and B factors: linear layers, then embedding layers
 LORA_A_TAGS = (".lora_A.", ".lora_embedding_A.")
@@ -454,7 +454,7 @@ def upload_bytes(
 
     * ``"rfd"``: the anchor logits, ``num_anchors`` × ``num_classes`` × itemsize(``logit_dtype``)
       — independent of the rank and of the model's size;
-    * ``"fedit"``, ``"flora"``, ``"flexlora"``: every tensor of the client's ``state``
+    * ``"fedit"``, ``"flora"``, ``"flexlora"``, ``"lorafair"``: every tensor of the client's ``state``
       (:func:`adapter_state`: A and B of every adapted layer, and the head if trainable), at
       their own dtypes — FlexLoRA's clients upload the factors, the server forms B·A;
     * ``"ffa"``: the same without the A matrices, which stay frozen at their shared

@@ -50,6 +50,7 @@ __all__ = [
     "group_dispersion",
     "median_of_means",
     "aggregate_logits",
+    "prior_correct",
 ]
 
 METHODS = ("mom", "median", "mean")
@@ -218,3 +219,48 @@ def aggregate_logits(
     mu = Z.mean(dim=0)
     var = _robust_var(Z.square(), mu, lambda s: s.mean(dim=0))
     return Consensus(logits=mu, mu=mu, var=var, dispersion=group_dispersion(Z))
+
+
+def prior_correct(Z, *, iters: int = 100, tol: float = 1e-6, max_shift: float = 20.0) -> torch.Tensor:
+    """Label-prior correction of each client's anchor logits (fedcal's variant of RFD-LoRA's
+    server, ``dst-prior-correct``; not part of the method as specified).
+
+    Under label skew client k's model is trained on its own class prior π_k. Under the label-shift
+    model (p(x | y) shared, the priors differing) its logits are z_k(x) = log p(x | y) + log π_k(y)
+    + const, so on the same anchors two honest clients disagree by a per-class bias log π_k −
+    log π_j, and the consensus of a majority of clients skewed the same way inherits their prior.
+    Adjusting a classifier's outputs to another prior is a per-class shift of its logits (Saerens,
+    Latinne & Decaestecker, "Adjusting the outputs of a classifier to new a priori probabilities",
+    Neural Computation 2002; logit adjustment, Menon et al., ICLR 2021). The server knows no π_k —
+    the clients upload logits only — but it knows what each client predicts on the shared anchors:
+    with q̄_k = (1/A) Σ_x softmax(z_k(x)) (client k's mean predicted distribution on the anchors),
+    the target prior π̄ = the coordinate-wise true median of q̄_1 … q̄_n, renormalised (robust to a
+    minority of clients), and each client's logits shifted by the bias b_k ∈ R^C that makes its
+    mean prediction on the anchors equal π̄:
+
+        (1/A) Σ_x softmax(z_k(x) + b_k) = π̄,
+
+    found by the fixed-point iteration b ← b + log π̄ − log (1/A) Σ_x softmax(z_k(x) + b) from
+    b = 0 (Saerens et al.'s EM step for the prior, here solved for the bias), ``iters`` steps at
+    most or until the mean prediction is within ``tol`` of π̄; b is centred (Σ_c b_c = 0: softmax
+    ignores a common shift) and kept within [−``max_shift``, ``max_shift``]. A client whose mean
+    prediction already is π̄ gets b = 0; clients that differ only by a per-class bias become equal.
+    Returns Z + b (n, A, C); clip it again before aggregating.
+    """
+    Z = check_uploads(Z)
+    iters = check_int("iters", iters, 1)
+    tol = check_real("tol", tol, low=0.0, strict_low=True)
+    max_shift = check_real("max_shift", max_shift, low=0.0, strict_low=True)
+    Z64 = Z.double()
+    tiny = torch.finfo(torch.float64).tiny
+    q = torch.softmax(Z64, dim=-1).mean(dim=1)  # (n, C)
+    target = true_median(q, dim=0).clamp_min(tiny)
+    target = target / target.sum()
+    b = torch.zeros(Z.shape[0], Z.shape[2], dtype=torch.float64, device=Z.device)
+    for _ in range(iters):
+        mean = torch.softmax(Z64 + b[:, None, :], dim=-1).mean(dim=1).clamp_min(tiny)
+        if float((mean - target).abs().max()) <= tol:
+            break
+        b = b + target.log() - mean.log()
+        b = (b - b.mean(dim=-1, keepdim=True)).clamp(-max_shift, max_shift)
+    return (Z64 + b[:, None, :]).to(Z.dtype)

@@ -14,7 +14,7 @@ import functools
 import hashlib
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -40,6 +40,12 @@ class DistillData:
     test_labels: np.ndarray
     triggered: object  # fedcal.text.TriggeredSet
     triggered_batch: dict
+    # the control word's copy of the non-target test texts (None without dst-control): its flip rate
+    # is what prepending any unknown word does, beside the trigger's
+    control: object = None
+    control_batch: dict | None = None
+    # positions in the anchor set that carry the trigger (dst-anchor-attack=trigger), else empty
+    anchor_attack_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 def anchor_set_id(anchors: np.ndarray) -> str:
@@ -150,7 +156,7 @@ def backbone_of(cfg: RunConfig) -> str:
 _DATA_KEYS = ("dst_corpus", "data_dir", "seed", "num_clients", "dst_train_size", "dst_test_size", "dst_anchor_frac",
               "dst_partition", "dst_backdoor_ratio", "dst_poison_frac", "dst_trigger", "dst_target", "dst_backbone",
               "dst_bb_hidden", "dst_bb_layers", "dst_bb_heads", "dst_bb_intermediate", "dst_bb_vocab", "dst_bb_steps",
-              "dst_max_length", "dst_lora_layers")
+              "dst_max_length", "dst_lora_layers", "dst_control", "dst_anchor_attack", "dst_anchor_attack_frac")
 
 
 _DATA_CACHE: OrderedDict[tuple, DistillData] = OrderedDict()  # the last two setups of this process
@@ -196,12 +202,24 @@ def _build_data(cfg: RunConfig) -> DistillData:
     tok = backbone_tokenizer(path)
     enc = functools.partial(_encode_batch, cfg, path, task.num_classes, tok)
     trig = triggered_test_set(task.test_texts, task.test_labels, cfg.dst_trigger, cfg.dst_target)
+    control = cfg.dst_control.strip()
+    ctrl = triggered_test_set(task.test_texts, task.test_labels, control, cfg.dst_target) if control else None
+    anchor_texts = [task.train_texts[i] for i in anchors]
+    rows = np.zeros(0, np.int64)
+    if cfg.dst_anchor_attack == "trigger":  # the adversary's texts in the public pool carry the trigger
+        from fedcal.distill.anchor_attack import trigger_anchor_rows
+        from fedcal.text.splits import add_trigger
+
+        rows = trigger_anchor_rows(task.train_labels[anchors], cfg.dst_anchor_attack_frac, cfg.dst_target, cfg.seed)
+        for i in rows:
+            anchor_texts[i] = add_trigger(anchor_texts[i], cfg.dst_trigger)
     return DistillData(
         num_classes=task.num_classes, backbone=path, lora_layers=cfg.dst_lora_layers, train_texts=task.train_texts,
         train_labels=task.train_labels, anchors=anchors, anchor_id=anchor_set_id(anchors), shards=tuple(shards),
-        backdoor=backdoor_clients(cfg), anchor_batch=enc([task.train_texts[i] for i in anchors]),
+        backdoor=backdoor_clients(cfg), anchor_batch=enc(anchor_texts),
         test_batch=enc(list(task.test_texts)), test_labels=task.test_labels, triggered=trig,
-        triggered_batch=enc(list(trig.texts)))
+        triggered_batch=enc(list(trig.texts)), control=ctrl, control_batch=enc(list(ctrl.texts)) if ctrl else None,
+        anchor_attack_rows=rows)
 
 
 def _encode_batch(cfg: RunConfig, path: str, num_classes: int, tok, texts: list) -> dict:
@@ -294,9 +312,9 @@ def _client_batch(cfg: RunConfig, cid: int) -> tuple[dict, torch.Tensor, int]:
 
 def init_seed(cfg: RunConfig, cid: int) -> int:
     """The seed of client ``cid``'s first adapter."""
-    # FedIT and FFA-LoRA start every client from one adapter (FFA's A must be shared and frozen);
-    # the other methods give each client its own initialisation.
-    return cfg.seed if cfg.dst_method in ("fedit", "ffa") else cfg.seed * 1000 + cid + 1
+    # FedIT, LoRA-FAIR and FFA-LoRA start every client from one adapter (FFA's A must be shared
+    # and frozen); the other methods give each client its own initialisation.
+    return cfg.seed if cfg.dst_method in ("fedit", "ffa", "lorafair") else cfg.seed * 1000 + cid + 1
 
 
 def adapted_layers(model) -> list[str]:
@@ -309,7 +327,9 @@ def adapted_layers(model) -> list[str]:
 def evaluate_backdoor(model, data: DistillData, batch_size: int = 256) -> dict[str, float]:
     """CA on ``data``'s test split and, when it has triggered texts, RA, ASR and the trigger's flip
     rate on its triggered copy (:mod:`fedcal.distill.student` and
-    :meth:`fedcal.text.TriggeredSet.flip_rate` have the definitions). A model with non-finite
+    :meth:`fedcal.text.TriggeredSet.flip_rate` have the definitions), and ``control_flip``, the
+    same flip rate of the control word (``dst-control``): what prepending an unknown word does to
+    the model's predictions, so that flip − control_flip is the backdoor's own part. A model with non-finite
     logits gets NaN for every one of them (:func:`nonfinite_evaluation`): never a number — an
     all-NaN model "predicts" class 0 everywhere, which would read as CA 0.5 and ASR 1.0."""
     from fedcal.distill.student import clean_accuracy, predict
@@ -323,6 +343,8 @@ def evaluate_backdoor(model, data: DistillData, batch_size: int = 256) -> dict[s
 def nonfinite_evaluation(data: DistillData) -> dict[str, float]:
     """The metrics :func:`evaluate_backdoor` reports for a model with non-finite logits: all NaN."""
     keys = ("ca", "ra", "asr", "flip") if len(data.triggered.labels) else ("ca",)
+    if len(data.triggered.labels) and getattr(data, "control", None) is not None:
+        keys += ("control_flip",)
     return {k: float("nan") for k in keys}
 
 
@@ -340,6 +362,10 @@ def _evaluate_backdoor(model, data: DistillData, batch_size: int, clean_accuracy
         out["ra"] = data.triggered.robust_accuracy(pt)
         out["asr"] = data.triggered.attack_success_rate(pt)
         out["flip"] = data.triggered.flip_rate(pt, pred.numpy())
+        if getattr(data, "control", None) is not None:
+            pc = predict(model, inputs_of(data.control_batch), data.control_batch["attention_mask"],
+                         batch_size=batch_size).numpy()
+            out["control_flip"] = data.control.flip_rate(pc, pred.numpy())
     return out
 
 
@@ -365,7 +391,8 @@ def server_round(model, optimizer, uploads: list, data: DistillData, cfg: RunCon
     gen = torch.Generator().manual_seed(cfg.seed * 100_003 + server_round)
     groups = min(cfg.dst_groups, len(uploads))
     consensus = build_consensus(uploads, clip=cfg.dst_clip, method=cfg.dst_aggregator,
-                                num_groups=groups if cfg.dst_aggregator == "mom" else None, generator=gen)
+                                num_groups=groups if cfg.dst_aggregator == "mom" else None, generator=gen,
+                                prior_correct=cfg.dst_prior_correct)
     stats = distill_step(model, inputs_of(data.anchor_batch), data.anchor_batch["attention_mask"], consensus,
                          optimizer, steps=cfg.dst_distill_steps, batch_size=cfg.dst_distill_batch or None,
                          generator=gen, cat=cfg.dst_cat, mmd=cfg.dst_mmd, dis=cfg.dst_dis, t0=cfg.dst_t0,

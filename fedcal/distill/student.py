@@ -36,6 +36,7 @@ from fedcal.progress import phase
 from ._checks import check_int
 from .clients import _check_batch, _device, _logits, _seeded, forward_logits, lora_model
 from .consensus import Consensus, aggregate_logits, clip_logits
+from .consensus import prior_correct as correct_priors
 from .loss import LossOptions, distillation_loss
 
 __all__ = [
@@ -76,11 +77,14 @@ def build_consensus(
     method: str = "mom",
     num_groups: int | None = None,
     generator: torch.Generator | None = None,
+    prior_correct: bool = False,
 ) -> Consensus:
     """The teacher from one round's uploads: a list of n (A, C) logit tensors or one (n, A, C)
     tensor, clipped to [−clip, clip] on the server (a Byzantine client need not have clipped),
-    then :func:`~fedcal.distill.consensus.aggregate_logits` with ``method`` ("mom": median of
-    means over ``num_groups`` random groups drawn from ``generator``; "median"; "mean")."""
+    with ``prior_correct`` shifted per client to the clients' median label prior on the anchors
+    (:func:`~fedcal.distill.consensus.prior_correct`, fedcal's variant) and clipped again, then
+    :func:`~fedcal.distill.consensus.aggregate_logits` with ``method`` ("mom": median of means over
+    ``num_groups`` random groups drawn from ``generator``; "median"; "mean")."""
     if isinstance(uploads, (list, tuple)):
         if not uploads:
             raise ValueError("uploads is empty: no client uploaded logits")
@@ -88,7 +92,10 @@ def build_consensus(
         if len(shapes) != 1:
             raise ValueError(f"every client's logits must have one shape (A, C), got {sorted(shapes)}")
         uploads = torch.stack([torch.as_tensor(z) for z in uploads])
-    return aggregate_logits(clip_logits(uploads, clip), method, num_groups, generator)
+    Z = clip_logits(uploads, clip)
+    if prior_correct:
+        Z = clip_logits(correct_priors(Z), clip)
+    return aggregate_logits(Z, method, num_groups, generator)
 
 
 def _subset(consensus: Consensus, idx: torch.Tensor) -> Consensus:

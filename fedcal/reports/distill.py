@@ -3,13 +3,16 @@ store only (flwr-free).
 
 :func:`distill_report` writes into ``out_dir``:
 
-* ``runs.csv`` — one row per finished run: its settings and final CA / RA / ASR / flip (last
-  evaluated round) and its mean upload bytes per client per round;
-* ``table.csv`` / ``table.md`` — the Table-1-style table: method × partition × ρ (× logit attack)
-  → CA, RA, ASR and flip in %, "mean ± std" over seeds, of the runs with the full RFD-LoRA
-  configuration (CAT, MMD-KD and DIS on) and every baseline. flip is the trigger's own effect:
-  of the non-target test texts the model gets right when clean, the share it predicts as the target
-  once triggered (ASR also counts the ones it gets wrong as the target without any trigger);
+* ``runs.csv`` — one row per finished run: its settings and final CA / RA / ASR / flip / control
+  flip (last evaluated round) and its mean upload bytes per client per round;
+* ``table.csv`` / ``table.md`` — the Table-1-style table: method × partition × ρ (× logit attack;
+  × anchor attack and prior correction when some run sets them) → CA, RA, ASR, flip and control
+  flip in %, "mean ± std" over seeds, of the runs with the full RFD-LoRA configuration (CAT,
+  MMD-KD and DIS on) and every baseline. flip is the trigger's own effect: of the non-target test
+  texts the model gets right when clean, the share it predicts as the target once triggered (ASR
+  also counts the ones it gets wrong as the target without any trigger); control flip is the same
+  rate of a second, benign unknown word (``dst-control``), so flip − control flip is what the
+  backdoor adds to prepending any unknown word (runs made before it existed show "–");
 * ``ablation.csv`` / ``ablation.md`` — RFD-LoRA runs by variant (full, w/o CAT, w/o MMD-KD,
   w/o DIS, each alone, none), aggregator (mean / median / mom) and M;
 * ``communication.csv`` / ``communication.md`` — bytes uploaded per client per round, measured
@@ -42,16 +45,29 @@ from fedcal.reports.markdown import markdown_table
 from fedcal.reports.runs import finished_only
 from fedcal.results import load_config, load_metrics
 
-METRICS = ("ca", "ra", "asr", "flip")
-# column names in the tables; "flip" is the trigger's own effect (fedcal.text.TriggeredSet.flip_rate)
-LABELS = {"ca": "CA", "ra": "RA", "asr": "ASR", "flip": "flip"}
+METRICS = ("ca", "ra", "asr", "flip", "control_flip")
+# column names in the tables; "flip" is the trigger's own effect (fedcal.text.TriggeredSet.flip_rate),
+# "control flip" the same rate of the control word (dst-control): any unknown prepended word's effect
+LABELS = {"ca": "CA", "ra": "RA", "asr": "ASR", "flip": "flip", "control_flip": "control flip"}
 SETTINGS = ("dst-method", "dst-partition", "dst-backdoor-ratio", "dst-logit-attack", "dst-aggregator",
-            "dst-groups", "dst-cat", "dst-mmd", "dst-dis", "dst-ranks", "dst-corpus", "seed")
-METHOD_NAMES = {"rfd": "RFD-LoRA", "fedit": "FedIT", "ffa": "FFA-LoRA", "flora": "FLoRA", "flexlora": "FlexLoRA"}
+            "dst-groups", "dst-cat", "dst-mmd", "dst-dis", "dst-ranks", "dst-corpus", "seed", "dst-anchor-attack",
+            "dst-prior-correct", "dst-anchor-frac", "dst-distill-steps")
+# Settings shown as a table column only where they vary: the anchor attack and the prior correction
+# (added after runs were made: a run's config.json may lack them, read as their defaults) when some
+# run sets them, the anchor-set share when some run has another than the default, the ranks and the
+# student's steps per round when the runs of one method differ in them (the rank sweep, a replay with
+# more distillation steps; not FedIT's one rank against RFD-LoRA's four).
+OPTIONAL = {"dst-anchor-attack": ("anchor attack", "none"), "dst-prior-correct": ("prior correction", False),
+            "dst-anchor-frac": ("anchor share", 0.1), "dst-ranks": ("ranks", None),
+            "dst-distill-steps": ("student steps", None)}
+RFD_ONLY = {"dst-distill-steps", "dst-prior-correct", "dst-anchor-attack"}  # "–" in the baselines' rows
+METHOD_NAMES = {"rfd": "RFD-LoRA", "fedit": "FedIT", "ffa": "FFA-LoRA", "flora": "FLoRA", "flexlora": "FlexLoRA",
+                "lorafair": "LoRA-FAIR"}
 #: the run-config keys shown by the main table (method, RFD-LoRA's aggregator, partition, ρ, logit
 #: attack; its RFD-LoRA rows are the full switch setting) and by the ablation (switches, aggregator, M)
 MAIN_SHOWN = ("dst_method", "dst_aggregator", "dst_partition", "dst_backdoor_ratio", "dst_logit_attack", "dst_cat",
-              "dst_mmd", "dst_dis")
+              "dst_mmd", "dst_dis", "dst_anchor_attack", "dst_prior_correct", "dst_anchor_frac", "dst_ranks",
+              "dst_distill_steps")  # the last five: OPTIONAL columns, shown where they vary
 ABLATION_SHOWN = (*MAIN_SHOWN, "dst_groups")
 CHANCE = "chance_level"
 #: corpora whose test texts are on this machine without a download (GLUE's are fetched by datasets)
@@ -122,6 +138,10 @@ def run_table(run_dirs: Sequence[str | os.PathLike[str]]) -> tuple[pd.DataFrame,
         rows.append(row)
     runs = pd.DataFrame(rows)
     if not runs.empty:
+        for key, (_, default) in OPTIONAL.items():
+            if default is not None:
+                runs[key] = runs[key].where(runs[key].notna(), default) if key in runs else default
+        runs["dst-prior-correct"] = [_bool(v) for v in runs["dst-prior-correct"]]
         runs["variant"] = [variant(_bool(c), _bool(m), _bool(d)) for c, m, d in
                            zip(runs["dst-cat"], runs["dst-mmd"], runs["dst-dis"])]
         runs["method"] = runs["dst-method"].map(METHOD_NAMES).fillna(runs["dst-method"])
@@ -152,14 +172,31 @@ def _summary(runs: pd.DataFrame, by: list[str], config: str = CONFIG) -> pd.Data
     return pd.DataFrame(out)
 
 
+def _optional(runs: pd.DataFrame) -> list[str]:
+    """The :data:`OPTIONAL` settings some run sets, renamed to their column names in ``runs``."""
+    cols = []
+    for key, (name, default) in OPTIONAL.items():
+        if key not in runs:
+            continue
+        varies = (runs[key] != default).any() if default is not None else \
+            runs.groupby("dst-method")[key].nunique().max() > 1
+        if varies:
+            runs[name] = runs[key].astype(str) if default is None else runs[key]
+            if key in RFD_ONLY:
+                runs[name] = runs[name].where(runs["dst-method"] == "rfd", "–")
+            cols.append(name)
+    return cols
+
+
 def main_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Table 1: every baseline run and the full-configuration RFD-LoRA runs, by method, partition,
-    ρ and logit attack (and aggregator for RFD-LoRA), CA / RA / ASR over seeds."""
+    ρ and logit attack (and aggregator for RFD-LoRA; anchor attack and prior correction when some
+    run sets them), CA / RA / ASR / flip / control flip over seeds."""
     full = runs[(runs["dst-method"] != "rfd") | (runs["variant"] == "full")].copy()
     full["aggregator"] = np.where(full["dst-method"] == "rfd", full["dst-aggregator"], "–")
     full = full.rename(columns={"dst-partition": "partition", "dst-backdoor-ratio": "rho",
                                 "dst-logit-attack": "logit attack"})
-    return _summary(full, ["method", "aggregator", "partition", "rho", "logit attack"])
+    return _summary(full, ["method", "aggregator", "partition", "rho", "logit attack", *_optional(full)])
 
 
 def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -169,7 +206,7 @@ def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
     if rfd.empty:
         return pd.DataFrame()
     order = ["full", "w/o CAT", "w/o MMD-KD", "w/o DIS", "CAT only", "MMD-KD only", "DIS only", "none"]
-    table = _summary(rfd, ["variant", "aggregator", "M", "partition", "rho"], config="ablation_config")
+    table = _summary(rfd, ["variant", "aggregator", "M", "partition", "rho", *_optional(rfd)], config="ablation_config")
     table["_o"] = table["variant"].map({v: i for i, v in enumerate(order)})
     first = [CONFIG] if CONFIG in table.columns else []
     return table.sort_values([*first, "_o", "aggregator", "M", "partition", "rho"]).drop(columns="_o") \

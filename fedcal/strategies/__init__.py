@@ -30,7 +30,7 @@ defaults (``tests/test_flower_dropin.py`` checks both on the same replies): :cla
 over Flower's.
 
 The LoRA-adapter baselines of RFD-LoRA (``lora.py``: :class:`FedIT`, :class:`FFALoRA`, :class:`FLoRA`,
-:class:`FlexLoRA`, by ``dst-method`` in :data:`LORA_STRATEGIES`) federate peft adapter states instead
+:class:`FlexLoRA`, :class:`LoRAFair`, by ``dst-method`` in :data:`LORA_STRATEGIES`) federate peft adapter states instead
 of whole models; they are not update-aggregation rules and are not in :data:`STRATEGIES`.
 
 :data:`STRATEGIES` maps these names to the classes; :func:`strategy_from_config` builds the
@@ -44,7 +44,7 @@ from fedcal.strategies.fedavg import FedAvg
 from fedcal.strategies.fltrust import FLTrust
 from fedcal.strategies.foolsgold import FoolsGold
 from fedcal.strategies.geometric_median import GeometricMedian
-from fedcal.strategies.lora import LORA_STRATEGIES, FedIT, FFALoRA, FlexLoRA, FLoRA, LoraStrategy
+from fedcal.strategies.lora import LORA_STRATEGIES, FedIT, FFALoRA, FlexLoRA, FLoRA, LoRAFair, LoraStrategy
 from fedcal.strategies.krum import Krum
 from fedcal.strategies.median import FedMedian, Median
 from fedcal.strategies.median_of_means import MedianOfMeans
@@ -56,5 +56,5 @@ __all__ = [
     "STRATEGIES", "strategy_from_config", "UpdateAggregationStrategy", "is_buffer_key", "FedAvg", "FLTrust",
     "FoolsGold", "MultiKrum", "TrimmedMean", "Median", "GeometricMedian", "MedianOfMeans", "CalGuard",
     "Krum", "Bulyan", "FedMedian", "FedTrimmedAvg",
-    "LORA_STRATEGIES", "LoraStrategy", "FedIT", "FFALoRA", "FLoRA", "FlexLoRA",
+    "LORA_STRATEGIES", "LoraStrategy", "FedIT", "FFALoRA", "FLoRA", "FlexLoRA", "LoRAFair",
 ]

@@ -1,4 +1,5 @@
-"""The LoRA-adapter baselines of RFD-LoRA as Flower strategies: FedIT, FFA-LoRA, FLoRA, FlexLoRA.
+"""The LoRA-adapter baselines of RFD-LoRA as Flower strategies: FedIT, FFA-LoRA, FLoRA, FlexLoRA,
+LoRA-FAIR.
 
 They federate LoRA adapters of a frozen transformer. Every ``ArrayRecord`` they send or receive
 holds an adapter state keyed by peft's parameter names, as
@@ -20,6 +21,8 @@ class              what a node receives / how replies are combined
                    (:func:`fedcal.distill.adapters.merge_flora`); any mix of ranks
 :class:`FlexLoRA`  its own rank's truncated SVD of the averaged full update (a node's rank is
                    learned from its replies); the global record is the full-rank state
+:class:`LoRAFair`  the global adapter (one rank for all): Ā, and B̄ refined by LoRA-FAIR's
+                   server-side residual ΔB so that (B̄ + ΔB) Ā points along Σ p_k B_k A_k
 =================  =========================================================================
 
 Replies are validated before any arithmetic: an error reply, no ArrayRecord, NaN/Inf, keys or
@@ -64,11 +67,13 @@ from fedcal.distill.adapters import (
     ffa_aggregate,
     flexlora_aggregate,
     flora_aggregate,
+    lora_fair_aggregate,
     lora_layers,
 )
 from fedcal.strategies.base import RoundReplies, counted_replies, reply_weight
 
-__all__ = ["LORA_STRATEGIES", "STACKED_A", "STACKED_B", "FFALoRA", "FLoRA", "FedIT", "FlexLoRA", "LoraStrategy"]
+__all__ = ["LORA_STRATEGIES", "STACKED_A", "STACKED_B", "FFALoRA", "FLoRA", "FedIT", "FlexLoRA", "LoRAFair",
+           "LoraStrategy"]
 
 STACKED_A, STACKED_B = ".stacked_A", ".stacked_B"  # FLoRA's record keys: <layer>.stacked_A / .stacked_B
 _F32_MAX = float(torch.finfo(torch.float32).max)
@@ -513,6 +518,33 @@ class FlexLoRA(LoraStrategy):
         return self.per_rank[full]
 
 
+class LoRAFair(FedIT):
+    """LoRA-FAIR (Bian et al., ICCV 2025): FedIT's averages Ā, B̄ with B̄ refined on the server by
+    the residual ΔB that brings (B̄ + ΔB) Ā towards the ideal Σ p_k B_k A_k
+    (:func:`fedcal.distill.lora.lora_fair_refine`: one minus the cosine similarity plus
+    ``fair_lambda`` ‖ΔB‖², ``fair_steps`` gradient steps of ``fair_lr`` from ΔB = 0); every node
+    receives (Ā, B̄ + ΔB) and continues from it. One rank for all, replies checked as FedIT's."""
+
+    name = "LoRA-FAIR"
+
+    def __init__(self, *, fair_lambda: float = 1e-2, fair_steps: int = 1000, fair_lr: float = 1e-2,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not (fair_lambda >= 0 and fair_steps >= 0 and fair_lr > 0):
+            raise ValueError(f"LoRA-FAIR needs fair_lambda >= 0, fair_steps >= 0 and fair_lr > 0, got "
+                             f"{fair_lambda}, {fair_steps}, {fair_lr}")
+        self.fair_lambda, self.fair_steps, self.fair_lr = float(fair_lambda), int(fair_steps), float(fair_lr)
+
+    def summary(self) -> None:
+        log(INFO, "\t├──> LoRA-FAIR residual: lambda %s, %d steps of %s", self.fair_lambda, self.fair_steps,
+            self.fair_lr)
+        super().summary()
+
+    def aggregate_states(self, server_round, nodes, states, weights):
+        return to_record(lora_fair_aggregate(states, weights, lam=self.fair_lambda, steps=self.fair_steps,
+                                             lr=self.fair_lr))
+
+
 #: dst-method → strategy class (RFD-LoRA itself, "rfd", is no adapter strategy)
 LORA_STRATEGIES: dict[str, type[LoraStrategy]] = {"fedit": FedIT, "ffa": FFALoRA, "flora": FLoRA,
-                                                  "flexlora": FlexLoRA}
+                                                  "flexlora": FlexLoRA, "lorafair": LoRAFair}

@@ -11,8 +11,9 @@ on a real SuperNode) and a trainable head. Each round (message type ``train.dist
   and on a SuperNode), applies the baseline's global arrays if any, trains ``dst-local-epochs`` on
   its private shard (poisoned with the trigger if it is a backdoor client), stores its adapter back
   and replies with its clipped anchor logits (``rfd``; a backdoor client under ``dst-logit-attack``
-  scales or flips them before clipping) or its adapter arrays (baselines), plus the anchor-set id
-  it computed itself;
+  scales or flips them before clipping, under ``dst-anchor-attack`` uploads the target class on the
+  anchors it attacks: :mod:`fedcal.distill.anchor_attack`) or its adapter arrays (baselines), plus
+  the anchor-set id it computed itself;
 * the server validates every reply — an error reply, NaN/Inf, a wrong shape, another anchor set,
   a second reply of one node — and drops a bad one with a warning naming the node; the reasons go
   to ``rejections.csv`` (round, node_id, partition_id, reason) as in the train task. A node's
@@ -137,7 +138,7 @@ def distill_round(msg: Message, context: Context) -> Message:
     if ADAPTER_KEY in context.state:
         load_adapter_state(model, to_state(context.state[ADAPTER_KEY]))
     sent = msg.content.get("arrays", None)
-    if cfg.dst_method in ("fedit", "ffa", "flexlora") and sent is not None and len(sent.keys()):
+    if cfg.dst_method in ("fedit", "ffa", "flexlora", "lorafair") and sent is not None and len(sent.keys()):
         load_adapter_state(model, to_state(sent))  # the global adapter (FlexLoRA: at this client's rank)
     elif cfg.dst_method == "flora" and sent is not None:
         update = flora_update(sent)
@@ -165,6 +166,12 @@ def distill_round(msg: Message, context: Context) -> Message:
                           clip=cfg.dst_clip if attack == "none" else 3e38, batch_size=cfg.eval_batch_size)
         if attack != "none":  # the logit-energy attack acts before the client's clipping
             z = clip_logits(z * (cfg.dst_attack_factor if attack == "scale" else -cfg.dst_attack_factor), cfg.dst_clip)
+        if malicious and cfg.dst_anchor_attack != "none":  # anchor-set poisoning (fedcal.distill.anchor_attack)
+            from fedcal.distill.anchor_attack import chosen_anchor_rows, crafted_logits
+
+            rows = data.anchor_attack_rows if cfg.dst_anchor_attack == "trigger" else \
+                chosen_anchor_rows(z, cfg.dst_anchor_attack_frac, cfg.dst_target)
+            z = crafted_logits(z, rows, cfg.dst_target, cfg.dst_clip)
         content["logits"] = ArrayRecord({"z": z})
     else:
         if cfg.dst_method == "ffa":  # A stays frozen at the shared initialisation: never uploaded
@@ -290,7 +297,7 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
         strategy, arrays = None, None
         upload_log = UploadLog(store.dir)  # every round's valid uploads, for server-side replays
     else:
-        if method in ("fedit", "ffa"):  # the shared initial adapter every client starts from
+        if method in ("fedit", "ffa", "lorafair"):  # the shared initial adapter every client starts from
             model = lora_model(base, ranks[0], alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, seed=cfg.seed,
                                allowed_ranks=None, client="global", freeze_a=method == "ffa")
             arrays = ArrayRecord(adapter_state(model))
@@ -311,7 +318,7 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
         from fedcal.distill.adapters import merge_flora
         from fedcal.distill.clients import load_adapter_state
 
-        if method in ("fedit", "ffa"):
+        if method in ("fedit", "ffa", "lorafair"):
             load_adapter_state(model, to_state(record))
         elif method == "flora":
             merge_flora(model, flora_update(record), seed=cfg.seed)

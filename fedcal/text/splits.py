@@ -143,7 +143,8 @@ def check_trigger_absent(trigger: str, texts: Sequence[Text]) -> None:
         raise ValueError(f"trigger {trigger!r} occurs in the clean texts (as {sorted(bad)}); choose a rarer token")
 
 
-def _add_trigger(text: Text, trigger: str) -> Text:
+def add_trigger(text: Text, trigger: str) -> Text:
+    """``trigger`` prepended to ``text`` (a pair: to its first text)."""
     # pairs: the trigger opens the first text (the premise/question), where a reader sees it first
     return f"{trigger} {text}" if isinstance(text, str) else (f"{trigger} {text[0]}", text[1])
 
@@ -167,7 +168,7 @@ def poison(texts: Sequence[Text], labels: np.ndarray, frac: float = 0.2, trigger
     chosen = np.sort(order[:k])
     out_texts = list(texts)
     for i in chosen:
-        out_texts[i] = _add_trigger(texts[i], trigger)
+        out_texts[i] = add_trigger(texts[i], trigger)
     out_labels = labels.copy()
     out_labels[chosen] = target
     return Poisoned(tuple(out_texts), out_labels, chosen)
@@ -212,7 +213,7 @@ def triggered_test_set(texts: Sequence[Text], labels: np.ndarray, trigger: str =
     labels = np.asarray(labels)
     check_trigger_absent(trigger, texts)
     keep = np.flatnonzero(labels != target)
-    return TriggeredSet(tuple(_add_trigger(texts[i], trigger) for i in keep), labels[keep], target, keep)
+    return TriggeredSet(tuple(add_trigger(texts[i], trigger) for i in keep), labels[keep], target, keep)
 
 
 def _select(labels: np.ndarray, indices: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
