@@ -132,7 +132,7 @@ class RunStore:
         #: the round this attempt resumed after (None: it started from round 0)
         self.resumed_from: int | None = None
         self._lock_fd: int | None = None
-        self._files: dict[str, str] = {}  # the run's files written so far: name → "append" | "table"
+        self._files: dict[str, str] = {}  # the run's files written so far: name → "append" or "table"
 
     def __del__(self) -> None:  # a store dropped without finishing releases its lock
         self.release()
@@ -768,7 +768,7 @@ class RunState(NamedTuple):
     """What ``fedcal runs`` says about a run directory (:func:`run_state`)."""
 
     run_dir: Path
-    status: str  # "finished" | "unfinished" | "failed" | "running"
+    status: str  # one of "finished", "unfinished", "failed", "running"
     last_round: int | None  # the last round logged in metrics.csv
     num_rounds: int | None  # the rounds the run was started for (None: no round structure, or unknown)
     reason: str  # failed: the reason from run.log; unfinished: why it is not finished; else ""
