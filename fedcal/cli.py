@@ -243,8 +243,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(f"sweep: {len(configs)} cells over {', '.join(grid.axes) or '(no axis)'}; {jobs} parallel")
     failures = run_sweep(configs, jobs=jobs, progress=not args.no_progress, restart=args.restart)
     cells = write_results(configs, args.report, list(grid.axes))
-    shown = [c for c in [*grid.axes, "accuracy", "ece", "sece", "brier", "nll"] if c in cells.columns]
-    print(cells[shown].to_string(index=False) if not cells.empty else "(no finished cell)")
+    from fedcal.reports.sweeps import printed_cells
+
+    print(printed_cells(cells, list(grid.axes)))
     print(f"tables: {args.report}/cells.csv, {args.report}/rounds.csv")
     if args.plot_x and not cells.empty:
         from fedcal.reports import sweep_curves
