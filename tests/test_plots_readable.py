@@ -124,3 +124,29 @@ def test_the_sweep_prints_percent_like_the_tau_tables_and_says_the_sign():
     assert lines[1].split() == ["0.5", "91.23", "3.12", "+3.11", "0.1235", "0.3000"]
     assert lines[2].split() == ["2.0", "50.00", "20.00", "-15.00", "0.3000", "1.0000"]
     assert "> 0 under-confident" in lines[-1] and "percent" in lines[-1]
+
+
+def test_sweep_curves_of_a_cells_csv_read_back_warn_nothing_and_tick_the_swept_values(tmp_path, monkeypatch):
+    """cells.csv holds every config column; pandas reads it back one block per column, and adding a
+    column to such a frame raised pandas' PerformanceWarning in every sweep plot made from it."""
+    import warnings
+
+    from fedcal.config import RunConfig
+
+    base = RunConfig().to_flower()
+    rows = [{**base, "tau": t, "seed": s, "accuracy": 0.9 - 0.01 * t, "sece": 0.01 * (1 - t)}
+            for t in (0.5, 2.0, 5.0) for s in (0, 1)]
+    pd.DataFrame(rows).to_csv(tmp_path / "cells.csv", index=False)
+    cells = pd.read_csv(tmp_path / "cells.csv")
+    ticks = {}
+    real = plots._save
+
+    def spy(fig, path, note="", **kw):
+        ticks["x"] = [list(ax.get_xticks()) for ax in fig.axes]
+        return real(fig, path, note, **kw)
+
+    monkeypatch.setattr(plots, "_save", spy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.PerformanceWarning)
+        plots.sweep_curves(cells, "tau", tmp_path / "s.png")
+    assert ticks["x"] == [[0.5, 2.0, 5.0]] * 2

@@ -278,6 +278,8 @@ def defense_plot(table: pd.DataFrame, path: str | Path) -> Path:
 def audit_plot(run_dir: str | Path, path: str | Path, kappa: float | None = None) -> Path:
     """CalGuard's audit of one run: every reply's robust score per round, attackers (known to the
     simulation, not to the server) in red, the ±κ thresholds dashed, dropped replies as crosses."""
+    from matplotlib.ticker import MaxNLocator
+
     from fedcal.reports.plots import _save, plt
 
     cfg = load_config(run_dir)
@@ -298,9 +300,10 @@ def audit_plot(run_dir: str | Path, path: str | Path, kappa: float | None = None
     for s in (-kappa, kappa):
         axes[0].axhline(s, color="black", ls="--", lw=0.8)
     axes[1].set_xlabel("round")
+    axes[1].xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
     what = "benign" if cfg.attack == "none" else f"TSA τ={cfg.tau:g}"
     axes[0].set_title(f"CalGuard audit ({cfg.calguard_mode}): {cfg.dataset}, {what}, seed {cfg.seed}")
-    axes[0].legend(fontsize=6, ncol=2)
+    axes[0].legend(fontsize=8, ncol=2)
     return _save(fig, path)
 
 

@@ -256,7 +256,11 @@ def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None 
     mean over the seeds of its cells — never over other settings."""
     from fedcal.reports.groups import frame_config_labels
 
-    cells = cells.assign(_config=frame_config_labels(cells, [x, *([hue] if hue else [])]))
+    labels = frame_config_labels(cells, [x, *([hue] if hue else [])])
+    # the columns plotted only, as one new frame: a cells.csv read back holds 200+ config columns,
+    # one block each, and adding a column to it is what pandas' PerformanceWarning is about
+    cells = cells[list(dict.fromkeys([x, *([hue] if hue else []), *metric_names]))].copy()
+    cells["_config"] = labels
     fig, axes = plt.subplots(1, len(metric_names), figsize=(4.6 * len(metric_names), 3.5), squeeze=False)
     by = [hue, "_config"] if hue else ["_config"]
     groups = list(cells.groupby(by, sort=True))
@@ -271,8 +275,9 @@ def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None 
         values = pd.to_numeric(cells[x], errors="coerce")
         if values.notna().all() and values.min() > 0 and values.max() / values.min() > 10:
             ax.set_xscale("log")  # Dirichlet α 0.1–10, τ 1–20: a linear axis crowds the small values
-            ax.set_xticks(sorted(values.unique()), [f"{v:g}" for v in sorted(values.unique())])
             ax.minorticks_off()
+        if values.notna().all() and values.nunique() <= 12:  # tick the values swept, not values never run
+            ax.set_xticks(sorted(values.unique()), [f"{v:g}" for v in sorted(values.unique())])
         if name == "sece":
             ax.axhline(0, color="black", lw=0.8)
         if labelled:
