@@ -15,6 +15,19 @@ from fedcal.reports import plots
 from fedcal.reports.defense import defense_plot
 
 
+def spy_savefig(monkeypatch, record):
+    """Call ``record(fig)`` on every figure as it is saved (whatever path the plot takes to savefig)."""
+    from matplotlib.figure import Figure
+
+    real = Figure.savefig
+
+    def savefig(fig, *args, **kwargs):
+        record(fig)
+        return real(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+
+
 def _bins(acc, conf, count):
     n = len(acc)
     edges = np.linspace(0, 1, n + 1)
@@ -53,14 +66,8 @@ def test_reliability_panel_shows_accuracy_whole_in_under_confident_bins():
 
 
 def test_every_figure_showing_sece_says_which_sign_is_under_confident(tmp_path, monkeypatch):
-    seen = {}
-    real = plots._save
-
-    def spy(fig, path, note="", **kw):
-        seen[str(path).rsplit("/", 1)[-1]] = [t.get_text() for t in fig.texts] + [note]
-        return real(fig, path, note, **kw)
-
-    monkeypatch.setattr(plots, "_save", spy)
+    seen = []
+    spy_savefig(monkeypatch, lambda fig: seen.append(" ".join(t.get_text() for t in fig.texts)))
     bins = _bins([0.2, 0.9], [0.4, 0.6], [30, 70])
     plots.reliability_grid([("a", bins), ("b", bins)], tmp_path / "rel.png")
     traj = pd.DataFrame({"tau": [1.0] * 4, "metric": ["accuracy", "accuracy", "sece", "sece"], "round": [0, 1, 0, 1],
@@ -69,39 +76,32 @@ def test_every_figure_showing_sece_says_which_sign_is_under_confident(tmp_path, 
     table = pd.DataFrame({"strategy": ["fedavg", "fedavg"], "tau": [1.0, 5.0], "accuracy_%": [90, 80],
                           "sece_%": [0, 3]})
     plots.defense_bars(table, tmp_path / "bars.png")
-    for name in ("rel.png", "traj.png", "bars.png"):
-        assert any("> 0 under-confident" in t for t in seen[name]), name
+    assert len(seen) == 3
+    for name, text in zip(("rel.png", "traj.png", "bars.png"), seen):
+        assert "> 0 under-confident" in text, name
         assert (tmp_path / name).exists()
 
 
 def test_trajectory_round_ticks_are_integers(tmp_path, monkeypatch):
-    ticks = {}
-    real = plots._save
+    ticks = []
 
-    def spy(fig, path, note="", **kw):
+    def record(fig):
         fig.canvas.draw()
-        ticks["x"] = [t for ax in fig.axes for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
-        return real(fig, path, note, **kw)
+        ticks.extend(t for ax in fig.axes for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1])
 
-    monkeypatch.setattr(plots, "_save", spy)
+    spy_savefig(monkeypatch, record)
     traj = pd.DataFrame({"tau": 1.0, "metric": "accuracy", "round": [0, 1, 2, 3], "mean": [0.1, 0.2, 0.3, 0.4],
                          "std": 0.0, "runs": 1})
     plots.trajectories(traj, "tau", tmp_path / "t.png")  # 4 rounds: matplotlib alone ticks 0, 0.5, 1, …
-    assert ticks["x"] and all(float(t).is_integer() for t in ticks["x"])
+    assert ticks and all(float(t).is_integer() for t in ticks)
 
 
 def test_defense_plot_draws_no_line_through_a_tau_that_was_never_run(tmp_path, monkeypatch):
     """CalGuard was run at τ = 0.2 and 5 only (no benign CalGuard run): its line must break at τ = 1,
     where only FedAvg was run, not join 0.2 to 5 through it."""
     lines = {}
-    real = plots._save
-
-    def spy(fig, path, note="", **kw):
-        for line in fig.axes[0].get_lines():
-            lines[line.get_label()] = (list(line.get_xdata()), list(line.get_ydata()))
-        return real(fig, path, note, **kw)
-
-    monkeypatch.setattr(plots, "_save", spy)
+    spy_savefig(monkeypatch, lambda fig: lines.update(
+        {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in fig.axes[0].get_lines()}))
     rows = [("fedavg", 0.2, 3.0), ("fedavg", 1.0, 0.5), ("fedavg", 5.0, -4.0),
             ("calguard", 0.2, 1.0), ("calguard", 5.0, -1.0)]
     table = pd.DataFrame([{"strategy": s, "tau": t, "sece": v, "dataset": "mnist", "dirichlet_alpha": 0.5,
@@ -139,13 +139,7 @@ def test_sweep_curves_of_a_cells_csv_read_back_warn_nothing_and_tick_the_swept_v
     pd.DataFrame(rows).to_csv(tmp_path / "cells.csv", index=False)
     cells = pd.read_csv(tmp_path / "cells.csv")
     ticks = {}
-    real = plots._save
-
-    def spy(fig, path, note="", **kw):
-        ticks["x"] = [list(ax.get_xticks()) for ax in fig.axes]
-        return real(fig, path, note, **kw)
-
-    monkeypatch.setattr(plots, "_save", spy)
+    spy_savefig(monkeypatch, lambda fig: ticks.update(x=[list(ax.get_xticks()) for ax in fig.axes]))
     with warnings.catch_warnings():
         warnings.simplefilter("error", pd.errors.PerformanceWarning)
         plots.sweep_curves(cells, "tau", tmp_path / "s.png")

@@ -52,7 +52,7 @@ def test_tracker_is_an_execution_key_that_changes_no_hash(tmp_path):
 
 
 @needs_tensorboard
-@pytest.mark.parametrize("engine", ["inprocess", "batched"])
+@pytest.mark.parametrize("engine", ["inprocess", "batched", pytest.param("ray", marks=pytest.mark.slow)])
 def test_tensorboard_events_equal_metrics_csv(tmp_path, engine):
     from fedcal.app.engine import simulate
 
