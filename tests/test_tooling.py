@@ -204,3 +204,21 @@ def test_demo_report_and_sweep_print_no_performance_or_future_warning(tmp_path, 
                            "output-dir=sweep/runs", "--report", "sweep", "--no-progress", "--plot-x", "tau"],
                           tmp_path, monkeypatch)
     assert rc == 0 and noise == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("shutil").which("flwr") is None, reason="flwr CLI not on PATH")
+@pytest.mark.skipif(__import__("importlib").util.find_spec("tensorboard") is None, reason="tensorboard not installed")
+def test_flwr_run_log_has_no_future_warning_and_streams_to_tensorboard(tmp_path):
+    """`flwr run .`: Ray starts in Flower's simulation process after it loaded fedcal's ClientApp, so
+    no FutureWarning in the streamed log; the run's rounds reach TensorBoard through the run store."""
+    from tests.test_flwr_run import _flwr_run
+    from tests.test_tracking import metrics_table, tensorboard_scalars
+
+    logs = {}
+    run_dir = _flwr_run(tmp_path, "dataset='digits' num-clients=4 clients-per-round=2 num-rounds=2 tracker='tensorboard'",
+                        4, _capture=logs)
+    assert "FutureWarning" not in logs["streamed"]
+    got = tensorboard_scalars(run_dir).set_index(["round", "metric"])["value"].sort_index()
+    want = metrics_table(run_dir)
+    assert list(got.index) == list(want.index)
