@@ -44,10 +44,36 @@ DEMO_PRESET = {
 
 
 def _overrides(args: argparse.Namespace) -> dict:
-    items = list(args.overrides or [])
+    """The run-config overrides of a command: ``-c`` TOML files first, then the ``key=value``
+    arguments and ``-c "k=v ..."`` strings, later ones winning."""
+    items, files = list(args.overrides or []), {}
     for text in args.run_config or []:
-        items += shlex.split(text)
-    return dict(parse_override(t) for t in items)
+        if text.strip().endswith(".toml"):  # a file, as `flwr run --run-config f.toml` takes it
+            files.update(read_overrides_file(text.strip()))
+        else:
+            items += shlex.split(text)
+    return {**files, **dict(parse_override(t) for t in items)}
+
+
+def read_overrides_file(path: str | Path) -> dict[str, Any]:
+    """Run-config overrides from a flat TOML file (``tau = 5`` per line, kebab-case keys): the
+    file ``flwr run --run-config f.toml`` accepts. A nested table would become a dotted key in
+    Flower (no fedcal key has a dot), so it is refused here with one line naming it; unknown keys
+    are refused later, with the closest valid ones, by :meth:`RunConfig.from_flower`."""
+    import tomllib
+
+    p = Path(path).expanduser()
+    try:
+        data = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"-c {str(path)!r}: no such file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"-c {str(path)!r}: not a TOML file ({exc})") from None
+    for key, value in data.items():
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"-c {str(path)!r}: key {key!r} is a table or list; an overrides file is flat "
+                              "`key = value` lines (a sweep's axes go in its grid file: fedcal sweep grid.toml)")
+    return data
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -102,7 +128,9 @@ KEYS_EPILOG = "run-config keys, their defaults and ranges: fedcal run --help"
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value",
                    help="run-config overrides, TOML values (tau=5 coupled=false); before or after the options")
-    p.add_argument("-c", "--run-config", action="append", help='overrides as one string, e.g. "tau=5 seed=1"')
+    p.add_argument("-c", "--run-config", action="append", metavar="FILE.toml|STRING",
+                   help='overrides from a flat TOML file (as flwr run --run-config takes it; key=value arguments '
+                        'win over it) or as one string, e.g. "tau=5 seed=1"; repeatable')
     p.add_argument("--force", action="store_true", help="re-run even if an identical finished run exists")
     p.add_argument("--restart", action="store_true",
                    help="start unfinished runs over from round 0 instead of resuming them from their last checkpoint")
@@ -215,8 +243,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(f"sweep: {len(configs)} cells over {', '.join(grid.axes) or '(no axis)'}; {jobs} parallel")
     failures = run_sweep(configs, jobs=jobs, progress=not args.no_progress, restart=args.restart)
     cells = write_results(configs, args.report, list(grid.axes))
-    shown = [c for c in [*grid.axes, "accuracy", "ece", "sece", "brier", "nll"] if c in cells.columns]
-    print(cells[shown].to_string(index=False) if not cells.empty else "(no finished cell)")
+    from fedcal.reports.sweeps import printed_cells
+
+    print(printed_cells(cells, list(grid.axes)))
     print(f"tables: {args.report}/cells.csv, {args.report}/rounds.csv")
     if args.plot_x and not cells.empty:
         from fedcal.reports import sweep_curves
@@ -730,15 +759,41 @@ def _add_case_study_options(p: argparse.ArgumentParser, taus: str, report: str) 
     p.add_argument("--report", default=report, help="folder for the runs, tables and plots")
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _add_logging_options(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
+    """``--quiet`` / ``--log-level``, global options accepted before or after the command (a
+    command's copy has no default, so it never overwrites the value given before the command)."""
+    default = argparse.SUPPRESS if sub else None
+    p.add_argument("--log-level", choices=LOG_LEVELS, default=default if sub else "warning", type=str.lower,
+                   help="fedcal's messages on stderr from this level on; debug also shows Flower's and Ray's logs")
+    p.add_argument("-q", "--quiet", action="store_true", default=default if sub else False,
+                   help="errors only, no progress bars (tables and the paths written are still printed)")
+
+
+def _apply_logging_options(args: argparse.Namespace, logger: logging.Logger, handler: logging.Handler) -> None:
+    level = "error" if args.quiet else args.log_level
+    logger.setLevel(level.upper())
+    handler.setLevel(level.upper())
+    if args.quiet and hasattr(args, "no_progress"):
+        args.no_progress = True
+    if level == "debug" and hasattr(args, "verbose"):
+        args.verbose = True
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedcal", description=__doc__, formatter_class=_HelpFormatter)
     parser.add_argument("--version", action="version", version=f"fedcal {__version__}",
                         help="print fedcal's version and exit")
+    _add_logging_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     def add(name: str, help: str, **kwargs: Any) -> argparse.ArgumentParser:
         kwargs.setdefault("description", help[0].upper() + help[1:] + ".")
-        return sub.add_parser(name, help=help, formatter_class=_HelpFormatter, **kwargs)
+        p = sub.add_parser(name, help=help, formatter_class=_HelpFormatter, **kwargs)
+        _add_logging_options(p, sub=True)
+        return p
 
     p = add("run", "run one Flower simulation", epilog=run_config_help())
     _add_common(p)
@@ -938,6 +993,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.addHandler(handler)
     try:
         args = build_parser().parse_args(argv)
+        _apply_logging_options(args, logger, handler)
         for option in ("out", "report", "output"):  # every command's output folder, checked before it runs
             if isinstance(getattr(args, option, None), str):
                 _folder(getattr(args, option), f"--{option}")
@@ -957,6 +1013,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_TERMINATED
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
 
 
 if __name__ == "__main__":

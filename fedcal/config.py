@@ -37,8 +37,9 @@ STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "trimmed_mean", "me
 CALGUARD_MODES = ("filter", "audit")  # fedcal.calguard.CALGUARD_MODES (a test keeps them equal)
 CALGUARD_SIGNALS = ("ratio", "scale")  # fedcal.strategies.calguard.SEQUENTIAL_SIGNALS (a test keeps them equal)
 CALGUARD_MIN_ROOT = 20  # fedcal.calguard.MIN_ROOT_SIZE
-DEVICES = ("auto", "cpu", "cuda")
+DEVICES = ("auto", "cpu", "cuda")  # the common values; `device` takes any torch device string (_device)
 ENGINES = ("ray", "inprocess", "batched")
+TRACKERS = ("none", "tensorboard", "mlflow", "wandb")  # fedcal.tracking.TRACKERS (a test keeps them equal)
 TASKS = ("train", "inference", "distill", "lm", "detect")
 # Old names of tasks, accepted and normalised: run directories written before the rename say "tsa".
 LEGACY_TASKS = {"tsa": "train"}
@@ -239,7 +240,8 @@ class RunConfig:
     foolsgold_kappa: float = setting(1.0, "defense", "FoolsGold: logit confidence kappa", gt=0, finite=True)
     eval_batch_size: int = setting(1000, "execution", "batch size of the central evaluation", ge=1)
     eval_every: int = setting(1, "train", "central evaluation every k rounds (always round 0 and the last)", ge=1)
-    device: str = setting("auto", "execution", "auto = CUDA if present", choices=DEVICES)
+    device: str = setting("auto", "execution", "auto = CUDA if present, else CPU; or any torch device string: cpu, "
+                                               "cuda, cuda:1, mps (docs/configuration.md: GPUs and Ray)")
     engine: str = setting("ray", "execution", "ray: Flower's Simulation Engine; inprocess: the same apps, no Ray; "
                                                "batched: train runs of one architecture as one torch.func computation",
                           choices=ENGINES)
@@ -537,6 +539,12 @@ class RunConfig:
                                                 "class (max class probability, transformers' DETR post-processing); "
                                                 "every run also records both", choices=("object", "class"),
                             hash_when_set=True)
+    # --- experiment tracking (issue 34 §5): an execution key, so no run's hash changes ---
+    tracker: str = setting("none", "execution", "stream every round's metrics and the run config to a tracker as the "
+                                                "run goes: tensorboard (event files in the run directory), mlflow "
+                                                "(a file store in the run directory), wandb (offline unless "
+                                                "WANDB_MODE says otherwise); pip install 'fedcal[track]'",
+                           choices=TRACKERS)
 
     def __post_init__(self) -> None:
         if self.task in LEGACY_TASKS:  # old run directories' config.json say task = "tsa"
@@ -559,7 +567,7 @@ class RunConfig:
             raise ConfigError(
                 f"unknown run-config key {unknown[0]!r}"
                 + (f" (and {unknown[1:]})" if len(unknown) > 1 else "")
-                + f"; known keys: {', '.join(sorted(known))}"
+                + _did_you_mean(unknown[0], known)
             )
         values = {}
         for k, v in raw.items():
@@ -778,10 +786,32 @@ def _distill_backbone(c: RunConfig) -> None:
            "must be one word other than dst-trigger (or empty: no control)")
 
 
+def _device(c: RunConfig) -> None:
+    """``device`` is ``auto`` or a string ``torch.device`` parses (``cuda:1``, ``mps``). Whether
+    that device exists is checked where the run starts (:func:`fedcal.train.resolve_device`): the
+    machine that parses a config is not always the one that trains."""
+    if c.device == "auto":
+        return
+    import torch  # lazily: only a config naming a device pays for torch here
+
+    try:
+        device = torch.device(c.device)
+    except (RuntimeError, ValueError) as exc:
+        raise ConfigError(f"run-config key 'device': {c.device!r} is not a torch device string "
+                          f"(auto, cpu, cuda, cuda:1, mps, ...): {str(exc).splitlines()[0]}") from None
+    # Ray gives a client with client-gpus > 0 its own CUDA_VISIBLE_DEVICES: inside it, its GPU is
+    # cuda:0 (ceil(client-gpus) of them), whatever its number on the machine
+    seen = max(1, math.ceil(c.client_gpus))
+    if c.engine == "ray" and c.client_gpus > 0 and device.type == "cuda" and (device.index or 0) >= seen:
+        raise ConfigError(f"run-config key 'device': {c.device!r} with engine=ray and client-gpus={c.client_gpus:g}: "
+                          f"Ray shows each client only its own GPU(s), as cuda:0..cuda:{seen - 1}; use device=cuda "
+                          "and choose the machine's GPUs with CUDA_VISIBLE_DEVICES (docs/configuration.md)")
+
+
 # Rules that involve several keys, checked in this order after every field's own range.
 _CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _round_size, _local_work, _patient_partition, _lm, _defense_parameters, _inference_f, _inference_attacks, _amplification_curve, _adversarial_training,
-    _distill_ranks, _lora_targets, _distill_target, _distill_backbone, _distill_replies, _detr_width, _run_name)
+    _distill_ranks, _lora_targets, _distill_target, _distill_backbone, _distill_replies, _detr_width, _run_name, _device)
 
 
 # ---------------------------------------------------------------------- description
@@ -822,6 +852,17 @@ def _type_name(typ: Any) -> str:
 
 
 # ---------------------------------------------------------------------- parsing values
+def _did_you_mean(key: str, known: Any) -> str:
+    """``; did you mean 'a', 'b'?`` for the valid keys closest to a mistyped ``key`` (difflib's
+    ratio), or a pointer to the list: ~200 keys in one line are read by nobody."""
+    import difflib
+
+    close = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
+    if close:
+        return "; did you mean " + ", ".join(repr(k) for k in close) + "? (fedcal run --help lists every key)"
+    return "; fedcal run --help lists every key"
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """Parse one ``key=value`` override; values are TOML (``tau=5``, ``coupled=false``).
 

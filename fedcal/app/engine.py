@@ -122,6 +122,17 @@ def backend_config(cfg: RunConfig) -> dict:
     }
 
 
+def check_run_start(cfg: RunConfig) -> None:
+    """What only the machine that runs ``cfg`` can check, before any engine starts: its device
+    exists here (``device=cuda:1`` on a machine with one GPU) and its tracker's package is
+    installed. Each fails with one line naming the key."""
+    from fedcal.tracking import check_tracker
+    from fedcal.train import resolve_device
+
+    resolve_device(cfg.device)
+    check_tracker(cfg.tracker)
+
+
 def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, force: bool = False,
              desc: str | None = None, restart: bool = False) -> Path:
     """Run ``cfg`` as a Flower simulation of its task (``task``: federated training, robust
@@ -152,6 +163,7 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
                         "for it to end or stop it — one writer at a time")
     if restart:
         store.discard()
+    check_run_start(cfg)
     if cfg.task in ("train", "inference"):  # the image tasks: fail fast (naming the key) before Ray starts
         load_dataset(cfg.dataset, cfg.data_dir)
     rounds = get_task(cfg.task).rounds(cfg)

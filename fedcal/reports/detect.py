@@ -122,6 +122,7 @@ def detect_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.
     matplotlib.use("Agg")
     import matplotlib.patches as patches
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     from fedcal.reports.plots import reliability_grid
 
@@ -216,6 +217,7 @@ def detect_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.
             for line, g in rounds[rounds["metric"] == metric].groupby("line", sort=True):
                 ax.plot(g["round"], g["mean"], marker="o", ms=3, label=line)
             ax.set(xlabel="round", ylabel=_LABELS[metric])
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
         axes[0].legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(out / "curves.png", dpi=120)
