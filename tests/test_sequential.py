@@ -462,6 +462,31 @@ def test_the_defense_table_keeps_calguard_with_and_without_the_sequential_test_a
     assert "| ratio |" in md and "| scale |" in md  # a word-valued setting is shown as it is
 
 
+def test_the_worst_case_line_names_the_duty_share_and_the_sequential_test():
+    """The defense table's closing line names the row with the largest |Δ sECE| against CalGuard:
+    a duty-cycled or sequential row must not read as the plain attack; a plain row reads as before."""
+    import pandas as pd
+
+    from fedcal.reports.defense import summarise, worst_lines
+
+    def row(strategy, tau, seed, sece, duty=1.0, cusum=False):
+        return {"dataset": "mnist", "strategy": strategy, "tau": tau, "attacker_ratio": np.nan if tau == 1 else 0.25,
+                "dirichlet_alpha": 1.0, "tsa_step_frac": 1.0, "tsa_blend": 1.0, "tsa_duty": duty, "seed": seed,
+                "accuracy": 0.9, "ece": abs(sece), "sece": sece, "detection": np.nan if tau == 1 else 0.5,
+                "false_positive": 0.01, "calguard_cusum": cusum if strategy == "calguard" else np.nan}
+
+    ref = [row("fedavg", 1.0, s, 0.02) for s in (0, 1)]
+    plain = summarise(pd.DataFrame(ref + [row("calguard", 0.2, s, 0.05) for s in (0, 1)]
+                                   + [row("calguard", 0.2, s, 0.03, cusum=True) for s in (0, 1)]))
+    assert worst_lines(plain) == ["- mnist: the largest |Δ sECE| any attack setting above reaches against CalGuard is "
+                                  "+3.00 points (τ = 0.2, step share 1, blend 1, attackers 0.25, α = 1), with 50.0 % "
+                                  "of its replies flagged"]
+    duty = summarise(pd.DataFrame(ref + [row("calguard", 0.2, s, 0.03, cusum=True) for s in (0, 1)]
+                                  + [row("calguard", 0.2, s, 0.045, duty=0.25, cusum=True) for s in (0, 1)]))
+    (line,) = worst_lines(duty)
+    assert "+2.50 points (τ = 0.2, step share 1, blend 1, duty 0.25, with the sequential test, attackers 0.25" in line
+
+
 def test_a_flower_run_with_the_sequential_test_drops_the_alarmed_clients_and_records_its_statistics(tmp_path):
     """digits, τ = 0.2 attackers, thresholds low enough to alarm within a few rounds: the run's
     aggregation.csv carries each reply's CUSUMs, and every reply of an alarmed client from its
