@@ -1,4 +1,4 @@
-"""Wall-clock seconds each run's rounds took, from the run store (``round_seconds`` in metrics.csv).
+"""Wall-clock seconds each run's rounds took, from the run store (``round_seconds`` in timings.csv).
 
     python docs/tools/run_seconds.py runs/distill-minilm-first/* > docs/results/distill-minilm-first/seconds.md
     python docs/tools/run_seconds.py --by dst-method runs/distill-minilm-sentiment/* > seconds-by-method.md
@@ -20,7 +20,7 @@ import pandas as pd
 
 def main(argv: list[str]) -> int:
     from fedcal.reports.markdown import markdown_table
-    from fedcal.results import load_metrics
+    from fedcal.results import load_metrics, load_timings
 
     by = None
     if argv[:1] == ["--by"]:
@@ -28,7 +28,8 @@ def main(argv: list[str]) -> int:
     rows = []
     for d in argv:
         m = load_metrics(d)
-        sec = m[m["metric"] == "round_seconds"].set_index("round")["value"] if not m.empty else pd.Series(dtype=float)
+        t = load_timings(d)  # round_seconds left metrics.csv for timings.csv; older runs' come from metrics.csv
+        sec = t[t["metric"] == "round_seconds"].set_index("round")["value"] if not t.empty else pd.Series(dtype=float)
         if sec.empty:
             continue
         rows.append({"run": m["run_id"].iloc[0], **({by: m[by].iloc[0]} if by else {}), "rounds": int(sec.index.max()),
