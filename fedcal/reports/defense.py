@@ -322,14 +322,7 @@ def defense_report(run_dirs: Sequence[str | Path], out: str | Path, title: str =
     md = to_markdown(table, title)
     if table[CHANCE].any():
         md += "\n" + footnote([cfg_chance(load_config(d)) for d in dict.fromkeys(rows["run_dir"])])
-    adaptive = table[(table["strategy"] == "calguard") & (table["tau"] != 1.0)]
-    lines = []
-    for ds, g in adaptive.dropna(subset=["d_sece"]).groupby("dataset", sort=False):
-        worst = g.loc[g["d_sece"].abs().idxmax()]
-        lines.append(f"- {ds}: the largest |Δ sECE| any attack setting above reaches against CalGuard is "
-                     f"{worst['d_sece']:+.2f} points (τ = {worst['tau']:g}, step share {worst['tsa_step_frac']:g}, "
-                     f"blend {worst['tsa_blend']:g}, attackers {worst['attacker_ratio']:g}, "
-                     f"α = {worst['dirichlet_alpha']:g}), with {100 * worst['detection']:.1f} % of its replies flagged")
+    lines = worst_lines(table)
     md += ("\n" + "\n".join(lines) + "\n") if lines else ""
     md += f"\n{UNITS_NOTE}; {SECE_SIGN}\n"
     (out / "table.md").write_text(md)
@@ -337,6 +330,26 @@ def defense_report(run_dirs: Sequence[str | Path], out: str | Path, title: str =
     for tau, run_dir in audit_runs(rows).items():
         audit_plot(run_dir, out / f"audit-tau{tau:g}.png")
     return md
+
+
+def worst_lines(table: pd.DataFrame) -> list[str]:
+    """One line per dataset: the attacked CalGuard row of :func:`summarise` with the largest
+    |Δ sECE|, named by its setting. The duty share and the sequential test are named only where
+    they are not the defaults (duty 1, ``calguard-cusum=false``), so that an adaptive or sequential
+    row is never read as the plain attack, and the lines of tables without them stay as they were."""
+    adaptive = table[(table["strategy"] == "calguard") & (table["tau"] != 1.0)]
+    lines = []
+    for ds, g in adaptive.dropna(subset=["d_sece"]).groupby("dataset", sort=False):
+        worst = g.loc[g["d_sece"].abs().idxmax()]
+        duty = worst.get("tsa_duty", 1.0)
+        extra = "" if pd.isna(duty) or duty == 1.0 else f", duty {duty:g}"
+        seq = worst.get("calguard_cusum", np.nan)
+        extra += ", with the sequential test" if not pd.isna(seq) and bool(seq) else ""
+        lines.append(f"- {ds}: the largest |Δ sECE| any attack setting above reaches against CalGuard is "
+                     f"{worst['d_sece']:+.2f} points (τ = {worst['tau']:g}, step share {worst['tsa_step_frac']:g}, "
+                     f"blend {worst['tsa_blend']:g}{extra}, attackers {worst['attacker_ratio']:g}, "
+                     f"α = {worst['dirichlet_alpha']:g}), with {100 * worst['detection']:.1f} % of its replies flagged")
+    return lines
 
 
 def audit_runs(rows: pd.DataFrame) -> dict[float, str]:
