@@ -71,6 +71,7 @@ def _cells(configs) -> pd.DataFrame:
     return cells.sort_values(["tau", "seed"]).reset_index(drop=True)
 
 
+@pytest.mark.slow
 def test_sweep_on_a_cluster_ships_runs_back_and_equals_local_processes(tmp_path, cluster):
     """Four cells as Ray tasks on two nodes, with no shared filesystem assumed (every run directory
     shipped back to the driver): every cell finishes, on both nodes, with the metrics the same
@@ -121,19 +122,36 @@ def test_cli_sweep_with_cluster_writes_in_place_on_a_shared_store(tmp_path, clus
 
 @pytest.mark.slow
 def test_a_node_dying_mid_sweep_loses_no_finished_cell(tmp_path, cluster, capsys):
-    """A worker node removed while cells run: cells finished before stay finished and untouched,
-    no unfinished cell is reported, and Ray's retry (on the surviving node) completes the grid."""
+    """A worker node removed while it runs a cell, after another cell finished: the finished cells
+    stay finished and untouched, no unfinished cell is reported, and Ray's retry (on the surviving
+    node) runs the lost cell again (from its last checkpoint, if it had one) and completes the grid."""
+    import psutil
+
     configs = _grid(tmp_path / "runs", seeds=(0, 1, 2), taus=(0.5, 2.0))
     configs = [c.replace(num_rounds=6, checkpoint_every=2) for c in configs]
     dirs = [run_dir_for(c.replace(output_dir=str(Path(c.output_dir).absolute()))) for c in configs]
     victim = cluster.workers[0]
     seen: dict[Path, int] = {}
 
+    raylet = psutil.Process(victim.all_processes["raylet"][0].process.pid)
+
+    def running_on_victim() -> bool:
+        """An unfinished cell whose current attempt's pid (run.log) is a worker of the victim's raylet."""
+        workers = {p.pid for p in raylet.children(recursive=True)}
+        for d in dirs:
+            log = d / "run.log"
+            if is_finished(d) or not log.exists():
+                continue
+            last = [line for line in log.read_text().splitlines() if " started" in line or " resumed" in line]
+            if last and int(last[-1].rsplit("pid ", 1)[1].split()[0]) in workers:
+                return True
+        return False
+
     def kill_when_one_is_done():
         deadline = time.time() + 120
         while time.time() < deadline:
             done = [d for d in dirs if is_finished(d)]
-            if done:
+            if done and running_on_victim():
                 for d in done:
                     seen[d] = (d / "metrics.csv").stat().st_mtime_ns
                 cluster.remove_node(victim, allow_graceful=False)
@@ -150,10 +168,17 @@ def test_a_node_dying_mid_sweep_loses_no_finished_cell(tmp_path, cluster, capsys
     for d, stamp in seen.items():  # finished before the node died: not re-run, not rewritten
         assert (d / "metrics.csv").stat().st_mtime_ns == stamp
     survivor = cluster.workers[1].node_id
-    # every cell that ended after the node died ran on the survivor
-    late = [p for p in placement_table(dirs) if p["run"] not in {d.name for d in seen}]
-    assert late and {p["ray_node_id"] for p in late} <= {survivor, victim.node_id}
+    # the retried cells' last attempt ran on the survivor
     assert all(run_status(d).finished for d in dirs)
+    # the cell the dead node was running was run again by Ray's retry: its run.log has two attempts
+    attempts = {d: [line for line in (d / "run.log").read_text().splitlines() if " started" in line or " resumed" in line]
+                for d in dirs}
+    retried = {d: lines for d, lines in attempts.items() if len(lines) > 1}
+    assert retried, attempts
+    last = {p["run"]: p["ray_node_id"] for p in placement_table(dirs)}
+    assert {last[d.name] for d in retried} == {survivor}
+    for d, lines in retried.items():
+        print(f"{d.name}:\n  " + "\n  ".join((d / "run.log").read_text().splitlines()))
     cells = _cells(configs)
     assert len(cells) == 6 and cells[METRICS].notna().all().all()
 

@@ -298,6 +298,7 @@ def run_cells(jobs: list[tuple[str, Any]], spec: ClusterSpec, on_result: Callabl
     from fedcal.config import RunConfig
     from fedcal.results import RunLocked, RunStore, run_dir_for
 
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # silence a Ray FutureWarning
     own = not ray.is_initialized()
     if own:
         ray.init(address=spec.address, logging_level="ERROR", log_to_driver=progress)
