@@ -282,3 +282,42 @@ def test_cluster_options_fail_fast(tmp_path, capsys):
     code = cli_main(["sweep", "--cluster", "auto", "--cell-gpus", "-1", "--no-progress", "dataset=synthetic",
                      f"output-dir={tmp_path}", "--report", str(tmp_path / "rep")])
     assert code == 2 and "--cell-gpus" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("flwr") is None, reason="flwr CLI not on PATH")
+def test_flwr_run_against_a_simulation_superlink_on_a_ray_head(tmp_path, cluster, monkeypatch):
+    """Flower's own route (docs/cluster.md): `flower-superlink --simulation` started on the Ray
+    head's machine with RAY_ADDRESS, a remote federation in $FLWR_HOME/config.toml (its
+    simulation options: num-supernodes, CPUs per client), `flwr run . <federation>`; the
+    simulation attaches to the cluster and its clients' replies come from both worker nodes."""
+    from tests.deploy_harness import (Deployment, flwr_cli, free_port, superlink_cmd, tail,
+                                      wait_for_port)
+
+    monkeypatch.setenv("RAY_ADDRESS", cluster.address)
+    port = free_port()
+    dep = Deployment(tmp_path)
+    out = tmp_path / "runs"
+    try:
+        link = dep.start("superlink", [*superlink_cmd(port), "--simulation"], tmp_path / "home-superlink")
+        wait_for_port(port, link, 90, dep)
+        home = tmp_path / "home-cli"
+        home.mkdir()
+        (home / "config.toml").write_text(
+            '[superlink]\ndefault = "ray-head"\n\n[superlink.ray-head]\n'
+            f'address = "127.0.0.1:{port}"\ninsecure = true\n'
+            'options.num-supernodes = 4\noptions.backend.client-resources.num-cpus = 1\n')
+        cfg = " ".join(f"{k.replace('_', '-')}={v!r}" if isinstance(v, str) else f"{k.replace('_', '-')}={v}"
+                       for k, v in BASE.items() if k != "engine")
+        done = flwr_cli(["run", ".", "ray-head", "--stream", "--run-config",
+                         f"{cfg} clients-per-round=4 output-dir='{out}' run-name='flwr-route'"],
+                        home, Path(__file__).resolve().parents[1], timeout=400)
+        context = f"rc={done.returncode}\n{done.stdout[-3000:]}{done.stderr[-3000:]}\n{dep.logs()}"
+        run_dir = out / "flwr-route"
+        assert (run_dir / "DONE").exists(), context
+        placed = pd.read_csv(run_dir / PLACEMENT_FILE)
+        train = placed[placed["message_type"] == "train"]
+        assert len(train) == 2 * 4, context
+        assert set(train["ray_node_id"]) == {n.node_id for n in cluster.workers}, context
+    finally:
+        dep.stop()

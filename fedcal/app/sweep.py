@@ -259,7 +259,12 @@ def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True
     Before anything runs, a cell whose run directory holds a run of a different config is refused
     (:class:`fedcal.results.RunNameConflict`, naming the first such cell)."""
     if cluster is not None:
-        configs = [c.replace(output_dir=str(Path(c.output_dir).absolute())) for c in configs]
+        # a cell is a Ray task: engine=ray in it would start (and shut down) Ray inside a Ray worker,
+        # so those cells run in-process there (same hash and directory; the engines agree, docs/design.md)
+        if progress and any(c.engine == "ray" for c in configs):
+            tqdm.write("--cluster: cells with engine=ray run in-process in their Ray task (engine=inprocess)")
+        configs = [c.replace(output_dir=str(Path(c.output_dir).absolute()),
+                             engine="inprocess" if c.engine == "ray" else c.engine) for c in configs]
     for c in configs:
         check_run_dir(run_dir_for(c), c)
     todo = [c for c in configs if not RunStore(run_dir_for(c), c).is_done()]
