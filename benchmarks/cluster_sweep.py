@@ -5,7 +5,8 @@ The same grid (τ × seeds, in-process engine per cell) runs, each into a fresh 
 * ``jobs``: ``run_sweep(..., jobs=N)`` — N spawned local worker processes (the baseline);
 * ``cluster``: ``run_sweep(..., cluster=...)`` on a local Ray cluster of N worker nodes with one CPU
   each (``ray.cluster_utils.Cluster``, head without CPUs), cells written in place (the workers see
-  the driver's folder);
+  the driver's folder); each sweep connects as a new driver, as ``fedcal sweep --cluster`` does, so
+  it starts its Ray worker processes as ``--jobs`` starts its worker processes;
 * ``cluster-ship``: the same cluster, every run directory shipped back to the driver (what a
   cluster without a shared filesystem does).
 
@@ -84,6 +85,9 @@ def main() -> None:
                 t = time.perf_counter()
                 ray.get(noop.remote())
                 trips.append(time.perf_counter() - t)
+            # every cluster sweep below connects as its own driver, as `fedcal sweep --cluster` does:
+            # its Ray job starts its worker processes (imports included), as --jobs starts its workers
+            ray.shutdown()
             # the paths alternate, each run into a fresh folder, so a change in the machine's load
             # during the benchmark falls on every path alike
             for rep in range(args.repeats):
@@ -99,7 +103,8 @@ def main() -> None:
                     times[name].append(time.perf_counter() - t)
                     frames.setdefault(name, final(configs))
         finally:
-            ray.shutdown()
+            if ray.is_initialized():
+                ray.shutdown()
             cluster.shutdown()
     finally:
         shutil.rmtree(work, ignore_errors=True)

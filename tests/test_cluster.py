@@ -308,9 +308,9 @@ def test_flwr_run_against_a_simulation_superlink_on_a_ray_head(tmp_path, cluster
             f'address = "127.0.0.1:{port}"\ninsecure = true\n'
             'options.num-supernodes = 4\noptions.backend.client-resources.num-cpus = 1\n')
         cfg = " ".join(f"{k.replace('_', '-')}={v!r}" if isinstance(v, str) else f"{k.replace('_', '-')}={v}"
-                       for k, v in BASE.items() if k != "engine")
+                       for k, v in dict(BASE, clients_per_round=4).items() if k != "engine")
         done = flwr_cli(["run", ".", "ray-head", "--stream", "--run-config",
-                         f"{cfg} clients-per-round=4 output-dir='{out}' run-name='flwr-route'"],
+                         f"{cfg} output-dir='{out}' run-name='flwr-route'"],
                         home, Path(__file__).resolve().parents[1], timeout=400)
         context = f"rc={done.returncode}\n{done.stdout[-3000:]}{done.stderr[-3000:]}\n{dep.logs()}"
         run_dir = out / "flwr-route"

@@ -325,8 +325,8 @@ def run_cells(jobs: list[tuple[str, Any]], spec: ClusterSpec, on_result: Callabl
                         store = RunStore(run_dir_for(c), c)
                         store.acquire()
                         held.append(store)
-                        if not restart:
-                            seeds[str(run_dir_for(c))] = _read_tree(run_dir_for(c))
+                        # with restart too: the worker's restart keeps run.log, which then says so
+                        seeds[str(run_dir_for(c))] = _read_tree(run_dir_for(c))
             except RunLocked as exc:
                 for store in held:
                     store.release()
