@@ -227,13 +227,13 @@ def _placement() -> dict[str, Any]:
             "ip": ray.util.get_node_ip_address(), "pid": os.getpid(), "attempt_start": time.time()}
 
 
-def _cell_task(kind: str, payload: Any, seeds: dict[str, dict[str, bytes]], token: str, ship: bool,
-               threads: int) -> dict[str, Any]:
-    """One sweep job on a Ray worker (:func:`fedcal.app.sweep._run_job`). Returns the job's result,
+def _cell_task(runner: Callable[[str, Any], Any], kind: str, payload: Any, seeds: dict[str, dict[str, bytes]],
+               token: str, ship: bool, threads: int) -> dict[str, Any]:
+    """One sweep job on a Ray worker, run by ``runner`` (the sweep's :func:`fedcal.app.sweep._run_job`,
+    passed in — by reference — so this module does not import the sweep's). Returns the job's result,
     where it ran and — when shipping — every run directory's files (keyed by the driver's path)."""
     import torch
 
-    from fedcal.app.sweep import _run_job
     from fedcal.config import RunConfig
     from fedcal.results import CONFIG_FILE, run_dir_for
 
@@ -242,7 +242,7 @@ def _cell_task(kind: str, payload: Any, seeds: dict[str, dict[str, bytes]], toke
     flower_cfgs = payload if kind == "batch" else [payload[0]]
     out_dirs = {RunConfig.from_flower(c).output_dir for c in flower_cfgs}
     if not ship and all(_marker(d, token).exists() for d in out_dirs):  # the driver's store is here
-        result = _run_job(kind, payload)
+        result = runner(kind, payload)
         return {"result": result, "where": where, "files": None}
     tmp = Path(tempfile.mkdtemp(prefix="fedcal-cell-"))
     try:
@@ -253,7 +253,7 @@ def _cell_task(kind: str, payload: Any, seeds: dict[str, dict[str, bytes]], toke
             back[str(run_dir_for(here))] = str(run_dir_for(cfg))
             _write_tree(run_dir_for(here), seeds.get(str(run_dir_for(cfg)), {}))  # resume what was left
             local.append(here.to_flower())
-        result = _run_job(kind, local if kind == "batch" else (local[0], *payload[1:]))
+        result = runner(kind, local if kind == "batch" else (local[0], *payload[1:]))
         files = {}
         for here_dir, there_dir in back.items():
             tree = _read_tree(Path(here_dir))
@@ -285,12 +285,13 @@ def _install(run_dir: Path, files: dict[str, bytes]) -> None:
     _write_tree(run_dir, files, done_last=DONE_FILE)
 
 
-def run_cells(jobs: list[tuple[str, Any]], spec: ClusterSpec, on_result: Callable[[tuple[str, Any], Any], None],
-              restart: bool = False, progress: bool = False) -> None:
+def run_cells(jobs: list[tuple[str, Any]], runner: Callable[[str, Any], Any], spec: ClusterSpec,
+              on_result: Callable[[tuple[str, Any], Any], None], progress: bool = False) -> None:
     """Run sweep ``jobs`` (``("cell", (config, restart, mode))`` / ``("batch", configs)``) as Ray
-    tasks on the cluster at ``spec.address``, calling ``on_result(job, result)`` as each ends
-    (``result`` as :func:`fedcal.app.sweep._run_job` returns it, or the exception that ended the
-    task after Ray's retries). Connects to the cluster unless this process already is (and then
+    tasks on the cluster at ``spec.address``, each by ``runner(kind, payload)`` on a worker (a
+    module-level function, which Ray sends by reference), calling ``on_result(job, result)`` as
+    each ends (``result`` as ``runner`` returns it, or the exception that ended the task after Ray's
+    retries). Connects to the cluster unless this process already is (and then
     leaves the connection as it was). Ctrl-C or SIGTERM cancels every task not yet ended (a
     running cell gets KeyboardInterrupt, logs it in its ``run.log`` and releases its lock)."""
     import ray
@@ -332,7 +333,7 @@ def run_cells(jobs: list[tuple[str, Any]], spec: ClusterSpec, on_result: Callabl
                     store.release()
                 on_result(job, exc)
                 continue
-            refs[remote.remote(kind, payload, seeds, token, ship, threads)] = (job, held)
+            refs[remote.remote(runner, kind, payload, seeds, token, ship, threads)] = (job, held)
         try:
             while refs:
                 ready, _ = ray.wait(list(refs), num_returns=1)

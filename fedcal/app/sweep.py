@@ -291,7 +291,7 @@ def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True
         if cluster is not None:
             from fedcal.app.cluster import run_cells
 
-            run_cells(jobs_list, cluster, done, restart=restart, progress=progress)
+            run_cells(jobs_list, _run_job, cluster, done, progress=progress)
         elif in_process:
             for job in jobs_list:
                 done(job, _run_job(*job))
