@@ -234,7 +234,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         grid.add_axis(axis)
     configs = grid.configs(_overrides(args))
     jobs = args.jobs or 1
-    print(f"sweep: {len(configs)} cells over {', '.join(grid.axes) or '(no axis)'}; {jobs} parallel")
+    where = f"Ray tasks on {args.cluster}" if _cluster(args) else f"{jobs} parallel"
+    print(f"sweep: {len(configs)} cells over {', '.join(grid.axes) or '(no axis)'}; {where}")
     failures = run_sweep(configs, jobs=jobs, progress=not args.no_progress, restart=args.restart,
                          cluster=_cluster(args))
     cells = write_results(configs, args.report, list(grid.axes))
