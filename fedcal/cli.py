@@ -138,6 +138,27 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def _add_cluster_options(p: argparse.ArgumentParser) -> None:
+    """A grid command's cells as Ray tasks on a cluster (issue 33, docs/cluster.md)."""
+    p.add_argument("--cluster", default="", metavar="ADDRESS",
+                   help="run every cell as a Ray task on this Ray cluster (host:port, or auto = the running one)")
+    p.add_argument("--cell-cpus", type=float, default=1.0, help="with --cluster: Ray CPUs per cell")
+    p.add_argument("--cell-gpus", type=float, default=0.0, help="with --cluster: GPUs per cell (0.25: four share one)")
+    p.add_argument("--cell-retries", type=int, default=3, help="with --cluster: re-runs of a cell whose node died")
+
+
+def _cluster(args: argparse.Namespace):
+    """The ``--cluster`` options as a :class:`fedcal.app.cluster.ClusterSpec`, or None."""
+    if not getattr(args, "cluster", ""):
+        return None
+    from fedcal.app.cluster import ClusterSpec
+
+    try:
+        return ClusterSpec(args.cluster, args.cell_cpus, args.cell_gpus, args.cell_retries)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _parse_taus(text: str) -> list[float]:
     try:
         return [float(t) for t in text.split(",") if t.strip()]
@@ -188,10 +209,11 @@ def _tau_report(args: argparse.Namespace, base: RunConfig, taus: list[float], ou
 
     configs = tau_configs(base, taus, strategies)
     _check_run_dirs(configs)  # every cell, before the first one runs
-    if getattr(args, "jobs", 0) > 1:  # run the cells in parallel first; the report then skips them
+    if getattr(args, "jobs", 0) > 1 or _cluster(args):  # the cells in parallel first; the report then skips them
         from fedcal.app.sweep import run_sweep
 
-        run_sweep(configs, jobs=args.jobs, progress=not args.no_progress, restart=args.restart)
+        run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
+                  cluster=_cluster(args))
     table = run_tau_comparison(base, taus, out, _simulate(args), title, strategies)
     print()
     print((out / "table.md").read_text())
@@ -240,8 +262,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         grid.add_axis(axis)
     configs = grid.configs(_overrides(args))
     jobs = args.jobs or 1
-    print(f"sweep: {len(configs)} cells over {', '.join(grid.axes) or '(no axis)'}; {jobs} parallel")
-    failures = run_sweep(configs, jobs=jobs, progress=not args.no_progress, restart=args.restart)
+    where = f"Ray tasks on {args.cluster}" if _cluster(args) else f"{jobs} parallel"
+    print(f"sweep: {len(configs)} cells over {', '.join(grid.axes) or '(no axis)'}; {where}")
+    failures = run_sweep(configs, jobs=jobs, progress=not args.no_progress, restart=args.restart,
+                         cluster=_cluster(args))
     cells = write_results(configs, args.report, list(grid.axes))
     from fedcal.reports.sweeps import printed_cells
 
@@ -449,6 +473,10 @@ def cmd_inference(args: argparse.Namespace) -> int:
     base = RunConfig.from_flower({"task": "inference", **_overrides(args)})
     configs = inference_configs(base, _parse_nf(args.nf or ["17:4"]), _parse_ints(args.seeds, "--seeds"))
     _check_run_dirs(configs)
+    if _cluster(args):  # every cell on the cluster first; the loop below then skips the finished ones
+        from fedcal.app.sweep import run_sweep
+
+        run_sweep(configs, progress=not args.no_progress, restart=args.restart, cluster=_cluster(args))
     failed = []
     for cfg in tqdm(configs, desc="inference cells", unit="cell", disable=args.no_progress):
         try:
@@ -536,7 +564,7 @@ def cmd_robustness(args: argparse.Namespace) -> int:
         from fedcal.app.sweep import run_sweep
 
         failures = len(run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress,
-                                 restart=args.restart))
+                                 restart=args.restart, cluster=_cluster(args)))
         dirs = [run_dir_for(c) for c in configs]
     bar = (lambda it: tqdm(it, desc="robustness", unit="model")) if not args.no_progress else None
     text, failed = robustness_report(dirs, out, spec, device=args.device, title=args.title, progress=bar,
@@ -659,7 +687,8 @@ def cmd_distill(args: argparse.Namespace) -> int:
     else:
         live, replayed = configs, []
     print(f"distill: {len(configs)} runs ({len(replayed)} replayed on recorded uploads); finished runs are skipped")
-    failures = run_sweep(live, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart)
+    failures = run_sweep(live, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
+                         cluster=_cluster(args))
     failures.update(_replay_all(replayed, [run_dir_for(c) for c in live]))
     print(distill_report([run_dir_for(c) for c in configs], out, args.title))
     print(f"tables: {out / 'table.md'}, {out / 'ablation.md'}, {out / 'communication.md'}\nplot: {out / 'curves.png'}")
@@ -695,7 +724,8 @@ def _case_study(args: argparse.Namespace, task: str, preset: dict[str, Any], che
     _check_run_dirs(configs)
     print(f"{task}: {len(configs)} runs ({describe(base)}, {base.num_clients} clients, "
           f"{base.replace(attack='tsa').num_attackers} attackers); finished runs are skipped")
-    failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart)
+    failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
+                         cluster=_cluster(args))
     print(report([run_dir_for(c) for c in configs], out, args.title))
     print(files.format(out=out))
     return 1 if failures else 0
@@ -725,7 +755,8 @@ def cmd_defense(args: argparse.Namespace) -> int:
                               grid.axes)
     _check_run_dirs(configs)
     print(f"defense: {len(configs)} runs; finished runs are skipped")
-    failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart)
+    failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
+                         cluster=_cluster(args))
     print(defense_report([run_dir_for(c) for c in configs], out, args.title, posthoc=not args.no_posthoc))
     audits = sorted(p.name for p in out.glob("audit-tau*.png"))
     print(f"tables: {out / 'table.md'}, {out / 'table.csv'}, {out / 'runs.csv'}\nplots: {out / 'defense.png'}"
@@ -757,6 +788,7 @@ def _add_case_study_options(p: argparse.ArgumentParser, taus: str, report: str) 
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
     p.add_argument("--title", default="", help="title of the table")
     p.add_argument("--report", default=report, help="folder for the runs, tables and plots")
+    _add_cluster_options(p)
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -804,6 +836,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", default="fedcal-report", help="folder for table.csv/table.md/PNGs")
     p.add_argument("--strategies", default="", help="comma-separated strategies to compare (\"\" = the config's strategy)")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (with engine=inprocess)")
+    _add_cluster_options(p)
     p.set_defaults(func=cmd_taus)
     p = add("sweep", "a grid of runs (TOML file and/or --grid), resumable, parallel",
             description="fedcal sweep [grid.toml] [--grid key=v1,v2 ...] [key=value ...]", epilog=KEYS_EPILOG)
@@ -813,6 +846,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", default="fedcal-sweep", help="folder for cells.csv and rounds.csv")
     p.add_argument("--plot-x", default="", help="plot final accuracy and sECE against this key")
     p.add_argument("--plot-hue", default="", help="one line per value of this key")
+    _add_cluster_options(p)
     p.set_defaults(func=cmd_sweep)
     p = add("report", "tables and plots from finished run directories of one task (the run store)")
     p.add_argument("run_dirs", nargs="+", help="run directories (each with its config.json), all of one task")
@@ -868,6 +902,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nf", action="append", help="clients:adversaries, e.g. 17:4 (repeatable; default 17:4)")
     p.add_argument("--seeds", default="0", help="seeds, e.g. 0-4 or 0,2")
     p.add_argument("--report", default="fedcal-inference", help="folder for the tables and plots")
+    _add_cluster_options(p)
     p.set_defaults(func=cmd_inference)
     p = add("inference-theorem", "the averaging aggregators' error vs honest dissimilarity and top-2 margin",
             description="From finished inference runs' saved probits: per test query the mean's, medians' and "
@@ -909,6 +944,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the attacks run")
     p.add_argument("--title", default="", help="report title")
     p.add_argument("--report", default="fedcal-robustness", help="folder for the tables and the plot")
+    _add_cluster_options(p)
     p.set_defaults(func=cmd_robustness)
     p = add("distill", "RFD-LoRA and the LoRA baselines over methods × ρ × partitions × seeds (+ ablations)",
             description="Every cell is one Flower run (task = distill, engine = inprocess unless given): clients "
@@ -931,6 +967,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
     p.add_argument("--title", default="", help="title of the main table")
     p.add_argument("--report", default="fedcal-distill", help="folder for the runs, tables and plot")
+    _add_cluster_options(p)
     p.set_defaults(func=cmd_distill)
     p = add("lm", "TSA on a federated GPT-2 language model: next-token calibration, top-p nuclei, sampled text",
             description="Every τ × seed is one Flower run (task = lm, engine = inprocess unless given; τ = 1 is the "
@@ -956,6 +993,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
     p.add_argument("--title", default="", help="title of the table")
     p.add_argument("--report", default="fedcal-defense", help="folder for the runs, tables and plots")
+    _add_cluster_options(p)
     p.set_defaults(func=cmd_defense)
     p = add("detect", "TSA on federated object detection: mAP, no-object calibration, boxes kept vs threshold",
             description="Every τ × seed is one Flower run (task = detect, engine = inprocess unless given; τ = 1 is "

@@ -545,6 +545,10 @@ class RunConfig:
                                                 "(a file store in the run directory), wandb (offline unless "
                                                 "WANDB_MODE says otherwise); pip install 'fedcal[track]'",
                            choices=TRACKERS)
+    # --- Ray cluster (issue 33): where engine=ray attaches; an execution key, never hashed
+    ray_address: str = setting("", "execution", 'engine=ray: the Ray cluster to attach to (host:port, "auto"); "" = '
+                                                '$RAY_ADDRESS, else the cluster `ray start` left on this machine, '
+                                                'else a Ray instance started for the run')
 
     def __post_init__(self) -> None:
         if self.task in LEGACY_TASKS:  # old run directories' config.json say task = "tsa"

@@ -123,7 +123,7 @@ def test_hashes_and_run_names_are_pinned(overrides, chash, collection, name, tmp
 OLD_NON_SEMANTIC = {"output_dir", "run_name", "device", "data_dir", "eval_batch_size", "client_cpus", "client_gpus",
                     "engine", "inf_timeout", "inf_query_batch"}
 # execution keys added later: where and how a run executes, in no hash
-NON_SEMANTIC = OLD_NON_SEMANTIC | {"checkpoint_every", "tracker"}
+NON_SEMANTIC = OLD_NON_SEMANTIC | {"checkpoint_every", "tracker", "ray_address"}
 OLD_INFERENCE_ONLY = {"task", "inf_f", "inf_server_frac", "inf_local_epochs", "inf_attacks", "inf_amplification",
                       "inf_pgd_steps", "inf_f_curve", "inf_amp_curve", "agg_hidden", "agg_epochs", "agg_lr",
                       "agg_adv_epochs", "agg_attack_steps", "agg_restarts", "inf_test_queries", "inf_curve_queries",

@@ -9,6 +9,7 @@ partition id, so one ClientApp serves every task, in simulation and on real Supe
 
 from __future__ import annotations
 
+import functools
 import os
 
 # Ray warns (a FutureWarning, in every `flwr run` log) at ray.init unless this is set: from a future
@@ -30,7 +31,19 @@ def _register(app: ClientApp, message_type: str, handler: Handler) -> None:
     kind, _, action = message_type.partition(".")
     if kind not in ("train", "evaluate", "query"):
         raise ValueError(f"message type {message_type!r} must start with train, evaluate or query")
-    getattr(app, kind)(action or "default")(handler)
+    getattr(app, kind)(action or "default")(_placed(handler))
+
+
+def _placed(handler: Handler) -> Handler:
+    """``handler`` whose replies say which Ray node made them when it runs in Flower's Simulation
+    Engine (:func:`fedcal.app.cluster.add_placement`; the ServerApp's grid records and strips it)."""
+    from fedcal.app.cluster import add_placement
+
+    @functools.wraps(handler)
+    def wrapped(msg, context):
+        return add_placement(handler(msg, context), context)
+
+    return wrapped
 
 
 def build_client_app() -> ClientApp:
