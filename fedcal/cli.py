@@ -14,6 +14,7 @@
               [--ablation] [--aggregators mom,median,mean] [--groups 1,3,5,10]   ... and its ablations
   fedcal defense --strategies fedavg,calguard --taus 0.2,1,5 --seeds 0-2   defenses vs TSA, detection rates
               [--grid attacker-ratio=0.1,0.4] [--grid tsa-blend=0.25,0.5]   ... other settings, adaptive attackers
+  fedcal byzantine --ratios 0.1,0.25 --seeds 0-2   every strategy vs ALIE, IPM, Min-Max/Sum, Fang, backdoor
   fedcal demo                              the README's main job (digits, offline)
 
 Overrides are Flower run-config keys with TOML values (tau=5 dataset="cifar10"; bare words
@@ -735,8 +736,8 @@ def _add_byzantine(add) -> None:
                         "with pre-aggregation = nnm; krum-f, trim-f and pre-f are set to ceil(ratio * "
                         "clients-per-round). Finished runs are skipped (docs/defense.md).", epilog=KEYS_EPILOG)
     _add_common(p)
-    p.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES), help="strategy specs compared")
-    p.add_argument("--attacks", default=",".join(DEFAULT_ATTACKS), help="attacks (the benign run is always added)")
+    p.add_argument("--strategies", default=", ".join(DEFAULT_STRATEGIES), help="strategy specs compared")
+    p.add_argument("--attacks", default=", ".join(DEFAULT_ATTACKS), help="attacks (the benign run is always added)")
     p.add_argument("--ratios", default="0.1,0.25", help="attacker ratios")
     p.add_argument("--seeds", default="0-2", help="seeds, e.g. 0-2")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
