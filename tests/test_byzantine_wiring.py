@@ -265,3 +265,33 @@ def test_byzantine_cells_set_f_per_ratio_and_share_f_free_benign_runs():
     assert by[(0.1, "", "fedavg", "none")] == by[(0.25, "", "fedavg", "none")]
     assert by[(0.1, "", "multikrum", "none")] != by[(0.25, "", "multikrum", "none")]
     assert len(byzantine_configs(cells)) == len(cells) - 1
+
+
+def test_byzantine_report_averages_seeds_and_names_each_strategys_worst_attack(tmp_path):
+    from fedcal.reports.byzantine import byzantine_cells, byzantine_configs, byzantine_report
+    from fedcal.results import RunStore, run_dir_for
+
+    base = RunConfig(dataset="digits", output_dir=str(tmp_path / "runs"), num_rounds=1, clients_per_round=10,
+                     num_clients=20)
+    cells = byzantine_cells(base, ["fedavg", "nnm+trimmed_mean"], ["alie", "backdoor"], [0.25], [0, 1])
+    acc = {("fedavg", "none"): 0.9, ("fedavg", "alie"): 0.5, ("fedavg", "backdoor"): 0.8,
+           ("trimmed_mean", "none"): 0.88, ("trimmed_mean", "alie"): 0.85, ("trimmed_mean", "backdoor"): 0.7}
+    for c in byzantine_configs(cells):
+        store = RunStore(run_dir_for(c), c)
+        store.start()
+        metrics = {"accuracy": acc[(c.strategy, c.attack)] + 0.02 * c.seed, "ece": 0.1, "sece": 0.05 - 0.1 * c.seed,
+                   "brier": 0.2, "nll": 0.3}
+        if c.attack == "backdoor":
+            metrics["asr"] = 0.6 if c.strategy == "fedavg" else 0.1
+        store.log_round(0, {**metrics, "accuracy": 0.1})
+        store.log_round(1, metrics)
+        store.finish()
+    md = byzantine_report(cells, tmp_path / "out")
+    table = pd.read_csv(tmp_path / "out" / "table.csv")
+    row = table[(table["strategy"] == "fedavg") & (table["attack"] == "alie")].iloc[0]
+    assert row["seeds"] == 2 and row["accuracy"] == pytest.approx(0.51)  # mean of 0.50 and 0.52
+    assert row["sece"] == pytest.approx(0.0)
+    # the worst attack per strategy: ALIE for FedAvg (51 %), the backdoor for NNM + trimmed mean (71 %)
+    assert "| fedavg | 91.0 | 51.0 | 81.0 | 51.0 | alie |" in md
+    assert "| nnm+trimmed_mean | 89.0 | 86.0 | 71.0 | 71.0 | backdoor |" in md
+    assert "| fedavg | 60.0 |" in md and "| nnm+trimmed_mean | 10.0 |" in md  # the ASR table
