@@ -137,14 +137,15 @@ def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os
         acc = _pivot(t, "accuracy", order, attacks)
         attacked = acc.drop(columns=["benign"], errors="ignore")
         acc["worst"] = attacked.min(axis=1)
-        acc["worst attack"] = attacked.idxmin(axis=1)
+        # a diverged run (NaN accuracy) or a cell not run yet is no candidate; nothing at all: ""
+        acc["worst attack"] = attacked.apply(lambda r: r.idxmin() if r.notna().any() else "", axis=1)
         acc = acc.reset_index()
         head = f"attacker ratio {ratio:g} (rules' f = {', '.join(map(str, f))}; seeds per cell: {', '.join(map(str, seeds))})"
         parts.append(markdown_table(acc, f"accuracy (%), {head}",
                                     {c: pct for c in acc.columns if c not in ("strategy", "worst attack")}))
         sece = _pivot(t, "sece", order, attacks)
         attacked = sece.drop(columns=["benign"], errors="ignore")  # the signed value farthest from 0
-        sece["worst"] = attacked.stack().groupby(level=0).apply(lambda v: v.loc[v.abs().idxmax()])
+        sece["worst"] = attacked.apply(lambda r: r.loc[r.abs().idxmax()] if r.notna().any() else float("nan"), axis=1)
         parts.append(markdown_table(sece.reset_index(), f"sECE (%), {head}",
                                     {c: pct for c in sece.columns}))
         if t["asr"].notna().any():
