@@ -21,7 +21,7 @@ import pandas as pd
 from fedcal.config import ConfigError, RunConfig
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.runs import final_metrics
-from fedcal.results import config_hash, run_dir_for
+from fedcal.results import DONE_FILE, config_hash, load_timings, run_dir_for
 
 #: the strategies of issue 36's table, in its order
 DEFAULT_STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "median", "trimmed_mean", "geometric_median",
@@ -114,10 +114,26 @@ def _pivot(table: pd.DataFrame, value: str, order: Sequence[str], attacks: Seque
     return wide.reindex(index=[s for s in order if s in wide.index], columns=[a for a in attacks if a in wide.columns])
 
 
+def byzantine_seconds(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
+    """What a finished run cost per strategy spec: the runs, and the median and largest sum of their
+    rounds' wall-clock seconds (``timings.csv``; set-up before round 0 is not counted)."""
+    configs = byzantine_configs(cells)
+    done = {run_dir_for(c).name: spec_of(c) for c in configs if (run_dir_for(c) / DONE_FILE).exists()}
+    timings = load_timings([run_dir_for(c) for c in configs if run_dir_for(c).name in done])
+    if timings.empty:
+        return pd.DataFrame()
+    per_run = timings[timings["metric"] == "round_seconds"].groupby("run_id")["value"].sum()
+    frame = pd.DataFrame({"strategy": per_run.index.map(done), "seconds": per_run.values})
+    g = frame.groupby("strategy", sort=False)["seconds"]
+    order = list(dict.fromkeys(spec_of(c) for _, c in cells))
+    out = pd.DataFrame({"runs": g.size(), "median (s)": g.median(), "most (s)": g.max()})
+    return out.reindex([s for s in order if s in out.index]).rename_axis("strategy").reset_index()
+
+
 def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os.PathLike[str],
                      title: str = "") -> str:
-    """``table.csv`` (long: mean and sd over seeds), ``runs.csv`` (one row per cell) and ``table.md``
-    (per attacker ratio: accuracy, sECE and ASR, strategy × attack, with each strategy's worst
+    """``table.csv`` (long: mean and sd over seeds), ``runs.csv`` (one row per cell), ``seconds.md``
+    (:func:`byzantine_seconds`) and ``table.md`` (per attacker ratio: accuracy, sECE and ASR, strategy × attack, with each strategy's worst
     accuracy over the attacks and the attack that gave it); returns the Markdown."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -154,4 +170,8 @@ def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os
                                         {c: pct for c in asr.columns if c != "strategy"}))
     md = "\n".join(p for p in parts if p)
     (out / "table.md").write_text(md)
+    seconds = byzantine_seconds(cells)
+    if not seconds.empty:
+        (out / "seconds.md").write_text(markdown_table(seconds, formats={"median (s)": "{:.0f}", "most (s)": "{:.0f}",
+                                                                         "runs": "{:.0f}"}))
     return md
