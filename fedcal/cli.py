@@ -14,6 +14,7 @@
               [--ablation] [--aggregators mom,median,mean] [--groups 1,3,5,10]   ... and its ablations
   fedcal defense --strategies fedavg,calguard --taus 0.2,1,5 --seeds 0-2   defenses vs TSA, detection rates
               [--grid attacker-ratio=0.1,0.4] [--grid tsa-blend=0.25,0.5]   ... other settings, adaptive attackers
+  fedcal byzantine --ratios 0.1,0.25 --seeds 0-2   every strategy vs ALIE, IPM, Min-Max/Sum, Fang, backdoor
   fedcal demo                              the README's main job (digits, offline)
 
 Overrides are Flower run-config keys with TOML values (tau=5 dataset="cifar10"; bare words
@@ -764,6 +765,47 @@ def cmd_defense(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+# ------------------------------------------------------------------ fedcal byzantine (issue 36 §2-§3)
+def cmd_byzantine(args: argparse.Namespace) -> int:
+    from fedcal.app.sweep import run_sweep
+    from fedcal.reports.byzantine import byzantine_cells, byzantine_configs, byzantine_report
+
+    overrides = _overrides(args)
+    out = Path(args.report)
+    overrides.setdefault("output-dir", str(out / "runs"))
+    overrides.setdefault("engine", "inprocess")
+    base = RunConfig.from_flower(overrides)
+    cells = byzantine_cells(base, _names(args.strategies), _names(args.attacks),
+                            [float(r) for r in _names(args.ratios)], _parse_ints(args.seeds, "--seeds"))
+    configs = byzantine_configs(cells)
+    _check_run_dirs(configs)
+    print(f"byzantine: {len(configs)} runs; finished runs are skipped")
+    failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart)
+    print(byzantine_report(cells, out, args.title))
+    print(f"tables: {out / 'table.md'}, {out / 'table.csv'}, {out / 'runs.csv'}")
+    return 1 if failures else 0
+
+
+def _add_byzantine(add) -> None:
+    """``fedcal byzantine``'s options (one block: the parser's other commands are untouched)."""
+    from fedcal.reports.byzantine import DEFAULT_ATTACKS, DEFAULT_STRATEGIES
+
+    p = add("byzantine", "every strategy against every attack of Byzantine-robust FL: accuracy, sECE, ASR, worst case",
+            description="Every strategy spec × (benign + each attack) × attacker ratio × seed is one Flower run "
+                        "(task = train, engine = inprocess unless given). A spec nnm+trimmed_mean is trimmed_mean "
+                        "with pre-aggregation = nnm; krum-f, trim-f and pre-f are set to ceil(ratio * "
+                        "clients-per-round). Finished runs are skipped (docs/defense.md).", epilog=KEYS_EPILOG)
+    _add_common(p)
+    p.add_argument("--strategies", default=", ".join(DEFAULT_STRATEGIES), help="strategy specs compared")
+    p.add_argument("--attacks", default=", ".join(DEFAULT_ATTACKS), help="attacks (the benign run is always added)")
+    p.add_argument("--ratios", default="0.1,0.25", help="attacker ratios")
+    p.add_argument("--seeds", default="0-2", help="seeds, e.g. 0-2")
+    p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
+    p.add_argument("--title", default="", help="title of the table")
+    p.add_argument("--report", default="fedcal-byzantine", help="folder for the runs and tables")
+    p.set_defaults(func=cmd_byzantine)
+
+
 # ------------------------------------------------------------------ fedcal detect (task = detect, SPEC §10)
 #: SPEC §10's federation size for detection (10 clients); `fedcal detect` sets it unless given
 DETECT_PRESET = {"num-clients": 10}
@@ -995,6 +1037,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", default="fedcal-defense", help="folder for the runs, tables and plots")
     _add_cluster_options(p)
     p.set_defaults(func=cmd_defense)
+    _add_byzantine(add)
     p = add("detect", "TSA on federated object detection: mAP, no-object calibration, boxes kept vs threshold",
             description="Every τ × seed is one Flower run (task = detect, engine = inprocess unless given; τ = 1 is "
                         "the benign run): 10 non-IID clients train a detector (det-model: grid by default, detr, or "

@@ -27,7 +27,16 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 DATASETS = ("digits", "mnist", "cifar10", "cifar100", "synthetic", "mitbih")
 MODELS = ("mlp", "cnn", "resnet8", "resnet18", "cnn1d")
-ATTACKS = ("none", "tsa", "noise", "labelflip")
+ATTACKS = ("none", "tsa", "noise", "labelflip",
+           # issue 36: the model-poisoning attacks of Byzantine-robust FL (fedcal.attacks.POISONING; a
+           # test keeps them equal) and the pixel-pattern image backdoor
+           "alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "backdoor")
+#: ``attack`` values whose replies the server-side colluders craft (fedcal.attacks.POISONING)
+POISONING_ATTACKS = ("alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum")
+#: pre-aggregation steps of ``pre-aggregation`` (fedcal.strategies.registry.PRE_AGGREGATION; a test keeps
+#: them equal). Bucketing is not among them: it turns the clients' rows into buckets, so per-client
+#: weights and the aggregation audit no longer apply (fedcal.aggregate.bucketing stays a library step).
+PRE_AGGREGATIONS = ("nnm", "clip", "arc", "cclip")
 AUGMENTATIONS = ("none", "crop-flip")
 #: datasets ``augment=crop-flip`` applies to (digits are not mirror-invariant, CIFAR's objects are)
 CROP_FLIP_DATASETS = ("cifar10", "cifar100")
@@ -550,6 +559,33 @@ class RunConfig:
                                                 '$RAY_ADDRESS, else the cluster `ray start` left on this machine, '
                                                 'else a Ray instance started for the run')
 
+    # --- the Byzantine attack suite and pre-aggregation (issue 36 §2-§3, docs/attacks.md): added
+    # after the train runs were named, so hashed only when set
+    alie_z: float = setting(0.0, "train", "ALIE (attack = alie): malicious update = mean - z * std of the round's "
+                                          "honest updates", finite=True,
+                            note="0 = the paper's z from the round's n and f", hash_when_set=True)
+    ipm_epsilon: float = setting(0.1, "train", "IPM (attack = ipm): malicious update = -epsilon * mean of the honest "
+                                               "updates", gt=0, finite=True, hash_when_set=True)
+    minmax_direction: str = setting("unit", "train", "Min-Max / Min-Sum (attack = minmax, minsum): the perturbation "
+                                                     "direction: unit (mean / |mean|), std, sign (of the mean)",
+                                    choices=("unit", "std", "sign"), hash_when_set=True)
+    fang_b: float = setting(2.0, "train", "Fang's trimmed-mean attack (attack = fang-trmean): values drawn within a "
+                                          "factor b beyond the honest extreme", gt=1, finite=True, hash_when_set=True)
+    backdoor_target: int = setting(0, "train", "pixel backdoor (attack = backdoor): the target class", ge=0,
+                                   hash_when_set=True)
+    backdoor_frac: float = setting(0.2, "train", "pixel backdoor: share of an attacker's training images stamped "
+                                                 "and relabelled", gt=0, le=1, hash_when_set=True)
+    pre_aggregation: str = setting("", "defense", "pre-aggregation steps run on the round's validated updates "
+                                                  "before the strategy's rule, comma-separated, in order: nnm, clip "
+                                                  "(static), arc, cclip (centred clipping)", note='"" = none',
+                                   hash_when_set=True)
+    pre_f: int = setting(1, "defense", "nnm and arc: assumed Byzantine replies per round (< clients-per-round)",
+                         ge=0, hash_when_set=True)
+    clip_c: float = setting(1.0, "defense", "clip: the update norm bound c", gt=0, finite=True, hash_when_set=True)
+    cclip_tau: float = setting(1.0, "defense", "cclip: centred clipping's radius tau", gt=0, finite=True,
+                               hash_when_set=True)
+    cclip_iterations: int = setting(1, "defense", "cclip: centred clipping's iterations L", ge=1, hash_when_set=True)
+
     def __post_init__(self) -> None:
         if self.task in LEGACY_TASKS:  # old run directories' config.json say task = "tsa"
             object.__setattr__(self, "task", LEGACY_TASKS[self.task])
@@ -628,6 +664,11 @@ class RunConfig:
     def num_backdoor_clients(self) -> int:
         """Backdoor clients of a distill run: round-half-up of dst-backdoor-ratio · K."""
         return int(math.floor(self.dst_backdoor_ratio * self.num_clients + 0.5 + 1e-9))
+
+    @property
+    def pre_aggregations(self) -> tuple[str, ...]:
+        """``pre-aggregation`` as a tuple of step names, in order (empty: none)."""
+        return tuple(a.strip() for a in self.pre_aggregation.split(",") if a.strip())
 
     @property
     def num_attackers(self) -> int:
@@ -812,10 +853,31 @@ def _device(c: RunConfig) -> None:
                           "and choose the machine's GPUs with CUDA_VISIBLE_DEVICES (docs/configuration.md)")
 
 
+def _byzantine(c: RunConfig) -> None:
+    """Issue 36's attacks and pre-aggregation (keys alie-z … cclip-iterations)."""
+    for step in c.pre_aggregations:
+        _check("pre-aggregation", step in PRE_AGGREGATIONS, c.pre_aggregation,
+               f"has unknown step {step!r}; choose from {', '.join(PRE_AGGREGATIONS)}")
+    if c.pre_aggregations:
+        _check("pre-aggregation", c.task in ("train", "lm"), c.pre_aggregation,
+               f"runs in the strategies of the train and lm tasks, not task={c.task}")
+    if {"nnm", "arc"} & set(c.pre_aggregations):
+        _check("pre-f", c.pre_f < c.clients_per_round, c.pre_f,
+               f"must be < clients-per-round ({c.clients_per_round}) for nnm / arc")
+    if c.attack in POISONING_ATTACKS or c.attack == "backdoor":
+        _check("attack", c.task == "train", c.attack, f"is a train-task attack (task = {c.task})")
+    if c.attack == "backdoor":
+        classes = {"digits": 10, "mnist": 10, "cifar10": 10, "cifar100": 100}
+        _check("attack", c.dataset in classes, c.attack, "is an image backdoor (digits, mnist, cifar10, cifar100)")
+        _check("backdoor-target", c.backdoor_target < classes.get(c.dataset, 0), c.backdoor_target,
+               f"must be a class of dataset={c.dataset}")
+
+
 # Rules that involve several keys, checked in this order after every field's own range.
 _CROSS_FIELD_RULES: tuple[Callable[[RunConfig], None], ...] = (
     _round_size, _local_work, _patient_partition, _lm, _defense_parameters, _inference_f, _inference_attacks, _amplification_curve, _adversarial_training,
-    _distill_ranks, _lora_targets, _distill_target, _distill_backbone, _distill_replies, _detr_width, _run_name, _device)
+    _distill_ranks, _lora_targets, _distill_target, _distill_backbone, _distill_replies, _detr_width, _run_name, _device,
+    _byzantine)
 
 
 # ---------------------------------------------------------------------- description

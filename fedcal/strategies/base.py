@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import Any, TypedDict
@@ -43,6 +43,8 @@ from flwr.serverapp.strategy import Result
 from flwr.supercore import log
 
 from fedcal import aggregate as agg
+from fedcal.aggregate.compose import PreStep, pre_aggregate
+from fedcal.aggregate.compose import _step_name as step_name
 
 _BUFFER_MARKERS = ("running_mean", "running_var", "num_batches_tracked")
 
@@ -92,6 +94,7 @@ class StrategyOptions(TypedDict, total=False):
     node_label: Callable[[int], Any] | None
     buffer_key: Callable[[str], bool] | None
     message_type: str
+    pre_aggregation: Sequence[PreStep] | None
 
 
 class UpdateAggregationStrategy(_FlowerFedAvg):
@@ -144,6 +147,14 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         Type of the training messages: ``"train"`` (Flower's, the default) or
         ``"train.<action>"`` for a ClientApp that answers its training under another handler (the
         lm task's ``train.lm``, the detect task's ``train.detect``).
+    pre_aggregation : sequence of callables, optional
+        Pre-aggregation steps of :mod:`fedcal.aggregate` (``nnm``, ``static_clip``, ``arc``,
+        ``centered_clip``, each with its parameters bound, e.g. ``functools.partial(nnm, f=2)``),
+        run in order on the round's validated (n, d) updates before the rule
+        (:func:`fedcal.aggregate.pre_aggregate`): the rule then aggregates what
+        :func:`fedcal.aggregate.compose` (steps, rule) would. Steps must keep one row per client
+        (the rule's weights and the audit are per client); a step that changes the number of
+        rows (bucketing) fails the round, which keeps the global model with a warning.
     """
 
     def __init__(
@@ -164,6 +175,7 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         node_label: Callable[[int], Any] | None = None,
         buffer_key: Callable[[str], bool] | None = None,
         message_type: str = MessageType.TRAIN,
+        pre_aggregation: Sequence[PreStep] | None = None,
     ) -> None:
         if message_type.partition(".")[0] != MessageType.TRAIN:
             raise ValueError(f"message_type {message_type!r} must be train or train.<action>")
@@ -183,6 +195,8 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         #: the type of the training messages: ``train`` (Flower's), or ``train.<action>`` for a task
         #: whose clients answer another handler (the lm task's ``train.lm``)
         self.message_type = message_type
+        #: the pre-aggregation steps run on the validated updates before the rule (empty: none)
+        self.pre_aggregation: tuple[PreStep, ...] = tuple(pre_aggregation or ())
         self.node_sort_key = node_sort_key or (lambda node_id: node_id)
         self.node_label = node_label
         self.buffer_key = buffer_key or is_buffer_key
@@ -236,6 +250,8 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
             "none (Flower's random sampling)" if self.sampling_seed is None else self.sampling_seed)
         log(INFO, "\t│\t├── Node order: %s", "custom node_sort_key" if self._custom_sort else "node id")
         log(INFO, "\t│\t├── Node labels: %s", "node_label" if self.node_label is not None else "none")
+        log(INFO, "\t│\t├── Pre-aggregation: %s",
+            " → ".join(map(step_name, self.pre_aggregation)) if self.pre_aggregation else "none")
         log(INFO, "\t│\t└── Buffers: %s",
             "BatchNorm statistics and non-floating arrays" if self.buffer_key is is_buffer_key
             else "custom buffer_key and non-floating arrays")
@@ -408,6 +424,8 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         try:
             if train_keys:
                 updates = torch.stack([g[3] for g in good])
+                if self.pre_aggregation:
+                    updates = self.pre_aggregate(updates)
                 self.round_contents = [g[1] for g in good]
                 try:
                     delta, node_w = self.aggregate_updates(server_round, nodes, updates, weights.float())
@@ -448,6 +466,15 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
             log(WARNING, "round %d: train metrics not aggregated: %s", server_round, exc)
         account.aggregated = True
         return ArrayRecord({k: new[k] for k in keys}), metrics
+
+    def pre_aggregate(self, updates: torch.Tensor) -> torch.Tensor:
+        """The validated (n, d) updates after the :attr:`pre_aggregation` steps, one row per client
+        still (ValueError otherwise: the round keeps the global model)."""
+        mixed = pre_aggregate(updates, self.pre_aggregation)
+        if mixed.shape[0] != updates.shape[0]:
+            raise ValueError(f"pre-aggregation turned the {updates.shape[0]} client updates into {mixed.shape[0]} "
+                             "rows; a strategy's steps must keep one row per client (bucketing does not)")
+        return mixed
 
     def audit_rows(self) -> list[dict[str, Any]]:
         """The last round's aggregation, one row per accepted node in aggregation order:
