@@ -166,7 +166,8 @@ COMMON_KWARGS = ("fraction_train", "fraction_evaluate", "min_train_nodes", "min_
 RULE_KWARGS = {"fedavg": (), "fltrust": ("root_train_fn",), "foolsgold": ("kappa", "norm_bound"), "multikrum": ("num_malicious_nodes", "num_nodes_to_select"),
                "trimmed_mean": ("beta", "f"), "median": (), "geometric_median": ("max_iter", "tol"),
                "median_of_means": ("num_groups", "seed"),
-               "calguard": ("model", "root_x", "root_y", "kappa", "window", "strikes", "mode")}
+               "calguard": ("model", "root_x", "root_y", "kappa", "window", "strikes", "mode",
+                            "sequential", "sequential_signal")}
 
 
 def _root(arrays: ArrayRecord, server_round: int) -> ArrayRecord:
