@@ -306,3 +306,13 @@ def test_base_install_runs_the_demo(tmp_path):
     """The same simulated base install runs ``fedcal demo`` (one round, in-process: ~40 s on two
     busy cores) and draws its reliability figure."""
     _as_base_install(tmp_path, "demo")
+
+
+def test_readme_and_ci_install_every_extra_with_the_same_command():
+    """CI runs exactly the README's install command, and it installs [all] (so every feature's test
+    runs) and [test]."""
+    readme = (ROOT / "README.md").read_text()
+    command = readme.split("## Install and run the main job", 1)[1].split("```bash\n", 1)[1].split("\n", 1)[0]
+    assert command == 'pip install -e ".[all,test]" && fedcal demo'
+    ci = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.startswith("pip install")]
+    assert ci == [command]
