@@ -68,6 +68,15 @@ def require(module: str, extra: str, feature: str | None = None) -> ModuleType:
         raise MissingExtraError(_message(repr(top), extra, feature)) from None
 
 
+def require_extras(*names: str) -> None:
+    """Every module of each extra in ``names`` imports, or :class:`MissingExtraError` naming the
+    first missing one's extra: what an engine checks for a task before it starts anything."""
+    for extra in names:
+        install_hint(extra)  # an unknown extra name is a bug in the task's declaration
+        for module in EXTRAS[extra][1]:
+            require(module, extra)
+
+
 def available(module: str) -> bool:
     """Whether ``module`` imports (for features with a fallback, such as ``[fast]``)."""
     try:

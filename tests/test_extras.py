@@ -316,3 +316,28 @@ def test_readme_and_ci_install_every_extra_with_the_same_command():
     assert command == 'pip install -e ".[all,test]" && fedcal demo'
     ci = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.startswith("pip install")]
     assert ci == [command]
+
+
+def test_tasks_declare_the_extras_they_cannot_run_without():
+    from fedcal.tasks import all_tasks
+
+    declared = {t.name: t.extras for t in all_tasks()}
+    assert all(set(e) <= set(EXTRAS) for e in declared.values()), declared
+    assert declared["distill"] == declared["lm"] == ("text",) and declared["detect"] == ("detect",)
+    assert declared["train"] == declared["inference"] == ()  # the base install runs them
+
+
+@pytest.mark.parametrize("task, hidden, extra", [("lm", "transformers", "text"), ("distill", "transformers", "text"),
+                                                 ("detect", "torchmetrics", "detect")])
+def test_a_run_whose_extra_is_missing_fails_in_one_line_before_any_engine_starts(task, hidden, extra, tmp_path,
+                                                                                 monkeypatch, capsys):
+    from fedcal import cli
+
+    hide(monkeypatch, hidden)
+    started = []
+    monkeypatch.setattr("fedcal.app.inprocess.run_inprocess", lambda *a, **k: started.append(a))
+    rc = cli.main(["run", "--no-progress", f"task={task}", "engine=inprocess", f"output-dir={tmp_path}"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and not started
+    assert err.count("\n") == 0 and err.startswith("fedcal: error: ") and err.endswith(f"pip install 'fedcal[{extra}]'")
+    assert repr(hidden) in err
