@@ -83,6 +83,14 @@ def test_every_extra_of_pyproject_is_known_to_the_helper_and_all_holds_them():
     declared = PYPROJECT["project"]["optional-dependencies"]
     assert set(EXTRAS) == set(declared) - {"all", "test"}
     assert declared["all"] == [f"fedcal[{','.join(EXTRAS)}]"]
+    # a distribution in two extras (transformers: [text] and [detect]) has one requirement
+    from packaging.requirements import Requirement
+
+    specs: dict[str, set[str]] = {}
+    for extra in EXTRAS:
+        for r in map(Requirement, declared[extra]):
+            specs.setdefault(r.name.lower(), set()).add(str(r.specifier))
+    assert all(len(v) == 1 for v in specs.values()), specs
     # each module the helper names is provided by a distribution of its extra
     provided = importlib.metadata.packages_distributions()
     for extra, (_, modules) in EXTRAS.items():
