@@ -1066,6 +1066,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``fedcal`` command; its exit code (1: a run failed, another process writes its run
     directory, or ``runs --check`` found an unfinished run; 2: bad config or input — including a
     reused run-name and a report with no finished run —; 130: interrupted; 143: terminated)."""
+    from fedcal.extras import MissingExtraError
     from fedcal.results import RunFailed  # the run store (pandas) loads only with a command
     from fedcal.signals import EXIT_TERMINATED, Terminated, sigterm_raises
 
@@ -1080,8 +1081,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _folder(getattr(args, option), f"--{option}")
         with sigterm_raises():  # SIGTERM ends a run like Ctrl-C: logged in its run.log, workers stopped
             return args.func(args)
-    except (ConfigError, FileNotFoundError) as exc:  # bad config, or a run dir without its (final) files
-        print(f"fedcal: error: {exc}", file=sys.stderr)
+    except (ConfigError, FileNotFoundError, MissingExtraError) as exc:  # bad config, a run dir without its
+        print(f"fedcal: error: {exc}", file=sys.stderr)  # (final) files, or a feature's extra not installed
         return 2
     except RunFailed as exc:  # the run ended without a result; what it logged stays in its run store
         print(f"fedcal: run failed: {exc}", file=sys.stderr)

@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 from fedcal.app.quiet import quiet_flower
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
+from fedcal.extras import require_extras
 from fedcal.progress import phase, reporting, round_note, tqdm_reporter
 from fedcal.results import RunFailed, RunLocked, RunStore, lock_holder, run_dir_for, warn_reused
 
@@ -175,6 +176,7 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
     check_run_start(cfg)
     if cfg.task in ("train", "inference"):  # the image tasks: fail fast (naming the key) before Ray starts
         load_dataset(cfg.dataset, cfg.data_dir)
+    require_extras(*get_task(cfg.task).extras)  # a missing extra: one line naming it, before any engine starts
     rounds = get_task(cfg.task).rounds(cfg)
     bar = tqdm(total=rounds, desc=desc or run_dir.name, disable=not progress or rounds is None, unit="round")
     # the phases without rounds (robust inference's client training, DeepSet epochs, attacks; a

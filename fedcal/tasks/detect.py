@@ -228,6 +228,7 @@ TASK = register(Task(
     handlers={MESSAGE_TYPE: detect_round},
     rounds=lambda cfg: cfg.det_rounds,
     report=detect_report,
+    extras=("detect",),
 ))
 
 __all__ = ["MESSAGE_TYPE", "check_detect_config", "client_scenes", "detect_round", "run_detect",

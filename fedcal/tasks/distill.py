@@ -481,6 +481,7 @@ TASK = register(Task(
     handlers={MESSAGE_TYPE: distill_round},
     rounds=lambda cfg: cfg.dst_rounds,
     report=distill_report,
+    extras=("text",),
 ))
 
 __all__ = ["ADAPTER_KEY", "MESSAGE_TYPE", "check_logit_reply", "claimed_rank", "client_rank", "distill_round",

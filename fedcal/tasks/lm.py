@@ -97,4 +97,5 @@ TASK = register(Task(
     handlers={MESSAGE_TYPE: train_lm},
     rounds=lambda cfg: cfg.num_rounds,
     report=lm_report,
+    extras=("text",),
 ))

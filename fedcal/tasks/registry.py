@@ -50,6 +50,9 @@ class Task:
     report : callable, optional
         ``report(run_dirs, out_dir, title) -> str``: tables and plots from finished run
         directories (from the run store only); returns the Markdown of its tables.
+    extras : tuple of str, optional
+        The optional extras (:data:`fedcal.extras.EXTRAS`) the task cannot run without: the
+        engines check them before starting, so a missing one fails at once in one line.
     """
 
     name: str
@@ -58,6 +61,7 @@ class Task:
     handlers: Mapping[str, Handler] = field(default_factory=dict)
     rounds: Callable[[RunConfig], int | None] = lambda cfg: None
     report: Callable[[Sequence[Path], Path, str], str] | None = None
+    extras: tuple[str, ...] = ()
 
 
 _REGISTRY: dict[str, Task] = {}
