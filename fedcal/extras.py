@@ -31,6 +31,7 @@ EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "detect": ("the detection case study (task=detect)", ("torchmetrics", "pycocotools", "transformers")),
     "ecg": ("MIT-BIH ECG records (dataset=mitbih)", ("wfdb",)),
     "fast": ("the numba order-statistic kernels (a pure-torch fallback gives the same results)", ("numba",)),
+    "track": ("experiment tracking (tracker=tensorboard|mlflow)", ("tensorboard", "mlflow")),
 }
 
 

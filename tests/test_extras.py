@@ -349,3 +349,17 @@ def test_a_run_whose_extra_is_missing_fails_in_one_line_before_any_engine_starts
     assert rc == 2 and not started
     assert err.count("\n") == 0 and err.startswith("fedcal: error: ") and err.endswith(f"pip install 'fedcal[{extra}]'")
     assert repr(hidden) in err
+
+
+def test_track_extra_tensorboard(monkeypatch):
+    """tracker=tensorboard without its package: one line naming the extra, before the run starts."""
+    import importlib.util
+
+    from fedcal import tracking
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
+    with pytest.raises(Exception) as exc:
+        tracking.check_tracker("tensorboard")
+    msg = str(exc.value)
+    assert "\n" not in msg and "pip install 'fedcal[track]'" in msg and "tensorboard" in msg, msg
