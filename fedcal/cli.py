@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fedcal import __version__
-from fedcal.config import GROUPS, ConfigError, RunConfig, describe, parse_override
+from fedcal.config import ConfigError, RunConfig, describe, groups, parse_override
 
 EXIT_INTERRUPTED = 130  # the shell's code for a command ended by SIGINT (128 + 2)
 
@@ -85,7 +85,7 @@ class _Parser(argparse.ArgumentParser):
 def run_config_help(width: int = 100) -> str:
     """Every run-config key with its default and range, by group (``fedcal run --help``)."""
     lines = ["run-config keys (key=value; defaults are pyproject.toml's [tool.flwr.app.config]):"]
-    for group, what in GROUPS.items():
+    for group, what in groups().items():
         lines += ["", f"{group}: {what}"]
         for info in describe(group):
             default = '""' if info.default == "" else str(info.default).lower() if isinstance(info.default, bool) \

@@ -60,7 +60,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 import pandas as pd
 
-from fedcal.config import TASK_GROUPS, ConfigError, RunConfig, fields_of, key_of, setting_of
+from fedcal.config import ConfigError, RunConfig, config_fields, fields_of, key_of, setting_of, task_config
 from fedcal.provenance import provenance
 from fedcal.signals import Terminated
 
@@ -425,8 +425,8 @@ def atomic_write(path: Path, text: str) -> None:
 # Keys that describe where and how a run executes, not what it computes (the "execution" group
 # and the fields declared hashed=False): left out of every hash, so the same experiment on CPU or
 # GPU, or in another output folder, is recognised as the same.
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
-_NON_SEMANTIC = frozenset(f.name for f in dataclasses.fields(RunConfig) if not setting_of(f.name).hashed)
+def _non_semantic() -> frozenset[str]:
+    return frozenset(s.name for s in config_fields() if not s.hashed)
 # What the clients' probits of an inference run depend on (their local training and the queries):
 # runs that differ only in aggregator or attack settings reuse each other's probits. A subset of
 # groups, so named one by one.
@@ -435,33 +435,20 @@ _COLLECTION_KEYS = ("dataset", "model", "num_clients", "dirichlet_alpha", "lr", 
 
 
 def hashed_keys(task: str) -> frozenset[str]:
-    """Field names whose values make up the hash of a run of ``task``.
-
-    * ``train``: the common, train and defense groups, without ``task`` — exactly the keys hashed
-      before the inference task (and the task key) existed, so old run directories keep their names.
-    * ``inference``: the common, train, defense and inference groups with ``task``. Inference reads
-      few train/defense keys, but its hashes have always covered them; dropping them now would
-      rename every committed inference run directory and orphan its probit cache.
-    * any later task: the common group (``task`` included) and the task's own groups
-      (:data:`fedcal.config.TASK_GROUPS`), so adding a task or a group never changes another
-      task's hashes.
-    """
-    if task == "train":
-        groups: tuple[str, ...] = ("common", "train", "defense")
-    elif task == "inference":
-        groups = ("common", "train", "defense", "inference")
-    else:
-        groups = ("common", *TASK_GROUPS[task])
-    keys = frozenset(fields_of(*groups)) - _NON_SEMANTIC
-    return keys - {"task"} if task == "train" else keys
+    """Field names whose values make up the hash of a run of ``task``: the hashed keys of the groups
+    its :class:`fedcal.config.TaskConfig` names (``identity_groups``), with or without the ``task``
+    key itself as the task declares (see the task's config module for why it chose them)."""
+    tc = task_config(task)
+    keys = frozenset(fields_of(*tc.identity_groups)) - _non_semantic()
+    return keys if tc.hash_task_key else keys - {"task"}
 
 
 def config_hash(cfg: RunConfig) -> str:
     """Stable 12-hex hash of the keys that change what a run computes (not where it runs)."""
     keys = hashed_keys(cfg.task)
     # a key declared hash_when_set counts only at a non-default value (so adding it renamed nothing)
-    semantic = {k: v for k, v in dataclasses.asdict(cfg).items()
-                if k in keys and not (setting_of(k).hash_when_set and v == _DEFAULTS[k])}
+    semantic = {k: v for k, v in cfg.to_dict().items()
+                if k in keys and not (setting_of(k).hash_when_set and v == setting_of(k).default)}
     blob = json.dumps(semantic, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 
@@ -495,36 +482,10 @@ def aggregator_hash(cfg: RunConfig, component: str) -> str:
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
-def _tsa_label(cfg: RunConfig) -> str:
-    """``tsa<τ>`` of a run name, ``u`` appended for the uncoupled ablation."""
-    return f"tsa{cfg.tau:g}" + ("" if cfg.coupled else "u")
-
-
 def default_run_name(cfg: RunConfig) -> str:
-    """Readable, unique-per-config directory name."""
-    if cfg.task == "inference":
-        return (f"{cfg.dataset}-{cfg.model}-inference-n{cfg.num_clients}-f{cfg.inf_f}-s{cfg.seed}-"
-                f"{config_hash(cfg)[:8]}")
-    if cfg.task == "train":
-        what = cfg.attack if cfg.attack != "tsa" else _tsa_label(cfg)
-        if cfg.attack == "tsa":  # the adaptive attacker's knobs, named only when used
-            what += (f"-f{cfg.tsa_step_frac:g}" if cfg.tsa_step_frac != 1 else "") + \
-                    (f"-b{cfg.tsa_blend:g}" if cfg.tsa_blend != 1 else "") + \
-                    (f"-d{cfg.tsa_duty:g}" if cfg.tsa_duty != 1 else "")
-        return f"{cfg.dataset}-{cfg.model}-{cfg.strategy}-{what}-s{cfg.seed}-{config_hash(cfg)[:8]}"
-    if cfg.task == "distill":  # dataset/model are the image tasks' keys: name the text task's own
-        attack = f"-bd{cfg.dst_backdoor_ratio:g}" if cfg.num_backdoor_clients else ""
-        attack += f"-{cfg.dst_logit_attack}{cfg.dst_attack_factor:g}" if cfg.dst_logit_attack != "none" else ""
-        return (f"distill-{cfg.dst_corpus}-{cfg.dst_method}-{cfg.dst_partition}{attack}-s{cfg.seed}-"
-                f"{config_hash(cfg)[:8]}")
-    if cfg.task == "detect":
-        what = "benign" if cfg.attack == "none" else _tsa_label(cfg)
-        data = "-kitti" if cfg.det_data == "kitti" else ""
-        return f"detect-{cfg.det_model.replace('/', '_')}{data}-{what}-s{cfg.seed}-{config_hash(cfg)[:8]}"
-    if cfg.task == "lm":
-        what = cfg.attack if cfg.attack != "tsa" else _tsa_label(cfg)
-        return f"lm-{cfg.lm_corpus}-{cfg.strategy}-{what}-s{cfg.seed}-{config_hash(cfg)[:8]}"
-    return f"{cfg.dataset}-{cfg.model}-{cfg.task}-s{cfg.seed}-{config_hash(cfg)[:8]}"  # a later task's default
+    """Readable, unique-per-config directory name: the task's own name parts (its config module's
+    ``run_name``) and the config hash's first 8 hex digits."""
+    return task_config(cfg.task).default_run_name(cfg, config_hash(cfg)[:8])
 
 
 def run_dir_for(cfg: RunConfig) -> Path:
@@ -632,7 +593,8 @@ def run_status(run_dir: str | os.PathLike[str]) -> RunStatus:
     it get (its last logged round)."""
     d = Path(run_dir)
     cfg, why = _done_state(d)
-    num_rounds = cfg.num_rounds if cfg is not None and cfg.task == "train" else None
+    schedule = task_config(cfg.task).schedule if cfg is not None else None
+    num_rounds = getattr(cfg, schedule[1]) if cfg is not None and schedule is not None else None
     last = None if why.startswith("not started") else _last_round(d)
     return RunStatus(d, not why, last, num_rounds, why)
 

@@ -9,7 +9,9 @@ import pytest
 
 import fedcal
 import fedcal.cli as cli
-from fedcal.config import GROUPS, RunConfig, describe
+from fedcal.config import RunConfig, describe, groups
+
+GROUPS = groups()
 
 ROOT = Path(__file__).resolve().parents[1]
 

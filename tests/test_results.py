@@ -1,4 +1,3 @@
-import dataclasses
 import json
 from pathlib import Path
 
@@ -6,7 +5,7 @@ import pandas as pd
 import pytest
 
 import fedcal.results as results
-from fedcal.config import ConfigError, RunConfig, fields_of, key_of
+from fedcal.config import ConfigError, RunConfig, TaskConfig, field_names, fields_of, key_of, schema
 from fedcal.reports import summarise, tau_configs, to_markdown
 from fedcal.results import (RunStore, collection_hash, config_hash, default_run_name, hashed_keys, load_config,
                             load_metrics, run_dir_for)
@@ -132,8 +131,8 @@ OLD_INFERENCE_ONLY = {"task", "inf_f", "inf_server_frac", "inf_local_epochs", "i
 
 def test_hashed_keys_by_group_equal_the_old_key_sets():
     # the keys of groups added later (distill, lm, detect) are in no train or inference hash
-    every = {f.name for f in dataclasses.fields(RunConfig)} - set(fields_of("distill", "lm", "detect"))
-    assert set(results._NON_SEMANTIC) == NON_SEMANTIC
+    every = set(field_names()) - set(fields_of("distill", "lm", "detect"))
+    assert set(results._non_semantic()) == NON_SEMANTIC
     assert hashed_keys("train") == every - NON_SEMANTIC - OLD_INFERENCE_ONLY
     assert hashed_keys("inference") == every - NON_SEMANTIC
 
@@ -141,16 +140,16 @@ def test_hashed_keys_by_group_equal_the_old_key_sets():
 def test_a_new_task_hashes_common_keys_its_group_and_task(monkeypatch):
     """A later task's hash covers the common group (task included) and its own groups only, so
     adding it leaves train and inference hashes alone."""
-    monkeypatch.setitem(results.TASK_GROUPS, "distill", ("defense",))  # stand-in for a new group
+    monkeypatch.setitem(schema._TASKS, "distill", TaskConfig("distill", groups=("defense",)))  # a stand-in new task
     keys = hashed_keys("distill")
     assert "task" in keys and "krum_f" in keys and "seed" in keys
     assert not keys & {"tau", "inf_f", "device", "data_dir"}
-    assert hashed_keys("train") == {f.name for f in dataclasses.fields(RunConfig)} - NON_SEMANTIC \
+    assert hashed_keys("train") == set(field_names()) - NON_SEMANTIC \
         - OLD_INFERENCE_ONLY - set(fields_of("distill", "lm", "detect"))
 
 
 def _committed_cells():
-    known = {key_of(f.name) for f in dataclasses.fields(RunConfig)}
+    known = {key_of(n) for n in field_names()}
     for path in sorted(ROOT.glob("docs/results/*/cells.csv")):
         frame = pd.read_csv(path, keep_default_na=False)
         if "run_id" not in frame.columns:

@@ -21,8 +21,7 @@ from typing import Any
 from flwr.app import Context, Message
 from flwr.serverapp import Grid
 
-from fedcal.config import TASKS as CONFIG_TASKS
-from fedcal.config import RunConfig
+from fedcal.config import RunConfig, task_names
 
 # progress(round, metrics) → None, called by a task's server side after each round.
 ProgressFn = Callable[[int, dict[str, float]], None]
@@ -68,9 +67,9 @@ def register(task: Task) -> Task:
     types unclaimed). Returns it, so a module can write ``TASK = register(Task(...))``."""
     if task.name in _REGISTRY and _REGISTRY[task.name] is not task:
         raise ValueError(f"task {task.name!r} is registered twice")
-    if task.name not in CONFIG_TASKS:
-        raise ValueError(f"task {task.name!r} is not a value of run-config key 'task' ({', '.join(CONFIG_TASKS)}): "
-                         "add it to fedcal.config.TASKS with its config group")
+    if task.name not in task_names():
+        raise ValueError(f"task {task.name!r} is not a value of run-config key 'task' ({', '.join(task_names())}): "
+                         "register its fedcal.config.TaskConfig (and its config group) first")
     for other in _REGISTRY.values():
         clash = set(other.handlers) & set(task.handlers)
         if other is not task and clash:
