@@ -28,7 +28,7 @@ import pandas as pd
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
 from fedcal.models import build_model
-from fedcal.reports import tau_configs
+from fedcal.studies.taus import tau_configs
 from fedcal.results import load_metrics, run_dir_for
 from fedcal.app.sweep import run_sweep
 

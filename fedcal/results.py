@@ -44,6 +44,8 @@ reused), instead of overwriting it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import contextlib
 import csv
 import dataclasses
@@ -58,11 +60,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
-import pandas as pd
 
 from fedcal.config import ConfigError, RunConfig, config_fields, fields_of, key_of, setting_of, task_config
 from fedcal.provenance import provenance
 from fedcal.signals import Terminated
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 METRICS_FILE = "metrics.csv"
 MODEL_FILE = "model.pt"
@@ -606,6 +610,7 @@ def is_finished(run_dir: str | os.PathLike[str]) -> bool:
 
 
 def _last_round(run_dir: Path) -> int | None:
+    import pandas as pd  # lazily: the ClientApp process never loads pandas
     path = run_dir / METRICS_FILE
     try:
         rounds = pd.read_csv(path, usecols=["round"])["round"]
@@ -666,6 +671,8 @@ def load_metrics(run_dirs: list[str | os.PathLike[str]] | str | os.PathLike[str]
     (bool, :func:`run_status`): the rows of unfinished runs are kept, flagged
     ``finished = False``. Metric names are whatever the runs logged (accuracy, ece, …, and any
     per-round counts a task adds; wall-clock timings are in :func:`load_timings`)."""
+    import pandas as pd  # lazily: the ClientApp process never loads pandas
+
     if isinstance(run_dirs, (str, os.PathLike)):
         run_dirs = [run_dirs]
     frames = []
@@ -688,6 +695,8 @@ def load_timings(run_dirs: list[str | os.PathLike[str]] | str | os.PathLike[str]
     """Tidy wall-clock timings ``run_id, round, metric, value`` of one or many runs, from their
     ``timings.csv`` (``round_seconds`` per round); a run made before timings left ``metrics.csv``
     gives its ``round_seconds`` rows from there."""
+    import pandas as pd  # lazily: the ClientApp process never loads pandas
+
     if isinstance(run_dirs, (str, os.PathLike)):
         run_dirs = [run_dirs]
     frames = []

@@ -374,7 +374,7 @@ def test_a_flower_run_writes_the_audit_table_and_the_report_reads_it(tmp_path):
 
 
 def test_defense_cells_share_benign_runs_and_add_the_fedavg_reference():
-    from fedcal.reports.defense import defense_configs
+    from fedcal.studies.defense import defense_configs
 
     base = RunConfig()
     cells = defense_configs(base, ["calguard"], [0.2, 1.0, 5.0], [0, 1],

@@ -559,7 +559,7 @@ def test_cli_distill_writes_the_tables_and_resumes(tmp_path, capsys):
 
 
 def test_distill_configs_expand_the_ablation_grid():
-    from fedcal.cli import distill_configs
+    from fedcal.studies.distill import distill_configs
 
     base = RunConfig.from_flower({"task": "distill", "dst-ranks": "4"})
     cells = distill_configs(base, ["rfd", "fedit"], [0.0, 0.3], ["iid"], [0, 1], ["mean", "mom"], [1, 5],

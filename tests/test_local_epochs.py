@@ -16,7 +16,7 @@ from fedcal.attacks.registry import augmenter, behaviour_for, client_round, loca
 from fedcal.config import ConfigError, RunConfig
 from fedcal.data import load_dataset, pixel_space
 from fedcal.models import build_model
-from fedcal.reports.robustness import temperature_configs
+from fedcal.studies.robustness import temperature_configs
 from fedcal.results import config_hash, load_metrics, run_dir_for
 from fedcal.train import crop_flip, epoch_schedule
 

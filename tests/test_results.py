@@ -6,7 +6,8 @@ import pytest
 
 import fedcal.results as results
 from fedcal.config import ConfigError, RunConfig, TaskConfig, field_names, fields_of, key_of, schema
-from fedcal.reports import summarise, tau_configs, to_markdown
+from fedcal.reports import summarise, to_markdown
+from fedcal.studies.taus import tau_configs
 from fedcal.results import (RunStore, collection_hash, config_hash, default_run_name, hashed_keys, load_config,
                             load_metrics, run_dir_for)
 

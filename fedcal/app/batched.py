@@ -58,6 +58,7 @@ from fedcal.reference import sampled_clients
 from fedcal.results import AUDIT_FILE, REJECTIONS_FILE, RunFailed, RunStore, run_dir_for
 from fedcal.strategies import strategy_from_config
 from fedcal.strategies.base import RoundReplies
+from fedcal.tasks import all_tasks, get_task
 from fedcal.train import batch_schedule, effective_lr, resolve_device
 
 log = logging.getLogger("fedcal.batched")
@@ -76,8 +77,9 @@ REJECTION_COLUMNS = ["round", "node_id", "partition_id", "reason"]
 
 def batched_unsupported(cfg: RunConfig) -> str | None:
     """Why ``cfg`` cannot run in the batched engine, or None when it can."""
-    if cfg.task != "train":
-        return f"task {cfg.task!r} (only 'train' is batched)"
+    if not get_task(cfg.task).batched:
+        batched = ", ".join(repr(t.name) for t in all_tasks() if t.batched)
+        return f"task {cfg.task!r} (only {batched} is batched)"
     if cfg.strategy in SERVER_MODEL_STRATEGIES:
         return f"strategy {cfg.strategy!r} trains or evaluates a model on the server"
     if cfg.attack not in ("none", "tsa"):

@@ -5,7 +5,7 @@ drive the attackers."""
 
 from __future__ import annotations
 
-from fedcal.config.schema import RunConfig, TaskConfig, check, group, register_task, setting
+from fedcal.config.schema import ConfigError, RunConfig, TaskConfig, check, group, register_task, setting
 from fedcal.config.train import tsa_label
 
 __all__ = []
@@ -62,11 +62,22 @@ def _detr_width(c: RunConfig) -> None:
               "d_model / 2 channels of sine-cosine pairs)")
 
 
+def _attackers(c: RunConfig) -> None:
+    if c.attack not in ("none", "tsa"):
+        raise ConfigError(f"run-config key 'attack': the detect task runs the TSA or no attack, got {c.attack!r}")
+    if c.attack == "tsa" and c.tsa_blend != 1.0:
+        raise ConfigError("run-config key 'tsa-blend': the detect task has no blended attacker (keep 1)")
+    if c.attack == "tsa" and c.tsa_duty != 1.0:
+        raise ConfigError("run-config key 'tsa-duty': the detect task has no duty-cycled attacker (keep 1)")
+    check("det-clients-per-round", c.det_clients_per_round <= c.num_clients, c.det_clients_per_round,
+          f"must not exceed num-clients ({c.num_clients})")
+
+
 def _run_name(cfg: RunConfig, short_hash: str) -> str:
     what = "benign" if cfg.attack == "none" else tsa_label(cfg)
     data = "-kitti" if cfg.det_data == "kitti" else ""
     return f"detect-{cfg.det_model.replace('/', '_')}{data}-{what}-s{cfg.seed}-{short_hash}"
 
 
-TASK = register_task(TaskConfig("detect", groups=("train", "detect"), run_name=_run_name, rules=(_detr_width,),
+TASK = register_task(TaskConfig("detect", groups=("train", "detect"), run_name=_run_name, rules=(_attackers, _detr_width),
                                 schedule=("map50", "det_rounds", "det_eval_every")))

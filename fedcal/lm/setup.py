@@ -10,16 +10,20 @@ config gives the same tokenizer; the weights it starts from are overwritten by t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import functools
 from dataclasses import dataclass
 
-import pandas as pd
 import torch
 
 from fedcal.config import ConfigError, RunConfig
 from fedcal.lm.corpus import LMCorpus, lm_corpus
 from fedcal.lm.metrics import generation_stats, sample_continuations, token_metrics
 from fedcal.lm.model import CausalLM, LMConfig, LMTokens, fresh_lm, load_lm, pretrained_lm, text_digest, windows
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @functools.lru_cache(maxsize=4)
@@ -140,6 +144,8 @@ class LMEvaluator:
     def __call__(self, state: dict[str, torch.Tensor], generate: bool) -> Evaluation:
         """Token metrics of ``state`` on the held-out windows; with ``generate`` also the sampled
         continuations and their statistics. Raises FloatingPointError for non-finite logits."""
+        import pandas as pd  # lazily: the ClientApp process never loads pandas
+
         cfg = self.cfg
         self.model.load_state_dict(state)
         self.model.eval()

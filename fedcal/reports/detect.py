@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedcal.detect import EXAMPLE_FILE, EXAMPLE_IMAGE, KEPT_FILE
 from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.runs import finished_only
@@ -44,9 +45,6 @@ from fedcal.results import load_config, load_metrics
 #: the run-config keys the detection table shows: τ (benign = τ 1) and the attack
 SHOWN = ("tau", "attack")
 
-KEPT_FILE = "kept.csv"
-EXAMPLE_FILE = "example.csv"
-EXAMPLE_IMAGE = "example.npy"
 EVALUATED = "map50"  # a detect round that logged this was evaluated
 METRICS = ("map50", "obj_ece", "obj_sece", "mean_obj_prob", "positive_rate", "boxes_kept_object",
            "boxes_kept_class", "gt_boxes")

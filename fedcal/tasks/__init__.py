@@ -12,8 +12,8 @@ Adding a task (docs/design.md has a worked example):
 3. one import line below.
 """
 
-from fedcal.tasks.registry import Handler, ProgressFn, Task, all_tasks, get_task, register
+from fedcal.tasks.registry import Handler, ProgressFn, Task, all_tasks, get_task, preflight, register
 
 from fedcal.tasks import train, inference, distill, lm, detect  # noqa: E402,F401,I001 — each registers itself
 
-__all__ = ["Handler", "ProgressFn", "Task", "all_tasks", "get_task", "register"]
+__all__ = ["Handler", "ProgressFn", "Task", "all_tasks", "get_task", "preflight", "register"]

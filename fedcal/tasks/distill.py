@@ -43,6 +43,8 @@ what nodes derive from the config in :mod:`fedcal.distill.setup`; this module on
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import functools
 import math
 import time
@@ -50,7 +52,6 @@ from collections import OrderedDict
 from logging import INFO, WARNING
 
 import numpy as np
-import pandas as pd
 import torch
 from flwr.app import (
     ArrayRecord,
@@ -64,7 +65,6 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedcal.config import RunConfig
-from fedcal.reports.distill import distill_report
 from fedcal.checkpoint import rng_state, set_rng_state
 from fedcal.results import REJECTIONS_FILE, Checkpoint, RunFailed, RunStore, run_dir_for
 from fedcal.strategies.lora import (
@@ -89,6 +89,9 @@ from fedcal.distill.setup import (adapted_layers, base_classifier, client_batch,
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.tasks.train import REJECTION_COLUMNS
 from fedcal.train import resolve_device
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MESSAGE_TYPE = "train.distill"
 ADAPTER_KEY = "distill-adapter"  # a client's adapter state between rounds (its Context state)
@@ -277,6 +280,8 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
     (:mod:`fedcal.tasks.client_state`), the recorded uploads, the rows, rejections and the
     process's random streams. With ``checkpoint`` the run continues after its round, every piece
     restored (the random streams last) — equal to the uninterrupted run."""
+    import pandas as pd  # lazily: the ClientApp process never loads pandas
+
     from fedcal.distill.clients import adapter_state, lora_model
     from fedcal.distill.replay import UploadLog
 
@@ -480,7 +485,7 @@ TASK = register(Task(
     run=run_distill,
     handlers={MESSAGE_TYPE: distill_round},
     rounds=lambda cfg: cfg.dst_rounds,
-    report=distill_report,
+    report="fedcal.reports.distill:distill_report",
 ))
 
 __all__ = ["ADAPTER_KEY", "MESSAGE_TYPE", "check_logit_reply", "claimed_rank", "client_rank", "distill_round",
