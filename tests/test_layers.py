@@ -183,7 +183,7 @@ def test_no_task_name_is_branched_on_outside_the_tasks_own_modules():
     from fedcal.config import task_names
 
     root = PACKAGE.parent
-    files = [PACKAGE / "results.py", PACKAGE / "cli.py", *sorted((PACKAGE / "app").glob("*.py")),
+    files = [*sorted((PACKAGE / "results").glob("*.py")), PACKAGE / "cli.py", *sorted((PACKAGE / "app").glob("*.py")),
              *sorted((PACKAGE / "config").glob("*.py")), *sorted((PACKAGE / "studies").glob("*.py"))]
     hits = []
     for path in files:

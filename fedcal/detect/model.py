@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fedcal.config import ConfigError
+from fedcal.config import ConfigError, RunConfig, setting_of
 
 MODELS = ("detr", "grid")
 #: the checkpoint the SPEC's case study fine-tunes (networked users; AdamW β = 1e-4)
@@ -43,17 +43,24 @@ _IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 @dataclass(frozen=True)
 class DetectorSpec:
-    """What builds a detector (the ``det-*`` model keys)."""
+    """What builds a detector (the ``det-*`` model keys; their declared defaults are its defaults)."""
 
     name: str = "detr"
     num_classes: int = 10
-    image_size: int = 64
-    queries: int = 16
-    d_model: int = 64
-    enc_layers: int = 1
-    dec_layers: int = 2
-    backbone_width: int = 16
-    eos_coef: float = 0.1
+    image_size: int = setting_of("det_size").default
+    queries: int = setting_of("det_queries").default
+    d_model: int = setting_of("det_d_model").default
+    enc_layers: int = setting_of("det_enc_layers").default
+    dec_layers: int = setting_of("det_dec_layers").default
+    backbone_width: int = setting_of("det_backbone_width").default
+    eos_coef: float = setting_of("det_eos_coef").default
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig, num_classes: int) -> DetectorSpec:
+        """The detector a run config describes, telling ``num_classes`` object classes apart."""
+        return cls(name=cfg.det_model, num_classes=num_classes, image_size=cfg.det_size, queries=cfg.det_queries,
+                   d_model=cfg.det_d_model, enc_layers=cfg.det_enc_layers, dec_layers=cfg.det_dec_layers,
+                   backbone_width=cfg.det_backbone_width, eos_coef=cfg.det_eos_coef)
 
 
 def is_pretrained_name(name: str) -> bool:

@@ -38,9 +38,7 @@ def corpus_of(cfg: RunConfig) -> LMCorpus:
 
 def lm_config(cfg: RunConfig, corpus: LMCorpus) -> LMConfig:
     """The small model the run config describes (its cache key)."""
-    return LMConfig(public=text_digest(corpus.public), tokenizer=cfg.lm_tokenizer, vocab_size=cfg.lm_vocab,
-                    layers=cfg.lm_layers, hidden=cfg.lm_hidden, heads=cfg.lm_heads, context=cfg.lm_context,
-                    steps=cfg.lm_pretrain_steps)
+    return LMConfig.from_config(cfg, text_digest(corpus.public))
 
 
 def model_source(cfg: RunConfig) -> str:

@@ -84,8 +84,7 @@ def _kitti_root(cfg: RunConfig) -> str:
 
 
 def scene_spec(cfg: RunConfig) -> SceneSpec:
-    return SceneSpec(cfg.det_digits, cfg.det_size, cfg.det_min_digits, cfg.det_max_digits, cfg.det_min_scale,
-                     cfg.det_max_scale)
+    return SceneSpec.from_config(cfg)
 
 
 def num_classes(cfg: RunConfig) -> int:
@@ -94,8 +93,7 @@ def num_classes(cfg: RunConfig) -> int:
 
 
 def detector_spec(cfg: RunConfig) -> DetectorSpec:
-    return DetectorSpec(cfg.det_model, num_classes(cfg), cfg.det_size, cfg.det_queries, cfg.det_d_model,
-                        cfg.det_enc_layers, cfg.det_dec_layers, cfg.det_backbone_width, cfg.det_eos_coef)
+    return DetectorSpec.from_config(cfg, num_classes(cfg))
 
 
 @functools.lru_cache(maxsize=8)

@@ -145,8 +145,13 @@ def config_digest(cfg: RunConfig) -> str:
     return hashlib.sha256(json.dumps(sorted(cfg.to_flower().items())).encode()).hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=1)
 def _defaults() -> dict[str, Any]:
+    return _defaults_of(field_names())
+
+
+@functools.lru_cache(maxsize=4)
+def _defaults_of(names: tuple[str, ...]) -> dict[str, Any]:
+    # keyed on the field set: a group registered later (a plug-in task's) brings its defaults
     return RunConfig().to_flower()
 
 
