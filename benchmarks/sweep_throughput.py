@@ -111,7 +111,7 @@ def main() -> None:
           f"engine[:jobs] "
           f"(default jobs {args.jobs}), "
           f"{os.cpu_count()} cores; one run-round = {flops / 1e9:.2f} GFLOP (training + central evaluation)")
-    from fedcal.train import resolve_device
+    from fedcal.local_training import resolve_device
 
     device = resolve_device("auto")
     peak = sgemm_gflops(str(device))

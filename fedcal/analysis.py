@@ -24,7 +24,7 @@ from torch import nn
 from fedcal.attacks import BEHAVIOURS, Behaviour, behaviour_kind, stealth_variants
 from fedcal.attacks.behaviour import round_generator
 from fedcal.checks import _check_finite, _check_gammas, _check_labels, _check_logits, _check_matrix, _check_probs
-from fedcal.train import batch_schedule, local_train, predict_logits
+from fedcal.local_training import batch_schedule, local_train, predict_logits
 
 if TYPE_CHECKING:
     import pandas as pd

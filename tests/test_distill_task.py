@@ -49,7 +49,7 @@ def metrics_of(run_dir) -> pd.DataFrame:
 def test_rfd_end_to_end_finishes_and_clients_keep_their_adapter_across_rounds(tmp_path, monkeypatch):
     """3 clients of ranks 2, 4, 8 (one a backdoor client), 2 rounds: metrics every round, DONE,
     model.pt; the adapter a client starts round 2 from is the one it ended round 1 with."""
-    import fedcal.distill.setup as setup
+    import fedcal.distill.run_data as setup
     import fedcal.tasks.distill as task
     from fedcal.app.engine import simulate
     from fedcal.distill.clients import adapter_state
@@ -297,7 +297,7 @@ def test_evaluate_backdoor_of_a_nan_model_is_nan():
     """The core: predict refuses non-finite logits (FloatingPointError), evaluate_backdoor reports NaN."""
     from types import SimpleNamespace
 
-    from fedcal.distill.setup import evaluate_backdoor, is_finite_evaluation
+    from fedcal.distill.run_data import evaluate_backdoor, is_finite_evaluation
     from fedcal.distill.student import predict
 
     class Nan(torch.nn.Module):
@@ -320,7 +320,7 @@ def test_evaluate_backdoor_of_a_nan_model_is_nan():
 
 def test_the_logit_attack_scales_or_flips_before_clipping(tmp_path):
     """A backdoor client under the logit-energy attack uploads -a·z clipped to [-c, c]."""
-    import fedcal.distill.setup as setup
+    import fedcal.distill.run_data as setup
 
     got = {}
 
@@ -335,7 +335,7 @@ def test_the_logit_attack_scales_or_flips_before_clipping(tmp_path):
 
 
 def test_check_logit_reply_names_each_problem():
-    from fedcal.distill.setup import anchor_set_id
+    from fedcal.distill.run_data import anchor_set_id
     from fedcal.tasks.distill import check_logit_reply
 
     aid = anchor_set_id(np.array([3, 1, 4]))
@@ -512,7 +512,7 @@ def test_data_sizes_that_leave_nothing_fail_before_the_run_starts(tmp_path, over
     """Sizes the config alone cannot judge (they depend on the corpus) are checked once the corpus
     is loaded, before the backbone is built and before the run directory exists: one line naming
     the key, through `fedcal run` too."""
-    import fedcal.distill.setup as setup
+    import fedcal.distill.run_data as setup
 
     built = []
     real = setup.backbone_of
@@ -625,7 +625,7 @@ def test_cli_distill_replay_runs_each_client_side_once(tmp_path, capsys):
 def test_an_unloadable_hub_backbone_fails_at_once_naming_dst_backbone(tmp_path, monkeypatch):
     """dst-backbone names a Hub model: checked with one request at most (offline: none) before the
     corpus is split or anything loads, instead of from_pretrained's minute of retries."""
-    import fedcal.distill.setup as setup
+    import fedcal.distill.run_data as setup
 
     cfg = tiny(tmp_path, dst_backbone="no-such-org/no-such-backbone")
     with pytest.raises(ConfigError, match=r"^run-config key 'dst-backbone': 'no-such-org/no-such-backbone' is not"):

@@ -311,7 +311,7 @@ def test_analyses_flag_a_constant_predictor_and_refuse_mixed_configs(tmp_path, c
     for run in (benign, attacked, other):
         constant_model(run, majority)
     from fedcal.models import build_model
-    from fedcal.train import local_train
+    from fedcal.local_training import local_train
     from fedcal.data import load_dataset
 
     ds = load_dataset("digits")
@@ -388,7 +388,7 @@ def test_inference_never_ranks_a_constant_answer_as_robust(tmp_path, capsys):
 
 
 def test_distill_tables_keep_configurations_apart_and_flag_chance_ca(tmp_path, capsys):
-    from fedcal.distill.setup import text_task
+    from fedcal.distill.run_data import text_task
 
     dirs = []
     for rounds in (2, 3):

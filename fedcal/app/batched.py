@@ -12,7 +12,7 @@ loss is a sum of per-model losses). Central evaluation runs the R global models 
 What each run computes is the in-process engine's run (asserted by
 ``tests/test_batched.py``): the same seeded client sample per round
 (:func:`fedcal.reference.sampled_clients`), the same partitions, the same batch schedule of
-``round_generator(seed, round, client)`` (:func:`fedcal.train.batch_schedule`), the TSA
+``round_generator(seed, round, client)`` (:func:`fedcal.local_training.batch_schedule`), the TSA
 client's τ and η = β·τ, SGD with the run's momentum and weight decay, the reply checks of the
 strategies (a non-finite reply or update is rejected and logged with the reason), the
 strategy's own rule (``aggregate_updates`` of the configured fedcal strategy, so FoolsGold's
@@ -59,7 +59,7 @@ from fedcal.results import AUDIT_FILE, REJECTIONS_FILE, RunFailed, RunStore, run
 from fedcal.strategies import strategy_from_config
 from fedcal.strategies.base import RoundReplies
 from fedcal.tasks import all_tasks, get_task
-from fedcal.train import batch_schedule, effective_lr, resolve_device
+from fedcal.local_training import batch_schedule, effective_lr, resolve_device
 
 log = logging.getLogger("fedcal.batched")
 

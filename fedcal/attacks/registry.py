@@ -20,7 +20,7 @@ from fedcal.attacks.labelflip import LabelFlipping
 from fedcal.attacks.noise import NoiseInjection
 from fedcal.attacks.tsa import TemperatureScalingAttack
 from fedcal.config import RunConfig
-from fedcal.train import TrainStats, crop_flip_augmenter, epoch_schedule, local_train
+from fedcal.local_training import TrainStats, crop_flip_augmenter, epoch_schedule, local_train
 
 BEHAVIOURS: dict[str, BehaviourKind] = {
     "benign": BehaviourKind(),
@@ -61,8 +61,8 @@ def behaviour_for(cfg: RunConfig, client_id: int) -> Behaviour:
 
 def local_batches(cfg: RunConfig, n: int, server_round: int, client_id: int) -> tuple[list[torch.Tensor] | None, int]:
     """(batches, steps) of one client's round over its ``n`` samples: with ``local-epochs`` the
-    epochs' batches (:func:`fedcal.train.epoch_schedule`, from the round's generator) and their
-    count; else (None, ``local-steps``) — :func:`fedcal.train.local_train` draws the same
+    epochs' batches (:func:`fedcal.local_training.epoch_schedule`, from the round's generator) and their
+    count; else (None, ``local-steps``) — :func:`fedcal.local_training.local_train` draws the same
     generator's schedule itself, as before the key existed."""
     if not cfg.local_epochs:
         return None, cfg.local_steps

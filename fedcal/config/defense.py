@@ -8,9 +8,9 @@ __all__ = ["STRATEGIES", "CALGUARD_MODES", "CALGUARD_SIGNALS", "CALGUARD_MIN_ROO
 
 STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "trimmed_mean", "median", "geometric_median",
               "median_of_means", "calguard")
-CALGUARD_MODES = ("filter", "audit")  # fedcal.calguard.CALGUARD_MODES (a test keeps them equal)
+CALGUARD_MODES = ("filter", "audit")  # fedcal.aggregate.calguard.CALGUARD_MODES (a test keeps them equal)
 CALGUARD_SIGNALS = ("ratio", "scale")  # fedcal.strategies.calguard.SEQUENTIAL_SIGNALS (a test keeps them equal)
-CALGUARD_MIN_ROOT = 20  # fedcal.calguard.MIN_ROOT_SIZE
+CALGUARD_MIN_ROOT = 20  # fedcal.aggregate.calguard.MIN_ROOT_SIZE
 # Strategies that need a labelled root set of images (the lm task has none).
 ROOT_SET_STRATEGIES = ("fltrust", "calguard")
 

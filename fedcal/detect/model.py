@@ -4,7 +4,7 @@ grid detector with DETR's output structure.
 Both map grey scenes ``(B, 1, S, S)`` in [0, 1] to DETR's outputs: class logits ``(B, Q, C + 1)``
 over the C digit classes **plus "no object"** (the last column) and boxes ``(B, Q, 4)`` as
 normalised (center x, center y, width, height). Both are trained with the same Hungarian-matched
-DETR loss (:mod:`fedcal.detect.train`) and read with the same metrics (:mod:`fedcal.detect.metrics`).
+DETR loss (:mod:`fedcal.detect.local_round`) and read with the same metrics (:mod:`fedcal.detect.metrics`).
 
 Models, by the run config's ``det-model``:
 

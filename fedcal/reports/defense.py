@@ -35,7 +35,7 @@ from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.runs import finished_only
 from fedcal.results import AUDIT_FILE, load_config, load_model
-from fedcal.train import predict_logits
+from fedcal.local_training import predict_logits
 
 #: the post-hoc baseline's name in the tables
 POSTHOC = "fedavg + TS(root)"

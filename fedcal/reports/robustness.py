@@ -38,7 +38,7 @@ from fedcal.reports.runs import finished_only
 from fedcal.results import (UnfinishedRunError, atomic_write, config_hash, load_config, load_metrics, load_model,
                             run_status)
 from fedcal.robustness import RobustnessSpec, evaluate_robustness
-from fedcal.train import resolve_device
+from fedcal.local_training import resolve_device
 
 log = logging.getLogger(__name__)
 

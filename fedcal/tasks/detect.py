@@ -5,7 +5,7 @@ detector (:mod:`fedcal.detect.model`: DETR, or the grid detector with DETR's no-
 for ``det-local-steps`` AdamW steps per round on transformers' Hungarian-matched DETR loss; an
 attacker (``attack=tsa``, ``attacker-ratio`` of the clients, :func:`fedcal.attacks.behaviour_for`)
 divides the class logits — "no object" included — by ``tau`` in that loss and trains with
-η = β·τ (:mod:`fedcal.detect.train`).
+η = β·τ (:mod:`fedcal.detect.local_round`).
 
 Server side: Flower's strategy API through fedcal's :class:`~fedcal.strategies.FedAvg` (seeded
 sampling of ``det-clients-per-round`` nodes, 0 = all; data-size weighted mean of the updates),
@@ -48,14 +48,14 @@ from fedcal.detect.metrics import THRESHOLDS, detection_metrics, kept_detections
 from fedcal.detect.model import DetectorSpec, build_detector, check_model_name, is_pretrained_name
 from fedcal.hub import check_hub_name
 from fedcal.detect.scenes import SceneSpec, Scenes, make_scenes
-from fedcal.detect.train import local_round, predict
+from fedcal.detect.local_round import local_round, predict
 from fedcal.results import RunStore, run_dir_for
 from fedcal.strategies import FedAvg
 from fedcal.tasks.nodes import (CLIENT_RECORD, check_partitions, client_id, client_record, discover_clients,
                                 message_config)
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.tasks.train import federate
-from fedcal.train import resolve_device
+from fedcal.local_training import resolve_device
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -37,7 +37,7 @@ on a real SuperNode) and a trainable head. Each round (message type ``train.dist
 
 The run ends with ``model.pt`` (the student's trainable state, or the global adapter / FLoRA's
 merged updates) and ``DONE``. The math lives in :mod:`fedcal.distill`, the data in :mod:`fedcal.text` and
-what nodes derive from the config in :mod:`fedcal.distill.setup`; this module only moves tensors between them and Flower. Report:
+what nodes derive from the config in :mod:`fedcal.distill.run_data`; this module only moves tensors between them and Flower. Report:
 :func:`fedcal.reports.distill.distill_report`.
 """
 
@@ -83,12 +83,12 @@ from fedcal.tasks.nodes import (
     message_config,
 )
 from fedcal.distill.clients import is_lora_a_key
-from fedcal.distill.setup import (adapted_layers, base_classifier, client_batch, distill_data,
+from fedcal.distill.run_data import (adapted_layers, base_classifier, client_batch, distill_data,
                                   evaluate_backdoor, init_seed, inputs_of, is_eval_round, is_finite_evaluation,
                                   server_round, student_and_optimizer)
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.tasks.train import REJECTION_COLUMNS
-from fedcal.train import resolve_device
+from fedcal.local_training import resolve_device
 
 if TYPE_CHECKING:
     import pandas as pd

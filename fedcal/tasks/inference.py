@@ -37,7 +37,7 @@ from fedcal.progress import phase
 from fedcal.results import RunStore, aggregator_hash, collection_hash, load_config, run_dir_for
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.tasks.train import load_images
-from fedcal.train import resolve_device
+from fedcal.local_training import resolve_device
 
 if TYPE_CHECKING:
     import pandas as pd

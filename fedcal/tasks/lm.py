@@ -30,13 +30,13 @@ from flwr.supercore import log
 from fedcal.attacks import attackers_of, behaviour_for, client_round
 from fedcal.config import RunConfig
 from fedcal.lm.metrics import TOKEN_KEYS
-from fedcal.lm.setup import LMEvaluator, client_windows, node_model
+from fedcal.lm.run_inputs import LMEvaluator, client_windows, node_model
 from fedcal.results import RunStore, run_dir_for
 from fedcal.tasks.nodes import (CLIENT_RECORD, check_partitions, client_id, client_record, discover_clients,
                                 message_config)
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.tasks.train import federate
-from fedcal.train import resolve_device
+from fedcal.local_training import resolve_device
 
 if TYPE_CHECKING:
     import pandas as pd

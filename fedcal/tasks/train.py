@@ -43,7 +43,7 @@ from fedcal.results import AUDIT_FILE, REJECTIONS_FILE, Checkpoint, RunFailed, R
 from fedcal.strategies import strategy_from_config
 from fedcal.strategies.base import UpdateAggregationStrategy
 from fedcal.tasks.registry import ProgressFn, Task, register
-from fedcal.train import predict_logits, resolve_device
+from fedcal.local_training import predict_logits, resolve_device
 
 if TYPE_CHECKING:
     import pandas as pd
