@@ -87,7 +87,7 @@ def test_lora_fair_is_fedit_when_the_average_is_already_exact():
 
 
 def test_the_lora_fair_strategy_sends_the_refined_adapter_and_averages_the_head():
-    from fedcal.strategies.lora import LoRAFair
+    from fedcal.strategies.lora_baselines import LoRAFair
 
     s1, s2, wrong = adapter(4, 1), adapter(4, 2), adapter(2, 3)
     strategy = LoRAFair(alpha=ALPHA, fair_steps=50)

@@ -22,7 +22,8 @@ from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from fedcal.cli import main as cli_main
 from fedcal.config import ConfigError, RunConfig
 from fedcal.results import config_hash, hashed_keys, run_dir_for
-from fedcal.strategies.lora import STACKED_A, STACKED_B, FedIT, FFALoRA, FlexLoRA, FLoRA
+from fedcal.strategies.lora import STACKED_A, STACKED_B
+from fedcal.strategies.lora_baselines import FedIT, FFALoRA, FlexLoRA, FLoRA
 from tests.strategy_harness import FakeGrid
 
 TINY = {"task": "distill", "engine": "inprocess", "device": "cpu", "num-clients": 3, "dst-corpus": "synthetic",

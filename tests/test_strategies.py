@@ -341,7 +341,7 @@ def test_error_replies_are_logged_with_node_and_reason(caplog):
 
 
 def test_seeded_sampling_waits_for_the_minimum_of_nodes(monkeypatch):
-    from fedcal.strategies import base
+    from fedcal.strategies import replies
 
     grid = FakeGrid([1, 2], lambda n, c: reply(state(1.0)))
     sleeps = []
@@ -350,7 +350,7 @@ def test_seeded_sampling_waits_for_the_minimum_of_nodes(monkeypatch):
         sleeps.append(seconds)
         grid.nodes.append(len(grid.nodes) + 1)
 
-    monkeypatch.setattr(base.time, "sleep", connect_one_more)
+    monkeypatch.setattr(replies.time, "sleep", connect_one_more)
     s = strategies.FedAvg(fraction_train=0.5, min_train_nodes=2, min_available_nodes=4, fraction_evaluate=0.0,
                           sampling_seed=0)
     messages = list(s.configure_train(1, ArrayRecord(state(0.0)), ConfigRecord(), grid))

@@ -57,7 +57,7 @@ from fedcal.models import build_model
 from fedcal.reference import sampled_clients
 from fedcal.results import AUDIT_FILE, REJECTIONS_FILE, RunFailed, RunStore, run_dir_for
 from fedcal.strategies import strategy_from_config
-from fedcal.strategies.base import RoundReplies
+from fedcal.strategies.replies import RoundReplies
 from fedcal.tasks import all_tasks, get_task
 from fedcal.local_training import batch_schedule, effective_lr, resolve_device
 

@@ -28,9 +28,7 @@ This covers *train* replies. Federated evaluation (``configure_evaluate`` /
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import Any, TypedDict
 
@@ -43,32 +41,10 @@ from flwr.serverapp.strategy import Result
 from flwr.supercore import log
 
 from fedcal import aggregate as agg
-
-_BUFFER_MARKERS = ("running_mean", "running_var", "num_batches_tracked")
-
-
-def is_buffer_key(name: str) -> bool:
-    """Default test for non-trained state (BatchNorm statistics and counters)."""
-    return any(m in name for m in _BUFFER_MARKERS)
-
+from fedcal.strategies.replies import (RoundReplies, counted_replies, is_buffer_key, reply_weight, tensor_of,
+                                       wait_for_nodes)
 
 MetricsAggrFn = Callable[[list[RecordDict], str], MetricRecord]
-
-
-@dataclass
-class RoundReplies:
-    """One round's reply accounting (:attr:`UpdateAggregationStrategy.replies`).
-
-    ``received`` counts every reply, error replies and duplicates included; ``accepted`` lists
-    the nodes whose reply passed validation (in aggregation order); ``rejections`` lists
-    ``(node id, reason)`` for every dropped reply, so ``received == len(accepted) +
-    len(rejections)``; ``aggregated`` is whether the round produced a new global model.
-    """
-
-    received: int = 0
-    accepted: list[int] = field(default_factory=list)
-    rejections: list[tuple[int, str]] = field(default_factory=list)
-    aggregated: bool = False
 
 
 class StrategyOptions(TypedDict, total=False):
@@ -376,7 +352,7 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
             log(INFO, "aggregate_train: received %s results and %s failures", len(replies) - failures, failures)
         keys = list(sent.keys())
         train_keys = self.trainable_keys(sent)
-        base = {k: _tensor(sent[k]) for k in keys}
+        base = {k: tensor_of(sent[k]) for k in keys}
         good: list[tuple[int, RecordDict, float, torch.Tensor | None]] = []
         for msg in counted_replies(replies, reject):
             node = msg.metadata.src_node_id
@@ -425,7 +401,7 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
                 new.update({k: updated[k] for k in train_keys})
             buffer_keys = [k for k in keys if k not in train_keys]
             if buffer_keys:
-                values = torch.stack([torch.cat([_tensor(g[1][self.arrayrecord_key][k]).double().reshape(-1)
+                values = torch.stack([torch.cat([tensor_of(g[1][self.arrayrecord_key][k]).double().reshape(-1)
                                                  for k in buffer_keys]) for g in good])
                 merged = self.aggregate_buffers(server_round, nodes, values, weights)
                 offset = 0
@@ -468,7 +444,7 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
     @staticmethod
     def _flat_update(arrays: ArrayRecord, base: dict[str, torch.Tensor], keys: list[str]) -> torch.Tensor:
         """Δ = arrays − base over ``keys`` (base: the sent arrays as tensors), one float32 vector."""
-        return torch.cat([(_tensor(arrays[k]) - base[k]).reshape(-1).float() for k in keys])
+        return torch.cat([(tensor_of(arrays[k]) - base[k]).reshape(-1).float() for k in keys])
 
     def _trainable(self, key: str, sent: ArrayRecord) -> bool:
         return np.issubdtype(np.dtype(sent[key].dtype), np.floating) and not self.buffer_key(key)
@@ -501,47 +477,3 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
             elif np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
                 return f"array '{k}' contains NaN or Inf", 0.0
         return reply_weight(content, self.weighted_by_key)
-
-
-def reply_weight(content: RecordDict, key: str) -> tuple[str | None, float]:
-    """(None, weight) of a reply — the number under ``key`` in its MetricRecord, finite and > 0 —
-    or (the reason it is unusable, 0.0)."""
-    weight = None
-    for mrec in content.metric_records.values():
-        if key in mrec:
-            weight = mrec[key]
-            break
-    if weight is None:
-        return f"no '{key}' in its MetricRecord", 0.0
-    if isinstance(weight, (list, bool)) or not np.isfinite(weight) or weight <= 0:
-        return f"invalid '{key}' = {weight!r} (must be finite and > 0)", 0.0
-    return None, float(weight)
-
-
-def counted_replies(replies: Iterable[Message], reject: Callable[[int, str], None]) -> Iterable[Message]:
-    """The replies a round counts, in arrival order: the first reply of each node, unless it is an
-    error. Every other reply goes to ``reject(node, reason)`` (a second reply of one node; an
-    error reply with its reason). Shared by every fedcal strategy's reply validation."""
-    seen: set[int] = set()
-    for msg in replies:
-        node = msg.metadata.src_node_id
-        if node in seen:
-            reject(node, "a second reply of this node in the same round (only the first counts)")
-            continue
-        seen.add(node)
-        if msg.has_error():
-            reject(node, f"error reply ({msg.error.reason})")
-            continue
-        yield msg
-
-
-def wait_for_nodes(grid: Grid, minimum: int) -> list[int]:
-    """The connected node ids, once at least ``minimum`` are connected (polls once a second)."""
-    while len(all_nodes := list(grid.get_node_ids())) < minimum:
-        log(INFO, "Waiting for nodes to connect: %d connected (minimum required: %d).", len(all_nodes), minimum)
-        time.sleep(1)
-    return all_nodes
-
-
-def _tensor(array: Any) -> torch.Tensor:
-    return torch.from_numpy(np.array(array.numpy(), copy=True))

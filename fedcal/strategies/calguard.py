@@ -14,7 +14,8 @@ from fedcal import aggregate as agg
 from fedcal.aggregate import calguard as cg
 from fedcal import sequential as sq
 from fedcal.aggregate.numerics import row_norms64
-from fedcal.strategies.base import StrategyOptions, UpdateAggregationStrategy, _tensor
+from fedcal.strategies.base import StrategyOptions, UpdateAggregationStrategy
+from fedcal.strategies.replies import tensor_of
 
 #: what CalGuard's sequential test may be fed (``sequential_signal``)
 SEQUENTIAL_SIGNALS = ("ratio", "scale")
@@ -133,7 +134,7 @@ class CalGuard(UpdateAggregationStrategy):
     def aggregate_updates(self, server_round, node_ids, updates, weights):
         sent = self._sent[server_round]
         keys = self.trainable_keys(sent)
-        base = {k: _tensor(sent[k]) for k in sent.keys()}
+        base = {k: tensor_of(sent[k]) for k in sent.keys()}
         current = cg.RootStats.of(cg.root_logits(self.model, base, self.root_x), self.root_y)
         signatures = [cg.signature(cg.RootStats.of(cg.root_logits(
             self.model, agg.add_flat_update(base, keys, u), self.root_x), self.root_y), current) for u in updates]

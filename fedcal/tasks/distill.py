@@ -67,12 +67,8 @@ from flwr.supercore import log
 from fedcal.config import RunConfig
 from fedcal.checkpoint import rng_state, set_rng_state
 from fedcal.results import REJECTIONS_FILE, Checkpoint, RunFailed, RunStore, run_dir_for
-from fedcal.strategies.lora import (
-    LORA_STRATEGIES,
-    STACKED_A,
-    flora_update,
-    to_state,
-)
+from fedcal.strategies.lora import STACKED_A, to_state
+from fedcal.strategies.lora_baselines import LORA_STRATEGIES, flora_update
 from fedcal.tasks.client_state import collect_states, restore_states
 from fedcal.tasks.nodes import (
     check_partitions,
