@@ -198,7 +198,7 @@ def test_each_strategy_takes_explicit_documented_keyword_arguments(name):
     and documented once on the base, and an unknown name is refused."""
     from typing import get_args, get_type_hints
 
-    from fedcal.strategies.base import StrategyOptions
+    from fedcal.strategies.options import StrategyOptions
 
     cls = strategies.STRATEGIES[name]
     params = inspect.signature(cls).parameters

@@ -14,7 +14,8 @@ from fedcal import aggregate as agg
 from fedcal.aggregate import calguard as cg
 from fedcal import sequential as sq
 from fedcal.aggregate.numerics import row_norms64
-from fedcal.strategies.base import StrategyOptions, UpdateAggregationStrategy
+from fedcal.strategies.base import UpdateAggregationStrategy
+from fedcal.strategies.options import StrategyOptions
 from fedcal.strategies.replies import tensor_of
 
 #: what CalGuard's sequential test may be fed (``sequential_signal``)

@@ -10,7 +10,8 @@ from flwr.app import ArrayRecord
 from flwr.supercore import log
 
 from fedcal import aggregate as agg
-from fedcal.strategies.base import StrategyOptions, UpdateAggregationStrategy
+from fedcal.strategies.base import UpdateAggregationStrategy
+from fedcal.strategies.options import StrategyOptions
 from fedcal.strategies.replies import tensor_of
 
 
