@@ -5,8 +5,7 @@ are what the ServerApp, the ClientApp, the engines and the command use.
 
 Adding a task (docs/design.md has a worked example):
 
-1. its config fields, in their own group of :class:`fedcal.config.RunConfig`, and its name in
-   ``fedcal.config.TASKS``;
+1. its config group and :class:`fedcal.config.TaskConfig`, in ``fedcal/config/<name>.py``;
 2. a module ``fedcal/tasks/<name>.py`` with its server side, client handlers and report, that
    builds a :class:`Task` and calls :func:`register`;
 3. one import line below.
