@@ -204,7 +204,7 @@ class RunState(NamedTuple):
     """What ``fedcal runs`` says about a run directory (:func:`run_state`)."""
 
     run_dir: Path
-    status: str  # "finished" | "unfinished" | "failed" | "running"
+    status: str  # one of "finished", "unfinished", "failed", "running"
     last_round: int | None  # the last round logged in metrics.csv
     num_rounds: int | None  # the rounds the run was started for (None: no round structure, or unknown)
     reason: str  # failed: the reason from run.log; unfinished: why it is not finished; else ""

@@ -51,7 +51,7 @@ class RunStore:
         #: the round this attempt resumed after (None: it started from round 0)
         self.resumed_from: int | None = None
         self._lock_fd: int | None = None
-        self._files: dict[str, str] = {}  # the run's files written so far: name → "append" | "table"
+        self._files: dict[str, str] = {}  # the run's files written so far: name → "append" or "table"
 
     def __del__(self) -> None:  # a store dropped without finishing releases its lock
         self.release()
