@@ -63,7 +63,7 @@ def local_batches(cfg: RunConfig, n: int, server_round: int, client_id: int) -> 
     """(batches, steps) of one client's round over its ``n`` samples: with ``local-epochs`` the
     epochs' batches (:func:`fedcal.local_training.epoch_schedule`, from the round's generator) and their
     count; else (None, ``local-steps``) — :func:`fedcal.local_training.local_train` draws the same
-    generator's schedule itself, as before the key existed."""
+    generator's schedule itself."""
     if not cfg.local_epochs:
         return None, cfg.local_steps
     batches = epoch_schedule(n, cfg.local_epochs, cfg.batch_size, round_generator(cfg.seed, server_round, client_id))

@@ -50,7 +50,7 @@ def config_hash(cfg: RunConfig) -> str:
 def collection_hash(cfg: RunConfig) -> str:
     """Hash of what an inference run's collected client probits depend on."""
     keys = {k: getattr(cfg, k) for k in _COLLECTION_KEYS}
-    if cfg.inf_augment != "none":  # added later: collections made before keep their hash
+    if cfg.inf_augment != "none":  # only when set: a collection without it keeps its hash
         keys["inf_augment"] = cfg.inf_augment
     if cfg.inf_client_output != "probits":  # likewise: a logits collection also holds the clients' logits
         keys["inf_client_output"] = cfg.inf_client_output

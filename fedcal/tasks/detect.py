@@ -1,4 +1,4 @@
-"""Task ``detect``: the Temperature Scaling Attack on federated object detection (SPEC §10, issue 15).
+"""Task ``detect``: the Temperature Scaling Attack on federated object detection (SPEC §10).
 
 Every client holds non-IID MNIST scenes (:mod:`fedcal.detect.scenes`) and trains the global
 detector (:mod:`fedcal.detect.model`: DETR, or the grid detector with DETR's no-object structure)
