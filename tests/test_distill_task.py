@@ -225,7 +225,7 @@ def test_a_bad_rank_claim_is_a_bad_reply_not_a_crash_or_a_metric(tmp_path, rank_
 
 
 def test_claimed_rank_by_hand():
-    from fedcal.tasks.distill import claimed_rank
+    from fedcal.tasks.distill_replies import claimed_rank
 
     def content(rec):
         return RecordDict({"metrics": rec})
@@ -337,7 +337,7 @@ def test_the_logit_attack_scales_or_flips_before_clipping(tmp_path):
 
 def test_check_logit_reply_names_each_problem():
     from fedcal.distill.run_data import anchor_set_id
-    from fedcal.tasks.distill import check_logit_reply
+    from fedcal.tasks.distill_replies import check_logit_reply
 
     aid = anchor_set_id(np.array([3, 1, 4]))
     assert aid != anchor_set_id(np.array([3, 1, 5])) and len(aid) == 16
