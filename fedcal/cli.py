@@ -72,16 +72,42 @@ class _Parser(argparse.ArgumentParser):
             self._intermixing = False
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _add_logging_options(p: argparse.ArgumentParser, *, sub: bool = False) -> None:
+    """``--quiet`` / ``--log-level``, global options accepted before or after the command (a
+    command's copy has no default, so it never overwrites the value given before the command)."""
+    default = argparse.SUPPRESS if sub else None
+    p.add_argument("--log-level", choices=LOG_LEVELS, default=default if sub else "warning", type=str.lower,
+                   help="fedcal's messages on stderr from this level on; debug also shows Flower's and Ray's logs")
+    p.add_argument("-q", "--quiet", action="store_true", default=default if sub else False,
+                   help="errors only, no progress bars (tables and the paths written are still printed)")
+
+
+def _apply_logging_options(args: argparse.Namespace, logger: logging.Logger, handler: logging.Handler) -> None:
+    level = "error" if args.quiet else args.log_level
+    logger.setLevel(level.upper())
+    handler.setLevel(level.upper())
+    if args.quiet and hasattr(args, "no_progress"):
+        args.no_progress = True
+    if level == "debug" and hasattr(args, "verbose"):
+        args.verbose = True
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `fedcal` parser: each study adds its sub-commands (arguments and the function that runs them)."""
     parser = argparse.ArgumentParser(prog="fedcal", description=__doc__, formatter_class=_HelpFormatter)
     parser.add_argument("--version", action="version", version=f"fedcal {__version__}",
                         help="print fedcal's version and exit")
+    _add_logging_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     def add(name: str, help: str, **kwargs: Any) -> argparse.ArgumentParser:
         kwargs.setdefault("description", help[0].upper() + help[1:] + ".")
-        return sub.add_parser(name, help=help, formatter_class=_HelpFormatter, **kwargs)
+        p = sub.add_parser(name, help=help, formatter_class=_HelpFormatter, **kwargs)
+        _add_logging_options(p, sub=True)
+        return p
 
     for study in STUDIES:
         study.add_commands(add)
@@ -108,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.addHandler(handler)
     try:
         args = build_parser().parse_args(argv)
+        _apply_logging_options(args, logger, handler)
         for option in ("out", "report", "output"):  # every command's output folder, checked before it runs
             if isinstance(getattr(args, option, None), str):
                 checked_folder(getattr(args, option), f"--{option}")
@@ -127,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_TERMINATED
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
 
 
 if __name__ == "__main__":

@@ -18,12 +18,30 @@ from fedcal.data import pixel_space
 
 
 def resolve_device(name: str = "auto") -> torch.device:
-    """``auto`` picks CUDA when present, else CPU."""
+    """``auto`` picks CUDA when present, else CPU; any other torch device string (``cuda:1``,
+    ``mps``) is checked against this machine, so a run asking for a device it does not have stops
+    at its start with one line naming the key, not at the first tensor moved there. CUDA indices
+    count the devices this process sees (``CUDA_VISIBLE_DEVICES`` renumbers them, and Ray sets it
+    for each worker it gives a GPU)."""
+    from fedcal.config import ConfigError
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' requested but no CUDA device is available")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"run-config key 'device': {name!r} is not a torch device string") from None
+    if device.type == "cuda":
+        visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if visible == 0:
+            raise ConfigError(f"run-config key 'device': {name!r} requested but no CUDA device is available "
+                              "(device=cpu or device=auto)")
+        if device.index is not None and device.index >= visible:
+            raise ConfigError(f"run-config key 'device': {name!r} requested but this process sees {visible} CUDA "
+                              f"device(s), cuda:0..cuda:{visible - 1} (CUDA_VISIBLE_DEVICES renumbers them)")
+    elif device.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise ConfigError(f"run-config key 'device': {name!r} requested but MPS is not available here")
+    return device
 
 
 def effective_lr(lr: float, tau: float, coupled: bool) -> float:

@@ -79,9 +79,10 @@ class _Adopted:
         return 0
 
 
-def _flwr_run(tmp_path: Path, run_config: str, supernodes: int, **env_extra: str) -> Path:
+def _flwr_run(tmp_path: Path, run_config: str, supernodes: int, _capture: dict | None = None,
+              **env_extra: str) -> Path:
     """`flwr run .` with its own FLWR_HOME and local SuperLink port (and ``env_extra`` in its
-    environment); returns the run directory."""
+    environment); returns the run directory (and puts the streamed log in ``_capture["streamed"]``)."""
     flwr_home = tmp_path / "flwr-home"
     out = tmp_path / "runs"
     log_file = flwr_home / "local-superlink" / "superlink.log"
@@ -100,6 +101,8 @@ def _flwr_run(tmp_path: Path, run_config: str, supernodes: int, **env_extra: str
     # Nobody tried to install the app's dependencies at run time. (Without the variable, offline,
     # the streamed log shows "uv sync failed", Flower exit code 608, no DONE, and rc 0.)
     streamed = proc.stdout + proc.stderr + tail(log_file, 1 << 22)
+    if _capture is not None:
+        _capture["streamed"] = streamed
     for sign in ("Installing application dependencies", "uv sync"):
         assert sign not in streamed, context
     runs = list(out.iterdir()) if out.exists() else []

@@ -72,6 +72,7 @@ def test_theorem_report_from_a_run_directory(tmp_path):
     from fedcal.config import RunConfig
     from fedcal.reports.inference_theory import theorem_report
     from fedcal.results import RunStore, UnfinishedRunError, run_dir_for
+    import pandas as pd
 
     cfg = RunConfig.from_flower(dict(task="inference", dataset="digits", num_clients=9, clients_per_round=9,
                                      inf_f=3, output_dir=str(tmp_path)))
@@ -80,10 +81,11 @@ def test_theorem_report_from_a_run_directory(tmp_path):
     _data().save(store.dir / "probits.pt")
     with pytest.raises(UnfinishedRunError):
         theorem_report([store.dir], tmp_path / "out")
+    # a finished inference run has its accuracy table (the reports' soundness gate reads it)
+    store.write_table("accuracy.csv", pd.DataFrame({"aggregator": ["mean"], "attack": ["none"], "accuracy": [0.5]}))
     store.finish()
     md = theorem_report([store.dir], tmp_path / "out", queries=200)
     assert "trimmed_mean" in md and (tmp_path / "out" / "theorem.png").exists()
-    import pandas as pd
     summary = pd.read_csv(tmp_path / "out" / "theorem_summary.csv")
     assert set(summary["attack"]) == {"none", "sia_whitebox"} and (summary["violations"] == 0).all()
     assert (summary["queries"] == 200).all()

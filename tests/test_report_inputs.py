@@ -436,7 +436,8 @@ def test_lm_and_detect_tables_keep_configurations_apart(tmp_path, capsys):
             store.start()
             for r in range(rounds + 1):
                 store.log_round(r, {"map50": 0.5, "obj_ece": 0.1, "obj_sece": 0.0, "mean_obj_prob": 0.2,
-                                    "positive_rate": 0.1, "boxes_kept": 2.0, "gt_boxes": 2.5})
+                                    "positive_rate": 0.1, "boxes_kept": 2.0, "boxes_kept_object": 2.0,
+                                    "boxes_kept_class": 1.5, "gt_boxes": 2.5})
             store.finish()
             dirs.append(store.dir)
     assert report(dirs, tmp_path / "det-rep", capsys)[0] == 0

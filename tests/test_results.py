@@ -41,19 +41,20 @@ def test_restart_clears_partial_results(tmp_path):
 
 
 def test_tau_configs_and_summary(tmp_path):
-    base = RunConfig(dataset="synthetic", output_dir=str(tmp_path))
+    base = RunConfig(dataset="synthetic", output_dir=str(tmp_path), num_rounds=3, eval_every=3)
     cfgs = tau_configs(base, [5.0, 1.0, 0.2])
     assert [c.attack for c in cfgs] == ["tsa", "none", "tsa"]
     for c, acc in zip(cfgs, (0.8, 0.9, 0.85)):
         s = RunStore(run_dir_for(c), c)
         s.start()
-        s.log_round(3, {"accuracy": acc, "ece": 0.1, "sece": -0.1, "brier": 0.2, "nll": 0.3})
+        for rnd, a in ((0, 0.1), (3, acc)):  # the whole schedule: rounds 0 and 3 (the reports check it)
+            s.log_round(rnd, {"accuracy": a, "ece": 0.1, "sece": -0.1, "brier": 0.2, "nll": 0.3})
         s.finish()
     table = summarise([run_dir_for(c) for c in cfgs])
     assert table["tau"].tolist() == [0.2, 1.0, 5.0]
     assert table["accuracy_%"].tolist() == [85.0, 90.0, 80.0]
     assert table["d_accuracy"].tolist() == pytest.approx([-5.0, 0.0, -10.0])
-    assert "| 0.2 | TSA | 85.00" in to_markdown(table)
+    assert "| 0.2 | TSA τ=0.2 | 85.00" in to_markdown(table)
     assert isinstance(table, pd.DataFrame)
 
 
@@ -64,10 +65,11 @@ def test_report_writes_the_tables_behind_its_figures(tmp_path):
 
     dirs = []
     for seed, accs in ((0, (0.5, 0.7)), (1, (0.7, 0.9))):
-        for cfg in tau_configs(RunConfig(dataset="synthetic", seed=seed, output_dir=str(tmp_path / "runs")), [1.0, 5.0]):
+        for cfg in tau_configs(RunConfig(dataset="synthetic", seed=seed, output_dir=str(tmp_path / "runs"), num_rounds=20,
+                                         eval_every=10), [1.0, 5.0]):
             s = RunStore(run_dir_for(cfg), cfg)
             s.start()
-            for rnd, acc in zip((10, 20), accs):
+            for rnd, acc in zip((0, 10, 20), (0.3, *accs)):  # the whole schedule (the reports check it)
                 shift = 0.1 if cfg.tau == 5.0 else 0.0
                 s.log_round(rnd, {"accuracy": acc + shift, "ece": 0.1, "sece": -shift, "brier": 0.2, "nll": 0.3})
             s.write_table("reliability.csv", pd.DataFrame({"lower": [0.0, 0.5], "upper": [0.5, 1.0], "count": [3, 7],
@@ -77,8 +79,8 @@ def test_report_writes_the_tables_behind_its_figures(tmp_path):
     write_report(dirs, tmp_path / "report")
     traj = pd.read_csv(tmp_path / "report" / "trajectories.csv")
     acc5 = traj[(traj["tau"] == 5.0) & (traj["metric"] == "accuracy")].set_index("round")
-    assert acc5["mean"].to_dict() == pytest.approx({10: 0.7, 20: 0.9})  # (0.6 + 0.8) / 2, (0.8 + 1.0) / 2
-    assert acc5["std"].to_dict() == pytest.approx({10: 0.1414213, 20: 0.1414213})  # sample std of a 0.2 gap
+    assert acc5["mean"].to_dict() == pytest.approx({0: 0.4, 10: 0.7, 20: 0.9})  # (0.6 + 0.8) / 2, (0.8 + 1.0) / 2
+    assert acc5["std"].to_dict() == pytest.approx({0: 0.0, 10: 0.1414213, 20: 0.1414213})  # sample std of a 0.2 gap
     assert set(acc5["runs"]) == {2}
     assert set(traj["metric"]) == {"accuracy", "sece"}
     rel = pd.read_csv(tmp_path / "report" / "reliability.csv")
@@ -121,7 +123,7 @@ def test_hashes_and_run_names_are_pinned(overrides, chash, collection, name, tmp
 OLD_NON_SEMANTIC = {"output_dir", "run_name", "device", "data_dir", "eval_batch_size", "client_cpus", "client_gpus",
                     "engine", "inf_timeout", "inf_query_batch"}
 # execution keys added later: where and how a run executes, in no hash
-NON_SEMANTIC = OLD_NON_SEMANTIC | {"checkpoint_every"}
+NON_SEMANTIC = OLD_NON_SEMANTIC | {"checkpoint_every", "tracker", "ray_address"}
 OLD_INFERENCE_ONLY = {"task", "inf_f", "inf_server_frac", "inf_local_epochs", "inf_attacks", "inf_amplification",
                       "inf_pgd_steps", "inf_f_curve", "inf_amp_curve", "agg_hidden", "agg_epochs", "agg_lr",
                       "agg_adv_epochs", "agg_attack_steps", "agg_restarts", "inf_test_queries", "inf_curve_queries",

@@ -351,6 +351,40 @@ def test_replay_by_hand_on_one_round():
     assert [r["flagged"] for r in rows] == [True, False, False, False, True]
 
 
+def test_the_signal_score_by_hand_over_three_rounds():
+    """docs/defense.md's statistic on the ratio signal v, by hand: x = (v − median of the round's
+    trusted replies) / σ_v, σ_v = 1.4826 · (low) median of the non-zero |deviations| pooled over
+    the rounds so far, x clipped to ±3, L ← max(0, L − x − k). κ is huge and strikes are off, so
+    only the sequential test decides; client a is alarmed in round 2 and leaves round 3's median."""
+    k, h = 0.5, 2.0
+    shifts = [0.1, 0.2, 0.3, 0.4, 0.5]  # ordinary logit-scale shifts: never a per-round outlier
+    rounds = [(1, ["a", "b", "c", "d", "e"], shifts, [-0.2, -0.1, 0.0, 0.1, 0.2]),
+              (2, ["a", "b", "c", "f", "g"], shifts, [-0.6, 0.0, 0.1, 0.2, 0.3]),
+              (3, ["a", "b", "c", "d", "e"], shifts, [-5.0, 0.0, 0.4, 0.8, 1.2])]
+    rows = cg.replay(rounds, kappa=1e6, strikes=0, sequential=sq.ClientCusum(k=k, h_low=h, h_high=50.0, clip=3.0))
+    by = {(r["round"], r["client"]): r for r in rows}
+    # round 1: median 0, |d| pool {0.1, 0.1, 0.2, 0.2} → low median 0.1
+    s1 = 1.4826 * 0.1
+    assert [by[1, c]["sequential_score"] for c in "abcde"] == pytest.approx([-0.2 / s1, -0.1 / s1, 0, 0.1 / s1, 0.2 / s1])
+    la1, lb1 = 0.2 / s1 - k, 0.1 / s1 - k  # 0.849, 0.174
+    assert (by[1, "a"]["low"], by[1, "b"]["low"]) == pytest.approx((la1, lb1))
+    assert by[1, "e"]["high"] == pytest.approx(0.2 / s1 - k) and not any(r["sequential"] for r in rows[:5])
+    # round 2: median 0.1, d = (−0.7, −0.1, 0, 0.1, 0.2); pool of 8: 0.1 ×4, 0.2 ×3, 0.7 → low median 0.1;
+    # a's score −4.72 is clipped to −3: L_a = 0.849 + 3 − 0.5 = 3.35 > 2, the alarm
+    assert by[2, "a"]["sequential_score"] == pytest.approx(-0.7 / s1)
+    assert by[2, "a"]["low"] == pytest.approx(la1 + 3.0 - k) and by[2, "a"]["sequential"] and by[2, "a"]["flagged"]
+    lb2 = lb1 + 0.1 / s1 - k
+    assert by[2, "b"]["low"] == pytest.approx(lb2) and not by[2, "b"]["sequential"]
+    # round 3: a is out of the median: median(0, 0.4, 0.8, 1.2) = 0.6 (all five would give 0.4);
+    # trusted d = (−0.6, −0.2, 0.2, 0.6) join the pool: 0.1 ×4, 0.2 ×5, 0.6, 0.6, 0.7 → low median 0.2
+    s3 = 1.4826 * 0.2
+    assert [by[3, c]["sequential_score"] for c in "abcde"] == pytest.approx(
+        [-5.6 / s3, -0.6 / s3, -0.2 / s3, 0.2 / s3, 0.6 / s3])
+    assert by[3, "b"]["low"] == pytest.approx(lb2 + 0.6 / s3 - k) and by[3, "b"]["low"] < h  # 1.87: no alarm
+    assert by[3, "a"]["sequential"] and by[3, "a"]["flagged"] and not by[3, "a"]["outlier"]  # the alarm stays
+    assert [r["client"] for r in rows if r["sequential"]] == ["a", "a"]
+
+
 def test_calguard_refuses_a_sequential_test_of_another_type_and_records_update_norms():
     with pytest.raises(TypeError, match="ClientCusum"):
         _guard(sequential={"k": 0.5})
@@ -426,6 +460,31 @@ def test_the_defense_table_keeps_calguard_with_and_without_the_sequential_test_a
     md = to_markdown(t)
     assert "calguard_cusum" in md.splitlines()[0] and "tsa_duty" in md.splitlines()[0]
     assert "| ratio |" in md and "| scale |" in md  # a word-valued setting is shown as it is
+
+
+def test_the_worst_case_line_names_the_duty_share_and_the_sequential_test():
+    """The defense table's closing line names the row with the largest |Δ sECE| against CalGuard:
+    a duty-cycled or sequential row must not read as the plain attack; a plain row reads as before."""
+    import pandas as pd
+
+    from fedcal.reports.defense import summarise, worst_lines
+
+    def row(strategy, tau, seed, sece, duty=1.0, cusum=False):
+        return {"dataset": "mnist", "strategy": strategy, "tau": tau, "attacker_ratio": np.nan if tau == 1 else 0.25,
+                "dirichlet_alpha": 1.0, "tsa_step_frac": 1.0, "tsa_blend": 1.0, "tsa_duty": duty, "seed": seed,
+                "accuracy": 0.9, "ece": abs(sece), "sece": sece, "detection": np.nan if tau == 1 else 0.5,
+                "false_positive": 0.01, "calguard_cusum": cusum if strategy == "calguard" else np.nan}
+
+    ref = [row("fedavg", 1.0, s, 0.02) for s in (0, 1)]
+    plain = summarise(pd.DataFrame(ref + [row("calguard", 0.2, s, 0.05) for s in (0, 1)]
+                                   + [row("calguard", 0.2, s, 0.03, cusum=True) for s in (0, 1)]))
+    assert worst_lines(plain) == ["- mnist: the largest |Δ sECE| any attack setting above reaches against CalGuard is "
+                                  "+3.00 points (τ = 0.2, step share 1, blend 1, attackers 0.25, α = 1), with 50.0 % "
+                                  "of its replies flagged"]
+    duty = summarise(pd.DataFrame(ref + [row("calguard", 0.2, s, 0.03, cusum=True) for s in (0, 1)]
+                                  + [row("calguard", 0.2, s, 0.045, duty=0.25, cusum=True) for s in (0, 1)]))
+    (line,) = worst_lines(duty)
+    assert "+2.50 points (τ = 0.2, step share 1, blend 1, duty 0.25, with the sequential test, attackers 0.25" in line
 
 
 def test_a_flower_run_with_the_sequential_test_drops_the_alarmed_clients_and_records_its_statistics(tmp_path):

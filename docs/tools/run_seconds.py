@@ -1,13 +1,16 @@
-"""Wall-clock seconds each run's rounds took, from the run store (``round_seconds`` in metrics.csv).
+"""Wall-clock seconds each run's rounds took, from the run store (``round_seconds`` in timings.csv).
 
     python docs/tools/run_seconds.py runs/distill-minilm-first/* > docs/results/distill-minilm-first/seconds.md
     python docs/tools/run_seconds.py --by dst-method runs/distill-minilm-sentiment/* > seconds-by-method.md
+    python docs/tools/run_seconds.py --project 100 runs/cifar-timing/* > docs/results/closed-loop/cifar-seconds.md
 
 One row per run directory: its name, the rounds recorded, the seconds of round 0 (set-up and the
 first evaluation), of the training rounds, and their total — what a cell of that configuration
 costs on the machine that ran it (a run's config.json records the machine). With ``--by KEY`` (a
 run-config key), one row per value of that key instead: the runs, and the median, mean, least and
-most of their totals. Directories without metrics (a run not started) are skipped; a replayed run
+most of their totals. With ``--project N``, a last column projects each run to N rounds (round 0
+plus the mean of its training rounds × N: what a short timing run says about a full one).
+Directories without metrics (a run not started) are skipped; a replayed run
 has no training rounds of its own and is skipped too.
 """
 
@@ -20,20 +23,26 @@ import pandas as pd
 
 def main(argv: list[str]) -> int:
     from fedcal.reports.markdown import markdown_table
-    from fedcal.results import load_metrics
+    from fedcal.results import load_metrics, load_timings
 
-    by = None
+    by = project = None
     if argv[:1] == ["--by"]:
         by, argv = argv[1], argv[2:]
+    if argv[:1] == ["--project"]:
+        project, argv = int(argv[1]), argv[2:]
     rows = []
     for d in argv:
         m = load_metrics(d)
-        sec = m[m["metric"] == "round_seconds"].set_index("round")["value"] if not m.empty else pd.Series(dtype=float)
+        t = load_timings(d)  # round_seconds left metrics.csv for timings.csv; older runs' come from metrics.csv
+        sec = t[t["metric"] == "round_seconds"].set_index("round")["value"] if not t.empty else pd.Series(dtype=float)
         if sec.empty:
             continue
         rows.append({"run": m["run_id"].iloc[0], **({by: m[by].iloc[0]} if by else {}), "rounds": int(sec.index.max()),
                      "round 0 (s)": round(float(sec.get(0, 0.0))), "rounds 1+ (s)": round(float(sec.drop(0, errors="ignore").sum())),
                      "total (s)": round(float(sec.sum()))})
+        if project:  # a short timing run's cost at full length: round 0 plus the mean training round × N
+            train = sec.drop(0, errors="ignore")
+            rows[-1][f"projected {project} rounds (s)"] = round(float(sec.get(0, 0.0)) + float(train.mean()) * project)
     if not rows:
         print("no run directories given", file=sys.stderr)
         return 1

@@ -9,11 +9,21 @@ partition id, so one ClientApp serves every task, in simulation and on real Supe
 
 from __future__ import annotations
 
-from flwr.clientapp import ClientApp
+import functools
+import os
 
-from fedcal.tasks import Handler, all_tasks
-from fedcal.tasks.client_state import HANDLERS as STATE_HANDLERS
-from fedcal.tasks.nodes import IDENTITY, identity
+# Ray warns (a FutureWarning, in every `flwr run` log) at ray.init unless this is set: from a future
+# version on it will stop emptying CUDA_VISIBLE_DEVICES for tasks with num_gpus=0; 0 opts in now, as
+# fedcal.app.engine.simulate does for fedcal's own runs. Set here because Flower's simulation process
+# loads the ClientApp (flwr.server.superlink.fleet.vce.vce_api.start_vce) before its Ray backend calls
+# ray.init, and the Ray workers inherit the driver's environment. A user's own value wins.
+os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+
+from flwr.clientapp import ClientApp  # noqa: E402 - after the environment Ray reads
+
+from fedcal.tasks import Handler, all_tasks  # noqa: E402
+from fedcal.tasks.client_state import HANDLERS as STATE_HANDLERS  # noqa: E402
+from fedcal.tasks.nodes import IDENTITY, identity  # noqa: E402
 
 
 def _register(app: ClientApp, message_type: str, handler: Handler) -> None:
@@ -21,7 +31,19 @@ def _register(app: ClientApp, message_type: str, handler: Handler) -> None:
     kind, _, action = message_type.partition(".")
     if kind not in ("train", "evaluate", "query"):
         raise ValueError(f"message type {message_type!r} must start with train, evaluate or query")
-    getattr(app, kind)(action or "default")(handler)
+    getattr(app, kind)(action or "default")(_placed(handler))
+
+
+def _placed(handler: Handler) -> Handler:
+    """``handler`` whose replies say which Ray node made them when it runs in Flower's Simulation
+    Engine (:func:`fedcal.app.cluster.add_placement`; the ServerApp's grid records and strips it)."""
+    from fedcal.app.cluster import add_placement
+
+    @functools.wraps(handler)
+    def wrapped(msg, context):
+        return add_placement(handler(msg, context), context)
+
+    return wrapped
 
 
 def build_client_app() -> ClientApp:

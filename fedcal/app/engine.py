@@ -74,13 +74,18 @@ class PromptGrid(Grid):
         return replies
 
 
-def _prompt(server_app: ServerApp) -> ServerApp:
-    """``server_app`` run on a :class:`PromptGrid` around the grid it is given."""
+def _prompt(server_app: ServerApp, run_dir: Path, prompt: bool = True) -> ServerApp:
+    """``server_app`` run on a :class:`PromptGrid` (unless not ``prompt``) around a
+    :class:`fedcal.app.cluster.PlacementGrid` (where each reply was computed, into ``run_dir``)
+    around the grid it is given."""
+    from fedcal.app.cluster import PlacementGrid
+
     app = ServerApp()
 
     @app.main()
     def _main(grid: Grid, context: Context) -> None:
-        server_app(PromptGrid(grid), context)
+        placed = PlacementGrid(grid, run_dir)
+        server_app(PromptGrid(placed) if prompt else placed, context)
 
     return app
 
@@ -111,14 +116,29 @@ def backend_config(cfg: RunConfig) -> dict:
     a round on 2 cores, instead of waves of 2, 2 and 1) was measured with
     benchmarks/ray_profile.py's ``--backend`` and gained nothing on MNIST–MLP (client phase
     within noise) while the CNN's time-shared convolutions got slower."""
+    from fedcal.app.cluster import attach_address
+
     init_args: dict = {"logging_level": "ERROR", "log_to_driver": False, "include_dashboard": False}
-    # start-up settings apply only to a Ray instance started here
-    if not os.environ.get("RAY_ADDRESS") and not _ray_defaults():
+    address = attach_address(cfg.ray_address)
+    if address:  # a running cluster (docs/cluster.md): Ray refuses start-up settings when attaching
+        init_args["address"] = address
+    elif not _ray_defaults():  # start-up settings apply only to a Ray instance started here
         init_args["_system_config"] = {"max_direct_call_object_size": RAY_INLINE_BYTES}
     return {
         "client_resources": {"num_cpus": cfg.client_cpus, "num_gpus": cfg.client_gpus},
         "init_args": init_args,
     }
+
+
+def check_run_start(cfg: RunConfig) -> None:
+    """What only the machine that runs ``cfg`` can check, before any engine starts: its device
+    exists here (``device=cuda:1`` on a machine with one GPU) and its tracker's package is
+    installed. Each fails with one line naming the key."""
+    from fedcal.tracking import check_tracker
+    from fedcal.local_training import resolve_device
+
+    resolve_device(cfg.device)
+    check_tracker(cfg.tracker)
 
 
 def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, force: bool = False,
@@ -151,6 +171,7 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
                         "for it to end or stop it — one writer at a time")
     if restart:
         store.discard()
+    check_run_start(cfg)
     preflight(cfg)  # the task's data and names: fail fast (naming the key) before any engine starts
     rounds = get_task(cfg.task).rounds(cfg)
     bar = tqdm(total=rounds, desc=desc or run_dir.name, disable=not progress or rounds is None, unit="round")
@@ -184,7 +205,7 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
                 run_inprocess(server_app, client_app, cfg.num_clients, seed=cfg.seed)
             else:
                 run_simulation(
-                    server_app=server_app if _ray_defaults() else _prompt(server_app),
+                    server_app=_prompt(server_app, run_dir, prompt=not _ray_defaults()),
                     client_app=client_app,
                     num_supernodes=cfg.num_clients,
                     backend_config=backend_config(cfg),

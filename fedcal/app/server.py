@@ -15,6 +15,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
+from fedcal.app.cluster import PlacementGrid
 from fedcal.config import RunConfig
 from fedcal.progress import log_reporter, phase, reporting, round_note
 from fedcal.results import run_dir_for
@@ -39,7 +40,8 @@ def main(grid: Grid, context: Context) -> None:
     with reporting(reporter), (phase("rounds", rounds, "rounds") if rounds else nullcontext(None)) as bar:
         progress = None if bar is None else (
             lambda server_round, metrics: bar.update(1, round_note(metrics)) if server_round > 0 else None)
-        task.run(grid, cfg, progress)
+        # replies computed in Ray actors (`flwr run` on a simulation SuperLink) say where: placement.csv
+        task.run(PlacementGrid(grid, run_dir), cfg, progress)
     log(INFO, "run directory: %s", run_dir)
 
 

@@ -239,7 +239,7 @@ def _split_batched(todo: list[RunConfig], jobs: int, progress: bool) -> tuple[li
 
 
 def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True,
-              restart: bool = False) -> dict[str, str]:
+              restart: bool = False, cluster: Any = None) -> dict[str, str]:
     """Run every unfinished cell; returns {run dir: traceback} of the cells that failed.
 
     Cells with ``engine=batched`` that share a round protocol train together as one batched
@@ -252,8 +252,19 @@ def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True
     ``fedcal`` command) starts no further cell, stops the workers (their running cells log
     ``failed: terminated`` and release their run directories) and re-raises.
 
+    With ``cluster`` (a :class:`fedcal.app.cluster.ClusterSpec`) every job is a Ray task on that
+    cluster instead (:func:`fedcal.app.cluster.run_cells`; ``jobs`` then only splits batched
+    cells); output folders are made absolute first, as a worker's working folder is its own.
+
     Before anything runs, a cell whose run directory holds a run of a different config is refused
     (:class:`fedcal.results.RunNameConflict`, naming the first such cell)."""
+    if cluster is not None:
+        # a cell is a Ray task: engine=ray in it would start (and shut down) Ray inside a Ray worker,
+        # so those cells run in-process there (same hash and directory; the engines agree, docs/design.md)
+        if progress and any(c.engine == "ray" for c in configs):
+            tqdm.write("--cluster: cells with engine=ray run in-process in their Ray task (engine=inprocess)")
+        configs = [c.replace(output_dir=str(Path(c.output_dir).absolute()),
+                             engine="inprocess" if c.engine == "ray" else c.engine) for c in configs]
     for c in configs:
         check_run_dir(run_dir_for(c), c)
     todo = [c for c in configs if not RunStore(run_dir_for(c), c).is_done()]
@@ -262,7 +273,7 @@ def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True
     failures: dict[str, str] = {}
     batches, todo = _split_batched(todo, jobs, progress)
     jobs_list = [("batch", [c.to_flower() for c in cells]) for cells in batches]
-    in_process = jobs <= 1 or len(batches) + len(todo) <= 1
+    in_process = cluster is None and (jobs <= 1 or len(batches) + len(todo) <= 1)
     mode = ("bars" if in_process else "log") if progress else ""  # a worker's bars would garble the terminal
     jobs_list += [("cell", (c.to_flower(), restart, mode)) for c in todo]
 
@@ -277,7 +288,11 @@ def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True
         bar.update(len(payload) if kind == "batch" else 1)
 
     try:
-        if in_process:
+        if cluster is not None:
+            from fedcal.app.cluster import run_cells
+
+            run_cells(jobs_list, _run_job, cluster, done, progress=progress)
+        elif in_process:
             for job in jobs_list:
                 done(job, _run_job(*job))
         else:

@@ -361,7 +361,7 @@ class RunConfig:
             raise ConfigError(
                 f"unknown run-config key {unknown[0]!r}"
                 + (f" (and {unknown[1:]})" if len(unknown) > 1 else "")
-                + f"; known keys: {', '.join(sorted(known))}"
+                + _did_you_mean(unknown[0], known)
             )
         values = {}
         for k, v in raw.items():
@@ -446,6 +446,17 @@ def iter_groups() -> Iterator[Group]:
 
 
 # ---------------------------------------------------------------------- parsing values
+def _did_you_mean(key: str, known: Any) -> str:
+    """``; did you mean 'a', 'b'?`` for the valid keys closest to a mistyped ``key`` (difflib's
+    ratio), or a pointer to the list: ~200 keys in one line are read by nobody."""
+    import difflib
+
+    close = difflib.get_close_matches(key, sorted(known), n=3, cutoff=0.6)
+    if close:
+        return "; did you mean " + ", ".join(repr(k) for k in close) + "? (fedcal run --help lists every key)"
+    return "; fedcal run --help lists every key"
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """Parse one ``key=value`` override; values are TOML (``tau=5``, ``coupled=false``).
 

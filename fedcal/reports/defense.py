@@ -32,7 +32,7 @@ from fedcal.data import root_set
 from fedcal.metrics import calibration_metrics
 from fedcal.reports.chance import cfg_chance, footnote, marked
 from fedcal.reports.groups import CONFIG, config_labels
-from fedcal.reports.markdown import markdown_table
+from fedcal.reports.markdown import SECE_SIGN, UNITS_NOTE, markdown_table
 from fedcal.reports.runs import finished_only
 from fedcal.results import AUDIT_FILE, load_config, load_model
 from fedcal.local_training import predict_logits
@@ -208,7 +208,7 @@ def defense_plot(table: pd.DataFrame, path: str | Path) -> Path:
     strategy and setting that varies (attacker ratio, adaptive knobs, CalGuard's parameters), each
     joined to its strategy's benign run at τ = 1; the band is the benign FedAvg run's sECE ± 2
     points (the target)."""
-    from fedcal.reports.plots import _save, plt
+    from fedcal.reports.plots import SECE_SIGN, _save, plt
 
     table = table.assign(**{CONFIG: table[CONFIG] if CONFIG in table.columns else ""})
     panels = list(table.groupby([CONFIG, "dataset", "dirichlet_alpha"], sort=False).groups)
@@ -221,6 +221,7 @@ def defense_plot(table: pd.DataFrame, path: str | Path) -> Path:
             ax.axhspan(float(ref.iloc[0]) - TARGET_SECE, float(ref.iloc[0]) + TARGET_SECE, color="grey", alpha=0.2,
                        label="benign FedAvg ± 2")
         attacked, benign = sub[sub["tau"] != 1.0], sub[sub["tau"] == 1.0]
+        taus = sorted(sub["tau"].unique())
         varying = [c for c in knobs if attacked[c].dropna().nunique() > 1]
         for key, g in attacked.groupby(["strategy", *varying], sort=False, dropna=False):
             key = key if isinstance(key, tuple) else (key,)
@@ -229,23 +230,27 @@ def defense_plot(table: pd.DataFrame, path: str | Path) -> Path:
             for c in GUARD:  # the benign run of the same CalGuard parameters
                 if c in own.columns and c in varying:
                     own = own[own[c] == g[c].iloc[0]]
-            g = pd.concat([g, own.iloc[:1]]).sort_values("tau")
+            g = pd.concat([g, own.iloc[:1]]).drop_duplicates("tau").set_index("tau")
+            # every τ of the panel, NaN where this line has no run: matplotlib breaks the line there
+            # instead of drawing it through a τ that was never run (e.g. a strategy without its benign run)
+            g = g.reindex(taus).rename_axis("tau").reset_index()
             label = strategy + "".join(f" {c.replace('calguard_', '').replace('tsa_', '')}={_knob(v)}"
                                        for c, v in zip(varying, key[1:]) if isinstance(v, str) or not pd.isna(v))
             ax.plot(g["tau"], g["sece"], marker="o", label=label, lw=2.2 if strategy == "calguard" else 1.2)
         ax.set(xscale="log", xlabel="attackers' τ (1 = benign run)", ylabel="final sECE (%)",
                title=f"{ds}, α = {alpha:g}" + (f"\n{config}" if config else ""))
-        taus = sorted(sub["tau"].unique())
         ax.minorticks_off()  # log-scale minor labels (2×10⁻¹, …) collide; label the τ values run instead
         ax.set_xticks(taus, [f"{t:g}" for t in taus])
         ax.axhline(0, color="black", lw=0.6)
-        ax.legend(fontsize=6)
-    return _save(fig, path)
+        ax.legend(fontsize=7)
+    return _save(fig, path, note=SECE_SIGN)
 
 
 def audit_plot(run_dir: str | Path, path: str | Path, kappa: float | None = None) -> Path:
     """CalGuard's audit of one run: every reply's robust score per round, attackers (known to the
     simulation, not to the server) in red, the ±κ thresholds dashed, dropped replies as crosses."""
+    from matplotlib.ticker import MaxNLocator
+
     from fedcal.reports.plots import _save, plt
 
     cfg = load_config(run_dir)
@@ -266,9 +271,10 @@ def audit_plot(run_dir: str | Path, path: str | Path, kappa: float | None = None
     for s in (-kappa, kappa):
         axes[0].axhline(s, color="black", ls="--", lw=0.8)
     axes[1].set_xlabel("round")
+    axes[1].xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
     what = "benign" if cfg.attack == "none" else f"TSA τ={cfg.tau:g}"
     axes[0].set_title(f"CalGuard audit ({cfg.calguard_mode}): {cfg.dataset}, {what}, seed {cfg.seed}")
-    axes[0].legend(fontsize=6, ncol=2)
+    axes[0].legend(fontsize=8, ncol=2)
     return _save(fig, path)
 
 
@@ -287,20 +293,34 @@ def defense_report(run_dirs: Sequence[str | Path], out: str | Path, title: str =
     md = to_markdown(table, title)
     if table[CHANCE].any():
         md += "\n" + footnote([cfg_chance(load_config(d)) for d in dict.fromkeys(rows["run_dir"])])
-    adaptive = table[(table["strategy"] == "calguard") & (table["tau"] != 1.0)]
-    lines = []
-    for ds, g in adaptive.dropna(subset=["d_sece"]).groupby("dataset", sort=False):
-        worst = g.loc[g["d_sece"].abs().idxmax()]
-        lines.append(f"- {ds}: the largest |Δ sECE| any attack setting above reaches against CalGuard is "
-                     f"{worst['d_sece']:+.2f} points (τ = {worst['tau']:g}, step share {worst['tsa_step_frac']:g}, "
-                     f"blend {worst['tsa_blend']:g}, attackers {worst['attacker_ratio']:g}, "
-                     f"α = {worst['dirichlet_alpha']:g}), with {100 * worst['detection']:.1f} % of its replies flagged")
+    lines = worst_lines(table)
     md += ("\n" + "\n".join(lines) + "\n") if lines else ""
+    md += f"\n{UNITS_NOTE}; {SECE_SIGN}\n"
     (out / "table.md").write_text(md)
     defense_plot(table, out / "defense.png")
     for tau, run_dir in audit_runs(rows).items():
         audit_plot(run_dir, out / f"audit-tau{tau:g}.png")
     return md
+
+
+def worst_lines(table: pd.DataFrame) -> list[str]:
+    """One line per dataset: the attacked CalGuard row of :func:`summarise` with the largest
+    |Δ sECE|, named by its setting. The duty share and the sequential test are named only where
+    they are not the defaults (duty 1, ``calguard-cusum=false``), so that an adaptive or sequential
+    row is never read as the plain attack, and the lines of tables without them stay as they were."""
+    adaptive = table[(table["strategy"] == "calguard") & (table["tau"] != 1.0)]
+    lines = []
+    for ds, g in adaptive.dropna(subset=["d_sece"]).groupby("dataset", sort=False):
+        worst = g.loc[g["d_sece"].abs().idxmax()]
+        duty = worst.get("tsa_duty", 1.0)
+        extra = "" if pd.isna(duty) or duty == 1.0 else f", duty {duty:g}"
+        seq = worst.get("calguard_cusum", np.nan)
+        extra += ", with the sequential test" if not pd.isna(seq) and bool(seq) else ""
+        lines.append(f"- {ds}: the largest |Δ sECE| any attack setting above reaches against CalGuard is "
+                     f"{worst['d_sece']:+.2f} points (τ = {worst['tau']:g}, step share {worst['tsa_step_frac']:g}, "
+                     f"blend {worst['tsa_blend']:g}{extra}, attackers {worst['attacker_ratio']:g}, "
+                     f"α = {worst['dirichlet_alpha']:g}), with {100 * worst['detection']:.1f} % of its replies flagged")
+    return lines
 
 
 def audit_runs(rows: pd.DataFrame) -> dict[float, str]:

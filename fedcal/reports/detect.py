@@ -219,6 +219,7 @@ def _examples(first: pd.DataFrame, thr: float, out: Path) -> None:
 def _round_curves(finished: Sequence[Path], runs: pd.DataFrame, out: Path) -> None:
     """rounds.csv and curves.png: mAP@0.5 and the no-object sECE over the rounds, per line."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     metrics = load_metrics(finished)
     if metrics.empty:
@@ -235,6 +236,7 @@ def _round_curves(finished: Sequence[Path], runs: pd.DataFrame, out: Path) -> No
         for line, g in rounds[rounds["metric"] == metric].groupby("line", sort=True):
             ax.plot(g["round"], g["mean"], marker="o", ms=3, label=line)
         ax.set(xlabel="round", ylabel=_LABELS[metric])
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=120)

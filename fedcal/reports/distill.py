@@ -259,6 +259,7 @@ def curves_plot(curves: pd.DataFrame, path: str | Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), squeeze=False)
     for ax, metric, label in ((axes[0, 0], "ca", "clean accuracy (CA)"), (axes[0, 1], "asr", "attack success (ASR)")):
@@ -268,6 +269,7 @@ def curves_plot(curves: pd.DataFrame, path: str | Path) -> Path:
             name = f"{key[-3]} {key[-2]} ρ={key[-1]:g}" + (f" [{key[0]}]" if lines else "")
             ax.plot(g["round"], g["mean"], marker=".", label=name)
         ax.set(xlabel="round", ylabel=label, ylim=(0, 1))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
         ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=7)
     fig.tight_layout()

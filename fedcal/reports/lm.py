@@ -24,7 +24,7 @@ import pandas as pd
 
 from fedcal.reports.chance import ChanceLevel, footnote, labels_chance, marked
 from fedcal.reports.groups import CONFIG, frame_config_labels
-from fedcal.reports.markdown import markdown_table
+from fedcal.reports.markdown import SECE_SIGN, markdown_table
 from fedcal.reports.plots import _save, plt, reliability_grid
 from fedcal.reports.runs import final_metrics
 
@@ -124,6 +124,7 @@ def lm_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.Path
     md = markdown_table(table, title or "TSA on a federated language model")
     if finals[CHANCE].any():
         md += "\n" + footnote(levels.values(), "next-token accuracy")
+    md += f"\n{SECE_SIGN}\n"
     (out / "table.md").write_text(md)
 
     # diagrams and curves: one per (config, τ) — each pools the seeds of one configuration only

@@ -11,6 +11,12 @@ from typing import Any, Callable, Mapping, Union
 
 import pandas as pd
 
+#: said once under every table (and on every figure) that shows sECE: which sign is which
+#: (fedcal.metrics: sECE = Σ_b (n_b / N)(accuracy_b − confidence_b))
+SECE_SIGN = "sECE = Σ bins (n_b/N)·(accuracy − confidence): > 0 under-confident, < 0 over-confident"
+#: the units of every printed and Markdown table; the CSV files keep fractions (docs/results.md)
+UNITS_NOTE = "accuracy, ECE and sECE in percent"
+
 # A cell format: a ``str.format`` pattern such as ``"{:.2f}"``, or a function of the value.
 CellFormat = Union[str, Callable[[Any], str]]
 

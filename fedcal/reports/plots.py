@@ -9,42 +9,80 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: works on headless machines
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 
-def reliability_panel(ax_rel, ax_hist, bins: pd.DataFrame, title: str) -> None:
-    """Reliability diagram (accuracy per confidence bin vs the diagonal) above a
-    confidence histogram, from a ``reliability.csv`` table."""
-    width = (bins["upper"] - bins["lower"]).to_numpy()
-    centre = ((bins["upper"] + bins["lower"]) / 2).to_numpy()
-    acc = bins["accuracy"].to_numpy()
-    conf = bins["confidence"].to_numpy()
+from fedcal.reports.markdown import SECE_SIGN  # noqa: E402 - said once on every figure showing sECE
+
+
+def bins_ece_sece(bins: pd.DataFrame) -> tuple[float, float]:
+    """(ECE, sECE) of a ``reliability.csv`` table, as :func:`fedcal.metrics.calibration_metrics`
+    computes them from the same bins (empty bins weigh 0): what a panel prints is the run's metric."""
+    count = bins["count"].to_numpy(dtype=float)
+    gap = np.nan_to_num((bins["accuracy"] - bins["confidence"]).to_numpy(dtype=float))
+    weight = count / max(count.sum(), 1.0)
+    return float((weight * np.abs(gap)).sum()), float((weight * gap).sum())
+
+
+def reliability_legend() -> list:
+    """The legend entries of :func:`reliability_panel`, all three always (a panel without
+    under-confident bins would otherwise show a blank default entry for them)."""
+    from matplotlib.patches import Patch
+
+    return [Patch(facecolor="#4C72B0", edgecolor="black", label="accuracy"),
+            Patch(fill=False, hatch="///", edgecolor="#C44E52", label="gap to confidence: over-confident"),
+            Patch(fill=False, hatch="\\\\", edgecolor="#DD8452", label="gap to confidence: under-confident")]
+
+
+def reliability_panel(ax_rel, ax_hist, bins: pd.DataFrame, title: str, legend: bool = True) -> None:
+    """Reliability diagram (accuracy per confidence bin, in %, vs the diagonal) above a confidence
+    histogram, from a ``reliability.csv`` table, with the panel's ECE and sECE printed on it.
+
+    Accuracy is a solid bar up to its value in every bin. The gap to the bin's mean confidence is
+    drawn as an unfilled hatched box between the two: above the accuracy bar where the model is
+    over-confident, and inside it — hatch only, the bar's fill and its top edge still showing —
+    where it is under-confident, so the height of the blue bar is the accuracy in either case (a
+    filled gap bar used to cover the top of the accuracy bar in under-confident bins)."""
+    width = 100 * (bins["upper"] - bins["lower"]).to_numpy()
+    centre = 100 * ((bins["upper"] + bins["lower"]) / 2).to_numpy()
+    acc = 100 * bins["accuracy"].to_numpy(dtype=float)
+    conf = 100 * bins["confidence"].to_numpy(dtype=float)
     ok = bins["count"].to_numpy() > 0
-    ax_rel.bar(centre[ok], acc[ok], width=width[ok], edgecolor="black", color="#4C72B0", label="accuracy")
-    gap_lo = np.minimum(acc, conf)[ok]
-    ax_rel.bar(centre[ok], np.abs(conf - acc)[ok], bottom=gap_lo, width=width[ok], color="#DD8452",
-               alpha=0.6, edgecolor="#DD8452", label="gap to confidence")
-    ax_rel.plot([0, 1], [0, 1], "k--", lw=1)
-    ax_rel.set(xlim=(0, 1), ylim=(0, 1), title=title, ylabel="accuracy")
-    ax_rel.legend(loc="upper left", fontsize=7)
-    frac = bins["count"].to_numpy() / max(1.0, bins["count"].sum())
-    ax_hist.bar(centre, frac, width=width, color="grey", edgecolor="black")
-    ax_hist.set(xlim=(0, 1), xlabel="confidence", ylabel="fraction")
+    ax_rel.bar(centre[ok], acc[ok], width=width[ok], edgecolor="black", lw=0.8, color="#4C72B0", label="accuracy",
+               zorder=2)
+    over, under = ok & (conf >= acc), ok & (conf < acc)
+    ax_rel.bar(centre[over], (conf - acc)[over], bottom=acc[over], width=width[over], fill=False, hatch="///",
+               edgecolor="#C44E52", lw=0.8, label="gap: over-confident", zorder=3)
+    ax_rel.bar(centre[under], (acc - conf)[under], bottom=conf[under], width=width[under], fill=False, hatch="\\\\",
+               edgecolor="#DD8452", lw=0.8, label="gap: under-confident", zorder=3)
+    ax_rel.plot([0, 100], [0, 100], "k--", lw=1, zorder=4)
+    ax_rel.set(xlim=(0, 100), ylim=(0, 100), title=title, ylabel="accuracy (%)")
+    ece, sece = bins_ece_sece(bins)
+    ax_rel.text(0.97, 0.04, f"ECE {100 * ece:.2f}%\nsECE {100 * sece:+.2f}%", transform=ax_rel.transAxes,
+                ha="right", va="bottom", fontsize=8, bbox={"facecolor": "white", "edgecolor": "grey", "alpha": 0.9})
+    if legend:
+        ax_rel.legend(handles=reliability_legend(), loc="upper left", fontsize=7.5)
+    frac = 100 * bins["count"].to_numpy() / max(1.0, bins["count"].sum())
+    ax_hist.bar(centre, frac, width=width, color="grey", edgecolor="black", lw=0.6)
+    ax_hist.set(xlim=(0, 100), xlabel="confidence (%)", ylabel="share of\nsamples (%)")
 
 
 def reliability_grid(tables: Sequence[tuple[str, pd.DataFrame]], path: str | Path) -> Path:
     """One column per (title, bins) pair; writes a PNG and returns its path."""
     n = len(tables)
-    fig, axes = plt.subplots(2, n, figsize=(3.6 * n, 4.8), gridspec_kw={"height_ratios": [3, 1]}, squeeze=False)
+    fig, axes = plt.subplots(2, n, figsize=(3.8 * n, 5.2), gridspec_kw={"height_ratios": [3, 1]}, squeeze=False)
     for j, (title, bins) in enumerate(tables):
-        reliability_panel(axes[0, j], axes[1, j], bins, title)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+        reliability_panel(axes[0, j], axes[1, j], bins, title, legend=False)
+    # one legend for the figure, above the panels: inside a panel it covered an under-confident
+    # model's tall bars on the left
+    fig.legend(handles=reliability_legend(), loc="upper center", ncol=3, fontsize=8, frameon=False)
+    return _save(fig, path, note=SECE_SIGN, top=0.35)
+
+
+#: how figures name the metrics (the run store's names are lower-case identifiers)
+DISPLAY = {"accuracy": "accuracy", "ece": "ECE", "sece": "sECE", "brier": "Brier", "nll": "NLL"}
 
 
 def trajectory_table(metrics: pd.DataFrame, label_col: str | Sequence[str],
@@ -89,15 +127,12 @@ def trajectories(table: pd.DataFrame, label_col: str | Sequence[str], path: str 
                               color=colours.get(key))
             if (g["runs"] > 1).any():
                 ax.fill_between(g["round"], mean - std, mean + std, color=line.get_color(), alpha=0.15, lw=0)
-        ax.set(xlabel="round", ylabel=f"{name} (%)", title=name)
+        ax.set(xlabel="round", ylabel=f"{DISPLAY.get(name, name)} (%)", title=DISPLAY.get(name, name))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
         if name == "sece":
             ax.axhline(0, color="black", lw=0.8)
-    axes[0, -1].legend(title=", ".join(by), fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    axes[0, -1].legend(title=", ".join(by), fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return _save(fig, path, note=SECE_SIGN if "sece" in names else "")
 
 
 def defense_bars(table: pd.DataFrame, path: str | Path, title: str = "") -> Path:
@@ -119,17 +154,20 @@ def defense_bars(table: pd.DataFrame, path: str | Path, title: str = "") -> Path
     axes[1].legend(fontsize=8, loc="best")
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path, note=SECE_SIGN)
 
 
-def _save(fig, path: str | Path) -> Path:
+def _save(fig, path: str | Path, note: str = "", top: float = 0.0) -> Path:
+    """Lay out, write (PNG, 120 dpi) and close ``fig``; ``note`` is one line of small print under
+    the axes (e.g. :data:`SECE_SIGN`), kept clear of the x labels; ``top`` inches are kept free
+    above the axes (a figure legend)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    height = fig.get_figheight()
+    if note:
+        fig.text(0.5, 0.01, note, ha="center", va="bottom", fontsize=8, color="#444444")
+    # ~0.3 inch at the bottom for the note whatever the figure's height
+    fig.tight_layout(rect=(0, 0.3 / height if note else 0, 1, 1 - top / height))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
@@ -218,7 +256,11 @@ def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None 
     mean over the seeds of its cells — never over other settings."""
     from fedcal.reports.groups import frame_config_labels
 
-    cells = cells.assign(_config=frame_config_labels(cells, [x, *([hue] if hue else [])]))
+    labels = frame_config_labels(cells, [x, *([hue] if hue else [])])
+    # the columns plotted only, as one new frame: a cells.csv read back holds 200+ config columns,
+    # one block each, and adding a column to it is what pandas' PerformanceWarning is about
+    cells = cells[list(dict.fromkeys([x, *([hue] if hue else []), *metric_names]))].copy()
+    cells["_config"] = labels
     fig, axes = plt.subplots(1, len(metric_names), figsize=(4.6 * len(metric_names), 3.5), squeeze=False)
     by = [hue, "_config"] if hue else ["_config"]
     groups = list(cells.groupby(by, sort=True))
@@ -229,17 +271,18 @@ def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None 
             label = ", ".join(filter(None, [f"{hue}={key[0]}" if hue else "", key[-1]]))
             m = g.groupby(x)[name].mean().sort_index()
             ax.plot(m.index, 100 * m.to_numpy(), marker="o", label=label or None)
-        ax.set(xlabel=x, ylabel=f"{name} (%)")
+        ax.set(xlabel=x, ylabel=f"final {DISPLAY.get(name, name)} (%)")
         values = pd.to_numeric(cells[x], errors="coerce")
         if values.notna().all() and values.min() > 0 and values.max() / values.min() > 10:
             ax.set_xscale("log")  # Dirichlet α 0.1–10, τ 1–20: a linear axis crowds the small values
-            ax.set_xticks(sorted(values.unique()), [f"{v:g}" for v in sorted(values.unique())])
             ax.minorticks_off()
+        if values.notna().all() and values.nunique() <= 12:  # tick the values swept, not values never run
+            ax.set_xticks(sorted(values.unique()), [f"{v:g}" for v in sorted(values.unique())])
         if name == "sece":
             ax.axhline(0, color="black", lw=0.8)
         if labelled:
-            ax.legend(fontsize=7)
-    return _save(fig, path)
+            ax.legend(fontsize=8)
+    return _save(fig, path, note=SECE_SIGN if "sece" in metric_names else "")
 
 
 def inference_curve(curve: pd.DataFrame, x: str, path: str | Path, title: str = "") -> Path:

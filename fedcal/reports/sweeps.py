@@ -67,3 +67,25 @@ def write_results(configs: Sequence[RunConfig], out_dir: str | os.PathLike[str],
     cells.to_csv(out / "cells.csv", index=False)
     rounds.to_csv(out / "rounds.csv", index=False)
     return cells
+
+
+#: the metrics a sweep prints, in the unit of every printed table (percent; cells.csv keeps fractions)
+PRINTED = {"accuracy": ("accuracy_%", "{:.2f}"), "ece": ("ece_%", "{:.2f}"), "sece": ("sece_%", "{:+.2f}"),
+           "brier": ("brier", "{:.4f}"), "nll": ("nll", "{:.4f}")}
+
+
+def printed_cells(cells: pd.DataFrame, axes: Sequence[str]) -> str:
+    """The table ``fedcal sweep`` prints: the axes, then accuracy, ECE and sECE in percent (as the
+    τ and defense tables print them) and Brier and NLL, one line per cell, and the note on the
+    units and sECE's sign. ``cells.csv`` keeps the fractions (docs/results.md says so)."""
+    from fedcal.reports.markdown import SECE_SIGN, UNITS_NOTE
+
+    if cells.empty:
+        return "(no finished cell)"
+    shown = cells[[a for a in axes if a in cells.columns]].copy()
+    for name, (label, fmt) in PRINTED.items():
+        if name in cells.columns:
+            scale = 100 if label.endswith("_%") else 1
+            shown[label] = [fmt.format(scale * v) if pd.notna(v) else "nan" for v in cells[name]]
+    return shown.to_string(index=False) + f"\n({UNITS_NOTE}; {SECE_SIGN})"
+

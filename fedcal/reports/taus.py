@@ -25,7 +25,7 @@ import pandas as pd
 from fedcal.config import RunConfig
 from fedcal.reports.chance import cfg_chance, footnote, marked
 from fedcal.reports.groups import CONFIG, config_labels
-from fedcal.reports.markdown import markdown_table
+from fedcal.reports.markdown import SECE_SIGN, UNITS_NOTE, markdown_table
 from fedcal.reports.plots import defense_bars, reliability_grid, trajectories, trajectory_table
 from fedcal.reports.runs import final_rows, finished_only
 from fedcal.results import UnfinishedRunError, load_config, load_metrics
@@ -134,6 +134,7 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str
         md = to_markdown(table, title)
     if table[CHANCE].any():
         md += "\n" + footnote(chances)
+    md += f"\n{UNITS_NOTE}; {SECE_SIGN}\n"
     (out / "table.md").write_text(md)
     if table["strategy"].nunique() > 1:
         bars = table if CONFIG not in table.columns else \

@@ -52,6 +52,7 @@ class RunStore:
         self.resumed_from: int | None = None
         self._lock_fd: int | None = None
         self._files: dict[str, str] = {}  # the run's files written so far: name → "append" or "table"
+        self._tracker: Any = None  # the run-config key `tracker`'s view of the run (fedcal.tracking)
 
     def __del__(self) -> None:  # a store dropped without finishing releases its lock
         self.release()
@@ -87,7 +88,8 @@ class RunStore:
         self._lock_fd = fd
 
     def release(self) -> None:
-        """Give up the lock (a no-op when not held)."""
+        """Give up the lock (a no-op when not held) and close the run's tracker."""
+        self._close_tracker()
         fd, self._lock_fd = getattr(self, "_lock_fd", None), None
         if fd is not None:
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -113,6 +115,7 @@ class RunStore:
         self.resumed_from = None
         self.log_event("started" + (f" ({rounds} rounds)" if rounds is not None else "")
                        + f", pid {os.getpid()}")
+        self._open_tracker()
 
     @contextlib.contextmanager
     def session(self, *, rounds: int | None = None, resume: bool = True) -> Iterator[Checkpoint | None]:
@@ -152,6 +155,7 @@ class RunStore:
             f.flush()
             os.fsync(f.fileno())
         self._files[METRICS_FILE] = "append"
+        self._tracked(f"round {server_round}", lambda t: t.log_metrics(server_round, metrics))
 
     def log_timings(self, server_round: int, seconds: Mapping[str, float]) -> None:
         """Append one round's wall-clock timings (``round_seconds``, …) to ``timings.csv``: they
@@ -309,7 +313,41 @@ class RunStore:
         code, then = provenance()["code"], saved.get("code")
         other = f"; the earlier rounds were made by code {then}, these by {code}" if then and then != code else ""
         self.resumed(f"from round {round_}", other)
+        self._open_tracker()
         return Checkpoint(round_, state)
+
+    # ------------------------------------------------------------------ tracker (fedcal.tracking)
+    def _open_tracker(self) -> None:
+        """Open the run's tracker (run-config key ``tracker``) and give it the run config. A
+        missing tracker package fails here, at the run's start, with one line naming it."""
+        from fedcal.tracking import open_tracker
+
+        self._close_tracker()
+        self._tracker = open_tracker(getattr(self.cfg, "tracker", "none"), self.dir, self.run_id,
+                                     resumed_from=self.resumed_from)
+        if self._tracker is not None:
+            self._tracked("config", lambda t: t.log_config({"run-id": self.run_id, "config-hash": self.config_hash,
+                                                            **self.cfg.to_flower()}))
+
+    def _tracked(self, what: str, call: Callable[[Any], None]) -> None:
+        """Call the tracker; a tracker that fails (a full disk, a store it cannot write) is
+        dropped with one logged line, never the run: metrics.csv is the record, the tracker a view."""
+        if self._tracker is None:
+            return
+        try:
+            call(self._tracker)
+        except Exception as exc:  # noqa: BLE001 - any tracker error; the run goes on without it
+            log.warning("%s: tracker %s failed on the %s (%s); the run goes on without it", self.dir,
+                        type(self._tracker).__name__, what, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            tracker, self._tracker = self._tracker, None
+            with contextlib.suppress(Exception):
+                tracker.close()
+
+    def _close_tracker(self) -> None:
+        tracker, self._tracker = getattr(self, "_tracker", None), None
+        if tracker is not None:
+            with contextlib.suppress(Exception):  # closing only flushes; the run's outcome is already decided
+                tracker.close()
 
     def resumed(self, what: str, note: str = "") -> None:
         """Say in ``run.log`` and on the console (a warning line) that this attempt resumed, and

@@ -6,16 +6,42 @@ from __future__ import annotations
 import argparse
 import shlex
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from fedcal.config import ConfigError, RunConfig, parse_override
 
 
 def config_overrides(args: argparse.Namespace) -> dict:
-    items = list(args.overrides or [])
+    """The run-config overrides of a command: ``-c`` TOML files first, then the ``key=value``
+    arguments and ``-c "k=v ..."`` strings, later ones winning."""
+    items, files = list(args.overrides or []), {}
     for text in args.run_config or []:
-        items += shlex.split(text)
-    return dict(parse_override(t) for t in items)
+        if text.strip().endswith(".toml"):  # a file, as `flwr run --run-config f.toml` takes it
+            files.update(read_overrides_file(text.strip()))
+        else:
+            items += shlex.split(text)
+    return {**files, **dict(parse_override(t) for t in items)}
+
+
+def read_overrides_file(path: str | Path) -> dict[str, Any]:
+    """Run-config overrides from a flat TOML file (``tau = 5`` per line, kebab-case keys): the
+    file ``flwr run --run-config f.toml`` accepts. A nested table would become a dotted key in
+    Flower (no fedcal key has a dot), so it is refused here with one line naming it; unknown keys
+    are refused later, with the closest valid ones, by :meth:`RunConfig.from_flower`."""
+    import tomllib
+
+    p = Path(path).expanduser()
+    try:
+        data = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"-c {str(path)!r}: no such file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"-c {str(path)!r}: not a TOML file ({exc})") from None
+    for key, value in data.items():
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"-c {str(path)!r}: key {key!r} is a table or list; an overrides file is flat "
+                              "`key = value` lines (a sweep's axes go in its grid file: fedcal sweep grid.toml)")
+    return data
 
 
 KEYS_EPILOG = "run-config keys, their defaults and ranges: fedcal run --help"
@@ -24,12 +50,35 @@ KEYS_EPILOG = "run-config keys, their defaults and ranges: fedcal run --help"
 def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value",
                    help="run-config overrides, TOML values (tau=5 coupled=false); before or after the options")
-    p.add_argument("-c", "--run-config", action="append", help='overrides as one string, e.g. "tau=5 seed=1"')
+    p.add_argument("-c", "--run-config", action="append", metavar="FILE.toml|STRING",
+                   help='overrides from a flat TOML file (as flwr run --run-config takes it; key=value arguments '
+                        'win over it) or as one string, e.g. "tau=5 seed=1"; repeatable')
     p.add_argument("--force", action="store_true", help="re-run even if an identical finished run exists")
     p.add_argument("--restart", action="store_true",
                    help="start unfinished runs over from round 0 instead of resuming them from their last checkpoint")
     p.add_argument("--verbose", action="store_true", help="show Flower's and Ray's logs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_cluster_options(p: argparse.ArgumentParser) -> None:
+    """A grid command's cells as Ray tasks on a cluster (docs/cluster.md)."""
+    p.add_argument("--cluster", default="", metavar="ADDRESS",
+                   help="run every cell as a Ray task on this Ray cluster (host:port, or auto = the running one)")
+    p.add_argument("--cell-cpus", type=float, default=1.0, help="with --cluster: Ray CPUs per cell")
+    p.add_argument("--cell-gpus", type=float, default=0.0, help="with --cluster: GPUs per cell (0.25: four share one)")
+    p.add_argument("--cell-retries", type=int, default=3, help="with --cluster: re-runs of a cell whose node died")
+
+
+def cluster_of(args: argparse.Namespace):
+    """The ``--cluster`` options as a :class:`fedcal.app.cluster.ClusterSpec`, or None."""
+    if not getattr(args, "cluster", ""):
+        return None
+    from fedcal.app.cluster import ClusterSpec
+
+    try:
+        return ClusterSpec(args.cluster, args.cell_cpus, args.cell_gpus, args.cell_retries)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def parse_taus(text: str) -> list[float]:

@@ -9,8 +9,8 @@ import itertools
 from typing import Any, Sequence
 
 from fedcal.config import RunConfig
-from fedcal.studies.common import (KEYS_EPILOG, add_run_options, check_run_dirs, config_overrides, parse_ints,
-                                   parse_names, parse_taus)
+from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
+                                   config_overrides, parse_ints, parse_names, parse_taus)
 
 
 def cmd_defense(args: argparse.Namespace) -> int:
@@ -30,7 +30,8 @@ def cmd_defense(args: argparse.Namespace) -> int:
                               grid.axes)
     check_run_dirs(configs)
     print(f"defense: {len(configs)} runs; finished runs are skipped")
-    failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart)
+    failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
+                         cluster=cluster_of(args))
     print(defense_report([run_dir_for(c) for c in configs], out, args.title, posthoc=not args.no_posthoc))
     audits = sorted(p.name for p in out.glob("audit-tau*.png"))
     print(f"tables: {out / 'table.md'}, {out / 'table.csv'}, {out / 'runs.csv'}\nplots: {out / 'defense.png'}"
@@ -87,4 +88,5 @@ def add_commands(add: Any) -> None:
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
     p.add_argument("--title", default="", help="title of the table")
     p.add_argument("--report", default="fedcal-defense", help="folder for the runs, tables and plots")
+    add_cluster_options(p)
     p.set_defaults(func=cmd_defense)

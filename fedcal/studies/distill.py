@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fedcal.config import ConfigError, RunConfig
-from fedcal.studies.common import (KEYS_EPILOG, add_run_options, check_run_dirs, config_overrides, parse_ints,
-                                   parse_names)
+from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
+                                   config_overrides, parse_ints, parse_names)
 
 
 # RFD-LoRA's switch settings of the ablation: full, each one off, each one alone, none.
@@ -122,7 +122,8 @@ def cmd_distill(args: argparse.Namespace) -> int:
     else:
         live, replayed = configs, []
     print(f"distill: {len(configs)} runs ({len(replayed)} replayed on recorded uploads); finished runs are skipped")
-    failures = run_sweep(live, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart)
+    failures = run_sweep(live, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
+                         cluster=cluster_of(args))
     failures.update(_replay_all(replayed, [run_dir_for(c) for c in live]))
     print(distill_report([run_dir_for(c) for c in configs], out, args.title))
     print(f"tables: {out / 'table.md'}, {out / 'ablation.md'}, {out / 'communication.md'}\nplot: {out / 'curves.png'}")
@@ -152,4 +153,5 @@ def add_commands(add: Any) -> None:
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
     p.add_argument("--title", default="", help="title of the main table")
     p.add_argument("--report", default="fedcal-distill", help="folder for the runs, tables and plot")
+    add_cluster_options(p)
     p.set_defaults(func=cmd_distill)

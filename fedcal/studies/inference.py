@@ -8,8 +8,8 @@ import sys
 from typing import Any, Sequence
 
 from fedcal.config import ConfigError, RunConfig
-from fedcal.studies.common import (KEYS_EPILOG, add_run_options, check_run_dirs, config_overrides, parse_ints,
-                                   run_dirs_of)
+from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
+                                   config_overrides, parse_ints, run_dirs_of)
 
 
 def _parse_nf(items: list[str]) -> list[tuple[int, int]]:
@@ -32,6 +32,10 @@ def cmd_inference(args: argparse.Namespace) -> int:
     base = RunConfig.from_flower({"task": "inference", **config_overrides(args)})
     configs = inference_configs(base, _parse_nf(args.nf or ["17:4"]), parse_ints(args.seeds, "--seeds"))
     check_run_dirs(configs)
+    if cluster_of(args):  # every cell on the cluster first; the loop below then skips the finished ones
+        from fedcal.app.sweep import run_sweep
+
+        run_sweep(configs, progress=not args.no_progress, restart=args.restart, cluster=cluster_of(args))
     failed = []
     for cfg in tqdm(configs, desc="inference cells", unit="cell", disable=args.no_progress):
         try:
@@ -73,6 +77,7 @@ def add_commands(add: Any) -> None:
     p.add_argument("--nf", action="append", help="clients:adversaries, e.g. 17:4 (repeatable; default 17:4)")
     p.add_argument("--seeds", default="0", help="seeds, e.g. 0-4 or 0,2")
     p.add_argument("--report", default="fedcal-inference", help="folder for the tables and plots")
+    add_cluster_options(p)
     p.set_defaults(func=cmd_inference)
 
     p = add("inference-theorem", "the averaging aggregators' error vs honest dissimilarity and top-2 margin",

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fedcal.config import ConfigError, RunConfig
-from fedcal.studies.common import (KEYS_EPILOG, add_run_options, check_run_dirs, config_overrides, parse_ints,
-                                   parse_taus, run_dirs_of)
+from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
+                                   config_overrides, parse_ints, parse_taus, run_dirs_of)
 
 
 def _robustness_spec(args: argparse.Namespace, dataset: str):
@@ -74,7 +74,7 @@ def cmd_robustness(args: argparse.Namespace) -> int:
         from fedcal.app.sweep import run_sweep
 
         failures = len(run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress,
-                                 restart=args.restart))
+                                 restart=args.restart, cluster=cluster_of(args)))
         dirs = [run_dir_for(c) for c in configs]
     bar = (lambda it: tqdm(it, desc="robustness", unit="model")) if not args.no_progress else None
     text, failed = robustness_report(dirs, out, spec, device=args.device, title=args.title, progress=bar,
@@ -160,4 +160,5 @@ def add_commands(add: Any) -> None:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the attacks run")
     p.add_argument("--title", default="", help="report title")
     p.add_argument("--report", default="fedcal-robustness", help="folder for the tables and the plot")
+    add_cluster_options(p)
     p.set_defaults(func=cmd_robustness)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from fedcal.config import ConfigError
-from fedcal.studies.common import KEYS_EPILOG, add_run_options, config_overrides
+from fedcal.studies.common import KEYS_EPILOG, add_cluster_options, add_run_options, cluster_of, config_overrides
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -23,11 +23,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         grid.add_axis(axis)
     configs = grid.configs(config_overrides(args))
     jobs = args.jobs or 1
-    print(f"sweep: {len(configs)} cells over {', '.join(grid.axes) or '(no axis)'}; {jobs} parallel")
-    failures = run_sweep(configs, jobs=jobs, progress=not args.no_progress, restart=args.restart)
+    where = f"Ray tasks on {args.cluster}" if cluster_of(args) else f"{jobs} parallel"
+    print(f"sweep: {len(configs)} cells over {', '.join(grid.axes) or '(no axis)'}; {where}")
+    failures = run_sweep(configs, jobs=jobs, progress=not args.no_progress, restart=args.restart,
+                         cluster=cluster_of(args))
     cells = write_results(configs, args.report, list(grid.axes))
-    shown = [c for c in [*grid.axes, "accuracy", "ece", "sece", "brier", "nll"] if c in cells.columns]
-    print(cells[shown].to_string(index=False) if not cells.empty else "(no finished cell)")
+    from fedcal.reports.sweeps import printed_cells
+
+    print(printed_cells(cells, list(grid.axes)))
     print(f"tables: {args.report}/cells.csv, {args.report}/rounds.csv")
     if args.plot_x and not cells.empty:
         from fedcal.reports import sweep_curves
@@ -48,4 +51,5 @@ def add_commands(add: Any) -> None:
     p.add_argument("--report", default="fedcal-sweep", help="folder for cells.csv and rounds.csv")
     p.add_argument("--plot-x", default="", help="plot final accuracy and sECE against this key")
     p.add_argument("--plot-hue", default="", help="one line per value of this key")
+    add_cluster_options(p)
     p.set_defaults(func=cmd_sweep)

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from fedcal.config import ConfigError, RunConfig
-from fedcal.studies.common import (KEYS_EPILOG, add_run_options, check_run_dirs, config_overrides, parse_ints,
-                                   parse_taus, simulator)
+from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
+                                   config_overrides, parse_ints, parse_taus, simulator)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -19,10 +19,11 @@ def tau_report(args: argparse.Namespace, base: RunConfig, taus: list[float], out
                 strategies: list[str] | None = None) -> int:
     configs = tau_configs(base, taus, strategies)
     check_run_dirs(configs)  # every cell, before the first one runs
-    if getattr(args, "jobs", 0) > 1:  # run the cells in parallel first; the report then skips them
+    if getattr(args, "jobs", 0) > 1 or cluster_of(args):  # the cells in parallel first; the report then skips them
         from fedcal.app.sweep import run_sweep
 
-        run_sweep(configs, jobs=args.jobs, progress=not args.no_progress, restart=args.restart)
+        run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
+                  cluster=cluster_of(args))
     table = run_tau_comparison(base, taus, out, simulator(args), title, strategies)
     print()
     print((out / "table.md").read_text())
@@ -94,7 +95,8 @@ def case_study(args: argparse.Namespace, task: str, preset: dict[str, Any], desc
     check_run_dirs(configs)
     print(f"{task}: {len(configs)} runs ({describe(base)}, {base.num_clients} clients, "
           f"{base.replace(attack='tsa').num_attackers} attackers); finished runs are skipped")
-    failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart)
+    failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
+                         cluster=cluster_of(args))
     print(report([run_dir_for(c) for c in configs], out, args.title))
     print(files.format(out=out))
     return 1 if failures else 0
@@ -108,6 +110,7 @@ def add_case_study_options(p: argparse.ArgumentParser, taus: str, report: str) -
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
     p.add_argument("--title", default="", help="title of the table")
     p.add_argument("--report", default=report, help="folder for the runs, tables and plots")
+    add_cluster_options(p)
 
 
 def add_commands(add: Any) -> None:
@@ -118,4 +121,5 @@ def add_commands(add: Any) -> None:
     p.add_argument("--report", default="fedcal-report", help="folder for table.csv/table.md/PNGs")
     p.add_argument("--strategies", default="", help="comma-separated strategies to compare (\"\" = the config's strategy)")
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel (with engine=inprocess)")
+    add_cluster_options(p)
     p.set_defaults(func=cmd_taus)
