@@ -253,3 +253,31 @@ def test_a_reused_run_name_is_refused_by_the_engine_even_when_forced(tmp_path):
         simulate(base.replace(tau=2.0), progress=False, force=True)
     assert _snapshot(run_dir) == before
     assert simulate(base, progress=False) == run_dir and _snapshot(run_dir) == before  # same config: skipped
+
+
+# The `fedcal defense` commands of docs/defense.md behind committed tables: strategies, τ, --grid axes
+# (seeds 0-2, dataset=mnist data-dir=../shared/data output-dir=runs/defense-mnist).
+DEFENSE_TABLES = {
+    "defense-mnist-ratio": (["fedavg", "calguard"], [0.2, 5], ["attacker-ratio=0.1,0.4"]),
+    "defense-mnist-alpha": (["fedavg", "calguard"], [0.2, 5], ["dirichlet-alpha=0.1"]),
+    "defense-mnist-blend": (["fedavg", "calguard"], [5], ["tsa-blend=0.25,0.5"]),
+    "defense-mnist-stepfrac": (["fedavg", "calguard"], [5], ["tsa-step-frac=0.2,0.6"]),
+    "defense-mnist-mildtau": (["fedavg", "calguard"], [1.5, 3], []),
+}
+
+
+@pytest.mark.parametrize("table", sorted(DEFENSE_TABLES))
+def test_committed_defense_tables_keep_their_run_names(table):
+    """The grid of a committed defense table's command names exactly the run directories of its
+    runs.csv (the table holds only the shown config columns, so its command rebuilds the rest)."""
+    from fedcal.app.sweep import SweepGrid
+    from fedcal.studies.defense import defense_configs
+
+    strategies, taus, axes = DEFENSE_TABLES[table]
+    base = RunConfig.from_flower({"dataset": "mnist", "data-dir": "../shared/data", "output-dir": "runs/defense-mnist"})
+    grid = SweepGrid()
+    for axis in axes:
+        grid.add_axis(axis)
+    rebuilt = {run_dir_for(c).name for c in defense_configs(base, strategies, taus, [0, 1, 2], grid.axes)}
+    committed = {Path(p).name for p in pd.read_csv(ROOT / "docs" / "results" / table / "runs.csv")["run_dir"]}
+    assert committed == rebuilt
