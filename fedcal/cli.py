@@ -15,6 +15,7 @@
   fedcal defense --strategies fedavg,calguard --taus 0.2,1,5 --seeds 0-2   defenses vs TSA, detection rates
               [--grid attacker-ratio=0.1,0.4] [--grid tsa-blend=0.25,0.5]   ... other settings, adaptive attackers
   fedcal demo                              the README's main job (digits, offline)
+  fedcal byzantine --ratios 0.1,0.25 --seeds 0-2   every strategy vs ALIE, IPM, Min-Max/Sum, Fang, backdoor
 
 Overrides are Flower run-config keys with TOML values (tau=5 dataset="cifar10"; bare words
 are strings), before or after the options; -c/--run-config "k=v k2=v2" is accepted too, like
@@ -31,13 +32,14 @@ from typing import Any, Sequence
 
 from fedcal import __version__
 from fedcal.config import ConfigError
-from fedcal.studies import (analyses, defense, demo, detect, distill, inference, lm, report, robustness, run, runs,
-                            sweep, taus)
+from fedcal.studies import (analyses, byzantine, defense, demo, detect, distill, inference, lm, report, robustness,
+                            run, runs, sweep, taus)
 from fedcal.studies.common import checked_folder
 
 EXIT_INTERRUPTED = 130  # the shell's code for a command ended by SIGINT (128 + 2)
 #: the studies whose commands `fedcal` offers, in the order `fedcal --help` lists them
-STUDIES = (run, taus, sweep, report, runs, analyses, inference, robustness, distill, lm, defense, detect, demo)
+STUDIES = (run, taus, sweep, report, runs, analyses, inference, robustness, distill, lm, defense, detect, demo,
+           byzantine)
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -126,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``fedcal`` command; its exit code (1: a run failed, another process writes its run
     directory, or ``runs --check`` found an unfinished run; 2: bad config or input — including a
     reused run-name and a report with no finished run —; 130: interrupted; 143: terminated)."""
+    from fedcal.extras import MissingExtraError
     from fedcal.results import RunFailed  # the run store (pandas) loads only with a command
     from fedcal.signals import EXIT_TERMINATED, Terminated, sigterm_raises
 
@@ -140,8 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 checked_folder(getattr(args, option), f"--{option}")
         with sigterm_raises():  # SIGTERM ends a run like Ctrl-C: logged in its run.log, workers stopped
             return args.func(args)
-    except (ConfigError, FileNotFoundError) as exc:  # bad config, or a run dir without its (final) files
-        print(f"fedcal: error: {exc}", file=sys.stderr)
+    except (ConfigError, FileNotFoundError, MissingExtraError) as exc:  # bad config, a run dir without its
+        print(f"fedcal: error: {exc}", file=sys.stderr)  # (final) files, or a feature's extra not installed
         return 2
     except RunFailed as exc:  # the run ended without a result; what it logged stays in its run store
         print(f"fedcal: run failed: {exc}", file=sys.stderr)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from fedcal.attacks import behaviour_for, client_round
-from fedcal.config import RunConfig
+from fedcal.config import POISONING_ATTACKS, RunConfig
 from fedcal.data import client_data, load_dataset
 from fedcal.metrics import calibration_metrics
 from fedcal.models import build_model
@@ -34,6 +34,9 @@ def sampled_clients(cfg: RunConfig, server_round: int) -> list[int]:
 
 def _states(cfg: RunConfig, num_rounds: int) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
     """(round, global state dict) for rounds 0 (the initial model) .. ``num_rounds``."""
+    if cfg.attack in POISONING_ATTACKS:  # its replies are crafted by the simulation's colluders, not trained
+        raise ValueError(f"attack {cfg.attack!r}: the reference loop has no server-side crafting of replies "
+                         "(fedcal.tasks.poisoning); it runs the training-time attacks only")
     ds = load_dataset(cfg.dataset, cfg.data_dir)
     device = resolve_device(cfg.device)
     worker = build_model(cfg.model, ds.input_shape, ds.num_classes)

@@ -150,8 +150,18 @@ def test_flwr_run_dot_runs_robust_federated_inference(tmp_path):
     run_dir = _flwr_run(tmp_path, "task='inference' dataset='digits' num-clients=5 inf-f=1 dirichlet-alpha=0.5 "
                         "lr=0.1 batch-size=32 inf-local-epochs=3 agg-epochs=30 agg-adv-epochs=1 agg-hidden=16 "
                         "inf-pgd-steps=3 inf-f-curve=false inf-amp-curve=''", 5)
+    from fedcal.config import RunConfig
+    from fedcal.inference.evaluate import AGGREGATOR_NAMES
+
+    # every aggregator (inf-aggregators='' = all) except the logit-space purifiers, which are built
+    # only when the clients answer with logits (inf-client-output='logits'), under every default attack
+    cfg = RunConfig.from_flower({"task": "inference"})
+    assert cfg.inf_client_output != "logits" and not cfg.inference_aggregators
+    aggregators = [a for a in AGGREGATOR_NAMES if not a.endswith("_logit")]
     acc = pd.read_csv(run_dir / "accuracy.csv")
-    assert len(acc) == 6 * 8 and acc["accuracy"].between(0, 1).all()
+    assert sorted(set(acc["aggregator"])) == sorted(aggregators)
+    assert sorted(set(acc["attack"])) == sorted(cfg.inference_attacks)
+    assert len(acc) == len(aggregators) * len(cfg.inference_attacks) and acc["accuracy"].between(0, 1).all()
     assert (pd.read_csv(run_dir / "answers.csv")["clients"] == 5).all()
 
 

@@ -162,11 +162,12 @@ def test_seeded_sampling_is_reproducible_and_ordered_by_key():
 COMMON_KWARGS = ("fraction_train", "fraction_evaluate", "min_train_nodes", "min_evaluate_nodes",
                  "min_available_nodes", "weighted_by_key", "arrayrecord_key", "configrecord_key",
                  "train_metrics_aggr_fn", "evaluate_metrics_aggr_fn", "sampling_seed", "node_sort_key", "node_label",
-                 "buffer_key", "message_type")
+                 "buffer_key", "message_type", "pre_aggregation")
 RULE_KWARGS = {"fedavg": (), "fltrust": ("root_train_fn",), "foolsgold": ("kappa", "norm_bound"), "multikrum": ("num_malicious_nodes", "num_nodes_to_select"),
                "trimmed_mean": ("beta", "f"), "median": (), "geometric_median": ("max_iter", "tol"),
                "median_of_means": ("num_groups", "seed"),
-               "calguard": ("model", "root_x", "root_y", "kappa", "window", "strikes", "mode")}
+               "calguard": ("model", "root_x", "root_y", "kappa", "window", "strikes", "mode",
+                            "sequential", "sequential_signal")}
 
 
 def _root(arrays: ArrayRecord, server_round: int) -> ArrayRecord:

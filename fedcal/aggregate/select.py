@@ -19,6 +19,10 @@ strided axis" kernel for CPU, so this module writes one with numba:
 A network is data-independent, so every column costs the same (no quick-select worst case),
 ties and ±inf need no special case, and the result is exact: the order statistics are the
 sorted values themselves, and their float64 mean of float32 inputs is rounded once.
+
+numba is the ``[fast]`` extra. Without it :func:`network_applies` is False and the callers
+(:mod:`.median`, :mod:`.trimmed_mean`) take their torch sort, which gives the same results
+(``tests/test_extras.py`` compares the two); only the speed differs.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import os
 
 import numpy as np
 import torch
+
+from fedcal.extras import available, require
 
 #: Largest n the network path takes; a network has O(n log² n) comparators, so beyond this a
 #: sort (O(n log n) per column) is cheaper. Robust aggregation's n (clients per round) is far below.
@@ -80,7 +86,7 @@ def selection_network(n: int, first: int, last: int) -> tuple[np.ndarray, np.nda
 @functools.lru_cache(maxsize=1)
 def _kernel():
     # Imported and compiled on first use (≈ 2 s, then cached on disk next to this module).
-    import numba
+    numba = require("numba", "fast")
 
     @numba.njit(parallel=True, cache=True)
     def order_mean(x, lo, hi, first, last, block):  # pragma: no cover - compiled
@@ -137,10 +143,10 @@ def _kernel():
 def network_applies(x: torch.Tensor) -> bool:
     """Whether :func:`order_statistic_mean` takes the network path for ``x`` (moved to (n, …)):
     a CPU float32/float64 tensor without autograd, 2 ≤ n ≤ MAX_NETWORK_N, at least
-    MIN_NETWORK_NUMEL values, not disabled by ``FEDCAL_SORT_ONLY=1``."""
+    MIN_NETWORK_NUMEL values, not disabled by ``FEDCAL_SORT_ONLY=1``, numba installed (``[fast]``)."""
     return (x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and not x.requires_grad
             and 2 <= x.shape[0] <= MAX_NETWORK_N and x.numel() >= MIN_NETWORK_NUMEL
-            and os.environ.get("FEDCAL_SORT_ONLY", "") != "1")
+            and os.environ.get("FEDCAL_SORT_ONLY", "") != "1" and available("numba"))
 
 
 def network_order_mean(x: torch.Tensor, first: int, last: int) -> torch.Tensor:

@@ -84,6 +84,8 @@ def batched_unsupported(cfg: RunConfig) -> str | None:
         return f"strategy {cfg.strategy!r} trains or evaluates a model on the server"
     if cfg.attack not in ("none", "tsa"):
         return f"attack {cfg.attack!r} (only TSA is batched)"
+    if cfg.pre_aggregation:
+        return f"pre-aggregation {cfg.pre_aggregation!r} (the batched rules take none)"
     if cfg.attack == "tsa" and (cfg.tsa_step_frac != 1 or cfg.tsa_blend != 1 or cfg.tsa_duty != 1):
         return "the adaptive TSA attacker (tsa-step-frac / tsa-blend / tsa-duty)"
     if cfg.local_epochs:  # the clients' step counts then differ: no common (E, B) batch shape to stack

@@ -2,12 +2,13 @@
 
 fedcal is written against Flower's public modules (``flwr.app``, ``flwr.serverapp``,
 ``flwr.clientapp``, the ``flwr`` CLI). The engines need a few things those modules do not
-export in the pinned Flower (1.41.0; 1.42.0 is the same for each of them). They are imported
+export in the pinned Flower (1.42.0; checked against 1.41.0 too: the same for each of them). They are imported
 here, and only here, so that a Flower upgrade that moves or removes one breaks this module with an ImportError naming it, not the
 engines; ``tests/test_inprocess.py`` imports this module. Each piece, why it is needed, and
 what replaces it when Flower removes it:
 
-- ``run_simulation`` (``flwr.simulation``; deprecated since 1.x in favour of ``flwr run``): the
+- ``run_simulation`` (``flwr.simulation``; deprecated since Flower 1.28 in favour of ``flwr run``;
+  Flower 1.42's deprecation banner says "will be removed in a future version" and names none): the
   only in-process entry to Flower's Ray Simulation Engine (``engine=ray``). fedcal needs it in
   process because the run's progress callback and the in-memory ServerApp are Python objects.
   Flower's replacement, ``flwr run .`` (local SuperLink, ``--federation-config

@@ -17,6 +17,7 @@ from flwr.supercore import log
 
 from fedcal.app.cluster import PlacementGrid
 from fedcal.config import RunConfig
+from fedcal.extras import require_extras
 from fedcal.progress import log_reporter, phase, reporting, round_note
 from fedcal.results import run_dir_for
 from fedcal.tasks import ProgressFn, get_task, preflight
@@ -35,6 +36,7 @@ def main(grid: Grid, context: Context) -> None:
     preflight(cfg)
     run_dir = announce_run_dir(cfg)
     task = get_task(cfg.task)
+    require_extras(*task.extras)  # a missing extra: one line naming it in the SuperLink's log, before any round
     rounds = task.rounds(cfg)
     reporter = log_reporter(lambda line: log(INFO, "%s", line), prefix=f"{run_dir.name}: ")
     with reporting(reporter), (phase("rounds", rounds, "rounds") if rounds else nullcontext(None)) as bar:

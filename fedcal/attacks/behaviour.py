@@ -38,6 +38,8 @@ class Behaviour:
     step_frac: float = 1.0  # tsa: share of the local steps trained at τ (adaptive attacker)
     blend: float = 1.0  # tsa: reply = benign + blend · (TSA − benign) on the same batches (adaptive attacker)
     duty: float = 1.0  # tsa: share of its rounds the client attacks, benign in the others (adaptive attacker)
+    backdoor_target: int = 0  # backdoor: the class triggered images are relabelled to
+    backdoor_frac: float = 0.0  # backdoor: share of the client's images stamped and relabelled
 
     @property
     def malicious(self) -> bool:
@@ -72,6 +74,12 @@ class BehaviourKind:
 
     def check(self, behaviour: Behaviour) -> None:
         """Raise ValueError (naming the field) if ``behaviour``'s parameters are impossible."""
+
+    def train_data(self, behaviour: Behaviour, x: torch.Tensor, y: torch.Tensor, dataset: str, seed: int,
+                   client_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (inputs, labels) the client trains on before :meth:`train_labels` (unchanged by
+        default; the pixel backdoor stamps and relabels some images)."""
+        return x, y
 
     def train_labels(self, behaviour: Behaviour, y: torch.Tensor, num_classes: int) -> torch.Tensor:
         """The labels the client trains on (``y`` itself when unchanged)."""

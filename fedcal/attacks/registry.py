@@ -18,6 +18,8 @@ from torch import nn
 from fedcal.attacks.behaviour import BENIGN, Behaviour, BehaviourKind, attackers_of, round_generator
 from fedcal.attacks.labelflip import LabelFlipping
 from fedcal.attacks.noise import NoiseInjection
+from fedcal.attacks.crafted import ImageBackdoor, ModelPoisoningClient
+from fedcal.attacks.poisoning import POISONING
 from fedcal.attacks.tsa import TemperatureScalingAttack
 from fedcal.config import RunConfig
 from fedcal.local_training import TrainStats, crop_flip_augmenter, epoch_schedule, local_train
@@ -27,6 +29,8 @@ BEHAVIOURS: dict[str, BehaviourKind] = {
     "tsa": TemperatureScalingAttack(),
     "noise": NoiseInjection(),
     "labelflip": LabelFlipping(),
+    **{name: ModelPoisoningClient(name) for name in POISONING},
+    "backdoor": ImageBackdoor(),
 }
 
 
@@ -98,6 +102,7 @@ def client_round(
     kind = behaviour_kind(behaviour.kind)
     if not kind.attacks_in_round(behaviour, cfg.seed, server_round, client_id):  # tsa-duty: a benign round
         behaviour, kind = BENIGN, behaviour_kind(BENIGN.kind)
+    x, y = kind.train_data(behaviour, x, y, cfg.dataset, cfg.seed, client_id)
     y = kind.train_labels(behaviour, y, num_classes)
     tau, coupled = kind.loss_temperature(behaviour)
     blend = kind.blend(behaviour)

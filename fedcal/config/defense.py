@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fedcal.config.schema import RunConfig, check, group, setting
+from fedcal.config.schema import RunConfig, check, group, setting, tasks_reading
 
-__all__ = ["STRATEGIES", "CALGUARD_MODES", "CALGUARD_SIGNALS", "CALGUARD_MIN_ROOT", "ROOT_SET_STRATEGIES"]
+__all__ = ["PRE_AGGREGATIONS", "STRATEGIES", "CALGUARD_MODES", "CALGUARD_SIGNALS", "CALGUARD_MIN_ROOT", "ROOT_SET_STRATEGIES"]
 
 STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "trimmed_mean", "median", "geometric_median",
               "median_of_means", "calguard")
@@ -13,6 +13,10 @@ CALGUARD_SIGNALS = ("ratio", "scale")  # fedcal.strategies.calguard.SEQUENTIAL_S
 CALGUARD_MIN_ROOT = 20  # fedcal.aggregate.calguard.MIN_ROOT_SIZE
 # Strategies that need a labelled root set of images (the lm task has none).
 ROOT_SET_STRATEGIES = ("fltrust", "calguard")
+#: pre-aggregation steps of ``pre-aggregation`` (fedcal.strategies.registry.PRE_AGGREGATION; a test keeps
+#: them equal). Bucketing is not among them: it turns the clients' rows into buckets, so per-client
+#: weights and the aggregation audit no longer apply (fedcal.aggregate.bucketing stays a library step).
+PRE_AGGREGATIONS = ("nnm", "clip", "arc", "cclip")
 
 
 def _defense_parameters(c: RunConfig) -> None:
@@ -28,7 +32,20 @@ def _defense_parameters(c: RunConfig) -> None:
         check("clients-per-round", m >= 3, m, "must be >= 3 for CalGuard (a reply is compared with the others)")
 
 
-@group("defense", "the server's aggregation rule and its parameters (task = train)", rules=(_defense_parameters,))
+def _pre_aggregation(c: RunConfig) -> None:
+    for step in c.pre_aggregations:
+        check("pre-aggregation", step in PRE_AGGREGATIONS, c.pre_aggregation,
+              f"has unknown step {step!r}; choose from {', '.join(PRE_AGGREGATIONS)}")
+    if c.pre_aggregations:
+        readers = tasks_reading("defense")
+        check("pre-aggregation", c.task in readers, c.pre_aggregation,
+              f"runs in the strategies of the {' and '.join(readers)} tasks, not task={c.task}")
+    if {"nnm", "arc"} & set(c.pre_aggregations):
+        check("pre-f", c.pre_f < c.clients_per_round, c.pre_f,
+              f"must be < clients-per-round ({c.clients_per_round}) for nnm / arc")
+
+
+@group("defense", "the server's aggregation rule and its parameters (task = train)", rules=(_defense_parameters, _pre_aggregation))
 class Defense:
     strategy: str = setting("fedavg", "the server's aggregation rule", choices=STRATEGIES)
     krum_f: int = setting(1, "MultiKrum: assumed Byzantine replies per round (needs M >= f + 3)", ge=0)
@@ -67,3 +84,16 @@ class Defense:
     calguard_cusum_h_high: float = setting(10.89, "CalGuard's sequential test: threshold of the high side "
                                                   "(over-confidence)", gt=0, finite=True,
                                            hash_when_set=True)
+    pre_aggregation: str = setting("", "pre-aggregation steps run on the round's validated updates before the "
+                                       "strategy's rule, comma-separated, in order: nnm, clip (static), arc, cclip "
+                                       "(centred clipping)", note='"" = none', hash_when_set=True)
+    pre_f: int = setting(1, "nnm and arc: assumed Byzantine replies per round (< clients-per-round)", ge=0,
+                         hash_when_set=True)
+    clip_c: float = setting(1.0, "clip: the update norm bound c", gt=0, finite=True, hash_when_set=True)
+    cclip_tau: float = setting(1.0, "cclip: centred clipping's radius tau", gt=0, finite=True, hash_when_set=True)
+    cclip_iterations: int = setting(1, "cclip: centred clipping's iterations L", ge=1, hash_when_set=True)
+
+    @property
+    def pre_aggregations(self) -> tuple[str, ...]:
+        """``pre-aggregation`` as a tuple of step names, in order (empty: none)."""
+        return tuple(a.strip() for a in self.pre_aggregation.split(",") if a.strip())

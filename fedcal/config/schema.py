@@ -408,6 +408,11 @@ def check(key: str, ok: bool, value: Any, why: str) -> None:
         raise ConfigError(f"run-config key {key!r} {why}, got {value!r}")
 
 
+def tasks_reading(group_name: str) -> tuple[str, ...]:
+    """The registered tasks that read ``group_name`` (a group's rule that names where its keys apply)."""
+    return tuple(t.name for t in _TASKS.values() if group_name in t.groups)
+
+
 def identity_includes(cfg: RunConfig, group_name: str) -> bool:
     """Whether the hash of ``cfg``'s task covers ``group_name`` (a group's rule that holds only for
     the tasks that read the group)."""

@@ -8,9 +8,14 @@ import math
 from fedcal.config.schema import (RunConfig, TaskConfig, check, group, identity_includes, register_task, setting,
                                   setting_of)
 
-__all__ = ["ATTACKS", "AUGMENTATIONS", "CROP_FLIP_DATASETS", "tsa_label"]
+__all__ = ["ATTACKS", "POISONING_ATTACKS", "AUGMENTATIONS", "CROP_FLIP_DATASETS", "tsa_label"]
 
-ATTACKS = ("none", "tsa", "noise", "labelflip")
+ATTACKS = ("none", "tsa", "noise", "labelflip",
+           # the model-poisoning attacks of Byzantine-robust FL (fedcal.attacks.POISONING; a test keeps them
+           # equal) and the pixel-pattern image backdoor
+           "alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "backdoor")
+#: ``attack`` values whose replies the server-side colluders craft (fedcal.attacks.POISONING)
+POISONING_ATTACKS = ("alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum")
 AUGMENTATIONS = ("none", "crop-flip")
 #: datasets ``augment=crop-flip`` applies to (digits are not mirror-invariant, CIFAR's objects are)
 CROP_FLIP_DATASETS = ("cifar10", "cifar100")
@@ -33,8 +38,18 @@ def _local_work(c: RunConfig) -> None:
                   f"is CIFAR's augmentation ({', '.join(CROP_FLIP_DATASETS)}), not for dataset {c.dataset!r}")
 
 
+def _byzantine_attacks(c: RunConfig) -> None:
+    if c.attack in POISONING_ATTACKS or c.attack == "backdoor":
+        check("attack", c.task == "train", c.attack, f"is a train-task attack (task = {c.task})")
+    if c.attack == "backdoor":
+        classes = {"digits": 10, "mnist": 10, "cifar10": 10, "cifar100": 100}
+        check("attack", c.dataset in classes, c.attack, "is an image backdoor (digits, mnist, cifar10, cifar100)")
+        check("backdoor-target", c.backdoor_target < classes.get(c.dataset, 0), c.backdoor_target,
+              f"must be a class of dataset={c.dataset}")
+
+
 @group("train", "federated training under attack (task = train): rounds, attackers, evaluation",
-       rules=(_round_size, _local_work))
+       rules=(_round_size, _local_work, _byzantine_attacks))
 class Train:
     clients_per_round: int = setting(5, "M, clients sampled per round (<= num-clients)", ge=1)
     num_rounds: int = setting(100, "federated rounds", ge=1)
@@ -65,6 +80,21 @@ class Train:
     tsa_duty: float = setting(1.0, "adaptive TSA: share of its rounds an attacker attacks (a seeded draw per "
                                    "client round; benign in the others; 1 = every round)", gt=0, le=1,
                               hash_when_set=True)
+    alie_z: float = setting(0.0, "ALIE (attack = alie): malicious update = mean - z * std of the round's honest "
+                                 "updates", finite=True, note="0 = the paper's z from the round's n and f",
+                            hash_when_set=True)
+    ipm_epsilon: float = setting(0.1, "IPM (attack = ipm): malicious update = -epsilon * mean of the honest updates",
+                                 gt=0, finite=True, hash_when_set=True)
+    minmax_direction: str = setting("unit", "Min-Max / Min-Sum (attack = minmax, minsum): the perturbation "
+                                            "direction: unit (mean / |mean|), std, sign (of the mean)",
+                                    choices=("unit", "std", "sign"), hash_when_set=True)
+    fang_b: float = setting(2.0, "Fang's trimmed-mean attack (attack = fang-trmean): values drawn within a factor b "
+                                 "beyond the honest extreme", gt=1, finite=True, hash_when_set=True)
+    backdoor_target: int = setting(0, "pixel backdoor (attack = backdoor): the target class", ge=0,
+                                   hash_when_set=True)
+    backdoor_frac: float = setting(0.2, "pixel backdoor: share of an attacker's training images stamped and "
+                                        "relabelled", gt=0, le=1, hash_when_set=True)
+
     @property
     def num_attackers(self) -> int:
         """Number of malicious clients: round-half-up of ratio·K (0.25·50 → 13)."""

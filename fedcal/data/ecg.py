@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from fedcal.config import ConfigError
+from fedcal.extras import require
 
 #: MIT-BIH's sampling rate (Hz); the window below is in samples at this rate.
 FS = 360
@@ -126,6 +127,7 @@ def read_record(folder: str | os.PathLike[str], name: str) -> Beats:
     Raises :class:`fedcal.config.ConfigError` (naming ``data-dir``) when the record has no
     ``.atr`` annotations, no MLII lead, another sampling rate than 360 Hz or cannot be read.
     """
+    require("wfdb", "ecg", "MIT-BIH ECG records")
     import wfdb  # imported lazily: only MIT-BIH loads need it
 
     folder = Path(folder)
@@ -248,6 +250,7 @@ def download_mitbih(folder: str | os.PathLike[str]) -> Path:
     """Download the MIT-BIH Arrhythmia Database (PhysioNet's ``mitdb``, about 100 MB) into
     ``folder`` with ``wfdb.dl_database`` (networked machines only); returns ``folder``.
     ``fedcal run dataset=mitbih data-dir=<parent of folder>`` then reads ``<parent>/mitbih``."""
+    require("wfdb", "ecg", "MIT-BIH ECG records")
     import wfdb
 
     folder = Path(folder)

@@ -33,6 +33,7 @@ import torch
 
 from fedcal.detect.model import Detector
 from fedcal.detect.scenes import Scenes
+from fedcal.extras import require
 from fedcal.local_training import batch_schedule, effective_lr
 
 
@@ -50,6 +51,7 @@ def detection_loss(logits: torch.Tensor, boxes: torch.Tensor, targets: list[dict
 
     ``targets``: per image ``class_labels`` (n,) and ``boxes`` (n, 4) normalised cxcywh. Returns the
     total loss and its parts (``loss_ce``, ``loss_bbox``, ``loss_giou``, ``cardinality_error``)."""
+    require("transformers", "detect", "the detection case study (task=detect)")
     from transformers.loss.loss_for_object_detection import ForObjectDetectionLoss
 
     if not (tau > 0 and math.isfinite(tau)):

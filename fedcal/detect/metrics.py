@@ -33,6 +33,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedcal.extras import require
+
 #: thresholds of the boxes-kept curve
 THRESHOLDS = tuple(round(t, 2) for t in np.linspace(0.05, 0.95, 19))
 #: the scores a query can be kept by (module docstring); the first is the default of ``det-keep``
@@ -66,6 +68,8 @@ def keep_scores(logits: torch.Tensor, rule: str = "object") -> tuple[torch.Tenso
 def mean_average_precision(logits: torch.Tensor, boxes: torch.Tensor, gt_boxes: list[torch.Tensor],
                            gt_labels: list[torch.Tensor], size: int) -> float:
     """mAP@0.5 (torchmetrics) of every query against the ground truth (xyxy pixel boxes)."""
+    require("pycocotools", "detect", "the detection case study (task=detect)")  # torchmetrics' mAP backend
+    require("torchmetrics", "detect", "the detection case study (task=detect)")
     from torchmetrics.detection import MeanAveragePrecision
 
     scores, labels, _ = scores_labels(logits)
@@ -93,6 +97,7 @@ def matched_objects(logits: torch.Tensor, boxes: torch.Tensor, targets: list[dic
                     iou: float = 0.5) -> torch.Tensor:
     """(N, Q) bool: the query is Hungarian-matched (transformers' matcher, ``config``'s costs) to a
     ground-truth box with IoU ≥ ``iou`` (``targets``: normalised cxcywh, as for training)."""
+    require("transformers", "detect", "the detection case study (task=detect)")
     from transformers.loss.loss_for_object_detection import HungarianMatcher
 
     matcher = HungarianMatcher(class_cost=config.class_cost, bbox_cost=config.bbox_cost, giou_cost=config.giou_cost)

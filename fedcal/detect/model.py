@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from fedcal.config import ConfigError, RunConfig, setting_of
+from fedcal.extras import require
 
 MODELS = ("detr", "grid")
 #: the checkpoint the SPEC's case study fine-tunes (networked users; AdamW β = 1e-4)
@@ -79,6 +80,7 @@ def check_model_name(name: str) -> None:
 def detr_config(spec: DetectorSpec):
     """The ``DetrConfig`` of the small from-scratch DETR (also the loss weights of every detector:
     class / box / GIoU matching costs 1 / 5 / 2, loss weights 1 / 5 / 2, no-object weight ``eos_coef``)."""
+    require("transformers", "detect", "the detection case study (task=detect)")
     from transformers import DetrConfig, ResNetConfig
 
     w = spec.backbone_width
@@ -164,6 +166,7 @@ def build_detector(spec: DetectorSpec, seed: int = 0) -> Detector:
     torch.manual_seed(seed)
     if spec.name == "grid":
         return GridDetector(spec)
+    require("transformers", "detect", "the detection case study (task=detect)")
     from transformers import DetrForObjectDetection
 
     if spec.name == "detr":

@@ -56,6 +56,8 @@ from typing import Iterable, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
+from fedcal.extras import require
+
 from ._checks import check_int, check_real
 from .consensus import clip_logits
 
@@ -173,6 +175,7 @@ def lora_model(
     if train_head and not head_modules:
         raise ValueError("train_head=True needs head_modules (the classification head's module names)")
     # Imported here: peft pulls in transformers (seconds), which the rest of fedcal.distill does not need.
+    require("peft", "text", "RFD-LoRA (task=distill)")
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
@@ -389,6 +392,7 @@ def local_train(
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("the model has no trainable parameters")
+    require("transformers", "text", "RFD-LoRA (task=distill)")
     from transformers import get_linear_schedule_with_warmup
 
     n = ids.shape[0]

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 import torch.nn.functional as F
 
+from fedcal.extras import require
 from fedcal.lm.corpus import word_tokens
 from fedcal.metrics import confidence_calibration
 
@@ -111,6 +112,7 @@ def sample_continuations(hf_model, prompts: Sequence[Sequence[int]], bos: int, e
     prompt by prompt. Generation runs the full ``max_new_tokens``: the end-of-sample token does not
     stop it (a speech's end is followed by the next speech, as in the training windows). Seeded:
     the same seed draws the same uniforms for every model, without moving the caller's RNG."""
+    require("transformers", "text", "the LM case study (task=lm)")
     from transformers import GenerationConfig
 
     from fedcal.text.backbone import _quiet_transformers

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from fedcal.config import LM_TOKENIZERS, ConfigError, RunConfig, setting_of
+from fedcal.extras import require
 from fedcal.hub import check_hub_name
 from fedcal.progress import steps as progress_steps
 from fedcal.text.backbone import (_quiet_transformers, cache_root, pack, publish_folder, shuffled_batches,
@@ -143,6 +144,7 @@ def windows(tokens: LMTokens, texts: Sequence[str], context: int) -> torch.Tenso
 
 
 def _gpt2_config(cfg: LMConfig, vocab_size: int, bos: int, eos: int):
+    require("transformers", "text", "the LM case study (task=lm)")
     from transformers import GPT2Config
 
     return GPT2Config(vocab_size=vocab_size, n_positions=cfg.context, n_embd=cfg.hidden, n_layer=cfg.layers,
@@ -180,6 +182,7 @@ def pretrained_lm(cfg: LMConfig, public: Sequence[str], num_threads: int | None 
     final = cache_root() / "lms" / cfg.digest()
     if (final / META_FILE).exists():
         return final
+    require("transformers", "text", "the LM case study (task=lm)")
     from transformers import GPT2LMHeadModel
 
     t0 = time.perf_counter()
@@ -223,6 +226,7 @@ def fresh_lm(path_or_name: str) -> tuple[CausalLM, LMTokens]:
     """(model, tokens) of a :func:`pretrained_lm` folder or, for networked users, a Hub GPT-2
     (``gpt2``, ``distilgpt2``, …: its weights and tokenizer through ``from_pretrained``), read from
     disk. :class:`ConfigError` naming ``lm-model`` when it cannot be loaded."""
+    require("transformers", "text", "the LM case study (task=lm)")
     from transformers import AutoModelForCausalLM
 
     local = Path(path_or_name).expanduser()

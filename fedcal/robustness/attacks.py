@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from fedcal.data import PixelSpace
+from fedcal.extras import require
 
 ATTACKS = ("fgsm", "pgd", "pgd_targeted", "cw")
 
@@ -85,6 +86,7 @@ def random_targets(labels: torch.Tensor, num_classes: int, seed: int) -> torch.T
 
 
 def _classifier(model: nn.Module, space: PixelSpace, num_classes: int, loss: nn.Module, device: torch.device):
+    require("art", "robustness", "the PGD/FGSM robustness evaluation")
     from art.estimators.classification import PyTorchClassifier
 
     return PyTorchClassifier(
@@ -101,6 +103,7 @@ def adversarial_examples(model: nn.Module, pixels: torch.Tensor, labels: torch.T
     classes of ``pgd_targeted`` (required there, ignored otherwise). The model is put in eval
     mode. Returns float32 pixels on the CPU, within ε of ``pixels`` in L∞ and inside [0, 1].
     """
+    require("art", "robustness", "the PGD/FGSM robustness evaluation")
     from art.attacks.evasion import FastGradientMethod, ProjectedGradientDescentPyTorch
 
     if attack not in ATTACKS:

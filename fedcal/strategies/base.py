@@ -28,7 +28,7 @@ This covers *train* replies. Federated evaluation (``configure_evaluate`` /
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from logging import INFO, WARNING
 from typing import Any
 
@@ -44,6 +44,8 @@ from fedcal import aggregate as agg
 from fedcal.strategies.options import MetricsAggrFn
 from fedcal.strategies.replies import (RoundReplies, counted_replies, is_buffer_key, reply_weight, tensor_of,
                                        wait_for_nodes)
+from fedcal.aggregate.compose import PreStep, pre_aggregate
+from fedcal.aggregate.compose import _step_name as step_name
 
 class UpdateAggregationStrategy(_FlowerFedAvg):
     """Base of fedcal's strategies: Flower's FedAvg arguments plus seeded sampling and buffers.
@@ -95,6 +97,12 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         Type of the training messages: ``"train"`` (Flower's, the default) or
         ``"train.<action>"`` for a ClientApp that answers its training under another handler (the
         lm task's ``train.lm``, the detect task's ``train.detect``).
+    pre_aggregation : sequence of callables, optional
+        Pre-aggregation steps of :mod:`fedcal.aggregate` (``nnm``, ``static_clip``, ``arc``,
+        ``centered_clip``, each with its parameters bound, e.g. ``functools.partial(nnm, f=2)``),
+        run in order on the round's validated (n, d) updates before the rule (what
+        :func:`fedcal.aggregate.compose` (steps, rule) computes). Steps keep one row per client (the
+        weights and the audit are per client): bucketing fails the round, which keeps the model.
     """
 
     def __init__(
@@ -115,6 +123,7 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         node_label: Callable[[int], Any] | None = None,
         buffer_key: Callable[[str], bool] | None = None,
         message_type: str = MessageType.TRAIN,
+        pre_aggregation: Sequence[PreStep] | None = None,
     ) -> None:
         if message_type.partition(".")[0] != MessageType.TRAIN:
             raise ValueError(f"message_type {message_type!r} must be train or train.<action>")
@@ -134,6 +143,8 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         #: the type of the training messages: ``train`` (Flower's), or ``train.<action>`` for a task
         #: whose clients answer another handler (the lm task's ``train.lm``)
         self.message_type = message_type
+        #: the pre-aggregation steps run on the validated updates before the rule (empty: none)
+        self.pre_aggregation: tuple[PreStep, ...] = tuple(pre_aggregation or ())
         self.node_sort_key = node_sort_key or (lambda node_id: node_id)
         self.node_label = node_label
         self.buffer_key = buffer_key or is_buffer_key
@@ -187,6 +198,8 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
             "none (Flower's random sampling)" if self.sampling_seed is None else self.sampling_seed)
         log(INFO, "\t│\t├── Node order: %s", "custom node_sort_key" if self._custom_sort else "node id")
         log(INFO, "\t│\t├── Node labels: %s", "node_label" if self.node_label is not None else "none")
+        log(INFO, "\t│\t├── Pre-aggregation: %s",
+            " → ".join(map(step_name, self.pre_aggregation)) if self.pre_aggregation else "none")
         log(INFO, "\t│\t└── Buffers: %s",
             "BatchNorm statistics and non-floating arrays" if self.buffer_key is is_buffer_key
             else "custom buffer_key and non-floating arrays")
@@ -355,18 +368,15 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         account.aggregated = True
         return ArrayRecord({k: new[k] for k in keys}), metrics
 
-    def _reject(self, server_round: int, account: RoundReplies, node: int, reason: str) -> None:
-        account.rejections.append((node, reason))
-        self.last_rejected[node] = reason
-        log(WARNING, "round %d: dropped reply of %s: %s", server_round, self.who(node), reason)
-
     def _valid_replies(self, server_round: int, replies: list[Message], sent: ArrayRecord,
                        base: dict[str, torch.Tensor], train_keys: list[str], account: RoundReplies
                        ) -> list[tuple[int, RecordDict, float, torch.Tensor | None]]:
         """(node, content, weight, flat update) of every reply that passes validation, in node order;
         the others are rejected (logged and recorded in ``account``)."""
         def reject(node: int, reason: str) -> None:
-            self._reject(server_round, account, node, reason)
+            account.rejections.append((node, reason))
+            self.last_rejected[node] = reason
+            log(WARNING, "round %d: dropped reply of %s: %s", server_round, self.who(node), reason)
 
         good: list[tuple[int, RecordDict, float, torch.Tensor | None]] = []
         for msg in counted_replies(replies, reject):
@@ -394,6 +404,8 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         if not train_keys:
             return {}
         updates = torch.stack([g[3] for g in good])
+        if self.pre_aggregation:
+            updates = self.pre_aggregate(updates)
         self.round_contents = [g[1] for g in good]
         try:
             delta, node_w = self.aggregate_updates(server_round, nodes, updates, weights.float())
@@ -425,6 +437,15 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
             new[k] = (piece if base[k].is_floating_point() else piece.round()).to(base[k].dtype)
             offset += size
         return new
+
+    def pre_aggregate(self, updates: torch.Tensor) -> torch.Tensor:
+        """The validated (n, d) updates after the :attr:`pre_aggregation` steps, one row per client
+        still (ValueError otherwise: the round keeps the global model)."""
+        mixed = pre_aggregate(updates, self.pre_aggregation)
+        if mixed.shape[0] != updates.shape[0]:
+            raise ValueError(f"pre-aggregation turned the {updates.shape[0]} client updates into {mixed.shape[0]} "
+                             "rows; a strategy's steps must keep one row per client (bucketing does not)")
+        return mixed
 
     def audit_rows(self) -> list[dict[str, Any]]:
         """The last round's aggregation, one row per accepted node in aggregation order:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypedDict
 
 from flwr.app import MetricRecord, RecordDict
+
+from fedcal.aggregate.compose import PreStep
 
 MetricsAggrFn = Callable[[list[RecordDict], str], MetricRecord]
 
@@ -31,3 +33,4 @@ class StrategyOptions(TypedDict, total=False):
     node_label: Callable[[int], Any] | None
     buffer_key: Callable[[str], bool] | None
     message_type: str
+    pre_aggregation: Sequence[PreStep] | None

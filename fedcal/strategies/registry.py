@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
 from flwr.app import ArrayRecord
 from torch import nn
 
+from fedcal.aggregate import arc, centered_clip, nnm, static_clip
+from fedcal.aggregate.compose import PreStep
 from fedcal.sequential import ClientCusum
 from fedcal.strategies.base import UpdateAggregationStrategy
 from fedcal.strategies.calguard import CalGuard
@@ -36,6 +39,22 @@ STRATEGIES: dict[str, type[UpdateAggregationStrategy]] = {
     "median_of_means": MedianOfMeans,
     "calguard": CalGuard,
 }
+
+
+#: The pre-aggregation step of each name of the run-config key ``pre-aggregation``
+#: (``fedcal.config.PRE_AGGREGATIONS``), built from the run config's parameters.
+PRE_AGGREGATION: dict[str, Callable[[RunConfig], PreStep]] = {
+    "nnm": lambda cfg: partial(nnm, f=cfg.pre_f),
+    "clip": lambda cfg: partial(static_clip, c=cfg.clip_c),
+    "arc": lambda cfg: partial(arc, f=cfg.pre_f),
+    "cclip": lambda cfg: partial(centered_clip, tau=cfg.cclip_tau, iterations=cfg.cclip_iterations),
+}
+
+
+def pre_aggregation_steps(cfg: RunConfig) -> list[PreStep]:
+    """The steps of ``pre-aggregation``, in order, their parameters bound (``pre-f``, ``clip-c``,
+    ``cclip-tau``, ``cclip-iterations``)."""
+    return [PRE_AGGREGATION[name](cfg) for name in cfg.pre_aggregations]
 
 
 def _rule_kwargs(cfg: RunConfig) -> dict[str, Any]:
@@ -106,5 +125,6 @@ def strategy_from_config(
         node_sort_key=node_sort_key,
         node_label=node_label,
         message_type=message_type,
+        pre_aggregation=pre_aggregation_steps(cfg),
         **kwargs,
     )

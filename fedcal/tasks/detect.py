@@ -225,6 +225,7 @@ TASK = register(Task(
     rounds=lambda cfg: cfg.det_rounds,
     report="fedcal.reports.detect:detect_report",
     preflight=check_detect_config,
+    extras=("detect",),
 ))
 
 __all__ = ["MESSAGE_TYPE", "check_detect_config", "client_scenes", "detect_round", "run_detect",

@@ -426,6 +426,7 @@ TASK = register(Task(
     handlers={MESSAGE_TYPE: distill_round},
     rounds=lambda cfg: cfg.dst_rounds,
     report="fedcal.reports.distill:distill_report",
+    extras=("text",),
 ))
 
 __all__ = ["ADAPTER_KEY", "MESSAGE_TYPE", "client_rank", "distill_round", "run_distill"]

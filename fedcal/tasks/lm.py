@@ -103,4 +103,5 @@ TASK = register(Task(
     handlers={MESSAGE_TYPE: train_lm},
     rounds=lambda cfg: cfg.num_rounds,
     report="fedcal.reports.lm:lm_report",
+    extras=("text",),
 ))

@@ -64,6 +64,10 @@ class Task:
     final_summary : callable, optional
         ``final_summary(run_dir) -> str``: what ``fedcal run`` prints after the run (default: the
         files the run wrote).
+    extras : tuple of str, optional
+        The optional extras (:data:`fedcal.extras.EXTRAS`) the task cannot run without: every
+        entry point checks them before starting (:func:`preflight`), so a missing one fails at once
+        in one line.
     """
 
     name: str
@@ -76,6 +80,7 @@ class Task:
     batched: bool = False
     label: Callable[[RunConfig], str] = lambda cfg: ""
     final_summary: Callable[[Path], str] | None = None
+    extras: tuple[str, ...] = ()
 
     def load_report(self) -> Callable[[Sequence[Path], Path, str], str] | None:
         """The report function :attr:`report` names (imported now), or None."""
@@ -126,6 +131,9 @@ def all_tasks() -> list[Task]:
 def preflight(cfg: RunConfig) -> None:
     """Run the task's :attr:`Task.preflight` (if any) on a validated config: what every entry point
     (the commands, :func:`fedcal.app.engine.simulate`, the ServerApp) checks before a run starts."""
-    check = get_task(cfg.task).preflight
-    if check is not None:
-        check(cfg)
+    from fedcal.extras import require_extras
+
+    task = get_task(cfg.task)
+    require_extras(*task.extras)  # a missing extra: one line naming it, before anything else
+    if task.preflight is not None:
+        task.preflight(cfg)

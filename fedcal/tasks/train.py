@@ -35,13 +35,15 @@ from fedcal.tasks.nodes import (CLIENT_RECORD, check_partitions, client_id, clie
                                 discover_clients, identified_grid, message_config, shared_model)
 from fedcal.attacks import BENIGN, attackers_of, behaviour_for, client_round
 from fedcal.config import RunConfig
-from fedcal.data import client_data, load_dataset, root_set
+from fedcal.attacks.backdoor import PixelBackdoor, attack_success_rate, triggered_test_set
+from fedcal.data import client_data, load_dataset, pixel_space, root_set
 from fedcal.metrics import METRIC_KEYS, calibration_metrics, reliability_bins
 from fedcal.models import build_model
 from fedcal.checkpoint import rng_state, set_rng_state
 from fedcal.results import AUDIT_FILE, REJECTIONS_FILE, Checkpoint, RunFailed, RunStore, run_dir_for
 from fedcal.strategies import strategy_from_config
 from fedcal.strategies.base import UpdateAggregationStrategy
+from fedcal.tasks.poisoning import POISONING_FILE, poisoning_grid
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.local_training import predict_logits, resolve_device
 
@@ -100,6 +102,9 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
                      model=build_model(cfg.model, ds.input_shape, ds.num_classes).to(device)
                      ) if cfg.strategy == "calguard" else {}
 
+        triggered = triggered_test_set(ds.x_test, ds.y_test, PixelBackdoor(cfg.backdoor_target, cfg.backdoor_frac),
+                                       pixel_space(cfg.dataset)) if cfg.attack == "backdoor" else None
+
         def evaluate(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
             import pandas as pd  # lazily: the ClientApp process never loads pandas
             if not (server_round in (0, cfg.num_rounds) or server_round % cfg.eval_every == 0):
@@ -108,11 +113,15 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
             logits = predict_logits(model, ds.x_test, cfg.eval_batch_size, device)
             if not torch.isfinite(logits).all():  # a diverged model is a result (e.g. extreme τ), not a crash
                 log(WARNING, "round %d: global model produced non-finite logits", server_round)
-                return {k: float("nan") for k in METRIC_KEYS}
+                return {k: float("nan") for k in [*METRIC_KEYS, *(["asr"] if triggered is not None else [])]}
             if server_round == cfg.num_rounds:
                 bins = reliability_bins(logits, ds.y_test, cfg.n_bins)
                 store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in bins.items()}))
-            return calibration_metrics(logits, ds.y_test, cfg.n_bins)
+            metrics = calibration_metrics(logits, ds.y_test, cfg.n_bins)
+            if triggered is not None:  # the backdoor's success beside the clean accuracy
+                pred = predict_logits(model, triggered.x, cfg.eval_batch_size, device).argmax(1)
+                metrics["asr"] = attack_success_rate(pred, triggered.labels, triggered.target)
+            return metrics
 
         initial = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         final, rows = federate(grid, cfg, store, initial, evaluate, progress, node_to_client,
@@ -148,6 +157,8 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
     """
     num_rounds = cfg.num_rounds if num_rounds is None else num_rounds
     grid = identified_grid(grid, node_to_client)  # nodes left out at the handshake are never sampled
+    # the model-poisoning attacks' omniscient colluders craft the attackers' replies (fedcal.tasks.poisoning)
+    grid = poisoning_grid(grid, cfg, node_to_client, lambda rows: store.append_rows(POISONING_FILE, rows))
     if strategy is None:
         strategy = strategy_from_config(cfg, node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
                                         node_label=node_to_client.get, available=len(node_to_client),

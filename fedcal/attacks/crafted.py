@@ -1,0 +1,74 @@
+"""Client behaviours of issue 36's attacks (flwr-free): the colluders of the model-poisoning
+attacks, and the pixel-pattern image backdoor.
+
+- :class:`ModelPoisoningClient` (``attack`` = alie, ipm, minmax, minsum, fang-trmean,
+  fang-krum): the client trains benignly; its reply is a crafted update, a function of the
+  round's honest updates (:func:`fedcal.attacks.craft_malicious`). In simulation that crafting is
+  the omniscient colluders' server-side step between the honest replies and the aggregation
+  (``fedcal.tasks.poisoning``); this kind only marks the client as malicious and keeps its
+  training the benign protocol's (its own benign update is what a real colluder would craft
+  from: the papers' partial-knowledge setting).
+- :class:`ImageBackdoor` (``attack`` = backdoor): the client stamps the trigger on
+  ``backdoor-frac`` of its images and relabels them to ``backdoor-target``
+  (:func:`fedcal.attacks.poison_images`), then trains normally — a realistic attack: it needs
+  nothing but its own data.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedcal.attacks.backdoor import PixelBackdoor, poison_images
+from fedcal.attacks.behaviour import Behaviour, BehaviourKind, round_generator
+from fedcal.config import RunConfig
+from fedcal.data import pixel_space
+
+
+class ModelPoisoningClient(BehaviourKind):
+    """A colluding client of a model-poisoning attack: trains as a benign client; its reply is
+    replaced by the attack's crafted update before aggregation (see the module docstring)."""
+
+    def __init__(self, attack: str):
+        self.kind = attack
+        self.attack = attack
+
+    def from_config(self, cfg: RunConfig) -> Behaviour:
+        return Behaviour(kind=self.kind)
+
+
+class ImageBackdoor(BehaviourKind):
+    """BadNets-style pixel-pattern backdoor (Gu et al., 2017; the data-poisoning backdoor of
+    Bagdasaryan et al., AISTATS 2020): ``round(frac · N)`` of the client's images, chosen once
+    per client (the same poisoned set every round, as a client's data set is fixed), carry the
+    trigger and the target label."""
+
+    kind = "backdoor"
+    attack = "backdoor"
+
+    def from_config(self, cfg: RunConfig) -> Behaviour:
+        return Behaviour(kind="backdoor", backdoor_target=cfg.backdoor_target, backdoor_frac=cfg.backdoor_frac)
+
+    def check(self, behaviour: Behaviour) -> None:
+        PixelBackdoor(target=behaviour.backdoor_target, poison_frac=behaviour.backdoor_frac)
+
+    def train_data(self, behaviour: Behaviour, x: torch.Tensor, y: torch.Tensor, dataset: str, seed: int,
+                   client_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        backdoor = PixelBackdoor(target=behaviour.backdoor_target, poison_frac=behaviour.backdoor_frac)
+        # round 0: one stream per client for the whole run, so the poisoned subset never changes
+        poisoned = poison_images(x, y, backdoor, pixel_space(dataset),
+                                 generator=round_generator(seed, 0, client_id, stream="backdoor"))
+        return poisoned.x, poisoned.y
+
+
+def poisoning_params(cfg: RunConfig) -> dict[str, object]:
+    """The keyword parameters of ``cfg.attack``'s crafting function from the run config
+    (``alie-z`` 0 → the paper's z from the round's n and f)."""
+    if cfg.attack == "alie":
+        return {"z": cfg.alie_z or None}
+    if cfg.attack == "ipm":
+        return {"epsilon": cfg.ipm_epsilon}
+    if cfg.attack in ("minmax", "minsum"):
+        return {"direction": cfg.minmax_direction}
+    if cfg.attack == "fang-trmean":
+        return {"b": cfg.fang_b}
+    return {}

@@ -1,0 +1,177 @@
+"""The strategy × attack table of issue 36 (``fedcal byzantine``): every strategy, pre-aggregation
+included, against every attack of Byzantine-robust FL, from finished runs only.
+
+A *strategy spec* is a strategy name, optionally preceded by pre-aggregation steps joined with
+``+``: ``nnm+trimmed_mean`` is ``strategy = trimmed_mean`` with ``pre-aggregation = nnm``. The
+robust rules' assumed number of Byzantine replies per round (``krum-f``, ``trim-f``, ``pre-f``) is
+set per attacker ratio to f = ⌈ratio · M⌉ (M = ``clients-per-round``), the expected attackers in a
+round rounded up, so that each rule is given the f its guarantee needs; the benign runs (attack =
+none) of a ratio use the same f, so a column's drop from ``benign`` is the attack's alone.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from fedcal.config import ConfigError, RunConfig
+from fedcal.reports.markdown import markdown_table
+from fedcal.reports.runs import final_metrics
+from fedcal.results import DONE_FILE, config_hash, load_timings, run_dir_for
+
+#: the strategies of issue 36's table, in its order
+DEFAULT_STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "median", "trimmed_mean", "geometric_median",
+                      "median_of_means", "calguard", "nnm+trimmed_mean")
+#: the attacks of issue 36's table
+DEFAULT_ATTACKS = ("alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "backdoor")
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """``"nnm+trimmed_mean"`` → (strategy ``trimmed_mean``, pre-aggregation ``nnm``)."""
+    parts = [p.strip() for p in spec.split("+") if p.strip()]
+    if not parts:
+        raise ConfigError(f"--strategies: empty strategy spec {spec!r}")
+    return parts[-1], ",".join(parts[:-1])
+
+
+def spec_of(cfg: RunConfig) -> str:
+    """The strategy spec of a run (:func:`parse_spec`'s inverse)."""
+    return "+".join([*cfg.pre_aggregations, cfg.strategy])
+
+
+def assumed_f(ratio: float, clients_per_round: int) -> int:
+    """f = ⌈ratio · M⌉ (at least 1): the rules' assumed Byzantine replies per round."""
+    return max(1, math.ceil(ratio * clients_per_round - 1e-9))
+
+
+def byzantine_cells(base: RunConfig, strategies: Sequence[str], attacks: Sequence[str], ratios: Sequence[float],
+                    seeds: Sequence[int]) -> list[tuple[float, RunConfig]]:
+    """Every cell as (attacker ratio, config): strategy spec × (benign + each attack) × ratio ×
+    seed, validated up front (a bad spec or a rule whose f does not fit M fails here, naming the
+    key). Only the keys a cell's computation reads are set: the f of the rule that takes one
+    (``krum-f``, ``trim-f``, ``pre-f`` for nnm / arc), and the attacker ratio of attacked cells, so
+    the benign run of a strategy without an f serves both ratios (one config, two cells)."""
+    defaults = RunConfig()
+    cells = []
+    for ratio in ratios:
+        f = assumed_f(ratio, base.clients_per_round)
+        for spec in strategies:
+            strategy, pre = parse_spec(spec)
+            own = {"pre_aggregation": pre}
+            if strategy == "multikrum":
+                own["krum_f"] = f
+            if strategy == "trimmed_mean":
+                own["trim_f"] = f
+            if {"nnm", "arc"} & set(pre.split(",")):
+                own["pre_f"] = f
+            for seed in seeds:
+                for attack in ["none", *attacks]:
+                    c = base.replace(strategy=strategy, seed=seed, attack=attack, **own,
+                                     attacker_ratio=ratio if attack != "none" else defaults.attacker_ratio)
+                    cells.append((ratio, c))
+    return cells
+
+
+def byzantine_configs(cells: Sequence[tuple[float, RunConfig]]) -> list[RunConfig]:
+    """The distinct configs of ``cells`` (:func:`byzantine_cells`), in order."""
+    out: dict[str, RunConfig] = {}
+    for _, c in cells:
+        out.setdefault(config_hash(c), c)
+    return list(out.values())
+
+
+def byzantine_rows(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
+    """One row per cell whose run finished: spec, attack (``benign`` for none), ratio, the rules'
+    f, seed, accuracy, sECE, ASR (NaN where the attack is not a backdoor)."""
+    configs = byzantine_configs(cells)
+    final = final_metrics([run_dir_for(c) for c in configs], "the strategy × attack table")
+    by_run = {str(r["run_id"]): r for _, r in final.iterrows()}
+    rows = []
+    for ratio, cfg in cells:
+        r = by_run.get(run_dir_for(cfg).name)
+        if r is None:
+            continue
+        rows.append({"strategy": spec_of(cfg), "attack": "benign" if cfg.attack == "none" else cfg.attack,
+                     "ratio": ratio, "f": assumed_f(ratio, cfg.clients_per_round), "seed": cfg.seed,
+                     "accuracy": r["accuracy"], "sece": r["sece"], "asr": r["asr"] if "asr" in r else float("nan")})
+    return pd.DataFrame(rows).drop_duplicates()
+
+
+def byzantine_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Mean and standard deviation over seeds per (strategy, ratio, attack)."""
+    g = rows.groupby(["ratio", "strategy", "attack"], sort=False)
+    table = g.agg(seeds=("seed", "nunique"), accuracy=("accuracy", "mean"), accuracy_sd=("accuracy", "std"),
+                  sece=("sece", "mean"), sece_sd=("sece", "std"), asr=("asr", "mean")).reset_index()
+    return table
+
+
+def _pivot(table: pd.DataFrame, value: str, order: Sequence[str], attacks: Sequence[str]) -> pd.DataFrame:
+    wide = table.pivot(index="strategy", columns="attack", values=value)
+    return wide.reindex(index=[s for s in order if s in wide.index], columns=[a for a in attacks if a in wide.columns])
+
+
+def byzantine_seconds(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
+    """What a finished run cost per strategy spec: the runs, and the median and largest sum of their
+    rounds' wall-clock seconds (``timings.csv``; set-up before round 0 is not counted)."""
+    configs = byzantine_configs(cells)
+    done = {run_dir_for(c).name: spec_of(c) for c in configs if (run_dir_for(c) / DONE_FILE).exists()}
+    timings = load_timings([run_dir_for(c) for c in configs if run_dir_for(c).name in done])
+    if timings.empty:
+        return pd.DataFrame()
+    per_run = timings[timings["metric"] == "round_seconds"].groupby("run_id")["value"].sum()
+    frame = pd.DataFrame({"strategy": per_run.index.map(done), "seconds": per_run.values})
+    g = frame.groupby("strategy", sort=False)["seconds"]
+    order = list(dict.fromkeys(spec_of(c) for _, c in cells))
+    out = pd.DataFrame({"runs": g.size(), "median (s)": g.median(), "most (s)": g.max()})
+    return out.reindex([s for s in order if s in out.index]).rename_axis("strategy").reset_index()
+
+
+def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os.PathLike[str],
+                     title: str = "") -> str:
+    """``table.csv`` (long: mean and sd over seeds), ``runs.csv`` (one row per cell), ``seconds.md``
+    (:func:`byzantine_seconds`) and ``table.md`` (per attacker ratio: accuracy, sECE and ASR, strategy × attack, with each strategy's worst
+    accuracy over the attacks and the attack that gave it); returns the Markdown."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = byzantine_rows(cells)
+    if rows.empty:
+        raise FileNotFoundError("no finished run for the strategy × attack table")
+    rows.to_csv(out / "runs.csv", index=False)
+    table = byzantine_table(rows)
+    table.to_csv(out / "table.csv", index=False)
+    order = list(dict.fromkeys(spec_of(c) for _, c in cells))
+    attacks = ["benign", *[a for a in dict.fromkeys(rows["attack"]) if a != "benign"]]
+    parts = [f"# {title}\n" if title else ""]
+    pct = lambda v: "" if pd.isna(v) else f"{100 * v:.1f}"  # noqa: E731
+    for ratio, t in table.groupby("ratio", sort=True):
+        seeds = sorted(set(t["seeds"]))
+        f = sorted(set(rows.loc[rows["ratio"] == ratio, "f"]))
+        acc = _pivot(t, "accuracy", order, attacks)
+        attacked = acc.drop(columns=["benign"], errors="ignore")
+        acc["worst"] = attacked.min(axis=1)
+        # a diverged run (NaN accuracy) or a cell not run yet is no candidate; nothing at all: ""
+        acc["worst attack"] = attacked.apply(lambda r: r.idxmin() if r.notna().any() else "", axis=1)
+        acc = acc.reset_index()
+        head = f"attacker ratio {ratio:g} (rules' f = {', '.join(map(str, f))}; seeds per cell: {', '.join(map(str, seeds))})"
+        parts.append(markdown_table(acc, f"accuracy (%), {head}",
+                                    {c: pct for c in acc.columns if c not in ("strategy", "worst attack")}))
+        sece = _pivot(t, "sece", order, attacks)
+        attacked = sece.drop(columns=["benign"], errors="ignore")  # the signed value farthest from 0
+        sece["worst"] = attacked.apply(lambda r: r.loc[r.abs().idxmax()] if r.notna().any() else float("nan"), axis=1)
+        parts.append(markdown_table(sece.reset_index(), f"sECE (%), {head}",
+                                    {c: pct for c in sece.columns}))
+        if t["asr"].notna().any():
+            asr = _pivot(t[t["asr"].notna()], "asr", order, attacks).reset_index()
+            parts.append(markdown_table(asr, f"backdoor attack success rate (%), {head}",
+                                        {c: pct for c in asr.columns if c != "strategy"}))
+    md = "\n".join(p for p in parts if p)
+    (out / "table.md").write_text(md)
+    seconds = byzantine_seconds(cells)
+    if not seconds.empty:
+        (out / "seconds.md").write_text(markdown_table(seconds, formats={"median (s)": "{:.0f}", "most (s)": "{:.0f}",
+                                                                         "runs": "{:.0f}"}))
+    return md

@@ -1,0 +1,157 @@
+"""The omniscient colluders of the model-poisoning attacks, in simulation: a Grid wrapper that
+replaces the malicious clients' train replies by crafted updates before the strategy sees them.
+
+Threat model (docs/attacks.md): the literature evaluates ALIE, IPM, Min-Max / Min-Sum and Fang
+with colluding attackers who see every honest update of the round before they reply. A Grid
+wrapper is the one place in a Flower simulation where the round's honest replies exist before
+the strategy's ``aggregate_train`` reads them, so the strategy — any strategy, unchanged — sees
+exactly what it would see from such attackers, and validates and aggregates it as any reply.
+
+Each train round: the honest view is the updates Δ_k = reply_k − sent of the round's replies
+from benign clients (error replies and replies that cannot form an update are left out: the
+strategy rejects those too); the f replies of the run's attackers (:func:`fedcal.attacks.attackers_of`)
+get sent + :func:`fedcal.attacks.craft_malicious` (attack, honest view, f) on the trained arrays,
+their buffers (BatchNorm statistics) kept as they trained them. A round the attack cannot be
+crafted in (fewer than two honest updates, an attack refusing its input) leaves the replies as
+they are, with a warning naming the round and reason. Every crafted reply is recorded
+(``poisoning.csv``: round, node, partition, attack, honest updates seen, norms).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from logging import INFO, WARNING
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, Message
+from flwr.serverapp import Grid
+from flwr.supercore import log
+
+from fedcal.aggregate import add_flat_update
+from fedcal.attacks import attackers_of, craft_malicious
+from fedcal.attacks.behaviour import round_generator
+from fedcal.attacks.crafted import poisoning_params
+from fedcal.config import POISONING_ATTACKS, RunConfig
+from fedcal.strategies.replies import is_buffer_key
+
+#: the run's table of crafted replies
+POISONING_FILE = "poisoning.csv"
+
+
+class PoisoningGrid(Grid):
+    """``grid`` with the run's model-poisoning attack applied to its train replies (module
+    docstring). ``record(rows)`` receives one row per crafted reply."""
+
+    def __init__(self, grid: Grid, cfg: RunConfig, node_to_client: dict[int, int],
+                 record: Callable[[list[dict]], None] | None = None, arrays_key: str = "arrays"):
+        if cfg.attack not in POISONING_ATTACKS:
+            raise ValueError(f"attack {cfg.attack!r} is not a model-poisoning attack ({', '.join(POISONING_ATTACKS)})")
+        self.grid, self.cfg, self.node_to_client = grid, cfg, node_to_client
+        self.attackers = attackers_of(cfg)
+        self.params = poisoning_params(cfg)
+        self.record = record
+        self.key = arrays_key
+
+    @property
+    def run(self):
+        return self.grid.run
+
+    def set_run(self, run_id: int) -> None:
+        self.grid.set_run(run_id)
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
+        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self):
+        return self.grid.get_node_ids()
+
+    def push_messages(self, messages):
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids):
+        return self.grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout=None):
+        messages = list(messages)
+        replies = list(self.grid.send_and_receive(messages, timeout=timeout))
+        train = [m for m in messages if m.metadata.message_type.partition(".")[0] == "train"
+                 and self.key in m.content]
+        if train:
+            self._poison(train[0], replies)
+        return replies
+
+    def _poison(self, sent_msg: Message, replies: list[Message]) -> None:
+        sent = sent_msg.content[self.key]
+        config = sent_msg.content.get("config") if "config" in sent_msg.content else None
+        server_round = int(config.get("server-round", 0)) if config is not None else 0
+        keys = [k for k in sent.keys() if np.issubdtype(np.dtype(sent[k].dtype), np.floating)
+                and not is_buffer_key(k)]
+        if not keys:
+            return
+        base = {k: torch.from_numpy(np.array(sent[k].numpy(), copy=True)) for k in sent.keys()}
+        honest, bad = [], []
+        for msg in replies:
+            if msg.has_error():
+                continue
+            part = self.node_to_client.get(msg.metadata.src_node_id)
+            if part in self.attackers:
+                bad.append(msg)
+                continue
+            update = _update(msg, base, keys, self.key)
+            if update is not None:
+                honest.append(update)
+        if not bad:
+            return
+        if len(honest) < 2:
+            log(WARNING, "round %d: %s not crafted: %d honest update(s) in the round, the attack needs 2",
+                server_round, self.cfg.attack, len(honest))
+            return
+        view = torch.stack(honest)
+        try:
+            rows = craft_malicious(self.cfg.attack, view, len(bad),
+                                   generator=round_generator(self.cfg.seed, server_round, -1, stream="poison"),
+                                   **self.params)
+        except (ValueError, ArithmeticError) as exc:
+            log(WARNING, "round %d: %s not crafted (%s); the attackers' replies stay as trained",
+                server_round, self.cfg.attack, exc)
+            return
+        mean_norm = float(view.mean(0).norm())
+        recorded = []
+        for msg, row in zip(bad, rows):
+            new = add_flat_update(base, keys, row)
+            arrays = msg.content[self.key]
+            msg.content[self.key] = ArrayRecord({
+                k: (new[k] if k in keys else torch.from_numpy(np.array(arrays[k].numpy(), copy=True)))
+                for k in sent.keys()})
+            node = msg.metadata.src_node_id
+            recorded.append({"round": server_round, "node_id": node, "partition_id": self.node_to_client[node],
+                             "attack": self.cfg.attack, "honest": len(honest), "norm": float(row.norm()),
+                             "honest_mean_norm": mean_norm})
+        log(INFO, "round %d: %s crafted %d repl%s from %d honest updates", server_round, self.cfg.attack,
+            len(bad), "y" if len(bad) == 1 else "ies", len(honest))
+        if self.record is not None:
+            self.record(recorded)
+
+
+def _update(msg: Message, base: dict[str, torch.Tensor], keys: list[str], key: str) -> torch.Tensor | None:
+    """The reply's flat float64 update over ``keys``, or None when it has none (the strategy
+    rejects such a reply with its reason)."""
+    try:
+        arrays = msg.content[key]
+        parts = [torch.from_numpy(np.array(arrays[k].numpy(), copy=True)).double() - base[k].double() for k in keys]
+        if any(p.shape != base[k].shape for p, k in zip(parts, keys)):
+            return None
+        flat = torch.cat([p.reshape(-1) for p in parts])
+    except Exception:  # noqa: BLE001 — a malformed reply is not part of the honest view
+        return None
+    return flat if bool(torch.isfinite(flat).all()) else None
+
+
+def poisoning_grid(grid: Grid, cfg: RunConfig, node_to_client: dict[int, int],
+                   record: Callable[[list[dict]], None] | None = None) -> Grid:
+    """``grid`` wrapped in :class:`PoisoningGrid` when ``cfg.attack`` is a model-poisoning attack;
+    ``grid`` itself otherwise."""
+    if cfg.attack not in POISONING_ATTACKS:
+        return grid
+    return PoisoningGrid(grid, cfg, node_to_client, record)

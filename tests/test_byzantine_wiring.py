@@ -1,0 +1,297 @@
+"""Issue 36 §2–§3 wired in: the model-poisoning attacks as run-config values (crafted server-side
+by the omniscient colluders), the pixel backdoor as a client behaviour with its ASR, the
+``pre-aggregation`` key on every strategy, and the strategy × attack study's cells."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+
+from fedcal import config as config_module
+from fedcal import strategies
+from fedcal.aggregate import arc, compose, nnm, static_clip, trimmed_mean
+from fedcal.attacks import POISONING, attackers_of
+from fedcal.config import ConfigError, RunConfig
+from fedcal.strategies.registry import PRE_AGGREGATION, strategy_from_config
+from tests.strategy_harness import FakeGrid, set_task_identity
+
+
+def state(w: torch.Tensor, b: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {"fc.weight": w.clone(), "fc.bias": b.clone()}
+
+
+def reply(arrays: dict, n: int = 10) -> RecordDict:
+    return RecordDict({"arrays": ArrayRecord(arrays), "metrics": MetricRecord({"num-examples": n})})
+
+
+def kwargs(k: int):
+    return dict(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=k, min_evaluate_nodes=0,
+                min_available_nodes=k)
+
+
+# ---------------------------------------------------------------------------------- config
+def test_config_lists_equal_the_registries():
+    assert set(config_module.POISONING_ATTACKS) == set(POISONING)
+    assert set(config_module.POISONING_ATTACKS) | {"backdoor"} <= set(config_module.ATTACKS)
+    assert set(config_module.PRE_AGGREGATIONS) == set(PRE_AGGREGATION)
+
+
+def test_bad_byzantine_keys_fail_naming_the_key():
+    with pytest.raises(ConfigError, match="'pre-aggregation'"):
+        RunConfig.from_flower({"pre-aggregation": "nnm,bucketing"})
+    with pytest.raises(ConfigError, match="'pre-f'"):
+        RunConfig.from_flower({"pre-aggregation": "nnm", "pre-f": 5})  # M = 5
+    with pytest.raises(ConfigError, match="'backdoor-target'"):
+        RunConfig.from_flower({"attack": "backdoor", "backdoor-target": 10})
+    with pytest.raises(ConfigError, match="'attack'"):
+        RunConfig.from_flower({"attack": "backdoor", "dataset": "synthetic"})
+    with pytest.raises(ConfigError, match="'minmax-direction'"):
+        RunConfig.from_flower({"minmax-direction": "random"})
+    assert RunConfig.from_flower({"pre-aggregation": " nnm , clip "}).pre_aggregations == ("nnm", "clip")
+
+
+def test_new_keys_leave_existing_run_names_alone():
+    from fedcal.results import config_hash
+
+    base = RunConfig()
+    # every new key is hashed only when set: a run at their defaults keeps its hash
+    assert config_hash(base) == config_hash(base.replace(alie_z=0.0, pre_aggregation="", clip_c=1.0))
+    assert config_hash(base) != config_hash(base.replace(pre_aggregation="nnm"))
+    assert config_hash(base) != config_hash(base.replace(ipm_epsilon=0.5))
+
+
+def test_batched_engine_and_reference_loop_refuse_what_they_cannot_run():
+    from fedcal.app.batched import batched_unsupported
+    from fedcal.reference import global_state
+
+    assert "pre-aggregation" in batched_unsupported(RunConfig(dataset="digits", pre_aggregation="nnm"))
+    assert "alie" in batched_unsupported(RunConfig(dataset="digits", attack="alie"))
+    with pytest.raises(ValueError, match="crafting"):
+        global_state(RunConfig(dataset="digits", attack="ipm", num_rounds=1), 1)
+
+
+# ---------------------------------------------------------------------------------- pre-aggregation
+UPDATES = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0], [1.0, 1.0], [9.0, -9.0]])
+
+
+def _strategy_aggregate(steps, rule_strategy):
+    """One round of ``rule_strategy`` on UPDATES (from a zero model), all clients the same size."""
+    zero_w, zero_b = torch.zeros(1, 2), torch.zeros(1)
+
+    def respond(node, content):
+        u = UPDATES[node - 1]
+        return reply(state(u.reshape(1, 2), torch.zeros(1)))
+
+    s = rule_strategy(pre_aggregation=steps, **kwargs(5))
+    result = s.start(grid=FakeGrid([1, 2, 3, 4, 5], respond), initial_arrays=ArrayRecord(state(zero_w, zero_b)),
+                     num_rounds=1)
+    return result.arrays.to_torch_state_dict()["fc.weight"].reshape(-1)
+
+
+def test_strategy_with_nnm_aggregates_what_the_core_composition_gives():
+    set_task_identity()
+    got = _strategy_aggregate([partial(nnm, f=1)], partial(strategies.TrimmedMean, f=1))
+    # the bias is 0 in every update: the flat rows are (w1, w2, b)
+    rows = torch.cat([UPDATES, torch.zeros(5, 1)], dim=1)
+    expected = compose([partial(nnm, f=1)], partial(trimmed_mean, f=1))(rows)[:2]
+    assert torch.allclose(got, expected, atol=1e-6)
+    # and by hand: NNM with f = 1 averages each row's 4 nearest rows (itself included); the far row
+    # 5 is never among the 4 nearest of rows 1-4, so their mixtures are all mean(rows 1-4) = (0.5, 0.75)
+    mixed = nnm(rows, 1)
+    assert torch.allclose(mixed[:4, :2], torch.tensor([0.5, 0.75]).expand(4, 2))
+    # without pre-aggregation the strategy is the plain rule, which differs here
+    plain = _strategy_aggregate(None, partial(strategies.TrimmedMean, f=1))
+    assert not torch.allclose(plain, got)
+
+
+def test_strategy_with_clipping_bounds_every_update_under_fedavg():
+    set_task_identity()
+    got = _strategy_aggregate([partial(static_clip, c=1.0)], strategies.FedAvg)
+    rows = torch.cat([UPDATES, torch.zeros(5, 1)], dim=1)
+    norms = rows.norm(dim=1, keepdim=True)
+    expected = (rows * torch.clamp(1.0 / norms.clamp_min(1e-30), max=1.0)).mean(0)[:2]  # x · min(1, c/‖x‖)
+    assert torch.allclose(got, expected, atol=1e-6)
+
+
+def test_a_row_changing_step_keeps_the_global_model_instead_of_crashing():
+    set_task_identity()
+    s = strategies.FedAvg(pre_aggregation=[lambda x: x[:2]], **kwargs(5))
+    s.start(grid=FakeGrid([1, 2, 3, 4, 5], lambda n, c: reply(state(UPDATES[n - 1].reshape(1, 2), torch.zeros(1)))),
+            initial_arrays=ArrayRecord(state(torch.zeros(1, 2), torch.zeros(1))), num_rounds=1)
+    assert s.replies[1].received == 5 and not s.replies[1].aggregated
+
+
+def test_strategy_from_config_binds_the_steps_parameters():
+    cfg = RunConfig(strategy="median", pre_aggregation="arc,clip", pre_f=2, clip_c=0.5)
+    s = strategy_from_config(cfg)
+    assert [step.func for step in s.pre_aggregation] == [arc, static_clip]
+    assert s.pre_aggregation[0].keywords == {"f": 2} and s.pre_aggregation[1].keywords == {"c": 0.5}
+
+
+# ---------------------------------------------------------------------------------- crafting
+def _train_msg(node: int, arrays: dict, server_round: int = 1) -> Message:
+    content = RecordDict({"arrays": ArrayRecord(arrays), "config": ConfigRecord({"server-round": server_round})})
+    return Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN)
+
+
+def test_poisoning_grid_replaces_the_attackers_replies_by_ipm_of_the_honest_updates():
+    from fedcal.tasks.poisoning import PoisoningGrid
+
+    set_task_identity()
+    cfg = RunConfig(dataset="digits", num_clients=6, attacker_ratio=0.34, attack="ipm", ipm_epsilon=0.5)
+    bad = sorted(attackers_of(cfg))
+    assert len(bad) == 2
+    sent = state(torch.ones(2, 2), torch.zeros(2))
+    honest_w = {p: torch.full((2, 2), 1.0 + p) for p in range(6)}  # update of client p: p on every weight
+
+    def respond(node, content):
+        p = node - 1
+        if p == 5 and p not in bad:
+            return None  # an honest error reply: not part of the honest view
+        return reply(state(honest_w[p], torch.full((2,), float(p))))
+
+    node_to_client = {p + 1: p for p in range(6)}
+    rows = []
+    grid = PoisoningGrid(FakeGrid(list(node_to_client), respond), cfg, node_to_client, rows.extend)
+    replies = grid.send_and_receive([_train_msg(n, sent) for n in node_to_client])
+    honest = [p for p in range(6) if p not in bad and not (p == 5)]
+    mean = np.mean(honest)  # every coordinate of an honest update is p (weights: 1 + p − 1; bias: p − 0)
+    for msg in replies:
+        p = msg.metadata.src_node_id - 1
+        if msg.has_error():
+            continue
+        arrays = msg.content["arrays"].to_torch_state_dict()
+        if p in bad:  # sent + (−ε · mean of the honest updates), by hand
+            assert torch.allclose(arrays["fc.weight"], torch.full((2, 2), 1.0 - 0.5 * mean))
+            assert torch.allclose(arrays["fc.bias"], torch.full((2,), -0.5 * mean))
+        else:
+            assert torch.equal(arrays["fc.weight"], honest_w[p])
+    assert sorted(r["partition_id"] for r in rows) == bad
+    assert {r["honest"] for r in rows} == {len(honest)}
+
+
+def test_poisoning_grid_leaves_a_round_without_two_honest_updates_alone():
+    from fedcal.tasks.poisoning import PoisoningGrid
+
+    set_task_identity()
+    cfg = RunConfig(dataset="digits", num_clients=3, clients_per_round=3, attacker_ratio=0.34, attack="alie")
+    bad = next(iter(attackers_of(cfg)))
+    sent = state(torch.zeros(2, 2), torch.zeros(2))
+    grid = PoisoningGrid(FakeGrid([1, 2, 3], lambda n, c: None if n - 1 != bad else reply(state(torch.ones(2, 2), torch.ones(2)))),
+                         cfg, {1: 0, 2: 1, 3: 2})
+    replies = grid.send_and_receive([_train_msg(n, sent) for n in (1, 2, 3)])
+    mine = [m for m in replies if not m.has_error()]
+    assert torch.equal(mine[0].content["arrays"].to_torch_state_dict()["fc.weight"], torch.ones(2, 2))
+
+
+# ---------------------------------------------------------------------------------- Flower runs
+def _tiny(tmp_path, **kw) -> RunConfig:
+    return RunConfig.from_flower({**dict(dataset="digits", num_clients=8, clients_per_round=8, num_rounds=2, lr=0.05,
+                                         attacker_ratio=0.25, engine="inprocess", output_dir=str(tmp_path),
+                                         device="cpu"), **kw})
+
+
+@pytest.mark.parametrize("attack", sorted(POISONING))
+def test_crafted_replies_reach_the_aggregation(tmp_path, attack):
+    from fedcal.app.engine import simulate
+    from fedcal.results import AUDIT_FILE
+    from fedcal.tasks.poisoning import POISONING_FILE
+
+    cfg = _tiny(tmp_path, attack=attack, strategy="fedavg")
+    run_dir = simulate(cfg, progress=False)
+    crafted = pd.read_csv(run_dir / POISONING_FILE)
+    audit = pd.read_csv(run_dir / AUDIT_FILE)
+    # every round, each attacker's reply was crafted and then aggregated by FedAvg with its weight
+    assert sorted(crafted["round"].unique()) == [1, 2]
+    assert set(crafted["partition_id"]) == set(attackers_of(cfg))
+    merged = crafted.merge(audit, on=["round", "node_id", "partition_id"])
+    assert len(merged) == len(crafted) and (merged["weight"] > 0).all()
+    assert (crafted["attack"] == attack).all()
+
+
+def test_alie_against_fedavg_changes_the_model_of_the_benign_run(tmp_path):
+    from fedcal.app.engine import simulate
+
+    benign = simulate(_tiny(tmp_path, attack="none"), progress=False)
+    attacked = simulate(_tiny(tmp_path, attack="alie", alie_z=1.5), progress=False)
+    a = torch.load(benign / "model.pt")
+    b = torch.load(attacked / "model.pt")
+    a, b = (x.get("state_dict", x) if isinstance(x, dict) else x for x in (a, b))
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def test_backdoor_run_logs_asr_above_the_benign_models(tmp_path):
+    from fedcal.app.engine import simulate
+    from fedcal.attacks import PixelBackdoor, attack_success_rate, triggered_test_set
+    from fedcal.data import load_dataset, pixel_space
+    from fedcal.models import build_model
+    from fedcal.local_training import predict_logits
+
+    kw = dict(num_rounds=6, attacker_ratio=0.5, backdoor_frac=0.5, backdoor_target=3)
+    benign = simulate(_tiny(tmp_path, attack="none", **kw), progress=False)
+    attacked = simulate(_tiny(tmp_path, attack="backdoor", **kw), progress=False)
+    metrics = pd.read_csv(attacked / "metrics.csv")
+    asr = metrics[metrics["metric"] == "asr"]
+    assert sorted(asr["round"]) == list(range(0, 7))  # every evaluated round, beside accuracy
+    # the benign run's final model on the same triggered test set, computed here
+    ds = load_dataset("digits", "")
+    test = triggered_test_set(ds.x_test, ds.y_test, PixelBackdoor(3, 0.5), pixel_space("digits"))
+    model = build_model("mlp", ds.input_shape, ds.num_classes)
+    saved = torch.load(benign / "model.pt")
+    model.load_state_dict(saved.get("state_dict", saved))
+    benign_asr = attack_success_rate(predict_logits(model, test.x, 1000, "cpu").argmax(1), test.labels, 3)
+    final_asr = float(asr.loc[asr["round"] == 6, "value"].iloc[0])
+    assert final_asr > benign_asr + 0.2
+
+
+# ---------------------------------------------------------------------------------- the study's cells
+def test_byzantine_cells_set_f_per_ratio_and_share_f_free_benign_runs():
+    from fedcal.reports.byzantine import byzantine_cells, byzantine_configs
+
+    base = RunConfig(dataset="digits", num_clients=20, clients_per_round=10)
+    cells = byzantine_cells(base, ["fedavg", "nnm+trimmed_mean", "multikrum"], ["alie", "backdoor"], [0.1, 0.25], [0])
+    assert len(cells) == 2 * 3 * 3  # ratios × specs × (benign + 2 attacks)
+    by = {(r, c.pre_aggregation, c.strategy, c.attack): c for r, c in cells}
+    # f = ceil(ratio · M): 1 of 10 and 3 of 10 (2.5 rounded up)
+    assert by[(0.1, "nnm", "trimmed_mean", "alie")].trim_f == 1 and by[(0.1, "nnm", "trimmed_mean", "alie")].pre_f == 1
+    assert by[(0.25, "nnm", "trimmed_mean", "alie")].trim_f == 3 and by[(0.25, "nnm", "trimmed_mean", "alie")].pre_f == 3
+    assert by[(0.25, "", "multikrum", "alie")].krum_f == 3
+    # FedAvg reads no f: one benign run serves both ratios; the f-taking rules' benign runs differ
+    assert by[(0.1, "", "fedavg", "none")] == by[(0.25, "", "fedavg", "none")]
+    assert by[(0.1, "", "multikrum", "none")] != by[(0.25, "", "multikrum", "none")]
+    assert len(byzantine_configs(cells)) == len(cells) - 1
+
+
+def test_byzantine_report_averages_seeds_and_names_each_strategys_worst_attack(tmp_path):
+    from fedcal.reports.byzantine import byzantine_cells, byzantine_configs, byzantine_report
+    from fedcal.results import RunStore, run_dir_for
+
+    base = RunConfig(dataset="digits", output_dir=str(tmp_path / "runs"), num_rounds=1, clients_per_round=10,
+                     num_clients=20)
+    cells = byzantine_cells(base, ["fedavg", "nnm+trimmed_mean"], ["alie", "backdoor"], [0.25], [0, 1])
+    acc = {("fedavg", "none"): 0.9, ("fedavg", "alie"): 0.5, ("fedavg", "backdoor"): 0.8,
+           ("trimmed_mean", "none"): 0.88, ("trimmed_mean", "alie"): 0.85, ("trimmed_mean", "backdoor"): 0.7}
+    for c in byzantine_configs(cells):
+        store = RunStore(run_dir_for(c), c)
+        store.start()
+        metrics = {"accuracy": acc[(c.strategy, c.attack)] + 0.02 * c.seed, "ece": 0.1, "sece": 0.05 - 0.1 * c.seed,
+                   "brier": 0.2, "nll": 0.3}
+        if c.attack == "backdoor":
+            metrics["asr"] = 0.6 if c.strategy == "fedavg" else 0.1
+        store.log_round(0, {**metrics, "accuracy": 0.1})
+        store.log_round(1, metrics)
+        store.finish()
+    md = byzantine_report(cells, tmp_path / "out")
+    table = pd.read_csv(tmp_path / "out" / "table.csv")
+    row = table[(table["strategy"] == "fedavg") & (table["attack"] == "alie")].iloc[0]
+    assert row["seeds"] == 2 and row["accuracy"] == pytest.approx(0.51)  # mean of 0.50 and 0.52
+    assert row["sece"] == pytest.approx(0.0)
+    # the worst attack per strategy: ALIE for FedAvg (51 %), the backdoor for NNM + trimmed mean (71 %)
+    assert "| fedavg | 91.0 | 51.0 | 81.0 | 51.0 | alie |" in md
+    assert "| nnm+trimmed_mean | 89.0 | 86.0 | 71.0 | 71.0 | backdoor |" in md
+    assert "| fedavg | 60.0 |" in md and "| nnm+trimmed_mean | 10.0 |" in md  # the ASR table
