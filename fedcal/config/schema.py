@@ -25,7 +25,7 @@ import dataclasses
 import math
 import tomllib
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 Rule = Callable[["RunConfig"], None]
 
@@ -443,11 +443,6 @@ def describe(group: str | None = None) -> list[FieldInfo]:
             s = _SETTINGS[n]
             out.append(FieldInfo(key_of(n), s.default, s.type, g, s.range_text(), s.help, bool(s.hashed)))
     return out
-
-
-def iter_groups() -> Iterator[Group]:
-    """The registered groups, in registration order."""
-    return iter(list(_GROUPS.values()))
 
 
 # ---------------------------------------------------------------------- parsing values

@@ -101,8 +101,7 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         Pre-aggregation steps of :mod:`fedcal.aggregate` (``nnm``, ``static_clip``, ``arc``,
         ``centered_clip``, each with its parameters bound, e.g. ``functools.partial(nnm, f=2)``),
         run in order on the round's validated (n, d) updates before the rule (what
-        :func:`fedcal.aggregate.compose` (steps, rule) computes). Steps keep one row per client (the
-        weights and the audit are per client): bucketing fails the round, which keeps the model.
+        :func:`fedcal.aggregate.compose` (steps, rule) computes); a step must keep one row per client.
     """
 
     def __init__(
