@@ -24,7 +24,7 @@ def main() -> None:
     from fedcal.detect.metrics import detection_metrics
     from fedcal.detect.model import DetectorSpec, build_detector
     from fedcal.detect.scenes import Scenes, SceneSpec, make_scenes
-    from fedcal.detect.train import local_round, predict
+    from fedcal.detect.local_round import local_round, predict
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("detector", choices=("detr", "grid"))

@@ -57,7 +57,7 @@ def _anchor_seconds(model, inputs, mask) -> float:
 def single(cfg, args) -> None:
     """The table of one backbone: LoRA against full fine-tuning, anchor logits, upload bytes."""
     from fedcal.distill.clients import adapter_state, lora_model, upload_bytes
-    from fedcal.distill.setup import base_classifier, client_batch, distill_data, inputs_of
+    from fedcal.distill.run_data import base_classifier, client_batch, distill_data, inputs_of
 
     data = distill_data(cfg)
     base = base_classifier(data.backbone, data.num_classes, "cpu", data.lora_layers)
@@ -96,7 +96,7 @@ def single(cfg, args) -> None:
 def against_small(cfg, args) -> None:
     """The config's backbone against the small encoder, both measured here (see the docstring)."""
     from fedcal.distill.clients import adapter_state, lora_model, upload_bytes
-    from fedcal.distill.setup import base_classifier, client_batch, distill_data, inputs_of
+    from fedcal.distill.run_data import base_classifier, client_batch, distill_data, inputs_of
     from fedcal.text.frozen import num_layers
 
     # the small encoder at its default size; --small-steps 1 skips its MLM pretraining, which changes its

@@ -28,7 +28,7 @@ import pandas as pd
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
 from fedcal.models import build_model
-from fedcal.reports import tau_configs
+from fedcal.studies.taus import tau_configs
 from fedcal.results import load_metrics, run_dir_for
 from fedcal.app.sweep import run_sweep
 
@@ -111,7 +111,7 @@ def main() -> None:
           f"engine[:jobs] "
           f"(default jobs {args.jobs}), "
           f"{os.cpu_count()} cores; one run-round = {flops / 1e9:.2f} GFLOP (training + central evaluation)")
-    from fedcal.train import resolve_device
+    from fedcal.local_training import resolve_device
 
     device = resolve_device("auto")
     peak = sgemm_gflops(str(device))

@@ -12,18 +12,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import copy
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-import pandas as pd
 import torch
 from torch import nn
 
 from fedcal.attacks import BEHAVIOURS, Behaviour, behaviour_kind, stealth_variants
 from fedcal.attacks.behaviour import round_generator
 from fedcal.checks import _check_finite, _check_gammas, _check_labels, _check_logits, _check_matrix, _check_probs
-from fedcal.train import batch_schedule, local_train, predict_logits
+from fedcal.local_training import batch_schedule, local_train, predict_logits
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: what :func:`update_cosine_curves` compares: the updates Δθ, or the local models' weights θ_start + Δθ
 COMPARED = ("update", "weights")
@@ -133,6 +137,8 @@ def update_cosine_curves(
     Returns a DataFrame with columns ``variant, step, cosine`` (``variants`` defaults to
     :func:`default_variants`). A step where either vector is exactly 0 gives NaN.
     """
+    import pandas as pd  # lazily: the ClientApp process never loads pandas
+
     variants = default_variants() if variants is None else dict(variants)
     if not variants:
         raise ValueError("variants must not be empty")
@@ -312,6 +318,8 @@ def triage_curves(logits, labels, gammas: Sequence[float] | np.ndarray | None = 
 
     ``gammas`` defaults to ``np.linspace(0, 1, 101)`` and keeps the given order.
     """
+    import pandas as pd  # lazily: the ClientApp process never loads pandas
+
     if from_logits:
         p = _check_logits(logits).numpy()
     else:
@@ -348,6 +356,8 @@ def triage_change(attacked_df: pd.DataFrame, benign_df: pd.DataFrame) -> pd.Data
     1e-12) and free of duplicates, else ValueError. Count changes are only meaningful when
     both were evaluated on the same set; the rate changes are always comparable.
     """
+    import pandas as pd  # lazily: the ClientApp process never loads pandas
+
     need = ["gamma", "unnecessary", "missed", "unnecessary_rate", "missed_rate"]
     frames = []
     for name, df in (("attacked_df", attacked_df), ("benign_df", benign_df)):

@@ -24,7 +24,7 @@ from fedcal.config import POISONING_ATTACKS, RunConfig
 from fedcal.data import client_data, load_dataset
 from fedcal.metrics import calibration_metrics
 from fedcal.models import build_model
-from fedcal.train import predict_logits, resolve_device
+from fedcal.local_training import predict_logits, resolve_device
 
 
 def sampled_clients(cfg: RunConfig, server_round: int) -> list[int]:

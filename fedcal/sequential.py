@@ -1,7 +1,7 @@
 """Per-client sequential tests: evidence about a client accumulated over the rounds it is sampled
 in (flwr-free).
 
-CalGuard's per-round test (:mod:`fedcal.calguard`) compares one reply with the other replies of
+CalGuard's per-round test (:mod:`fedcal.aggregate.calguard`) compares one reply with the other replies of
 its round. A TSA client at τ < 1 stays inside the benign spread in any one round — its robust
 score sits a robust unit or so below the round's median (docs/defense.md) — and a single round
 cannot tell it from a benign client with unusual data. What sets it apart is that it does so in
@@ -9,7 +9,7 @@ cannot tell it from a benign client with unusual data. What sets it apart is tha
 
 **The observations.** For client i, x_{i,1}, x_{i,2}, … are its per-reply scores in the rounds
 it was sampled in (in CalGuard, the robust score ``z = (s − median) / σ`` of its logit-scale
-shift, :func:`fedcal.calguard.median_deviations`, :class:`fedcal.calguard.DeviationScale`),
+shift, :func:`fedcal.aggregate.calguard.median_deviations`, :class:`fedcal.aggregate.calguard.DeviationScale`),
 clipped to ``[−c, c]`` so that one reply moves the statistic by at most ``c + k``: a single
 extreme reply is the per-round test's business, the sequential test is about persistence. A
 client that is not sampled adds nothing: evidence accrues per observation, so a client seen in

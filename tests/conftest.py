@@ -40,7 +40,7 @@ def partly_trained_digits_mlp():
 
     from fedcal.data import load_dataset
     from fedcal.models import build_model
-    from fedcal.train import local_train
+    from fedcal.local_training import local_train
 
     ds = load_dataset("digits")
     base = build_model("mlp", ds.input_shape, ds.num_classes, seed=0)

@@ -23,7 +23,7 @@ from fedcal.analysis import (
 from fedcal.attacks import Behaviour
 from fedcal.data import synthetic_dataset
 from fedcal.models import build_model
-from fedcal.train import batch_schedule, local_train
+from fedcal.local_training import batch_schedule, local_train
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -551,7 +551,8 @@ def test_run_in_which_no_round_aggregated_fails_without_done(tmp_path, monkeypat
 # failure keeps the global adapter; nothing ends the round.
 from collections import OrderedDict  # noqa: E402
 
-from fedcal.strategies.lora import LORA_STRATEGIES, STACKED_A  # noqa: E402
+from fedcal.strategies.lora import STACKED_A  # noqa: E402
+from fedcal.strategies.lora_baselines import LORA_STRATEGIES  # noqa: E402
 
 LORA_LAYERS = ("base_model.model.roberta.encoder.layer.0.attention.self.query",
                "base_model.model.roberta.encoder.layer.0.attention.self.value")

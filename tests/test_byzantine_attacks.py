@@ -418,7 +418,7 @@ def test_a_model_trained_on_poisoned_digits_learns_the_backdoor():
     and clean accuracy barely moves."""
     from fedcal.data import load_dataset
     from fedcal.models import build_model
-    from fedcal.train import local_train, predict_logits
+    from fedcal.local_training import local_train, predict_logits
 
     ds = load_dataset("digits")
     space = pixel_space("digits")

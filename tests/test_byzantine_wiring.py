@@ -230,7 +230,7 @@ def test_backdoor_run_logs_asr_above_the_benign_models(tmp_path):
     from fedcal.attacks import PixelBackdoor, attack_success_rate, triggered_test_set
     from fedcal.data import load_dataset, pixel_space
     from fedcal.models import build_model
-    from fedcal.train import predict_logits
+    from fedcal.local_training import predict_logits
 
     kw = dict(num_rounds=6, attacker_ratio=0.5, backdoor_frac=0.5, backdoor_target=3)
     benign = simulate(_tiny(tmp_path, attack="none", **kw), progress=False)

@@ -1,4 +1,4 @@
-"""CalGuard (fedcal.calguard + fedcal.strategies.CalGuard), the adaptive TSA attacker and the
+"""CalGuard (fedcal.aggregate.calguard + fedcal.strategies.CalGuard), the adaptive TSA attacker and the
 defense report: hand-computed signatures, the decision rule, a TSA-like reply dropped while
 benign ones are kept, audit mode, bad root sets, a Flower run writing the audit table."""
 
@@ -12,12 +12,12 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
-from fedcal import calguard as cg
+from fedcal.aggregate import calguard as cg
 from fedcal import strategies
 from fedcal.attacks import BENIGN, Behaviour, client_round
 from fedcal.config import ConfigError, RunConfig
 from fedcal.results import config_hash, default_run_name
-from fedcal.train import local_train
+from fedcal.local_training import local_train
 from tests.strategy_harness import FakeGrid
 
 
@@ -311,7 +311,7 @@ def test_step_frac_trains_the_first_steps_at_tau_and_the_rest_benignly():
     """A second implementation: two local_train calls on the halves of the same batch schedule
     (plain SGD, so no optimiser state crosses the switch)."""
     from fedcal.attacks.behaviour import round_generator
-    from fedcal.train import batch_schedule
+    from fedcal.local_training import batch_schedule
 
     cfg = RunConfig(local_steps=5, batch_size=16, lr=0.1)
     got = _state_after(Behaviour("tsa", tau=5.0, step_frac=0.4), cfg)  # round(0.4 · 5) = 2 steps at τ
@@ -374,7 +374,7 @@ def test_a_flower_run_writes_the_audit_table_and_the_report_reads_it(tmp_path):
 
 
 def test_defense_cells_share_benign_runs_and_add_the_fedavg_reference():
-    from fedcal.reports.defense import defense_configs
+    from fedcal.studies.defense import defense_configs
 
     base = RunConfig()
     cells = defense_configs(base, ["calguard"], [0.2, 1.0, 5.0], [0, 1],

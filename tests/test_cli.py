@@ -9,7 +9,9 @@ import pytest
 
 import fedcal
 import fedcal.cli as cli
-from fedcal.config import GROUPS, RunConfig, describe
+from fedcal.config import RunConfig, describe, groups
+
+GROUPS = groups()
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,7 +98,7 @@ def test_options_before_or_after_the_overrides(argv, monkeypatch):
         seen.update(base=base, taus=taus, out=out)
         return 0
 
-    monkeypatch.setattr(cli, "_tau_report", fake_report)
+    monkeypatch.setattr("fedcal.studies.taus.tau_report", fake_report)
     assert cli.main(argv) == 0
     assert (seen["base"].tau, seen["base"].seed, seen["out"]) == (5.0, 1, Path("R"))
     assert seen["base"].output_dir == str(Path("R") / "runs")
@@ -122,7 +124,7 @@ def test_keyboard_interrupt_ends_with_one_line_and_130(monkeypatch, capsys):
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "cmd_run", interrupted)
+    monkeypatch.setattr("fedcal.studies.run.cmd_run", interrupted)
     assert cli.main(["run", "dataset=digits"]) == 130
     out = capsys.readouterr()
     assert out.err == "fedcal: interrupted\n" and out.out == ""

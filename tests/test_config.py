@@ -4,7 +4,9 @@ from pathlib import Path
 import pytest
 
 from fedcal.cli import main as cli_main
-from fedcal.config import GROUPS, ConfigError, RunConfig, describe, parse_override, setting_of
+from fedcal.config import ConfigError, RunConfig, describe, groups, parse_override, setting_of
+
+GROUPS = groups()
 from fedcal.results import config_hash, default_run_name
 
 ROOT = Path(__file__).resolve().parents[1]

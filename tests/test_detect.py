@@ -16,7 +16,7 @@ from fedcal.config import ConfigError, RunConfig
 from fedcal.detect import metrics as dm
 from fedcal.detect.model import DetectorSpec, build_detector, detr_config
 from fedcal.detect.scenes import INK, SceneSpec, Scenes, client_class_mix, digit_images, make_scenes, render
-from fedcal.detect.train import detection_loss, local_round
+from fedcal.detect.local_round import detection_loss, local_round
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,7 +138,7 @@ def test_the_temperature_divides_the_class_logits_in_detrs_loss(tau):
 
 
 def test_the_attacker_trains_at_eta_beta_tau(monkeypatch):
-    import fedcal.detect.train as dt
+    import fedcal.detect.local_round as dt
 
     seen = []
     real = torch.optim.AdamW

@@ -87,7 +87,7 @@ def test_lora_fair_is_fedit_when_the_average_is_already_exact():
 
 
 def test_the_lora_fair_strategy_sends_the_refined_adapter_and_averages_the_head():
-    from fedcal.strategies.lora import LoRAFair
+    from fedcal.strategies.lora_baselines import LoRAFair
 
     s1, s2, wrong = adapter(4, 1), adapter(4, 2), adapter(2, 3)
     strategy = LoRAFair(alpha=ALPHA, fair_steps=50)
@@ -147,7 +147,7 @@ def test_backdoor_clients_upload_the_target_on_the_attacked_anchors(tmp_path, at
     anchors' texts carry the trigger."""
     from fedcal.app.engine import simulate
     from fedcal.distill.replay import load_uploads
-    from fedcal.distill.setup import distill_data
+    from fedcal.distill.run_data import distill_data
 
     cfg = tiny(tmp_path, dst_anchor_attack=attack, dst_anchor_attack_frac=0.2)
     data = distill_data(cfg)
@@ -190,7 +190,7 @@ def test_the_control_word_is_measured_beside_the_trigger(tmp_path):
     """A model that predicts the target exactly on the texts it was told about and class 1 on every
     other: told the triggered texts, it has flip 1 and control flip 0; told the triggered and the
     control texts (any unknown word flips it), flip 1 and control flip 1."""
-    from fedcal.distill.setup import distill_data, evaluate_backdoor
+    from fedcal.distill.run_data import distill_data, evaluate_backdoor
 
     cfg = tiny(tmp_path)
     data = distill_data(cfg)

@@ -22,7 +22,8 @@ from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from fedcal.cli import main as cli_main
 from fedcal.config import ConfigError, RunConfig
 from fedcal.results import config_hash, hashed_keys, run_dir_for
-from fedcal.strategies.lora import STACKED_A, STACKED_B, FedIT, FFALoRA, FlexLoRA, FLoRA
+from fedcal.strategies.lora import STACKED_A, STACKED_B
+from fedcal.strategies.lora_baselines import FedIT, FFALoRA, FlexLoRA, FLoRA
 from tests.strategy_harness import FakeGrid
 
 TINY = {"task": "distill", "engine": "inprocess", "device": "cpu", "num-clients": 3, "dst-corpus": "synthetic",
@@ -49,7 +50,7 @@ def metrics_of(run_dir) -> pd.DataFrame:
 def test_rfd_end_to_end_finishes_and_clients_keep_their_adapter_across_rounds(tmp_path, monkeypatch):
     """3 clients of ranks 2, 4, 8 (one a backdoor client), 2 rounds: metrics every round, DONE,
     model.pt; the adapter a client starts round 2 from is the one it ended round 1 with."""
-    import fedcal.distill.setup as setup
+    import fedcal.distill.run_data as setup
     import fedcal.tasks.distill as task
     from fedcal.app.engine import simulate
     from fedcal.distill.clients import adapter_state
@@ -224,7 +225,7 @@ def test_a_bad_rank_claim_is_a_bad_reply_not_a_crash_or_a_metric(tmp_path, rank_
 
 
 def test_claimed_rank_by_hand():
-    from fedcal.tasks.distill import claimed_rank
+    from fedcal.tasks.distill_replies import claimed_rank
 
     def content(rec):
         return RecordDict({"metrics": rec})
@@ -297,7 +298,7 @@ def test_evaluate_backdoor_of_a_nan_model_is_nan():
     """The core: predict refuses non-finite logits (FloatingPointError), evaluate_backdoor reports NaN."""
     from types import SimpleNamespace
 
-    from fedcal.distill.setup import evaluate_backdoor, is_finite_evaluation
+    from fedcal.distill.run_data import evaluate_backdoor, is_finite_evaluation
     from fedcal.distill.student import predict
 
     class Nan(torch.nn.Module):
@@ -320,7 +321,7 @@ def test_evaluate_backdoor_of_a_nan_model_is_nan():
 
 def test_the_logit_attack_scales_or_flips_before_clipping(tmp_path):
     """A backdoor client under the logit-energy attack uploads -a·z clipped to [-c, c]."""
-    import fedcal.distill.setup as setup
+    import fedcal.distill.run_data as setup
 
     got = {}
 
@@ -335,8 +336,8 @@ def test_the_logit_attack_scales_or_flips_before_clipping(tmp_path):
 
 
 def test_check_logit_reply_names_each_problem():
-    from fedcal.distill.setup import anchor_set_id
-    from fedcal.tasks.distill import check_logit_reply
+    from fedcal.distill.run_data import anchor_set_id
+    from fedcal.tasks.distill_replies import check_logit_reply
 
     aid = anchor_set_id(np.array([3, 1, 4]))
     assert aid != anchor_set_id(np.array([3, 1, 5])) and len(aid) == 16
@@ -512,7 +513,7 @@ def test_data_sizes_that_leave_nothing_fail_before_the_run_starts(tmp_path, over
     """Sizes the config alone cannot judge (they depend on the corpus) are checked once the corpus
     is loaded, before the backbone is built and before the run directory exists: one line naming
     the key, through `fedcal run` too."""
-    import fedcal.distill.setup as setup
+    import fedcal.distill.run_data as setup
 
     built = []
     real = setup.backbone_of
@@ -559,7 +560,7 @@ def test_cli_distill_writes_the_tables_and_resumes(tmp_path, capsys):
 
 
 def test_distill_configs_expand_the_ablation_grid():
-    from fedcal.cli import distill_configs
+    from fedcal.studies.distill import distill_configs
 
     base = RunConfig.from_flower({"task": "distill", "dst-ranks": "4"})
     cells = distill_configs(base, ["rfd", "fedit"], [0.0, 0.3], ["iid"], [0, 1], ["mean", "mom"], [1, 5],
@@ -625,7 +626,7 @@ def test_cli_distill_replay_runs_each_client_side_once(tmp_path, capsys):
 def test_an_unloadable_hub_backbone_fails_at_once_naming_dst_backbone(tmp_path, monkeypatch):
     """dst-backbone names a Hub model: checked with one request at most (offline: none) before the
     corpus is split or anything loads, instead of from_pretrained's minute of retries."""
-    import fedcal.distill.setup as setup
+    import fedcal.distill.run_data as setup
 
     cfg = tiny(tmp_path, dst_backbone="no-such-org/no-such-backbone")
     with pytest.raises(ConfigError, match=r"^run-config key 'dst-backbone': 'no-such-org/no-such-backbone' is not"):

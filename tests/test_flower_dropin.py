@@ -14,7 +14,8 @@ from flwr.serverapp import strategy as flower
 
 from fedcal import aggregate as agg
 from fedcal import strategies
-from fedcal.strategies.base import StrategyOptions, UpdateAggregationStrategy
+from fedcal.strategies.base import UpdateAggregationStrategy
+from fedcal.strategies.options import StrategyOptions
 from tests.strategy_harness import FakeGrid
 
 #: fedcal class of each Flower strategy that has one, and the argument sets each is compared with

@@ -136,3 +136,41 @@ def test_kitti_end_to_end_through_flower(tmp_path):
     with pytest.raises(ConfigError, match="'data-dir'"):
         check_detect_config(RunConfig.from_flower(dict(TINY, data_dir=str(tmp_path / "none"))))
     check_detect_config(benign)
+
+
+@pytest.mark.parametrize("entry", ["run", "simulate", "serverapp"])
+def test_every_entry_point_runs_the_detect_preflight_before_a_run_starts(entry, tmp_path, capsys, monkeypatch):
+    """`fedcal run task=detect`, simulate() and the ServerApp's main refuse a KITTI run without its
+    data as early as `fedcal detect` does: one line naming data-dir, before any engine or ServerApp
+    starts (before the ServerApp's main does anything else)."""
+    def started(*args, **kwargs):
+        raise AssertionError("a run started before the preflight")
+
+    monkeypatch.setattr("fedcal.app.server.server_app_for", started)
+    monkeypatch.setattr("fedcal.app.server.log_reporter", started)
+    overrides = dict(TINY, data_dir=str(tmp_path / "none"), output_dir=str(tmp_path / "runs"), engine="inprocess")
+    cfg = RunConfig.from_flower(overrides)
+    if entry == "run":
+        from fedcal.cli import main
+
+        assert main(["run", "--no-progress", *(f"{k.replace('_', '-')}={v!r}" if isinstance(v, str) else
+                                               f"{k.replace('_', '-')}={v}" for k, v in overrides.items())]) == 2
+        assert "'data-dir'" in capsys.readouterr().err
+    elif entry == "simulate":
+        from fedcal.app.engine import simulate
+
+        with pytest.raises(ConfigError, match="'data-dir'"):
+            simulate(cfg, progress=False)
+    else:
+        from flwr.app import Context, RecordDict
+
+        from fedcal.app.server import main as server_main
+
+        class NoGrid:  # the preflight fails before the grid is used
+            def __getattr__(self, name):
+                raise AssertionError(f"the grid was used ({name}) before the preflight")
+
+        with pytest.raises(ConfigError, match="'data-dir'"):
+            server_main(NoGrid(), Context(run_id=0, node_id=0, node_config={}, state=RecordDict(),
+                                          run_config=cfg.to_flower()))
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -19,7 +19,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fedcal"
 SHELL = ("fedcal.app", "fedcal.tasks", "fedcal.strategies")  # the Flower shell: may import flwr
-COMMAND = ("fedcal.cli", "fedcal.__main__")  # the command: drives the shell, imports no flwr itself
+COMMAND = ("fedcal.cli", "fedcal.__main__", "fedcal.studies")  # the command and its studies: drive the shell, import no flwr themselves
 
 
 def _module_name(path: Path) -> str:
@@ -116,10 +116,10 @@ def test_no_import_cycle_in_the_package():
 
 
 def test_task_registry_matches_the_config():
-    from fedcal.config import TASKS
+    from fedcal.config import task_names
     from fedcal.tasks import all_tasks, get_task
 
-    assert [t.name for t in all_tasks()] == list(TASKS)
+    assert [t.name for t in all_tasks()] == list(task_names())
     with pytest.raises(ValueError, match="unknown task 'serve'"):
         get_task("serve")
     types = [t for task in all_tasks() for t in task.handlers]
@@ -131,7 +131,8 @@ def test_registering_a_clashing_task_is_refused(monkeypatch):
     from fedcal.tasks import Task, get_task, register
 
     train = get_task("train")
-    monkeypatch.setattr(registry, "CONFIG_TASKS", (*registry.CONFIG_TASKS, "extra"))
+    names = registry.task_names()
+    monkeypatch.setattr(registry, "task_names", lambda: (*names, "extra"))
     with pytest.raises(ValueError, match="both handle"):
         register(Task(name="extra", summary="x", run=train.run, handlers={"train": train.handlers["train"]}))
     assert "extra" not in [t.name for t in registry.all_tasks()]  # nothing half-registered
@@ -158,3 +159,60 @@ def test_the_client_app_answers_every_task():
     content = RecordDict({"config": ConfigRecord({"task": "inference", "num-clients": 3, "clients-per-round": 3, "inf-f": 1})})
     with pytest.raises(RuntimeError, match="train.local"):
         app(Message(content=content, message_type="query.probits", dst_node_id=7), ctx)
+
+
+# ---------------------------------------------------------------------- a task is a plug-in
+# Where a task may be named in a branch: its own modules. Study modules of another task's runs
+# name the task they study (fedcal/studies/robustness.py evaluates train runs).
+TASK_BRANCH = (r"""\btask\b\s*(==|!=|not\s+in|in)\s*[\(\[{"']"""
+               r"""|["'](\w+)["']\s*(==|!=)\s*[\w.]*\btask\b""")
+TASK_NAMED_IN = {"fedcal/studies/robustness.py": {"train"}}
+
+
+def _task_branches(path: Path) -> list[str]:
+    import re
+
+    pattern = re.compile(TASK_BRANCH)
+    return [f"{path.relative_to(PACKAGE.parent)}:{i}: {line.strip()}"
+            for i, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+
+
+def test_no_task_name_is_branched_on_outside_the_tasks_own_modules():
+    """The run store, the engines, the config machinery, the command and the studies know no task by
+    name: what differs per task is a fact of its Task / TaskConfig."""
+    from fedcal.config import task_names
+
+    root = PACKAGE.parent
+    files = [*sorted((PACKAGE / "results").glob("*.py")), PACKAGE / "cli.py", *sorted((PACKAGE / "app").glob("*.py")),
+             *sorted((PACKAGE / "config").glob("*.py")), *sorted((PACKAGE / "studies").glob("*.py"))]
+    hits = []
+    for path in files:
+        rel = str(path.relative_to(root))
+        own = {path.stem} & set(task_names()) if path.parent.name in ("config", "studies") else set()
+        allowed = own | TASK_NAMED_IN.get(rel, set())
+        for hit in _task_branches(path):
+            if not any(f'"{t}"' in hit or f"'{t}'" in hit for t in allowed):
+                hits.append(hit)
+    assert not hits, "a task named outside its own modules:\n" + "\n".join(hits)
+
+
+def test_the_task_branch_grep_finds_a_branch():
+    """The pattern the test above greps for catches the forms it is meant to."""
+    import re
+
+    pattern = re.compile(TASK_BRANCH)
+    for line in ('if cfg.task == "train":', "if task in ('train', 'inference'):", 'if c.task != "distill":',
+                 'x = 1 if "lm" == cfg.task else 2', 'if cfg.task not in ("lm",):'):
+        assert pattern.search(line), line
+    assert not pattern.search("task = get_task(cfg.task)")
+
+
+def test_the_client_app_process_imports_neither_pandas_nor_matplotlib():
+    """A ClientApp process (every simulated client, every SuperNode) pays for what it imports:
+    the reports and the run store's readers load only where a command asks for them."""
+    code = ("import sys, fedcal.app.client; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pandas', 'matplotlib') "
+            "or m.startswith('fedcal.reports')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=PACKAGE.parent)
+    assert out.stdout.strip() == "[]", out.stdout

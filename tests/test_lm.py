@@ -190,7 +190,7 @@ def test_model_errors_name_lm_model(tmp_path):
 
 
 def test_a_prompt_longer_than_the_context_is_a_config_error(tmp_path):
-    from fedcal.lm.setup import prompts_of
+    from fedcal.lm.run_inputs import prompts_of
 
     cfg = tiny(tmp_path, lm_prompts="w1 w2 w3 " * 30 + "| w1")
     with pytest.raises(ConfigError, match="prompt 0 .* exceeds the model's context of 48"):
@@ -205,7 +205,7 @@ def test_tsa_client_round_moves_next_token_confidence_with_tau(tmp_path):
     direction, on the language model."""
     from fedcal.attacks import client_round
     from fedcal.attacks.behaviour import BENIGN, Behaviour
-    from fedcal.lm.setup import client_windows, node_model
+    from fedcal.lm.run_inputs import client_windows, node_model
 
     cfg = tiny(tmp_path, local_steps=10)
     model, tokens = node_model(cfg)

@@ -16,9 +16,9 @@ from fedcal.attacks.registry import augmenter, behaviour_for, client_round, loca
 from fedcal.config import ConfigError, RunConfig
 from fedcal.data import load_dataset, pixel_space
 from fedcal.models import build_model
-from fedcal.reports.robustness import temperature_configs
+from fedcal.studies.robustness import temperature_configs
 from fedcal.results import config_hash, load_metrics, run_dir_for
-from fedcal.train import crop_flip, epoch_schedule
+from fedcal.local_training import crop_flip, epoch_schedule
 
 
 @pytest.mark.parametrize("n,b,epochs", [(10, 4, 2), (12, 4, 1), (3, 8, 3), (1, 1, 2)])

@@ -311,7 +311,7 @@ def test_analyses_flag_a_constant_predictor_and_refuse_mixed_configs(tmp_path, c
     for run in (benign, attacked, other):
         constant_model(run, majority)
     from fedcal.models import build_model
-    from fedcal.train import local_train
+    from fedcal.local_training import local_train
     from fedcal.data import load_dataset
 
     ds = load_dataset("digits")
@@ -388,7 +388,7 @@ def test_inference_never_ranks_a_constant_answer_as_robust(tmp_path, capsys):
 
 
 def test_distill_tables_keep_configurations_apart_and_flag_chance_ca(tmp_path, capsys):
-    from fedcal.distill.setup import text_task
+    from fedcal.distill.run_data import text_task
 
     dirs = []
     for rounds in (2, 3):
@@ -465,10 +465,12 @@ def test_every_task_has_an_evaluation_schedule_and_real_runs_pass_it(tmp_path):
     """The schedule the run checks hold a run to is listed per task (the reports cannot read the
     task registry): every task must be listed, and a real run of each round-based schedule passes."""
     from fedcal.app.engine import simulate
-    from fedcal.config import TASKS
-    from fedcal.reports.runs import SCHEDULES, check_run
+    from fedcal.config import field_names, task_config, task_names
+    from fedcal.reports.runs import check_run
 
-    assert set(SCHEDULES) == set(TASKS)
+    schedules = {t: task_config(t).schedule for t in task_names()}
+    assert schedules["inference"] is None and schedules["train"] == ("accuracy", "num_rounds", "eval_every")
+    assert all(set(s[1:]) <= set(field_names()) for s in schedules.values() if s is not None)
     cfg = RunConfig.from_flower({**BASE, "num-rounds": 5, "eval-every": 2, "engine": "inprocess",
                                  "num-clients": 4, "clients-per-round": 2, "local-steps": 1,
                                  "output-dir": str(tmp_path)})

@@ -1,4 +1,3 @@
-import dataclasses
 import json
 from pathlib import Path
 
@@ -6,8 +5,9 @@ import pandas as pd
 import pytest
 
 import fedcal.results as results
-from fedcal.config import ConfigError, RunConfig, fields_of, key_of
-from fedcal.reports import summarise, tau_configs, to_markdown
+from fedcal.config import ConfigError, RunConfig, TaskConfig, field_names, fields_of, key_of, schema
+from fedcal.reports import summarise, to_markdown
+from fedcal.studies.taus import tau_configs
 from fedcal.results import (RunStore, collection_hash, config_hash, default_run_name, hashed_keys, load_config,
                             load_metrics, run_dir_for)
 
@@ -134,8 +134,8 @@ OLD_INFERENCE_ONLY = {"task", "inf_f", "inf_server_frac", "inf_local_epochs", "i
 
 def test_hashed_keys_by_group_equal_the_old_key_sets():
     # the keys of groups added later (distill, lm, detect) are in no train or inference hash
-    every = {f.name for f in dataclasses.fields(RunConfig)} - set(fields_of("distill", "lm", "detect"))
-    assert set(results._NON_SEMANTIC) == NON_SEMANTIC
+    every = set(field_names()) - set(fields_of("distill", "lm", "detect"))
+    assert set(results.identity._non_semantic()) == NON_SEMANTIC
     assert hashed_keys("train") == every - NON_SEMANTIC - OLD_INFERENCE_ONLY
     assert hashed_keys("inference") == every - NON_SEMANTIC
 
@@ -143,16 +143,16 @@ def test_hashed_keys_by_group_equal_the_old_key_sets():
 def test_a_new_task_hashes_common_keys_its_group_and_task(monkeypatch):
     """A later task's hash covers the common group (task included) and its own groups only, so
     adding it leaves train and inference hashes alone."""
-    monkeypatch.setitem(results.TASK_GROUPS, "distill", ("defense",))  # stand-in for a new group
+    monkeypatch.setitem(schema._TASKS, "distill", TaskConfig("distill", groups=("defense",)))  # a stand-in new task
     keys = hashed_keys("distill")
     assert "task" in keys and "krum_f" in keys and "seed" in keys
     assert not keys & {"tau", "inf_f", "device", "data_dir"}
-    assert hashed_keys("train") == {f.name for f in dataclasses.fields(RunConfig)} - NON_SEMANTIC \
+    assert hashed_keys("train") == set(field_names()) - NON_SEMANTIC \
         - OLD_INFERENCE_ONLY - set(fields_of("distill", "lm", "detect"))
 
 
 def _committed_cells():
-    known = {key_of(f.name) for f in dataclasses.fields(RunConfig)}
+    known = {key_of(n) for n in field_names()}
     for path in sorted(ROOT.glob("docs/results/*/cells.csv")):
         frame = pd.read_csv(path, keep_default_na=False)
         if "run_id" not in frame.columns:
@@ -253,3 +253,31 @@ def test_a_reused_run_name_is_refused_by_the_engine_even_when_forced(tmp_path):
         simulate(base.replace(tau=2.0), progress=False, force=True)
     assert _snapshot(run_dir) == before
     assert simulate(base, progress=False) == run_dir and _snapshot(run_dir) == before  # same config: skipped
+
+
+# The `fedcal defense` commands of docs/defense.md behind committed tables: strategies, τ, --grid axes
+# (seeds 0-2, dataset=mnist data-dir=../shared/data output-dir=runs/defense-mnist).
+DEFENSE_TABLES = {
+    "defense-mnist-ratio": (["fedavg", "calguard"], [0.2, 5], ["attacker-ratio=0.1,0.4"]),
+    "defense-mnist-alpha": (["fedavg", "calguard"], [0.2, 5], ["dirichlet-alpha=0.1"]),
+    "defense-mnist-blend": (["fedavg", "calguard"], [5], ["tsa-blend=0.25,0.5"]),
+    "defense-mnist-stepfrac": (["fedavg", "calguard"], [5], ["tsa-step-frac=0.2,0.6"]),
+    "defense-mnist-mildtau": (["fedavg", "calguard"], [1.5, 3], []),
+}
+
+
+@pytest.mark.parametrize("table", sorted(DEFENSE_TABLES))
+def test_committed_defense_tables_keep_their_run_names(table):
+    """The grid of a committed defense table's command names exactly the run directories of its
+    runs.csv (the table holds only the shown config columns, so its command rebuilds the rest)."""
+    from fedcal.app.sweep import SweepGrid
+    from fedcal.studies.defense import defense_configs
+
+    strategies, taus, axes = DEFENSE_TABLES[table]
+    base = RunConfig.from_flower({"dataset": "mnist", "data-dir": "../shared/data", "output-dir": "runs/defense-mnist"})
+    grid = SweepGrid()
+    for axis in axes:
+        grid.add_axis(axis)
+    rebuilt = {run_dir_for(c).name for c in defense_configs(base, strategies, taus, [0, 1, 2], grid.axes)}
+    committed = {Path(p).name for p in pd.read_csv(ROOT / "docs" / "results" / table / "runs.csv")["run_dir"]}
+    assert committed == rebuilt

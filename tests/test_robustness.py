@@ -14,8 +14,8 @@ from fedcal.cli import main
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset, pixel_space
 from fedcal.models import build_model
-from fedcal.reports.robustness import (evaluate_run, temperature_configs,
-                                       training_of)
+from fedcal.reports.robustness import evaluate_run, training_of
+from fedcal.studies.robustness import temperature_configs
 from fedcal.robustness import (ATTACKS, AttackBudget, MarginLoss, RobustnessSpec, adversarial_examples, corrupt,
                                evaluate_robustness, negative_prototype_spread, predict_pixels, random_targets,
                                spec_for)

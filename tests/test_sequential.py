@@ -198,7 +198,7 @@ def test_the_detect_task_and_the_batched_engine_refuse_the_duty_cycled_attacker(
 # --------------------------------------------------------------------------- CalGuard with the sequential test
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict  # noqa: E402
 
-from fedcal import calguard as cg  # noqa: E402
+from fedcal.aggregate import calguard as cg  # noqa: E402
 from fedcal import strategies  # noqa: E402
 from tests.strategy_harness import FakeGrid  # noqa: E402
 

@@ -37,7 +37,7 @@ def test_simulation_records_every_round(tmp_path):
     # the final global model is stored and reproduces the last round's metrics
     from fedcal.metrics import calibration_metrics
     from fedcal.results import load_model
-    from fedcal.train import predict_logits
+    from fedcal.local_training import predict_logits
 
     _, model, ds = load_model(run_dir)
     m = calibration_metrics(predict_logits(model, ds.x_test), ds.y_test)

@@ -199,7 +199,7 @@ def test_each_strategy_takes_explicit_documented_keyword_arguments(name):
     and documented once on the base, and an unknown name is refused."""
     from typing import get_args, get_type_hints
 
-    from fedcal.strategies.base import StrategyOptions
+    from fedcal.strategies.options import StrategyOptions
 
     cls = strategies.STRATEGIES[name]
     params = inspect.signature(cls).parameters
@@ -342,7 +342,7 @@ def test_error_replies_are_logged_with_node_and_reason(caplog):
 
 
 def test_seeded_sampling_waits_for_the_minimum_of_nodes(monkeypatch):
-    from fedcal.strategies import base
+    from fedcal.strategies import replies
 
     grid = FakeGrid([1, 2], lambda n, c: reply(state(1.0)))
     sleeps = []
@@ -351,7 +351,7 @@ def test_seeded_sampling_waits_for_the_minimum_of_nodes(monkeypatch):
         sleeps.append(seconds)
         grid.nodes.append(len(grid.nodes) + 1)
 
-    monkeypatch.setattr(base.time, "sleep", connect_one_more)
+    monkeypatch.setattr(replies.time, "sleep", connect_one_more)
     s = strategies.FedAvg(fraction_train=0.5, min_train_nodes=2, min_available_nodes=4, fraction_evaluate=0.0,
                           sampling_seed=0)
     messages = list(s.configure_train(1, ArrayRecord(state(0.0)), ConfigRecord(), grid))

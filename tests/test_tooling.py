@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from fedcal import cli
+from fedcal.studies.common import config_overrides
 from fedcal.config import ConfigError, RunConfig
-from fedcal.train import resolve_device
+from fedcal.local_training import resolve_device
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,13 +83,13 @@ def _args(argv):
 def test_an_overrides_file_is_read_and_key_value_arguments_win(tmp_path):
     f = tmp_path / "over.toml"
     f.write_text('# a flwr run --run-config file\ntau = 5\ndataset = "digits"\nnum-rounds = 7\ncoupled = false\n')
-    over = cli._overrides(_args(["run", "-c", str(f), "num-rounds=3"]))
+    over = config_overrides(_args(["run", "-c", str(f), "num-rounds=3"]))
     assert over == {"tau": 5, "dataset": "digits", "num-rounds": 3, "coupled": False}
-    assert cli._overrides(_args(["run", "num-rounds=3", "-c", str(f)]))["num-rounds"] == 3  # order of options aside
+    assert config_overrides(_args(["run", "num-rounds=3", "-c", str(f)]))["num-rounds"] == 3  # order of options aside
     cfg = RunConfig.from_flower(over)
     assert (cfg.tau, cfg.dataset, cfg.num_rounds, cfg.coupled) == (5.0, "digits", 3, False)
     # a string -c still works beside a file
-    assert cli._overrides(_args(["sweep", "-c", str(f), "-c", "seed=4 tau=2"]))["tau"] == 2
+    assert config_overrides(_args(["sweep", "-c", str(f), "-c", "seed=4 tau=2"]))["tau"] == 2
 
 
 def test_flowers_own_parser_reads_the_same_file_the_same_way(tmp_path):
@@ -96,7 +97,7 @@ def test_flowers_own_parser_reads_the_same_file_the_same_way(tmp_path):
 
     f = tmp_path / "over.toml"
     f.write_text('tau = 0.2\nattack = "tsa"\nnum-clients = 20\neval-every = 2\n')
-    assert parse_config_args([str(f)]) == cli._overrides(_args(["run", "-c", str(f)]))
+    assert parse_config_args([str(f)]) == config_overrides(_args(["run", "-c", str(f)]))
 
 
 @pytest.mark.parametrize("text, why", [("[grid]\ntau = [1, 2]\n", "table or list"),

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from fedcal.data import synthetic_dataset
 from fedcal.models import build_model
-from fedcal.train import batch_schedule, effective_lr, local_train
+from fedcal.local_training import batch_schedule, effective_lr, local_train
 from tests.conftest import partly_trained_digits_mlp
 
 

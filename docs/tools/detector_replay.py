@@ -3,7 +3,7 @@ across rounds") on recorded signatures.
 
 Input: finished ``task=train`` runs made with ``strategy=calguard calguard-mode=audit`` (CalGuard
 records every reply's calibration signature in ``aggregation.csv`` while aggregating like
-FedAvg). For every run the script replays CalGuard's rule (:func:`fedcal.calguard.replay`: the
+FedAvg). For every run the script replays CalGuard's rule (:func:`fedcal.aggregate.calguard.replay`: the
 per-round test at κ = 5 with three strikes, as in ``filter`` mode) with and without the
 sequential test (:class:`fedcal.sequential.ClientCusum`) on the recorded signal:
 
@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from fedcal import calguard as cg  # noqa: E402
+from fedcal.aggregate import calguard as cg  # noqa: E402
 from fedcal import sequential as sq  # noqa: E402
 from fedcal.attacks import attackers_of  # noqa: E402
 from fedcal.reports.markdown import markdown_table  # noqa: E402
@@ -132,7 +132,7 @@ def rounds_of(audit: pd.DataFrame, name: str):
 
 def replay_run(run: dict, name: str, k: float, clip: float, h_low: float, h_high: float) -> pd.DataFrame:
     """The replay of one run with the sequential test (thresholds ``h_low``, ``h_high``), with the
-    per-reply columns of :func:`fedcal.calguard.replay` plus ``attacker``, ``calguard_only`` (what
+    per-reply columns of :func:`fedcal.aggregate.calguard.replay` plus ``attacker``, ``calguard_only`` (what
     CalGuard alone flags) and ``alarm_round`` of the reply's client."""
     det = sq.ClientCusum(k=k, h_low=h_low, h_high=h_high, clip=clip)
     rows = pd.DataFrame(cg.replay(rounds_of(run["audit"], name), sequential=det))

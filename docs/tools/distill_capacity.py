@@ -49,7 +49,7 @@ def _accuracy(pred, labels) -> float:
 def _pooled(model, batch, batch_size: int = 128) -> tuple[np.ndarray, np.ndarray]:
     """(mean over the real tokens, first token) of the classifier's last hidden layer; a
     top-layers model (``dst-lora-layers``) runs its layers on the batch's cached features."""
-    from fedcal.distill.setup import inputs_of
+    from fedcal.distill.run_data import inputs_of
     from fedcal.text.pretrained import encoder_of
 
     enc = encoder_of(model)
@@ -85,7 +85,7 @@ def _probe(x_train, y_train, x_test, y_test) -> float:
 def _curve(model, cfg, batch, labels, test_batch, test_labels, epochs: int, lr: float) -> list[float]:
     """Test accuracy of ``model`` (its trainable part) after each of ``epochs`` epochs."""
     from fedcal.distill.clients import local_train
-    from fedcal.distill.setup import inputs_of
+    from fedcal.distill.run_data import inputs_of
     from fedcal.distill.student import predict
 
     y = torch.as_tensor(labels, dtype=torch.long)
@@ -110,7 +110,7 @@ def _lora_curve(base, cfg, batch, labels, test_batch, test_labels, targets, epoc
 
 def main(argv=None) -> int:
     from fedcal.config import RunConfig, parse_override
-    from fedcal.distill.setup import _encode_batch, base_classifier, distill_data
+    from fedcal.distill.run_data import _encode_batch, base_classifier, distill_data
     from fedcal.reports.markdown import markdown_table
     from fedcal.text import backbone_tokenizer
 
@@ -208,7 +208,7 @@ def main(argv=None) -> int:
 
 def _test_texts(cfg, data):
     """The test texts in the run's order (the setup keeps only their encodings)."""
-    from fedcal.distill.setup import text_task
+    from fedcal.distill.run_data import text_task
 
     task = text_task(cfg)
     assert len(task.test_texts) == len(data.test_labels)

@@ -25,7 +25,7 @@ import torch
 
 def diagnose(run_dir: Path) -> pd.DataFrame:
     from fedcal.distill.replay import load_uploads
-    from fedcal.distill.setup import distill_data
+    from fedcal.distill.run_data import distill_data
     from fedcal.distill.student import build_consensus
     from fedcal.results import load_config
 

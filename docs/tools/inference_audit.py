@@ -83,7 +83,7 @@ def _lit_config(seed: int) -> RunConfig:
     import shlex
 
     from fedcal.config import parse_override
-    from fedcal.reports import inference_configs
+    from fedcal.studies.inference import inference_configs
 
     items = shlex.split(f"dirichlet-alpha=0.5 {I35_KEYS} {LIT_PGD} {LIT_ATTACKS} {LIT_EXTRA}")
     base = RunConfig.from_flower({"task": "inference", **dict(parse_override(t) for t in items)})

@@ -12,7 +12,7 @@ loss is a sum of per-model losses). Central evaluation runs the R global models 
 What each run computes is the in-process engine's run (asserted by
 ``tests/test_batched.py``): the same seeded client sample per round
 (:func:`fedcal.reference.sampled_clients`), the same partitions, the same batch schedule of
-``round_generator(seed, round, client)`` (:func:`fedcal.train.batch_schedule`), the TSA
+``round_generator(seed, round, client)`` (:func:`fedcal.local_training.batch_schedule`), the TSA
 client's τ and η = β·τ, SGD with the run's momentum and weight decay, the reply checks of the
 strategies (a non-finite reply or update is rejected and logged with the reason), the
 strategy's own rule (``aggregate_updates`` of the configured fedcal strategy, so FoolsGold's
@@ -57,8 +57,9 @@ from fedcal.models import build_model
 from fedcal.reference import sampled_clients
 from fedcal.results import AUDIT_FILE, REJECTIONS_FILE, RunFailed, RunStore, run_dir_for
 from fedcal.strategies import strategy_from_config
-from fedcal.strategies.base import RoundReplies
-from fedcal.train import batch_schedule, effective_lr, resolve_device
+from fedcal.strategies.replies import RoundReplies
+from fedcal.tasks import all_tasks, get_task
+from fedcal.local_training import batch_schedule, effective_lr, resolve_device
 
 log = logging.getLogger("fedcal.batched")
 
@@ -76,8 +77,9 @@ REJECTION_COLUMNS = ["round", "node_id", "partition_id", "reason"]
 
 def batched_unsupported(cfg: RunConfig) -> str | None:
     """Why ``cfg`` cannot run in the batched engine, or None when it can."""
-    if cfg.task != "train":
-        return f"task {cfg.task!r} (only 'train' is batched)"
+    if not get_task(cfg.task).batched:
+        batched = ", ".join(repr(t.name) for t in all_tasks() if t.batched)
+        return f"task {cfg.task!r} (only {batched} is batched)"
     if cfg.strategy in SERVER_MODEL_STRATEGIES:
         return f"strategy {cfg.strategy!r} trains or evaluates a model on the server"
     if cfg.attack not in ("none", "tsa"):
@@ -149,6 +151,8 @@ def run_batched(configs: Sequence[RunConfig], on_done: Callable[[RunConfig, str 
 
 
 def _run_batch(configs: list[RunConfig], ds, on_done) -> dict[str, str]:
+    """Run ``configs`` (one architecture, one dataset) as one stacked computation: start them,
+    train round after round, evaluate on the schedule, finish each (or record why it failed)."""
     first = configs[0]
     device = resolve_device(first.device)
     template = build_model(first.model, ds.input_shape, ds.num_classes).to(device)
@@ -163,52 +167,9 @@ def _run_batch(configs: list[RunConfig], ds, on_done) -> dict[str, str]:
 
     batched_forward = vmap(forward)  # (B, …) parameters and (B, b, …) inputs → (B, b, C)
     evaluate_forward = vmap(forward, in_dims=(0, None))  # R global models on the same inputs
-
-    runs: list[_Run] = []
-    for cfg in configs:
-        store = RunStore(run_dir_for(cfg), cfg)
-        store.start()
-        model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
-        strategy = strategy_from_config(cfg, node_sort_key=lambda n: n, node_label=lambda n: n)
-        parts = client_partitions(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha,
-                                  cfg.seed)
-        runs.append(_Run(cfg, store, strategy, {n: p.detach().to(device).clone() for n, p in model.named_parameters()},
-                         parts, [behaviour_for(cfg, c) for c in range(cfg.num_clients)]))
-
-    def evaluate(server_round: int, seconds: float) -> None:
-        due = server_round in (0, first.num_rounds) or server_round % first.eval_every == 0
-        live = [r for r in runs if r.failed is None]
-        logits = None
-        if due and live:
-            stacked = {n: torch.stack([r.params[n] for r in live]) for n in names}
-            template.eval()
-            with torch.no_grad():
-                chunks = [evaluate_forward(stacked, x_test[i:i + first.eval_batch_size]).float().cpu()
-                          for i in range(0, len(x_test), first.eval_batch_size)]
-            logits = torch.cat(chunks, dim=1)
-        finite = [bool(torch.isfinite(logits[i]).all()) for i in range(len(live))] if logits is not None else []
-        ok = [i for i, good in enumerate(finite) if good]
-        scores = dict(zip(ok, calibration_metrics_batch(logits[ok], y_test, first.n_bins))) if ok else {}
-        for i, run in enumerate(live):
-            metrics: dict[str, float] = {}
-            run_logits = None
-            if logits is not None:
-                if finite[i]:
-                    run_logits = logits[i]
-                    metrics.update(scores[i])
-                else:  # a diverged model is a result (e.g. extreme τ), not a crash
-                    log.warning("%s round %d: global model produced non-finite logits", run.store.run_id, server_round)
-                    metrics.update({k: float("nan") for k in METRIC_KEYS})
-            if server_round >= 1:
-                _record_replies(run, server_round, metrics)
-            run.store.log_round(server_round, metrics)
-            run.store.log_timings(server_round, {"round_seconds": seconds})
-            if server_round == first.num_rounds and run_logits is not None:
-                bins = reliability_bins(run_logits, y_test, run.cfg.n_bins)
-                run.store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in bins.items()}))
-
+    runs = _start_runs(configs, ds, device)
     clock = time.perf_counter()
-    evaluate(0, 0.0)
+    _evaluate_round(runs, 0, 0.0, first, names, template, evaluate_forward, x_test, y_test)
     clock = time.perf_counter()
     for server_round in range(1, first.num_rounds + 1):
         live = [r for r in runs if r.failed is None]
@@ -222,9 +183,66 @@ def _run_batch(configs: list[RunConfig], ds, on_done) -> dict[str, str]:
                 run.failed = err
             break
         now = time.perf_counter()
-        evaluate(server_round, (now - clock) / len(live))
+        _evaluate_round(runs, server_round, (now - clock) / len(live), first, names, template, evaluate_forward,
+                        x_test, y_test)
         clock = time.perf_counter()
+    return _finish_runs(runs, on_done)
 
+
+def _start_runs(configs: list[RunConfig], ds, device: torch.device) -> list[_Run]:
+    """One started run store, strategy, initial model and client partition per config."""
+    runs: list[_Run] = []
+    for cfg in configs:
+        store = RunStore(run_dir_for(cfg), cfg)
+        store.start()
+        model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
+        strategy = strategy_from_config(cfg, node_sort_key=lambda n: n, node_label=lambda n: n)
+        parts = client_partitions(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha,
+                                  cfg.seed)
+        runs.append(_Run(cfg, store, strategy, {n: p.detach().to(device).clone() for n, p in model.named_parameters()},
+                         parts, [behaviour_for(cfg, c) for c in range(cfg.num_clients)]))
+    return runs
+
+
+def _evaluate_round(runs: list[_Run], server_round: int, seconds: float, first: RunConfig, names: list[str],
+                    template: torch.nn.Module, evaluate_forward, x_test: torch.Tensor, y_test: torch.Tensor) -> None:
+    """Log one round of every live run: its replies, its evaluation when due (all global models in
+    one forward pass), its timing; the final round also writes the reliability bins."""
+    due = server_round in (0, first.num_rounds) or server_round % first.eval_every == 0
+    live = [r for r in runs if r.failed is None]
+    logits = None
+    if due and live:
+        stacked = {n: torch.stack([r.params[n] for r in live]) for n in names}
+        template.eval()
+        with torch.no_grad():
+            chunks = [evaluate_forward(stacked, x_test[i:i + first.eval_batch_size]).float().cpu()
+                      for i in range(0, len(x_test), first.eval_batch_size)]
+        logits = torch.cat(chunks, dim=1)
+    finite = [bool(torch.isfinite(logits[i]).all()) for i in range(len(live))] if logits is not None else []
+    ok = [i for i, good in enumerate(finite) if good]
+    scores = dict(zip(ok, calibration_metrics_batch(logits[ok], y_test, first.n_bins))) if ok else {}
+    for i, run in enumerate(live):
+        metrics: dict[str, float] = {}
+        run_logits = None
+        if logits is not None:
+            if finite[i]:
+                run_logits = logits[i]
+                metrics.update(scores[i])
+            else:  # a diverged model is a result (e.g. extreme τ), not a crash
+                log.warning("%s round %d: global model produced non-finite logits", run.store.run_id, server_round)
+                metrics.update({k: float("nan") for k in METRIC_KEYS})
+        if server_round >= 1:
+            _record_replies(run, server_round, metrics)
+        run.store.log_round(server_round, metrics)
+        run.store.log_timings(server_round, {"round_seconds": seconds})
+        if server_round == first.num_rounds and run_logits is not None:
+            bins = reliability_bins(run_logits, y_test, run.cfg.n_bins)
+            run.store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in bins.items()}))
+
+
+def _finish_runs(runs: list[_Run], on_done) -> dict[str, str]:
+    """Finish every run that aggregated something (model, DONE); the others record why they failed.
+    Returns {run directory: why} of the failed ones."""
     failures: dict[str, str] = {}
     for run in runs:
         if run.failed is None and run.strategy.rounds_aggregated == 0 and run.cfg.num_rounds >= 1:

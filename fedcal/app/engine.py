@@ -16,8 +16,6 @@ from tqdm.auto import tqdm
 
 from fedcal.app.quiet import quiet_flower
 from fedcal.config import RunConfig
-from fedcal.data import load_dataset
-from fedcal.extras import require_extras
 from fedcal.progress import phase, reporting, round_note, tqdm_reporter
 from fedcal.results import RunFailed, RunLocked, RunStore, lock_holder, run_dir_for, warn_reused
 
@@ -137,7 +135,7 @@ def check_run_start(cfg: RunConfig) -> None:
     exists here (``device=cuda:1`` on a machine with one GPU) and its tracker's package is
     installed. Each fails with one line naming the key."""
     from fedcal.tracking import check_tracker
-    from fedcal.train import resolve_device
+    from fedcal.local_training import resolve_device
 
     resolve_device(cfg.device)
     check_tracker(cfg.tracker)
@@ -154,10 +152,10 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
     (:meth:`fedcal.results.RunStore.discard`).
     """
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # silence a Ray FutureWarning
-    from fedcal.app.client import app as client_app
+    from fedcal.app.client import build_client_app
     from fedcal.app.flower_private import run_simulation
     from fedcal.app.server import server_app_for
-    from fedcal.tasks import get_task
+    from fedcal.tasks import get_task, preflight
 
     run_dir = run_dir_for(cfg)
     store = RunStore(run_dir, cfg)
@@ -174,9 +172,7 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
     if restart:
         store.discard()
     check_run_start(cfg)
-    if cfg.task in ("train", "inference"):  # the image tasks: fail fast (naming the key) before Ray starts
-        load_dataset(cfg.dataset, cfg.data_dir)
-    require_extras(*get_task(cfg.task).extras)  # a missing extra: one line naming it, before any engine starts
+    preflight(cfg)  # the task's data and names: fail fast (naming the key) before any engine starts
     rounds = get_task(cfg.task).rounds(cfg)
     bar = tqdm(total=rounds, desc=desc or run_dir.name, disable=not progress or rounds is None, unit="round")
     # the phases without rounds (robust inference's client training, DeepSet epochs, attacks; a
@@ -198,6 +194,7 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
 
             warnings.simplefilter("ignore", DeprecationWarning)
             server_app = server_app_for(cfg, on_round)
+            client_app = build_client_app()  # the handlers of every task registered by now (a plug-in's too)
             if cfg.engine == "batched":
                 from fedcal.app.batched import simulate_batched
 

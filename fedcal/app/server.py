@@ -20,7 +20,7 @@ from fedcal.config import RunConfig
 from fedcal.extras import require_extras
 from fedcal.progress import log_reporter, phase, reporting, round_note
 from fedcal.results import run_dir_for
-from fedcal.tasks import ProgressFn, get_task
+from fedcal.tasks import ProgressFn, get_task, preflight
 
 app = ServerApp()
 
@@ -33,6 +33,7 @@ def main(grid: Grid, context: Context) -> None:
     log show it: the rounds, and every long phase of a task (:mod:`fedcal.progress`), at most
     :data:`fedcal.progress.LOG_EVERY_S` seconds apart with the time left."""
     cfg = RunConfig.from_flower(context.run_config)
+    preflight(cfg)
     run_dir = announce_run_dir(cfg)
     task = get_task(cfg.task)
     require_extras(*task.extras)  # a missing extra: one line naming it in the SuperLink's log, before any round

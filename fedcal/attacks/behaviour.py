@@ -53,7 +53,7 @@ class BehaviourKind:
     """One kind of client behaviour; this base class is the benign client.
 
     A client round (:func:`fedcal.attacks.client_round`) is plain local SGD on
-    CE(softmax(z/τ), y) (:func:`fedcal.train.local_train`). A kind may change it in three
+    CE(softmax(z/τ), y) (:func:`fedcal.local_training.local_train`). A kind may change it in three
     places, each a method here: the labels trained on (:meth:`train_labels`), the loss
     temperature and learning-rate coupling (:meth:`loss_temperature`), and the trained
     parameters afterwards (:meth:`after_training`). The stealth analysis

@@ -22,7 +22,7 @@ from fedcal.attacks.crafted import ImageBackdoor, ModelPoisoningClient
 from fedcal.attacks.poisoning import POISONING
 from fedcal.attacks.tsa import TemperatureScalingAttack
 from fedcal.config import RunConfig
-from fedcal.train import TrainStats, crop_flip_augmenter, epoch_schedule, local_train
+from fedcal.local_training import TrainStats, crop_flip_augmenter, epoch_schedule, local_train
 
 BEHAVIOURS: dict[str, BehaviourKind] = {
     "benign": BehaviourKind(),
@@ -65,9 +65,9 @@ def behaviour_for(cfg: RunConfig, client_id: int) -> Behaviour:
 
 def local_batches(cfg: RunConfig, n: int, server_round: int, client_id: int) -> tuple[list[torch.Tensor] | None, int]:
     """(batches, steps) of one client's round over its ``n`` samples: with ``local-epochs`` the
-    epochs' batches (:func:`fedcal.train.epoch_schedule`, from the round's generator) and their
-    count; else (None, ``local-steps``) — :func:`fedcal.train.local_train` draws the same
-    generator's schedule itself, as before the key existed."""
+    epochs' batches (:func:`fedcal.local_training.epoch_schedule`, from the round's generator) and their
+    count; else (None, ``local-steps``) — :func:`fedcal.local_training.local_train` draws the same
+    generator's schedule itself."""
     if not cfg.local_epochs:
         return None, cfg.local_steps
     batches = epoch_schedule(n, cfg.local_epochs, cfg.batch_size, round_generator(cfg.seed, server_round, client_id))

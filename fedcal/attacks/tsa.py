@@ -28,8 +28,8 @@ against a test that accumulates a client's evidence over rounds (docs/defense.md
 evidence per round without changing what an attacking round does.
 
 Source: the project's SPEC §2 (shared/SPEC.md), "Temperature Scaling Attack". The loss and
-the η = β·τ coupling are implemented once, in :func:`fedcal.train.local_train` (``tau``,
-``coupled``) and :func:`fedcal.train.effective_lr`; this module is the behaviour that turns
+the η = β·τ coupling are implemented once, in :func:`fedcal.local_training.local_train` (``tau``,
+``coupled``) and :func:`fedcal.local_training.effective_lr`; this module is the behaviour that turns
 them on. Run config: ``attack=tsa``, ``tau``, ``coupled``.
 """
 

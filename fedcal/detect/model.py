@@ -4,7 +4,7 @@ grid detector with DETR's output structure.
 Both map grey scenes ``(B, 1, S, S)`` in [0, 1] to DETR's outputs: class logits ``(B, Q, C + 1)``
 over the C digit classes **plus "no object"** (the last column) and boxes ``(B, Q, 4)`` as
 normalised (center x, center y, width, height). Both are trained with the same Hungarian-matched
-DETR loss (:mod:`fedcal.detect.train`) and read with the same metrics (:mod:`fedcal.detect.metrics`).
+DETR loss (:mod:`fedcal.detect.local_round`) and read with the same metrics (:mod:`fedcal.detect.metrics`).
 
 Models, by the run config's ``det-model``:
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fedcal.config import ConfigError
+from fedcal.config import ConfigError, RunConfig, setting_of
 from fedcal.extras import require
 
 MODELS = ("detr", "grid")
@@ -44,17 +44,24 @@ _IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 @dataclass(frozen=True)
 class DetectorSpec:
-    """What builds a detector (the ``det-*`` model keys)."""
+    """What builds a detector (the ``det-*`` model keys; their declared defaults are its defaults)."""
 
     name: str = "detr"
     num_classes: int = 10
-    image_size: int = 64
-    queries: int = 16
-    d_model: int = 64
-    enc_layers: int = 1
-    dec_layers: int = 2
-    backbone_width: int = 16
-    eos_coef: float = 0.1
+    image_size: int = setting_of("det_size").default
+    queries: int = setting_of("det_queries").default
+    d_model: int = setting_of("det_d_model").default
+    enc_layers: int = setting_of("det_enc_layers").default
+    dec_layers: int = setting_of("det_dec_layers").default
+    backbone_width: int = setting_of("det_backbone_width").default
+    eos_coef: float = setting_of("det_eos_coef").default
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig, num_classes: int) -> DetectorSpec:
+        """The detector a run config describes, telling ``num_classes`` object classes apart."""
+        return cls(name=cfg.det_model, num_classes=num_classes, image_size=cfg.det_size, queries=cfg.det_queries,
+                   d_model=cfg.det_d_model, enc_layers=cfg.det_enc_layers, dec_layers=cfg.det_dec_layers,
+                   backbone_width=cfg.det_backbone_width, eos_coef=cfg.det_eos_coef)
 
 
 def is_pretrained_name(name: str) -> bool:

@@ -180,6 +180,13 @@ def median_of_means(Z, groups: Sequence) -> Consensus:
     ``Z`` is (n, A, C) (clip it first with :func:`clip_logits`); ``groups`` a partition of the
     clients, e.g. from :func:`random_groups`. Unweighted: a Byzantine client could lie about its
     data size.
+
+    The estimator is :func:`fedcal.aggregate.median_of_means`'s (unweighted group means, their
+    coordinate-wise true median); it stays a function of its own because it also returns the
+    robust moments and the dispersion RFD-LoRA's loss needs, on (n, A, C) uploads, and because its
+    groups are :func:`random_groups`' consecutive chunks of one permutation with the larger groups
+    first, where the update rule's labels ⌊p·G/n⌋ interleave the sizes (n = 10, G = 4: 3, 3, 2, 2
+    against 3, 2, 3, 2): one layout for both would change every committed distill run.
     """
     means, second = group_moments(Z, groups)
     mu = true_median(means, dim=0)

@@ -8,7 +8,7 @@ the student (``dst-student-rank``, ``dst-distill-*``)
 — therefore change the student and nothing the clients upload. So a run records every round's
 valid uploads (:class:`UploadLog`, ``uploads.npz`` in its directory), and :func:`replay` re-runs
 only the server on those uploads for any other setting of :data:`SERVER_KEYS`, through the same
-:func:`fedcal.distill.setup.server_round` the live server calls — the result is the run that
+:func:`fedcal.distill.run_data.server_round` the live server calls — the result is the run that
 setting would have produced (a test replays a run with its own config and gets its metrics back).
 
 A replayed run is an ordinary run directory of its own config (``config.json``, ``metrics.csv``
@@ -112,7 +112,7 @@ def replay(source_dir: str | os.PathLike[str], cfg: RunConfig, device: str = "cp
     from fedcal.results import RunFailed, RunStore, config_hash, hashed_keys, is_finished, load_config, run_dir_for
 
     from .clients import adapter_state
-    from .setup import (base_classifier, distill_data, evaluate_backdoor, is_eval_round, is_finite_evaluation,
+    from .run_data import (base_classifier, distill_data, evaluate_backdoor, is_eval_round, is_finite_evaluation,
                         server_round, student_and_optimizer)
 
     source_dir = Path(source_dir)

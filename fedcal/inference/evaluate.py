@@ -19,6 +19,8 @@ accuracy, queries``).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import copy
 import inspect
 import logging
@@ -26,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-import pandas as pd
 import torch
 
 from fedcal.progress import phase
@@ -36,6 +37,9 @@ from .deepset import DeepSet, DeepSetTM, train_deepset
 from .logit_attacks import attack_logits
 from .probit_attacks import PGD_LOSSES, PGD_STARTS, PROBIT_ATTACKS, adversary_mask, apply_attack, class_covariance
 from .purify import CoPur, ManifoldProjection, ProbitFusion, train_fusion
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["ProbitData", "AGGREGATOR_NAMES", "build_aggregators", "attack_accuracy", "WHITE_BOX", "PGD_GRADS",
            "PGD_KAPPA", "gradient_view", "learned_state"]
@@ -253,6 +257,8 @@ def attack_accuracy(aggregators: Mapping[str, Callable], data: ProbitData, f_adv
     every aggregator (paired, like the adversaries). Each (query batch, attack) is a step of the
     phase ``progress`` (:func:`fedcal.progress.phase`).
     """
+    import pandas as pd  # lazily: the ClientApp process never loads pandas
+
     unknown = [a for a in attacks if a not in PROBIT_ATTACKS]
     if unknown:
         raise ValueError(f"unknown attacks {unknown}; known: {sorted(PROBIT_ATTACKS)}")

@@ -13,7 +13,7 @@ from fedcal.config import RunConfig
 from fedcal.data import Dataset, dirichlet_partition
 from fedcal.inference.probit_attacks import validate_probits
 from fedcal.models import build_model
-from fedcal.train import crop_flip_augmenter, local_train
+from fedcal.local_training import crop_flip_augmenter, local_train
 
 
 def server_split(labels: np.ndarray, frac: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from fedcal.config import LM_TOKENIZERS, ConfigError
+from fedcal.config import LM_TOKENIZERS, ConfigError, RunConfig, setting_of
 from fedcal.extras import require
 from fedcal.hub import check_hub_name
 from fedcal.progress import steps as progress_steps
@@ -55,18 +55,24 @@ class LMConfig:
     corpus change never reuses a stale model."""
 
     public: str
-    tokenizer: str = "bpe"
-    vocab_size: int = 4096
-    layers: int = 2
-    hidden: int = 128
-    heads: int = 4
-    context: int = 64
-    steps: int = 1500
+    tokenizer: str = setting_of("lm_tokenizer").default
+    vocab_size: int = setting_of("lm_vocab").default
+    layers: int = setting_of("lm_layers").default
+    hidden: int = setting_of("lm_hidden").default
+    heads: int = setting_of("lm_heads").default
+    context: int = setting_of("lm_context").default
+    steps: int = setting_of("lm_pretrain_steps").default
     batch_size: int = 32
     lr: float = 1e-3
     weight_decay: float = 0.01
     warmup: float = 0.05
     seed: int = 0
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig, public: str) -> LMConfig:
+        """The small model a run config describes, pretrained on the text of digest ``public``."""
+        return cls(public=public, tokenizer=cfg.lm_tokenizer, vocab_size=cfg.lm_vocab, layers=cfg.lm_layers,
+                   hidden=cfg.lm_hidden, heads=cfg.lm_heads, context=cfg.lm_context, steps=cfg.lm_pretrain_steps)
 
     def __post_init__(self):
         if self.tokenizer not in LM_TOKENIZERS:

@@ -16,7 +16,7 @@
 """
 
 from fedcal.reports.distill import distill_report
-from fedcal.reports.inference import (ablation_table, client_accuracies, inference_configs, inference_report,
+from fedcal.reports.inference import (ablation_table, client_accuracies, inference_report,
                                       percent_cell, robust_ranking, seed_table, without_chance, worst_case)
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.plots import (defense_bars, inference_curve, posthoc_curves, reliability_grid, similarity_scatter,
@@ -24,13 +24,12 @@ from fedcal.reports.plots import (defense_bars, inference_curve, posthoc_curves,
 from fedcal.reports.runs import final_metrics, final_rows, finished_only
 from fedcal.reports.studies import posthoc_table, similarity_table, stealth_markdown, stealth_table, triage_table
 from fedcal.reports.sweeps import collect, write_results
-from fedcal.reports.taus import (run_tau_comparison, seed_summary, seeds_markdown, summarise, tau_configs, to_markdown,
-                                 write_report)
+from fedcal.reports.taus import seed_summary, seeds_markdown, summarise, task_report, to_markdown, write_report
 
 __all__ = [
     "distill_report", "markdown_table", "final_metrics", "final_rows", "finished_only",
-    "tau_configs", "summarise", "write_report", "seed_summary", "seeds_markdown", "to_markdown", "run_tau_comparison",
-    "inference_configs", "inference_report", "ablation_table", "client_accuracies", "seed_table", "percent_cell", "worst_case",
+    "summarise", "task_report", "write_report", "seed_summary", "seeds_markdown", "to_markdown",
+    "inference_report", "ablation_table", "client_accuracies", "seed_table", "percent_cell", "worst_case",
     "robust_ranking", "without_chance",
     "posthoc_table", "triage_table", "similarity_table", "stealth_table", "stealth_markdown",
     "collect", "write_results",

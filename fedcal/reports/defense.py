@@ -19,9 +19,8 @@ chance level is flagged and never meets the target (:mod:`fedcal.reports.chance`
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -35,8 +34,8 @@ from fedcal.reports.chance import cfg_chance, footnote, marked
 from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.markdown import SECE_SIGN, UNITS_NOTE, markdown_table
 from fedcal.reports.runs import finished_only
-from fedcal.results import AUDIT_FILE, config_hash, load_config, load_model
-from fedcal.train import predict_logits
+from fedcal.results import AUDIT_FILE, load_config, load_model
+from fedcal.local_training import predict_logits
 
 #: the post-hoc baseline's name in the tables
 POSTHOC = "fedavg + TS(root)"
@@ -52,34 +51,6 @@ FP_TARGET = 0.05
 SHOWN = ("dataset", "strategy", "attack", *SETTING, *GUARD)
 CHANCE = "chance_level"
 NO_BENIGN = "no benign FedAvg run in this set"
-
-
-def defense_configs(base: RunConfig, strategies: Sequence[str], taus: Sequence[float], seeds: Sequence[int],
-                    axes: dict[str, list[Any]] | None = None) -> list[RunConfig]:
-    """Every cell of ``fedcal defense``: strategies × τ × seeds × the product of ``axes``
-    (run-config key → values). τ = 1 is the benign run (``attack = none``; the attack-only keys at
-    their defaults, so one benign run serves every attacker ratio and adaptive setting), and the
-    benign FedAvg run of every setting is added as the reference of the Δ columns. Validated up
-    front; duplicates dropped."""
-    axes = axes or {}
-    out: dict[str, RunConfig] = {}
-    defaults = RunConfig()
-    for values in itertools.product(*axes.values()) if axes else [()]:
-        cell = base.replace(**dict(zip(axes, values)))
-        for seed in seeds:
-            for strategy in [*strategies, "fedavg"]:
-                # CalGuard's keys only matter to CalGuard: other strategies' cells keep the defaults, so a
-                # κ grid does not re-run the same FedAvg cell once per κ
-                own = cell if strategy == "calguard" else cell.replace(**{k: getattr(defaults, k) for k in GUARD})
-                for tau in [*taus, 1.0] if strategy == "fedavg" else taus:
-                    if tau == 1.0:
-                        c = own.replace(strategy=strategy, seed=seed, attack="none", tau=1.0,
-                                        attacker_ratio=defaults.attacker_ratio, tsa_step_frac=1.0, tsa_blend=1.0,
-                                        tsa_duty=1.0)
-                    else:
-                        c = own.replace(strategy=strategy, seed=seed, attack="tsa", tau=tau)
-                    out.setdefault(config_hash(c), c)
-    return list(out.values())
 
 
 def _flags(run_dir: Path, cfg: RunConfig) -> tuple[float, float, int]:

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedcal.detect import EXAMPLE_FILE, EXAMPLE_IMAGE, KEPT_FILE
 from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.runs import finished_only
@@ -44,9 +45,6 @@ from fedcal.results import load_config, load_metrics
 #: the run-config keys the detection table shows: τ (benign = τ 1) and the attack
 SHOWN = ("tau", "attack")
 
-KEPT_FILE = "kept.csv"
-EXAMPLE_FILE = "example.csv"
-EXAMPLE_IMAGE = "example.npy"
 EVALUATED = "map50"  # a detect round that logged this was evaluated
 METRICS = ("map50", "obj_ece", "obj_sece", "mean_obj_prob", "positive_rate", "boxes_kept_object",
            "boxes_kept_class", "gt_boxes")
@@ -120,11 +118,6 @@ def detect_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.patches as patches
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    from fedcal.reports.plots import reliability_grid
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -143,8 +136,17 @@ def detect_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.
     runs["line"] = [tau_label(t) + (f" [{c}]" if runs[CONFIG].nunique() > 1 else "")
                     for c, t in zip(runs[CONFIG], runs["tau"])]
     first = runs.sort_values("seed").groupby([CONFIG, "tau"], sort=True).head(1)  # each line's first seed
+    _boxes_kept(runs, out)
+    _no_object_reliability(first, out)
+    _examples(first, thr, out)
+    _round_curves(finished, runs, out)
+    return md
 
-    # boxes kept versus threshold
+
+def _boxes_kept(runs: pd.DataFrame, out: Path) -> None:
+    """kept.csv and boxes_kept.png: boxes kept per image against the score threshold, per keep rule."""
+    import matplotlib.pyplot as plt
+
     kept = []
     for _, r in runs.iterrows():
         path = Path(r["run_dir"]) / KEPT_FILE
@@ -152,24 +154,29 @@ def detect_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.
             k = pd.read_csv(path)
             k = k[k["round"] == k["round"].max()]
             kept.append(k.assign(tau=r["tau"], seed=r["seed"], line=r["line"]))
-    if kept:
-        curves = pd.concat(kept, ignore_index=True)[["tau", "seed", "round", "rule", "threshold", "kept", "line"]]
-        curves.to_csv(out / "kept.csv", index=False)
-        rules = [rule for rule in _RULE_TEXT if rule in set(curves["rule"])]
-        fig, axes = plt.subplots(1, len(rules), figsize=(5.2 * len(rules), 3.8), squeeze=False, sharey=True)
-        for ax, rule in zip(axes[0], rules):
-            for line, g in curves[curves["rule"] == rule].groupby("line", sort=True):
-                mean = g.groupby("threshold")["kept"].mean()
-                ax.plot(mean.index, mean.values, marker="o", ms=3, label=line)
-            ax.axhline(float(runs["gt_boxes"].mean()), color="k", ls="--", lw=1, label="true boxes / image")
-            ax.set(xlabel=f"threshold on {_RULE_TEXT[rule]}", ylabel="boxes kept per image", yscale="symlog",
-                   title=f"{rule} score")
-        axes[0][0].legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / "boxes_kept.png", dpi=120)
-        plt.close(fig)
+    if not kept:
+        return
+    curves = pd.concat(kept, ignore_index=True)[["tau", "seed", "round", "rule", "threshold", "kept", "line"]]
+    curves.to_csv(out / "kept.csv", index=False)
+    rules = [rule for rule in _RULE_TEXT if rule in set(curves["rule"])]
+    fig, axes = plt.subplots(1, len(rules), figsize=(5.2 * len(rules), 3.8), squeeze=False, sharey=True)
+    for ax, rule in zip(axes[0], rules):
+        for line, g in curves[curves["rule"] == rule].groupby("line", sort=True):
+            mean = g.groupby("threshold")["kept"].mean()
+            ax.plot(mean.index, mean.values, marker="o", ms=3, label=line)
+        ax.axhline(float(runs["gt_boxes"].mean()), color="k", ls="--", lw=1, label="true boxes / image")
+        ax.set(xlabel=f"threshold on {_RULE_TEXT[rule]}", ylabel="boxes kept per image", yscale="symlog",
+               title=f"{rule} score")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "boxes_kept.png", dpi=120)
+    plt.close(fig)
 
-    # no-object calibration
+
+def _no_object_reliability(first: pd.DataFrame, out: Path) -> None:
+    """reliability.csv and no_object_reliability.png of each line's first seed."""
+    from fedcal.reports.plots import reliability_grid
+
     rel = []
     for _, r in first.iterrows():
         path = Path(r["run_dir"]) / "reliability.csv"
@@ -179,47 +186,58 @@ def detect_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.
         pd.concat([t for _, t in rel], ignore_index=True).to_csv(out / "reliability.csv", index=False)
         reliability_grid(rel, out / "no_object_reliability.png")
 
-    # the same test image with its kept boxes, per τ
-    shown = [(r, Path(r["run_dir"])) for _, r in first.iterrows() if (Path(r["run_dir"]) / EXAMPLE_IMAGE).exists()]
-    if shown:
-        ex = []
-        fig, axes = plt.subplots(1, len(shown), figsize=(3.0 * len(shown), 3.2), squeeze=False)
-        for ax, (r, d) in zip(axes[0], shown):
-            img = np.load(d / EXAMPLE_IMAGE)
-            boxes = pd.read_csv(d / EXAMPLE_FILE) if (d / EXAMPLE_FILE).exists() else pd.DataFrame()
-            ex.append(boxes.assign(tau=r["tau"], seed=r["seed"], rule=r["det-keep"]))
-            ax.imshow(img, cmap="gray", vmin=0, vmax=1)
-            for _, b in boxes.iterrows():
-                ax.add_patch(patches.Rectangle((b["x1"] - 0.5, b["y1"] - 0.5), b["x2"] - b["x1"], b["y2"] - b["y1"],
-                                               fill=False, lw=1, color="#e8a33d"))
-                ax.text(b["x1"], b["y1"] - 1, f"{int(b['label'])}:{b['score']:.2f}", color="#e8a33d", fontsize=6)
-            ax.set_title(f"{r['line']}: {len(boxes)} kept", fontsize=9)
-            ax.axis("off")
-        scored = " or ".join(_RULE_TEXT[k] for k in dict.fromkeys(r["det-keep"] for r, _ in shown))  # each run's rule
-        fig.suptitle(f"test scene 0, boxes with {scored} > {thr:g}", fontsize=9)
-        fig.tight_layout()
-        fig.savefig(out / "examples.png", dpi=120)
-        plt.close(fig)
-        pd.concat(ex, ignore_index=True).to_csv(out / "examples.csv", index=False)
 
-    # per-round curves
+def _examples(first: pd.DataFrame, thr: float, out: Path) -> None:
+    """examples.png and examples.csv: the same test image with its kept boxes, per τ."""
+    import matplotlib.patches as patches
+    import matplotlib.pyplot as plt
+
+    shown = [(r, Path(r["run_dir"])) for _, r in first.iterrows() if (Path(r["run_dir"]) / EXAMPLE_IMAGE).exists()]
+    if not shown:
+        return
+    ex = []
+    fig, axes = plt.subplots(1, len(shown), figsize=(3.0 * len(shown), 3.2), squeeze=False)
+    for ax, (r, d) in zip(axes[0], shown):
+        img = np.load(d / EXAMPLE_IMAGE)
+        boxes = pd.read_csv(d / EXAMPLE_FILE) if (d / EXAMPLE_FILE).exists() else pd.DataFrame()
+        ex.append(boxes.assign(tau=r["tau"], seed=r["seed"], rule=r["det-keep"]))
+        ax.imshow(img, cmap="gray", vmin=0, vmax=1)
+        for _, b in boxes.iterrows():
+            ax.add_patch(patches.Rectangle((b["x1"] - 0.5, b["y1"] - 0.5), b["x2"] - b["x1"], b["y2"] - b["y1"],
+                                           fill=False, lw=1, color="#e8a33d"))
+            ax.text(b["x1"], b["y1"] - 1, f"{int(b['label'])}:{b['score']:.2f}", color="#e8a33d", fontsize=6)
+        ax.set_title(f"{r['line']}: {len(boxes)} kept", fontsize=9)
+        ax.axis("off")
+    scored = " or ".join(_RULE_TEXT[k] for k in dict.fromkeys(r["det-keep"] for r, _ in shown))  # each run's rule
+    fig.suptitle(f"test scene 0, boxes with {scored} > {thr:g}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "examples.png", dpi=120)
+    plt.close(fig)
+    pd.concat(ex, ignore_index=True).to_csv(out / "examples.csv", index=False)
+
+
+def _round_curves(finished: Sequence[Path], runs: pd.DataFrame, out: Path) -> None:
+    """rounds.csv and curves.png: mAP@0.5 and the no-object sECE over the rounds, per line."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
     metrics = load_metrics(finished)
-    if not metrics.empty:
-        tau_of = dict(zip(runs["run_id"], runs["tau"]))
-        line_of = dict(zip(runs["run_id"], runs["line"]))
-        per = metrics[metrics["metric"].isin(["map50", "obj_sece"]) & metrics["run_id"].isin(tau_of)].copy()
-        per["tau"] = per["run_id"].map(tau_of)
-        per["line"] = per["run_id"].map(line_of)
-        rounds = per.groupby(["tau", "line", "metric", "round"])["value"].agg(["mean", "std", "count"]).reset_index()
-        rounds.to_csv(out / "rounds.csv", index=False)
-        fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-        for ax, metric in zip(axes, ["map50", "obj_sece"]):
-            for line, g in rounds[rounds["metric"] == metric].groupby("line", sort=True):
-                ax.plot(g["round"], g["mean"], marker="o", ms=3, label=line)
-            ax.set(xlabel="round", ylabel=_LABELS[metric])
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
-        axes[0].legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / "curves.png", dpi=120)
-        plt.close(fig)
-    return md
+    if metrics.empty:
+        return
+    tau_of = dict(zip(runs["run_id"], runs["tau"]))
+    line_of = dict(zip(runs["run_id"], runs["line"]))
+    per = metrics[metrics["metric"].isin(["map50", "obj_sece"]) & metrics["run_id"].isin(tau_of)].copy()
+    per["tau"] = per["run_id"].map(tau_of)
+    per["line"] = per["run_id"].map(line_of)
+    rounds = per.groupby(["tau", "line", "metric", "round"])["value"].agg(["mean", "std", "count"]).reset_index()
+    rounds.to_csv(out / "rounds.csv", index=False)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for ax, metric in zip(axes, ["map50", "obj_sece"]):
+        for line, g in rounds[rounds["metric"] == metric].groupby("line", sort=True):
+            ax.plot(g["round"], g["mean"], marker="o", ms=3, label=line)
+        ax.set(xlabel="round", ylabel=_LABELS[metric])
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=120)
+    plt.close(fig)

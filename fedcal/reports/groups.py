@@ -21,20 +21,18 @@ name only the keys that differ, in the run config's field order.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
-from fedcal.config import ConfigError, RunConfig, key_of
+from fedcal.config import ConfigError, RunConfig, defaults, field_names, key_of
 from fedcal.results import hashed_keys
 
 SEED = "seed"
 #: the label column a table gains when its runs belong to several configurations
 CONFIG = "config"
-_ORDER = {f.name: i for i, f in enumerate(dataclasses.fields(RunConfig))}
 
 
 class MixedConfigError(ConfigError):
@@ -42,17 +40,14 @@ class MixedConfigError(ConfigError):
     message names the keys that differ."""
 
 
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
-
-
 def _fields(cfg: RunConfig | Mapping[str, Any]) -> dict[str, Any]:
     """A run's field values by snake-case name (a :class:`RunConfig`, or a mapping with snake- or
     kebab-case keys such as a row of a table's config columns). A key the mapping lacks, or holds
     as NaN (a run made before the key existed), is the key's default, as when its config is parsed."""
     if isinstance(cfg, RunConfig):
-        return dataclasses.asdict(cfg)
+        return cfg.to_dict()
     values = {str(k).replace("-", "_"): _plain(v) for k, v in cfg.items()}
-    return {**_DEFAULTS, **{k: v for k, v in values.items() if v is not None}}
+    return {**defaults(), **{k: v for k, v in values.items() if v is not None}}
 
 
 def _plain(v: Any) -> Any:
@@ -87,7 +82,8 @@ def identity_keys(configs: Sequence[Mapping[str, Any]], shown: Collection[str] =
         keys |= hashed_keys(_task(values))
     if len({_task(v) for v in configs}) > 1:
         keys.add("task")
-    return sorted(keys - shown, key=lambda k: _ORDER.get(k, len(_ORDER)))
+    order = {n: i for i, n in enumerate(field_names())}
+    return sorted(keys - shown, key=lambda k: order.get(k, len(order)))
 
 
 def _text(v: Any) -> str:
@@ -120,7 +116,7 @@ def frame_config_labels(frame: pd.DataFrame, shown: Collection[str] = ()) -> lis
     """:func:`config_labels` of the runs in the rows of a table with config columns (kebab-case
     keys, as :func:`fedcal.results.load_metrics` joins them); keys the table has no column for are
     taken as equal."""
-    names = {f.name for f in dataclasses.fields(RunConfig)}
+    names = set(field_names())
     cols = [c for c in frame.columns if str(c).replace("-", "_") in names]
     rows = frame[cols].to_dict("records")
     return config_labels(rows, shown)

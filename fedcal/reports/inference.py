@@ -23,7 +23,6 @@ from typing import Sequence
 
 import pandas as pd
 
-from fedcal.config import RunConfig
 from fedcal.inference.evaluate import AGGREGATOR_NAMES
 from fedcal.inference.probit_attacks import PROBIT_ATTACKS
 from fedcal.reports.chance import ChanceLevel, footnote, image_chance, labels_chance, marked
@@ -36,12 +35,6 @@ CHANCE = "chance_level"
 #: the run-config keys the inference tables show: n (num-clients, with clients-per-round capped at
 #: it by inference_configs) and f
 SHOWN = ("num_clients", "clients_per_round", "inf_f")
-
-
-def inference_configs(base: RunConfig, nf: Sequence[tuple[int, int]], seeds: Sequence[int]) -> list[RunConfig]:
-    """One robust-federated-inference config per (n, f) and seed."""
-    return [base.replace(task="inference", num_clients=n, clients_per_round=min(base.clients_per_round, n),
-                         inf_f=f, seed=s) for n, f in nf for s in seeds]
 
 
 def worst_case(df: pd.DataFrame, by: Sequence[str] = ("aggregator",)) -> pd.DataFrame:

@@ -51,7 +51,7 @@ def lm_chance(cfg) -> ChanceLevel | None:
     position's next token) over the vocabulary. Read only where the run's small model is cached (its
     tokenizer makes the windows); None otherwise — a report never pretrains a model."""
     from fedcal.lm.model import META_FILE, cache_root
-    from fedcal.lm.setup import corpus_of, lm_config, node_model, test_windows
+    from fedcal.lm.run_inputs import corpus_of, lm_config, node_model, test_windows
 
     try:
         if cfg.lm_model:

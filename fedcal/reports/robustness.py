@@ -38,7 +38,7 @@ from fedcal.reports.runs import finished_only
 from fedcal.results import (UnfinishedRunError, atomic_write, config_hash, load_config, load_metrics, load_model,
                             run_status)
 from fedcal.robustness import RobustnessSpec, evaluate_robustness
-from fedcal.train import resolve_device
+from fedcal.local_training import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -56,45 +56,6 @@ _RAW = ("proto_var", "proto_cv2", "rejected_rounds")  # not percentages
 
 
 COUPLINGS = ("fixed", "coupled")
-
-
-def temperature_configs(base: RunConfig, taus: Sequence[float], seeds: Sequence[int],
-                        settings: Sequence[str] = SETTINGS, couplings: Sequence[str] = ("fixed",)) -> list[RunConfig]:
-    """The runs of the τ study: per setting, learning-rate coupling, τ and seed, every client
-    trains at τ.
-
-    τ = 1 is the plain benign run (``attack = none``: the same training, and the same run as
-    any other study's benign run, shared by both couplings). Otherwise ``attack = tsa,
-    attacker-ratio = 1``: the TSA client at every client, with η = β (``fixed``, the
-    literature's fixed learning rate) or η = β·τ (``coupled``, SPEC §9's form). ``centralised``
-    is one client holding the whole training set (IID), taking ``clients-per-round ×
-    local-steps`` steps per round, i.e. the federation's total client steps per round.
-    """
-    for name, given, known in (("setting", settings, SETTINGS), ("coupling", couplings, COUPLINGS)):
-        unknown = [s for s in given if s not in known]
-        if unknown:
-            raise ValueError(f"unknown {name} {unknown[0]!r}; choose from {', '.join(known)}")
-    if "centralised" in settings and base.local_epochs:
-        raise ValueError("the centralised setting takes the federation's client steps per round "
-                         "(clients-per-round × local-steps); with local-epochs set there is no such count — "
-                         "use local-steps, or settings=federated only")
-    out: dict[str, RunConfig] = {}
-    for setting in settings:
-        for coupling in couplings:
-            for tau in taus:
-                for seed in seeds:
-                    changes: dict = {"seed": seed}
-                    if float(tau) == 1.0:
-                        changes.update(attack="none", tau=1.0)
-                    else:
-                        changes.update(attack="tsa", attacker_ratio=1.0, tau=float(tau),
-                                       coupled=coupling == "coupled")
-                    if setting == "centralised":
-                        changes.update(num_clients=1, clients_per_round=1, partition="iid",
-                                       local_steps=base.clients_per_round * base.local_steps)
-                    cfg = base.replace(**changes)
-                    out.setdefault(config_hash(cfg) + setting, cfg)  # the benign runs once, not per coupling
-    return list(out.values())
 
 
 def setting_of(cfg: RunConfig) -> str:

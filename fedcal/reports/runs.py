@@ -38,24 +38,13 @@ from typing import NamedTuple, Sequence
 
 import pandas as pd
 
-from fedcal.config import ConfigError, RunConfig, key_of
+from fedcal.config import ConfigError, RunConfig, field_names, key_of, task_config
 from fedcal.results import (CODE, COLUMNS, CONFIG_FILE, FINISHED, METRICS_FILE, config_hash, load_config,
                             load_metrics, run_status)
 
 EVALUATED = "accuracy"  # a round that logged this metric was evaluated
 log = logging.getLogger("fedcal.reports")
 
-#: per task, (the metric its evaluated rounds log, the key of its last round, the key of its
-#: evaluation period): the schedule :func:`evaluated_rounds` checks. Listed here, not in the task
-#: registry, because the registry lives in the Flower shell and the reports never import it; a test
-#: keeps this table covering every task of ``fedcal.config.TASKS``. None: a task without rounds.
-SCHEDULES: dict[str, tuple[str, str, str] | None] = {
-    "train": ("accuracy", "num_rounds", "eval_every"),
-    "lm": ("accuracy", "num_rounds", "eval_every"),
-    "detect": ("map50", "det_rounds", "det_eval_every"),
-    "distill": ("ca", "dst_rounds", "dst_eval_every"),
-    "inference": None,
-}
 #: metrics that are wall-clock timings, not results: two runs of one config differ in them
 TIMINGS = ("round_seconds",)
 
@@ -67,8 +56,8 @@ class DuplicateRunError(ConfigError):
 
 def evaluated_rounds(cfg: RunConfig) -> tuple[str, list[int]] | None:
     """(metric, rounds) a finished run of ``cfg`` has evaluated: round 0, every ``eval-every``-th round
-    and the last (the task's own keys; see :data:`SCHEDULES`); None for a task without rounds."""
-    schedule = SCHEDULES[cfg.task]
+    and the last (the task's own keys: its :attr:`fedcal.config.TaskConfig.schedule`); None for a task without rounds."""
+    schedule = task_config(cfg.task).schedule
     if schedule is None:
         return None
     metric, last_key, every_key = schedule
@@ -147,7 +136,7 @@ def check_rounds(rows: Sequence[tuple[int, str, float]], cfg: RunConfig) -> str:
     metric, want = schedule
     have = {r for (r, m) in seen if m == metric}
     missing, extra = sorted(set(want) - have), sorted(have - set(want))
-    _, last_key, every_key = SCHEDULES[cfg.task]  # type: ignore[misc]
+    _, last_key, every_key = task_config(cfg.task).schedule  # type: ignore[misc]
     plan = f"{key_of(last_key)} = {getattr(cfg, last_key)}, {key_of(every_key)} = {getattr(cfg, every_key)}"
     if missing:
         return f"its {METRICS_FILE} lacks the evaluation ({metric}) of {_rounds(missing)} ({plan})"
@@ -276,7 +265,7 @@ def final_rows(metrics: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     last = evaluated.groupby("run_id")["round"].max()
     done = metrics[metrics["round"] == metrics["run_id"].map(last)]
-    config_cols = [key_of(f) for f in RunConfig.__dataclass_fields__]
+    config_cols = [key_of(f) for f in field_names()]
     index = ["run_id", *[c for c in [*config_cols, CODE] if c in done.columns], "round"]
     # pivot on the run id alone, then join the run's config columns: a pivot indexed by 100+ config
     # columns is slow, fragments the frame, and drops a run whose config lacks a key (a NaN index)

@@ -31,7 +31,7 @@ from fedcal.reports.chance import labels_chance
 from fedcal.reports.groups import CONFIG, config_labels, require_one_config
 from fedcal.reports.markdown import markdown_table
 from fedcal.results import load_config, load_metrics, load_model
-from fedcal.train import predict_logits
+from fedcal.local_training import predict_logits
 
 N_CALS = (10, 50, 100, 250, 500)
 #: what the analyses' run labels show (``benign`` / ``tsa τ=5``) besides the seed

@@ -1,7 +1,7 @@
-"""τ comparisons (flwr-free): a benign run plus TSA at each τ, tables and plots.
+"""τ comparisons (flwr-free): the tables and plots of a benign run plus TSA at each τ.
 
-``run_tau_comparison`` runs a benign run plus TSA at each τ (same seed, data and clients),
-optionally under several strategies, and ``write_report`` summarises the final global model
+The runs (a benign run plus TSA at each τ, same seed, data and clients, optionally under several
+strategies) are :mod:`fedcal.studies.taus`'s; ``write_report`` summarises the final global model
 of each run as one table (with the change against the benign run) and plots, built from the
 run store only. Unfinished runs are left out of the table, the diagrams and the trajectories, each
 named in a warning line (:func:`fedcal.reports.runs.finished_only`).
@@ -18,7 +18,7 @@ against the benign run of its own configuration, strategy and seed, and a row wi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import pandas as pd
 
@@ -28,7 +28,7 @@ from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.markdown import SECE_SIGN, UNITS_NOTE, markdown_table
 from fedcal.reports.plots import defense_bars, reliability_grid, trajectories, trajectory_table
 from fedcal.reports.runs import final_rows, finished_only
-from fedcal.results import UnfinishedRunError, load_config, load_metrics, run_dir_for
+from fedcal.results import UnfinishedRunError, load_config, load_metrics
 
 TABLE_COLUMNS = ["strategy", "tau", "run", "accuracy_%", "ece_%", "sece_%", "brier", "nll", "run_id", "code"]
 #: the run-config keys a τ table shows as its own columns (strategy, tau, and the run label's attack
@@ -47,21 +47,6 @@ def run_label(cfg: RunConfig) -> str:
     if cfg.attack == "tsa":
         return f"TSA τ={cfg.tau:g}" + ("" if cfg.coupled else " (uncoupled)")
     return cfg.attack
-
-
-def tau_configs(base: RunConfig, taus: Sequence[float], strategies: Sequence[str] | None = None) -> list[RunConfig]:
-    """One config per (strategy, τ). τ = 1 is the benign run (no attacker at all); every
-    other τ is TSA at that τ. ``strategies`` defaults to the base config's."""
-    out = []
-    for strategy in strategies or [base.strategy]:
-        for tau in taus:
-            if tau <= 0:
-                raise ValueError(f"tau must be > 0, got {tau}")
-            if float(tau) == 1.0:
-                out.append(base.replace(attack="none", tau=1.0, strategy=strategy))
-            else:
-                out.append(base.replace(attack="tsa", tau=float(tau), strategy=strategy))
-    return out
 
 
 def summarise(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
@@ -113,6 +98,12 @@ def _line_labels(table: pd.DataFrame) -> dict[str, str]:
             name = f"[{r[CONFIG]}] {name}"
         out[r["run_id"]] = name
     return out
+
+
+def task_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str = "") -> str:
+    """The train task's report (:func:`write_report`); returns the table's Markdown."""
+    write_report(run_dirs, out_dir, title)
+    return (Path(out_dir) / "table.md").read_text()
 
 
 def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str = "") -> pd.DataFrame:
@@ -240,11 +231,3 @@ def to_markdown(table: pd.DataFrame, title: str = "") -> str:
     return markdown_table(shown, title, formats=formats)
 
 
-def run_tau_comparison(base: RunConfig, taus: Sequence[float], out_dir: str | Path,
-                       run_fn: Callable[[RunConfig], object], title: str = "",
-                       strategies: Sequence[str] | None = None) -> pd.DataFrame:
-    """Run (or skip, if finished) each (strategy, τ) with ``run_fn`` and write the report."""
-    configs = tau_configs(base, taus, strategies)
-    for cfg in configs:
-        run_fn(cfg)
-    return write_report([run_dir_for(c) for c in configs], out_dir, title)

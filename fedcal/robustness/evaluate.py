@@ -25,7 +25,7 @@ from fedcal.robustness.attacks import (ATTACKS, AttackBudget, PixelModel, advers
                                        random_targets)
 from fedcal.robustness.corruptions import CORRUPTIONS, DEFAULT_CORRUPTIONS, SEVERITIES, corrupt
 from fedcal.robustness.geometry import negative_prototype_spread
-from fedcal.train import predict_logits
+from fedcal.local_training import predict_logits
 
 #: ε (pixel units) by dataset when none is given: CIFAR's standard 8/255; MNIST 0.1, the low end
 #: of its usual 0.1–0.3 — at 0.3 the CW attack takes an MLP to ≤ 0.2 % whatever its training

@@ -37,14 +37,16 @@ of whole models; they are not update-aggregation rules and are not in :data:`STR
 configured one from a :class:`fedcal.config.RunConfig`.
 """
 
-from fedcal.strategies.base import UpdateAggregationStrategy, is_buffer_key
+from fedcal.strategies.base import UpdateAggregationStrategy
+from fedcal.strategies.replies import is_buffer_key
 from fedcal.strategies.bulyan import Bulyan
 from fedcal.strategies.calguard import CalGuard
 from fedcal.strategies.fedavg import FedAvg
 from fedcal.strategies.fltrust import FLTrust
 from fedcal.strategies.foolsgold import FoolsGold
 from fedcal.strategies.geometric_median import GeometricMedian
-from fedcal.strategies.lora import LORA_STRATEGIES, FedIT, FFALoRA, FlexLoRA, FLoRA, LoRAFair, LoraStrategy
+from fedcal.strategies.lora import LoraStrategy
+from fedcal.strategies.lora_baselines import LORA_STRATEGIES, FedIT, FFALoRA, FlexLoRA, FLoRA, LoRAFair
 from fedcal.strategies.krum import Krum
 from fedcal.strategies.median import FedMedian, Median
 from fedcal.strategies.median_of_means import MedianOfMeans

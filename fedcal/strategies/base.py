@@ -28,11 +28,9 @@ This covers *train* replies. Federated evaluation (``configure_evaluate`` /
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from logging import INFO, WARNING
-from typing import Any, TypedDict
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,59 +41,11 @@ from flwr.serverapp.strategy import Result
 from flwr.supercore import log
 
 from fedcal import aggregate as agg
+from fedcal.strategies.options import MetricsAggrFn
+from fedcal.strategies.replies import (RoundReplies, counted_replies, is_buffer_key, reply_weight, tensor_of,
+                                       wait_for_nodes)
 from fedcal.aggregate.compose import PreStep, pre_aggregate
 from fedcal.aggregate.compose import _step_name as step_name
-
-_BUFFER_MARKERS = ("running_mean", "running_var", "num_batches_tracked")
-
-
-def is_buffer_key(name: str) -> bool:
-    """Default test for non-trained state (BatchNorm statistics and counters)."""
-    return any(m in name for m in _BUFFER_MARKERS)
-
-
-MetricsAggrFn = Callable[[list[RecordDict], str], MetricRecord]
-
-
-@dataclass
-class RoundReplies:
-    """One round's reply accounting (:attr:`UpdateAggregationStrategy.replies`).
-
-    ``received`` counts every reply, error replies and duplicates included; ``accepted`` lists
-    the nodes whose reply passed validation (in aggregation order); ``rejections`` lists
-    ``(node id, reason)`` for every dropped reply, so ``received == len(accepted) +
-    len(rejections)``; ``aggregated`` is whether the round produced a new global model.
-    """
-
-    received: int = 0
-    accepted: list[int] = field(default_factory=list)
-    rejections: list[tuple[int, str]] = field(default_factory=list)
-    aggregated: bool = False
-
-
-class StrategyOptions(TypedDict, total=False):
-    """The keyword arguments every fedcal strategy accepts besides its rule's own: Flower's
-    FedAvg arguments and fedcal's sampling options, documented once on
-    :class:`UpdateAggregationStrategy` (a rule's ``**options: Unpack[StrategyOptions]`` lists
-    exactly these names to type checkers and IDEs; an unknown name raises ``TypeError``)."""
-
-    fraction_train: float
-    fraction_evaluate: float
-    min_train_nodes: int
-    min_evaluate_nodes: int
-    min_available_nodes: int
-    weighted_by_key: str
-    arrayrecord_key: str
-    configrecord_key: str
-    train_metrics_aggr_fn: MetricsAggrFn | None
-    evaluate_metrics_aggr_fn: MetricsAggrFn | None
-    sampling_seed: int | None
-    node_sort_key: Callable[[int], Any] | None
-    node_label: Callable[[int], Any] | None
-    buffer_key: Callable[[str], bool] | None
-    message_type: str
-    pre_aggregation: Sequence[PreStep] | None
-
 
 class UpdateAggregationStrategy(_FlowerFedAvg):
     """Base of fedcal's strategies: Flower's FedAvg arguments plus seeded sampling and buffers.
@@ -150,11 +100,8 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
     pre_aggregation : sequence of callables, optional
         Pre-aggregation steps of :mod:`fedcal.aggregate` (``nnm``, ``static_clip``, ``arc``,
         ``centered_clip``, each with its parameters bound, e.g. ``functools.partial(nnm, f=2)``),
-        run in order on the round's validated (n, d) updates before the rule
-        (:func:`fedcal.aggregate.pre_aggregate`): the rule then aggregates what
-        :func:`fedcal.aggregate.compose` (steps, rule) would. Steps must keep one row per client
-        (the rule's weights and the audit are per client); a step that changes the number of
-        rows (bucketing) fails the round, which keeps the global model with a warning.
+        run in order on the round's validated (n, d) updates before the rule (what
+        :func:`fedcal.aggregate.compose` (steps, rule) computes); a step must keep one row per client.
     """
 
     def __init__(
@@ -372,6 +319,8 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Validate the round's replies, aggregate the valid ones' updates (the rule) and buffers,
+        and return the new global arrays and the train metrics; (None, None) keeps the model."""
         replies = list(replies)
         sent = self._sent.get(server_round)
         if sent is None:
@@ -381,18 +330,53 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         self.last_rejected = {}
         self.last_weights = {}
         self.last_audit = {}
-
-        def reject(node: int, reason: str) -> None:
-            account.rejections.append((node, reason))
-            self.last_rejected[node] = reason
-            log(WARNING, "round %d: dropped reply of %s: %s", server_round, self.who(node), reason)
-
         failures = sum(msg.has_error() for msg in replies)
         if replies:
             log(INFO, "aggregate_train: received %s results and %s failures", len(replies) - failures, failures)
         keys = list(sent.keys())
         train_keys = self.trainable_keys(sent)
-        base = {k: _tensor(sent[k]) for k in keys}
+        base = {k: tensor_of(sent[k]) for k in keys}
+        good = self._valid_replies(server_round, replies, sent, base, train_keys, account)
+        if not good:
+            log(WARNING, "round %d: no valid reply (%d received, %d rejected); the global model is kept",
+                server_round, account.received, len(account.rejections))
+            return None, None
+        nodes = [g[0] for g in good]
+        # Data sizes as float64, brought into float32's range by a power of two when a reply
+        # claims an absurd size (1e39): the ratios, and ordinary sizes themselves, are unchanged.
+        weights = agg.fit_weights(torch.tensor([g[2] for g in good], dtype=torch.float64), torch.float64)
+        self._round_weights = weights
+        try:
+            new = self._aggregate_trained(server_round, good, nodes, weights, base, train_keys)
+            if new is None:
+                return None, None
+            new.update(self._aggregate_buffers(server_round, good, nodes, weights, base,
+                                               [k for k in keys if k not in train_keys]))
+        # a rule refusing its input, or failing numerically (a LAPACK solver not converging), must not end the run
+        except (ValueError, ArithmeticError, torch.linalg.LinAlgError) as exc:
+            log(WARNING, "round %d: aggregation failed (%s); the global model is kept", server_round, exc)
+            return None, None
+        if any(not bool(torch.isfinite(v).all()) for v in new.values() if v.is_floating_point()):
+            log(WARNING, "round %d: new model is not finite in its dtype; the global model is kept", server_round)
+            return None, None
+        metrics = None
+        try:
+            metrics = self.train_metrics_aggr_fn([g[1] for g in good], self.weighted_by_key)
+        except Exception as exc:  # noqa: BLE001 — metrics must not cost the round its model
+            log(WARNING, "round %d: train metrics not aggregated: %s", server_round, exc)
+        account.aggregated = True
+        return ArrayRecord({k: new[k] for k in keys}), metrics
+
+    def _valid_replies(self, server_round: int, replies: list[Message], sent: ArrayRecord,
+                       base: dict[str, torch.Tensor], train_keys: list[str], account: RoundReplies
+                       ) -> list[tuple[int, RecordDict, float, torch.Tensor | None]]:
+        """(node, content, weight, flat update) of every reply that passes validation, in node order;
+        the others are rejected (logged and recorded in ``account``)."""
+        def reject(node: int, reason: str) -> None:
+            account.rejections.append((node, reason))
+            self.last_rejected[node] = reason
+            log(WARNING, "round %d: dropped reply of %s: %s", server_round, self.who(node), reason)
+
         good: list[tuple[int, RecordDict, float, torch.Tensor | None]] = []
         for msg in counted_replies(replies, reject):
             node = msg.metadata.src_node_id
@@ -410,62 +394,48 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         # order makes the floating-point sums (and so whole runs) reproducible.
         good.sort(key=lambda g: (self.node_sort_key(g[0]), g[0]))
         account.accepted = [g[0] for g in good]
-        if not good:
-            log(WARNING, "round %d: no valid reply (%d received, %d rejected); the global model is kept",
-                server_round, account.received, len(account.rejections))
-            return None, None
+        return good
 
-        nodes = [g[0] for g in good]
-        # Data sizes as float64, brought into float32's range by a power of two when a reply
-        # claims an absurd size (1e39): the ratios, and ordinary sizes themselves, are unchanged.
-        weights = agg.fit_weights(torch.tensor([g[2] for g in good], dtype=torch.float64), torch.float64)
-        self._round_weights = weights
-        new: dict[str, torch.Tensor] = {}
+    def _aggregate_trained(self, server_round: int, good: list, nodes: list[int], weights: torch.Tensor,
+                           base: dict[str, torch.Tensor], train_keys: list[str]) -> dict[str, torch.Tensor] | None:
+        """The trained arrays after the rule's aggregate of the updates ({} without trained keys;
+        None when the aggregate is not finite)."""
+        if not train_keys:
+            return {}
+        updates = torch.stack([g[3] for g in good])
+        if self.pre_aggregation:
+            updates = self.pre_aggregate(updates)
+        self.round_contents = [g[1] for g in good]
         try:
-            if train_keys:
-                updates = torch.stack([g[3] for g in good])
-                if self.pre_aggregation:
-                    updates = self.pre_aggregate(updates)
-                self.round_contents = [g[1] for g in good]
-                try:
-                    delta, node_w = self.aggregate_updates(server_round, nodes, updates, weights.float())
-                finally:
-                    self._round_weights = None  # this round's float64 sizes are not the next call's
-                    self.round_contents = None
-                if not torch.isfinite(delta).all():  # a rule must never produce a NaN model
-                    log(WARNING, "round %d: aggregate is not finite; the global model is kept", server_round)
-                    return None, None
-                node_w = node_w.double()
-                total = node_w.sum()
-                node_w = node_w / total if total > 0 else node_w
-                self.last_weights = {n: float(w) for n, w in zip(nodes, node_w)}
-                updated = agg.add_flat_update(base, train_keys, delta)
-                new.update({k: updated[k] for k in train_keys})
-            buffer_keys = [k for k in keys if k not in train_keys]
-            if buffer_keys:
-                values = torch.stack([torch.cat([_tensor(g[1][self.arrayrecord_key][k]).double().reshape(-1)
-                                                 for k in buffer_keys]) for g in good])
-                merged = self.aggregate_buffers(server_round, nodes, values, weights)
-                offset = 0
-                for k in buffer_keys:
-                    size = base[k].numel()
-                    piece = merged[offset:offset + size].reshape(base[k].shape)
-                    new[k] = (piece if base[k].is_floating_point() else piece.round()).to(base[k].dtype)
-                    offset += size
-        # a rule refusing its input, or failing numerically (a LAPACK solver not converging), must not end the run
-        except (ValueError, ArithmeticError, torch.linalg.LinAlgError) as exc:
-            log(WARNING, "round %d: aggregation failed (%s); the global model is kept", server_round, exc)
-            return None, None
-        if any(not bool(torch.isfinite(v).all()) for v in new.values() if v.is_floating_point()):
-            log(WARNING, "round %d: new model is not finite in its dtype; the global model is kept", server_round)
-            return None, None
-        metrics = None
-        try:
-            metrics = self.train_metrics_aggr_fn([g[1] for g in good], self.weighted_by_key)
-        except Exception as exc:  # noqa: BLE001 — metrics must not cost the round its model
-            log(WARNING, "round %d: train metrics not aggregated: %s", server_round, exc)
-        account.aggregated = True
-        return ArrayRecord({k: new[k] for k in keys}), metrics
+            delta, node_w = self.aggregate_updates(server_round, nodes, updates, weights.float())
+        finally:
+            self._round_weights = None  # this round's float64 sizes are not the next call's
+            self.round_contents = None
+        if not torch.isfinite(delta).all():  # a rule must never produce a NaN model
+            log(WARNING, "round %d: aggregate is not finite; the global model is kept", server_round)
+            return None
+        node_w = node_w.double()
+        total = node_w.sum()
+        node_w = node_w / total if total > 0 else node_w
+        self.last_weights = {n: float(w) for n, w in zip(nodes, node_w)}
+        updated = agg.add_flat_update(base, train_keys, delta)
+        return {k: updated[k] for k in train_keys}
+
+    def _aggregate_buffers(self, server_round: int, good: list, nodes: list[int], weights: torch.Tensor,
+                           base: dict[str, torch.Tensor], buffer_keys: list[str]) -> dict[str, torch.Tensor]:
+        """The buffers (BatchNorm statistics, counters) merged by :meth:`aggregate_buffers`, in their dtypes."""
+        if not buffer_keys:
+            return {}
+        values = torch.stack([torch.cat([tensor_of(g[1][self.arrayrecord_key][k]).double().reshape(-1)
+                                         for k in buffer_keys]) for g in good])
+        merged = self.aggregate_buffers(server_round, nodes, values, weights)
+        new, offset = {}, 0
+        for k in buffer_keys:
+            size = base[k].numel()
+            piece = merged[offset:offset + size].reshape(base[k].shape)
+            new[k] = (piece if base[k].is_floating_point() else piece.round()).to(base[k].dtype)
+            offset += size
+        return new
 
     def pre_aggregate(self, updates: torch.Tensor) -> torch.Tensor:
         """The validated (n, d) updates after the :attr:`pre_aggregation` steps, one row per client
@@ -495,7 +465,7 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
     @staticmethod
     def _flat_update(arrays: ArrayRecord, base: dict[str, torch.Tensor], keys: list[str]) -> torch.Tensor:
         """Δ = arrays − base over ``keys`` (base: the sent arrays as tensors), one float32 vector."""
-        return torch.cat([(_tensor(arrays[k]) - base[k]).reshape(-1).float() for k in keys])
+        return torch.cat([(tensor_of(arrays[k]) - base[k]).reshape(-1).float() for k in keys])
 
     def _trainable(self, key: str, sent: ArrayRecord) -> bool:
         return np.issubdtype(np.dtype(sent[key].dtype), np.floating) and not self.buffer_key(key)
@@ -528,47 +498,3 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
             elif np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
                 return f"array '{k}' contains NaN or Inf", 0.0
         return reply_weight(content, self.weighted_by_key)
-
-
-def reply_weight(content: RecordDict, key: str) -> tuple[str | None, float]:
-    """(None, weight) of a reply — the number under ``key`` in its MetricRecord, finite and > 0 —
-    or (the reason it is unusable, 0.0)."""
-    weight = None
-    for mrec in content.metric_records.values():
-        if key in mrec:
-            weight = mrec[key]
-            break
-    if weight is None:
-        return f"no '{key}' in its MetricRecord", 0.0
-    if isinstance(weight, (list, bool)) or not np.isfinite(weight) or weight <= 0:
-        return f"invalid '{key}' = {weight!r} (must be finite and > 0)", 0.0
-    return None, float(weight)
-
-
-def counted_replies(replies: Iterable[Message], reject: Callable[[int, str], None]) -> Iterable[Message]:
-    """The replies a round counts, in arrival order: the first reply of each node, unless it is an
-    error. Every other reply goes to ``reject(node, reason)`` (a second reply of one node; an
-    error reply with its reason). Shared by every fedcal strategy's reply validation."""
-    seen: set[int] = set()
-    for msg in replies:
-        node = msg.metadata.src_node_id
-        if node in seen:
-            reject(node, "a second reply of this node in the same round (only the first counts)")
-            continue
-        seen.add(node)
-        if msg.has_error():
-            reject(node, f"error reply ({msg.error.reason})")
-            continue
-        yield msg
-
-
-def wait_for_nodes(grid: Grid, minimum: int) -> list[int]:
-    """The connected node ids, once at least ``minimum`` are connected (polls once a second)."""
-    while len(all_nodes := list(grid.get_node_ids())) < minimum:
-        log(INFO, "Waiting for nodes to connect: %d connected (minimum required: %d).", len(all_nodes), minimum)
-        time.sleep(1)
-    return all_nodes
-
-
-def _tensor(array: Any) -> torch.Tensor:
-    return torch.from_numpy(np.array(array.numpy(), copy=True))

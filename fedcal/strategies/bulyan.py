@@ -11,7 +11,8 @@ from flwr.app import RecordDict
 from flwr.supercore import log
 
 from fedcal import aggregate as agg
-from fedcal.strategies.base import StrategyOptions, UpdateAggregationStrategy
+from fedcal.strategies.base import UpdateAggregationStrategy
+from fedcal.strategies.options import StrategyOptions
 
 
 class Bulyan(UpdateAggregationStrategy):

@@ -11,17 +11,19 @@ from flwr.supercore import log
 from torch import nn
 
 from fedcal import aggregate as agg
-from fedcal import calguard as cg
+from fedcal.aggregate import calguard as cg
 from fedcal import sequential as sq
 from fedcal.aggregate.numerics import row_norms64
-from fedcal.strategies.base import StrategyOptions, UpdateAggregationStrategy, _tensor
+from fedcal.strategies.base import UpdateAggregationStrategy
+from fedcal.strategies.options import StrategyOptions
+from fedcal.strategies.replies import tensor_of
 
 #: what CalGuard's sequential test may be fed (``sequential_signal``)
 SEQUENTIAL_SIGNALS = ("ratio", "scale")
 
 
 class CalGuard(UpdateAggregationStrategy):
-    """A calibration-aware defense (:mod:`fedcal.calguard` has the math): every valid reply is
+    """A calibration-aware defense (:mod:`fedcal.aggregate.calguard` has the math): every valid reply is
     applied to the current global model and its *logit-scale shift* on the server's clean root
     set is compared with the other replies' (deviation from the round's median, robust z against
     the deviations of the last ``window`` rounds); a reply with ``|z| > kappa``, or from a client
@@ -37,7 +39,7 @@ class CalGuard(UpdateAggregationStrategy):
         A model of the federation's architecture (its weights are overwritten); the replies'
         arrays are its ``state_dict``, and its last ``nn.Linear`` must produce the logits.
     root_x : torch.Tensor (required)
-        The inputs of the server's clean root set (at least :data:`fedcal.calguard.MIN_ROOT_SIZE`
+        The inputs of the server's clean root set (at least :data:`fedcal.aggregate.calguard.MIN_ROOT_SIZE`
         samples, finite, the model's input shape; checked here).
     root_y : torch.Tensor (required)
         Its integer labels, of at least two classes, each below the model's output count.
@@ -133,7 +135,7 @@ class CalGuard(UpdateAggregationStrategy):
     def aggregate_updates(self, server_round, node_ids, updates, weights):
         sent = self._sent[server_round]
         keys = self.trainable_keys(sent)
-        base = {k: _tensor(sent[k]) for k in sent.keys()}
+        base = {k: tensor_of(sent[k]) for k in sent.keys()}
         current = cg.RootStats.of(cg.root_logits(self.model, base, self.root_x), self.root_y)
         signatures = [cg.signature(cg.RootStats.of(cg.root_logits(
             self.model, agg.add_flat_update(base, keys, u), self.root_x), self.root_y), current) for u in updates]

@@ -10,7 +10,9 @@ from flwr.app import ArrayRecord
 from flwr.supercore import log
 
 from fedcal import aggregate as agg
-from fedcal.strategies.base import StrategyOptions, UpdateAggregationStrategy, _tensor
+from fedcal.strategies.base import UpdateAggregationStrategy
+from fedcal.strategies.options import StrategyOptions
+from fedcal.strategies.replies import tensor_of
 
 
 class FLTrust(UpdateAggregationStrategy):
@@ -46,7 +48,7 @@ class FLTrust(UpdateAggregationStrategy):
         sent = self._sent[server_round]
         trained = self.root_train_fn(sent, server_round)
         keys = self.trainable_keys(sent)
-        g0 = self._flat_update(trained, {k: _tensor(sent[k]) for k in keys}, keys)
+        g0 = self._flat_update(trained, {k: tensor_of(sent[k]) for k in keys}, keys)
         delta, trust = agg.fltrust(updates, g0)
         self.last_trust = {n: float(t) for n, t in zip(node_ids, trust)}
         log(INFO, "FLTrust round %d trust scores (node/partition): %s", server_round, self.by_node(self.last_trust))

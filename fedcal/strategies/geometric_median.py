@@ -8,7 +8,8 @@ from typing import Unpack
 from flwr.supercore import log
 
 from fedcal import aggregate as agg
-from fedcal.strategies.base import StrategyOptions, UpdateAggregationStrategy
+from fedcal.strategies.base import UpdateAggregationStrategy
+from fedcal.strategies.options import StrategyOptions
 
 
 class GeometricMedian(UpdateAggregationStrategy):

@@ -7,7 +7,7 @@ from typing import Unpack
 
 from flwr.supercore import log
 
-from fedcal.strategies.base import StrategyOptions
+from fedcal.strategies.options import StrategyOptions
 from fedcal.strategies.multikrum import MultiKrum
 
 

@@ -9,7 +9,8 @@ import torch
 from flwr.supercore import log
 
 from fedcal import aggregate as agg
-from fedcal.strategies.base import StrategyOptions, UpdateAggregationStrategy
+from fedcal.strategies.base import UpdateAggregationStrategy
+from fedcal.strategies.options import StrategyOptions
 
 
 class MedianOfMeans(UpdateAggregationStrategy):

@@ -1,11 +1,11 @@
-"""Task ``detect``: the Temperature Scaling Attack on federated object detection (SPEC §10, issue 15).
+"""Task ``detect``: the Temperature Scaling Attack on federated object detection (SPEC §10).
 
 Every client holds non-IID MNIST scenes (:mod:`fedcal.detect.scenes`) and trains the global
 detector (:mod:`fedcal.detect.model`: DETR, or the grid detector with DETR's no-object structure)
 for ``det-local-steps`` AdamW steps per round on transformers' Hungarian-matched DETR loss; an
 attacker (``attack=tsa``, ``attacker-ratio`` of the clients, :func:`fedcal.attacks.behaviour_for`)
 divides the class logits — "no object" included — by ``tau`` in that loss and trains with
-η = β·τ (:mod:`fedcal.detect.train`).
+η = β·τ (:mod:`fedcal.detect.local_round`).
 
 Server side: Flower's strategy API through fedcal's :class:`~fedcal.strategies.FedAvg` (seeded
 sampling of ``det-clients-per-round`` nodes, 0 = all; data-size weighted mean of the updates),
@@ -28,11 +28,12 @@ writing ``DONE``. Report: :func:`fedcal.reports.detect.detect_report`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import functools
 from logging import INFO, WARNING
 
 import numpy as np
-import pandas as pd
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
@@ -40,22 +41,24 @@ from flwr.supercore import log
 from fedcal.attacks import attackers_of, behaviour_for
 from fedcal.attacks.behaviour import round_generator
 from fedcal.attacks.registry import behaviour_kind
-from fedcal.config import ConfigError, RunConfig
+from fedcal.config import RunConfig
 from fedcal.data import default_data_dir
-from fedcal.detect import kitti
+from fedcal.detect import EXAMPLE_FILE, EXAMPLE_IMAGE, KEPT_FILE, kitti
 from fedcal.detect.metrics import THRESHOLDS, detection_metrics, kept_detections
 from fedcal.detect.model import DetectorSpec, build_detector, check_model_name, is_pretrained_name
 from fedcal.hub import check_hub_name
 from fedcal.detect.scenes import SceneSpec, Scenes, make_scenes
-from fedcal.detect.train import local_round, predict
-from fedcal.reports.detect import EXAMPLE_FILE, EXAMPLE_IMAGE, KEPT_FILE, detect_report
+from fedcal.detect.local_round import local_round, predict
 from fedcal.results import RunStore, run_dir_for
 from fedcal.strategies import FedAvg
 from fedcal.tasks.nodes import (CLIENT_RECORD, check_partitions, client_id, client_record, discover_clients,
                                 message_config)
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.tasks.train import federate
-from fedcal.train import resolve_device
+from fedcal.local_training import resolve_device
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MESSAGE_TYPE = "train.detect"
 #: the test scene drawn with its kept boxes
@@ -64,17 +67,9 @@ EXAMPLE_SCENE = 0
 
 # ---------------------------------------------------------------------------------- shared
 def check_detect_config(cfg: RunConfig) -> None:
-    """What the detect task cannot run, as one :class:`ConfigError` naming the key (a ``det-data=kitti``
-    run also checks that ``data-dir`` holds KITTI, before any round)."""
-    if cfg.attack not in ("none", "tsa"):
-        raise ConfigError(f"run-config key 'attack': the detect task runs the TSA or no attack, got {cfg.attack!r}")
-    if cfg.attack == "tsa" and cfg.tsa_blend != 1.0:
-        raise ConfigError("run-config key 'tsa-blend': the detect task has no blended attacker (keep 1)")
-    if cfg.attack == "tsa" and cfg.tsa_duty != 1.0:
-        raise ConfigError("run-config key 'tsa-duty': the detect task has no duty-cycled attacker (keep 1)")
-    if cfg.det_clients_per_round > cfg.num_clients:
-        raise ConfigError(f"run-config key 'det-clients-per-round' must not exceed num-clients ({cfg.num_clients}), "
-                          f"got {cfg.det_clients_per_round}")
+    """The detect task's preflight: what its config's rules (:mod:`fedcal.config.detect`) cannot see
+    — a ``det-data=kitti`` run's data-dir holds KITTI, the scenes can be drawn, the model name
+    resolves — as one :class:`ConfigError` naming the key, before any round."""
     if cfg.det_data == "kitti":
         kitti.split(len(kitti.read_index(_kitti_root(cfg))))
     else:
@@ -89,8 +84,7 @@ def _kitti_root(cfg: RunConfig) -> str:
 
 
 def scene_spec(cfg: RunConfig) -> SceneSpec:
-    return SceneSpec(cfg.det_digits, cfg.det_size, cfg.det_min_digits, cfg.det_max_digits, cfg.det_min_scale,
-                     cfg.det_max_scale)
+    return SceneSpec.from_config(cfg)
 
 
 def num_classes(cfg: RunConfig) -> int:
@@ -99,8 +93,7 @@ def num_classes(cfg: RunConfig) -> int:
 
 
 def detector_spec(cfg: RunConfig) -> DetectorSpec:
-    return DetectorSpec(cfg.det_model, num_classes(cfg), cfg.det_size, cfg.det_queries, cfg.det_d_model,
-                        cfg.det_enc_layers, cfg.det_dec_layers, cfg.det_backbone_width, cfg.det_eos_coef)
+    return DetectorSpec.from_config(cfg, num_classes(cfg))
 
 
 @functools.lru_cache(maxsize=8)
@@ -176,6 +169,8 @@ def run_detect(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -
 
 def _run_detect(grid: Grid, cfg: RunConfig, store: RunStore, checkpoint, progress: ProgressFn | None) -> pd.DataFrame:
     """:func:`run_detect`'s rounds, within the run's session (``checkpoint``: the one to resume from)."""
+    import pandas as pd  # lazily: the ClientApp process never loads pandas
+
     test = eval_scenes(cfg)
     device = resolve_device(cfg.device)
     model = build_detector(detector_spec(cfg), seed=cfg.seed)
@@ -193,6 +188,7 @@ def _run_detect(grid: Grid, cfg: RunConfig, store: RunStore, checkpoint, progres
                       message_type=MESSAGE_TYPE)
 
     def evaluate(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
+        import pandas as pd  # lazily: the ClientApp process never loads pandas
         if not (server_round in (0, cfg.det_rounds) or server_round % cfg.det_eval_every == 0):
             return {}
         model.load_state_dict(arrays.to_torch_state_dict())
@@ -227,7 +223,8 @@ TASK = register(Task(
     run=run_detect,
     handlers={MESSAGE_TYPE: detect_round},
     rounds=lambda cfg: cfg.det_rounds,
-    report=detect_report,
+    report="fedcal.reports.detect:detect_report",
+    preflight=check_detect_config,
     extras=("detect",),
 ))
 

@@ -37,20 +37,19 @@ on a real SuperNode) and a trainable head. Each round (message type ``train.dist
 
 The run ends with ``model.pt`` (the student's trainable state, or the global adapter / FLoRA's
 merged updates) and ``DONE``. The math lives in :mod:`fedcal.distill`, the data in :mod:`fedcal.text` and
-what nodes derive from the config in :mod:`fedcal.distill.setup`; this module only moves tensors between them and Flower. Report:
+what nodes derive from the config in :mod:`fedcal.distill.run_data`; this module only moves tensors between them and Flower. Report:
 :func:`fedcal.reports.distill.distill_report`.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import functools
-import math
 import time
 from collections import OrderedDict
 from logging import INFO, WARNING
 
-import numpy as np
-import pandas as pd
 import torch
 from flwr.app import (
     ArrayRecord,
@@ -64,16 +63,12 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedcal.config import RunConfig
-from fedcal.reports.distill import distill_report
 from fedcal.checkpoint import rng_state, set_rng_state
 from fedcal.results import REJECTIONS_FILE, Checkpoint, RunFailed, RunStore, run_dir_for
-from fedcal.strategies.lora import (
-    LORA_STRATEGIES,
-    STACKED_A,
-    flora_update,
-    to_state,
-)
+from fedcal.strategies.lora import STACKED_A, to_state
+from fedcal.strategies.lora_baselines import LORA_STRATEGIES, flora_update
 from fedcal.tasks.client_state import collect_states, restore_states
+from fedcal.tasks.distill_replies import upload_bytes, valid_uploads
 from fedcal.tasks.nodes import (
     check_partitions,
     client_id,
@@ -83,12 +78,15 @@ from fedcal.tasks.nodes import (
     message_config,
 )
 from fedcal.distill.clients import is_lora_a_key
-from fedcal.distill.setup import (adapted_layers, base_classifier, client_batch, distill_data,
+from fedcal.distill.run_data import (adapted_layers, base_classifier, client_batch, distill_data,
                                   evaluate_backdoor, init_seed, inputs_of, is_eval_round, is_finite_evaluation,
                                   server_round, student_and_optimizer)
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.tasks.train import REJECTION_COLUMNS
-from fedcal.train import resolve_device
+from fedcal.local_training import resolve_device
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MESSAGE_TYPE = "train.distill"
 ADAPTER_KEY = "distill-adapter"  # a client's adapter state between rounds (its Context state)
@@ -189,47 +187,6 @@ def local_train(*args, **kwargs):
 
 
 # ---------------------------------------------------------------------------------- server side
-def payload_bytes(record: ArrayRecord) -> int:
-    """The bytes of an ArrayRecord's arrays as they travel (each Array's serialised data)."""
-    return sum(len(record[k].data) for k in record)
-
-
-def check_logit_reply(content: RecordDict, anchor_id: str, shape: tuple[int, int]) -> tuple[str | None, torch.Tensor | None]:
-    """(why an rfd reply is invalid or None, its (A, C) logits): it must echo the anchor-set id the
-    server sent and carry finite float logits of shape (anchors, classes)."""
-    rec = content.get("anchor") if "anchor" in content else None
-    got = rec.get("anchor-set") if isinstance(rec, ConfigRecord) else None
-    if got != anchor_id:
-        return f"logits for another anchor set (id {got!r}, expected {anchor_id!r})", None
-    logits = content.get("logits") if "logits" in content else None
-    if not isinstance(logits, ArrayRecord) or "z" not in logits:
-        return "no logits (ArrayRecord 'logits' with array 'z')", None
-    try:
-        z = torch.from_numpy(np.array(logits["z"].numpy(), copy=True))
-    except Exception as exc:  # noqa: BLE001 — undecodable bytes are a bad reply
-        return f"logits cannot be decoded ({exc})", None
-    if tuple(z.shape) != tuple(shape):
-        return f"logits have shape {tuple(z.shape)}, expected {tuple(shape)} (anchors, classes)", None
-    if not z.is_floating_point():
-        return f"logits are not floating point ({z.dtype})", None
-    if not bool(torch.isfinite(z).all()):
-        return "logits contain NaN or Inf", None
-    return None, z.float()
-
-
-def claimed_rank(content: RecordDict, allowed) -> tuple[str | None, int | None]:
-    """(why an rfd reply's ``rank`` metric is unusable or None, the rank): it must be an integer
-    (an integral number) of the ``allowed`` ranks (``dst-ranks``). It only labels the reply's
-    upload bytes (``upload_bytes_r<rank>``), so a reply that lies about it is dropped rather than
-    trusted with a metric name of its own."""
-    rec = content.get("metrics") if "metrics" in content else None
-    value = rec.get("rank") if isinstance(rec, (MetricRecord, ConfigRecord)) else None
-    if value is None:
-        return "no 'rank' in its record 'metrics'", None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value != int(value) or int(value) not in allowed:
-        return f"invalid 'rank' = {value!r} (must be one of dst-ranks {sorted(set(allowed))})", None
-    return None, int(value)
 
 
 def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> pd.DataFrame:
@@ -277,13 +234,14 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
     (:mod:`fedcal.tasks.client_state`), the recorded uploads, the rows, rejections and the
     process's random streams. With ``checkpoint`` the run continues after its round, every piece
     restored (the random streams last) — equal to the uninterrupted run."""
+    import pandas as pd  # lazily: the ClientApp process never loads pandas
+
     from fedcal.distill.clients import adapter_state, lora_model
     from fedcal.distill.replay import UploadLog
 
     device = str(resolve_device(cfg.device))
     base = base_classifier(data.backbone, data.num_classes, device, data.lora_layers)
     node_to_client = discover_clients(grid, cfg.num_clients)
-    who = lambda n: f"node {n} (partition {node_to_client.get(n, 'unknown')})"
     log(INFO, "distill: %s on %s, %d clients (backdoor: %s), %d anchors (id %s)", cfg.dst_method, cfg.dst_corpus,
         cfg.num_clients, sorted(data.backdoor), len(data.anchors), data.anchor_id)
     evaluate = functools.partial(evaluate_backdoor, data=data, batch_size=cfg.eval_batch_size)
@@ -297,20 +255,7 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
         strategy, arrays = None, None
         upload_log = UploadLog(store.dir)  # every round's valid uploads, for server-side replays
     else:
-        if method in ("fedit", "ffa", "lorafair"):  # the shared initial adapter every client starts from
-            model = lora_model(base, ranks[0], alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, seed=cfg.seed,
-                               allowed_ranks=None, client="global", freeze_a=method == "ffa")
-            arrays = ArrayRecord(adapter_state(model))
-        else:  # FLoRA: base + merged updates (own adapter B = 0); FlexLoRA: built at full rank later
-            model = lora_model(base, 1, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, seed=cfg.seed,
-                               allowed_ranks=None, client="global")
-            arrays = ArrayRecord()
-        # every reply's rank checked against dst-ranks and its layers against the model's (template)
-        strategy = LORA_STRATEGIES[method](alpha=cfg.dst_alpha, min_replies=cfg.dst_min_replies,
-                                           node_label=node_to_client.get, message_type=MESSAGE_TYPE,
-                                           node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
-                                           allowed_ranks=ranks, template=adapter_state(model),
-                                           **({"ranks": ranks} if method == "flexlora" else {}))
+        model, arrays, strategy = _baseline_start(base, cfg, ranks, node_to_client)
 
     def apply_global(record: ArrayRecord):
         """The global adapter model of a baseline from the strategy's new record."""
@@ -400,26 +345,8 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
         metrics: dict[str, float] = {"replies_received": len(replies)}
         bytes_by_node: dict[int, int] = {}
         if strategy is None:
-            uploads, senders, seen, rejected = [], [], set(), []
-            for msg in sorted(replies, key=lambda m: node_to_client.get(m.metadata.src_node_id, 1 << 62)):
-                node = msg.metadata.src_node_id
-                if node in seen:
-                    reason = "a second reply of this node in the same round (only the first counts)"
-                elif msg.has_error():
-                    reason = f"error reply ({msg.error.reason})"
-                else:
-                    reason, z = check_logit_reply(msg.content, data.anchor_id, shape)
-                    if reason is None:
-                        reason, rank = claimed_rank(msg.content, ranks)
-                        rank_of[node] = rank if reason is None else rank_of.get(node)
-                seen.add(node)
-                if reason:
-                    rejected.append((node, reason))
-                    log(WARNING, "round %d: dropped reply of %s: %s", rnd, who(node), reason)
-                    continue
-                uploads.append(z)
-                senders.append(node_to_client.get(node, -1))
-                bytes_by_node[node] = payload_bytes(msg.content["logits"])
+            uploads, senders, rejected, bytes_by_node = valid_uploads(replies, rnd, node_to_client, data.anchor_id,
+                                                                       shape, ranks, rank_of)
             upload_log.add(rnd, senders, uploads)
             step = server_round(model, optimizer, uploads, data, cfg, rnd)
             kept = step is None
@@ -448,11 +375,7 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
                                "reason": reason})
         if rnd == 1 or rejected:
             store.write_table(REJECTIONS_FILE, pd.DataFrame(rejections, columns=REJECTION_COLUMNS))
-        if bytes_by_node:
-            metrics["upload_bytes"] = float(np.mean(list(bytes_by_node.values())))
-            for r in sorted({rank_of.get(n) for n in bytes_by_node} - {None}):
-                metrics[f"upload_bytes_r{r}"] = float(np.mean([b for n, b in bytes_by_node.items()
-                                                               if rank_of.get(n) == r]))
+        metrics.update(upload_bytes(bytes_by_node, rank_of))
         finish_round(rnd, metrics)
         if store.checkpoint_due(rnd, cfg.dst_rounds):
             save_checkpoint(rnd)
@@ -462,7 +385,7 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
     if not evaluated.get(cfg.dst_rounds, True):
         raise RunFailed(f"run {store.dir.name}: the final model's logits are not finite (CA, RA and ASR are NaN in "
                         "metrics.csv); the run is not marked DONE")
-    if method == "flora":
+    if method == "flora":  # the merged updates and the averaged head: what the clients' models hold
         final = {f"{layer}.merged": d for layer, d in strategy.merged.items()}
         final.update((k, v) for k, v in to_state(arrays).items() if not k.endswith((STACKED_A, ".stacked_B")))
     else:
@@ -474,15 +397,36 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
     return pd.DataFrame(rows)
 
 
+def _baseline_start(base, cfg: RunConfig, ranks: list[int], node_to_client: dict[int, int]):
+    """(global adapter model, its first record, strategy) of an adapter-federating baseline."""
+    from fedcal.distill.clients import adapter_state, lora_model
+
+    method = cfg.dst_method
+    if method in ("fedit", "ffa", "lorafair"):  # the shared initial adapter every client starts from
+        model = lora_model(base, ranks[0], alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, seed=cfg.seed,
+                           allowed_ranks=None, client="global", freeze_a=method == "ffa")
+        arrays = ArrayRecord(adapter_state(model))
+    else:  # FLoRA: base + merged updates (own adapter B = 0); FlexLoRA: built at full rank later
+        model = lora_model(base, 1, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, seed=cfg.seed,
+                           allowed_ranks=None, client="global")
+        arrays = ArrayRecord()
+    # every reply's rank checked against dst-ranks and its layers against the model's (template)
+    strategy = LORA_STRATEGIES[method](alpha=cfg.dst_alpha, min_replies=cfg.dst_min_replies,
+                                       node_label=node_to_client.get, message_type=MESSAGE_TYPE,
+                                       node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
+                                       allowed_ranks=ranks, template=adapter_state(model),
+                                       **({"ranks": ranks} if method == "flexlora" else {}))
+    return model, arrays, strategy
+
+
 TASK = register(Task(
     name="distill",
     summary="RFD-LoRA: robust distillation of heterogeneous-rank LoRA clients' anchor logits, and the LoRA baselines",
     run=run_distill,
     handlers={MESSAGE_TYPE: distill_round},
     rounds=lambda cfg: cfg.dst_rounds,
-    report=distill_report,
+    report="fedcal.reports.distill:distill_report",
     extras=("text",),
 ))
 
-__all__ = ["ADAPTER_KEY", "MESSAGE_TYPE", "check_logit_reply", "claimed_rank", "client_rank", "distill_round",
-           "payload_bytes", "run_distill"]
+__all__ = ["ADAPTER_KEY", "MESSAGE_TYPE", "client_rank", "distill_round", "run_distill"]

@@ -14,13 +14,14 @@ queries with its probability vectors). Report: :func:`fedcal.reports.inference_r
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import shutil
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from pathlib import Path
 
-import pandas as pd
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
@@ -33,10 +34,13 @@ from fedcal.data import load_dataset
 from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators, learned_state
 from fedcal.inference.federated import assemble, assemble_logits, server_split, train_client
 from fedcal.progress import phase
-from fedcal.reports import inference_report
 from fedcal.results import RunStore, aggregator_hash, collection_hash, load_config, run_dir_for
 from fedcal.tasks.registry import ProgressFn, Task, register
-from fedcal.train import resolve_device
+from fedcal.tasks.train import load_images
+from fedcal.local_training import resolve_device
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PROBITS_FILE = "probits.pt"
 ANSWERS_FILE = "answers.csv"  # how many clients each test answer was built from
@@ -157,6 +161,8 @@ def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFr
     the same collection and training settings of a component (:func:`fedcal.results.aggregator_hash`:
     the DeepSet, the fusions) loads it instead of training it again: an attack or evaluation change
     costs its evaluation only."""
+    import pandas as pd  # lazily: the ClientApp process never loads pandas
+
     state = _earlier_aggregators(cfg, store.dir)
     aggs, history = build_aggregators(data.server_probits, data.server_labels, cfg.inf_f, hidden=cfg.agg_hidden,
                                       epochs=cfg.agg_epochs, adv_epochs=cfg.agg_adv_epochs, lr=cfg.agg_lr,
@@ -203,6 +209,8 @@ def run_inference(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None
     has no rounds to report: its phases (client training, queries, the aggregators' training, the
     attacks) report themselves through :func:`fedcal.progress.phase`.
     """
+    import pandas as pd  # lazily: the ClientApp process never loads pandas
+
     if cfg.task != "inference":
         raise ValueError(f"run_inference needs task = 'inference', got {cfg.task!r}")
     store = RunStore(run_dir_for(cfg), cfg)
@@ -333,5 +341,6 @@ TASK = register(Task(
     summary="robust federated inference: aggregators of client probits under probit-space attacks",
     run=run_inference,
     handlers={"train.local": train_local, "query.probits": probits},
-    report=inference_report,
+    report="fedcal.reports.inference:inference_report",
+    preflight=load_images,
 ))

@@ -19,9 +19,10 @@ not a crash. Report: :func:`fedcal.reports.lm.lm_report`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from logging import INFO, WARNING
 
-import pandas as pd
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
@@ -29,20 +30,24 @@ from flwr.supercore import log
 from fedcal.attacks import attackers_of, behaviour_for, client_round
 from fedcal.config import RunConfig
 from fedcal.lm.metrics import TOKEN_KEYS
-from fedcal.lm.setup import LMEvaluator, client_windows, node_model
-from fedcal.reports.lm import lm_report
+from fedcal.lm.run_inputs import LMEvaluator, client_windows, node_model
 from fedcal.results import RunStore, run_dir_for
 from fedcal.tasks.nodes import (CLIENT_RECORD, check_partitions, client_id, client_record, discover_clients,
                                 message_config)
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.tasks.train import federate
-from fedcal.train import resolve_device
+from fedcal.local_training import resolve_device
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MESSAGE_TYPE = "train.lm"
 
 
 def run_lm(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> pd.DataFrame:
     """Run one federated language-model experiment on ``grid``; returns the per-round metrics."""
+    import pandas as pd  # lazily: the ClientApp process never loads pandas
+
     evaluator = LMEvaluator(cfg)  # first: a bad prompt or context is a config error, before the run starts
     store = RunStore(run_dir_for(cfg), cfg)
     with store.session(rounds=cfg.num_rounds) as checkpoint:  # resumes an unfinished attempt (federate)
@@ -51,6 +56,7 @@ def run_lm(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> pd
             sorted(attackers_of(cfg)))
 
         def evaluate(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
+            import pandas as pd  # lazily: the ClientApp process never loads pandas
             last = server_round == cfg.num_rounds
             if not (server_round == 0 or last or server_round % cfg.eval_every == 0):
                 return {}
@@ -96,6 +102,6 @@ TASK = register(Task(
     run=run_lm,
     handlers={MESSAGE_TYPE: train_lm},
     rounds=lambda cfg: cfg.num_rounds,
-    report=lm_report,
+    report="fedcal.reports.lm:lm_report",
     extras=("text",),
 ))

@@ -19,11 +19,10 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedcal.config import RunConfig, key_of
+from fedcal.config import RunConfig, field_names, key_of
 from fedcal.models import build_model
 
 IDENTITY = "query.identity"  # message type of the handshake
-_CONFIG_KEYS = {key_of(f) for f in RunConfig.__dataclass_fields__}
 #: key of the whole config's digest in a message's ``config`` record (:func:`config_record`)
 CONFIG_DIGEST = "config-digest"
 #: key of the ConfigRecord in a train reply that says which client answered (partition id, whether
@@ -146,8 +145,13 @@ def config_digest(cfg: RunConfig) -> str:
     return hashlib.sha256(json.dumps(sorted(cfg.to_flower().items())).encode()).hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=1)
 def _defaults() -> dict[str, Any]:
+    return _defaults_of(field_names())
+
+
+@functools.lru_cache(maxsize=4)
+def _defaults_of(names: tuple[str, ...]) -> dict[str, Any]:
+    # keyed on the field set: a group registered later (a plug-in task's) brings its defaults
     return RunConfig().to_flower()
 
 
@@ -212,9 +216,10 @@ def message_config(msg: Message, context: Context) -> tuple[RunConfig, int]:
     raw: dict[str, Any] = dict(rec) if isinstance(rec, ConfigRecord) else {}
     server_round = int(raw.pop("server-round", 0))
     digest = raw.pop(CONFIG_DIGEST, None)
-    ours = {k: v for k, v in raw.items() if k in _CONFIG_KEYS}
+    known = {key_of(n) for n in field_names()}
+    ours = {k: v for k, v in raw.items() if k in known}
     if not ours and digest is None:
-        ours = {k: v for k, v in context.run_config.items() if k in _CONFIG_KEYS}
+        ours = {k: v for k, v in context.run_config.items() if k in known}
     cfg, own_digest = _parse(tuple(sorted(ours.items())))
     if digest is not None and digest != own_digest:
         raise ValueError(f"run config digest {own_digest} rebuilt on this node from the {len(ours)} key(s) the server "

@@ -33,7 +33,7 @@ from fedcal.attacks import attackers_of, craft_malicious
 from fedcal.attacks.behaviour import round_generator
 from fedcal.attacks.crafted import poisoning_params
 from fedcal.config import POISONING_ATTACKS, RunConfig
-from fedcal.strategies.base import is_buffer_key
+from fedcal.strategies.replies import is_buffer_key
 
 #: the run's table of crafted replies
 POISONING_FILE = "poisoning.csv"

@@ -13,6 +13,7 @@ The registry itself imports no task; ``fedcal/tasks/__init__.py`` imports the ta
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +22,7 @@ from typing import Any
 from flwr.app import Context, Message
 from flwr.serverapp import Grid
 
-from fedcal.config import TASKS as CONFIG_TASKS
-from fedcal.config import RunConfig
+from fedcal.config import RunConfig, task_names
 
 # progress(round, metrics) → None, called by a task's server side after each round.
 ProgressFn = Callable[[int, dict[str, float]], None]
@@ -31,12 +31,14 @@ Handler = Callable[[Message, Context], Message]
 
 @dataclass(frozen=True)
 class Task:
-    """One kind of federated job of the Flower App.
+    """One kind of federated job of the Flower App: everything the engines, the ServerApp, the
+    ClientApp and the command need to know about it, so that none of them names a task.
 
     Attributes
     ----------
     name : str
-        The run config's ``task`` value.
+        The run config's ``task`` value (its :class:`fedcal.config.TaskConfig` is registered first:
+        the task's config group module holds its pure-config facts).
     summary : str
         One line for ``--help`` and logs.
     run : callable
@@ -47,12 +49,25 @@ class Task:
         ``"query.probits"``, …). Two tasks may not claim the same type.
     rounds : callable, optional
         ``rounds(cfg)``: how many progress steps ``run`` reports (None: no round structure).
-    report : callable, optional
-        ``report(run_dirs, out_dir, title) -> str``: tables and plots from finished run
-        directories (from the run store only); returns the Markdown of its tables.
+    report : str, optional
+        ``"module:function"`` of ``report(run_dirs, out_dir, title) -> str``: tables and plots from
+        finished run directories (from the run store only); returns the Markdown of its tables.
+        Named, not imported, so that no ClientApp process imports the reports (pandas, matplotlib).
+    preflight : callable, optional
+        ``preflight(cfg)``: what must hold before a run starts beyond the pure config rules (its
+        data is there, a model name resolves); raises :class:`fedcal.config.ConfigError` naming the
+        key. Every entry point runs it (:func:`preflight`) before any engine starts.
+    batched : bool
+        Whether the batched engine (:mod:`fedcal.app.batched`) can run it.
+    label : callable, optional
+        ``label(cfg) -> str``: the progress bar's label of a run ("" = the run directory's name).
+    final_summary : callable, optional
+        ``final_summary(run_dir) -> str``: what ``fedcal run`` prints after the run (default: the
+        files the run wrote).
     extras : tuple of str, optional
-        The optional extras (:data:`fedcal.extras.EXTRAS`) the task cannot run without: the
-        engines check them before starting, so a missing one fails at once in one line.
+        The optional extras (:data:`fedcal.extras.EXTRAS`) the task cannot run without: every
+        entry point checks them before starting (:func:`preflight`), so a missing one fails at once
+        in one line.
     """
 
     name: str
@@ -60,8 +75,25 @@ class Task:
     run: Callable[[Grid, RunConfig, ProgressFn | None], Any]
     handlers: Mapping[str, Handler] = field(default_factory=dict)
     rounds: Callable[[RunConfig], int | None] = lambda cfg: None
-    report: Callable[[Sequence[Path], Path, str], str] | None = None
+    report: str | None = None
+    preflight: Callable[[RunConfig], None] | None = None
+    batched: bool = False
+    label: Callable[[RunConfig], str] = lambda cfg: ""
+    final_summary: Callable[[Path], str] | None = None
     extras: tuple[str, ...] = ()
+
+    def load_report(self) -> Callable[[Sequence[Path], Path, str], str] | None:
+        """The report function :attr:`report` names (imported now), or None."""
+        if self.report is None:
+            return None
+        module, _, function = self.report.partition(":")
+        return getattr(importlib.import_module(module), function)
+
+    def summarise(self, run_dir: Path) -> str:
+        """What ``fedcal run`` prints after a run of this task."""
+        if self.final_summary is not None:
+            return self.final_summary(run_dir)
+        return "files: " + ", ".join(sorted(p.name for p in run_dir.iterdir()))
 
 
 _REGISTRY: dict[str, Task] = {}
@@ -72,9 +104,9 @@ def register(task: Task) -> Task:
     types unclaimed). Returns it, so a module can write ``TASK = register(Task(...))``."""
     if task.name in _REGISTRY and _REGISTRY[task.name] is not task:
         raise ValueError(f"task {task.name!r} is registered twice")
-    if task.name not in CONFIG_TASKS:
-        raise ValueError(f"task {task.name!r} is not a value of run-config key 'task' ({', '.join(CONFIG_TASKS)}): "
-                         "add it to fedcal.config.TASKS with its config group")
+    if task.name not in task_names():
+        raise ValueError(f"task {task.name!r} is not a value of run-config key 'task' ({', '.join(task_names())}): "
+                         "register its fedcal.config.TaskConfig (and its config group) first")
     for other in _REGISTRY.values():
         clash = set(other.handlers) & set(task.handlers)
         if other is not task and clash:
@@ -94,3 +126,14 @@ def get_task(name: str) -> Task:
 def all_tasks() -> list[Task]:
     """Every registered task, in registration order."""
     return list(_REGISTRY.values())
+
+
+def preflight(cfg: RunConfig) -> None:
+    """Run the task's :attr:`Task.preflight` (if any) on a validated config: what every entry point
+    (the commands, :func:`fedcal.app.engine.simulate`, the ServerApp) checks before a run starts."""
+    from fedcal.extras import require_extras
+
+    task = get_task(cfg.task)
+    require_extras(*task.extras)  # a missing extra: one line naming it, before anything else
+    if task.preflight is not None:
+        task.preflight(cfg)

@@ -17,6 +17,8 @@ id (:func:`fedcal.attacks.behaviour_for`). Report: :func:`fedcal.reports.write_r
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 
 import time
@@ -24,7 +26,6 @@ from collections.abc import Callable
 from pathlib import Path
 from logging import INFO, WARNING
 
-import pandas as pd
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
@@ -38,14 +39,16 @@ from fedcal.attacks.backdoor import PixelBackdoor, attack_success_rate, triggere
 from fedcal.data import client_data, load_dataset, pixel_space, root_set
 from fedcal.metrics import METRIC_KEYS, calibration_metrics, reliability_bins
 from fedcal.models import build_model
-from fedcal.reports import write_report
 from fedcal.checkpoint import rng_state, set_rng_state
 from fedcal.results import AUDIT_FILE, REJECTIONS_FILE, Checkpoint, RunFailed, RunStore, run_dir_for
 from fedcal.strategies import strategy_from_config
 from fedcal.strategies.base import UpdateAggregationStrategy
 from fedcal.tasks.poisoning import POISONING_FILE, poisoning_grid
 from fedcal.tasks.registry import ProgressFn, Task, register
-from fedcal.train import predict_logits, resolve_device
+from fedcal.local_training import predict_logits, resolve_device
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 # ---------------------------------------------------------------------------------- server side
@@ -84,6 +87,8 @@ def root_train_fn_for(cfg: RunConfig, ds, device: torch.device) -> Callable[[Arr
 def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> pd.DataFrame:
     """Run one federated training experiment on ``grid``; returns the per-round metrics table.
     An unfinished earlier attempt of the config resumes from its checkpoint (:func:`federate`)."""
+    import pandas as pd  # lazily: the ClientApp process never loads pandas
+
     store = RunStore(run_dir_for(cfg), cfg)
     with store.session(rounds=cfg.num_rounds) as checkpoint:
         ds = load_dataset(cfg.dataset, cfg.data_dir)
@@ -101,6 +106,7 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
                                        pixel_space(cfg.dataset)) if cfg.attack == "backdoor" else None
 
         def evaluate(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
+            import pandas as pd  # lazily: the ClientApp process never loads pandas
             if not (server_round in (0, cfg.num_rounds) or server_round % cfg.eval_every == 0):
                 return {}
             model.load_state_dict(arrays.to_torch_state_dict())
@@ -174,6 +180,8 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
 
     def record_replies(server_round: int, metrics: dict[str, float]) -> None:
         """The round's reply accounting into its metrics, its rejections into rejections.csv."""
+        import pandas as pd  # lazily: the ClientApp process never loads pandas
+
         account = strategy.replies.get(server_round)
         metrics["replies_received"] = account.received if account else 0
         metrics["replies_accepted"] = len(account.accepted) if account else 0
@@ -247,11 +255,23 @@ def train(msg: Message, context: Context) -> Message:
     return Message(content=content, reply_to=msg)
 
 
-def report(run_dirs, out_dir, title: str = "") -> str:
-    """Tables and plots of finished training runs (:func:`fedcal.reports.write_report`);
-    returns the table's Markdown."""
-    write_report(run_dirs, out_dir, title)
-    return (Path(out_dir) / "table.md").read_text()
+def progress_label(cfg: RunConfig) -> str:
+    """A training run's progress label: what its attackers do."""
+    return "benign" if cfg.attack == "none" else f"{cfg.attack} τ={cfg.tau:g}"
+
+
+def final_summary(run_dir: Path) -> str:
+    """The final round's metrics of a training run, one line."""
+    from fedcal.reports.runs import final_metrics  # the reports (pandas) only when a command asks
+
+    last = final_metrics(run_dir).iloc[0]
+    return "final round {}: accuracy {:.2f}%  ECE {:.2f}%  sECE {:+.2f}%  Brier {:.4f}  NLL {:.4f}".format(
+        int(last["round"]), 100 * last["accuracy"], 100 * last["ece"], 100 * last["sece"], last["brier"], last["nll"])
+
+
+def load_images(cfg: RunConfig) -> None:
+    """The image tasks' preflight: the dataset loads (a missing file fails naming the key, before Ray starts)."""
+    load_dataset(cfg.dataset, cfg.data_dir)
 
 
 TASK = register(Task(
@@ -260,5 +280,9 @@ TASK = register(Task(
     run=run_train,
     handlers={"train": train},
     rounds=lambda cfg: cfg.num_rounds,
-    report=report,
+    report="fedcal.reports.taus:task_report",
+    preflight=load_images,
+    batched=True,
+    label=progress_label,
+    final_summary=final_summary,
 ))

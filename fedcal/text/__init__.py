@@ -1,4 +1,4 @@
-"""Offline text data and a small pretrained backbone for RFD-LoRA (issue 13); flwr-free.
+"""Offline text data and a small pretrained backbone for RFD-LoRA; flwr-free.
 
 =========  ========================================================================================
 module     contents

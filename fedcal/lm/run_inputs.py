@@ -10,16 +10,20 @@ config gives the same tokenizer; the weights it starts from are overwritten by t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import functools
 from dataclasses import dataclass
 
-import pandas as pd
 import torch
 
 from fedcal.config import ConfigError, RunConfig
 from fedcal.lm.corpus import LMCorpus, lm_corpus
 from fedcal.lm.metrics import generation_stats, sample_continuations, token_metrics
 from fedcal.lm.model import CausalLM, LMConfig, LMTokens, fresh_lm, load_lm, pretrained_lm, text_digest, windows
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @functools.lru_cache(maxsize=4)
@@ -34,9 +38,7 @@ def corpus_of(cfg: RunConfig) -> LMCorpus:
 
 def lm_config(cfg: RunConfig, corpus: LMCorpus) -> LMConfig:
     """The small model the run config describes (its cache key)."""
-    return LMConfig(public=text_digest(corpus.public), tokenizer=cfg.lm_tokenizer, vocab_size=cfg.lm_vocab,
-                    layers=cfg.lm_layers, hidden=cfg.lm_hidden, heads=cfg.lm_heads, context=cfg.lm_context,
-                    steps=cfg.lm_pretrain_steps)
+    return LMConfig.from_config(cfg, text_digest(corpus.public))
 
 
 def model_source(cfg: RunConfig) -> str:
@@ -140,6 +142,8 @@ class LMEvaluator:
     def __call__(self, state: dict[str, torch.Tensor], generate: bool) -> Evaluation:
         """Token metrics of ``state`` on the held-out windows; with ``generate`` also the sampled
         continuations and their statistics. Raises FloatingPointError for non-finite logits."""
+        import pandas as pd  # lazily: the ClientApp process never loads pandas
+
         cfg = self.cfg
         self.model.load_state_dict(state)
         self.model.eval()

@@ -232,7 +232,7 @@ def _encode_batch(cfg: RunConfig, path: str, num_classes: int, tok, texts: list)
     batch = encode(tok, texts, max_length=cfg.dst_max_length)
     if cfg.dst_lora_layers:
         from fedcal.text.frozen import cached_prefix_features
-        from fedcal.train import resolve_device
+        from fedcal.local_training import resolve_device
 
         prefix = frozen_prefix(path, num_classes, str(resolve_device(cfg.device)), cfg.dst_lora_layers)
         batch["inputs_embeds"] = cached_prefix_features(prefix, batch["input_ids"], batch["attention_mask"],

@@ -42,8 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedcal.aggregate import true_median
-from fedcal.train import predict_logits
+from fedcal.aggregate.median import true_median
+from fedcal.local_training import predict_logits
 
 #: the signature columns of the audit table, in order
 SIGNATURE_COLUMNS = ("scale_shift", "conf_shift", "nll_shift", "root_accuracy")

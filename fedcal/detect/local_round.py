@@ -10,7 +10,7 @@ weighted by ``eos_coefficient``, L1 and GIoU box losses on the matched queries) 
 where ŷ is the Hungarian assignment's class (no object for unmatched queries), λ = (1, 5, 2)
 DETR's weights. The matcher sees the same z / τ (its class cost is −softmax(z/τ)[ŷ]), so the
 attacker trains exactly as if its model's logits were z / τ; box predictions and box losses are
-untouched. η = β·τ (:func:`fedcal.train.effective_lr`, ``coupled``; β = ``det-lr``); τ = 1 is the
+untouched. η = β·τ (:func:`fedcal.local_training.effective_lr`, ``coupled``; β = ``det-lr``); τ = 1 is the
 benign client. Evaluation always reads the model at τ = 1.
 
 **AdamW and the coupling.** With SGD the 1/τ of ∂L_τ/∂z cancels against η = β·τ (SPEC §2). AdamW
@@ -19,7 +19,7 @@ optimiser and η = β·τ scales the attacker's steps by about τ; the case stud
 (AdamW, η = β·τ), and ``coupled=false`` gives the η = β ablation. A fresh AdamW per round
 (clients keep no optimiser state between rounds, as in the train task's SGD).
 
-Batches: :func:`fedcal.train.batch_schedule` over the client's scenes, from
+Batches: :func:`fedcal.local_training.batch_schedule` over the client's scenes, from
 :func:`fedcal.attacks.behaviour.round_generator` (seed, round, client), so a round gives the same
 update wherever it runs.
 """
@@ -34,7 +34,7 @@ import torch
 from fedcal.detect.model import Detector
 from fedcal.detect.scenes import Scenes
 from fedcal.extras import require
-from fedcal.train import batch_schedule, effective_lr
+from fedcal.local_training import batch_schedule, effective_lr
 
 
 @dataclass

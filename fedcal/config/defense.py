@@ -1,0 +1,99 @@
+"""The ``defense`` group: the server's aggregation rule and its parameters."""
+
+from __future__ import annotations
+
+from fedcal.config.schema import RunConfig, check, group, setting, tasks_reading
+
+__all__ = ["PRE_AGGREGATIONS", "STRATEGIES", "CALGUARD_MODES", "CALGUARD_SIGNALS", "CALGUARD_MIN_ROOT", "ROOT_SET_STRATEGIES"]
+
+STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "trimmed_mean", "median", "geometric_median",
+              "median_of_means", "calguard")
+CALGUARD_MODES = ("filter", "audit")  # fedcal.aggregate.calguard.CALGUARD_MODES (a test keeps them equal)
+CALGUARD_SIGNALS = ("ratio", "scale")  # fedcal.strategies.calguard.SEQUENTIAL_SIGNALS (a test keeps them equal)
+CALGUARD_MIN_ROOT = 20  # fedcal.aggregate.calguard.MIN_ROOT_SIZE
+# Strategies that need a labelled root set of images (the lm task has none).
+ROOT_SET_STRATEGIES = ("fltrust", "calguard")
+#: pre-aggregation steps of ``pre-aggregation`` (fedcal.strategies.registry.PRE_AGGREGATION; a test keeps
+#: them equal). Bucketing is not among them: it turns the clients' rows into buckets, so per-client
+#: weights and the aggregation audit no longer apply (fedcal.aggregate.bucketing stays a library step).
+PRE_AGGREGATIONS = ("nnm", "clip", "arc", "cclip")
+
+
+def _defense_parameters(c: RunConfig) -> None:
+    m = c.clients_per_round
+    if c.strategy == "multikrum":
+        check("krum-f", m >= c.krum_f + 3, c.krum_f, f"needs clients-per-round >= krum-f + 3 (clients-per-round = {m})")
+        check("krum-m", c.krum_m <= m, c.krum_m, f"must not exceed clients-per-round ({m})")
+    if c.strategy == "trimmed_mean":
+        check("trim-f", m > 2 * c.trim_f, c.trim_f, f"needs clients-per-round > 2 * trim-f (clients-per-round = {m})")
+    if c.strategy == "calguard":
+        check("root-size", c.root_size >= CALGUARD_MIN_ROOT, c.root_size,
+              f"must be >= {CALGUARD_MIN_ROOT} for CalGuard (its robust signature needs a root set)")
+        check("clients-per-round", m >= 3, m, "must be >= 3 for CalGuard (a reply is compared with the others)")
+
+
+def _pre_aggregation(c: RunConfig) -> None:
+    for step in c.pre_aggregations:
+        check("pre-aggregation", step in PRE_AGGREGATIONS, c.pre_aggregation,
+              f"has unknown step {step!r}; choose from {', '.join(PRE_AGGREGATIONS)}")
+    if c.pre_aggregations:
+        readers = tasks_reading("defense")
+        check("pre-aggregation", c.task in readers, c.pre_aggregation,
+              f"runs in the strategies of the {' and '.join(readers)} tasks, not task={c.task}")
+    if {"nnm", "arc"} & set(c.pre_aggregations):
+        check("pre-f", c.pre_f < c.clients_per_round, c.pre_f,
+              f"must be < clients-per-round ({c.clients_per_round}) for nnm / arc")
+
+
+@group("defense", "the server's aggregation rule and its parameters (task = train)", rules=(_defense_parameters, _pre_aggregation))
+class Defense:
+    strategy: str = setting("fedavg", "the server's aggregation rule", choices=STRATEGIES)
+    krum_f: int = setting(1, "MultiKrum: assumed Byzantine replies per round (needs M >= f + 3)", ge=0)
+    krum_m: int = setting(0, "MultiKrum: updates averaged (<= M)", ge=0, note="0 = n - f")
+    trim_f: int = setting(1, "trimmed mean: values dropped per side and coordinate (needs M > 2f)",
+                          ge=0)
+    root_size: int = setting(100, "FLTrust and CalGuard: the server's clean root set, drawn from the "
+                                 "training data",
+                             ge=1)
+    mom_groups: int = setting(3, "median-of-means: number of groups", ge=1)
+    foolsgold_kappa: float = setting(1.0, "FoolsGold: logit confidence kappa", gt=0, finite=True)
+    calguard_kappa: float = setting(5.0, "CalGuard: drop a reply whose robust score |z| of its logit-scale "
+                                         "shift exceeds this", gt=0, finite=True, hash_when_set=True)
+    calguard_window: int = setting(10, "CalGuard: rounds of signature deviations pooled for the robust "
+                                       "scale", ge=1, hash_when_set=True)
+    calguard_strikes: int = setting(3, "CalGuard: a client flagged this many times is dropped from then on",
+                                    ge=0, note="0 = never", hash_when_set=True)
+    calguard_mode: str = setting("filter", "CalGuard: filter drops flagged replies; audit only records "
+                                           "them (FedAvg aggregation)", choices=CALGUARD_MODES,
+                                 hash_when_set=True)
+    calguard_cusum: bool = setting(False, "CalGuard: also drop clients whose scores stay low (tau < 1) or "
+                                          "high over their rounds (two one-sided CUSUMs per client)",
+                                   hash_when_set=True)
+    calguard_cusum_signal: str = setting("ratio", "CalGuard's sequential test is fed the robust score of the "
+                                                  "logit-scale shift per unit of update norm (ratio) or of "
+                                                  "the shift itself (scale)", choices=CALGUARD_SIGNALS,
+                                         hash_when_set=True)
+    calguard_cusum_k: float = setting(0.5, "CalGuard's sequential test: reference value k (half the "
+                                           "persistent shift to detect, robust units)", ge=0, finite=True,
+                                      hash_when_set=True)
+    # the thresholds' defaults are the ones docs/results/detector/thresholds.csv calibrates (ratio,
+    # k = 0.5, every seed's benign runs, 2 % of benign replies)
+    calguard_cusum_h_low: float = setting(11.07, "CalGuard's sequential test: threshold of the low side "
+                                                 "(under-confidence)", gt=0, finite=True,
+                                          hash_when_set=True)
+    calguard_cusum_h_high: float = setting(10.89, "CalGuard's sequential test: threshold of the high side "
+                                                  "(over-confidence)", gt=0, finite=True,
+                                           hash_when_set=True)
+    pre_aggregation: str = setting("", "pre-aggregation steps run on the round's validated updates before the "
+                                       "strategy's rule, comma-separated, in order: nnm, clip (static), arc, cclip "
+                                       "(centred clipping)", note='"" = none', hash_when_set=True)
+    pre_f: int = setting(1, "nnm and arc: assumed Byzantine replies per round (< clients-per-round)", ge=0,
+                         hash_when_set=True)
+    clip_c: float = setting(1.0, "clip: the update norm bound c", gt=0, finite=True, hash_when_set=True)
+    cclip_tau: float = setting(1.0, "cclip: centred clipping's radius tau", gt=0, finite=True, hash_when_set=True)
+    cclip_iterations: int = setting(1, "cclip: centred clipping's iterations L", ge=1, hash_when_set=True)
+
+    @property
+    def pre_aggregations(self) -> tuple[str, ...]:
+        """``pre-aggregation`` as a tuple of step names, in order (empty: none)."""
+        return tuple(a.strip() for a in self.pre_aggregation.split(",") if a.strip())

@@ -1,0 +1,124 @@
+"""The ``train`` group (federated training under attack: rounds, attackers, evaluation) and the
+configuration facts of the ``train`` task."""
+
+from __future__ import annotations
+
+import math
+
+from fedcal.config.schema import (RunConfig, TaskConfig, check, group, identity_includes, register_task, setting,
+                                  setting_of)
+
+__all__ = ["ATTACKS", "POISONING_ATTACKS", "AUGMENTATIONS", "CROP_FLIP_DATASETS", "tsa_label"]
+
+ATTACKS = ("none", "tsa", "noise", "labelflip",
+           # the model-poisoning attacks of Byzantine-robust FL (fedcal.attacks.POISONING; a test keeps them
+           # equal) and the pixel-pattern image backdoor
+           "alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "backdoor")
+#: ``attack`` values whose replies the server-side colluders craft (fedcal.attacks.POISONING)
+POISONING_ATTACKS = ("alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum")
+AUGMENTATIONS = ("none", "crop-flip")
+#: datasets ``augment=crop-flip`` applies to (digits are not mirror-invariant, CIFAR's objects are)
+CROP_FLIP_DATASETS = ("cifar10", "cifar100")
+
+
+def _round_size(c: RunConfig) -> None:
+    if not identity_includes(c, "train"):  # a task that does not read this group samples no clients
+        return
+    check("clients-per-round", c.clients_per_round <= c.num_clients, c.clients_per_round,
+          f"must not exceed num-clients ({c.num_clients})")
+
+
+def _local_work(c: RunConfig) -> None:
+    if c.local_epochs:
+        check("local-steps", c.local_steps == setting_of("local_steps").default, c.local_steps,
+              f"is replaced by local-epochs ({c.local_epochs}): set one of them, not both")
+    for key, value in (("augment", c.augment), ("inf-augment", c.inf_augment)):
+        if value == "crop-flip":
+            check(key, c.dataset in CROP_FLIP_DATASETS, value,
+                  f"is CIFAR's augmentation ({', '.join(CROP_FLIP_DATASETS)}), not for dataset {c.dataset!r}")
+
+
+def _byzantine_attacks(c: RunConfig) -> None:
+    if c.attack in POISONING_ATTACKS or c.attack == "backdoor":
+        check("attack", c.task == "train", c.attack, f"is a train-task attack (task = {c.task})")
+    if c.attack == "backdoor":
+        classes = {"digits": 10, "mnist": 10, "cifar10": 10, "cifar100": 100}
+        check("attack", c.dataset in classes, c.attack, "is an image backdoor (digits, mnist, cifar10, cifar100)")
+        check("backdoor-target", c.backdoor_target < classes.get(c.dataset, 0), c.backdoor_target,
+              f"must be a class of dataset={c.dataset}")
+
+
+@group("train", "federated training under attack (task = train): rounds, attackers, evaluation",
+       rules=(_round_size, _local_work, _byzantine_attacks))
+class Train:
+    clients_per_round: int = setting(5, "M, clients sampled per round (<= num-clients)", ge=1)
+    num_rounds: int = setting(100, "federated rounds", ge=1)
+    attack: str = setting("tsa", 'what the attacker subset does; "none" = all benign', choices=ATTACKS)
+    attacker_ratio: float = setting(0.25, "attackers = round-half-up(ratio * K): 13 of 50 (1 = every "
+                                         "client, e.g. temperature training for all)", ge=0, le=1)
+    tau: float = setting(1.0, "TSA temperature (1.0 = benign behaviour)", gt=0, finite=True)
+    coupled: bool = setting(True, "TSA learning rate eta = beta * tau (false: the uncoupled ablation, "
+                                  "eta = beta)")
+    noise_sigma: float = setting(0.1, "sigma of the Gaussian added to the update (attack = noise)", ge=0,
+                                 finite=True)
+    flip_shift: int = setting(1, "k in y <- (y + k) mod C (attack = labelflip)", ge=1)
+    local_steps: int = setting(5, "E, local SGD steps per round", ge=1)
+    eval_every: int = setting(1, "central evaluation every k rounds (always round 0 and the last)", ge=1)
+    tsa_step_frac: float = setting(1.0, "adaptive TSA: share of the local steps trained at tau (the first "
+                                        "round(frac * E), at least one; the rest benign)", gt=0, le=1,
+                                   hash_when_set=True)
+    tsa_blend: float = setting(1.0, "adaptive TSA: the reply is benign + blend * (TSA - benign), both "
+                                    "trained on the same batches (1 = plain TSA)", gt=0, finite=True,
+                               hash_when_set=True)
+    local_epochs: int = setting(0, "local epochs per round: passes over each client's own data, the last "
+                                   "batch of a pass smaller when B does not divide it (replaces "
+                                   "local-steps, which must then stay at its default)", ge=0,
+                                note="0 = local-steps", hash_when_set=True)
+    augment: str = setting("none", "augmentation of every client's training batches (crop-flip: pad 4, "
+                                   "random 32x32 crop, horizontal flip; CIFAR only)", choices=AUGMENTATIONS,
+                           hash_when_set=True)
+    tsa_duty: float = setting(1.0, "adaptive TSA: share of its rounds an attacker attacks (a seeded draw per "
+                                   "client round; benign in the others; 1 = every round)", gt=0, le=1,
+                              hash_when_set=True)
+    alie_z: float = setting(0.0, "ALIE (attack = alie): malicious update = mean - z * std of the round's honest "
+                                 "updates", finite=True, note="0 = the paper's z from the round's n and f",
+                            hash_when_set=True)
+    ipm_epsilon: float = setting(0.1, "IPM (attack = ipm): malicious update = -epsilon * mean of the honest updates",
+                                 gt=0, finite=True, hash_when_set=True)
+    minmax_direction: str = setting("unit", "Min-Max / Min-Sum (attack = minmax, minsum): the perturbation "
+                                            "direction: unit (mean / |mean|), std, sign (of the mean)",
+                                    choices=("unit", "std", "sign"), hash_when_set=True)
+    fang_b: float = setting(2.0, "Fang's trimmed-mean attack (attack = fang-trmean): values drawn within a factor b "
+                                 "beyond the honest extreme", gt=1, finite=True, hash_when_set=True)
+    backdoor_target: int = setting(0, "pixel backdoor (attack = backdoor): the target class", ge=0,
+                                   hash_when_set=True)
+    backdoor_frac: float = setting(0.2, "pixel backdoor: share of an attacker's training images stamped and "
+                                        "relabelled", gt=0, le=1, hash_when_set=True)
+
+    @property
+    def num_attackers(self) -> int:
+        """Number of malicious clients: round-half-up of ratio·K (0.25·50 → 13)."""
+        if self.attack == "none":
+            return 0
+        return int(math.floor(self.attacker_ratio * self.num_clients + 0.5 + 1e-9))
+
+
+def tsa_label(cfg: RunConfig) -> str:
+    """``tsa<τ>`` of a run name, ``u`` appended for the uncoupled ablation."""
+    return f"tsa{cfg.tau:g}" + ("" if cfg.coupled else "u")
+
+
+def _run_name(cfg: RunConfig, short_hash: str) -> str:
+    what = cfg.attack if cfg.attack != "tsa" else tsa_label(cfg)
+    if cfg.attack == "tsa":  # the adaptive attacker's knobs, named only when used
+        what += (f"-f{cfg.tsa_step_frac:g}" if cfg.tsa_step_frac != 1 else "") + \
+                (f"-b{cfg.tsa_blend:g}" if cfg.tsa_blend != 1 else "") + \
+                (f"-d{cfg.tsa_duty:g}" if cfg.tsa_duty != 1 else "")
+    return f"{cfg.dataset}-{cfg.model}-{cfg.strategy}-{what}-s{cfg.seed}-{short_hash}"
+
+
+# The train task's hash covers common, train and defense without the task key: the key set its
+# runs were named by before any other task existed, so those run directories keep their names.
+TASK = register_task(TaskConfig("train", groups=("train", "defense"), hash_groups=("common", "train", "defense"),
+                                hash_task_key=False, run_name=_run_name,
+                                schedule=("accuracy", "num_rounds", "eval_every")))

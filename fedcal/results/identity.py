@@ -1,0 +1,144 @@
+"""Run identity: which keys make up a run's hash, its directory name, and the config a run
+directory holds. Committed results are identified by these names: the hashes must never change
+for an existing task."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from fedcal.config import ConfigError, RunConfig, config_fields, fields_of, key_of, setting_of, task_config
+from fedcal.results.files import CONFIG_FILE, RunNameConflict
+
+
+# Keys that describe where and how a run executes, not what it computes (the "execution" group
+# and the fields declared hashed=False): left out of every hash, so the same experiment on CPU or
+# GPU, or in another output folder, is recognised as the same.
+def _non_semantic() -> frozenset[str]:
+    return frozenset(s.name for s in config_fields() if not s.hashed)
+
+
+# What the clients' probits of an inference run depend on (their local training and the queries):
+# runs that differ only in aggregator or attack settings reuse each other's probits. A subset of
+# groups, so named one by one.
+_COLLECTION_KEYS = ("dataset", "model", "num_clients", "dirichlet_alpha", "lr", "momentum", "weight_decay",
+                    "batch_size", "seed", "inf_server_frac", "inf_local_epochs", "inf_test_queries")
+
+
+def hashed_keys(task: str) -> frozenset[str]:
+    """Field names whose values make up the hash of a run of ``task``: the hashed keys of the groups
+    its :class:`fedcal.config.TaskConfig` names (``identity_groups``), with or without the ``task``
+    key itself as the task declares (see the task's config module for why it chose them)."""
+    tc = task_config(task)
+    keys = frozenset(fields_of(*tc.identity_groups)) - _non_semantic()
+    return keys if tc.hash_task_key else keys - {"task"}
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """Stable 12-hex hash of the keys that change what a run computes (not where it runs)."""
+    keys = hashed_keys(cfg.task)
+    # a key declared hash_when_set counts only at a non-default value (so adding it renamed nothing)
+    semantic = {k: v for k, v in cfg.to_dict().items()
+                if k in keys and not (setting_of(k).hash_when_set and v == setting_of(k).default)}
+    blob = json.dumps(semantic, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def collection_hash(cfg: RunConfig) -> str:
+    """Hash of what an inference run's collected client probits depend on."""
+    keys = {k: getattr(cfg, k) for k in _COLLECTION_KEYS}
+    if cfg.inf_augment != "none":  # only when set: a collection without it keeps its hash
+        keys["inf_augment"] = cfg.inf_augment
+    if cfg.inf_client_output != "probits":  # likewise: a logits collection also holds the clients' logits
+        keys["inf_client_output"] = cfg.inf_client_output
+    blob = json.dumps(keys, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+# What an inference run's learned aggregators depend on beyond its collection, per component: runs that
+# differ only in attack or evaluation settings (or in the other component's keys) reuse each other's.
+_AGGREGATOR_KEYS = {"deepset": ("inf_f", "agg_hidden", "agg_epochs", "agg_adv_epochs", "agg_lr", "agg_attack_steps",
+                                "agg_restarts", "agg_adv_attack"),
+                    "fusion": ("agg_hidden", "agg_epochs", "agg_lr", "agg_latent")}
+
+
+def aggregator_hash(cfg: RunConfig, component: str) -> str:
+    """Hash of what one learned component of an inference run depends on — ``"deepset"`` (the DeepSet,
+    before and after adversarial training) or ``"fusion"`` (the purifiers' autoencoders and fusion
+    classifiers) —: the collection and that component's training keys, not the attacks, nor how many
+    queries or which aggregators the run evaluates."""
+    keys = {k: getattr(cfg, k) for k in _AGGREGATOR_KEYS[component]}
+    keys["collection"] = collection_hash(cfg)
+    blob = json.dumps(keys, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def default_run_name(cfg: RunConfig) -> str:
+    """Readable, unique-per-config directory name: the task's own name parts (its config module's
+    ``run_name``) and the config hash's first 8 hex digits."""
+    return task_config(cfg.task).default_run_name(cfg, config_hash(cfg)[:8])
+
+
+def run_dir_for(cfg: RunConfig) -> Path:
+    """``<output-dir>/<run-name or default run name>``."""
+    return Path(cfg.output_dir) / (cfg.run_name or default_run_name(cfg))
+
+
+def load_run_config(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    return json.loads((Path(run_dir) / CONFIG_FILE).read_text())
+
+
+def load_config(run_dir: str | os.PathLike[str]) -> RunConfig:
+    """The validated run config a run directory was produced with."""
+    return RunConfig.from_flower(load_run_config(run_dir)["config"])
+
+
+def check_run_dir(run_dir: str | os.PathLike[str], cfg: RunConfig) -> None:
+    """Refuse to (re)start ``cfg`` in ``run_dir`` if the directory holds a run of another config.
+
+    A directory without ``config.json`` is free; one whose ``config.json`` has ``cfg``'s hash
+    holds an earlier attempt (or a finished run) of the same config, which is resumed, skipped or
+    re-run (``--force``) as before. Any other ``config.json`` means the ``run-name`` is reused for
+    a different config: :class:`RunNameConflict`, one line naming the directory and the keys that
+    differ. The hash of the stored config is recomputed from its keys (so a directory written
+    before a config key was renamed still matches); the stored hash is used when the stored
+    config no longer parses.
+    """
+    if not (Path(run_dir) / CONFIG_FILE).exists():
+        return
+    want = config_hash(cfg)
+    try:
+        other, have = stored_identity(Path(run_dir))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RunNameConflict(f"run directory {str(run_dir)!r} has an unreadable {CONFIG_FILE} ({exc}): it is not "
+                              f"overwritten; remove it or choose another 'run-name'") from None
+    if have == want:
+        return
+    diff: list[str] = []
+    if other is not None:
+        keys = sorted((hashed_keys(cfg.task) | hashed_keys(other.task)) - {"task"})
+        diff = [f"{key_of(k)}={getattr(other, k)!r} there, {getattr(cfg, k)!r} here" for k in keys
+                if getattr(other, k) != getattr(cfg, k)]
+        if other.task != cfg.task:
+            diff.insert(0, f"task={other.task!r} there, {cfg.task!r} here")
+    what = ("; ".join(diff[:3]) + (f"; and {len(diff) - 3} more" if len(diff) > 3 else "") if diff
+            else f"config hash {have or '?'} there, {want} here")
+    raise RunNameConflict(f"run directory {str(run_dir)!r} already holds a run of a different config ({what}): "
+                          f"it is not overwritten; choose another 'run-name' or remove the directory")
+
+
+def stored_identity(run_dir: Path) -> tuple[RunConfig | None, str | None]:
+    """(config, hash) of the run stored in ``run_dir``: the hash recomputed from the keys of its
+    ``config.json`` (so a directory written before a key was renamed still matches), or the
+    stored hash, with no config, when that config no longer parses. Raises OSError/ValueError/
+    KeyError/TypeError when ``config.json`` is missing or unreadable."""
+    stored = load_run_config(run_dir)
+    raw = stored["config"]
+    try:
+        cfg = RunConfig.from_flower(raw)
+        return cfg, config_hash(cfg)
+    except (ConfigError, TypeError):
+        return None, str(stored.get("config_hash", "")) or None

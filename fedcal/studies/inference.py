@@ -1,0 +1,91 @@
+"""``fedcal inference`` (robust federated inference over (n, f) x seeds; its grid builder
+:func:`inference_configs`) and ``fedcal inference-theorem`` (the averaging aggregators' error analysis)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Sequence
+
+from fedcal.config import ConfigError, RunConfig
+from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
+                                   config_overrides, parse_ints, run_dirs_of)
+
+
+def _parse_nf(items: list[str]) -> list[tuple[int, int]]:
+    out = []
+    for text in items:
+        n, sep, f = text.partition(":")
+        if not sep or not n.strip().isdigit() or not f.strip().isdigit():
+            raise ConfigError(f"--nf takes n:f such as 17:4, got {text!r}")
+        out.append((int(n), int(f)))
+    return out
+
+
+def cmd_inference(args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    from fedcal.reports import inference_report
+    from fedcal.results import run_dir_for
+    from fedcal.app.engine import simulate
+
+    base = RunConfig.from_flower({"task": "inference", **config_overrides(args)})
+    configs = inference_configs(base, _parse_nf(args.nf or ["17:4"]), parse_ints(args.seeds, "--seeds"))
+    check_run_dirs(configs)
+    if cluster_of(args):  # every cell on the cluster first; the loop below then skips the finished ones
+        from fedcal.app.sweep import run_sweep
+
+        run_sweep(configs, progress=not args.no_progress, restart=args.restart, cluster=cluster_of(args))
+    failed = []
+    for cfg in tqdm(configs, desc="inference cells", unit="cell", disable=args.no_progress):
+        try:
+            simulate(cfg, progress=not args.no_progress, verbose=args.verbose, force=args.force,
+                     restart=args.restart)
+        except Exception as exc:  # noqa: BLE001 — one failed cell must not lose the others
+            failed.append(cfg)
+            print(f"fedcal: cell n={cfg.num_clients} f={cfg.inf_f} seed={cfg.seed} failed: {exc}", file=sys.stderr)
+    done = [run_dir_for(c) for c in configs if c not in failed]
+    if done:
+        print(inference_report(done, args.report))
+        print(f"report: {args.report}")
+    return 1 if failed else 0
+
+
+def cmd_inference_theorem(args: argparse.Namespace) -> int:
+    from fedcal.reports.inference_theory import theorem_report
+
+    if args.queries < 0:
+        raise ConfigError(f"--queries must be >= 0, got {args.queries}")
+    print(theorem_report(run_dirs_of(args.run_dirs), args.out, queries=args.queries))
+    print(f"report: {args.out}")
+    return 0
+
+
+def inference_configs(base: RunConfig, nf: Sequence[tuple[int, int]], seeds: Sequence[int]) -> list[RunConfig]:
+    """One robust-federated-inference config per (n, f) and seed."""
+    return [base.replace(task="inference", num_clients=n, clients_per_round=min(base.clients_per_round, n),
+                         inf_f=f, seed=s) for n, f in nf for s in seeds]
+
+
+def add_commands(add: Any) -> None:
+    """Add this study's sub-command(s) with ``add(name, help, **kwargs)`` (:func:`fedcal.cli.build_parser`)."""
+    p = add("inference", "robust federated inference: aggregators × probit attacks over seeds",
+            description="Every (n, f) and seed is one Flower run (task = inference): clients train their own "
+                        "classifiers, the server trains its DeepSet on held-out probits and evaluates every "
+                        "aggregator under every attack. Finished runs are skipped.", epilog=KEYS_EPILOG)
+    add_run_options(p)
+    p.add_argument("--nf", action="append", help="clients:adversaries, e.g. 17:4 (repeatable; default 17:4)")
+    p.add_argument("--seeds", default="0", help="seeds, e.g. 0-4 or 0,2")
+    p.add_argument("--report", default="fedcal-inference", help="folder for the tables and plots")
+    add_cluster_options(p)
+    p.set_defaults(func=cmd_inference)
+
+    p = add("inference-theorem", "the averaging aggregators' error vs honest dissimilarity and top-2 margin",
+            description="From finished inference runs' saved probits: per test query the mean's, medians' and "
+                        "trimmed mean's aggregation error, the honest answers' dissimilarity and the honest mean's "
+                        "top-2 margin, with no attack and under SIA white-box (the robust-inference literature's "
+                        "Theorem 1; docs/inference.md).")
+    p.add_argument("run_dirs", nargs="+", help="finished inference runs")
+    p.add_argument("--queries", type=int, default=0, help="the first k test queries (0 = all)")
+    p.add_argument("--out", default="fedcal-report", help="folder for theorem_*.csv and theorem.png")
+    p.set_defaults(func=cmd_inference_theorem)
