@@ -295,3 +295,25 @@ def test_byzantine_report_averages_seeds_and_names_each_strategys_worst_attack(t
     assert "| fedavg | 91.0 | 51.0 | 81.0 | 51.0 | alie |" in md
     assert "| nnm+trimmed_mean | 89.0 | 86.0 | 71.0 | 71.0 | backdoor |" in md
     assert "| fedavg | 60.0 |" in md and "| nnm+trimmed_mean | 10.0 |" in md  # the ASR table
+
+
+def test_a_strategy_with_an_attack_not_run_yet_has_no_worst_case(tmp_path):
+    """A worst case over some of the attacks would rank a half-measured strategy as robust: the
+    row says it is incomplete instead."""
+    from fedcal.reports.byzantine import byzantine_cells, byzantine_configs, byzantine_report
+    from fedcal.results import RunStore, run_dir_for
+
+    base = RunConfig(dataset="digits", output_dir=str(tmp_path / "runs"), num_rounds=1, clients_per_round=10,
+                     num_clients=20)
+    cells = byzantine_cells(base, ["fedavg"], ["alie", "ipm"], [0.25], [0])
+    for c in byzantine_configs(cells):
+        if c.attack == "ipm":
+            continue  # not run yet
+        store = RunStore(run_dir_for(c), c)
+        store.start()
+        for rnd in (0, 1):
+            store.log_round(rnd, {"accuracy": 0.9 if c.attack == "none" else 0.6, "ece": 0.1, "sece": 0.05,
+                                  "brier": 0.2, "nll": 0.3})
+        store.finish()
+    md = byzantine_report(cells, tmp_path / "out")
+    assert "| fedavg | 90.0 | 60.0 |  |  | incomplete (1 of 2 attacks) |" in md, md

@@ -38,6 +38,8 @@ from typing import Any
 from flwr.app import ConfigRecord, Context, Message
 from flwr.serverapp import Grid
 
+from fedcal.tasks.nodes import WrappedGrid
+
 #: the reply record that carries a client's placement (stripped before the strategy sees it)
 PLACEMENT_RECORD = "fedcal.placement"
 PLACEMENT_FILE = "placement.csv"  # per reply of a Ray simulation: which Ray node and host computed it
@@ -107,7 +109,7 @@ def add_placement(reply: Message, context: Context) -> Message:
     return reply
 
 
-class PlacementGrid(Grid):
+class PlacementGrid(WrappedGrid):
     """A Grid that writes where every reply was computed to ``run_dir/placement.csv`` (one row per
     reply carrying a placement record: round (the message group), message type, Flower node id,
     partition id, Ray node id, host, pid) and the cluster's nodes to ``run_dir/cluster.json``
@@ -117,26 +119,6 @@ class PlacementGrid(Grid):
 
     def __init__(self, grid: Grid, run_dir: Path):
         self.grid, self.run_dir, self._nodes_written = grid, Path(run_dir), False
-
-    @property
-    def run(self):
-        return self.grid.run
-
-    def set_run(self, run) -> None:
-        self.grid.set_run(run)
-
-    def create_message(self, content, message_type: str, dst_node_id: int, group_id: str,
-                       ttl: float | None = None) -> Message:
-        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
-
-    def get_node_ids(self) -> Iterable[int]:
-        return self.grid.get_node_ids()
-
-    def get_nodes(self):
-        return self.grid.get_nodes()
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        return self.grid.push_messages(messages)
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         return self._record(list(self.grid.pull_messages(message_ids)))

@@ -18,6 +18,7 @@ from fedcal.app.quiet import quiet_flower
 from fedcal.config import RunConfig
 from fedcal.progress import phase, reporting, round_note, tqdm_reporter
 from fedcal.results import RunFailed, RunLocked, RunStore, lock_holder, run_dir_for, warn_reused
+from fedcal.tasks.nodes import WrappedGrid
 
 
 #: seconds between two looks for replies in ``send_and_receive`` on the Ray path (Flower's
@@ -25,7 +26,7 @@ from fedcal.results import RunFailed, RunLocked, RunStore, lock_holder, run_dir_
 REPLY_POLL_S = 0.001
 
 
-class PromptGrid(Grid):
+class PromptGrid(WrappedGrid):
     """Flower's grid with a ``send_and_receive`` that looks for replies every ``poll`` seconds.
 
     The Grid that Flower's Simulation Engine hands the ServerApp polls its LinkState every
@@ -36,29 +37,6 @@ class PromptGrid(Grid):
 
     def __init__(self, grid: Grid, poll: float = REPLY_POLL_S):
         self.grid, self.poll = grid, poll
-
-    @property
-    def run(self):
-        return self.grid.run
-
-    def set_run(self, run) -> None:
-        self.grid.set_run(run)
-
-    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
-                       ttl: float | None = None) -> Message:
-        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
-
-    def get_node_ids(self) -> Iterable[int]:
-        return self.grid.get_node_ids()
-
-    def get_nodes(self):
-        return self.grid.get_nodes()
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        return self.grid.push_messages(messages)
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        return self.grid.pull_messages(message_ids)
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         pending = set(self.push_messages(messages))

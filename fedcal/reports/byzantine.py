@@ -111,7 +111,7 @@ def byzantine_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 def _pivot(table: pd.DataFrame, value: str, order: Sequence[str], attacks: Sequence[str]) -> pd.DataFrame:
     wide = table.pivot(index="strategy", columns="attack", values=value)
-    return wide.reindex(index=[s for s in order if s in wide.index], columns=[a for a in attacks if a in wide.columns])
+    return wide.reindex(index=[s for s in order if s in wide.index], columns=list(attacks))
 
 
 def byzantine_seconds(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
@@ -144,7 +144,8 @@ def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os
     table = byzantine_table(rows)
     table.to_csv(out / "table.csv", index=False)
     order = list(dict.fromkeys(spec_of(c) for _, c in cells))
-    attacks = ["benign", *[a for a in dict.fromkeys(rows["attack"]) if a != "benign"]]
+    # the attacks asked for, run or not: a column nobody has finished yet still counts against the worst case
+    attacks = ["benign", *[a for a in dict.fromkeys(c.attack for _, c in cells) if a != "none"]]
     parts = [f"# {title}\n" if title else ""]
     pct = lambda v: "" if pd.isna(v) else f"{100 * v:.1f}"  # noqa: E731
     for ratio, t in table.groupby("ratio", sort=True):
@@ -152,20 +153,24 @@ def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os
         f = sorted(set(rows.loc[rows["ratio"] == ratio, "f"]))
         acc = _pivot(t, "accuracy", order, attacks)
         attacked = acc.drop(columns=["benign"], errors="ignore")
-        acc["worst"] = attacked.min(axis=1)
-        # a diverged run (NaN accuracy) or a cell not run yet is no candidate; nothing at all: ""
-        acc["worst attack"] = attacked.apply(lambda r: r.idxmin() if r.notna().any() else "", axis=1)
+        # a worst case over some of the attacks is no worst case: a row with a cell not run yet (or a
+        # diverged run's NaN) gets none, and says how many of the attacks it has
+        complete = attacked.notna().all(axis=1)
+        acc["worst"] = attacked.min(axis=1).where(complete)
+        acc["worst attack"] = [r.idxmin() if ok else f"incomplete ({int(r.notna().sum())} of {r.size} attacks)"
+                               for (_, r), ok in zip(attacked.iterrows(), complete)]
         acc = acc.reset_index()
         head = f"attacker ratio {ratio:g} (rules' f = {', '.join(map(str, f))}; seeds per cell: {', '.join(map(str, seeds))})"
         parts.append(markdown_table(acc, f"accuracy (%), {head}",
                                     {c: pct for c in acc.columns if c not in ("strategy", "worst attack")}))
         sece = _pivot(t, "sece", order, attacks)
         attacked = sece.drop(columns=["benign"], errors="ignore")  # the signed value farthest from 0
-        sece["worst"] = attacked.apply(lambda r: r.loc[r.abs().idxmax()] if r.notna().any() else float("nan"), axis=1)
+        sece["worst"] = attacked.apply(lambda r: r.loc[r.abs().idxmax()] if r.notna().all() else float("nan"), axis=1)
         parts.append(markdown_table(sece.reset_index(), f"sECE (%), {head}",
                                     {c: pct for c in sece.columns}))
         if t["asr"].notna().any():
-            asr = _pivot(t[t["asr"].notna()], "asr", order, attacks).reset_index()
+            with_asr = t[t["asr"].notna()]
+            asr = _pivot(with_asr, "asr", order, [a for a in attacks if a in set(with_asr["attack"])]).reset_index()
             parts.append(markdown_table(asr, f"backdoor attack success rate (%), {head}",
                                         {c: pct for c in asr.columns if c != "strategy"}))
     md = "\n".join(p for p in parts if p)

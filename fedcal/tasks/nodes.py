@@ -109,12 +109,13 @@ def identified_grid(grid: Grid, mapping: dict[int, int]) -> Grid:
     return _IdentifiedGrid(grid, set(mapping))
 
 
-class _IdentifiedGrid(Grid):
-    """A Grid whose ``get_node_ids`` lists only the identified nodes; everything else is the
-    wrapped grid's, through Flower's public Grid API."""
+class WrappedGrid(Grid):
+    """A Grid that hands every call to the ``grid`` it wraps, through Flower's public Grid API.
+    fedcal's grid wrappers (the identified nodes, the Ray reply poll, the placement record, the
+    model-poisoning step) subclass it and override only what they change."""
 
-    def __init__(self, grid: Grid, nodes: set[int]):
-        self.grid, self.nodes = grid, nodes
+    def __init__(self, grid: Grid):
+        self.grid = grid
 
     @property
     def run(self):
@@ -127,7 +128,10 @@ class _IdentifiedGrid(Grid):
         return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
 
     def get_node_ids(self):
-        return [n for n in self.grid.get_node_ids() if n in self.nodes]
+        return self.grid.get_node_ids()
+
+    def get_nodes(self):
+        return self.grid.get_nodes()
 
     def push_messages(self, messages):
         return self.grid.push_messages(messages)
@@ -137,6 +141,18 @@ class _IdentifiedGrid(Grid):
 
     def send_and_receive(self, messages, *, timeout=None):
         return self.grid.send_and_receive(messages, timeout=timeout)
+
+
+class _IdentifiedGrid(WrappedGrid):
+    """A Grid whose ``get_node_ids`` lists only the identified nodes; everything else is the
+    wrapped grid's."""
+
+    def __init__(self, grid: Grid, nodes: set[int]):
+        super().__init__(grid)
+        self.nodes = nodes
+
+    def get_node_ids(self):
+        return [n for n in self.grid.get_node_ids() if n in self.nodes]
 
 
 def config_digest(cfg: RunConfig) -> str:

@@ -34,12 +34,13 @@ from fedcal.attacks.behaviour import round_generator
 from fedcal.attacks.crafted import poisoning_params
 from fedcal.config import POISONING_ATTACKS, RunConfig
 from fedcal.strategies.replies import is_buffer_key
+from fedcal.tasks.nodes import WrappedGrid
 
 #: the run's table of crafted replies
 POISONING_FILE = "poisoning.csv"
 
 
-class PoisoningGrid(Grid):
+class PoisoningGrid(WrappedGrid):
     """``grid`` with the run's model-poisoning attack applied to its train replies (module
     docstring). ``record(rows)`` receives one row per crafted reply."""
 
@@ -52,25 +53,6 @@ class PoisoningGrid(Grid):
         self.params = poisoning_params(cfg)
         self.record = record
         self.key = arrays_key
-
-    @property
-    def run(self):
-        return self.grid.run
-
-    def set_run(self, run_id: int) -> None:
-        self.grid.set_run(run_id)
-
-    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
-        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
-
-    def get_node_ids(self):
-        return self.grid.get_node_ids()
-
-    def push_messages(self, messages):
-        return self.grid.push_messages(messages)
-
-    def pull_messages(self, message_ids):
-        return self.grid.pull_messages(message_ids)
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout=None):
         messages = list(messages)
