@@ -23,7 +23,7 @@ import tempfile
 import time
 
 from fedcal.config import RunConfig
-from fedcal.reference import run_plain
+from fedcal.reference import ReferenceSpec, run_plain
 from fedcal.results import load_metrics, load_timings
 from fedcal.app.engine import RAY_DEFAULTS_ENV, simulate
 
@@ -52,7 +52,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = round_config(args, tmp)
         t0 = time.perf_counter()
-        plain_rows = run_plain(cfg)
+        plain_rows = run_plain(ReferenceSpec.from_config(cfg))
         plain_total = time.perf_counter() - t0
         results = {}
         for engine in ("inprocess", "ray", "ray-defaults"):

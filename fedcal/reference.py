@@ -16,26 +16,48 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 
-from fedcal.attacks import behaviour_for, client_round
-from fedcal.config import POISONING_ATTACKS, RunConfig
+from fedcal.attacks import AttackSpec, LocalRoundSpec, behaviour_for, client_round
+from fedcal.config import POISONING_ATTACKS, ConfigSpec
 from fedcal.data import client_data, load_dataset
 from fedcal.metrics import calibration_metrics
 from fedcal.models import build_model
 from fedcal.local_training import predict_logits, resolve_device
 
 
-def sampled_clients(cfg: RunConfig, server_round: int) -> list[int]:
+@dataclass(frozen=True)
+class ReferenceSpec(ConfigSpec):
+    """What the plain loop reads of a train run's config: the federation (data, partition, model,
+    K, M, rounds, evaluation, device) and the clients' attack settings and round protocol."""
+
+    dataset: str
+    data_dir: str
+    device: str
+    model: str
+    seed: int
+    num_clients: int
+    clients_per_round: int
+    num_rounds: int
+    partition: str
+    dirichlet_alpha: float
+    eval_batch_size: int
+    n_bins: int
+    attack: AttackSpec
+    local: LocalRoundSpec
+
+
+def sampled_clients(server_round: int, *, seed: int, num_clients: int, clients_per_round: int) -> list[int]:
     """The clients trained in ``server_round`` (same rule as fedcal's seeded FedAvg)."""
-    return random.Random(f"{cfg.seed}/{server_round}").sample(range(cfg.num_clients), cfg.clients_per_round)
+    return random.Random(f"{seed}/{server_round}").sample(range(num_clients), clients_per_round)
 
 
-def _states(cfg: RunConfig, num_rounds: int) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
+def _states(cfg: ReferenceSpec, num_rounds: int) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
     """(round, global state dict) for rounds 0 (the initial model) .. ``num_rounds``."""
-    if cfg.attack in POISONING_ATTACKS:  # its replies are crafted by the simulation's colluders, not trained
-        raise ValueError(f"attack {cfg.attack!r}: the reference loop has no server-side crafting of replies "
+    if cfg.attack.attack in POISONING_ATTACKS:  # the simulation's colluders craft its replies; they are not trained
+        raise ValueError(f"attack {cfg.attack.attack!r}: the reference loop has no server-side crafting of replies "
                          "(fedcal.tasks.poisoning); it runs the training-time attacks only")
     ds = load_dataset(cfg.dataset, cfg.data_dir)
     device = resolve_device(cfg.device)
@@ -46,12 +68,13 @@ def _states(cfg: RunConfig, num_rounds: int) -> Iterator[tuple[int, dict[str, to
     for rnd in range(1, num_rounds + 1):
         acc: dict[str, torch.Tensor] = {}
         total = 0
-        for cid in sampled_clients(cfg, rnd):
+        for cid in sampled_clients(rnd, seed=cfg.seed, num_clients=cfg.num_clients,
+                                   clients_per_round=cfg.clients_per_round):
             data = client_data(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha,
                                cfg.seed, cid)
             worker.load_state_dict(state)
-            stats = client_round(worker, data.x, data.y, data.num_classes, behaviour_for(cfg, cid), cfg, rnd, cid,
-                                 device)
+            stats = client_round(worker, data.x, data.y, data.num_classes, behaviour_for(cfg.attack, cid), cfg.local,
+                                 rnd, cid, device)
             n = stats.num_examples
             total += n
             for k, v in worker.state_dict().items():
@@ -61,7 +84,7 @@ def _states(cfg: RunConfig, num_rounds: int) -> Iterator[tuple[int, dict[str, to
         yield rnd, state
 
 
-def global_state(cfg: RunConfig, server_round: int) -> dict[str, torch.Tensor]:
+def global_state(cfg: ReferenceSpec, server_round: int) -> dict[str, torch.Tensor]:
     """The global model's state dict after ``server_round`` rounds of ``cfg`` (0 = the initial model),
     recomputed from round 1 — the Flower run's state up to float rounding (summation order)."""
     if not 0 <= server_round <= cfg.num_rounds:
@@ -72,7 +95,7 @@ def global_state(cfg: RunConfig, server_round: int) -> dict[str, torch.Tensor]:
     raise AssertionError("unreachable")  # pragma: no cover - _states yields every round up to server_round
 
 
-def run_plain(cfg: RunConfig, on_round: Callable[[int, dict[str, float]], None] | None = None
+def run_plain(cfg: ReferenceSpec, on_round: Callable[[int, dict[str, float]], None] | None = None
               ) -> list[dict[str, float]]:
     """Run ``cfg`` without Flower; returns one metrics dict per round (round 0 = initial)."""
     ds = load_dataset(cfg.dataset, cfg.data_dir)

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from fedcal.attacks import AttackSpec, LocalRoundSpec
 from fedcal.attacks import (
     BEHAVIOURS,
     BENIGN,
@@ -26,11 +27,11 @@ from fedcal.models import build_model
 
 def test_default_selects_13_of_50_seeded_and_fixed():
     cfg = RunConfig()
-    a = attackers_of(cfg)
+    a = attackers_of(AttackSpec.from_config(cfg))
     assert len(a) == 13 and all(0 <= i < 50 for i in a)
-    assert a == attackers_of(RunConfig())  # chosen once per run: same seed → same set
-    assert a == attackers_of(cfg.replace(tau=5.0))  # τ does not change who attacks
-    assert a != attackers_of(cfg.replace(seed=1))
+    assert a == attackers_of(AttackSpec.from_config(RunConfig()))  # chosen once per run: same seed → same set
+    assert a == attackers_of(AttackSpec.from_config(cfg.replace(tau=5.0)))  # τ does not change who attacks
+    assert a != attackers_of(AttackSpec.from_config(cfg.replace(seed=1)))
 
 
 def test_attacker_selection_is_uniform_over_seeds():
@@ -44,13 +45,13 @@ def test_attacker_selection_is_uniform_over_seeds():
 
 def test_behaviours_follow_config():
     cfg = RunConfig(attack="tsa", tau=5.0)
-    bad = sorted(attackers_of(cfg))
+    bad = sorted(attackers_of(AttackSpec.from_config(cfg)))
     good = sorted(set(range(50)) - set(bad))
-    assert behaviour_for(cfg, bad[0]) == Behaviour("tsa", tau=5.0, coupled=True)
-    assert behaviour_for(cfg, good[0]).kind == "benign"
-    assert behaviour_for(cfg.replace(attack="noise", noise_sigma=0.05), bad[0]).noise_sigma == 0.05
-    assert behaviour_for(cfg.replace(attack="labelflip", flip_shift=3), bad[0]).flip_shift == 3
-    assert all(behaviour_for(cfg.replace(attack="none"), i).kind == "benign" for i in range(50))
+    assert behaviour_for(AttackSpec.from_config(cfg), bad[0]) == Behaviour("tsa", tau=5.0, coupled=True)
+    assert behaviour_for(AttackSpec.from_config(cfg), good[0]).kind == "benign"
+    assert behaviour_for(AttackSpec.from_config(cfg.replace(attack="noise", noise_sigma=0.05)), bad[0]).noise_sigma == 0.05
+    assert behaviour_for(AttackSpec.from_config(cfg.replace(attack="labelflip", flip_shift=3)), bad[0]).flip_shift == 3
+    assert all(behaviour_for(AttackSpec.from_config(cfg.replace(attack="none")), i).kind == "benign" for i in range(50))
 
 
 def test_flip_labels():
@@ -61,7 +62,7 @@ def _round(kind_cfg, behaviour):
     ds = synthetic_dataset(n_train=100, n_test=5)
     m = build_model("mlp", ds.input_shape, ds.num_classes, seed=0)
     start = [p.detach().clone() for p in m.parameters()]
-    client_round(m, ds.x_train, ds.y_train, ds.num_classes, behaviour, kind_cfg, server_round=1, client_id=0)
+    client_round(m, ds.x_train, ds.y_train, ds.num_classes, behaviour, LocalRoundSpec.from_config(kind_cfg), server_round=1, client_id=0)
     return torch.cat([(p - s).flatten() for p, s in zip(m.parameters(), start)]).detach()
 
 
@@ -96,8 +97,8 @@ def test_every_config_attack_has_one_behaviour():
     assert kind_for_attack("none") is BEHAVIOURS["benign"]
     for attack in ATTACKS:
         cfg = RunConfig(attack=attack, tau=5.0, noise_sigma=0.05, flip_shift=2)
-        attacker = min(attackers_of(cfg)) if cfg.num_attackers else 0
-        b = behaviour_for(cfg, attacker)
+        attacker = min(attackers_of(AttackSpec.from_config(cfg))) if cfg.num_attackers else 0
+        b = behaviour_for(AttackSpec.from_config(cfg), attacker)
         assert b.kind in BEHAVIOURS and kind_for_attack(attack).kind == b.kind
         assert b.malicious == (attack != "none")
 
@@ -137,5 +138,6 @@ def test_registry_rejects_unknown_names_and_bad_parameters():
     ds = synthetic_dataset(n_train=20, n_test=2)
     m = build_model("mlp", ds.input_shape, ds.num_classes, seed=0)
     with pytest.raises(ValueError, match="unknown kind"):
-        client_round(m, ds.x_train, ds.y_train, ds.num_classes, Behaviour("bogus"), RunConfig(dataset="synthetic"),
+        client_round(m, ds.x_train, ds.y_train, ds.num_classes, Behaviour("bogus"),
+                     LocalRoundSpec.from_config(RunConfig(dataset="synthetic")),
                      server_round=1, client_id=0)

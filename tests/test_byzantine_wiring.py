@@ -12,6 +12,7 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
+from fedcal.attacks import AttackSpec
 from fedcal import config as config_module
 from fedcal import strategies
 from fedcal.aggregate import arc, compose, nnm, static_clip, trimmed_mean
@@ -67,12 +68,12 @@ def test_new_keys_leave_existing_run_names_alone():
 
 def test_batched_engine_and_reference_loop_refuse_what_they_cannot_run():
     from fedcal.app.batched import batched_unsupported
-    from fedcal.reference import global_state
+    from fedcal.reference import ReferenceSpec, global_state
 
     assert "pre-aggregation" in batched_unsupported(RunConfig(dataset="digits", pre_aggregation="nnm"))
     assert "alie" in batched_unsupported(RunConfig(dataset="digits", attack="alie"))
     with pytest.raises(ValueError, match="crafting"):
-        global_state(RunConfig(dataset="digits", attack="ipm", num_rounds=1), 1)
+        global_state(ReferenceSpec.from_config(RunConfig(dataset="digits", attack="ipm", num_rounds=1)), 1)
 
 
 # ---------------------------------------------------------------------------------- pre-aggregation
@@ -144,7 +145,7 @@ def test_poisoning_grid_replaces_the_attackers_replies_by_ipm_of_the_honest_upda
 
     set_task_identity()
     cfg = RunConfig(dataset="digits", num_clients=6, attacker_ratio=0.34, attack="ipm", ipm_epsilon=0.5)
-    bad = sorted(attackers_of(cfg))
+    bad = sorted(attackers_of(AttackSpec.from_config(cfg)))
     assert len(bad) == 2
     sent = state(torch.ones(2, 2), torch.zeros(2))
     honest_w = {p: torch.full((2, 2), 1.0 + p) for p in range(6)}  # update of client p: p on every weight
@@ -180,7 +181,7 @@ def test_poisoning_grid_leaves_a_round_without_two_honest_updates_alone():
 
     set_task_identity()
     cfg = RunConfig(dataset="digits", num_clients=3, clients_per_round=3, attacker_ratio=0.34, attack="alie")
-    bad = next(iter(attackers_of(cfg)))
+    bad = next(iter(attackers_of(AttackSpec.from_config(cfg))))
     sent = state(torch.zeros(2, 2), torch.zeros(2))
     grid = PoisoningGrid(FakeGrid([1, 2, 3], lambda n, c: None if n - 1 != bad else reply(state(torch.ones(2, 2), torch.ones(2)))),
                          cfg, {1: 0, 2: 1, 3: 2})
@@ -208,7 +209,7 @@ def test_crafted_replies_reach_the_aggregation(tmp_path, attack):
     audit = pd.read_csv(run_dir / AUDIT_FILE)
     # every round, each attacker's reply was crafted and then aggregated by FedAvg with its weight
     assert sorted(crafted["round"].unique()) == [1, 2]
-    assert set(crafted["partition_id"]) == set(attackers_of(cfg))
+    assert set(crafted["partition_id"]) == set(attackers_of(AttackSpec.from_config(cfg)))
     merged = crafted.merge(audit, on=["round", "node_id", "partition_id"])
     assert len(merged) == len(crafted) and (merged["weight"] > 0).all()
     assert (crafted["attack"] == attack).all()

@@ -12,6 +12,7 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
+from fedcal.attacks import AttackSpec, LocalRoundSpec
 from fedcal.aggregate import calguard as cg
 from fedcal import strategies
 from fedcal.attacks import BENIGN, Behaviour, client_round
@@ -293,7 +294,7 @@ def _state_after(behaviour: Behaviour, cfg: RunConfig) -> dict[str, torch.Tensor
     torch.manual_seed(0)
     model = Linear()
     x, y = _data()
-    client_round(model, x, y, 3, behaviour, cfg, server_round=2, client_id=1)
+    client_round(model, x, y, 3, behaviour, LocalRoundSpec.from_config(cfg), server_round=2, client_id=1)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
@@ -367,7 +368,7 @@ def test_a_flower_run_writes_the_audit_table_and_the_report_reads_it(tmp_path):
     assert audit.groupby("round")["weight"].sum().tolist() == pytest.approx([1.0, 1.0, 1.0])
     assert set(audit["partition_id"]) <= set(range(8))
     rows = run_rows([run_dir])
-    expected = audit.loc[audit["partition_id"].isin(attackers_of(cfg)), "flagged"].mean()
+    expected = audit.loc[audit["partition_id"].isin(attackers_of(AttackSpec.from_config(cfg))), "flagged"].mean()
     assert rows.loc[0, "detection"] == pytest.approx(expected)
     md = defense_report([run_dir], tmp_path / "report")
     assert "calguard" in md and (tmp_path / "report" / "audit-tau5.png").exists()

@@ -203,7 +203,7 @@ def test_tsa_client_round_moves_next_token_confidence_with_tau(tmp_path):
     """The same client round, from the same model and batches: τ = 5 (η = 5β) makes the model's
     next-token distributions sharper at τ = 1 than benign training, τ = 0.2 flatter — the attack's
     direction, on the language model."""
-    from fedcal.attacks import client_round
+    from fedcal.attacks import LocalRoundSpec, client_round
     from fedcal.attacks.behaviour import BENIGN, Behaviour
     from fedcal.lm.run_inputs import client_windows, node_model
 
@@ -215,7 +215,7 @@ def test_tsa_client_round_moves_next_token_confidence_with_tau(tmp_path):
     for tau in (0.2, 1.0, 5.0):
         model.load_state_dict(start)
         behaviour = BENIGN if tau == 1 else Behaviour("tsa", tau=tau)
-        client_round(model, data[:, :-1], data[:, 1:], tokens.vocab_size, behaviour, cfg, 1, 0)
+        client_round(model, data[:, :-1], data[:, 1:], tokens.vocab_size, behaviour, LocalRoundSpec.from_config(cfg), 1, 0)
         with torch.no_grad():
             conf[tau] = float(model(data[:, :-1]).softmax(-1).max(-1).values.mean())
     model.load_state_dict(start)
@@ -227,11 +227,11 @@ def test_lm_task_end_to_end_through_flower(tmp_path):
     """3 clients (one TSA attacker at τ 2), 2 rounds through Flower's in-process engine: every reply
     accepted, token metrics at rounds 0 and 2, continuations of every prompt, DONE; the report."""
     from fedcal.app.engine import simulate
-    from fedcal.attacks import attackers_of
+    from fedcal.attacks import AttackSpec, attackers_of
     from fedcal.reports.lm import lm_report
 
     cfg = tiny(tmp_path)
-    assert len(attackers_of(cfg)) == 1
+    assert len(attackers_of(AttackSpec.from_config(cfg))) == 1
     run_dir = simulate(cfg, progress=False)
     assert (run_dir / "DONE").read_text() == config_hash(cfg) and (run_dir / "model.pt").exists()
     m = pd.read_csv(run_dir / "metrics.csv").pivot_table(index="round", columns="metric", values="value")

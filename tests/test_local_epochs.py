@@ -10,6 +10,7 @@ import pytest
 import torch
 from torchvision.transforms.v2 import functional as TF
 
+from fedcal.attacks import AttackSpec, LocalRoundSpec
 from fedcal.app.batched import batched_unsupported
 from fedcal.app.engine import simulate
 from fedcal.attacks.registry import augmenter, behaviour_for, client_round, local_batches
@@ -74,7 +75,7 @@ def test_crop_flip_equals_torchvision_per_image():
 def test_crop_flip_fill_is_a_black_pixel_of_the_dataset():
     cfg = RunConfig(dataset="cifar10", augment="crop-flip")
     black = pixel_space("cifar10").to_inputs(torch.zeros(1, 3, 32, 32))
-    out = augmenter(cfg, 1, 0)(black.clone())
+    out = augmenter(LocalRoundSpec.from_config(cfg), 1, 0)(black.clone())
     assert torch.allclose(out, black)  # padding a black image with black changes nothing
 
 
@@ -90,18 +91,19 @@ def _client(cfg: RunConfig, client_id: int = 0):
 def _train(cfg: RunConfig, ds, x, y, client_id: int = 0):
     torch.manual_seed(0)
     model = build_model(cfg.model, ds.input_shape, ds.num_classes)
-    stats = client_round(model, x, y, ds.num_classes, behaviour_for(cfg, client_id), cfg, 3, client_id)
+    stats = client_round(model, x, y, ds.num_classes, behaviour_for(AttackSpec.from_config(cfg), client_id), LocalRoundSpec.from_config(cfg),
+                         3, client_id)
     return model, stats
 
 
 def test_client_round_takes_its_epochs_steps():
     cfg = RunConfig(dataset="digits", num_clients=5, batch_size=32, local_epochs=2, attack="none")
     ds, x, y = _client(cfg)
-    batches, steps = local_batches(cfg, len(y), 3, 0)
+    batches, steps = local_batches(LocalRoundSpec.from_config(cfg), len(y), 3, 0)
     assert steps == 2 * math.ceil(len(y) / 32) == len(batches)
     _, stats = _train(cfg, ds, x, y)
     assert stats.steps == steps and stats.num_examples == len(y)
-    assert local_batches(cfg.replace(local_epochs=0), len(y), 3, 0) == (None, 5)  # the literal E steps
+    assert local_batches(LocalRoundSpec.from_config(cfg.replace(local_epochs=0)), len(y), 3, 0) == (None, 5)  # the literal E steps
 
 
 def test_adaptive_attacker_counts_its_share_of_the_epoch_steps():
@@ -177,13 +179,14 @@ def test_fltrust_server_takes_a_mean_clients_epoch_steps():
     got = root_train_fn_for(cfg, ds, "cpu")(ArrayRecord(start.state_dict()), 4).to_torch_state_dict()
     x, y = root_set(ds, cfg.root_size, cfg.seed)
     by_hand = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=0)
-    stats = client_round(by_hand, x, y, ds.num_classes, BENIGN, RunConfig(dataset="digits", num_clients=10,
-                         local_steps=steps, batch_size=16, root_size=40, seed=3), 4, client_id=-1)
+    stats = client_round(by_hand, x, y, ds.num_classes, BENIGN, LocalRoundSpec.from_config(RunConfig(
+                         dataset="digits", num_clients=10, local_steps=steps, batch_size=16, root_size=40, seed=3)),
+                         4, client_id=-1)
     assert stats.steps == steps
     assert all(torch.equal(got[k], v) for k, v in by_hand.state_dict().items())
     # without local-epochs the server's round is the clients' local-steps, as always
     plain = RunConfig(dataset="digits", num_clients=10, batch_size=16, root_size=40, seed=3)
     got = root_train_fn_for(plain, ds, "cpu")(ArrayRecord(start.state_dict()), 4).to_torch_state_dict()
     five = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=0)
-    client_round(five, x, y, ds.num_classes, BENIGN, plain, 4, client_id=-1)
+    client_round(five, x, y, ds.num_classes, BENIGN, LocalRoundSpec.from_config(plain), 4, client_id=-1)
     assert all(torch.equal(got[k], v) for k, v in five.state_dict().items())

@@ -3,7 +3,7 @@
 import pandas as pd
 
 from fedcal.config import RunConfig
-from fedcal.reference import run_plain, sampled_clients
+from fedcal.reference import ReferenceSpec, run_plain, sampled_clients
 from fedcal.results import load_metrics
 from fedcal.app.engine import simulate
 
@@ -16,20 +16,20 @@ def test_flower_run_matches_plain_pytorch_loop(tmp_path):
     # the plain loop has no replies to account for: compare what both compute
     flower = flower[~flower.metric.isin(["round_seconds", "replies_received", "replies_accepted", "replies_rejected"])]
     flower = flower.pivot(index="round", columns="metric", values="value")
-    plain = pd.DataFrame(run_plain(cfg)).set_index("round").drop(columns="round_seconds")
+    plain = pd.DataFrame(run_plain(ReferenceSpec.from_config(cfg))).set_index("round").drop(columns="round_seconds")
     plain = plain[flower.columns]
     # equal up to floating-point summation order of the aggregation
     pd.testing.assert_frame_equal(flower, plain, check_names=False, rtol=1e-5, atol=1e-5)
 
 
 def test_global_state_is_the_runs_global_model(tmp_path):
-    """global_state(cfg, r): round 0 is the initial model the run starts from, the last round the
+    """global_state(ReferenceSpec.from_config(cfg), r): round 0 is the initial model the run starts from, the last round the
     Flower run's saved final model (up to the aggregation's summation order)."""
     import torch
 
     from fedcal.models import build_model
     from fedcal.data import load_dataset
-    from fedcal.reference import global_state
+    from fedcal.reference import ReferenceSpec, global_state
 
     cfg = RunConfig.from_flower(dict(
         dataset="synthetic", num_clients=6, clients_per_round=3, num_rounds=3, attacker_ratio=0.34,
@@ -38,21 +38,25 @@ def test_global_state_is_the_runs_global_model(tmp_path):
     final = torch.load(run / "model.pt", weights_only=True)
     ds = load_dataset(cfg.dataset, cfg.data_dir)
     initial = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed).state_dict()
-    assert all(torch.equal(v, global_state(cfg, 0)[k]) for k, v in initial.items())
-    replayed = global_state(cfg, 3)
+    assert all(torch.equal(v, global_state(ReferenceSpec.from_config(cfg), 0)[k]) for k, v in initial.items())
+    replayed = global_state(ReferenceSpec.from_config(cfg), 3)
     assert all(torch.allclose(v, replayed[k], atol=1e-6) for k, v in final.items())
-    assert not all(torch.allclose(v, global_state(cfg, 2)[k], atol=1e-6) for k, v in final.items())
+    assert not all(torch.allclose(v, global_state(ReferenceSpec.from_config(cfg), 2)[k], atol=1e-6) for k, v in final.items())
     import pytest
 
     with pytest.raises(ValueError, match="server_round"):
-        global_state(cfg, 4)
+        global_state(ReferenceSpec.from_config(cfg), 4)
+
+
+def _sampling(cfg):
+    return {"seed": cfg.seed, "num_clients": cfg.num_clients, "clients_per_round": cfg.clients_per_round}
 
 
 def test_sampling_is_seeded_per_round():
     cfg = RunConfig()
-    assert sampled_clients(cfg, 1) == sampled_clients(cfg, 1)
-    assert len(set(sampled_clients(cfg, 1))) == 5
-    assert sampled_clients(cfg, 1) != sampled_clients(cfg, 2)
+    assert sampled_clients(1, **_sampling(cfg)) == sampled_clients(1, **_sampling(cfg))
+    assert len(set(sampled_clients(1, **_sampling(cfg)))) == 5
+    assert sampled_clients(1, **_sampling(cfg)) != sampled_clients(2, **_sampling(cfg))
 
 
 def test_inprocess_engine_matches_ray_engine(tmp_path):

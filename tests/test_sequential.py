@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedcal.attacks import LocalRoundSpec
 from fedcal import sequential as sq
 from fedcal.attacks import BENIGN, Behaviour, client_round
 from fedcal.attacks.registry import behaviour_kind
@@ -148,7 +149,7 @@ def _after(behaviour: Behaviour, cfg: RunConfig, server_round: int) -> dict[str,
     g = torch.Generator().manual_seed(3)
     y = torch.arange(80) % 3
     x = torch.randn(80, 4, generator=g) + torch.nn.functional.one_hot(y, 4).float()
-    client_round(model, x, y, 3, behaviour, cfg, server_round=server_round, client_id=1)
+    client_round(model, x, y, 3, behaviour, LocalRoundSpec.from_config(cfg), server_round=server_round, client_id=1)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 

@@ -36,7 +36,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from fedcal.attacks import attackers_of  # noqa: E402
+from fedcal.attacks import AttackSpec, attackers_of  # noqa: E402
 from fedcal.reports.defense import SETTING, defense_report  # noqa: E402
 from fedcal.reports.markdown import markdown_table  # noqa: E402
 from fedcal.reports.runs import finished_only  # noqa: E402
@@ -62,7 +62,7 @@ def alarm_rows(run_dirs) -> pd.DataFrame:
         a = pd.read_csv(Path(d) / AUDIT_FILE)
         seq = a["sequential"].astype(bool) if "sequential" in a.columns else pd.Series(False, index=a.index)
         flagged = a["flagged"].astype(bool)
-        attacker = a["partition_id"].isin(attackers_of(cfg))
+        attacker = a["partition_id"].isin(attackers_of(AttackSpec.from_config(cfg)))
         alarmed = set(a.loc[seq, "partition_id"])
         first = a[seq].groupby("partition_id")["round"].min()
         att_ids, ben_ids = set(a.loc[attacker, "partition_id"]), set(a.loc[~attacker, "partition_id"])

@@ -44,7 +44,7 @@ if str(ROOT) not in sys.path:
 
 from fedcal.aggregate import calguard as cg  # noqa: E402
 from fedcal import sequential as sq  # noqa: E402
-from fedcal.attacks import attackers_of  # noqa: E402
+from fedcal.attacks import AttackSpec, attackers_of  # noqa: E402
 from fedcal.reports.markdown import markdown_table  # noqa: E402
 from fedcal.reports.runs import final_metrics  # noqa: E402
 from fedcal.results import AUDIT_FILE, load_config, load_run_config  # noqa: E402
@@ -71,7 +71,7 @@ def load_runs(roots: list[Path]) -> list[dict]:
         # added (tsa-duty) drops the older ones (their missing key is a NaN in pivot_table's index)
         last = final_metrics([d], "the detector replay").iloc[0]
         machine = load_run_config(d).get("provenance", {}).get("machine", {})
-        out.append({"dir": d, "cfg": cfg, "attackers": attackers_of(cfg) if cfg.attack != "none" else frozenset(),
+        out.append({"dir": d, "cfg": cfg, "attackers": attackers_of(AttackSpec.from_config(cfg)) if cfg.attack != "none" else frozenset(),
                     "audit": audit, "accuracy": float(last["accuracy"]), "sece": float(last["sece"]),
                     "seconds": _run_seconds(d), "cpus": machine.get("cpus"), "threads": machine.get("torch_threads")})
     return out

@@ -48,7 +48,7 @@ from torch.func import functional_call, vmap
 
 from fedcal import aggregate as agg
 from fedcal.app.quiet import quiet_flower
-from fedcal.attacks import behaviour_for
+from fedcal.attacks import AttackSpec, behaviour_for
 from fedcal.attacks.behaviour import round_generator
 from fedcal.config import RunConfig
 from fedcal.data import client_partitions, load_dataset
@@ -199,8 +199,9 @@ def _start_runs(configs: list[RunConfig], ds, device: torch.device) -> list[_Run
         strategy = strategy_from_config(cfg, node_sort_key=lambda n: n, node_label=lambda n: n)
         parts = client_partitions(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha,
                                   cfg.seed)
+        attack = AttackSpec.from_config(cfg)
         runs.append(_Run(cfg, store, strategy, {n: p.detach().to(device).clone() for n, p in model.named_parameters()},
-                         parts, [behaviour_for(cfg, c) for c in range(cfg.num_clients)]))
+                         parts, [behaviour_for(attack, c) for c in range(cfg.num_clients)]))
     return runs
 
 
@@ -283,7 +284,8 @@ def _train_round(runs: list[_Run], server_round: int, names: list[str], x_train,
     schedule, temps, lrs, moms, wds = [], [], [], [], []
     for ri, run in enumerate(runs):
         cfg = run.cfg
-        for cid in sorted(sampled_clients(cfg, server_round)):
+        for cid in sorted(sampled_clients(server_round, seed=cfg.seed, num_clients=cfg.num_clients,
+                                          clients_per_round=cfg.clients_per_round)):
             behaviour = run.behaviours[cid]
             tau, coupled = (behaviour.tau, behaviour.coupled) if behaviour.kind == "tsa" else (1.0, True)
             part = torch.from_numpy(run.parts[cid])

@@ -34,6 +34,7 @@ module                 contents
 
 from fedcal.attacks.behaviour import (
     BENIGN,
+    AttackSpec,
     Behaviour,
     BehaviourKind,
     attackers_of,
@@ -57,6 +58,7 @@ from fedcal.attacks.noise import NoiseInjection
 from fedcal.attacks.poisoning import POISONING, ModelPoisoning, craft_malicious, model_poisoning
 from fedcal.attacks.registry import (
     BEHAVIOURS,
+    LocalRoundSpec,
     behaviour_for,
     behaviour_kind,
     client_round,
@@ -80,6 +82,8 @@ __all__ = [
     "alie",
     "alie_z",
     "attack_success_rate",
+    "AttackSpec",
+    "LocalRoundSpec",
     "attackers_of",
     "behaviour_for",
     "behaviour_kind",

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedcal.config import RunConfig
+from fedcal.config import ConfigSpec
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,31 @@ class Behaviour:
 BENIGN = Behaviour()
 
 
+@dataclass(frozen=True)
+class AttackSpec(ConfigSpec):
+    """Who attacks in a run and with what parameters: the run-config keys the behaviours read
+    (``attack`` and each kind's parameters; ``num-attackers`` is round-half-up(ratio · K)).
+    Built by the tasks with ``AttackSpec.from_config(cfg)``."""
+
+    attack: str
+    seed: int
+    num_clients: int
+    num_attackers: int
+    tau: float
+    coupled: bool
+    tsa_step_frac: float
+    tsa_blend: float
+    tsa_duty: float
+    noise_sigma: float
+    flip_shift: int
+    backdoor_target: int
+    backdoor_frac: float
+    alie_z: float
+    ipm_epsilon: float
+    minmax_direction: str
+    fang_b: float
+
+
 class BehaviourKind:
     """One kind of client behaviour; this base class is the benign client.
 
@@ -64,8 +89,8 @@ class BehaviourKind:
     kind = "benign"  # the key in BEHAVIOURS and Behaviour.kind
     attack = "none"  # the run config's ``attack`` value that selects this kind
 
-    def from_config(self, cfg: RunConfig) -> Behaviour:
-        """The behaviour of an attacking client of run ``cfg``."""
+    def from_spec(self, spec: AttackSpec) -> Behaviour:
+        """The behaviour of an attacking client of a run with attack settings ``spec``."""
         return BENIGN
 
     def variants(self) -> dict[str, Behaviour]:
@@ -123,9 +148,9 @@ def select_attackers(num_clients: int, num_attackers: int, seed: int) -> frozens
     return frozenset(int(i) for i in rng.choice(num_clients, size=num_attackers, replace=False))
 
 
-def attackers_of(cfg: RunConfig) -> frozenset[int]:
+def attackers_of(spec: AttackSpec) -> frozenset[int]:
     """The malicious client ids of a run."""
-    return select_attackers(cfg.num_clients, cfg.num_attackers, cfg.seed)
+    return select_attackers(spec.num_clients, spec.num_attackers, spec.seed)
 
 
 def round_generator(seed: int, server_round: int, client_id: int, stream: str = "train") -> torch.Generator:

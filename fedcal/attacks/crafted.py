@@ -19,8 +19,7 @@ from __future__ import annotations
 import torch
 
 from fedcal.attacks.backdoor import PixelBackdoor, poison_images
-from fedcal.attacks.behaviour import Behaviour, BehaviourKind, round_generator
-from fedcal.config import RunConfig
+from fedcal.attacks.behaviour import AttackSpec, Behaviour, BehaviourKind, round_generator
 from fedcal.data import pixel_space
 
 
@@ -32,7 +31,7 @@ class ModelPoisoningClient(BehaviourKind):
         self.kind = attack
         self.attack = attack
 
-    def from_config(self, cfg: RunConfig) -> Behaviour:
+    def from_spec(self, spec: AttackSpec) -> Behaviour:
         return Behaviour(kind=self.kind)
 
 
@@ -45,8 +44,8 @@ class ImageBackdoor(BehaviourKind):
     kind = "backdoor"
     attack = "backdoor"
 
-    def from_config(self, cfg: RunConfig) -> Behaviour:
-        return Behaviour(kind="backdoor", backdoor_target=cfg.backdoor_target, backdoor_frac=cfg.backdoor_frac)
+    def from_spec(self, spec: AttackSpec) -> Behaviour:
+        return Behaviour(kind="backdoor", backdoor_target=spec.backdoor_target, backdoor_frac=spec.backdoor_frac)
 
     def check(self, behaviour: Behaviour) -> None:
         PixelBackdoor(target=behaviour.backdoor_target, poison_frac=behaviour.backdoor_frac)
@@ -60,15 +59,15 @@ class ImageBackdoor(BehaviourKind):
         return poisoned.x, poisoned.y
 
 
-def poisoning_params(cfg: RunConfig) -> dict[str, object]:
-    """The keyword parameters of ``cfg.attack``'s crafting function from the run config
+def poisoning_params(spec: AttackSpec) -> dict[str, object]:
+    """The keyword parameters of ``spec.attack``'s crafting function from the run's attack settings
     (``alie-z`` 0 → the paper's z from the round's n and f)."""
-    if cfg.attack == "alie":
-        return {"z": cfg.alie_z or None}
-    if cfg.attack == "ipm":
-        return {"epsilon": cfg.ipm_epsilon}
-    if cfg.attack in ("minmax", "minsum"):
-        return {"direction": cfg.minmax_direction}
-    if cfg.attack == "fang-trmean":
-        return {"b": cfg.fang_b}
+    if spec.attack == "alie":
+        return {"z": spec.alie_z or None}
+    if spec.attack == "ipm":
+        return {"epsilon": spec.ipm_epsilon}
+    if spec.attack in ("minmax", "minsum"):
+        return {"direction": spec.minmax_direction}
+    if spec.attack == "fang-trmean":
+        return {"b": spec.fang_b}
     return {}

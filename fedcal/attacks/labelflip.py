@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from fedcal.attacks.behaviour import Behaviour, BehaviourKind
-from fedcal.config import RunConfig
+from fedcal.attacks.behaviour import AttackSpec, Behaviour, BehaviourKind
 
 
 def flip_labels(y: torch.Tensor, shift: int, num_classes: int) -> torch.Tensor:
@@ -26,8 +25,8 @@ class LabelFlipping(BehaviourKind):
     kind = "labelflip"
     attack = "labelflip"
 
-    def from_config(self, cfg: RunConfig) -> Behaviour:
-        return Behaviour("labelflip", flip_shift=cfg.flip_shift)
+    def from_spec(self, spec: AttackSpec) -> Behaviour:
+        return Behaviour("labelflip", flip_shift=spec.flip_shift)
 
     def variants(self) -> dict[str, Behaviour]:
         """k ∈ {1, …, 5}."""

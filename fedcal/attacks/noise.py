@@ -17,8 +17,7 @@ import math
 import torch
 from torch import nn
 
-from fedcal.attacks.behaviour import Behaviour, BehaviourKind, round_generator
-from fedcal.config import RunConfig
+from fedcal.attacks.behaviour import AttackSpec, Behaviour, BehaviourKind, round_generator
 
 
 class NoiseInjection(BehaviourKind):
@@ -27,8 +26,8 @@ class NoiseInjection(BehaviourKind):
     kind = "noise"
     attack = "noise"
 
-    def from_config(self, cfg: RunConfig) -> Behaviour:
-        return Behaviour("noise", noise_sigma=cfg.noise_sigma)
+    def from_spec(self, spec: AttackSpec) -> Behaviour:
+        return Behaviour("noise", noise_sigma=spec.noise_sigma)
 
     def variants(self) -> dict[str, Behaviour]:
         """σ ∈ {0.1, 0.05, 0.01}."""

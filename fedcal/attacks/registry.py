@@ -11,17 +11,18 @@ behaviour: subclass :class:`BehaviourKind` in its own module and add it below.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from fedcal.attacks.behaviour import BENIGN, Behaviour, BehaviourKind, attackers_of, round_generator
+from fedcal.attacks.behaviour import BENIGN, AttackSpec, Behaviour, BehaviourKind, attackers_of, round_generator
 from fedcal.attacks.labelflip import LabelFlipping
 from fedcal.attacks.noise import NoiseInjection
 from fedcal.attacks.crafted import ImageBackdoor, ModelPoisoningClient
 from fedcal.attacks.poisoning import POISONING
 from fedcal.attacks.tsa import TemperatureScalingAttack
-from fedcal.config import RunConfig
+from fedcal.config import ConfigSpec
 from fedcal.local_training import TrainStats, crop_flip_augmenter, epoch_schedule, local_train
 
 BEHAVIOURS: dict[str, BehaviourKind] = {
@@ -56,30 +57,49 @@ def stealth_variants() -> dict[str, Behaviour]:
     return {name: b for kind in BEHAVIOURS.values() for name, b in kind.variants().items()}
 
 
-def behaviour_for(cfg: RunConfig, client_id: int) -> Behaviour:
-    """Behaviour of client ``client_id`` under run config ``cfg``."""
-    if cfg.attack == "none" or client_id not in attackers_of(cfg):
+def behaviour_for(spec: AttackSpec, client_id: int) -> Behaviour:
+    """Behaviour of client ``client_id`` in a run with attack settings ``spec``."""
+    if spec.attack == "none" or client_id not in attackers_of(spec):
         return BENIGN
-    return kind_for_attack(cfg.attack).from_config(cfg)
+    return kind_for_attack(spec.attack).from_spec(spec)
 
 
-def local_batches(cfg: RunConfig, n: int, server_round: int, client_id: int) -> tuple[list[torch.Tensor] | None, int]:
+@dataclass(frozen=True)
+class LocalRoundSpec(ConfigSpec):
+    """The protocol every client's local round shares (E or epochs, B, η, the optimiser, the
+    augmentation, the seed of its streams): the run-config keys :func:`client_round` reads. Built
+    by the tasks with ``LocalRoundSpec.from_config(cfg)``."""
+
+    seed: int
+    dataset: str
+    local_steps: int
+    local_epochs: int
+    batch_size: int
+    lr: float
+    momentum: float
+    weight_decay: float
+    optimizer: str
+    augment: str
+
+
+def local_batches(spec: LocalRoundSpec, n: int, server_round: int,
+                  client_id: int) -> tuple[list[torch.Tensor] | None, int]:
     """(batches, steps) of one client's round over its ``n`` samples: with ``local-epochs`` the
     epochs' batches (:func:`fedcal.local_training.epoch_schedule`, from the round's generator) and their
     count; else (None, ``local-steps``) — :func:`fedcal.local_training.local_train` draws the same
     generator's schedule itself."""
-    if not cfg.local_epochs:
-        return None, cfg.local_steps
-    batches = epoch_schedule(n, cfg.local_epochs, cfg.batch_size, round_generator(cfg.seed, server_round, client_id))
+    if not spec.local_epochs:
+        return None, spec.local_steps
+    batches = epoch_schedule(n, spec.local_epochs, spec.batch_size, round_generator(spec.seed, server_round, client_id))
     return batches, len(batches)
 
 
-def augmenter(cfg: RunConfig, server_round: int, client_id: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
+def augmenter(spec: LocalRoundSpec, server_round: int, client_id: int) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """The batch augmentation of one client's round (``augment``), or None: crop-flip draws from
     the round's own ``augment`` stream and pads with the model input of a black pixel."""
-    if cfg.augment == "none":
+    if spec.augment == "none":
         return None
-    return crop_flip_augmenter(cfg.dataset, round_generator(cfg.seed, server_round, client_id, stream="augment"))
+    return crop_flip_augmenter(spec.dataset, round_generator(spec.seed, server_round, client_id, stream="augment"))
 
 
 def client_round(
@@ -88,7 +108,7 @@ def client_round(
     y: torch.Tensor,
     num_classes: int,
     behaviour: Behaviour,
-    cfg: RunConfig,
+    spec: LocalRoundSpec,
     server_round: int,
     client_id: int,
     device: torch.device | str = "cpu",
@@ -100,22 +120,22 @@ def client_round(
     their kind says: τ/η (TSA), labels (label flipping) or an additive Gaussian on Δθ (noise).
     """
     kind = behaviour_kind(behaviour.kind)
-    if not kind.attacks_in_round(behaviour, cfg.seed, server_round, client_id):  # tsa-duty: a benign round
+    if not kind.attacks_in_round(behaviour, spec.seed, server_round, client_id):  # tsa-duty: a benign round
         behaviour, kind = BENIGN, behaviour_kind(BENIGN.kind)
-    x, y = kind.train_data(behaviour, x, y, cfg.dataset, cfg.seed, client_id)
+    x, y = kind.train_data(behaviour, x, y, spec.dataset, spec.seed, client_id)
     y = kind.train_labels(behaviour, y, num_classes)
     tau, coupled = kind.loss_temperature(behaviour)
     blend = kind.blend(behaviour)
 
-    batches, steps = local_batches(cfg, len(y), server_round, client_id)
+    batches, steps = local_batches(spec, len(y), server_round, client_id)
 
     def train(tau: float, coupled: bool, tau_steps: int | None) -> TrainStats:
         # a fresh augmentation stream per call: both trainings of the blend see the same images
         return local_train(
-            model, x, y, steps=steps, batch_size=cfg.batch_size, lr=cfg.lr, tau=tau,
-            coupled=coupled, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
-            generator=round_generator(cfg.seed, server_round, client_id), device=device, tau_steps=tau_steps,
-            batches=batches, augment=augmenter(cfg, server_round, client_id), optimizer=cfg.optimizer,
+            model, x, y, steps=steps, batch_size=spec.batch_size, lr=spec.lr, tau=tau,
+            coupled=coupled, momentum=spec.momentum, weight_decay=spec.weight_decay,
+            generator=round_generator(spec.seed, server_round, client_id), device=device, tau_steps=tau_steps,
+            batches=batches, augment=augmenter(spec, server_round, client_id), optimizer=spec.optimizer,
         )
 
     tau_steps = kind.temperature_steps(behaviour, steps)
@@ -129,5 +149,5 @@ def client_round(
         stats = train(tau, coupled, tau_steps)
         model.load_state_dict({k: (benign[k].double() + blend * (v.detach().double() - benign[k].double())).to(v.dtype)
                                if v.is_floating_point() else v for k, v in model.state_dict().items()})
-    kind.after_training(behaviour, model, cfg.seed, server_round, client_id)
+    kind.after_training(behaviour, model, spec.seed, server_round, client_id)
     return stats

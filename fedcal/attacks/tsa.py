@@ -39,8 +39,7 @@ import math
 
 import torch
 
-from fedcal.attacks.behaviour import Behaviour, BehaviourKind, round_generator
-from fedcal.config import RunConfig
+from fedcal.attacks.behaviour import AttackSpec, Behaviour, BehaviourKind, round_generator
 
 
 class TemperatureScalingAttack(BehaviourKind):
@@ -49,9 +48,9 @@ class TemperatureScalingAttack(BehaviourKind):
     kind = "tsa"
     attack = "tsa"
 
-    def from_config(self, cfg: RunConfig) -> Behaviour:
-        return Behaviour("tsa", tau=cfg.tau, coupled=cfg.coupled, step_frac=cfg.tsa_step_frac, blend=cfg.tsa_blend,
-                         duty=cfg.tsa_duty)
+    def from_spec(self, spec: AttackSpec) -> Behaviour:
+        return Behaviour("tsa", tau=spec.tau, coupled=spec.coupled, step_frac=spec.tsa_step_frac,
+                         blend=spec.tsa_blend, duty=spec.tsa_duty)
 
     def variants(self) -> dict[str, Behaviour]:
         """Coupled and uncoupled, at τ ∈ {0.2, 5}."""

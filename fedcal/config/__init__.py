@@ -11,6 +11,7 @@ docs/configuration.md list them.
 from fedcal.config.schema import (ConfigError, FieldInfo, Group, RunConfig, Setting, TaskConfig, check, config_fields,
                                   defaults, describe, field_names, fields_of, group, groups, key_of, parse_override,
                                   register_task, set_key_order, setting, setting_of, task_config, task_names)
+from fedcal.config.spec import ConfigSpec, check_spec
 
 from fedcal.config.common import *  # noqa: E402,F401,F403,I001 — each module registers its group
 from fedcal.config.train import *  # noqa: E402,F401,F403
@@ -24,6 +25,6 @@ from fedcal.config.order import KEY_ORDER  # noqa: E402
 
 set_key_order(KEY_ORDER)
 
-__all__ = ["ConfigError", "FieldInfo", "Group", "RunConfig", "Setting", "TaskConfig", "check", "config_fields",
-           "defaults", "describe", "field_names", "fields_of", "group", "groups", "key_of", "parse_override",
-           "register_task", "set_key_order", "setting", "setting_of", "task_config", "task_names"]
+__all__ = ["ConfigError", "ConfigSpec", "FieldInfo", "Group", "RunConfig", "Setting", "TaskConfig", "check",
+           "config_fields", "defaults", "describe", "field_names", "fields_of", "group", "groups", "key_of", "parse_override",
+           "check_spec", "register_task", "set_key_order", "setting", "setting_of", "task_config", "task_names"]

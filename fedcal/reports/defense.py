@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from fedcal.attacks import attackers_of
+from fedcal.attacks import AttackSpec, attackers_of
 from fedcal.calibrate import TemperatureScaling
 from fedcal.config import RunConfig
 from fedcal.data import root_set
@@ -62,7 +62,7 @@ def _flags(run_dir: Path, cfg: RunConfig) -> tuple[float, float, int]:
     flagged = audit["weight"] <= 0
     if "flagged" in audit.columns:
         flagged = flagged | audit["flagged"].astype(bool)
-    attacker = audit["partition_id"].isin(attackers_of(cfg))
+    attacker = audit["partition_id"].isin(attackers_of(AttackSpec.from_config(cfg)))
     det = float(flagged[attacker].mean()) if attacker.any() else float("nan")
     fp = float(flagged[~attacker].mean()) if (~attacker).any() else float("nan")
     return det, fp, int(attacker.sum())
@@ -255,7 +255,7 @@ def audit_plot(run_dir: str | Path, path: str | Path, kappa: float | None = None
 
     cfg = load_config(run_dir)
     audit = pd.read_csv(Path(run_dir) / AUDIT_FILE)
-    attackers = attackers_of(cfg)
+    attackers = attackers_of(AttackSpec.from_config(cfg))
     kappa = cfg.calguard_kappa if kappa is None else kappa
     fig, axes = plt.subplots(2, 1, figsize=(8, 5.2), sharex=True)
     att = audit["partition_id"].isin(attackers)

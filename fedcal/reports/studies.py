@@ -23,7 +23,7 @@ import torch
 
 from fedcal.analysis import (COMPARED, default_variants, representation_similarity, triage_change, triage_curves,
                              update_cosine_curves)
-from fedcal.attacks import BENIGN, behaviour_for
+from fedcal.attacks import BENIGN, AttackSpec, behaviour_for
 from fedcal.calibrate import CALIBRATORS, DEFAULT_CALIBRATORS, probs_metrics, split_calibration
 from fedcal.data import client_data
 from fedcal.metrics import calibration_metrics
@@ -150,10 +150,10 @@ STEALTH_REFERENCES = ("same", "others")
 def _replayed(run_dir: str, server_round: int) -> dict[str, torch.Tensor]:
     """The run's global state after ``server_round`` rounds, recomputed once per process (a CLI call
     measuring several protocols from one round replays it once)."""
-    from fedcal.reference import global_state
+    from fedcal.reference import ReferenceSpec, global_state
     from fedcal.results import load_config
 
-    return global_state(load_config(run_dir), server_round)
+    return global_state(ReferenceSpec.from_config(load_config(run_dir)), server_round)
 
 
 def _start_model(run_dir: str | Path, start_round: int | None):
@@ -216,7 +216,7 @@ def stealth_table(run_dir: str | Path, client_id: int = 0, steps: int = 10, seed
         if others < 1:
             raise ValueError(f"others must be >= 1, got {others}")
         ids = [j % cfg.num_clients for j in range(client_id + 1, client_id + cfg.num_clients)]
-        ids = [j for j in ids if not behaviour_for(cfg, j).malicious][:others]
+        ids = [j for j in ids if not behaviour_for(AttackSpec.from_config(cfg), j).malicious][:others]
         if len(ids) < others:
             raise ValueError(f"{run_dir} has {len(ids)} benign clients besides client {client_id}, fewer than "
                              f"others = {others}")

@@ -38,7 +38,7 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedcal.attacks import attackers_of, behaviour_for
+from fedcal.attacks import AttackSpec, attackers_of, behaviour_for
 from fedcal.attacks.behaviour import round_generator
 from fedcal.attacks.registry import behaviour_kind
 from fedcal.config import RunConfig
@@ -136,7 +136,7 @@ def detect_round(msg: Message, context: Context) -> Message:
     device = resolve_device(cfg.device)
     model = _shared_detector(detector_spec(cfg))
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-    behaviour = behaviour_for(cfg, cid)
+    behaviour = behaviour_for(AttackSpec.from_config(cfg), cid)
     kind = behaviour_kind(behaviour.kind)
     tau, coupled = kind.loss_temperature(behaviour)
     tau_steps = kind.temperature_steps(behaviour, cfg.det_local_steps)
@@ -177,7 +177,7 @@ def _run_detect(grid: Grid, cfg: RunConfig, store: RunStore, checkpoint, progres
     node_to_client = discover_clients(grid, cfg.num_clients)
     log(INFO, "detect: %s on %d %s scenes per client, attackers (%s, tau %g, %d of %d): %s", cfg.det_model,
         cfg.det_train_scenes, "KITTI" if cfg.det_data == "kitti" else cfg.det_digits, cfg.attack, cfg.tau,
-        cfg.num_attackers, cfg.num_clients, sorted(attackers_of(cfg)))
+        cfg.num_attackers, cfg.num_clients, sorted(attackers_of(AttackSpec.from_config(cfg))))
     m = cfg.det_clients_per_round or cfg.num_clients
     # fedcal's FedAvg (reply validation, seeded sampling) sending train.detect messages, over the
     # nodes that identified themselves (federate hands it only those)

@@ -27,7 +27,7 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
-from fedcal.attacks import attackers_of, behaviour_for, client_round
+from fedcal.attacks import AttackSpec, LocalRoundSpec, attackers_of, behaviour_for, client_round
 from fedcal.config import RunConfig
 from fedcal.lm.metrics import TOKEN_KEYS
 from fedcal.lm.run_inputs import LMEvaluator, client_windows, node_model
@@ -53,7 +53,7 @@ def run_lm(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> pd
     with store.session(rounds=cfg.num_rounds) as checkpoint:  # resumes an unfinished attempt (federate)
         node_to_client = discover_clients(grid, cfg.num_clients)
         log(INFO, "lm: attackers (%s, %d of %d): %s", cfg.attack, cfg.num_attackers, cfg.num_clients,
-            sorted(attackers_of(cfg)))
+            sorted(attackers_of(AttackSpec.from_config(cfg))))
 
         def evaluate(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
             import pandas as pd  # lazily: the ClientApp process never loads pandas
@@ -85,8 +85,9 @@ def train_lm(msg: Message, context: Context) -> Message:
     data = client_windows(cfg, cid)
     model, tokens = node_model(cfg)
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-    behaviour = behaviour_for(cfg, cid)
-    stats = client_round(model, data[:, :-1], data[:, 1:], tokens.vocab_size, behaviour, cfg, server_round, cid,
+    behaviour = behaviour_for(AttackSpec.from_config(cfg), cid)
+    stats = client_round(model, data[:, :-1], data[:, 1:], tokens.vocab_size, behaviour,
+                         LocalRoundSpec.from_config(cfg), server_round, cid,
                          resolve_device(cfg.device))
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     return Message(content=RecordDict({

@@ -29,7 +29,7 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedcal.aggregate import add_flat_update
-from fedcal.attacks import attackers_of, craft_malicious
+from fedcal.attacks import AttackSpec, attackers_of, craft_malicious
 from fedcal.attacks.behaviour import round_generator
 from fedcal.attacks.crafted import poisoning_params
 from fedcal.config import POISONING_ATTACKS, RunConfig
@@ -49,8 +49,9 @@ class PoisoningGrid(WrappedGrid):
         if cfg.attack not in POISONING_ATTACKS:
             raise ValueError(f"attack {cfg.attack!r} is not a model-poisoning attack ({', '.join(POISONING_ATTACKS)})")
         self.grid, self.cfg, self.node_to_client = grid, cfg, node_to_client
-        self.attackers = attackers_of(cfg)
-        self.params = poisoning_params(cfg)
+        attack = AttackSpec.from_config(cfg)
+        self.attackers = attackers_of(attack)
+        self.params = poisoning_params(attack)
         self.record = record
         self.key = arrays_key
 

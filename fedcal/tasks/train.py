@@ -33,7 +33,7 @@ from flwr.supercore import log
 
 from fedcal.tasks.nodes import (CLIENT_RECORD, check_partitions, client_id, client_record, config_record,
                                 discover_clients, identified_grid, message_config, shared_model)
-from fedcal.attacks import BENIGN, attackers_of, behaviour_for, client_round
+from fedcal.attacks import BENIGN, AttackSpec, LocalRoundSpec, attackers_of, behaviour_for, client_round
 from fedcal.config import RunConfig
 from fedcal.attacks.backdoor import PixelBackdoor, attack_success_rate, triggered_test_set
 from fedcal.data import client_data, load_dataset, pixel_space, root_set
@@ -77,8 +77,8 @@ def root_train_fn_for(cfg: RunConfig, ds, device: torch.device) -> Callable[[Arr
 
     def root_train(arrays: ArrayRecord, server_round: int) -> ArrayRecord:
         model.load_state_dict(arrays.to_torch_state_dict())
-        client_round(model, x_root, y_root, ds.num_classes, BENIGN, root_cfg, server_round, client_id=-1,
-                     device=device)
+        client_round(model, x_root, y_root, ds.num_classes, BENIGN, LocalRoundSpec.from_config(root_cfg), server_round,
+                     client_id=-1, device=device)
         return ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()})
 
     return root_train
@@ -96,7 +96,7 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
         model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
         node_to_client = discover_clients(grid, cfg.num_clients)
         log(INFO, "attackers (%s, %d of %d): %s", cfg.attack,
-            cfg.num_attackers, cfg.num_clients, sorted(attackers_of(cfg)))
+            cfg.num_attackers, cfg.num_clients, sorted(attackers_of(AttackSpec.from_config(cfg))))
         root_fn = root_train_fn_for(cfg, ds, device) if cfg.strategy == "fltrust" else None
         guard = dict(root_set=root_set(ds, cfg.root_size, cfg.seed),
                      model=build_model(cfg.model, ds.input_shape, ds.num_classes).to(device)
@@ -244,8 +244,9 @@ def train(msg: Message, context: Context) -> Message:
     device = resolve_device(cfg.device)
     model = shared_model(cfg.model, tuple(data.x.shape[1:]), data.num_classes)
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-    behaviour = behaviour_for(cfg, cid)
-    stats = client_round(model, data.x, data.y, data.num_classes, behaviour, cfg, server_round, cid, device)
+    behaviour = behaviour_for(AttackSpec.from_config(cfg), cid)
+    stats = client_round(model, data.x, data.y, data.num_classes, behaviour, LocalRoundSpec.from_config(cfg),
+                         server_round, cid, device)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     content = RecordDict({
         "arrays": ArrayRecord(state),
