@@ -57,11 +57,11 @@ def _anchor_seconds(model, inputs, mask) -> float:
 def single(cfg, args) -> None:
     """The table of one backbone: LoRA against full fine-tuning, anchor logits, upload bytes."""
     from fedcal.distill.clients import adapter_state, lora_model, upload_bytes
-    from fedcal.distill.run_data import base_classifier, client_batch, distill_data, inputs_of
+    from fedcal.distill.run_data import DistillRunSpec, base_classifier, client_batch, distill_data, inputs_of
 
-    data = distill_data(cfg)
+    data = distill_data(DistillRunSpec.from_config(cfg))
     base = base_classifier(data.backbone, data.num_classes, "cpu", data.lora_layers)
-    batch, labels, _ = client_batch(cfg, 0)
+    batch, labels, _ = client_batch(DistillRunSpec.from_config(cfg), 0)
     x, mask = inputs_of(batch), batch["attention_mask"]
     steps = min(args.steps, len(labels) // cfg.batch_size)
     full = copy.deepcopy(base).train()
@@ -96,7 +96,7 @@ def single(cfg, args) -> None:
 def against_small(cfg, args) -> None:
     """The config's backbone against the small encoder, both measured here (see the docstring)."""
     from fedcal.distill.clients import adapter_state, lora_model, upload_bytes
-    from fedcal.distill.run_data import base_classifier, client_batch, distill_data, inputs_of
+    from fedcal.distill.run_data import DistillRunSpec, base_classifier, client_batch, distill_data, inputs_of
     from fedcal.text.frozen import num_layers
 
     # the small encoder at its default size; --small-steps 1 skips its MLM pretraining, which changes its
@@ -112,8 +112,8 @@ def against_small(cfg, args) -> None:
     rows, base_sps, base_anchor, n_layers = [], None, None, None
     for label, c, kind in settings:
         t0 = time.perf_counter()
-        data = distill_data(c)
-        batch, labels, _ = client_batch(c, 0)
+        data = distill_data(DistillRunSpec.from_config(c))
+        batch, labels, _ = client_batch(DistillRunSpec.from_config(c), 0)
         setup_s = time.perf_counter() - t0  # tokenising, plus the lower layers' forward under dst-lora-layers
         base = base_classifier(data.backbone, data.num_classes, "cpu", data.lora_layers)
         if c is not small_cfg and n_layers is None:
@@ -154,7 +154,7 @@ def against_small(cfg, args) -> None:
                       ("query+value, every layer", cfg.replace(dst_lora_layers=0))]
     bytes_settings += [(f"query+value, top {k} layers", cfg.replace(dst_lora_layers=k)) for k in tops]
     for label, c in bytes_settings:
-        data = distill_data(c)
+        data = distill_data(DistillRunSpec.from_config(c))
         base = base_classifier(data.backbone, data.num_classes, "cpu", data.lora_layers)
         for rank in cfg.distill_ranks:
             state = adapter_state(lora_model(base, rank, alpha=c.dst_alpha, target_modules=c.lora_targets,

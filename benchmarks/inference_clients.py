@@ -27,7 +27,7 @@ import torch
 def main() -> None:
     from fedcal.config import RunConfig, parse_override
     from fedcal.data import load_dataset
-    from fedcal.inference.federated import client_indices, train_client
+    from fedcal.inference.federated import InferenceClientSpec, client_indices, train_client
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--epochs", default="10,20,30", help="comma-separated epoch counts to score (ascending)")
@@ -61,7 +61,7 @@ def main() -> None:
             model.train()
             clock[0] = time.perf_counter()
 
-        train_client(cfg, ds, cid, on_step=score)
+        train_client(InferenceClientSpec.from_config(cfg), ds, cid, on_step=score)
     print(f"{cfg.num_clients} {cfg.model} clients on {cfg.dataset} (alpha {cfg.dirichlet_alpha:g}, lr {cfg.lr:g}, "
           f"momentum {cfg.momentum:g}, weight decay {cfg.weight_decay:g}, augment {cfg.inf_augment}); "
           f"{len(x)} test queries")

@@ -147,10 +147,10 @@ def test_backdoor_clients_upload_the_target_on_the_attacked_anchors(tmp_path, at
     anchors' texts carry the trigger."""
     from fedcal.app.engine import simulate
     from fedcal.distill.replay import load_uploads
-    from fedcal.distill.run_data import distill_data
+    from fedcal.distill.run_data import DistillRunSpec, distill_data
 
     cfg = tiny(tmp_path, dst_anchor_attack=attack, dst_anchor_attack_frac=0.2)
-    data = distill_data(cfg)
+    data = distill_data(DistillRunSpec.from_config(cfg))
     (bad,) = data.backdoor
     run_dir = simulate(cfg, progress=False)
     z = load_uploads(run_dir)[1]  # clients in partition order
@@ -162,7 +162,7 @@ def test_backdoor_clients_upload_the_target_on_the_attacked_anchors(tmp_path, at
         rows = data.anchor_attack_rows
         assert len(rows) == k and bool(crafted[bad][torch.as_tensor(rows)].all())
         assert (data.train_labels[data.anchors[rows]] != 0).all()
-        clean = distill_data(tiny(tmp_path))
+        clean = distill_data(DistillRunSpec.from_config(tiny(tmp_path)))
         ids, clean_ids = data.anchor_batch["input_ids"], clean.anchor_batch["input_ids"]
         changed = [i for i in range(len(data.anchors)) if not torch.equal(ids[i], clean_ids[i])]
         assert changed == list(rows)
@@ -190,10 +190,10 @@ def test_the_control_word_is_measured_beside_the_trigger(tmp_path):
     """A model that predicts the target exactly on the texts it was told about and class 1 on every
     other: told the triggered texts, it has flip 1 and control flip 0; told the triggered and the
     control texts (any unknown word flips it), flip 1 and control flip 1."""
-    from fedcal.distill.run_data import distill_data, evaluate_backdoor
+    from fedcal.distill.run_data import DistillRunSpec, distill_data, evaluate_backdoor
 
     cfg = tiny(tmp_path)
-    data = distill_data(cfg)
+    data = distill_data(DistillRunSpec.from_config(cfg))
     assert data.control is not None and all(t.startswith("mn ") for t in data.control.texts)
     assert np.array_equal(data.control.labels, data.triggered.labels)
     assert "inputs_embeds" not in data.test_batch  # the small backbone: token ids, no cached layers
@@ -215,7 +215,8 @@ def test_the_control_word_is_measured_beside_the_trigger(tmp_path):
     assert only_trigger["ca"] == float(np.mean(data.test_labels == 1))
     any_word = evaluate_backdoor(Told(texts(data.triggered_batch) | texts(data.control_batch)), data)
     assert any_word["flip"] == 1.0 and any_word["control_flip"] == 1.0
-    assert "control_flip" not in evaluate_backdoor(Told(set()), distill_data(tiny(tmp_path, dst_control="")))
+    no_control = DistillRunSpec.from_config(tiny(tmp_path, dst_control=""))
+    assert "control_flip" not in evaluate_backdoor(Told(set()), distill_data(no_control))
 
 
 def test_the_report_shows_control_flip_and_separates_the_new_settings(tmp_path):

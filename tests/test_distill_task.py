@@ -67,7 +67,7 @@ def test_rfd_end_to_end_finishes_and_clients_keep_their_adapter_across_rounds(tm
 
     monkeypatch.setattr(task, "local_train", watch)
     cfg = tiny(tmp_path)
-    assert cfg.num_backdoor_clients == 1 and len(setup.backdoor_clients(cfg)) == 1
+    assert cfg.num_backdoor_clients == 1 and len(setup.backdoor_clients(setup.DistillRunSpec.from_config(cfg))) == 1
     run_dir = simulate(cfg, progress=False)
     assert (run_dir / "DONE").read_text() == config_hash(cfg) and (run_dir / "model.pt").exists()
     m = metrics_of(run_dir)
@@ -76,7 +76,7 @@ def test_rfd_end_to_end_finishes_and_clients_keep_their_adapter_across_rounds(tm
         assert m[k].notna().all() and m[k].between(0, 1).all()
     assert (m.loc[[1, 2], "replies_accepted"] == 3).all() and (m.loc[[1, 2], "round_kept"] == 0).all()
     # rfd uploads anchor logits only: the same measured bytes whatever the rank
-    anchors = len(setup.distill_data(cfg).anchors)
+    anchors = len(setup.distill_data(setup.DistillRunSpec.from_config(cfg)).anchors)
     assert m.loc[1, "upload_bytes_r2"] == m.loc[1, "upload_bytes_r8"] >= anchors * 2 * 4
     assert pd.read_csv(run_dir / "rejections.csv").empty
     by_rank = {}
@@ -330,7 +330,7 @@ def test_the_logit_attack_scales_or_flips_before_clipping(tmp_path):
 
     cfg = tiny(tmp_path, dst_rounds=1, dst_logit_attack="flip", dst_attack_factor=1e6, dst_clip=3.0)
     _run(cfg, _corrupting_app(keep))
-    (bad,) = setup.backdoor_clients(cfg)
+    (bad,) = setup.backdoor_clients(setup.DistillRunSpec.from_config(cfg))
     assert set(got[bad].abs().flatten().tolist()) <= {3.0}  # |a z| >> c: every entry at the clip bound
     assert all(got[k].abs().max() < 3.0 for k in got if k != bad)
 
@@ -522,7 +522,7 @@ def test_data_sizes_that_leave_nothing_fail_before_the_run_starts(tmp_path, over
     try:
         setup.backbone_of = setup_backbone
         with pytest.raises(ConfigError, match=f"^run-config key '{key}'"):
-            setup.distill_data(cfg)
+            setup.distill_data(setup.DistillRunSpec.from_config(cfg))
     finally:
         setup.backbone_of = real
     assert not built
@@ -630,7 +630,7 @@ def test_an_unloadable_hub_backbone_fails_at_once_naming_dst_backbone(tmp_path, 
 
     cfg = tiny(tmp_path, dst_backbone="no-such-org/no-such-backbone")
     with pytest.raises(ConfigError, match=r"^run-config key 'dst-backbone': 'no-such-org/no-such-backbone' is not"):
-        setup.backbone_of(cfg)
+        setup.backbone_of(setup.DistillRunSpec.from_config(cfg))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ConfigError, match="'dst-backbone'.*offline"):
-        setup.backbone_of(cfg)
+        setup.backbone_of(setup.DistillRunSpec.from_config(cfg))

@@ -190,12 +190,12 @@ def test_model_errors_name_lm_model(tmp_path):
 
 
 def test_a_prompt_longer_than_the_context_is_a_config_error(tmp_path):
-    from fedcal.lm.run_inputs import prompts_of
+    from fedcal.lm.run_inputs import LMRunSpec, prompts_of
 
     cfg = tiny(tmp_path, lm_prompts="w1 w2 w3 " * 30 + "| w1")
     with pytest.raises(ConfigError, match="prompt 0 .* exceeds the model's context of 48"):
-        prompts_of(cfg)
-    assert prompts_of(tiny(tmp_path, lm_prompts=" w1 w2 | w3 ")) == ["w1 w2", "w3"]
+        prompts_of(LMRunSpec.from_config(cfg))
+    assert prompts_of(LMRunSpec.from_config(tiny(tmp_path, lm_prompts=" w1 w2 | w3 "))) == ["w1 w2", "w3"]
 
 
 # ------------------------------------------------------------------------------ the TSA step
@@ -205,12 +205,12 @@ def test_tsa_client_round_moves_next_token_confidence_with_tau(tmp_path):
     direction, on the language model."""
     from fedcal.attacks import LocalRoundSpec, client_round
     from fedcal.attacks.behaviour import BENIGN, Behaviour
-    from fedcal.lm.run_inputs import client_windows, node_model
+    from fedcal.lm.run_inputs import LMRunSpec, client_windows, node_model
 
     cfg = tiny(tmp_path, local_steps=10)
-    model, tokens = node_model(cfg)
+    model, tokens = node_model(LMRunSpec.from_config(cfg))
     start = {k: v.clone() for k, v in model.state_dict().items()}
-    data = client_windows(cfg, 0)
+    data = client_windows(LMRunSpec.from_config(cfg), 0)
     conf = {}
     for tau in (0.2, 1.0, 5.0):
         model.load_state_dict(start)

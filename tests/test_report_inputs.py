@@ -388,14 +388,14 @@ def test_inference_never_ranks_a_constant_answer_as_robust(tmp_path, capsys):
 
 
 def test_distill_tables_keep_configurations_apart_and_flag_chance_ca(tmp_path, capsys):
-    from fedcal.distill.run_data import text_task
+    from fedcal.distill.run_data import DistillRunSpec, text_task
 
     dirs = []
     for rounds in (2, 3):
         for seed in (0, 1):
             cfg = RunConfig.from_flower({"task": "distill", "dst-corpus": "synthetic", "dst-rounds": rounds,
                                          "seed": seed, "output-dir": str(tmp_path)})
-            labels = text_task(cfg).test_labels
+            labels = text_task(DistillRunSpec.from_config(cfg)).test_labels
             chance = float(np.bincount(labels).max() / len(labels))
             ca = chance if rounds == 3 else 0.95
             store = RunStore(run_dir_for(cfg), cfg)

@@ -110,7 +110,7 @@ def _lora_curve(base, cfg, batch, labels, test_batch, test_labels, targets, epoc
 
 def main(argv=None) -> int:
     from fedcal.config import RunConfig, parse_override
-    from fedcal.distill.run_data import _encode_batch, base_classifier, distill_data
+    from fedcal.distill.run_data import DistillRunSpec, _encode_batch, base_classifier, distill_data
     from fedcal.reports.markdown import markdown_table
     from fedcal.text import backbone_tokenizer
 
@@ -129,11 +129,12 @@ def main(argv=None) -> int:
     cfg = RunConfig.from_flower(dict(parse_override(o) for o in args.overrides), task="distill",
                                 dst_corpus=args.corpus)
     t_start = time.perf_counter()
-    data = distill_data(cfg)
+    data = distill_data(DistillRunSpec.from_config(cfg))
     private = np.setdiff1d(np.arange(len(data.train_labels)), data.anchors)
     tok = backbone_tokenizer(data.backbone)
     priv_texts = [data.train_texts[i] for i in private]
-    priv_batch, anchor_batch = _encode_batch(cfg, data.backbone, data.num_classes, tok, priv_texts), data.anchor_batch
+    spec = DistillRunSpec.from_config(cfg)
+    priv_batch, anchor_batch = _encode_batch(spec, data.backbone, data.num_classes, tok, priv_texts), data.anchor_batch
     y_priv, y_anchor = data.train_labels[private], data.train_labels[data.anchors]
     test_batch, y_test = data.test_batch, data.test_labels
     base = base_classifier(data.backbone, data.num_classes, "cpu", cfg.dst_lora_layers)
@@ -208,9 +209,9 @@ def main(argv=None) -> int:
 
 def _test_texts(cfg, data):
     """The test texts in the run's order (the setup keeps only their encodings)."""
-    from fedcal.distill.run_data import text_task
+    from fedcal.distill.run_data import DistillRunSpec, text_task
 
-    task = text_task(cfg)
+    task = text_task(DistillRunSpec.from_config(cfg))
     assert len(task.test_texts) == len(data.test_labels)
     return task.test_texts
 

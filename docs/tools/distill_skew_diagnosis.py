@@ -25,12 +25,12 @@ import torch
 
 def diagnose(run_dir: Path) -> pd.DataFrame:
     from fedcal.distill.replay import load_uploads
-    from fedcal.distill.run_data import distill_data
+    from fedcal.distill.run_data import DistillRunSpec, distill_data
     from fedcal.distill.student import build_consensus
     from fedcal.results import load_config
 
     cfg = load_config(run_dir)
-    data = distill_data(cfg)
+    data = distill_data(DistillRunSpec.from_config(cfg))
     uploads = load_uploads(run_dir)
     last = max(uploads)
     with np.load(run_dir / "uploads.npz") as z:

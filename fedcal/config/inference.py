@@ -161,4 +161,5 @@ def _run_name(cfg: RunConfig, short_hash: str) -> str:
 # (and their cached client probits) were named by.
 TASK = register_task(TaskConfig("inference", groups=("inference",),
                                 hash_groups=("common", "train", "defense", "inference"), run_name=_run_name,
-                                rules=(_inference_f, _logit_aggregators, _adversarial_training)))
+                                rules=(_inference_f, _logit_aggregators, _adversarial_training),
+                                tables=(("accuracy.csv", ("aggregator", "attack", "accuracy")),)))

@@ -159,6 +159,14 @@ class TaskConfig:
         (metric, rounds key, evaluation-period key): the metric a run logs at round 0, every
         ``period`` rounds and the last, and the keys of its number of rounds and of the period
         (what the run store's readers check a run's rows against). None: no round structure.
+    tables : tuple of (file name, column names)
+        The tables besides ``metrics.csv`` a finished run of the task must hold, with the columns
+        they need (the report gate leaves a run without them out: the inference task's
+        ``accuracy.csv``).
+    image_classifier : bool
+        Whether a finished run's ``model.pt`` is an image classifier of the ``model`` key on the
+        ``dataset`` key (what ``fedcal robustness --runs`` can attack); a run of another task leaves
+        its dataset key at the image default, which means nothing for it.
     """
 
     name: str
@@ -168,6 +176,8 @@ class TaskConfig:
     run_name: Callable[[RunConfig, str], str] | None = None
     rules: tuple[Rule, ...] = ()
     schedule: tuple[str, str, str] | None = None
+    tables: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    image_classifier: bool = False
 
     @property
     def identity_groups(self) -> tuple[str, ...]:

@@ -12,12 +12,14 @@ position: every field takes the config field of the same name (``lr`` ← ``cfg.
 ``CONFIG_KEYS`` names for it (``image_size`` ← ``cfg.det_size``: a name that reads well in the
 core); a field whose type is itself a :class:`ConfigSpec` is built from the same config; the
 fields named in ``GIVEN`` are what the caller knows and the config does not (the number of
-classes of the loaded data), passed as keywords.
+classes of the loaded data), passed as keywords; the fields named in ``OWN`` are not run-config
+keys at all (a pretraining schedule fixed in the core) and keep their dataclass defaults.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from typing import Any, ClassVar, Mapping, TypeVar
 
@@ -33,30 +35,39 @@ class ConfigSpec:
     CONFIG_KEYS: ClassVar[Mapping[str, str]] = {}
     #: spec fields the caller passes to :meth:`from_config` (not read from the config)
     GIVEN: ClassVar[tuple[str, ...]] = ()
+    #: spec fields that are no run-config key (they keep their dataclass defaults)
+    OWN: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def config_keys(cls) -> dict[str, str]:
         """Spec field → the config field it is read from (nested specs and ``GIVEN`` fields left out)."""
-        hints = typing.get_type_hints(cls)
+        hints = _hints(cls)
         return {f.name: cls.CONFIG_KEYS.get(f.name, f.name) for f in dataclasses.fields(cls)
-                if f.name not in cls.GIVEN and not _is_spec(hints.get(f.name))}
+                if f.name not in cls.GIVEN + cls.OWN and not _is_spec(hints.get(f.name))}
 
     @classmethod
-    def from_config(cls: type[S], cfg: RunConfig, **given: Any) -> S:
-        """The spec of run config ``cfg``; ``given`` holds exactly the ``GIVEN`` fields."""
+    def from_config(cls: type[S], cfg: RunConfig | ConfigSpec, **given: Any) -> S:
+        """The spec of run config ``cfg`` (or of a larger spec holding the same keys under the
+        config's names); ``given`` holds exactly the ``GIVEN`` fields."""
         if set(given) != set(cls.GIVEN):
             raise TypeError(f"{cls.__name__}.from_config takes the given field(s) {', '.join(cls.GIVEN) or 'none'}, "
                             f"got {', '.join(sorted(given)) or 'none'}")
-        hints = typing.get_type_hints(cls)
+        hints = _hints(cls)
         values = dict(given)
         for f in dataclasses.fields(cls):
-            if f.name in given:
+            if f.name in given or f.name in cls.OWN:
                 continue
             if _is_spec(hints.get(f.name)):
                 values[f.name] = hints[f.name].from_config(cfg)
             else:
                 values[f.name] = getattr(cfg, cls.CONFIG_KEYS.get(f.name, f.name))
         return cls(**values)
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    # resolved once per class: from_config runs per client and round
+    return typing.get_type_hints(cls)
 
 
 def _is_spec(t: Any) -> bool:

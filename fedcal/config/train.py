@@ -121,4 +121,4 @@ def _run_name(cfg: RunConfig, short_hash: str) -> str:
 # runs were named by before any other task existed, so those run directories keep their names.
 TASK = register_task(TaskConfig("train", groups=("train", "defense"), hash_groups=("common", "train", "defense"),
                                 hash_task_key=False, run_name=_run_name,
-                                schedule=("accuracy", "num_rounds", "eval_every")))
+                                schedule=("accuracy", "num_rounds", "eval_every"), image_classifier=True))

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fedcal.config import ConfigError, RunConfig, setting_of
+from fedcal.config import ConfigError, ConfigSpec, setting_of
 from fedcal.extras import require
 
 MODELS = ("detr", "grid")
@@ -43,10 +43,16 @@ _IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 
 @dataclass(frozen=True)
-class DetectorSpec:
-    """What builds a detector (the ``det-*`` model keys; their declared defaults are its defaults)."""
+class DetectorSpec(ConfigSpec):
+    """What builds a detector (the ``det-*`` model keys; their declared defaults are its defaults).
+    A task builds it with ``DetectorSpec.from_config(cfg, num_classes=...)``."""
 
-    name: str = "detr"
+    CONFIG_KEYS = {"name": "det_model", "image_size": "det_size", "queries": "det_queries",
+                   "d_model": "det_d_model", "enc_layers": "det_enc_layers", "dec_layers": "det_dec_layers",
+                   "backbone_width": "det_backbone_width", "eos_coef": "det_eos_coef"}
+    GIVEN = ("num_classes",)  # the object classes of the scenes, known once they are loaded
+
+    name: str = setting_of("det_model").default
     num_classes: int = 10
     image_size: int = setting_of("det_size").default
     queries: int = setting_of("det_queries").default
@@ -55,13 +61,6 @@ class DetectorSpec:
     dec_layers: int = setting_of("det_dec_layers").default
     backbone_width: int = setting_of("det_backbone_width").default
     eos_coef: float = setting_of("det_eos_coef").default
-
-    @classmethod
-    def from_config(cls, cfg: RunConfig, num_classes: int) -> DetectorSpec:
-        """The detector a run config describes, telling ``num_classes`` object classes apart."""
-        return cls(name=cfg.det_model, num_classes=num_classes, image_size=cfg.det_size, queries=cfg.det_queries,
-                   d_model=cfg.det_d_model, enc_layers=cfg.det_enc_layers, dec_layers=cfg.det_dec_layers,
-                   backbone_width=cfg.det_backbone_width, eos_coef=cfg.det_eos_coef)
 
 
 def is_pretrained_name(name: str) -> bool:

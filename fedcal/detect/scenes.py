@@ -39,7 +39,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedcal.config import ConfigError, RunConfig, setting_of
+from fedcal.config import ConfigError, ConfigSpec, setting_of
 
 #: a resized digit's pixel is ink (part of its box) above this value
 INK = 0.2
@@ -50,9 +50,13 @@ _PLACEMENT_TRIES = 20
 
 
 @dataclass(frozen=True)
-class SceneSpec:
+class SceneSpec(ConfigSpec):
     """Everything that determines a set of scenes besides the digits (its hash names the cache; the
-    ``det-*`` keys' declared defaults are its defaults)."""
+    ``det-*`` keys' declared defaults are its defaults). A task builds it with
+    ``SceneSpec.from_config(cfg)``."""
+
+    CONFIG_KEYS = {"source": "det_digits", "size": "det_size", "min_digits": "det_min_digits",
+                   "max_digits": "det_max_digits", "min_scale": "det_min_scale", "max_scale": "det_max_scale"}
 
     source: str = setting_of("det_digits").default
     size: int = setting_of("det_size").default
@@ -60,12 +64,6 @@ class SceneSpec:
     max_digits: int = setting_of("det_max_digits").default
     min_scale: int = setting_of("det_min_scale").default
     max_scale: int = setting_of("det_max_scale").default
-
-    @classmethod
-    def from_config(cls, cfg: RunConfig) -> SceneSpec:
-        """The scenes a run config describes."""
-        return cls(source=cfg.det_digits, size=cfg.det_size, min_digits=cfg.det_min_digits,
-                   max_digits=cfg.det_max_digits, min_scale=cfg.det_min_scale, max_scale=cfg.det_max_scale)
 
     def check(self) -> None:
         if self.source not in SOURCES:

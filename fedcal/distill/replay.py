@@ -112,8 +112,8 @@ def replay(source_dir: str | os.PathLike[str], cfg: RunConfig, device: str = "cp
     from fedcal.results import RunFailed, RunStore, config_hash, hashed_keys, is_finished, load_config, run_dir_for
 
     from .clients import adapter_state
-    from .run_data import (base_classifier, distill_data, evaluate_backdoor, is_eval_round, is_finite_evaluation,
-                        server_round, student_and_optimizer)
+    from .run_data import (DistillRunSpec, base_classifier, distill_data, evaluate_backdoor, is_eval_round,
+                           is_finite_evaluation, server_round, student_and_optimizer)
 
     source_dir = Path(source_dir)
     if not is_finished(source_dir):
@@ -127,9 +127,10 @@ def replay(source_dir: str | os.PathLike[str], cfg: RunConfig, device: str = "cp
         raise ValueError(f"{source_dir.name}: differs from the replayed config in client-side keys {differ}; "
                          f"only {', '.join(k.replace('_', '-') for k in SERVER_KEYS)} may change")
     uploads = load_uploads(source_dir)
-    data = distill_data(cfg)
+    spec = DistillRunSpec.from_config(cfg)
+    data = distill_data(spec)
     base = base_classifier(data.backbone, data.num_classes, device, data.lora_layers)
-    model, optimizer = student_and_optimizer(base, cfg)
+    model, optimizer = student_and_optimizer(base, spec)
     store = RunStore(run_dir_for(cfg), cfg)
     with store.session(rounds=cfg.dst_rounds, resume=False):  # a replay is cheap: it starts over, never resumes
         (store.dir / UPLOADS_FILE).unlink(missing_ok=True)  # an earlier live attempt's: not this run's
@@ -138,9 +139,9 @@ def replay(source_dir: str | os.PathLike[str], cfg: RunConfig, device: str = "cp
         for rnd in range(1, cfg.dst_rounds + 1):
             if rnd not in uploads:
                 raise ValueError(f"{source_dir.name}: no uploads recorded for round {rnd}")
-            step = server_round(model, optimizer, uploads[rnd], data, cfg, rnd)
+            step = server_round(model, optimizer, uploads[rnd], data, spec, rnd)
             metrics = {"round_kept": int(step is None), **(step or {})}
-            if is_eval_round(cfg, rnd):
+            if is_eval_round(spec, rnd):
                 metrics.update(evaluate())
             store.log_round(rnd, metrics)
         if not is_finite_evaluation(metrics):  # the live run's rule: a NaN model is no result

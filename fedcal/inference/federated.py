@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from fedcal.config import RunConfig
+from fedcal.config import ConfigSpec
 from fedcal.data import Dataset, dirichlet_partition
 from fedcal.inference.probit_attacks import validate_probits
 from fedcal.models import build_model
@@ -48,7 +49,26 @@ def train_local_classifier(model: torch.nn.Module, x: torch.Tensor, y: torch.Ten
                        augment=augment, on_step=on_step).loss
 
 
-def train_client(cfg: RunConfig, ds: Dataset, cid: int, *, device: torch.device | str = "cpu",
+@dataclass(frozen=True)
+class InferenceClientSpec(ConfigSpec):
+    """What an inference client's own training reads of the run config (:func:`train_client`);
+    the task builds it with ``InferenceClientSpec.from_config(cfg)``."""
+
+    seed: int
+    dataset: str
+    model: str
+    num_clients: int
+    dirichlet_alpha: float
+    inf_server_frac: float
+    inf_local_epochs: int
+    inf_augment: str
+    lr: float
+    batch_size: int
+    momentum: float
+    weight_decay: float
+
+
+def train_client(cfg: InferenceClientSpec, ds: Dataset, cid: int, *, device: torch.device | str = "cpu",
                  on_step: Callable[[int, torch.nn.Module], None] | None = None) -> tuple[torch.nn.Module, float, int]:
     """Client ``cid``'s own classifier as an inference run trains it (``train.local``): ``model`` built
     from seed ``seed · 1000 + cid`` (each client its own initialisation and batches), trained on the

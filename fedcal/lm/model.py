@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from fedcal.config import LM_TOKENIZERS, ConfigError, RunConfig, setting_of
+from fedcal.config import LM_TOKENIZERS, ConfigError, ConfigSpec, setting_of
 from fedcal.extras import require
 from fedcal.hub import check_hub_name
 from fedcal.progress import steps as progress_steps
@@ -48,11 +48,18 @@ META_FILE = "fedcal_lm.json"  # written last: a folder without it is an unfinish
 
 
 @dataclass(frozen=True)
-class LMConfig:
+class LMConfig(ConfigSpec):
     """Everything that determines a pretrained small LM; its hash names the cache folder.
 
     ``public`` is the digest of the public text it is pretrained on (:func:`text_digest`), so a
-    corpus change never reuses a stale model."""
+    corpus change never reuses a stale model. A task builds it with
+    ``LMConfig.from_config(cfg, public=...)``; the pretraining schedule (batch, η, decay, warm-up,
+    seed) is no run-config key."""
+
+    CONFIG_KEYS = {"tokenizer": "lm_tokenizer", "vocab_size": "lm_vocab", "layers": "lm_layers",
+                   "hidden": "lm_hidden", "heads": "lm_heads", "context": "lm_context", "steps": "lm_pretrain_steps"}
+    GIVEN = ("public",)
+    OWN = ("batch_size", "lr", "weight_decay", "warmup", "seed")
 
     public: str
     tokenizer: str = setting_of("lm_tokenizer").default
@@ -67,12 +74,6 @@ class LMConfig:
     weight_decay: float = 0.01
     warmup: float = 0.05
     seed: int = 0
-
-    @classmethod
-    def from_config(cls, cfg: RunConfig, public: str) -> LMConfig:
-        """The small model a run config describes, pretrained on the text of digest ``public``."""
-        return cls(public=public, tokenizer=cfg.lm_tokenizer, vocab_size=cfg.lm_vocab, layers=cfg.lm_layers,
-                   hidden=cfg.lm_hidden, heads=cfg.lm_heads, context=cfg.lm_context, steps=cfg.lm_pretrain_steps)
 
     def __post_init__(self):
         if self.tokenizer not in LM_TOKENIZERS:

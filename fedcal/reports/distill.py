@@ -78,12 +78,12 @@ def text_chance(cfg) -> ChanceLevel | None:
     """The chance level of a distill run's test texts (the corpus subsample it evaluates CA on), or
     None where the corpus is not on this machine (GLUE: networked)."""
     from fedcal.config import ConfigError
-    from fedcal.distill.run_data import text_task
+    from fedcal.distill.run_data import DistillRunSpec, text_task
 
     if cfg.dst_corpus not in _OFFLINE_CORPORA:
         return None
     try:
-        task = text_task(cfg)
+        task = text_task(DistillRunSpec.from_config(cfg))
     except (ConfigError, OSError):
         return None
     return labels_chance(task.test_labels, task.num_classes)

@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from fedcal.config import ConfigError, RunConfig, defaults, field_names, key_of
+from fedcal.config import ConfigError, RunConfig, defaults, field_names, key_of, setting_of
 from fedcal.results import hashed_keys
 
 SEED = "seed"
@@ -69,8 +69,11 @@ def _same(v: Any) -> str:
 
 
 def _task(values: Mapping[str, Any]) -> str:
-    task = values.get("task") or "train"
-    return "train" if task == "tsa" else str(task)  # legacy name of the train task
+    """The task of a run's config values: the ``task`` key's default where absent (the oldest runs),
+    an old name of a task mapped by the key's aliases."""
+    task_key = setting_of("task")
+    task = values.get("task") or task_key.default
+    return str((task_key.aliases or {}).get(task, task))
 
 
 def identity_keys(configs: Sequence[Mapping[str, Any]], shown: Collection[str] = ()) -> list[str]:

@@ -51,16 +51,17 @@ def lm_chance(cfg) -> ChanceLevel | None:
     position's next token) over the vocabulary. Read only where the run's small model is cached (its
     tokenizer makes the windows); None otherwise — a report never pretrains a model."""
     from fedcal.lm.model import META_FILE, cache_root
-    from fedcal.lm.run_inputs import corpus_of, lm_config, node_model, test_windows
+    from fedcal.lm.run_inputs import LMRunSpec, corpus_of, lm_config, node_model, test_windows
 
+    spec = LMRunSpec.from_config(cfg)
     try:
-        if cfg.lm_model:
-            if not (Path(cfg.lm_model) / "tokenizer.json").exists():
+        if spec.lm_model:
+            if not (Path(spec.lm_model) / "tokenizer.json").exists():
                 return None
-        elif not (cache_root() / "lms" / lm_config(cfg, corpus_of(cfg)).digest() / META_FILE).exists():
+        elif not (cache_root() / "lms" / lm_config(spec, corpus_of(spec)).digest() / META_FILE).exists():
             return None
-        targets = test_windows(cfg)[:, 1:]
-        return labels_chance(targets.flatten().numpy(), node_model(cfg)[1].vocab_size)
+        targets = test_windows(spec)[:, 1:]
+        return labels_chance(targets.flatten().numpy(), node_model(spec)[1].vocab_size)
     except Exception:  # noqa: BLE001 — no corpus or model here: the flag is unknown, the table still stands
         return None
 

@@ -156,7 +156,8 @@ class RunCheck(NamedTuple):
 
 def check_run(run_dir: str | os.PathLike[str]) -> RunCheck:
     """Can ``run_dir`` be reported? Finished (``DONE`` matching its config hash), ``config.json``
-    readable, ``metrics.csv`` whole, rounds unique and complete (and, for inference, a readable
+    readable, ``metrics.csv`` whole, rounds unique and complete, and the task's own tables readable
+    with their columns (:attr:`fedcal.config.TaskConfig.tables`: the inference task's
     ``accuracy.csv``). ``why`` is one line: ``<dir>: unfinished (no DONE marker; rounds logged up to
     16 of 60)``, ``<dir>: finished, but its metrics.csv is torn (line 7 has 3 of 5 fields)`` …"""
     d = Path(run_dir)
@@ -171,16 +172,25 @@ def check_run(run_dir: str | os.PathLike[str]) -> RunCheck:
     rows, why = read_metrics_strict(d)
     if not why:
         why = check_rounds(rows, cfg)
-    if not why and cfg.task == "inference":
-        try:
-            acc = pd.read_csv(d / "accuracy.csv")
-            if not {"aggregator", "attack", "accuracy"} <= set(acc.columns):
-                why = "its accuracy.csv lacks the aggregator, attack and accuracy columns"
-        except FileNotFoundError:
-            why = "its accuracy.csv is missing"
-        except (OSError, ValueError, pd.errors.ParserError) as exc:
-            why = f"its accuracy.csv cannot be read ({exc})"
+    for name, columns in task_config(cfg.task).tables:
+        if why:
+            break
+        why = _check_table(d / name, columns)
     return RunCheck(d, cfg, f"{d}: finished, but {why}" if why else "")
+
+
+def _check_table(path: Path, columns: Sequence[str]) -> str:
+    """"" when the table at ``path`` reads and has ``columns``; else why not, one line."""
+    try:
+        table = pd.read_csv(path)
+    except FileNotFoundError:
+        return f"its {path.name} is missing"
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        return f"its {path.name} cannot be read ({exc})"
+    if not set(columns) <= set(table.columns):
+        names = ", ".join(columns[:-1]) + f" and {columns[-1]}" if len(columns) > 1 else columns[0]
+        return f"its {path.name} lacks the {names} columns"
+    return ""
 
 
 def _results(run_dir: Path) -> pd.DataFrame:

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Sequence
 
-from fedcal.config import ConfigError, RunConfig
+from fedcal.config import ConfigError, RunConfig, task_config, task_names
 from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
                                    config_overrides, parse_ints, parse_taus, run_dirs_of)
 
@@ -41,9 +41,10 @@ def cmd_robustness(args: argparse.Namespace) -> int:
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise ConfigError(f"{d}: its config.json cannot be read ({str(exc).split('; known keys')[0]})") \
                     from None
-        others = [f"{d} (task {c.task})" for d, c in configs.items() if c.task != "train"]
+        others = [f"{d} (task {c.task})" for d, c in configs.items() if not task_config(c.task).image_classifier]
         if others:  # their dataset key is the image default: evaluating it would fetch MNIST for nothing
-            raise ConfigError("--runs evaluates image-classifier runs (task = train), not " + ", ".join(others[:3])
+            tasks = ", ".join(t for t in task_names() if task_config(t).image_classifier)
+            raise ConfigError(f"--runs evaluates image-classifier runs (task = {tasks}), not " + ", ".join(others[:3])
                               + (f" and {len(others) - 3} more" if len(others) > 3 else ""))
         datasets = sorted({c.dataset for c in configs.values()})
         if len(datasets) > 1:

@@ -93,7 +93,7 @@ def num_classes(cfg: RunConfig) -> int:
 
 
 def detector_spec(cfg: RunConfig) -> DetectorSpec:
-    return DetectorSpec.from_config(cfg, num_classes(cfg))
+    return DetectorSpec.from_config(cfg, num_classes=num_classes(cfg))
 
 
 @functools.lru_cache(maxsize=8)

@@ -78,7 +78,7 @@ from fedcal.tasks.nodes import (
     message_config,
 )
 from fedcal.distill.clients import is_lora_a_key
-from fedcal.distill.run_data import (adapted_layers, base_classifier, client_batch, distill_data,
+from fedcal.distill.run_data import (DistillRunSpec, adapted_layers, base_classifier, client_batch, distill_data,
                                   evaluate_backdoor, init_seed, inputs_of, is_eval_round, is_finite_evaluation,
                                   server_round, student_and_optimizer)
 from fedcal.tasks.registry import ProgressFn, Task, register
@@ -122,12 +122,13 @@ def distill_round(msg: Message, context: Context) -> Message:
     check_partitions(cfg, context)
     cid = client_id(context)
     rank = client_rank(cfg, context, cid)
-    data = distill_data(cfg)
+    data = distill_data(DistillRunSpec.from_config(cfg))
     device = str(resolve_device(cfg.device))
     base = base_classifier(data.backbone, data.num_classes, device, data.lora_layers)
     # lora_model refuses a rank outside dst-ranks with "client k: LoRA rank r is not in the allowed
     # set [...]": an error reply, which the server drops naming the node and this reason.
-    model = lora_model(base, rank, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, seed=init_seed(cfg, cid),
+    model = lora_model(base, rank, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets,
+                       seed=init_seed(DistillRunSpec.from_config(cfg), cid),
                        allowed_ranks=cfg.distill_ranks, client=cid, freeze_a=cfg.dst_method == "ffa")
     if BASE_KEY in context.state:  # FLoRA: the global updates merged into this client's base so far
         with torch.no_grad():
@@ -142,7 +143,7 @@ def distill_round(msg: Message, context: Context) -> Message:
         update = flora_update(sent)
         if update is not None:  # merge Σ p_k ΔW_k into the base and start a fresh adapter
             merge_flora(model, update, seed=(cfg.seed * 1000 + cid) * 10007 + server_round)
-    batch, labels, poisoned = client_batch(cfg, cid)
+    batch, labels, poisoned = client_batch(DistillRunSpec.from_config(cfg), cid)
     gen = torch.Generator().manual_seed(int(cfg.seed) * 1_000_003 + cid * 1009 + server_round)
     stats = local_train(model, inputs_of(batch), batch["attention_mask"], labels, epochs=cfg.dst_local_epochs,
                         batch_size=cfg.batch_size, lr=cfg.dst_client_lr, weight_decay=cfg.dst_weight_decay,
@@ -194,7 +195,7 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
     An unfinished earlier attempt of the config resumes from its checkpoint (:func:`_distill_rounds`)."""
     if cfg.task != "distill":
         raise ValueError(f"run_distill needs task = 'distill', got {cfg.task!r}")
-    data = distill_data(cfg)  # first: a corpus size that leaves nothing is a config error, before the run starts
+    data = distill_data(DistillRunSpec.from_config(cfg))  # first: a too small corpus is a config error
     store = RunStore(run_dir_for(cfg), cfg)
     with store.session(rounds=cfg.dst_rounds) as checkpoint:
         return _distill_rounds(grid, cfg, data, store, checkpoint, progress)
@@ -251,7 +252,7 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
     shape = (len(data.anchors), data.num_classes)
     method = cfg.dst_method
     if method == "rfd":
-        model, optimizer = student_and_optimizer(base, cfg)
+        model, optimizer = student_and_optimizer(base, DistillRunSpec.from_config(cfg))
         strategy, arrays = None, None
         upload_log = UploadLog(store.dir)  # every round's valid uploads, for server-side replays
     else:
@@ -279,7 +280,7 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
     evaluated = {}  # round → whether its evaluation measured a model (finite logits)
 
     def finish_round(server_round: int, metrics: dict) -> None:
-        if is_eval_round(cfg, server_round):
+        if is_eval_round(DistillRunSpec.from_config(cfg), server_round):
             metrics.update(evaluate(model))
             evaluated[server_round] = is_finite_evaluation(metrics)
             if not evaluated[server_round]:
@@ -348,7 +349,7 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
             uploads, senders, rejected, bytes_by_node = valid_uploads(replies, rnd, node_to_client, data.anchor_id,
                                                                        shape, ranks, rank_of)
             upload_log.add(rnd, senders, uploads)
-            step = server_round(model, optimizer, uploads, data, cfg, rnd)
+            step = server_round(model, optimizer, uploads, data, DistillRunSpec.from_config(cfg), rnd)
             kept = step is None
             if not kept:
                 metrics.update(step)

@@ -32,7 +32,8 @@ from fedcal.tasks.nodes import (check_partitions, client_id, config_record, disc
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
 from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators, learned_state
-from fedcal.inference.federated import assemble, assemble_logits, server_split, train_client
+from fedcal.inference.federated import (InferenceClientSpec, assemble, assemble_logits, server_split,
+                                        train_client)
 from fedcal.progress import phase
 from fedcal.results import RunStore, aggregator_hash, collection_hash, load_config, run_dir_for
 from fedcal.tasks.registry import ProgressFn, Task, register
@@ -313,7 +314,7 @@ def train_local(msg: Message, context: Context) -> Message:
     check_partitions(cfg, context)
     cid = client_id(context)
     ds = load_dataset(cfg.dataset, cfg.data_dir)
-    model, loss, n = train_client(cfg, ds, cid, device=resolve_device(cfg.device))
+    model, loss, n = train_client(InferenceClientSpec.from_config(cfg), ds, cid, device=resolve_device(cfg.device))
     context.state[MODEL_KEY] = ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()})
     return Message(content=RecordDict({"metrics": MetricRecord({"train-loss": loss, "num-examples": n})}),
                    reply_to=msg)

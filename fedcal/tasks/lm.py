@@ -30,7 +30,7 @@ from flwr.supercore import log
 from fedcal.attacks import AttackSpec, LocalRoundSpec, attackers_of, behaviour_for, client_round
 from fedcal.config import RunConfig
 from fedcal.lm.metrics import TOKEN_KEYS
-from fedcal.lm.run_inputs import LMEvaluator, client_windows, node_model
+from fedcal.lm.run_inputs import LMEvaluator, LMRunSpec, client_windows, node_model
 from fedcal.results import RunStore, run_dir_for
 from fedcal.tasks.nodes import (CLIENT_RECORD, check_partitions, client_id, client_record, discover_clients,
                                 message_config)
@@ -48,7 +48,7 @@ def run_lm(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> pd
     """Run one federated language-model experiment on ``grid``; returns the per-round metrics."""
     import pandas as pd  # lazily: the ClientApp process never loads pandas
 
-    evaluator = LMEvaluator(cfg)  # first: a bad prompt or context is a config error, before the run starts
+    evaluator = LMEvaluator(LMRunSpec.from_config(cfg))  # first: a bad prompt or context is a config error
     store = RunStore(run_dir_for(cfg), cfg)
     with store.session(rounds=cfg.num_rounds) as checkpoint:  # resumes an unfinished attempt (federate)
         node_to_client = discover_clients(grid, cfg.num_clients)
@@ -82,8 +82,8 @@ def train_lm(msg: Message, context: Context) -> Message:
     cfg, server_round = message_config(msg, context)
     check_partitions(cfg, context)
     cid = client_id(context)
-    data = client_windows(cfg, cid)
-    model, tokens = node_model(cfg)
+    data = client_windows(LMRunSpec.from_config(cfg), cid)
+    model, tokens = node_model(LMRunSpec.from_config(cfg))
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     behaviour = behaviour_for(AttackSpec.from_config(cfg), cid)
     stats = client_round(model, data[:, :-1], data[:, 1:], tokens.vocab_size, behaviour,
