@@ -5,7 +5,9 @@
 * importing every core module leaves flwr unloaded;
 * no import cycle anywhere in ``fedcal/``, counting imports inside functions, and the shell's
   packages import only downwards (app → tasks → strategies → core);
-* the task registry, the strategy registry and the config agree on names.
+* the task registry, the strategy registry and the config agree on names;
+* no function of ``fedcal/`` is longer than ``MAX_FUNCTION_LINES`` (long seams are split into
+  named steps).
 """
 
 from __future__ import annotations
