@@ -139,7 +139,45 @@ def update_cosine_curves(
     """
     import pandas as pd  # lazily: the ClientApp process never loads pandas
 
-    variants = default_variants() if variants is None else dict(variants)
+    variants = _checked_variants(default_variants() if variants is None else dict(variants))
+    _check_curve_args(steps=steps, batch_size=batch_size, lr=lr, compare=compare)
+    x, y = _checked_samples(x, y, num_classes, "")
+    others = None if reference_data is None else _checked_reference(reference_data, num_classes)
+
+    start = flat_params(model)
+    batches = batch_schedule(len(y), steps, batch_size, torch.Generator().manual_seed(seed))
+
+    def trajectory(labels: torch.Tensor, tau: float, coupled: bool, inputs: torch.Tensor = x,
+                   schedule: list[torch.Tensor] = batches) -> list[torch.Tensor]:
+        return _update_trajectory(model, start, inputs, labels, schedule, steps=steps, batch_size=batch_size, lr=lr,
+                                  tau=tau, coupled=coupled, momentum=momentum, device=device)
+
+    benign = trajectory(y, 1.0, True)
+    reference = benign if others is None else _mean_benign_updates(others, trajectory, steps=steps,
+                                                                   batch_size=batch_size, seed=seed)
+    shift = start.detach().double().cpu() if compare == "weights" else 0.0
+    rows = []
+    for name, b in variants.items():
+        attack = _variant_updates(b, y, num_classes, benign, trajectory, seed)
+        rows += [(name, k, _cosine64(dr + shift, da + shift)) for k, (dr, da) in enumerate(zip(reference, attack),
+                                                                                          start=1)]
+    return pd.DataFrame(rows, columns=["variant", "step", "cosine"])
+
+
+def _variant_updates(b: Behaviour, y: torch.Tensor, num_classes: int, benign: list[torch.Tensor], trajectory,
+                     seed: int) -> list[torch.Tensor]:
+    """Δ_attack(k) of one variant: its kind's labels and loss temperature, then its
+    ``stealth_update``; a variant that trains like the benign client reuses the benign run
+    (``trajectory(labels, tau, coupled)`` trains the others)."""
+    kind = BEHAVIOURS[b.kind]
+    labels = kind.train_labels(b, y, num_classes)
+    tau, coupled = kind.loss_temperature(b)
+    trained = benign if labels is y and (tau, coupled) == (1.0, True) else trajectory(labels, tau, coupled)
+    return kind.stealth_update(b, trained, seed)
+
+
+def _checked_variants(variants: dict[str, Behaviour]) -> dict[str, Behaviour]:
+    """The variants, each a valid :class:`Behaviour` of a registered kind; a bad one is named."""
     if not variants:
         raise ValueError("variants must not be empty")
     for name, b in variants.items():
@@ -149,6 +187,11 @@ def update_cosine_curves(
             behaviour_kind(b.kind).check(b)
         except ValueError as e:
             raise ValueError(f"variant {name!r}: {e}") from None
+    return variants
+
+
+def _check_curve_args(*, steps: int, batch_size: int, lr: float, compare: str) -> None:
+    """Fail fast on the scalar arguments of :func:`update_cosine_curves`, naming the argument."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     if batch_size < 1:
@@ -158,52 +201,48 @@ def update_cosine_curves(
     if compare not in COMPARED:
         raise ValueError(f"compare must be one of {', '.join(COMPARED)}, got {compare!r}")
 
-    def checked(x, y, what: str) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = torch.as_tensor(x), torch.as_tensor(y)
-        if y.ndim != 1 or x.shape[0] != y.shape[0]:
-            raise ValueError(f"{what}x and y must hold the same number of samples, got {tuple(x.shape)} and "
-                             f"{tuple(y.shape)}")
-        if x.is_floating_point():
-            _check_finite(x, f"{what}x")
-        return x, _check_labels(y, len(y), num_classes)
 
-    x, y = checked(x, y, "")
-    others = None if reference_data is None else [checked(xj, yj, f"reference_data[{j}]: ")
-                                                  for j, (xj, yj) in enumerate(reference_data)]
-    if others is not None and not others:
+def _checked_samples(x, y, num_classes: int, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, y) as tensors with as many labels as samples, finite inputs and labels in [0, C);
+    ``what`` prefixes the message (which client's data)."""
+    x, y = torch.as_tensor(x), torch.as_tensor(y)
+    if y.ndim != 1 or x.shape[0] != y.shape[0]:
+        raise ValueError(f"{what}x and y must hold the same number of samples, got {tuple(x.shape)} and "
+                         f"{tuple(y.shape)}")
+    if x.is_floating_point():
+        _check_finite(x, f"{what}x")
+    return x, _check_labels(y, len(y), num_classes)
+
+
+def _mean_benign_updates(others, trajectory, *, steps: int, batch_size: int, seed: int) -> list[torch.Tensor]:
+    """R(k) = (1/J) Σ_j Δ_j(k): the mean benign update of the other clients after each step,
+    client j on its own batches (``batch_schedule`` seeded by ``round_generator(seed, 0, j + 1,
+    "stealth")``)."""
+    runs = [trajectory(yj, 1.0, True, xj, batch_schedule(len(yj), steps, batch_size,
+                                                         round_generator(seed, 0, j + 1, "stealth")))
+            for j, (xj, yj) in enumerate(others)]
+    return [torch.stack(per_step).mean(0) for per_step in zip(*runs)]
+
+
+def _checked_reference(reference_data, num_classes: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The other clients' (x, y), each checked like the client's own; at least one."""
+    others = [_checked_samples(xj, yj, num_classes, f"reference_data[{j}]: ") for j, (xj, yj) in enumerate(reference_data)]
+    if not others:
         raise ValueError("reference_data must hold at least one client's (x, y), or be None")
+    return others
 
-    start = flat_params(model)
-    batches = batch_schedule(len(y), steps, batch_size, torch.Generator().manual_seed(seed))
 
-    def trajectory(labels: torch.Tensor, tau: float, coupled: bool, inputs: torch.Tensor = x,
-                   schedule: list[torch.Tensor] = batches) -> list[torch.Tensor]:
-        m = copy.deepcopy(model)
-        deltas: list[torch.Tensor] = []
-        local_train(m, inputs, labels, steps=steps, batch_size=batch_size, lr=lr, tau=tau, coupled=coupled,
-                    momentum=momentum, device=device, batches=schedule,
-                    on_step=lambda k, mm: deltas.append(update_vector(mm, start).double().cpu()))
-        return deltas
-
-    benign = trajectory(y, 1.0, True)
-    if others is None:
-        reference = benign
-    else:  # the mean benign update of the other clients after each step, each on its own batches
-        runs = [trajectory(yj, 1.0, True, xj, batch_schedule(len(yj), steps, batch_size,
-                                                             round_generator(seed, 0, j + 1, "stealth")))
-                for j, (xj, yj) in enumerate(others)]
-        reference = [torch.stack(per_step).mean(0) for per_step in zip(*runs)]
-    shift = start.detach().double().cpu() if compare == "weights" else 0.0
-    rows = []
-    for name, b in variants.items():
-        kind = BEHAVIOURS[b.kind]
-        labels = kind.train_labels(b, y, num_classes)
-        tau, coupled = kind.loss_temperature(b)
-        trained = benign if labels is y and (tau, coupled) == (1.0, True) else trajectory(labels, tau, coupled)
-        attack = kind.stealth_update(b, trained, seed)
-        rows += [(name, k, _cosine64(dr + shift, da + shift)) for k, (dr, da) in enumerate(zip(reference, attack),
-                                                                                          start=1)]
-    return pd.DataFrame(rows, columns=["variant", "step", "cosine"])
+def _update_trajectory(model: nn.Module, start: torch.Tensor, inputs: torch.Tensor, labels: torch.Tensor,
+                       schedule: list[torch.Tensor], *, steps: int, batch_size: int, lr: float, tau: float,
+                       coupled: bool, momentum: float, device: torch.device | str) -> list[torch.Tensor]:
+    """Δ(k) for k = 1..``steps`` (float64, on the CPU) of a copy of ``model`` trained on
+    ``schedule``'s batches; ``model`` itself is left unchanged."""
+    m = copy.deepcopy(model)
+    deltas: list[torch.Tensor] = []
+    local_train(m, inputs, labels, steps=steps, batch_size=batch_size, lr=lr, tau=tau, coupled=coupled,
+                momentum=momentum, device=device, batches=schedule,
+                on_step=lambda k, mm: deltas.append(update_vector(mm, start).double().cpu()))
+    return deltas
 
 
 # ---------------------------------------------------------------------------- representations

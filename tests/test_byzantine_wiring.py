@@ -252,7 +252,7 @@ def test_backdoor_run_logs_asr_above_the_benign_models(tmp_path):
 
 # ---------------------------------------------------------------------------------- the study's cells
 def test_byzantine_cells_set_f_per_ratio_and_share_f_free_benign_runs():
-    from fedcal.reports.byzantine import byzantine_cells, byzantine_configs
+    from fedcal.studies.byzantine import byzantine_cells, byzantine_configs
 
     base = RunConfig(dataset="digits", num_clients=20, clients_per_round=10)
     cells = byzantine_cells(base, ["fedavg", "nnm+trimmed_mean", "multikrum"], ["alie", "backdoor"], [0.1, 0.25], [0])
@@ -269,7 +269,8 @@ def test_byzantine_cells_set_f_per_ratio_and_share_f_free_benign_runs():
 
 
 def test_byzantine_report_averages_seeds_and_names_each_strategys_worst_attack(tmp_path):
-    from fedcal.reports.byzantine import byzantine_cells, byzantine_configs, byzantine_report
+    from fedcal.reports.byzantine import byzantine_report
+    from fedcal.studies.byzantine import byzantine_cells, byzantine_configs
     from fedcal.results import RunStore, run_dir_for
 
     base = RunConfig(dataset="digits", output_dir=str(tmp_path / "runs"), num_rounds=1, clients_per_round=10,
@@ -301,7 +302,8 @@ def test_byzantine_report_averages_seeds_and_names_each_strategys_worst_attack(t
 def test_a_strategy_with_an_attack_not_run_yet_has_no_worst_case(tmp_path):
     """A worst case over some of the attacks would rank a half-measured strategy as robust: the
     row says it is incomplete instead."""
-    from fedcal.reports.byzantine import byzantine_cells, byzantine_configs, byzantine_report
+    from fedcal.reports.byzantine import byzantine_report
+    from fedcal.studies.byzantine import byzantine_cells, byzantine_configs
     from fedcal.results import RunStore, run_dir_for
 
     base = RunConfig(dataset="digits", output_dir=str(tmp_path / "runs"), num_rounds=1, clients_per_round=10,

@@ -1,3 +1,5 @@
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -16,6 +18,55 @@ def test_pyproject_run_config_equals_typed_defaults():
     app_cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     assert RunConfig.from_flower(app_cfg) == RunConfig()
     assert set(app_cfg) == set(RunConfig().to_flower())
+
+
+def test_the_committed_pyproject_block_is_the_generated_one():
+    """`python -m fedcal.config --check-pyproject` in a fresh process (built-in groups only) passes
+    on the committed file; its keys are to_flower()'s, in that order."""
+    out = subprocess.run([sys.executable, "-m", "fedcal.config", "--check-pyproject"], cwd=ROOT, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    app_cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    builtin = [k for k in RunConfig().to_flower() if k in app_cfg]  # a plug-in test's group may be registered here
+    assert list(app_cfg) == builtin
+
+
+def _pyproject(block: str) -> str:
+    return f'[project]\nname = "x"\n\n[tool.flwr.app.config]\n{block}\n[tool.other]\nkeep = "me"  # as is\n'
+
+
+def test_write_pyproject_rewrites_only_the_block_and_check_names_what_is_stale(tmp_path):
+    path = tmp_path / "pyproject.toml"
+    path.write_text(_pyproject('# --- a hand-written block\ntau = 5.0\nold-key = 1\nseed = 0\n'))
+    run = lambda *a: subprocess.run([sys.executable, "-m", "fedcal.config", *a, str(path)], cwd=ROOT,  # noqa: E731
+                                    capture_output=True, text=True)
+    out = run("--check-pyproject")
+    assert out.returncode == 1 and len(out.stderr.splitlines()) == 1
+    assert "unknown old-key" in out.stderr and "tau = 5.0 (default 1.0)" in out.stderr
+    assert "missing dataset" in out.stderr and "--write-pyproject" in out.stderr
+    assert run("--write-pyproject").returncode == 0
+    text = path.read_text()
+    assert text.startswith('[project]\nname = "x"\n\n[tool.flwr.app.config]\n# Generated')
+    assert text.endswith('\n\n[tool.other]\nkeep = "me"  # as is\n')  # the rest as it was
+    parsed = tomllib.loads(text)
+    assert RunConfig.from_flower(parsed["tool"]["flwr"]["app"]["config"]) == RunConfig()
+    assert parsed["tool"]["other"] == {"keep": "me"}
+    assert run("--check-pyproject").returncode == 0
+    assert run("--write-pyproject").stdout.strip().endswith("already current") and path.read_text() == text
+    path.write_text(text.replace("\nseed = 0\n", "\n").replace("num-rounds = 100", "num-rounds = 100\nseed = 0"))
+    out = run("--check-pyproject")  # the same keys and values in another order
+    assert out.returncode == 1 and "order" in out.stderr
+
+
+@pytest.mark.parametrize("value,type_name", [
+    ("plain", "str"), ('say "hi" \\ C:\\x', "str"), ("σ = 0.1, τ ≥ 1\tand\n", "str"), ("", "str"),
+    (0.01, "float"), (1e-05, "float"), (1.0, "float"), (3e38, "float"), (float("inf"), "float"), (-0.0, "float"),
+    (0, "int"), (-7, "int"), (True, "bool"), (False, "bool")])
+def test_every_default_survives_its_toml_form(value, type_name):
+    from fedcal.config.pyproject import toml_value
+
+    back = tomllib.loads(f"k = {toml_value(value, type_name)}")["k"]
+    assert back == value and type(back) is type(value)
 
 
 def test_paper_defaults():

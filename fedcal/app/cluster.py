@@ -279,7 +279,7 @@ def run_cells(jobs: list[tuple[str, Any]], runner: Callable[[str, Any], Any], sp
     import ray
 
     from fedcal.config import RunConfig
-    from fedcal.results import RunLocked, RunStore, run_dir_for
+    from fedcal.results import RunLocked, RunStore
 
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # silence a Ray FutureWarning
     own = not ray.is_initialized()
@@ -295,24 +295,11 @@ def run_cells(jobs: list[tuple[str, Any]], runner: Callable[[str, Any], Any], sp
         ship = spec.store == "ship"
         for job in jobs:
             kind, payload = job
-            cfgs = [RunConfig.from_flower(c) for c in (payload if kind == "batch" else [payload[0]])]
-            for c in cfgs:
-                if c.output_dir not in markers:
-                    Path(c.output_dir).mkdir(parents=True, exist_ok=True)
-                    _marker(c.output_dir, token).write_text(token)
-                    markers.add(c.output_dir)
-            seeds, held = {}, []
+            cfgs = [RunConfig.from_flower(c) for c in _job_configs(job)]
+            _mark_outputs(cfgs, markers, token)
             try:
-                if ship:  # the driver is the run's one writer while a worker computes it elsewhere
-                    for c in cfgs:
-                        store = RunStore(run_dir_for(c), c)
-                        store.acquire()
-                        held.append(store)
-                        # with restart too: the worker's restart keeps run.log, which then says so
-                        seeds[str(run_dir_for(c))] = _read_tree(run_dir_for(c))
+                held, seeds = _hold_and_read(cfgs) if ship else ([], {})
             except RunLocked as exc:
-                for store in held:
-                    store.release()
                 on_result(job, exc)
                 continue
             refs[remote.remote(runner, kind, payload, seeds, token, ship, threads)] = (job, held)
@@ -328,13 +315,7 @@ def run_cells(jobs: list[tuple[str, Any]], runner: Callable[[str, Any], Any], sp
                     on_result(job, RuntimeError(f"the Ray task running it failed: {str(exc).splitlines()[0]}"))
                     continue
                 try:
-                    for there, files in (out["files"] or {}).items():
-                        _install(Path(there), files)
-                    kind, payload = job
-                    for c in payload if kind == "batch" else [payload[0]]:
-                        d = run_dir_for(RunConfig.from_flower(c))
-                        if d.is_dir():
-                            (d / NODE_FILE).write_text(json.dumps(out["where"], indent=2))
+                    _store_result(job, out)
                 finally:
                     for store in held:
                         store.release()
@@ -351,6 +332,56 @@ def run_cells(jobs: list[tuple[str, Any]], runner: Callable[[str, Any], Any], sp
             _marker(d, token).unlink(missing_ok=True)
         if own:
             ray.shutdown()
+
+
+def _job_configs(job: tuple[str, Any]) -> list:
+    """The Flower run configs of a sweep job: a batch's configs, or a cell's one."""
+    kind, payload = job
+    return list(payload) if kind == "batch" else [payload[0]]
+
+
+def _mark_outputs(cfgs: list, markers: set, token: str) -> None:
+    """Mark each output directory not yet marked as in use by this sweep (``token``), once."""
+    for c in cfgs:
+        if c.output_dir not in markers:
+            Path(c.output_dir).mkdir(parents=True, exist_ok=True)
+            _marker(c.output_dir, token).write_text(token)
+            markers.add(c.output_dir)
+
+
+def _hold_and_read(cfgs: list) -> tuple[list, dict[str, dict[str, bytes]]]:
+    """Take each run's lock (the driver is the run's one writer while a worker computes it
+    elsewhere) and read its directory to ship to the worker; a run locked by another writer
+    releases those already taken and raises :class:`~fedcal.results.RunLocked`."""
+    from fedcal.results import RunLocked, RunStore, run_dir_for
+
+    seeds, held = {}, []
+    try:
+        for c in cfgs:
+            store = RunStore(run_dir_for(c), c)
+            store.acquire()
+            held.append(store)
+            # with restart too: the worker's restart keeps run.log, which then says so
+            seeds[str(run_dir_for(c))] = _read_tree(run_dir_for(c))
+    except RunLocked:
+        for store in held:
+            store.release()
+        raise
+    return held, seeds
+
+
+def _store_result(job: tuple[str, Any], out: dict[str, Any]) -> None:
+    """Install the run directories a worker shipped back and record, in each of the job's run
+    directories, where it ran."""
+    from fedcal.config import RunConfig
+    from fedcal.results import run_dir_for
+
+    for there, files in (out["files"] or {}).items():
+        _install(Path(there), files)
+    for c in _job_configs(job):
+        d = run_dir_for(RunConfig.from_flower(c))
+        if d.is_dir():
+            (d / NODE_FILE).write_text(json.dumps(out["where"], indent=2))
 
 
 def placement_table(run_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:

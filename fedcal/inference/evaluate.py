@@ -135,58 +135,77 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
     if unknown:
         raise ValueError(f"unknown aggregators {unknown}; known: {list(AGGREGATOR_NAMES)}")
     wanted = set(AGGREGATOR_NAMES if names is None else names)
-    num_classes = server_probits.shape[2]
     history: list[float] = []
     aggs: dict[str, Callable] = {"mean": AGGREGATORS["mean"](), "median": AGGREGATORS["median"](),
                                  "geometric_median": AGGREGATORS["geometric_median"](),
                                  "trimmed_mean": AGGREGATORS["trimmed_mean"](f)}
+    fusion_args = dict(hidden=hidden, latent=latent, seed=seed, columns=server_columns, epochs=epochs, lr=lr,
+                       state=state)
     if wanted & {"manifold_projection", "copur"}:
-        fusion = ProbitFusion(server_probits.shape[1], num_classes, hidden=hidden, latent=latent, seed=seed,
-                              columns=server_columns)
-        if "fusion" in state:
-            fusion.load_state_dict(state["fusion"])
-            fusion.eval()
-        else:  # its own generator: the DeepSet's training draws stay what they were before the baselines existed
-            train_fusion(fusion, server_probits, server_labels, epochs=epochs, lr=lr,
-                         generator=torch.Generator().manual_seed(seed + 1))
+        fusion = _fusion(server_probits, server_labels, space="probits", key="fusion", **fusion_args)
         aggs.update({"manifold_projection": ManifoldProjection(fusion), "copur": CoPur(fusion, steps=copur_steps)})
     if server_logits is not None and wanted & {"manifold_projection_logit", "copur_logit"}:
         if server_logits.shape != server_probits.shape:
             raise ValueError(f"server_logits shape {tuple(server_logits.shape)} != server_probits shape "
                              f"{tuple(server_probits.shape)}")
-        logit_fusion = ProbitFusion(server_probits.shape[1], num_classes, hidden=hidden, latent=latent, seed=seed,
-                                    columns=server_columns, space="logits")
-        if "logit_fusion" in state:
-            logit_fusion.load_state_dict(state["logit_fusion"])
-            logit_fusion.eval()
-        else:
-            train_fusion(logit_fusion, server_logits, server_labels, epochs=epochs, lr=lr,
-                         generator=torch.Generator().manual_seed(seed + 1))
+        logit_fusion = _fusion(server_logits, server_labels, space="logits", key="logit_fusion", **fusion_args)
         aggs.update({"manifold_projection_logit": ManifoldProjection(logit_fusion),
                      "copur_logit": CoPur(logit_fusion, steps=copur_steps)})
     if wanted & {"deepset_plain", "deepset_plain_tm", "deepset", "deepset_tm"}:
-        deepset = DeepSet(num_classes, hidden=hidden, seed=seed)
-        if "deepset" in state and (not adv_epochs or "deepset_plain" in state):
-            deepset.load_state_dict(state["deepset"])
-            deepset.eval()
-            history = list(state.get("history", []))
-            if adv_epochs:
-                kept = DeepSet(num_classes, hidden=hidden, seed=seed)
-                kept.load_state_dict(state["deepset_plain"])
-                kept.eval()
-                aggs.update({"deepset_plain": kept, "deepset_plain_tm": DeepSetTM.from_deepset(kept, f)})
-        else:
-            gen = torch.Generator().manual_seed(seed)
-            history = train_deepset(deepset, server_probits, server_labels, epochs=epochs, lr=lr, generator=gen)
-            if adv_epochs:
-                kept = copy.deepcopy(deepset)
-                aggs.update({"deepset_plain": kept, "deepset_plain_tm": DeepSetTM.from_deepset(kept, f)})
-                history += train_deepset(deepset, server_probits, server_labels, epochs=adv_epochs, lr=lr,
-                                         adversarial=True, f=f, attack_steps=attack_steps, n_restarts=restarts,
-                                         generator=gen, adv_attack=adv_attack,
-                                         progress="DeepSet adversarial training")
-        aggs.update({"deepset": deepset, "deepset_tm": DeepSetTM.from_deepset(deepset, f)})
+        deepsets, history = _deepsets(server_probits, server_labels, f, hidden=hidden, epochs=epochs,
+                                      adv_epochs=adv_epochs, lr=lr, attack_steps=attack_steps, restarts=restarts,
+                                      seed=seed, adv_attack=adv_attack, state=state)
+        aggs.update(deepsets)
     return {a: aggs[a] for a in AGGREGATOR_NAMES if a in aggs and a in wanted}, history
+
+
+def _fusion(server_x: torch.Tensor, server_labels: torch.Tensor, *, space: str, key: str, hidden: int,
+            latent: int, seed: int, columns: Sequence[int] | None, epochs: int, lr: float,
+            state: Mapping[str, object]) -> ProbitFusion:
+    """The autoencoder + fusion classifier of the purifiers on ``space`` (the clients' probits or
+    logits), loaded from ``state[key]`` or trained on the server split. Its training has its own
+    generator (seed + 1), so the DeepSet's draws do not depend on whether a purifier is built."""
+    fusion = ProbitFusion(server_x.shape[1], server_x.shape[2], hidden=hidden, latent=latent, seed=seed,
+                          columns=columns, space=space)
+    if key in state:
+        fusion.load_state_dict(state[key])
+        fusion.eval()
+    else:
+        train_fusion(fusion, server_x, server_labels, epochs=epochs, lr=lr,
+                     generator=torch.Generator().manual_seed(seed + 1))
+    return fusion
+
+
+def _deepsets(server_probits: torch.Tensor, server_labels: torch.Tensor, f: int, *, hidden: int, epochs: int,
+              adv_epochs: int, lr: float, attack_steps: int, restarts: int, seed: int, adv_attack: str,
+              state: Mapping[str, object]) -> tuple[dict[str, Callable], list[float]]:
+    """The DeepSet and DeepSet-TM (and, with ``adv_epochs``, their copies from before the
+    adversarial phase, ``deepset_plain``/``deepset_plain_tm``), loaded from ``state`` or trained:
+    ``epochs`` clean epochs, then ``adv_epochs`` adversarial ones on the same generator; returns
+    them and the per-epoch training losses."""
+    num_classes = server_probits.shape[2]
+    aggs: dict[str, Callable] = {}
+    deepset = DeepSet(num_classes, hidden=hidden, seed=seed)
+    if "deepset" in state and (not adv_epochs or "deepset_plain" in state):
+        deepset.load_state_dict(state["deepset"])
+        deepset.eval()
+        history = list(state.get("history", []))
+        if adv_epochs:
+            kept = DeepSet(num_classes, hidden=hidden, seed=seed)
+            kept.load_state_dict(state["deepset_plain"])
+            kept.eval()
+            aggs.update({"deepset_plain": kept, "deepset_plain_tm": DeepSetTM.from_deepset(kept, f)})
+    else:
+        gen = torch.Generator().manual_seed(seed)
+        history = train_deepset(deepset, server_probits, server_labels, epochs=epochs, lr=lr, generator=gen)
+        if adv_epochs:
+            kept = copy.deepcopy(deepset)
+            aggs.update({"deepset_plain": kept, "deepset_plain_tm": DeepSetTM.from_deepset(kept, f)})
+            history += train_deepset(deepset, server_probits, server_labels, epochs=adv_epochs, lr=lr,
+                                     adversarial=True, f=f, attack_steps=attack_steps, n_restarts=restarts,
+                                     generator=gen, adv_attack=adv_attack, progress="DeepSet adversarial training")
+    aggs.update({"deepset": deepset, "deepset_tm": DeepSetTM.from_deepset(deepset, f)})
+    return aggs, history
 
 
 def learned_state(aggs: Mapping[str, Callable], history: Sequence[float]) -> dict[str, object]:

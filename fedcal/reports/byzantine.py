@@ -1,12 +1,9 @@
 """The strategy × attack table of issue 36 (``fedcal byzantine``): every strategy, pre-aggregation
 included, against every attack of Byzantine-robust FL, from finished runs only.
 
-A *strategy spec* is a strategy name, optionally preceded by pre-aggregation steps joined with
-``+``: ``nnm+trimmed_mean`` is ``strategy = trimmed_mean`` with ``pre-aggregation = nnm``. The
-robust rules' assumed number of Byzantine replies per round (``krum-f``, ``trim-f``, ``pre-f``) is
-set per attacker ratio to f = ⌈ratio · M⌉ (M = ``clients-per-round``), the expected attackers in a
-round rounded up, so that each rule is given the f its guarantee needs; the benign runs (attack =
-none) of a ratio use the same f, so a column's drop from ``benign`` is the attack's alone.
+The cells are (attacker ratio, config) pairs built by :mod:`fedcal.studies.byzantine`, which says
+how a strategy spec (``nnm+trimmed_mean``) and the rules' f per ratio (:func:`assumed_f`) are set;
+a row is shown by its spec (:func:`spec_of`) and the f its ratio gave the rules.
 """
 
 from __future__ import annotations
@@ -18,25 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedcal.config import ConfigError, RunConfig
+from fedcal.config import RunConfig
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.runs import final_metrics
-from fedcal.results import DONE_FILE, config_hash, load_timings, run_dir_for
-
-#: the strategies of issue 36's table, in its order
-DEFAULT_STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "median", "trimmed_mean", "geometric_median",
-                      "median_of_means", "calguard", "nnm+trimmed_mean")
-#: the attacks of issue 36's table
-DEFAULT_ATTACKS = ("alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "backdoor")
-
-
-def parse_spec(spec: str) -> tuple[str, str]:
-    """``"nnm+trimmed_mean"`` → (strategy ``trimmed_mean``, pre-aggregation ``nnm``)."""
-    parts = [p.strip() for p in spec.split("+") if p.strip()]
-    if not parts:
-        raise ConfigError(f"--strategies: empty strategy spec {spec!r}")
-    return parts[-1], ",".join(parts[:-1])
-
+from fedcal.results import DONE_FILE, load_timings, run_dir_for
 
 def spec_of(cfg: RunConfig) -> str:
     """The strategy spec of a run (:func:`parse_spec`'s inverse)."""
@@ -48,47 +30,19 @@ def assumed_f(ratio: float, clients_per_round: int) -> int:
     return max(1, math.ceil(ratio * clients_per_round - 1e-9))
 
 
-def byzantine_cells(base: RunConfig, strategies: Sequence[str], attacks: Sequence[str], ratios: Sequence[float],
-                    seeds: Sequence[int]) -> list[tuple[float, RunConfig]]:
-    """Every cell as (attacker ratio, config): strategy spec × (benign + each attack) × ratio ×
-    seed, validated up front (a bad spec or a rule whose f does not fit M fails here, naming the
-    key). Only the keys a cell's computation reads are set: the f of the rule that takes one
-    (``krum-f``, ``trim-f``, ``pre-f`` for nnm / arc), and the attacker ratio of attacked cells, so
-    the benign run of a strategy without an f serves both ratios (one config, two cells)."""
-    defaults = RunConfig()
-    cells = []
-    for ratio in ratios:
-        f = assumed_f(ratio, base.clients_per_round)
-        for spec in strategies:
-            strategy, pre = parse_spec(spec)
-            own = {"pre_aggregation": pre}
-            if strategy == "multikrum":
-                own["krum_f"] = f
-            if strategy == "trimmed_mean":
-                own["trim_f"] = f
-            if {"nnm", "arc"} & set(pre.split(",")):
-                own["pre_f"] = f
-            for seed in seeds:
-                for attack in ["none", *attacks]:
-                    c = base.replace(strategy=strategy, seed=seed, attack=attack, **own,
-                                     attacker_ratio=ratio if attack != "none" else defaults.attacker_ratio)
-                    cells.append((ratio, c))
-    return cells
-
-
-def byzantine_configs(cells: Sequence[tuple[float, RunConfig]]) -> list[RunConfig]:
-    """The distinct configs of ``cells`` (:func:`byzantine_cells`), in order."""
-    out: dict[str, RunConfig] = {}
+def _run_dirs(cells: Sequence[tuple[float, RunConfig]], with_config: bool = False) -> list:
+    """The distinct run directories of ``cells`` in order (a benign run serves several cells), each
+    with its config when ``with_config``."""
+    dirs: dict[Path, RunConfig] = {}
     for _, c in cells:
-        out.setdefault(config_hash(c), c)
-    return list(out.values())
+        dirs.setdefault(run_dir_for(c), c)
+    return list(dirs.items()) if with_config else list(dirs)
 
 
 def byzantine_rows(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
     """One row per cell whose run finished: spec, attack (``benign`` for none), ratio, the rules'
     f, seed, accuracy, sECE, ASR (NaN where the attack is not a backdoor)."""
-    configs = byzantine_configs(cells)
-    final = final_metrics([run_dir_for(c) for c in configs], "the strategy × attack table")
+    final = final_metrics(_run_dirs(cells), "the strategy × attack table")
     by_run = {str(r["run_id"]): r for _, r in final.iterrows()}
     rows = []
     for ratio, cfg in cells:
@@ -117,9 +71,8 @@ def _pivot(table: pd.DataFrame, value: str, order: Sequence[str], attacks: Seque
 def byzantine_seconds(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
     """What a finished run cost per strategy spec: the runs, and the median and largest sum of their
     rounds' wall-clock seconds (``timings.csv``; set-up before round 0 is not counted)."""
-    configs = byzantine_configs(cells)
-    done = {run_dir_for(c).name: spec_of(c) for c in configs if (run_dir_for(c) / DONE_FILE).exists()}
-    timings = load_timings([run_dir_for(c) for c in configs if run_dir_for(c).name in done])
+    done = {d.name: spec_of(c) for d, c in _run_dirs(cells, with_config=True) if (d / DONE_FILE).exists()}
+    timings = load_timings([d for d in _run_dirs(cells) if d.name in done])
     if timings.empty:
         return pd.DataFrame()
     per_run = timings[timings["metric"] == "round_seconds"].groupby("run_id")["value"].sum()

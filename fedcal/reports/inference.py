@@ -161,8 +161,6 @@ def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title:
     are left out (each named in a warning line); with no finished run,
     :class:`fedcal.results.UnfinishedRunError`.
     """
-    from fedcal.reports.plots import inference_curve
-
     given = list(run_dirs)
     run_dirs = finished_only(given, "the inference report")
     if not run_dirs:
@@ -172,6 +170,26 @@ def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title:
     cfgs = [load_config(d) for d in run_dirs]
     labels = dict(zip(run_dirs, config_labels(cfgs, SHOWN)))
     many = len(set(labels.values())) > 1
+    cells, levels = _accuracy_cells(run_dirs, labels, many)
+    cells.to_csv(out / "cells.csv", index=False)
+    note = footnote(levels, "clean accuracy (and hence the worst case)") if cells[CHANCE].any() else ""
+    by = [CONFIG] if many else []
+    parts = [f"**{title}**\n"] if title else []
+    for (n, f), block in cells.groupby(["n", "f"]):
+        parts += _write_nf_tables(block, n, f, out, many=many, note=note)
+    parts.append(_write_scalability(cells, out, by=by, note=note))
+    _write_curves(run_dirs, out, labels=labels, many=many)
+    clients = client_accuracies(run_dirs)
+    if not clients.empty:
+        clients.to_csv(out / "clients.csv", index=False)
+    text = "\n".join(parts)
+    (out / "tables.md").write_text(text)
+    return text
+
+
+def _accuracy_cells(run_dirs: list[Path], labels: dict, many: bool) -> tuple[pd.DataFrame, list]:
+    """Every run's ``accuracy.csv`` rows with ``chance_level`` (and ``config`` when ``many``),
+    and each run's chance level; runs without ``accuracy.csv`` are not inference runs."""
     frames, levels = [], []
     for d in run_dirs:
         if not (d / "accuracy.csv").exists():
@@ -182,33 +200,39 @@ def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title:
         frames.append(_flag_chance(acc, chance).assign(**({CONFIG: labels[d]} if many else {})))
     if not frames:
         raise FileNotFoundError(f"no accuracy.csv in {len(run_dirs)} finished run directories: no inference run")
-    cells = pd.concat(frames, ignore_index=True)
-    cells.to_csv(out / "cells.csv", index=False)
-    note = footnote(levels, "clean accuracy (and hence the worst case)") if cells[CHANCE].any() else ""
-    by = [CONFIG] if many else []
-    parts = [f"**{title}**\n"] if title else []
-    for (n, f), block in cells.groupby(["n", "f"]):
-        tables, ablations = [], []
-        for label, g in block.groupby(by) if many else [("", block)]:
-            label = label[0] if isinstance(label, tuple) else label
-            table = seed_table(g)
-            tables.append(_with_config(table, label, many))
-            ablation = ablation_table(table)
-            if not ablation.empty:
-                ablations.append(ablation.assign(**{CONFIG: label})[[CONFIG, *ablation.columns]] if many else ablation)
-        table = pd.concat(tables)
-        table.to_csv(out / f"table_n{n}_f{f}.csv")
-        flagged = block[CHANCE].any()
-        md = markdown_table(table.reset_index(), f"n = {n}, f = {f}: accuracy (%) per attack, {_over_seeds(block)}")
+    return pd.concat(frames, ignore_index=True), levels
+
+
+def _write_nf_tables(block: pd.DataFrame, n, f, out: Path, *, many: bool, note: str) -> list[str]:
+    """``table_n<n>_f<f>.md/.csv`` (aggregators × attacks, mean ± std over seeds) and, when the
+    runs trained adversarially, ``ablation_n<n>_f<f>.md`` for one (n, f); returns their Markdown."""
+    tables, ablations, parts = [], [], []
+    for label, g in block.groupby([CONFIG]) if many else [("", block)]:
+        label = label[0] if isinstance(label, tuple) else label
+        table = seed_table(g)
+        tables.append(_with_config(table, label, many))
+        ablation = ablation_table(table)
+        if not ablation.empty:
+            ablations.append(ablation.assign(**{CONFIG: label})[[CONFIG, *ablation.columns]] if many else ablation)
+    table = pd.concat(tables)
+    table.to_csv(out / f"table_n{n}_f{f}.csv")
+    flagged = block[CHANCE].any()
+    md = markdown_table(table.reset_index(), f"n = {n}, f = {f}: accuracy (%) per attack, {_over_seeds(block)}")
+    md += ("\n" + note) if flagged else ""
+    (out / f"table_n{n}_f{f}.md").write_text(md)
+    parts.append(md)
+    if ablations:
+        md = markdown_table(pd.concat(ablations, ignore_index=True),
+                            f"n = {n}, f = {f}: robust elements of DeepSet-TM, accuracy (%), {_over_seeds(block)}")
         md += ("\n" + note) if flagged else ""
-        (out / f"table_n{n}_f{f}.md").write_text(md)
+        (out / f"ablation_n{n}_f{f}.md").write_text(md)
         parts.append(md)
-        if ablations:
-            md = markdown_table(pd.concat(ablations, ignore_index=True),
-                                f"n = {n}, f = {f}: robust elements of DeepSet-TM, accuracy (%), {_over_seeds(block)}")
-            md += ("\n" + note) if flagged else ""
-            (out / f"ablation_n{n}_f{f}.md").write_text(md)
-            parts.append(md)
+    return parts
+
+
+def _write_scalability(cells: pd.DataFrame, out: Path, *, by: list[str], note: str) -> str:
+    """``scalability.md``: each aggregator's worst case over attacks per (n, f), mean ± std over
+    seeds, a chance-level worst case marked; returns its Markdown."""
     worst = worst_case(cells, by=(*by, "n", "f", "seed", "aggregator"))
     scal = worst.groupby([*by, "n", "f", "aggregator"])["accuracy"].agg(["mean", "std", "count"]).reset_index()
     scal["cell"] = [percent_cell(m, s, k) for m, s, k in zip(scal["mean"], scal["std"], scal["count"])]
@@ -226,7 +250,15 @@ def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title:
     md = markdown_table(wide, f"worst-case accuracy (%) over attacks per (n, f), {_over_seeds(cells)}")
     md += ("\n" + note) if cells[CHANCE].any() else ""
     (out / "scalability.md").write_text(md)
-    parts.append(md)
+    return md
+
+
+def _write_curves(run_dirs: list[Path], out: Path, *, labels: dict, many: bool) -> None:
+    """``acc_vs_f`` and ``acc_vs_amplification`` (.csv and .png) per (n, f) and configuration,
+    suffixed by them when the runs hold more than one."""
+    from fedcal.reports.plots import inference_curve
+
+    by = [CONFIG] if many else []
     for name, x, png in (("curve_f.csv", "f_adv", "acc_vs_f.png"),
                          ("curve_amp.csv", "amplification", "acc_vs_amplification.png")):
         curve = _read_cells(run_dirs, name, labels if many else None)
@@ -241,12 +273,6 @@ def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title:
             inference_curve(g, x, out / f"{Path(png).stem}{suffix}.png",
                             f"n = {n}, aggregators built for f = {f}, {_over_seeds(g, spread=False)}"
                             + (f" [{key[0]}]" if many else ""))
-    clients = client_accuracies(run_dirs)
-    if not clients.empty:
-        clients.to_csv(out / "clients.csv", index=False)
-    text = "\n".join(parts)
-    (out / "tables.md").write_text(text)
-    return text
 
 
 def client_accuracies(run_dirs: Sequence[str | Path]) -> pd.DataFrame:

@@ -1,20 +1,86 @@
 """``fedcal byzantine``: every strategy against every attack of Byzantine-robust FL (accuracy, sECE,
-ASR, worst case) over attacker ratios and seeds."""
+ASR, worst case) over attacker ratios and seeds.
+
+A *strategy spec* is a strategy name, optionally preceded by pre-aggregation steps joined with
+``+``: ``nnm+trimmed_mean`` is ``strategy = trimmed_mean`` with ``pre-aggregation = nnm``. The
+robust rules' assumed number of Byzantine replies per round (``krum-f``, ``trim-f``, ``pre-f``) is
+set per attacker ratio to f = ⌈ratio · M⌉ (M = ``clients-per-round``,
+:func:`fedcal.reports.byzantine.assumed_f`), the expected attackers in a round rounded up, so that
+each rule is given the f its guarantee needs; the benign runs (attack = none) of a ratio use the
+same f, so a column's drop from ``benign`` is the attack's alone. The table is
+:func:`fedcal.reports.byzantine.byzantine_report`.
+"""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedcal.config import RunConfig
+from fedcal.config import ConfigError, RunConfig
 from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
                                    config_overrides, parse_ints, parse_names)
 
 
+#: the strategies of issue 36's table, in its order
+DEFAULT_STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "median", "trimmed_mean", "geometric_median",
+                      "median_of_means", "calguard", "nnm+trimmed_mean")
+#: the attacks of issue 36's table
+DEFAULT_ATTACKS = ("alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "backdoor")
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """``"nnm+trimmed_mean"`` → (strategy ``trimmed_mean``, pre-aggregation ``nnm``)."""
+    parts = [p.strip() for p in spec.split("+") if p.strip()]
+    if not parts:
+        raise ConfigError(f"--strategies: empty strategy spec {spec!r}")
+    return parts[-1], ",".join(parts[:-1])
+
+
+def byzantine_cells(base: RunConfig, strategies: Sequence[str], attacks: Sequence[str], ratios: Sequence[float],
+                    seeds: Sequence[int]) -> list[tuple[float, RunConfig]]:
+    """Every cell as (attacker ratio, config): strategy spec × (benign + each attack) × ratio ×
+    seed, validated up front (a bad spec or a rule whose f does not fit M fails here, naming the
+    key). Only the keys a cell's computation reads are set: the f of the rule that takes one
+    (``krum-f``, ``trim-f``, ``pre-f`` for nnm / arc), and the attacker ratio of attacked cells, so
+    the benign run of a strategy without an f serves both ratios (one config, two cells)."""
+    from fedcal.reports.byzantine import assumed_f  # the f the table shows for a ratio
+
+    defaults = RunConfig()
+    cells = []
+    for ratio in ratios:
+        f = assumed_f(ratio, base.clients_per_round)
+        for spec in strategies:
+            strategy, pre = parse_spec(spec)
+            own = {"pre_aggregation": pre}
+            if strategy == "multikrum":
+                own["krum_f"] = f
+            if strategy == "trimmed_mean":
+                own["trim_f"] = f
+            if {"nnm", "arc"} & set(pre.split(",")):
+                own["pre_f"] = f
+            for seed in seeds:
+                for attack in ["none", *attacks]:
+                    c = base.replace(strategy=strategy, seed=seed, attack=attack, **own,
+                                     attacker_ratio=ratio if attack != "none" else defaults.attacker_ratio)
+                    cells.append((ratio, c))
+    return cells
+
+
+def byzantine_configs(cells: Sequence[tuple[float, RunConfig]]) -> list[RunConfig]:
+    """The distinct configs of ``cells`` (:func:`byzantine_cells`), in order."""
+    from fedcal.results import config_hash
+
+    out: dict[str, RunConfig] = {}
+    for _, c in cells:
+        out.setdefault(config_hash(c), c)
+    return list(out.values())
+
+
 def cmd_byzantine(args: argparse.Namespace) -> int:
     from fedcal.app.sweep import run_sweep
-    from fedcal.reports.byzantine import byzantine_cells, byzantine_configs, byzantine_report
+    from fedcal.reports.byzantine import byzantine_report
 
     overrides = config_overrides(args)
     out = Path(args.report)
@@ -35,8 +101,6 @@ def cmd_byzantine(args: argparse.Namespace) -> int:
 
 def add_commands(add: Any) -> None:
     """Add this study's sub-command(s) with ``add(name, help, **kwargs)`` (:func:`fedcal.cli.build_parser`)."""
-    from fedcal.reports.byzantine import DEFAULT_ATTACKS, DEFAULT_STRATEGIES
-
     p = add("byzantine", "every strategy against every attack of Byzantine-robust FL: accuracy, sECE, ASR, worst case",
             description="Every strategy spec × (benign + each attack) × attacker ratio × seed is one Flower run "
                         "(task = train, engine = inprocess unless given). A spec nnm+trimmed_mean is trimmed_mean "

@@ -82,7 +82,7 @@ from fedcal.distill.run_data import (DistillRunSpec, adapted_layers, base_classi
                                   evaluate_backdoor, init_seed, inputs_of, is_eval_round, is_finite_evaluation,
                                   server_round, student_and_optimizer)
 from fedcal.tasks.registry import ProgressFn, Task, register
-from fedcal.tasks.train import REJECTION_COLUMNS
+from fedcal.tasks.train import record_rejections
 from fedcal.local_training import resolve_device
 
 if TYPE_CHECKING:
@@ -237,9 +237,6 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
     restored (the random streams last) — equal to the uninterrupted run."""
     import pandas as pd  # lazily: the ClientApp process never loads pandas
 
-    from fedcal.distill.clients import adapter_state, lora_model
-    from fedcal.distill.replay import UploadLog
-
     device = str(resolve_device(cfg.device))
     base = base_classifier(data.backbone, data.num_classes, device, data.lora_layers)
     node_to_client = discover_clients(grid, cfg.num_clients)
@@ -247,45 +244,18 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
         cfg.num_clients, sorted(data.backdoor), len(data.anchors), data.anchor_id)
     evaluate = functools.partial(evaluate_backdoor, data=data, batch_size=cfg.eval_batch_size)
     ranks = sorted(set(cfg.distill_ranks))
-    rank_of = {}  # node → rank: rfd from its checked metric, a baseline from its checked adapter
+    server = _DistillServer.start(base, cfg, ranks, node_to_client, store)
     rows, rejections = [], []
-    shape = (len(data.anchors), data.num_classes)
-    method = cfg.dst_method
-    if method == "rfd":
-        model, optimizer = student_and_optimizer(base, DistillRunSpec.from_config(cfg))
-        strategy, arrays = None, None
-        upload_log = UploadLog(store.dir)  # every round's valid uploads, for server-side replays
-    else:
-        model, arrays, strategy = _baseline_start(base, cfg, ranks, node_to_client)
-
-    def apply_global(record: ArrayRecord):
-        """The global adapter model of a baseline from the strategy's new record."""
-        nonlocal model
-        from fedcal.distill.adapters import merge_flora
-        from fedcal.distill.clients import load_adapter_state
-
-        if method in ("fedit", "ffa", "lorafair"):
-            load_adapter_state(model, to_state(record))
-        elif method == "flora":
-            merge_flora(model, flora_update(record), seed=cfg.seed)
-        else:
-            state = to_state(record)
-            full = next(v for k, v in state.items() if is_lora_a_key(k)).shape[0]
-            if next(p for n, p in model.named_parameters() if is_lora_a_key(n)).shape[0] != full:
-                model = lora_model(base, full, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, seed=cfg.seed,
-                                   allowed_ranks=None, client="global")
-            load_adapter_state(model, state)
-
     clock = [time.perf_counter()]
     evaluated = {}  # round → whether its evaluation measured a model (finite logits)
 
     def finish_round(server_round: int, metrics: dict) -> None:
         if is_eval_round(DistillRunSpec.from_config(cfg), server_round):
-            metrics.update(evaluate(model))
+            metrics.update(evaluate(server.model))
             evaluated[server_round] = is_finite_evaluation(metrics)
             if not evaluated[server_round]:
                 log(WARNING, "round %d: the %s's logits are not finite: CA, RA and ASR are NaN", server_round,
-                    "student" if strategy is None else "global model")
+                    "student" if server.strategy is None else "global model")
         store.log_round(server_round, metrics)
         now = time.perf_counter()
         store.log_timings(server_round, {"round_seconds": now - clock[0]})
@@ -300,19 +270,7 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
     else:
         state = checkpoint.state
         first_round = checkpoint.round + 1
-        if method == "flexlora" and state["model_rank"] != 1:  # the global model is rebuilt at full rank
-            model = lora_model(base, state["model_rank"], alpha=cfg.dst_alpha, target_modules=cfg.lora_targets,
-                               seed=cfg.seed, allowed_ranks=None, client="global")
-        _load_server_state(model, method, state["model"])
-        node_of = {c: n for n, c in node_to_client.items()}
-        rank_of.update((node_of[c], r) for c, r in state["ranks"].items() if c in node_of)
-        rows, rejections, aggregated = list(state["rows"]), list(state["rejections"]), int(state["aggregated"])
-        if strategy is None:
-            optimizer.load_state_dict(state["optimizer"])
-            upload_log.arrays = {k: v.numpy() for k, v in state["uploads"].items()}
-        else:
-            strategy.load_state_dict(state["strategy"], node_of)
-            arrays = ArrayRecord(state["arrays"])
+        rows, rejections, aggregated = server.restore(state, base, cfg, node_to_client)
         restore_states(grid, node_to_client, state["clients"])
         if progress is not None:  # the rounds done before: a progress bar starts where the run is
             for row in rows:
@@ -320,82 +278,164 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
         set_rng_state(state["rng"])  # last: every stream continues from the checkpoint on
         clock[0] = time.perf_counter()
 
-    def save_checkpoint(server_round: int) -> None:
-        part = {n: c for n, c in node_to_client.items()}
-        store.save_checkpoint(server_round, lambda: {
-            "model": _server_state(model, method),
-            "model_rank": int(next(p for n, p in model.named_parameters() if is_lora_a_key(n)).shape[0]),
-            "ranks": {part[n]: r for n, r in rank_of.items() if n in part},
-            "rows": rows, "rejections": rejections, "aggregated": aggregated,
-            **({"optimizer": optimizer.state_dict(),
-                "uploads": {k: torch.from_numpy(v) for k, v in upload_log.arrays.items()}} if strategy is None
-               else {"strategy": strategy.state_dict(), "arrays": to_state(arrays)}),
-            "clients": collect_states(grid, node_to_client),
-            "rng": rng_state()})
-
     for rnd in range(first_round, cfg.dst_rounds + 1):
-        rec = config_record(cfg)
-        rec["server-round"] = rnd
-        rec["anchor-set"] = data.anchor_id
-        if strategy is None:
-            nodes = sorted(node_to_client, key=node_to_client.get)
-            messages = [Message(RecordDict({"config": rec}), message_type=MESSAGE_TYPE, dst_node_id=n) for n in nodes]
-        else:  # the strategy sees only the nodes that identified themselves
-            messages = list(strategy.configure_train(rnd, arrays, rec, identified_grid(grid, node_to_client)))
-        replies = list(grid.send_and_receive(messages))
+        replies = list(grid.send_and_receive(server.messages(rnd, cfg, data, grid, node_to_client)))
         metrics: dict[str, float] = {"replies_received": len(replies)}
-        bytes_by_node: dict[int, int] = {}
-        if strategy is None:
-            uploads, senders, rejected, bytes_by_node = valid_uploads(replies, rnd, node_to_client, data.anchor_id,
-                                                                       shape, ranks, rank_of)
-            upload_log.add(rnd, senders, uploads)
-            step = server_round(model, optimizer, uploads, data, DistillRunSpec.from_config(cfg), rnd)
-            kept = step is None
-            if not kept:
-                metrics.update(step)
-            accepted = len(uploads)
-        else:
-            new, _ = strategy.aggregate_train(rnd, replies)
-            account = strategy.replies[rnd]
-            rejected, accepted = list(account.rejections), len(account.accepted)
-            bytes_by_node = dict(strategy.last_bytes)
-            rank_of.update(strategy.node_ranks)  # read from the adapters' shapes, checked
-            kept = new is None
-            if not kept:
-                arrays = new
-                apply_global(new)
+        kept, accepted, rejected, bytes_by_node = server.aggregate(rnd, replies, metrics, base=base, cfg=cfg,
+                                                                   data=data, ranks=ranks,
+                                                                   node_to_client=node_to_client)
         if kept:
             log(WARNING, "round %d: %d valid replies (< dst-min-replies = %d): the %s is kept", rnd, accepted,
-                cfg.dst_min_replies, "student" if strategy is None else "global adapter")
+                cfg.dst_min_replies, "student" if server.strategy is None else "global adapter")
         else:
             aggregated += 1
         metrics.update(replies_accepted=accepted, replies_rejected=len(rejected), round_kept=int(kept))
-        for node, reason in rejected:
-            part = node_to_client.get(node)
-            rejections.append({"round": rnd, "node_id": node, "partition_id": -1 if part is None else part,
-                               "reason": reason})
-        if rnd == 1 or rejected:
-            store.write_table(REJECTIONS_FILE, pd.DataFrame(rejections, columns=REJECTION_COLUMNS))
-        metrics.update(upload_bytes(bytes_by_node, rank_of))
+        record_rejections(store, rejections, rejected, rnd, node_to_client)
+        metrics.update(upload_bytes(bytes_by_node, server.rank_of))
         finish_round(rnd, metrics)
         if store.checkpoint_due(rnd, cfg.dst_rounds):
-            save_checkpoint(rnd)
-    if aggregated == 0:
-        raise RunFailed(f"run {store.dir.name}: no round had {cfg.dst_min_replies} valid replies ({len(rejections)} "
-                        f"rejected, reasons in {REJECTIONS_FILE}); the model is untrained and the run is not marked DONE")
-    if not evaluated.get(cfg.dst_rounds, True):
-        raise RunFailed(f"run {store.dir.name}: the final model's logits are not finite (CA, RA and ASR are NaN in "
-                        "metrics.csv); the run is not marked DONE")
-    if method == "flora":  # the merged updates and the averaged head: what the clients' models hold
-        final = {f"{layer}.merged": d for layer, d in strategy.merged.items()}
-        final.update((k, v) for k, v in to_state(arrays).items() if not k.endswith((STACKED_A, ".stacked_B")))
-    else:
-        final = adapter_state(model)
-    store.save_model(final)
-    if strategy is None:
-        upload_log.save()
+            store.save_checkpoint(rnd, functools.partial(server.checkpoint_state, rows=rows, rejections=rejections,
+                                                         aggregated=aggregated, grid=grid,
+                                                         node_to_client=node_to_client))
+    _check_result(store, cfg, aggregated=aggregated, rejected=len(rejections),
+                  final_finite=evaluated.get(cfg.dst_rounds, True))
+    store.save_model(server.final_state())
+    if server.strategy is None:
+        server.upload_log.save()
     store.finish()
     return pd.DataFrame(rows)
+
+
+def _check_result(store: RunStore, cfg: RunConfig, *, aggregated: int, rejected: int, final_finite: bool) -> None:
+    """A run that never aggregated, or whose final model's logits are not finite, fails
+    (:class:`RunFailed`, no ``DONE``): a broken model is never reported as numbers."""
+    if aggregated == 0:
+        raise RunFailed(f"run {store.dir.name}: no round had {cfg.dst_min_replies} valid replies ({rejected} "
+                        f"rejected, reasons in {REJECTIONS_FILE}); the model is untrained and the run is not marked DONE")
+    if not final_finite:
+        raise RunFailed(f"run {store.dir.name}: the final model's logits are not finite (CA, RA and ASR are NaN in "
+                        "metrics.csv); the run is not marked DONE")
+
+
+class _DistillServer:
+    """What a distill run's server holds and its rounds change: ``rfd``'s student, optimiser and
+    upload log, or a baseline's global adapter model, record and strategy; and the rank of every
+    node, read from a checked reply. One object, so each step of :func:`_distill_rounds` is a
+    method that says what it touches (the global model is rebuilt, not only updated, by FlexLoRA)."""
+
+    def __init__(self, method: str, model, *, optimizer=None, upload_log=None, strategy=None, arrays=None):
+        self.method, self.model = method, model
+        self.optimizer, self.upload_log = optimizer, upload_log  # rfd
+        self.strategy, self.arrays = strategy, arrays  # the baselines
+        self.rank_of: dict[int, int] = {}  # node → rank: rfd from its checked metric, a baseline from its adapter
+
+    @classmethod
+    def start(cls, base, cfg: RunConfig, ranks: list[int], node_to_client: dict[int, int],
+              store: RunStore) -> "_DistillServer":
+        from fedcal.distill.replay import UploadLog
+
+        method = cfg.dst_method
+        if method == "rfd":
+            model, optimizer = student_and_optimizer(base, DistillRunSpec.from_config(cfg))
+            # every round's valid uploads, for server-side replays
+            return cls(method, model, optimizer=optimizer, upload_log=UploadLog(store.dir))
+        model, arrays, strategy = _baseline_start(base, cfg, ranks, node_to_client)
+        return cls(method, model, strategy=strategy, arrays=arrays)
+
+    def messages(self, rnd: int, cfg: RunConfig, data, grid: Grid, node_to_client: dict[int, int]) -> list[Message]:
+        """Round ``rnd``'s train messages: the config, the round and the anchor-set id to every
+        node (rfd), or what the strategy configures for the nodes that identified themselves."""
+        rec = config_record(cfg)
+        rec["server-round"] = rnd
+        rec["anchor-set"] = data.anchor_id
+        if self.strategy is None:
+            nodes = sorted(node_to_client, key=node_to_client.get)
+            return [Message(RecordDict({"config": rec}), message_type=MESSAGE_TYPE, dst_node_id=n) for n in nodes]
+        # the strategy sees only the nodes that identified themselves
+        return list(self.strategy.configure_train(rnd, self.arrays, rec, identified_grid(grid, node_to_client)))
+
+    def aggregate(self, rnd: int, replies: list[Message], metrics: dict, *, base, cfg: RunConfig, data,
+                  ranks: list[int], node_to_client: dict[int, int]) -> tuple[bool, int, list, dict[int, int]]:
+        """The round's valid replies into the student (a distillation step, its metrics into
+        ``metrics``) or the global adapter model; returns (model kept, replies accepted,
+        (node, reason) rejections, upload bytes by node)."""
+        if self.strategy is None:
+            shape = (len(data.anchors), data.num_classes)
+            uploads, senders, rejected, bytes_by_node = valid_uploads(replies, rnd, node_to_client, data.anchor_id,
+                                                                       shape, ranks, self.rank_of)
+            self.upload_log.add(rnd, senders, uploads)
+            step = server_round(self.model, self.optimizer, uploads, data, DistillRunSpec.from_config(cfg), rnd)
+            if step is not None:
+                metrics.update(step)
+            return step is None, len(uploads), rejected, bytes_by_node
+        new, _ = self.strategy.aggregate_train(rnd, replies)
+        account = self.strategy.replies[rnd]
+        self.rank_of.update(self.strategy.node_ranks)  # read from the adapters' shapes, checked
+        if new is not None:
+            self.arrays = new
+            self.apply_global(new, base, cfg)
+        return new is None, len(account.accepted), list(account.rejections), dict(self.strategy.last_bytes)
+
+    def apply_global(self, record: ArrayRecord, base, cfg: RunConfig) -> None:
+        """The global adapter model of a baseline from the strategy's new record."""
+        from fedcal.distill.adapters import merge_flora
+        from fedcal.distill.clients import load_adapter_state, lora_model
+
+        if self.method in ("fedit", "ffa", "lorafair"):
+            load_adapter_state(self.model, to_state(record))
+        elif self.method == "flora":
+            merge_flora(self.model, flora_update(record), seed=cfg.seed)
+        else:
+            state = to_state(record)
+            full = next(v for k, v in state.items() if is_lora_a_key(k)).shape[0]
+            if next(p for n, p in self.model.named_parameters() if is_lora_a_key(n)).shape[0] != full:
+                self.model = lora_model(base, full, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets,
+                                        seed=cfg.seed, allowed_ranks=None, client="global")
+            load_adapter_state(self.model, state)
+
+    def checkpoint_state(self, *, rows: list, rejections: list, aggregated: int, grid: Grid,
+                         node_to_client: dict[int, int]) -> dict:
+        """The checkpoint's content (see :func:`_distill_rounds`), built when the store saves it."""
+        part = {n: c for n, c in node_to_client.items()}
+        return {
+            "model": _server_state(self.model, self.method),
+            "model_rank": int(next(p for n, p in self.model.named_parameters() if is_lora_a_key(n)).shape[0]),
+            "ranks": {part[n]: r for n, r in self.rank_of.items() if n in part},
+            "rows": rows, "rejections": rejections, "aggregated": aggregated,
+            **({"optimizer": self.optimizer.state_dict(),
+                "uploads": {k: torch.from_numpy(v) for k, v in self.upload_log.arrays.items()}}
+               if self.strategy is None else {"strategy": self.strategy.state_dict(), "arrays": to_state(self.arrays)}),
+            "clients": collect_states(grid, node_to_client),
+            "rng": rng_state()}
+
+    def restore(self, state: dict, base, cfg: RunConfig, node_to_client: dict[int, int]) -> tuple[list, list, int]:
+        """A checkpoint's server side put back; returns its rows, rejections and rounds aggregated."""
+        from fedcal.distill.clients import lora_model
+
+        if self.method == "flexlora" and state["model_rank"] != 1:  # the global model is rebuilt at full rank
+            self.model = lora_model(base, state["model_rank"], alpha=cfg.dst_alpha, target_modules=cfg.lora_targets,
+                                    seed=cfg.seed, allowed_ranks=None, client="global")
+        _load_server_state(self.model, self.method, state["model"])
+        node_of = {c: n for n, c in node_to_client.items()}
+        self.rank_of.update((node_of[c], r) for c, r in state["ranks"].items() if c in node_of)
+        if self.strategy is None:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.upload_log.arrays = {k: v.numpy() for k, v in state["uploads"].items()}
+        else:
+            self.strategy.load_state_dict(state["strategy"], node_of)
+            self.arrays = ArrayRecord(state["arrays"])
+        return list(state["rows"]), list(state["rejections"]), int(state["aggregated"])
+
+    def final_state(self) -> dict[str, torch.Tensor]:
+        """``model.pt``: FLoRA's merged updates and averaged head (what the clients' models hold),
+        else the student's / global model's adapter state."""
+        from fedcal.distill.clients import adapter_state
+
+        if self.method == "flora":
+            final = {f"{layer}.merged": d for layer, d in self.strategy.merged.items()}
+            final.update((k, v) for k, v in to_state(self.arrays).items() if not k.endswith((STACKED_A, ".stacked_B")))
+            return final
+        return adapter_state(self.model)
 
 
 def _baseline_start(base, cfg: RunConfig, ranks: list[int], node_to_client: dict[int, int]):

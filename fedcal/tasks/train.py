@@ -168,38 +168,15 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
     aggregated_before = 0  # rounds that aggregated before the checkpoint this attempt resumed from
     arrays, first_round = ArrayRecord(initial), 1
     if resume is not None:
-        state = resume.state
-        arrays, first_round = ArrayRecord(state["arrays"]), resume.round + 1
-        strategy.load_state_dict(state["strategy"], {c: n for n, c in node_to_client.items()})
-        rows, rejections, aggregated_before = list(state["rows"]), list(state["rejections"]), int(state["aggregated"])
-        log(INFO, "resuming after round %d of %d", resume.round, num_rounds)
-        if progress is not None:  # the rounds done before: a progress bar starts where the run is
-            for row in rows:
-                progress(int(row["round"]), {k: v for k, v in row.items() if k != "round"})
+        arrays, first_round, rows, rejections, aggregated_before = _resumed(resume, strategy, node_to_client,
+                                                                            progress, num_rounds)
     clock = [time.perf_counter()]
-
-    def record_replies(server_round: int, metrics: dict[str, float]) -> None:
-        """The round's reply accounting into its metrics, its rejections into rejections.csv."""
-        import pandas as pd  # lazily: the ClientApp process never loads pandas
-
-        account = strategy.replies.get(server_round)
-        metrics["replies_received"] = account.received if account else 0
-        metrics["replies_accepted"] = len(account.accepted) if account else 0
-        metrics["replies_rejected"] = len(account.rejections) if account else 0
-        for node, reason in account.rejections if account else ():
-            part = node_to_client.get(node)
-            rejections.append({"round": server_round, "node_id": node,
-                               "partition_id": -1 if part is None else part, "reason": reason})
-        if server_round == 1 or (account and account.rejections):  # the table exists from round 1;
-            # it is rewritten only when it grew (most rounds of most runs reject nothing)
-            store.write_table(REJECTIONS_FILE, pd.DataFrame(rejections, columns=REJECTION_COLUMNS))
-        audit = strategy.audit_rows() if account and account.aggregated else []
-        store.append_rows(AUDIT_FILE, [{"round": server_round, **row} for row in audit])
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         metrics = dict(evaluate(server_round, arrays))
         if server_round >= 1:  # evaluate_fn runs after the round's aggregate_train
-            record_replies(server_round, metrics)
+            _record_replies(server_round, metrics, strategy=strategy, store=store, node_to_client=node_to_client,
+                            rejections=rejections)
         store.log_round(server_round, metrics)
         now = time.perf_counter()
         store.log_timings(server_round, {"round_seconds": now - clock[0]})  # train, aggregate, evaluate
@@ -231,6 +208,51 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
             f"{num_rounds} round(s), reasons in {REJECTIONS_FILE}); the model is untrained and the run is "
             "not marked DONE")
     return result.arrays.to_torch_state_dict(), rows
+
+
+def _resumed(resume: Checkpoint, strategy: UpdateAggregationStrategy, node_to_client: dict[int, int],
+             progress: ProgressFn | None, num_rounds: int) -> tuple[ArrayRecord, int, list[dict], list[dict], int]:
+    """What :func:`federate` continues from after ``resume``'s round: the global arrays, the first
+    round to run, the rows and rejections so far and the rounds aggregated before; the rule's state
+    is loaded into ``strategy`` and the rounds done are replayed into ``progress``."""
+    state = resume.state
+    arrays, first_round = ArrayRecord(state["arrays"]), resume.round + 1
+    strategy.load_state_dict(state["strategy"], {c: n for n, c in node_to_client.items()})
+    rows, rejections, aggregated_before = list(state["rows"]), list(state["rejections"]), int(state["aggregated"])
+    log(INFO, "resuming after round %d of %d", resume.round, num_rounds)
+    if progress is not None:  # the rounds done before: a progress bar starts where the run is
+        for row in rows:
+            progress(int(row["round"]), {k: v for k, v in row.items() if k != "round"})
+    return arrays, first_round, rows, rejections, aggregated_before
+
+
+def _record_replies(server_round: int, metrics: dict[str, float], *, strategy: UpdateAggregationStrategy,
+                    store: RunStore, node_to_client: dict[int, int], rejections: list[dict]) -> None:
+    """The round's reply accounting into its metrics, its rejections appended to ``rejections``
+    and written to rejections.csv, the rule's per-reply weights to aggregation.csv."""
+    account = strategy.replies.get(server_round)
+    metrics["replies_received"] = account.received if account else 0
+    metrics["replies_accepted"] = len(account.accepted) if account else 0
+    metrics["replies_rejected"] = len(account.rejections) if account else 0
+    record_rejections(store, rejections, list(account.rejections) if account else [], server_round, node_to_client)
+    audit = strategy.audit_rows() if account and account.aggregated else []
+    store.append_rows(AUDIT_FILE, [{"round": server_round, **row} for row in audit])
+
+
+def record_rejections(store: RunStore, rejections: list[dict], rejected: list[tuple[int, str]], server_round: int,
+                      node_to_client: dict[int, int]) -> None:
+    """Round ``server_round``'s (node, reason) rejections appended to ``rejections`` (with each
+    node's partition id, −1 when unknown) and the run's rejections.csv rewritten: from round 1 on
+    the table exists, and later it is rewritten only when it grew (most rounds of most runs reject
+    nothing). Shared by every task that federates over untrusted replies."""
+    import pandas as pd  # lazily: the ClientApp process never loads pandas
+
+    for node, reason in rejected:
+        part = node_to_client.get(node)
+        rejections.append({"round": server_round, "node_id": node,
+                           "partition_id": -1 if part is None else part, "reason": reason})
+    if server_round == 1 or rejected:
+        store.write_table(REJECTIONS_FILE, pd.DataFrame(rejections, columns=REJECTION_COLUMNS))
 
 
 # ---------------------------------------------------------------------------------- client side
