@@ -1,4 +1,4 @@
-"""Client behaviours of issue 36's attacks (flwr-free): the colluders of the model-poisoning
+"""Client behaviours of the Byzantine-robust FL attacks (flwr-free): the colluders of the model-poisoning
 attacks, and the pixel-pattern image backdoor.
 
 - :class:`ModelPoisoningClient` (``attack`` = alie, ipm, minmax, minsum, fang-trmean,

@@ -23,10 +23,10 @@ from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_opt
                                    config_overrides, parse_ints, parse_names)
 
 
-#: the strategies of issue 36's table, in its order
+#: the strategies of the strategy × attack table (docs/defense.md), in its order
 DEFAULT_STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "median", "trimmed_mean", "geometric_median",
                       "median_of_means", "calguard", "nnm+trimmed_mean")
-#: the attacks of issue 36's table
+#: the model-poisoning attacks of Byzantine-robust FL and the image backdoor (docs/attacks.md)
 DEFAULT_ATTACKS = ("alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "backdoor")
 
 
