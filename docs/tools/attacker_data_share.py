@@ -1,0 +1,51 @@
+"""How much of the training data, per class, the attackers of a run hold: what a defense that
+excludes them removes from the federation (docs/defense.md, the CIFAR-10 closed loop).
+
+For every finished run directory given, the Dirichlet partition of its config is rebuilt
+(:func:`fedcal.data.partition.partition_indices`, as the clients draw it) and the attackers
+(:func:`fedcal.attacks.attackers_of`) are looked up; printed per seed: the attackers' share of
+all training samples and the smallest share of one class left to the benign clients.
+
+Usage (from the repository root)::
+
+    python docs/tools/attacker_data_share.py runs/closed-cifar/*-calguard-tsa5-*
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from fedcal.attacks import AttackSpec, attackers_of  # noqa: E402
+from fedcal.data import load_dataset  # noqa: E402
+from fedcal.data.partition import partition_indices  # noqa: E402
+from fedcal.reports.markdown import markdown_table  # noqa: E402
+from fedcal.results import load_config  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    rows = []
+    for d in sorted(Path(a) for a in argv):
+        cfg = load_config(d)
+        labels = load_dataset(cfg.dataset, cfg.data_dir).y_train.numpy()
+        parts = partition_indices(labels, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha, cfg.seed)
+        bad = attackers_of(AttackSpec.from_config(cfg))
+        held = np.concatenate([parts[c] for c in sorted(bad)]) if bad else np.array([], int)
+        k = int(labels.max()) + 1
+        per_class = np.bincount(labels[held], minlength=k) / np.bincount(labels, minlength=k)
+        rows.append({"run": d.name, "seed": cfg.seed, "attackers": len(bad),
+                     "attackers_share_%": round(100 * len(held) / len(labels), 1),
+                     "benign_min_class_share_%": round(100 * (1 - per_class.max()), 1),
+                     "class_most_held": int(per_class.argmax())})
+    print(markdown_table(pd.DataFrame(rows)), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
