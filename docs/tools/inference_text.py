@@ -83,8 +83,19 @@ def _binary_note(t: dict) -> str:
     return text
 
 
+def _block(kind: str, path: Path) -> str:
+    """``path`` pasted between the markers docs/tools/include_tables.py refreshes (its own format), so the
+    page keeps the numbers of the file the command above it wrote."""
+    rel = path.resolve().relative_to(DOCS.parent) if path.resolve().is_relative_to(DOCS.parent) else path
+    body = path.read_text()
+    body += "" if body.endswith("\n") else "\n"
+    if kind == "output":
+        body = "```\n" + body + "```\n"
+    return f"<!-- {kind}: {rel} -->\n{body}<!-- /{kind} -->"
+
+
 def _table(name: str) -> str:
-    return (TEXT / name).read_text().split("\n", 2)[2]
+    return _block("table", TEXT / name)
 
 
 def text_section() -> list[str]:
@@ -120,10 +131,9 @@ def text_section() -> list[str]:
     for lr in ("0.01", "0.05", "0.2"):
         path = CLIENTS / f"lr{lr}.txt"
         if path.exists():
-            lines += [f"lr = {lr}:", "", "```", path.read_text().rstrip(), "```", ""]
-    central = (CLIENTS / "centralised.txt").read_text().rstrip().splitlines() if (CLIENTS / "centralised.txt").exists() else []
-    if central:
-        lines += ["```", *central, "```", ""]
+            lines += [_block("output", path), ""]
+    if (CLIENTS / "centralised.txt").exists():
+        lines += [_block("output", CLIENTS / "centralised.txt"), ""]
     lines += [
         "The learning rate and the epochs barely matter; the run below uses lr 0.05 and 20 epochs. The table, "
         "with the aggregator and attack settings of the ResNet-8 table above (25 adversarial epochs, PGD-CW "
@@ -131,8 +141,7 @@ def text_section() -> list[str]:
         "2-core machine one PGD-CW pass over 1,000 queries and every aggregator took about 5 minutes, so the "
         "f-curve (PGD-CW at each of f_adv = 1..8) would have cost some 40 minutes per seed:", "",
         "```bash", TEXT_COMMAND, "```", "",
-        f"Accuracy (%) on the 2,550 test snippets, " + (f"mean ± std over {len(seeds)} seeds" if len(seeds) > 1
-                                                        else "one seed") + ":", "",
+        "Accuracy (%) on the 2,550 test snippets:", "",
         _table("table_n17_f4.md"), "",
         f"The 17 clients' own test accuracies ({seed_text}) range over {100 * clients['accuracy'].min():.1f}–"
         f"{100 * clients['accuracy'].max():.1f}% (mean {100 * clients['accuracy'].mean():.1f}%). Chance here is "
@@ -186,4 +195,26 @@ def text_section() -> list[str]:
     return lines
 
 
-__all__ = ["text_section"]
+def text_claim() -> list[tuple]:
+    """The claims-table row of the text domain (docs/tools/inference_audit.py), once its runs exist."""
+    if not (TEXT / "cells.csv").exists():
+        return []
+    t = _summary(TEXT)
+    best = [a for a in t["worst"].index if a not in POSITIONAL][0]
+    margin, over = _margin(t)
+    seeds = t["seeds"]
+    cells = pd.read_csv(TEXT / "cells.csv")
+    spread = worst_case(without_chance(cells), by=("seed", "aggregator")).groupby("aggregator")["accuracy"].std()
+    tie = (len(seeds) > 1 and best != "deepset_tm"
+           and 100 * (t["worst"][best] - t["worst"]["deepset_tm"]) < 100 * max(spread[best], spread["deepset_tm"]))
+    return [("the text-domain table (AG-News, DistilBERT clients)", "DeepSet-TM best",
+             f"{best} best; DeepSet-TM {100 * t['worst']['deepset_tm']:.2f} % worst case, {margin:+.2f} points over "
+             f"{over}", f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}–{seeds[-1]}",
+             "matches" if best == "deepset_tm" else
+             f"tie: {best} ahead by less than one seed-to-seed std" if tie else "contradicts",
+             "binary Rotten Tomatoes sentiment against 4-class AG-News; a frozen all-MiniLM-L6-v2 with a linear head "
+             "per client against fine-tuned DistilBERT; fedcal's attack protocol; no AG-News value to compare "
+             "levels with", "inference.md, *Text: Rotten Tomatoes sentiment*")]
+
+
+__all__ = ["text_claim", "text_section"]
