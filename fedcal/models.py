@@ -135,7 +135,15 @@ class CNN1D(nn.Module):
         return self.head(self.features(x))
 
 
-MODEL_REGISTRY = {"mlp": MLP, "cnn": CNN, "resnet8": ResNet8, "resnet18": ResNet18, "cnn1d": CNN1D}
+class Linear(MLP):
+    """A linear classifier (logistic regression): an :class:`MLP` without hidden layers. The text
+    datasets' clients are this probe on a frozen encoder's sentence embeddings (fedcal.text.embed)."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int):
+        super().__init__(input_shape, num_classes, hidden=())
+
+
+MODEL_REGISTRY = {"mlp": MLP, "linear": Linear, "cnn": CNN, "resnet8": ResNet8, "resnet18": ResNet18, "cnn1d": CNN1D}
 
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, seed: int | None = None) -> nn.Module:

@@ -93,7 +93,8 @@ def test_invalid_tau():
 
 
 @pytest.mark.parametrize("name,shape", [("mlp", (1, 28, 28)), ("cnn", (3, 32, 32)), ("cnn", (1, 28, 28)),
-                                        ("resnet8", (3, 32, 32)), ("resnet18", (3, 32, 32)), ("cnn1d", (187,))])
+                                        ("resnet8", (3, 32, 32)), ("resnet18", (3, 32, 32)), ("cnn1d", (187,)),
+                                        ("linear", (384,))])
 def test_models_build_and_forward(name, shape):
     m = build_model(name, shape, 10, seed=0)
     out = m(torch.randn(2, *shape))
@@ -103,6 +104,14 @@ def test_models_build_and_forward(name, shape):
     m2 = build_model(name, shape, 10, seed=0)
     for p, q in zip(m.parameters(), m2.parameters()):
         assert torch.equal(p, q)
+
+
+def test_the_linear_model_is_logistic_regression():
+    """model=linear is one affine map, (d + 1) · C parameters: the text datasets' probe."""
+    m = build_model("linear", (384,), 2, seed=0)
+    assert sum(p.numel() for p in m.parameters()) == 385 * 2
+    x = torch.randn(3, 384)
+    torch.testing.assert_close(m(x), x @ m.head.weight.T + m.head.bias)
 
 
 def test_resnet8_is_he_et_al_cifar_resnet_with_one_block_per_stage():

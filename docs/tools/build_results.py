@@ -828,7 +828,18 @@ def inference_results() -> str:
         lines += [f"![acc_vs_f_n25_f5.png](results/inference-cifar10-grid/acc_vs_f_n25_f5.png)", "",
                   "Worst-case accuracy against the number of adversarial clients, n = 25 (aggregators built for "
                   "f = 5; first 1,000 test images).", ""]
+    lines += _text_section()
     return "\n".join(lines)
+
+
+def _text_section() -> list[str]:
+    """Issue 35 §1's text domain (docs/tools/inference_text.py), beside this file."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from inference_text import text_section
+
+    return text_section()
 
 
 # section -> (section whose runs share config hashes with it, label of this one's machine, label of the other's)

@@ -9,6 +9,8 @@ N×D) and int64 labels. Sources, in order of preference:
   that fails leaves the filesystem as it was: whatever it created (``data_dir`` itself and its
   missing parents, partial downloads) is removed, and nothing that existed before is touched;
 * scikit-learn's bundled ``digits`` (offline default) and a seeded ``synthetic`` task;
+* text datasets (``rt-sentiment``): a frozen encoder's sentence embeddings of a text corpus, inputs
+  (N, hidden), built and cached on disk by :func:`fedcal.text.embed.text_dataset`;
 * ``mitbih``: MIT-BIH arrhythmia beats read with ``wfdb`` from ``<data_dir>/mitbih`` (or
   ``data_dir`` itself when it holds the ``*.hea`` headers), inputs (N, 1, 180), the five AAMI
   classes, the record (patient) of every training beat in ``groups_train``
@@ -37,6 +39,9 @@ _NORMALISATION = {
     "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
 }
 _NUM_CLASSES = {"mnist": 10, "cifar10": 10, "cifar100": 100, "digits": 10}
+# Text datasets, built by fedcal.text (its loaders import this module for Dataset, so they are named
+# here, not imported: the reference is resolved on first use, as a Task's report is).
+_TEXT_LOADERS = {"rt-sentiment": "fedcal.text.embed:text_dataset"}
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,11 @@ def _load_cached(name: str, data_dir: str) -> Dataset:
         return synthetic_dataset()
     if name == "mitbih":
         return _mitbih(root)
+    if name in _TEXT_LOADERS:
+        import importlib
+
+        module, func = _TEXT_LOADERS[name].split(":")
+        return getattr(importlib.import_module(module), func)(name, root)
     if name not in _NORMALISATION:
         raise ConfigError(f"run-config key 'dataset': unknown dataset {name!r}")
     npz_train, npz_test = root / f"{name}_train.npz", root / f"{name}_test.npz"
