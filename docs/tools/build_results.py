@@ -1,10 +1,11 @@
 """Assemble docs/results.md from the generated tables (docs/results/*/table.md).
 
-    python docs/tools/build_results.py
+    python docs/tools/build_results.py [--check]
 
 The prose states directions only; every number on the page comes from a generated table.
 """
 
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -868,9 +869,9 @@ def same_runs_note(name: str, other: str, here: str, there: str) -> str:
             "that spread in mind.\n")
 
 
-def main() -> None:
+def pages() -> dict[Path, str]:
+    """Every page this builder owns, as it would write it."""
     intro = (DOCS / "tools" / "inference_intro.md").read_text()
-    (DOCS / "inference.md").write_text(intro + "\n" + inference_results())
     parts = [HEADER.rstrip("\n") + "\n", literature_section()]
     claims = _inference_claims()
     if claims:
@@ -888,8 +889,22 @@ def main() -> None:
             continue
         parts.append(f"## {title}\n\n```bash\n{command}\n```\n\n{tables[name]}\n{prose}\n")
         parts += [f"![{f}](results/{name}/{f})\n" for f in figures if (DOCS / "results" / name / f).exists()]
-    (DOCS / "results.md").write_text("\n".join(parts))
+    return {DOCS / "inference.md": intro + "\n" + inference_results(), DOCS / "results.md": "\n".join(parts)}
+
+
+def main(argv: list[str]) -> int:
+    """Write the pages, or with ``--check`` exit 1 naming every page that differs from what the
+    committed tables make (a page edited by hand, or a builder change never written out)."""
+    built = pages()
+    if "--check" in argv:
+        stale = [p.name for p, text in built.items() if p.read_text() != text]
+        if stale:
+            print(f"stale (run python docs/tools/build_results.py): {', '.join(stale)}")
+        return 1 if stale else 0
+    for path, text in built.items():
+        path.write_text(text)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))
