@@ -268,6 +268,27 @@ def test_byzantine_cells_set_f_per_ratio_and_share_f_free_benign_runs():
     assert len(byzantine_configs(cells)) == len(cells) - 1
 
 
+def test_a_strategy_switch_is_a_row_of_its_own_and_reads_back_from_the_run():
+    """``calguard:cusum`` is CalGuard with its sequential test (``calguard-cusum=true``): its runs
+    differ from plain CalGuard's, and the table's row name is rebuilt from each run's config; a
+    switch that names no boolean key of the strategy fails naming the key."""
+    from fedcal.reports.byzantine import spec_of
+    from fedcal.results import config_hash
+    from fedcal.studies.byzantine import DEFAULT_STRATEGIES, byzantine_cells, parse_spec
+
+    assert parse_spec("calguard:cusum") == ("calguard", "", {"calguard_cusum": True})
+    assert parse_spec("nnm+trimmed_mean") == ("trimmed_mean", "nnm", {})
+    base = RunConfig(dataset="digits", num_clients=20, clients_per_round=10)
+    cells = byzantine_cells(base, list(DEFAULT_STRATEGIES), ["alie"], [0.25], [0])
+    assert [spec_of(c) for _, c in cells] == [s for s in DEFAULT_STRATEGIES for _ in range(2)]
+    by = {spec_of(c): c for _, c in cells if c.attack == "alie"}
+    assert by["calguard:cusum"].calguard_cusum and not by["calguard"].calguard_cusum
+    assert config_hash(by["calguard:cusum"]) != config_hash(by["calguard"])
+    for bad, key in (("calguard:bogus", "calguard-bogus"), ("calguard:kappa", "calguard-kappa"), ("calguard:", "calguard-")):
+        with pytest.raises(ConfigError, match=key):
+            parse_spec(bad)
+
+
 def test_byzantine_report_averages_seeds_and_names_each_strategys_worst_attack(tmp_path):
     from fedcal.reports.byzantine import byzantine_report
     from fedcal.studies.byzantine import byzantine_cells, byzantine_configs

@@ -21,8 +21,15 @@ from fedcal.reports.runs import final_metrics
 from fedcal.results import DONE_FILE, load_timings, run_dir_for
 
 def spec_of(cfg: RunConfig) -> str:
-    """The strategy spec of a run (:func:`parse_spec`'s inverse)."""
-    return "+".join([*cfg.pre_aggregations, cfg.strategy])
+    """The strategy spec of a run (:func:`fedcal.studies.byzantine.parse_spec`'s inverse): its
+    pre-aggregation steps, its strategy, and a ``:name`` for each of the strategy's boolean keys
+    (``<strategy>-<name>``) turned on against its default."""
+    from fedcal.config import defaults
+
+    prefix = f"{cfg.strategy}_"
+    flags = [n[len(prefix):].replace("_", "-") for n, d in defaults().items()
+             if n.startswith(prefix) and d is False and getattr(cfg, n) is True]
+    return "+".join([*cfg.pre_aggregations, ":".join([cfg.strategy, *flags])])
 
 
 def assumed_f(ratio: float, clients_per_round: int) -> int:

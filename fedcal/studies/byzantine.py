@@ -2,7 +2,8 @@
 ASR, worst case) over attacker ratios and seeds.
 
 A *strategy spec* is a strategy name, optionally preceded by pre-aggregation steps joined with
-``+``: ``nnm+trimmed_mean`` is ``strategy = trimmed_mean`` with ``pre-aggregation = nnm``. The
+``+`` and followed by ``:switch`` options: ``nnm+trimmed_mean`` is ``strategy = trimmed_mean`` with
+``pre-aggregation = nnm``; ``calguard:cusum`` is ``strategy = calguard`` with ``calguard-cusum = true``. The
 robust rules' assumed number of Byzantine replies per round (``krum-f``, ``trim-f``, ``pre-f``) is
 set per attacker ratio to f = ⌈ratio · M⌉ (M = ``clients-per-round``,
 :func:`fedcal.reports.byzantine.assumed_f`), the expected attackers in a round rounded up, so that
@@ -25,17 +26,30 @@ from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_opt
 
 #: the strategies of the strategy × attack table (docs/defense.md), in its order
 DEFAULT_STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "median", "trimmed_mean", "geometric_median",
-                      "median_of_means", "calguard", "nnm+trimmed_mean")
+                      "median_of_means", "calguard", "calguard:cusum", "nnm+trimmed_mean")
 #: the model-poisoning attacks of Byzantine-robust FL and the image backdoor (docs/attacks.md)
 DEFAULT_ATTACKS = ("alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "backdoor")
 
 
-def parse_spec(spec: str) -> tuple[str, str]:
-    """``"nnm+trimmed_mean"`` → (strategy ``trimmed_mean``, pre-aggregation ``nnm``)."""
+def parse_spec(spec: str) -> tuple[str, str, dict[str, bool]]:
+    """``"nnm+trimmed_mean"`` → (strategy ``trimmed_mean``, pre-aggregation ``nnm``, no switches);
+    ``"calguard:cusum"`` → (``calguard``, no pre-aggregation, ``{"calguard_cusum": True}``): a
+    ``:name`` after the strategy turns on its boolean key ``<strategy>-<name>``, so a rule's variant
+    (CalGuard with its sequential test) is a row of its own."""
+    from fedcal.config import field_names, setting_of
+
     parts = [p.strip() for p in spec.split("+") if p.strip()]
     if not parts:
         raise ConfigError(f"--strategies: empty strategy spec {spec!r}")
-    return parts[-1], ",".join(parts[:-1])
+    strategy, *flags = [t.strip() for t in parts[-1].split(":")]
+    switches = {}
+    for flag in flags:
+        name = f"{strategy}_{flag.replace('-', '_')}"
+        if not flag or name not in field_names() or not isinstance(setting_of(name).default, bool):
+            raise ConfigError(f"--strategies: {spec!r}: {flag!r} names no boolean key "
+                              f"'{strategy}-{flag}' of the strategy")
+        switches[name] = True
+    return strategy, ",".join(parts[:-1]), switches
 
 
 def byzantine_cells(base: RunConfig, strategies: Sequence[str], attacks: Sequence[str], ratios: Sequence[float],
@@ -52,8 +66,8 @@ def byzantine_cells(base: RunConfig, strategies: Sequence[str], attacks: Sequenc
     for ratio in ratios:
         f = assumed_f(ratio, base.clients_per_round)
         for spec in strategies:
-            strategy, pre = parse_spec(spec)
-            own = {"pre_aggregation": pre}
+            strategy, pre, switches = parse_spec(spec)
+            own = {"pre_aggregation": pre, **switches}
             if strategy == "multikrum":
                 own["krum_f"] = f
             if strategy == "trimmed_mean":
