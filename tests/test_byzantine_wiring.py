@@ -341,3 +341,28 @@ def test_a_strategy_with_an_attack_not_run_yet_has_no_worst_case(tmp_path):
         store.finish()
     md = byzantine_report(cells, tmp_path / "out")
     assert "| fedavg | 90.0 | 60.0 |  |  | incomplete (1 of 2 attacks) |" in md, md
+
+
+def test_table_only_builds_the_table_from_finished_runs_and_starts_none(tmp_path):
+    """``fedcal byzantine --table-only``: the table of the finished runs; an unfinished cell stays
+    blank and no run directory is created for it."""
+    from fedcal.cli import main
+    from fedcal.results import RunStore, run_dir_for
+    from fedcal.studies.byzantine import byzantine_cells
+
+    keys = ["dataset=digits", f"output-dir={tmp_path / 'runs'}", "num-rounds=1", "clients-per-round=10",
+            "num-clients=20"]
+    base = RunConfig.from_flower(dict(k.split("=", 1) for k in keys))
+    cells = byzantine_cells(base.replace(num_rounds=1), ["fedavg"], ["alie"], [0.25], [0])
+    done = next(c for _, c in cells if c.attack == "none")
+    store = RunStore(run_dir_for(done), done)
+    store.start()
+    for rnd, acc in ((0, 0.1), (1, 0.9)):
+        store.log_round(rnd, {"accuracy": acc, "ece": 0.1, "sece": 0.05, "brier": 0.2, "nll": 0.3})
+    store.finish()
+    assert main(["byzantine", "--table-only", "--strategies", "fedavg", "--attacks", "alie", "--ratios", "0.25",
+                 "--seeds", "0", "--report", str(tmp_path / "out"), "--no-progress", *keys]) == 0
+    attacked = next(c for _, c in cells if c.attack == "alie")
+    assert not run_dir_for(attacked).exists()  # nothing started
+    table = pd.read_csv(tmp_path / "out" / "table.csv")
+    assert list(table["attack"]) == ["benign"] and table["accuracy"].iloc[0] == pytest.approx(0.9)

@@ -105,9 +105,13 @@ def cmd_byzantine(args: argparse.Namespace) -> int:
                             [float(r) for r in parse_names(args.ratios)], parse_ints(args.seeds, "--seeds"))
     configs = byzantine_configs(cells)
     check_run_dirs(configs)
-    print(f"byzantine: {len(configs)} runs; finished runs are skipped")
-    failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
-                         cluster=cluster_of(args))
+    if args.table_only:  # the table of what has finished, e.g. while another process runs the rest
+        failures = []
+        print(f"byzantine: {len(configs)} runs; none started (--table-only)")
+    else:
+        print(f"byzantine: {len(configs)} runs; finished runs are skipped")
+        failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
+                             cluster=cluster_of(args))
     print(byzantine_report(cells, out, args.title))
     print(f"tables: {out / 'table.md'}, {out / 'table.csv'}, {out / 'runs.csv'}")
     return 1 if failures else 0
@@ -128,5 +132,7 @@ def add_commands(add: Any) -> None:
     p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
     p.add_argument("--title", default="", help="title of the table")
     p.add_argument("--report", default="fedcal-byzantine", help="folder for the runs and tables")
+    p.add_argument("--table-only", action="store_true",
+                   help="start no run: the table of the runs that have finished (the others are left blank)")
     add_cluster_options(p)
     p.set_defaults(func=cmd_byzantine)
