@@ -238,6 +238,21 @@ def test_the_report_shows_control_flip_and_separates_the_new_settings(tmp_path):
     assert len(table) == 3 and sorted(table["student steps"].astype(str)) == ["3", "3", "6"]
 
 
+def test_the_ablation_separates_the_logit_attacks(tmp_path):
+    """Runs under the scale and the flip logit attack share every ablation column but the attack:
+    the ablation shows it as a column (it refused the set as two runs of one seed)."""
+    from fedcal.app.engine import simulate
+    from fedcal.reports.distill import distill_report
+
+    runs = [simulate(tiny(tmp_path, dst_logit_attack=a, dst_attack_factor=10.0), progress=False)
+            for a in ("scale", "flip")]
+    distill_report(runs, tmp_path / "report")
+    ablation = pd.read_csv(tmp_path / "report" / "ablation.csv")
+    assert sorted(ablation["logit attack"]) == ["flip", "scale"] and (ablation["seeds"] == 1).all()
+    distill_report(runs[:1], tmp_path / "one")  # one attack: no such column
+    assert "logit attack" not in pd.read_csv(tmp_path / "one" / "ablation.csv").columns
+
+
 # ----------------------------------------------------------------------- label-prior correction
 def test_prior_correction_removes_per_class_biases_between_clients():
     """Clients that differ only by a per-class bias vector (the label-shift model) become one client

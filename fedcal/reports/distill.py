@@ -202,11 +202,15 @@ def main_table(runs: pd.DataFrame) -> pd.DataFrame:
 def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
     """RFD-LoRA runs by variant, aggregator and M (and partition, ρ), CA / RA / ASR over seeds."""
     rfd = runs[runs["dst-method"] == "rfd"].rename(columns={
-        "dst-aggregator": "aggregator", "dst-groups": "M", "dst-partition": "partition", "dst-backdoor-ratio": "rho"})
+        "dst-aggregator": "aggregator", "dst-groups": "M", "dst-partition": "partition", "dst-backdoor-ratio": "rho",
+        "dst-logit-attack": "logit attack"})
     if rfd.empty:
         return pd.DataFrame()
     order = ["full", "w/o CAT", "w/o MMD-KD", "w/o DIS", "CAT only", "MMD-KD only", "DIS only", "none"]
-    table = _summary(rfd, ["variant", "aggregator", "M", "partition", "rho", *_optional(rfd)], config="ablation_config")
+    # the logit attack is a shown key (not in the config label): a column where the runs differ in it
+    attack = ["logit attack"] if "logit attack" in rfd and rfd["logit attack"].nunique() > 1 else []
+    table = _summary(rfd, ["variant", "aggregator", "M", "partition", "rho", *attack, *_optional(rfd)],
+                     config="ablation_config")
     table["_o"] = table["variant"].map({v: i for i, v in enumerate(order)})
     first = [CONFIG] if CONFIG in table.columns else []
     return table.sort_values([*first, "_o", "aggregator", "M", "partition", "rho"]).drop(columns="_o") \
