@@ -91,5 +91,17 @@ def test_prior_correction_leaves_clients_with_one_mean_prediction_alone(tool):
     assert row["plain: accuracy"] == pytest.approx(0.75)
 
 
+def test_uniform_correction_leaves_clients_whose_mean_prediction_is_uniform_alone(tool):
+    # margins (1, −1) on two anchors: mean p(target) = (σ(1) + σ(−1))/2 = 1/2 exactly, so the shift
+    # to the uniform prior is 0; the median's aim is 1/2 too
+    Z = torch.tensor([[[0.5, -0.5], [-0.5, 0.5]]] * 3)
+    row = tool.consensus_row(Z, CLIENTS, torch.tensor([0, 1]), BACKDOOR, target=0, clip=10.0, method="mean",
+                             num_groups=None, seed=0)
+    assert row["corrected to p(target)"] == pytest.approx(0.5)
+    for col in ("accuracy", "target share", "AUC"):
+        assert row[f"uniform-corrected: {col}"] == pytest.approx(row[f"plain: {col}"])
+    assert (row["plain: accuracy"], row["plain: target share"], row["plain: AUC"]) == (1.0, 0.5, 1.0)
+
+
 def test_auc_is_nan_when_the_anchors_hold_one_side_only(tool):
     assert math.isnan(tool.target_auc(UPLOADS[0], torch.zeros(4, dtype=torch.long), 0))

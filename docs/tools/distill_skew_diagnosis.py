@@ -25,7 +25,8 @@ Two tables:
   with the target and how many of those are backdoor clients (the bloc a median-type rule follows
   once it is a majority); how many of the round's MoM groups do; then, for the run's own consensus
   and the prior-corrected one (``dst-prior-correct``, with the class prior it aims at, the median
-  of the clients' mean predictions), the agreement of its argmax with the anchors' true labels, its
+  of the clients' mean predictions) and the one corrected to the uniform prior
+  (``dst-prior-target=uniform``), the agreement of its argmax with the anchors' true labels, its
   share of anchors labelled with the target, and its AUC.
 
 The counting lives in :func:`client_rows` and :func:`consensus_row` (tensors in, numbers out; the
@@ -117,9 +118,11 @@ def consensus_row(uploads: torch.Tensor, clients, labels: torch.Tensor, backdoor
     # clients' mean predicted distributions on the anchors), shown because it is where it aims
     prior = true_median(torch.softmax(Z.double(), -1).mean(1), 0)
     row["corrected to p(target)"] = float(prior[target] / prior.sum())
-    for tag, correct in (("plain", False), ("prior-corrected", True)):
+    for tag, correct, aim in (("plain", False, "median"), ("prior-corrected", True, "median"),
+                              ("uniform-corrected", True, "uniform")):
         cons = build_consensus(uploads, clip=clip, method=method, num_groups=num_groups,
-                               generator=torch.Generator().manual_seed(seed), prior_correct=correct)
+                               generator=torch.Generator().manual_seed(seed), prior_correct=correct,
+                               prior_target=aim)
         pred = cons.logits.argmax(-1)
         row[f"{tag}: accuracy"] = float((pred == labels).double().mean())
         row[f"{tag}: target share"] = float((pred == target).double().mean())
@@ -172,7 +175,7 @@ def main(argv: list[str]) -> int:
     num = "{:.3f}"
     sys.stdout.write(markdown_table(
         cons, "The consensus on the anchors, every round (plain: the run's own aggregator; prior-corrected: "
-              "dst-prior-correct on the same uploads)",
+              "dst-prior-correct on the same uploads; uniform-corrected: with dst-prior-target=uniform)",
         {c: num for c in cons.columns if ":" in c or "share" in c or c.startswith("corrected")}))
     sys.stdout.write("\n")
     sys.stdout.write(markdown_table(
