@@ -287,6 +287,59 @@ def test_prior_correction_by_hand_and_leaves_agreeing_clients_alone():
         prior_correct(torch.full((2, 2, 2), float("nan")))
 
 
+def test_prior_correction_to_the_uniform_prior_by_hand():
+    """dst-prior-target=uniform. Two of three clients lean to class 0 (margins 2, 0: mean p(class 0)
+    (σ(2) + σ(0))/2 ≈ 0.69), one to class 1 (−2, 0): the median is the bloc's 0.69, so the median
+    correction leaves the bloc alone and pulls the third client towards class 0; the uniform target
+    shifts every client to a mean prediction of 1/2 — by σ(2 + x) + σ(x) = 1 at x = −1, the bloc's
+    margins become (1, −1) and the third client's (−1, 1)."""
+    margins = torch.tensor([[2.0, 0.0], [2.0, 0.0], [-2.0, 0.0]])
+    Z = torch.stack([margins / 2, -margins / 2], dim=-1).double()
+    median = prior_correct(Z, iters=1000, tol=1e-13)
+    torch.testing.assert_close(median[:2], Z[:2])
+    assert float(torch.sigmoid(median[2, :, 0] - median[2, :, 1]).mean()) > 0.68  # towards the bloc
+    uniform = prior_correct(Z, prior=torch.tensor([0.5, 0.5]), iters=1000, tol=1e-13)
+    new = uniform[..., 0] - uniform[..., 1]
+    for k, expected in ((0, [1.0, -1.0]), (1, [1.0, -1.0]), (2, [-1.0, 1.0])):
+        torch.testing.assert_close(new[k], torch.tensor(expected, dtype=torch.float64), atol=1e-6, rtol=0)
+    for bad in (torch.tensor([0.5, 0.0]), torch.tensor([1.0, 1.0, 1.0]), torch.tensor([float("nan"), 1.0])):
+        with pytest.raises(ValueError, match="prior"):
+            prior_correct(Z, prior=bad)
+
+
+def test_build_consensus_prior_target_uniform_undoes_a_bloc_the_median_keeps():
+    """The consensus of the three clients above (mean): the median target leaves both anchors on the
+    bloc's class 0; the uniform target ranks them as every client does (anchor 0 before anchor 1)
+    with the threshold in the middle: class 0, then class 1."""
+    from fedcal.distill.student import build_consensus
+
+    margins = torch.tensor([[2.0, 0.0], [2.0, 0.0], [-2.0, 0.0]])
+    Z = torch.stack([margins / 2, -margins / 2], dim=-1)
+    plain = build_consensus(Z, method="mean", prior_correct=True).logits.argmax(-1)
+    uniform = build_consensus(Z, method="mean", prior_correct=True, prior_target="uniform").logits.argmax(-1)
+    assert plain.tolist() == [0, 0] and uniform.tolist() == [0, 1]
+    # without the correction the target is not read
+    torch.testing.assert_close(build_consensus(Z, method="mean", prior_target="uniform").logits,
+                               build_consensus(Z, method="mean").logits)
+    with pytest.raises(ValueError, match="prior_target"):
+        build_consensus(Z, method="mean", prior_correct=True, prior_target="balanced")
+
+
+def test_prior_target_is_a_hashed_server_key_that_needs_the_correction(tmp_path):
+    from fedcal.distill.replay import SERVER_KEYS, client_side
+
+    assert "dst_prior_target" in SERVER_KEYS
+    old = RunConfig.from_flower({**TINY, "dst-prior-correct": True})
+    new = old.replace(dst_prior_target="uniform")
+    assert default_run_name(old.replace(dst_prior_target="median")) == default_run_name(old)
+    assert default_run_name(new) != default_run_name(old)
+    assert client_side(tiny(tmp_path, dst_prior_correct=True, dst_prior_target="uniform")) == client_side(tiny(tmp_path))
+    with pytest.raises(ConfigError, match="'dst-prior-target'.*dst-prior-correct=true"):
+        RunConfig.from_flower({**TINY, "dst-prior-target": "uniform"})
+    with pytest.raises(ConfigError, match="'dst-prior-target'"):
+        RunConfig.from_flower({**TINY, "dst-prior-correct": True, "dst-prior-target": "balanced"})
+
+
 def test_prior_correction_is_a_server_key_replayed_on_recorded_uploads(tmp_path):
     from fedcal.distill.replay import SERVER_KEYS, client_side
 

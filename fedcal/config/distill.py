@@ -8,7 +8,7 @@ import math
 
 from fedcal.config.schema import ConfigError, RunConfig, TaskConfig, check, group, register_task, setting
 
-__all__ = ["DISTILL_CORPORA", "DISTILL_CLASSES", "DISTILL_METHODS", "DISTILL_AGGREGATORS", "LORA_TARGETS", "DISTILL_PARTITIONS", "LOGIT_ATTACKS", "ANCHOR_ATTACKS", "ONE_RANK_METHODS"]
+__all__ = ["DISTILL_CORPORA", "DISTILL_CLASSES", "DISTILL_METHODS", "DISTILL_AGGREGATORS", "LORA_TARGETS", "DISTILL_PARTITIONS", "LOGIT_ATTACKS", "ANCHOR_ATTACKS", "ONE_RANK_METHODS", "PRIOR_TARGETS"]
 
 DISTILL_CORPORA = ("sentiment", "genre", "sst2", "mnli", "qnli", "qqp", "synthetic")
 # Classes per corpus, for the cross-field check of dst-target (fedcal.text builds the tasks).
@@ -21,6 +21,9 @@ DISTILL_PARTITIONS = ("iid", "skew")
 LOGIT_ATTACKS = ("none", "scale", "flip")
 # Anchor-set poisoning (rfd): what the backdoor clients, who know the public anchors, do on them.
 ANCHOR_ATTACKS = ("none", "trigger", "target")
+# What fedcal's label-prior correction (dst-prior-correct) shifts each client's mean anchor prediction
+# to: the clients' median one, or the uniform prior (fedcal.distill.consensus.prior_correct).
+PRIOR_TARGETS = ("median", "uniform")
 # Methods that average A and B entry-wise: every client must hold the same shapes.
 ONE_RANK_METHODS = ("fedit", "ffa", "lorafair")
 
@@ -127,6 +130,11 @@ class Distill:
                                              "distribution on the anchors is the clients' median one "
                                              "(label-prior correction under label skew)",
                                       hash_when_set=True)
+    dst_prior_target: str = setting("median", "what dst-prior-correct shifts each client's mean anchor "
+                                              "prediction to: median = the clients' median one; uniform = "
+                                              "the uniform prior (balanced logit adjustment: a median of a "
+                                              "bloc skewed one way is that bloc's prior)",
+                                     choices=PRIOR_TARGETS, hash_when_set=True)
     dst_logit_attack: str = setting("none", "backdoor clients also scale or flip their anchor logits "
                                             "before clipping (rfd)", choices=LOGIT_ATTACKS)
     dst_attack_factor: float = setting(10.0, "the logit attack's factor a: z -> a z (scale) or -a z (flip)",
@@ -179,6 +187,13 @@ def _distill_replies(c: RunConfig) -> None:
           "round would keep the model")
 
 
+def _prior_target(c: RunConfig) -> None:
+    # without the correction the target is read by nothing: a run that sets it would differ from the
+    # plain one in its name and hash only
+    check("dst-prior-target", c.dst_prior_target == "median" or c.dst_prior_correct, c.dst_prior_target,
+          "needs dst-prior-correct=true (it says what the correction aims at)")
+
+
 def _run_name(cfg: RunConfig, short_hash: str) -> str:
     # dataset/model are the image tasks' keys: the name says the text task's own
     attack = f"-bd{cfg.dst_backdoor_ratio:g}" if cfg.num_backdoor_clients else ""
@@ -187,4 +202,4 @@ def _run_name(cfg: RunConfig, short_hash: str) -> str:
 
 
 TASK = register_task(TaskConfig("distill", groups=("distill",), run_name=_run_name,
-                                rules=(_one_rank, _distill_replies), schedule=("ca", "dst_rounds", "dst_eval_every")))
+                                rules=(_one_rank, _distill_replies, _prior_target), schedule=("ca", "dst_rounds", "dst_eval_every")))

@@ -228,7 +228,7 @@ def aggregate_logits(
     return Consensus(logits=mu, mu=mu, var=var, dispersion=group_dispersion(Z))
 
 
-def prior_correct(Z, *, iters: int = 100, tol: float = 1e-6, max_shift: float = 20.0) -> torch.Tensor:
+def prior_correct(Z, *, prior=None, iters: int = 100, tol: float = 1e-6, max_shift: float = 20.0) -> torch.Tensor:
     """Label-prior correction of each client's anchor logits (fedcal's variant of RFD-LoRA's
     server, ``dst-prior-correct``; not part of the method as specified).
 
@@ -253,6 +253,16 @@ def prior_correct(Z, *, iters: int = 100, tol: float = 1e-6, max_shift: float = 
     ignores a common shift) and kept within [−``max_shift``, ``max_shift``]. A client whose mean
     prediction already is π̄ gets b = 0; clients that differ only by a per-class bias become equal.
     Returns Z + b (n, A, C); clip it again before aggregating.
+
+    ``prior`` replaces the median π̄ by a given class distribution (C,) — ``torch.full((C,), 1 / C)``
+    is ``dst-prior-target=uniform``. Why: the median is robust to a *minority* of skewed clients,
+    but when more than half of them lean one way (honest clients skewed to a class together with
+    backdoor clients whose poisoned labels add to it) the median is that bloc's prior, and every
+    client is shifted towards it (measured: docs/distill.md, "Label skew: the diagnosis and a
+    prior-corrected variant"). The uniform target is the balanced logit adjustment (Menon et al.,
+    2021): no client's prior is trusted, each client's mean prediction on the anchors is made
+    uniform, so what is left of its logits is how it ranks the anchors — right when the anchors are
+    near balanced, a bias towards the minority class when they are not.
     """
     Z = check_uploads(Z)
     iters = check_int("iters", iters, 1)
@@ -260,8 +270,14 @@ def prior_correct(Z, *, iters: int = 100, tol: float = 1e-6, max_shift: float = 
     max_shift = check_real("max_shift", max_shift, low=0.0, strict_low=True)
     Z64 = Z.double()
     tiny = torch.finfo(torch.float64).tiny
-    q = torch.softmax(Z64, dim=-1).mean(dim=1)  # (n, C)
-    target = true_median(q, dim=0).clamp_min(tiny)
+    if prior is None:
+        q = torch.softmax(Z64, dim=-1).mean(dim=1)  # (n, C)
+        target = true_median(q, dim=0)
+    else:
+        target = as_float_tensor(prior, "prior").double().to(Z.device)
+        if target.shape != (Z.shape[2],) or bool((target <= 0).any()) or not bool(torch.isfinite(target).all()):
+            raise ValueError(f"prior must be {Z.shape[2]} positive finite class weights, got {prior!r}")
+    target = target.clamp_min(tiny)
     target = target / target.sum()
     b = torch.zeros(Z.shape[0], Z.shape[2], dtype=torch.float64, device=Z.device)
     for _ in range(iters):

@@ -3,7 +3,7 @@
 Under RFD-LoRA the server sends the clients nothing but the run config: each client trains its own
 adapter on its own data and uploads its anchor logits, whatever the server does with them. The
 server's rules — the consensus (``dst-aggregator``, ``dst-groups``), the loss switches (``dst-cat``,
-``dst-mmd``, ``dst-dis``) and their parameters, fedcal's label-prior correction (``dst-prior-correct``),
+``dst-mmd``, ``dst-dis``) and their parameters, fedcal's label-prior correction (``dst-prior-correct``, ``dst-prior-target``),
 the student (``dst-student-rank``, ``dst-distill-*``)
 — therefore change the student and nothing the clients upload. So a run records every round's
 valid uploads (:class:`UploadLog`, ``uploads.npz`` in its directory), and :func:`replay` re-runs
@@ -36,7 +36,8 @@ REPLAY_FILE = "replay.json"
 #: The run-config fields only RFD-LoRA's server reads: a replay may change these and nothing else.
 SERVER_KEYS = ("dst_aggregator", "dst_groups", "dst_cat", "dst_mmd", "dst_dis", "dst_t0", "dst_kappa", "dst_tau",
                "dst_lambda", "dst_rho", "dst_student_rank", "dst_distill_steps", "dst_distill_lr",
-               "dst_distill_batch", "dst_min_replies", "dst_eval_every", "dst_prior_correct")
+               "dst_distill_batch", "dst_min_replies", "dst_eval_every", "dst_prior_correct",
+               "dst_prior_target")
 
 
 class UploadLog:

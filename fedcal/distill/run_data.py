@@ -92,6 +92,7 @@ class DistillRunSpec(ConfigSpec):
     dst_partition: str
     dst_poison_frac: float
     dst_prior_correct: bool
+    dst_prior_target: str
     dst_rho: float
     dst_rounds: int
     dst_student_rank: int
@@ -449,7 +450,7 @@ def server_round(model, optimizer, uploads: list, data: DistillData, cfg: Distil
     groups = min(cfg.dst_groups, len(uploads))
     consensus = build_consensus(uploads, clip=cfg.dst_clip, method=cfg.dst_aggregator,
                                 num_groups=groups if cfg.dst_aggregator == "mom" else None, generator=gen,
-                                prior_correct=cfg.dst_prior_correct)
+                                prior_correct=cfg.dst_prior_correct, prior_target=cfg.dst_prior_target)
     stats = distill_step(model, inputs_of(data.anchor_batch), data.anchor_batch["attention_mask"], consensus,
                          optimizer, steps=cfg.dst_distill_steps, batch_size=cfg.dst_distill_batch or None,
                          generator=gen, cat=cfg.dst_cat, mmd=cfg.dst_mmd, dis=cfg.dst_dis, t0=cfg.dst_t0,

@@ -36,6 +36,8 @@ from fedcal.progress import phase
 from ._checks import check_int
 from .clients import _check_batch, _device, _logits, _seeded, forward_logits, lora_model
 from .consensus import Consensus, aggregate_logits, clip_logits
+from fedcal.config.distill import PRIOR_TARGETS
+
 from .consensus import prior_correct as correct_priors
 from .loss import LossOptions, distillation_loss
 
@@ -78,11 +80,13 @@ def build_consensus(
     num_groups: int | None = None,
     generator: torch.Generator | None = None,
     prior_correct: bool = False,
+    prior_target: str = "median",
 ) -> Consensus:
     """The teacher from one round's uploads: a list of n (A, C) logit tensors or one (n, A, C)
     tensor, clipped to [−clip, clip] on the server (a Byzantine client need not have clipped),
     with ``prior_correct`` shifted per client to the clients' median label prior on the anchors
-    (:func:`~fedcal.distill.consensus.prior_correct`, fedcal's variant) and clipped again, then
+    (:func:`~fedcal.distill.consensus.prior_correct`, fedcal's variant; ``prior_target="uniform"``:
+    to the uniform prior instead, ``dst-prior-target``) and clipped again, then
     :func:`~fedcal.distill.consensus.aggregate_logits` with ``method`` ("mom": median of means over
     ``num_groups`` random groups drawn from ``generator``; "median"; "mean")."""
     if isinstance(uploads, (list, tuple)):
@@ -93,8 +97,12 @@ def build_consensus(
             raise ValueError(f"every client's logits must have one shape (A, C), got {sorted(shapes)}")
         uploads = torch.stack([torch.as_tensor(z) for z in uploads])
     Z = clip_logits(uploads, clip)
+    if prior_target not in PRIOR_TARGETS:
+        raise ValueError(f"unknown prior_target {prior_target!r}; allowed: {', '.join(PRIOR_TARGETS)}")
     if prior_correct:
-        Z = clip_logits(correct_priors(Z), clip)
+        C = Z.shape[-1]
+        prior = None if prior_target == "median" else torch.full((C,), 1.0 / C, dtype=torch.float64)
+        Z = clip_logits(correct_priors(Z, prior=prior), clip)
     return aggregate_logits(Z, method, num_groups, generator)
 
 
