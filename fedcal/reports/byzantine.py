@@ -1,4 +1,4 @@
-"""The strategy × attack table of issue 36 (``fedcal byzantine``): every strategy, pre-aggregation
+"""The strategy × attack table (``fedcal byzantine``): every strategy, pre-aggregation
 included, against every attack of Byzantine-robust FL, from finished runs only.
 
 The cells are (attacker ratio, config) pairs built by :mod:`fedcal.studies.byzantine`, which says
@@ -19,6 +19,7 @@ from fedcal.config import RunConfig
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.runs import final_metrics
 from fedcal.results import DONE_FILE, load_timings, run_dir_for
+
 
 def spec_of(cfg: RunConfig) -> str:
     """The strategy spec of a run (:func:`fedcal.studies.byzantine.parse_spec`'s inverse): its
