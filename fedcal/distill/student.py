@@ -31,13 +31,12 @@ from typing import Sequence, Unpack
 
 import torch
 
+from fedcal.config.distill import PRIOR_TARGETS
 from fedcal.progress import phase
 
 from ._checks import check_int
 from .clients import _check_batch, _device, _logits, _seeded, forward_logits, lora_model
 from .consensus import Consensus, aggregate_logits, clip_logits
-from fedcal.config.distill import PRIOR_TARGETS
-
 from .consensus import prior_correct as correct_priors
 from .loss import LossOptions, distillation_loss
 
