@@ -122,13 +122,14 @@ def distill_round(msg: Message, context: Context) -> Message:
     check_partitions(cfg, context)
     cid = client_id(context)
     rank = client_rank(cfg, context, cid)
-    data = distill_data(DistillRunSpec.from_config(cfg))
+    spec = DistillRunSpec.from_config(cfg)
+    data = distill_data(spec)
     device = str(resolve_device(cfg.device))
     base = base_classifier(data.backbone, data.num_classes, device, data.lora_layers)
     # lora_model refuses a rank outside dst-ranks with "client k: LoRA rank r is not in the allowed
     # set [...]": an error reply, which the server drops naming the node and this reason.
     model = lora_model(base, rank, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets,
-                       seed=init_seed(DistillRunSpec.from_config(cfg), cid),
+                       seed=init_seed(spec, cid),
                        allowed_ranks=cfg.distill_ranks, client=cid, freeze_a=cfg.dst_method == "ffa")
     if BASE_KEY in context.state:  # FLoRA: the global updates merged into this client's base so far
         with torch.no_grad():
@@ -143,7 +144,7 @@ def distill_round(msg: Message, context: Context) -> Message:
         update = flora_update(sent)
         if update is not None:  # merge Σ p_k ΔW_k into the base and start a fresh adapter
             merge_flora(model, update, seed=(cfg.seed * 1000 + cid) * 10007 + server_round)
-    batch, labels, poisoned = client_batch(DistillRunSpec.from_config(cfg), cid)
+    batch, labels, poisoned = client_batch(spec, cid)
     gen = torch.Generator().manual_seed(int(cfg.seed) * 1_000_003 + cid * 1009 + server_round)
     stats = local_train(model, inputs_of(batch), batch["attention_mask"], labels, epochs=cfg.dst_local_epochs,
                         batch_size=cfg.batch_size, lr=cfg.dst_client_lr, weight_decay=cfg.dst_weight_decay,
@@ -250,7 +251,7 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
     evaluated = {}  # round → whether its evaluation measured a model (finite logits)
 
     def finish_round(server_round: int, metrics: dict) -> None:
-        if is_eval_round(DistillRunSpec.from_config(cfg), server_round):
+        if is_eval_round(server.spec, server_round):
             metrics.update(evaluate(server.model))
             evaluated[server_round] = is_finite_evaluation(metrics)
             if not evaluated[server_round]:
@@ -323,8 +324,9 @@ class _DistillServer:
     node, read from a checked reply. One object, so each step of :func:`_distill_rounds` is a
     method that says what it touches (the global model is rebuilt, not only updated, by FlexLoRA)."""
 
-    def __init__(self, method: str, model, *, optimizer=None, upload_log=None, strategy=None, arrays=None):
-        self.method, self.model = method, model
+    def __init__(self, method: str, model, spec: DistillRunSpec, *, optimizer=None, upload_log=None, strategy=None,
+                 arrays=None):
+        self.method, self.model, self.spec = method, model, spec
         self.optimizer, self.upload_log = optimizer, upload_log  # rfd
         self.strategy, self.arrays = strategy, arrays  # the baselines
         self.rank_of: dict[int, int] = {}  # node → rank: rfd from its checked metric, a baseline from its adapter
@@ -334,13 +336,13 @@ class _DistillServer:
               store: RunStore) -> "_DistillServer":
         from fedcal.distill.replay import UploadLog
 
-        method = cfg.dst_method
+        method, spec = cfg.dst_method, DistillRunSpec.from_config(cfg)
         if method == "rfd":
-            model, optimizer = student_and_optimizer(base, DistillRunSpec.from_config(cfg))
+            model, optimizer = student_and_optimizer(base, spec)
             # every round's valid uploads, for server-side replays
-            return cls(method, model, optimizer=optimizer, upload_log=UploadLog(store.dir))
+            return cls(method, model, spec, optimizer=optimizer, upload_log=UploadLog(store.dir))
         model, arrays, strategy = _baseline_start(base, cfg, ranks, node_to_client)
-        return cls(method, model, strategy=strategy, arrays=arrays)
+        return cls(method, model, spec, strategy=strategy, arrays=arrays)
 
     def messages(self, rnd: int, cfg: RunConfig, data, grid: Grid, node_to_client: dict[int, int]) -> list[Message]:
         """Round ``rnd``'s train messages: the config, the round and the anchor-set id to every
@@ -364,7 +366,7 @@ class _DistillServer:
             uploads, senders, rejected, bytes_by_node = valid_uploads(replies, rnd, node_to_client, data.anchor_id,
                                                                        shape, ranks, self.rank_of)
             self.upload_log.add(rnd, senders, uploads)
-            step = server_round(self.model, self.optimizer, uploads, data, DistillRunSpec.from_config(cfg), rnd)
+            step = server_round(self.model, self.optimizer, uploads, data, self.spec, rnd)
             if step is not None:
                 metrics.update(step)
             return step is None, len(uploads), rejected, bytes_by_node

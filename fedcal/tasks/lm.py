@@ -82,8 +82,9 @@ def train_lm(msg: Message, context: Context) -> Message:
     cfg, server_round = message_config(msg, context)
     check_partitions(cfg, context)
     cid = client_id(context)
-    data = client_windows(LMRunSpec.from_config(cfg), cid)
-    model, tokens = node_model(LMRunSpec.from_config(cfg))
+    spec = LMRunSpec.from_config(cfg)
+    data = client_windows(spec, cid)
+    model, tokens = node_model(spec)
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     behaviour = behaviour_for(AttackSpec.from_config(cfg), cid)
     stats = client_round(model, data[:, :-1], data[:, 1:], tokens.vocab_size, behaviour,
