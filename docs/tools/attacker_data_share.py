@@ -2,7 +2,7 @@
 excludes them removes from the federation (docs/defense.md, the CIFAR-10 closed loop).
 
 For every finished run directory given, the Dirichlet partition of its config is rebuilt
-(:func:`fedcal.data.partition.partition_indices`, as the clients draw it) and the attackers
+(:func:`fedcal.data.client_partitions`, as the clients draw it) and the attackers
 (:func:`fedcal.attacks.attackers_of`) are looked up; printed per seed: the attackers' share of
 all training samples and the smallest share of one class left to the benign clients.
 
@@ -23,8 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from fedcal.attacks import AttackSpec, attackers_of  # noqa: E402
-from fedcal.data import load_dataset  # noqa: E402
-from fedcal.data.partition import partition_indices  # noqa: E402
+from fedcal.data import client_partitions, load_dataset  # noqa: E402
 from fedcal.reports.markdown import markdown_table  # noqa: E402
 from fedcal.results import load_config  # noqa: E402
 
@@ -34,7 +33,8 @@ def main(argv: list[str]) -> int:
     for d in sorted(Path(a) for a in argv):
         cfg = load_config(d)
         labels = load_dataset(cfg.dataset, cfg.data_dir).y_train.numpy()
-        parts = partition_indices(labels, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha, cfg.seed)
+        parts = client_partitions(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha,
+                                  cfg.seed)
         bad = attackers_of(AttackSpec.from_config(cfg))
         held = np.concatenate([parts[c] for c in sorted(bad)]) if bad else np.array([], int)
         k = int(labels.max()) + 1
