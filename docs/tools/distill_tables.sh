@@ -9,19 +9,26 @@
 # aggregator and M tables, fedcal's prior correction — server-side replays, no client trains),
 # attacks (the logit-energy attack, anchor-set poisoning), sweeps (ranks, anchor-set sizes),
 # report (every docs/results/distill-minilm-* folder from the run store).
-set -euo pipefail
+#
+# Environment: JOBS (runs at a time within one call, default 1), DATA_DIR (default ../shared/data;
+# an execution key, so it changes no run id). A call whose runs fail is named on stderr and the
+# stage goes on with its other calls (the script then exits 1): one failed cell does not cost the
+# cells after it, and a re-run retries only what is unfinished.
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
 # The budget setting (docs/distill.md, "The setting of the tables"): one for every table.
-C="data-dir=../shared/data num-clients=6 dst-train-size=1500 dst-test-size=300 dst-max-length=48 dst-lora-layers=1 batch-size=32 dst-rounds=3 dst-eval-every=3 dst-distill-steps=8"
+C="data-dir=${DATA_DIR:-../shared/data} num-clients=6 dst-train-size=1500 dst-test-size=300 dst-max-length=48 dst-lora-layers=1 batch-size=32 dst-rounds=3 dst-eval-every=3 dst-distill-steps=8"
 R=runs/distill-minilm
 SEEDS=0-2
+FAILED=0
 
 d() {  # d CORPUS OUTPUT [fedcal distill arguments...]
   local corpus=$1 out=$2; shift 2
-  fedcal distill --jobs 1 --no-progress --report "/tmp/distill-minilm-$corpus" --seeds "$SEEDS" \
-      dst-corpus="$corpus" $C output-dir="$out" "$@"
+  fedcal distill --jobs "${JOBS:-1}" --no-progress --report "/tmp/report-$(basename "$out")" --seeds "$SEEDS" \
+      dst-corpus="$corpus" $C output-dir="$out" "$@" \
+    || { FAILED=1; echo "distill_tables.sh: failed: $corpus $out $*" >&2; }
 }
 
 table1() {  # the acceptance cells first, then the other baselines, then skew, then the other rhos
@@ -88,3 +95,4 @@ for stage in "$@"; do
     *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
 done
+exit $FAILED
