@@ -2,13 +2,16 @@
 
     python docs/tools/run_seconds.py runs/distill-minilm-first/* > docs/results/distill-minilm-first/seconds.md
     python docs/tools/run_seconds.py --by dst-method runs/distill-minilm-sentiment/* > seconds-by-method.md
+    python docs/tools/run_seconds.py --by machine,dst-method runs/distill-minilm-genre/* > seconds.md
     python docs/tools/run_seconds.py --project 100 runs/cifar-timing/* > docs/results/closed-loop/cifar-seconds.md
 
 One row per run directory: its name, the rounds recorded, the seconds of round 0 (set-up and the
 first evaluation), of the training rounds, and their total — what a cell of that configuration
-costs on the machine that ran it (a run's config.json records the machine). With ``--by KEY`` (a
-run-config key), one row per value of that key instead: the runs, and the median, mean, least and
-most of their totals. With ``--project N``, a last column projects each run to N rounds (round 0
+costs on the machine that ran it (a run's config.json records the machine). With ``--by KEYS``
+(run-config keys, comma-separated; ``machine`` is the machine recorded in the run's provenance: its
+GPU, else its CPU count and torch threads), one row per combination of their values instead: the
+runs, and the median, mean, least and most of their totals — a table whose runs were made on two
+machines says which cost what where. With ``--project N``, a last column projects each run to N rounds (round 0
 plus the mean of its training rounds × N: what a short timing run says about a full one).
 Directories without metrics (a run not started) are skipped; a replayed run
 has no training rounds of its own and is skipped too.
@@ -21,13 +24,24 @@ import sys
 import pandas as pd
 
 
+def machine_of(run_dir: str) -> str:
+    """The machine a run's provenance records: its GPU(s), else its CPUs and torch threads."""
+    import json
+    from pathlib import Path
+
+    m = json.loads((Path(run_dir) / "config.json").read_text()).get("provenance", {}).get("machine", {})
+    if m.get("cuda"):
+        return "GPU: " + ", ".join(m["cuda"])
+    return f"CPU: {m.get('cpus', '?')} cores, {m.get('torch_threads', '?')} torch thread(s)" if m else "not recorded"
+
+
 def main(argv: list[str]) -> int:
     from fedcal.reports.markdown import markdown_table
     from fedcal.results import load_metrics, load_timings
 
     by = project = None
     if argv[:1] == ["--by"]:
-        by, argv = argv[1], argv[2:]
+        by, argv = argv[1].split(","), argv[2:]
     if argv[:1] == ["--project"]:
         project, argv = int(argv[1]), argv[2:]
     rows = []
@@ -37,7 +51,8 @@ def main(argv: list[str]) -> int:
         sec = t[t["metric"] == "round_seconds"].set_index("round")["value"] if not t.empty else pd.Series(dtype=float)
         if sec.empty:
             continue
-        rows.append({"run": m["run_id"].iloc[0], **({by: m[by].iloc[0]} if by else {}), "rounds": int(sec.index.max()),
+        keys = {k: machine_of(d) if k == "machine" else m[k].iloc[0] for k in by or ()}
+        rows.append({"run": m["run_id"].iloc[0], **keys, "rounds": int(sec.index.max()),
                      "round 0 (s)": round(float(sec.get(0, 0.0))), "rounds 1+ (s)": round(float(sec.drop(0, errors="ignore").sum())),
                      "total (s)": round(float(sec.sum()))})
         if project:  # a short timing run's cost at full length: round 0 plus the mean training round × N
@@ -51,7 +66,7 @@ def main(argv: list[str]) -> int:
         g = table.groupby(by)["total (s)"]
         table = pd.DataFrame({"runs": g.size(), "median (s)": g.median().round(), "mean (s)": g.mean().round(),
                               "least (s)": g.min(), "most (s)": g.max()}).reset_index()
-        total = pd.DataFrame([{by: "all", "runs": len(rows), "median (s)": round(pd.DataFrame(rows)["total (s)"].median()),
+        total = pd.DataFrame([{**{k: "all" for k in by}, "runs": len(rows), "median (s)": round(pd.DataFrame(rows)["total (s)"].median()),
                                "mean (s)": round(pd.DataFrame(rows)["total (s)"].mean()),
                                "least (s)": pd.DataFrame(rows)["total (s)"].min(),
                                "most (s)": pd.DataFrame(rows)["total (s)"].max()}])

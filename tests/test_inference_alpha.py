@@ -1,0 +1,39 @@
+"""docs/tools/inference_alpha.py: worst cases per Dirichlet α from the reports' cells, by hand."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+TOOL = Path(__file__).resolve().parents[1] / "docs" / "tools" / "inference_alpha.py"
+
+
+def _cells(folder: Path, acc: dict[tuple[str, str, int], float], n: int = 17, f: int = 4) -> Path:
+    folder.mkdir(parents=True)
+    rows = [{"aggregator": a, "attack": k, "seed": s, "accuracy": v, "n": n, "f": f} for (a, k, s), v in acc.items()]
+    pd.DataFrame(rows).to_csv(folder / "cells.csv", index=False)
+    return folder
+
+
+def test_worst_case_per_seed_then_mean_and_std(tmp_path):
+    alpha_table = runpy.run_path(str(TOOL))["alpha_table"]
+    low = _cells(tmp_path / "a03", {
+        ("mean", "none", 0): 0.60, ("mean", "pgd", 0): 0.30, ("mean", "sia", 0): 0.20,
+        ("mean", "none", 1): 0.62, ("mean", "pgd", 1): 0.10, ("mean", "sia", 1): 0.40,
+        ("median", "none", 0): 0.50, ("median", "pgd", 0): 0.45, ("median", "sia", 0): 0.35,
+        ("median", "none", 1): 0.54, ("median", "pgd", 1): 0.41, ("median", "sia", 1): 0.39,
+    })
+    high = _cells(tmp_path / "a08", {("mean", "none", 0): 0.70, ("mean", "pgd", 0): 0.25,
+                                     ("median", "none", 0): 0.66, ("median", "pgd", 0): 0.5})
+    _cells(tmp_path / "other-nf", {("mean", "none", 0): 0.1}, n=10, f=3)
+    t = alpha_table({"0.3": low, "0.8": high}).set_index("aggregator")
+    # mean: worst cases 0.20 (sia) and 0.10 (pgd) -> 15.00 ± 7.07; clean 61.00 ± 1.41
+    assert t.loc["mean", "α=0.3 worst"] == "15.00 ± 7.07" and t.loc["mean", "α=0.3 clean"] == "61.00 ± 1.41"
+    assert t.loc["median", "α=0.3 worst"] == "37.00 ± 2.83" and t.loc["median", "α=0.3 worst attack"] == "sia"
+    assert t.loc["mean", "α=0.8 worst"] == "25.00" and t.loc["mean", "α=0.8 seeds"] == "1"
+    assert t.loc["median", "α=0.3 seeds"] == "2"
+    with pytest.raises(SystemExit, match="no n = 17, f = 4"):
+        alpha_table({"0.5": tmp_path / "other-nf"})
