@@ -54,6 +54,7 @@ replays() {  # server-side replays on Table 1's RFD-LoRA uploads (copied, so Tab
   d "$T" "$A" --methods rfd --rhos 0.3 --partitions iid,skew --replay --groups 1,3,5,10
   # fedcal's variant: the label-prior correction, on every Table 1 RFD-LoRA run
   d "$T" "$A" --methods rfd --rhos 0,0.1,0.3 --partitions iid,skew --replay dst-prior-correct=true
+  d "$T" "$A" --methods rfd --rhos 0,0.1,0.3 --partitions iid,skew --replay dst-prior-correct=true dst-prior-target=uniform
   # the student's budget: 4x the distillation steps per round on the same uploads
   d "$T" "$A" --methods rfd --rhos 0,0.3 --partitions iid,skew --replay dst-distill-steps=32
 }
@@ -64,6 +65,11 @@ attacks() {  # sentiment, IID, rho = 0.3: the logit-energy attack and anchor-set
   d sentiment "$out" --methods rfd --rhos 0.3 --partitions iid --replay --ablation dst-logit-attack=flip dst-attack-factor=10
   d sentiment "$out" --methods rfd --rhos 0.3 --partitions iid dst-anchor-attack=trigger dst-anchor-attack-frac=0.1
   d sentiment "$out" --methods rfd --rhos 0.3 --partitions iid dst-anchor-attack=target dst-anchor-attack-frac=0.1
+  # which rule stops the anchor poisoning: the poisoned runs' uploads replayed under the mean and the median
+  for a in trigger target; do
+    d sentiment "$out" --methods rfd --rhos 0.3 --partitions iid --replay --aggregators mean,median,mom \
+        dst-anchor-attack=$a dst-anchor-attack-frac=0.1
+  done
 }
 
 sweeps() {  # sentiment, IID, rho = 0.3: one LoRA rank for every client, then the anchor-set size
@@ -74,7 +80,8 @@ sweeps() {  # sentiment, IID, rho = 0.3: one LoRA rank for every client, then th
 
 report() {
   for T in sentiment genre; do
-    [ -d "$R-$T" ] && fedcal report "$R-$T"/* --out "docs/results/distill-minilm-$T"
+    [ -d "$R-$T" ] && fedcal report "$R-$T"/* --out "docs/results/distill-minilm-$T" \
+      && python docs/tools/run_seconds.py --by machine,dst-method "$R-$T"/* > "docs/results/distill-minilm-$T/seconds.md"
     [ -d "$R-$T-ablation" ] && fedcal report "$R-$T-ablation"/* --out "docs/results/distill-minilm-$T-ablation"
   done
   [ -d "$R-sentiment-attacks" ] && fedcal report "$R-sentiment-attacks"/* --out docs/results/distill-minilm-sentiment-attacks

@@ -10,8 +10,8 @@ first evaluation), of the training rounds, and their total — what a cell of th
 costs on the machine that ran it (a run's config.json records the machine). With ``--by KEYS``
 (run-config keys, comma-separated; ``machine`` is the machine recorded in the run's provenance: its
 GPU, else its CPU count and torch threads), one row per combination of their values instead: the
-runs, and the median, mean, least and most of their totals — a table whose runs were made on two
-machines says which cost what where. With ``--project N``, a last column projects each run to N rounds (round 0
+runs, and the median, mean, least and most of their totals, and a row over all runs (left out when
+grouping by machine: seconds on two machines do not add up to one figure). With ``--project N``, a last column projects each run to N rounds (round 0
 plus the mean of its training rounds × N: what a short timing run says about a full one).
 Directories without metrics (a run not started) are skipped; a replayed run
 has no training rounds of its own and is skipped too.
@@ -70,7 +70,8 @@ def main(argv: list[str]) -> int:
                                "mean (s)": round(pd.DataFrame(rows)["total (s)"].mean()),
                                "least (s)": pd.DataFrame(rows)["total (s)"].min(),
                                "most (s)": pd.DataFrame(rows)["total (s)"].max()}])
-        table = pd.concat([table, total], ignore_index=True)
+        if "machine" not in by:  # a total over two machines' seconds would mean nothing
+            table = pd.concat([table, total], ignore_index=True)
     sys.stdout.write(markdown_table(table, formats={c: "{:.0f}" for c in table.columns if c.endswith("(s)")}))
     return 0
 

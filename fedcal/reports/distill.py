@@ -258,29 +258,45 @@ def _line_configs(metrics: pd.DataFrame) -> dict[str, str] | None:
 
 
 def curves_plot(curves: pd.DataFrame, path: str | Path) -> Path:
-    """CA (left) and ASR (right) against the round, one line per method × partition × ρ."""
+    """CA (top row) and ASR (bottom row) against the round, one panel per partition × ρ and one line
+    per method (and configuration) in it, a method keeping its colour in every panel and one legend
+    beside the grid: a full Table 1 has 36 lines, which one pair of axes cannot show."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), squeeze=False)
-    for ax, metric, label in ((axes[0, 0], "ca", "clean accuracy (CA)"), (axes[0, 1], "asr", "attack success (ASR)")):
-        part = curves[curves["metric"] == metric]
-        lines = [CONFIG] if CONFIG in part.columns else []
-        for key, g in part.groupby([*lines, "method", "dst-partition", "dst-backdoor-ratio"]):
-            name = f"{key[-3]} {key[-2]} ρ={key[-1]:g}" + (f" [{key[0]}]" if lines else "")
-            ax.plot(g["round"], g["mean"], marker=".", label=name)
-        ax.set(xlabel="round", ylabel=label, ylim=(0, 1))
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
-        ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7)
+    lines = [CONFIG] if CONFIG in curves.columns else []
+    panels = sorted(set(zip(curves["dst-partition"], curves["dst-backdoor-ratio"])))
+    names = sorted({_line_name(k, lines) for k, _ in curves.groupby([*lines, "method"])})
+    colours = {n: plt.get_cmap("tab20" if len(names) > 10 else "tab10")(i % 20) for i, n in enumerate(names)}
+    fig, axes = plt.subplots(2, len(panels), figsize=(2.6 * len(panels) + 1.5, 5.2), squeeze=False, sharey=True)
+    for col, (partition, rho) in enumerate(panels):
+        for row, (metric, label) in enumerate((("ca", "clean accuracy (CA)"), ("asr", "attack success (ASR)"))):
+            ax = axes[row, col]
+            part = curves[(curves["metric"] == metric) & (curves["dst-partition"] == partition)
+                          & (curves["dst-backdoor-ratio"] == rho)]
+            for key, g in part.groupby([*lines, "method"]):
+                name = _line_name(key, lines)
+                ax.plot(g["round"], g["mean"], marker=".", color=colours[name], label=name)
+            ax.set(ylim=(0, 1), xlabel="round" if row else "", ylabel=label if col == 0 else "")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
+            ax.grid(alpha=0.3)
+            if row == 0:
+                ax.set_title(f"{partition}, ρ = {rho:g}", fontsize=9)
+    handles = [plt.Line2D([], [], color=colours[n], marker=".") for n in names]
+    fig.legend(handles, names, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def _line_name(key, lines: list[str]) -> str:
+    key = key if isinstance(key, tuple) else (key,)
+    return f"{key[-1]} [{key[0]}]" if lines else str(key[-1])
 
 
 def distill_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.PathLike[str],
