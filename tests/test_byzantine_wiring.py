@@ -315,9 +315,12 @@ def test_byzantine_report_averages_seeds_and_names_each_strategys_worst_attack(t
     assert row["seeds"] == 2 and row["accuracy"] == pytest.approx(0.51)  # mean of 0.50 and 0.52
     assert row["sece"] == pytest.approx(0.0)
     # the worst attack per strategy: ALIE for FedAvg (51 %), the backdoor for NNM + trimmed mean (71 %)
-    assert "| fedavg | 91.0 | 51.0 | 81.0 | 51.0 | alie |" in md
-    assert "| nnm+trimmed_mean | 89.0 | 86.0 | 71.0 | 71.0 | backdoor |" in md
-    assert "| fedavg | 60.0 |" in md and "| nnm+trimmed_mean | 10.0 |" in md  # the ASR table
+    # with the spread over the two seeds of the worst cell: sd(0.50, 0.52) = 1.4 points
+    assert "| fedavg | 91.0 | 51.0 | 81.0 | 51.0 ± 1.4 | alie |" in md
+    assert "| nnm+trimmed_mean | 89.0 | 86.0 | 71.0 | 71.0 ± 1.4 | backdoor |" in md
+    assert "| fedavg | 60.0 ± 0.0 |" in md and "| nnm+trimmed_mean | 10.0 ± 0.0 |" in md  # the ASR table
+    # the sECE worst case: the signed cell farthest from 0 (0.05 and -0.05 -> mean 0), sd 7.1 points
+    assert "| fedavg | 0.0 | 0.0 | 0.0 | 0.0 ± 7.1 |" in md
 
 
 def test_a_strategy_with_an_attack_not_run_yet_has_no_worst_case(tmp_path):

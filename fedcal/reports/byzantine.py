@@ -67,7 +67,8 @@ def byzantine_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Mean and standard deviation over seeds per (strategy, ratio, attack)."""
     g = rows.groupby(["ratio", "strategy", "attack"], sort=False)
     table = g.agg(seeds=("seed", "nunique"), accuracy=("accuracy", "mean"), accuracy_sd=("accuracy", "std"),
-                  sece=("sece", "mean"), sece_sd=("sece", "std"), asr=("asr", "mean")).reset_index()
+                  sece=("sece", "mean"), sece_sd=("sece", "std"), asr=("asr", "mean"),
+                  asr_sd=("asr", "std")).reset_index()
     return table
 
 
@@ -95,7 +96,8 @@ def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os
                      title: str = "") -> str:
     """``table.csv`` (long: mean and sd over seeds), ``runs.csv`` (one row per cell), ``seconds.md``
     (:func:`byzantine_seconds`) and ``table.md`` (per attacker ratio: accuracy, sECE and ASR, strategy × attack, with each strategy's worst
-    accuracy over the attacks and the attack that gave it); returns the Markdown."""
+    accuracy over the attacks and the attack that gave it; the worst cases and the ASR carry their
+    cell's standard deviation over seeds, where there are several); returns the Markdown."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = byzantine_rows(cells)
@@ -109,6 +111,8 @@ def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os
     attacks = ["benign", *[a for a in dict.fromkeys(c.attack for _, c in cells) if a != "none"]]
     parts = [f"# {title}\n" if title else ""]
     pct = lambda v: "" if pd.isna(v) else f"{100 * v:.1f}"  # noqa: E731
+    # the spread over seeds of the cell a worst case (or the ASR) comes from; none for one seed
+    with_sd = lambda v, sd: "" if pd.isna(v) else pct(v) + ("" if pd.isna(sd) else f" ± {100 * sd:.1f}")  # noqa: E731
     for ratio, t in table.groupby("ratio", sort=True):
         seeds = sorted(set(t["seeds"]))
         f = sorted(set(rows.loc[rows["ratio"] == ratio, "f"]))
@@ -117,23 +121,29 @@ def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os
         # a worst case over some of the attacks is no worst case: a row with a cell not run yet (or a
         # diverged run's NaN) gets none, and says how many of the attacks it has
         complete = attacked.notna().all(axis=1)
-        acc["worst"] = attacked.min(axis=1).where(complete)
+        sd = _pivot(t, "accuracy_sd", order, attacks)
+        acc["worst"] = [with_sd(r.min(), sd.loc[s, r.idxmin()]) if ok else "" for (s, r), ok in
+                        zip(attacked.iterrows(), complete)]
         acc["worst attack"] = [r.idxmin() if ok else f"incomplete ({int(r.notna().sum())} of {r.size} attacks)"
                                for (_, r), ok in zip(attacked.iterrows(), complete)]
         acc = acc.reset_index()
         head = f"attacker ratio {ratio:g} (rules' f = {', '.join(map(str, f))}; seeds per cell: {', '.join(map(str, seeds))})"
         parts.append(markdown_table(acc, f"accuracy (%), {head}",
-                                    {c: pct for c in acc.columns if c not in ("strategy", "worst attack")}))
+                                    {c: pct for c in acc.columns if c not in ("strategy", "worst", "worst attack")}))
         sece = _pivot(t, "sece", order, attacks)
         attacked = sece.drop(columns=["benign"], errors="ignore")  # the signed value farthest from 0
-        sece["worst"] = attacked.apply(lambda r: r.loc[r.abs().idxmax()] if r.notna().all() else float("nan"), axis=1)
+        sd = _pivot(t, "sece_sd", order, attacks)
+        sece["worst"] = [with_sd(r.loc[r.abs().idxmax()], sd.loc[s, r.abs().idxmax()]) if r.notna().all() else ""
+                         for s, r in attacked.iterrows()]
         parts.append(markdown_table(sece.reset_index(), f"sECE (%), {head}",
-                                    {c: pct for c in sece.columns}))
+                                    {c: pct for c in sece.columns if c != "worst"}))
         if t["asr"].notna().any():
             with_asr = t[t["asr"].notna()]
-            asr = _pivot(with_asr, "asr", order, [a for a in attacks if a in set(with_asr["attack"])]).reset_index()
-            parts.append(markdown_table(asr, f"backdoor attack success rate (%), {head}",
-                                        {c: pct for c in asr.columns if c != "strategy"}))
+            cols = [a for a in attacks if a in set(with_asr["attack"])]
+            asr, sd = _pivot(with_asr, "asr", order, cols), _pivot(with_asr, "asr_sd", order, cols)
+            asr = pd.DataFrame({c: [with_sd(m, d) for m, d in zip(asr[c], sd[c])] for c in cols},
+                               index=asr.index).reset_index()
+            parts.append(markdown_table(asr, f"backdoor attack success rate (%), {head}"))
     md = "\n".join(p for p in parts if p)
     (out / "table.md").write_text(md)
     seconds = byzantine_seconds(cells)
