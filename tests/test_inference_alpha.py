@@ -37,3 +37,24 @@ def test_worst_case_per_seed_then_mean_and_std(tmp_path):
     assert t.loc["median", "α=0.3 seeds"] == "2"
     with pytest.raises(SystemExit, match="no n = 17, f = 4"):
         alpha_table({"0.5": tmp_path / "other-nf"})
+
+
+def test_the_docs_section_appears_with_a_second_alpha_and_computes_deepset_tms_margin(tmp_path):
+    tool = runpy.run_path(str(TOOL))
+    res = tmp_path / "results"
+    half = {("deepset_tm", "none", 0): 0.6, ("deepset_tm", "pgd", 0): 0.30,
+            ("median", "none", 0): 0.55, ("median", "pgd", 0): 0.25,
+            ("trimmed_mean", "none", 0): 0.56, ("trimmed_mean", "pgd", 0): 0.28}
+    _cells(res / "inference-cifar10-resnet8", half)
+    assert tool["alpha_section"](res) == []  # α = 0.5 alone: nothing new to show
+    low = {k: v - 0.1 for k, v in half.items()} | {("deepset_tm", "pgd", 0): 0.12}
+    _cells(res / "inference-cifar10-resnet8-alpha0.3", low)
+    (res / "inference-cifar10-resnet8-alpha").mkdir()
+    (res / "inference-cifar10-resnet8-alpha" / "table.md").write_text("**title**\n\n| a |\n|---|\n| 1 |\n")
+    text = "\n".join(tool["alpha_section"](res))
+    # α = 0.3: DeepSet-TM's worst 12 %, the best robust average the trimmed mean's 18 % -> -6.00 points
+    assert "α = 0.3 (1 seed): the highest mean worst case is trimmed_mean's (18.00 %); DeepSet-TM 12.00 %, " \
+           "-6.00 points from the best robust average (trimmed_mean, 18.00 %)." in text
+    assert "α = 0.5 (1 seed): the highest mean worst case is deepset_tm's (30.00 %); DeepSet-TM 30.00 %, " \
+           "+2.00 points" in text
+    assert "--seeds 0 --report docs/results/inference-cifar10-resnet8-alpha0.3 dirichlet-alpha=0.3" in text

@@ -815,6 +815,7 @@ def inference_results() -> str:
         if (res / png).exists():
             lines += [f"![{png}](results/inference-cifar10/{png})", "", caption, ""]
     lines += resnet8_results()
+    lines += _alpha_section()
     lines += _audit_sections()
     grid_dir = DOCS / "results" / "inference-cifar10-grid"
     if (grid_dir / "scalability.md").exists():
@@ -831,6 +832,16 @@ def inference_results() -> str:
                   "f = 5; first 1,000 test images).", ""]
     lines += _text_section()
     return "\n".join(lines)
+
+
+def _alpha_section() -> list[str]:
+    """Issue 35 §1's heterogeneity levels (docs/tools/inference_alpha.py), beside this file."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from inference_alpha import alpha_section
+
+    return alpha_section(DOCS / "results")
 
 
 def _text_section() -> list[str]:
