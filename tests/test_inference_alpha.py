@@ -58,3 +58,10 @@ def test_the_docs_section_appears_with_a_second_alpha_and_computes_deepset_tms_m
     assert "α = 0.5 (1 seed): the highest mean worst case is deepset_tm's (30.00 %); DeepSet-TM 30.00 %, " \
            "+2.00 points" in text
     assert "--seeds 0 --report docs/results/inference-cifar10-resnet8-alpha0.3 dirichlet-alpha=0.3" in text
+    assert "Worst case rising" not in text  # two levels give no direction
+    _cells(res / "inference-cifar10-resnet8-alpha0.8", {k: v + (0.1 if k[0] == "median" else -0.3 * (k[1] == "pgd"))
+                                                          for k, v in half.items()})
+    text = "\n".join(tool["alpha_section"](res))
+    # median 15 -> 25 -> 35 rises; DeepSet-TM 12 -> 30 -> 0 and the trimmed mean 18 -> 28 -> -2 do not
+    assert "Worst case rising with α (0.3 → 0.8, less heterogeneous clients): median; not rising: deepset_tm, " \
+           "trimmed_mean." in text

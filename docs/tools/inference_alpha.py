@@ -76,11 +76,12 @@ def alpha_section(results: Path) -> list[str]:
             f"dirichlet-alpha={a} {ALPHA_KEYS}" for a in new]
     cmds.append("python docs/tools/inference_alpha.py " + " ".join(f"{a}=docs/results/{ALPHA_FOLDERS[a]}" for a in have)
                 + " > docs/results/inference-cifar10-resnet8-alpha/table.md")
-    prose = []
+    prose, by_alpha = [], {}
     for a, folder in have.items():
         cells = pd.read_csv(folder / "cells.csv")
         cells = cells[(cells["n"] == 17) & (cells["f"] == 4)]
         mean = worst_case(without_chance(cells), by=("seed", "aggregator")).groupby("aggregator")["accuracy"].mean()
+        by_alpha[float(a)] = mean
         best = mean.idxmax()
         avg = mean.reindex(list(ROBUST_AVERAGES)).dropna()
         text = f"α = {a} ({cells['seed'].nunique()} seed{'s' if cells['seed'].nunique() > 1 else ''}): the highest " \
@@ -90,6 +91,13 @@ def alpha_section(results: Path) -> list[str]:
                      f"{100 * (mean['deepset_tm'] - avg.max()):+.2f} points from the best robust average "
                      f"({avg.idxmax()}, {100 * avg.max():.2f} %)")
         prose.append(text + ".")
+    if len(by_alpha) > 2:  # the direction over the levels: which worst cases grow as the clients grow alike
+        w = pd.DataFrame(by_alpha).dropna()
+        w = w[sorted(w.columns)]
+        rising = [g for g, r in w.iterrows() if r.is_monotonic_increasing and r.iloc[-1] > r.iloc[0]]
+        other = [g for g in w.index if g not in rising]
+        prose.append(f"Worst case rising with α ({w.columns[0]:g} → {w.columns[-1]:g}, less heterogeneous clients): "
+                     + ", ".join(rising) + "; not rising: " + (", ".join(other) if other else "none") + ".")
     return ["## Heterogeneity: Dirichlet α ∈ {0.3, 0.5, 0.8} (ResNet-8 clients, n = 17, f = 4)", "",
             "The literature's other heterogeneity levels, at the protocol of the five-seed α = 0.5 table above "
             "(the same keys; a smaller α gives each client fewer classes). Each α's clients are trained anew "
