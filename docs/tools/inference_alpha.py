@@ -69,16 +69,14 @@ def alpha_section(results: Path) -> list[str]:
     table = results / "inference-cifar10-resnet8-alpha" / "table.md"
     if set(have) <= {"0.5"} or not table.exists():
         return []
-    new = [a for a in have if a != "0.5"]
-    seeds = {a: sorted(pd.read_csv(have[a] / "cells.csv")["seed"].unique()) for a in new}
+    all_cells = {a: pd.read_csv(folder / "cells.csv") for a, folder in have.items()}
     span = lambda v: f"{v[0]}" if len(v) == 1 else f"{v[0]}-{v[-1]}"  # noqa: E731
-    cmds = [f"fedcal inference --nf 17:4 --seeds {span(seeds[a])} --report docs/results/{ALPHA_FOLDERS[a]} "
-            f"dirichlet-alpha={a} {ALPHA_KEYS}" for a in new]
+    cmds = [f"fedcal inference --nf 17:4 --seeds {span(sorted(c['seed'].unique()))} --report "
+            f"docs/results/{ALPHA_FOLDERS[a]} dirichlet-alpha={a} {ALPHA_KEYS}" for a, c in all_cells.items() if a != "0.5"]
     cmds.append("python docs/tools/inference_alpha.py " + " ".join(f"{a}=docs/results/{ALPHA_FOLDERS[a]}" for a in have)
                 + " > docs/results/inference-cifar10-resnet8-alpha/table.md")
     prose, by_alpha = [], {}
-    for a, folder in have.items():
-        cells = pd.read_csv(folder / "cells.csv")
+    for a, cells in all_cells.items():
         cells = cells[(cells["n"] == 17) & (cells["f"] == 4)]
         mean = worst_case(without_chance(cells), by=("seed", "aggregator")).groupby("aggregator")["accuracy"].mean()
         by_alpha[float(a)] = mean

@@ -26,10 +26,9 @@ import pandas as pd
 
 def machine_of(run_dir: str) -> str:
     """The machine a run's provenance records: its GPU(s), else its CPUs and torch threads."""
-    import json
-    from pathlib import Path
+    from fedcal.results import load_run_config
 
-    m = json.loads((Path(run_dir) / "config.json").read_text()).get("provenance", {}).get("machine", {})
+    m = load_run_config(run_dir).get("provenance", {}).get("machine", {})
     if m.get("cuda"):
         return "GPU: " + ", ".join(m["cuda"])
     return f"CPU: {m.get('cpus', '?')} cores, {m.get('torch_threads', '?')} torch thread(s)" if m else "not recorded"
