@@ -86,20 +86,29 @@ def epoch_schedule(n: int, epochs: int, batch_size: int, generator: torch.Genera
     return out
 
 
-def crop_flip_augmenter(dataset: str, generator: torch.Generator) -> Callable[[torch.Tensor], torch.Tensor]:
+def crop_flip_augmenter(dataset: str, generator: torch.Generator) -> CropFlip:
     """:func:`crop_flip` of ``dataset``'s model inputs, drawing from ``generator`` and padding with the
     model input of a black pixel (what zero padding in pixel space is)."""
     space = pixel_space(dataset)
     fill = space.to_inputs(torch.zeros(1, *space.image_shape))[0, :, 0, 0]
-    return lambda xb: crop_flip(xb, generator, fill)
+    return CropFlip(generator, fill)
 
 
-def crop_flip(x: torch.Tensor, generator: torch.Generator, fill: torch.Tensor | None = None,
-              pad: int = 4) -> torch.Tensor:
+def crop_flip_draws(n: int, generator: torch.Generator, pad: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """The random draws of one :func:`crop_flip` of ``n`` images, in its order: the crop offsets
+    (2, n) — rows, then columns — and the mirror flags (n,)."""
+    off = torch.randint(0, 2 * pad + 1, (2, n), generator=generator)
+    flip = torch.rand(n, generator=generator) < 0.5
+    return off, flip
+
+
+def crop_flip(x: torch.Tensor, generator: torch.Generator | None, fill: torch.Tensor | None = None,
+              pad: int = 4, draws: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """The standard CIFAR augmentation (He et al., CVPR 2016; the FedAvg-era CIFAR setups): each
     image of the batch ``x`` (N, C, H, W) padded by ``pad`` pixels of ``fill`` (per channel: the
     model input of a black pixel; default 0), a random H×W crop taken from it, and mirrored
-    left–right with probability 1/2.
+    left–right with probability 1/2. ``draws`` (from :func:`crop_flip_draws`, on any device) are
+    used instead of drawing from ``generator``.
 
     Written here rather than taken from torchvision.transforms.v2: its RandomCrop and
     RandomHorizontalFlip draw one crop and one flip for a whole batch tensor, from torch's global
@@ -107,16 +116,50 @@ def crop_flip(x: torch.Tensor, generator: torch.Generator, fill: torch.Tensor | 
     computes the same wherever it runs.
     """
     n, c, h, w = x.shape
+    off, flip = draws if draws is not None else crop_flip_draws(n, generator, pad)
+    off, flip = off.to(x.device), flip.to(x.device)  # no copy when the draws were moved ahead
     padded = x.new_empty(n, c, h + 2 * pad, w + 2 * pad)
     padded[:] = (0.0 if fill is None else fill.to(x).view(1, c, 1, 1))
     padded[:, :, pad:pad + h, pad:pad + w] = x
-    off = torch.randint(0, 2 * pad + 1, (2, n), generator=generator)
-    flip = torch.rand(n, generator=generator) < 0.5
-    rows = (off[0][:, None] + torch.arange(h)).to(x.device)  # (n, h)
-    cols = (off[1][:, None] + torch.arange(w))
-    cols = torch.where(flip[:, None], cols.flip(1), cols).to(x.device)  # a mirrored crop reads its columns backwards
+    rows = off[0][:, None] + torch.arange(h, device=x.device)  # (n, h)
+    cols = off[1][:, None] + torch.arange(w, device=x.device)
+    cols = torch.where(flip[:, None], cols.flip(1), cols)  # a mirrored crop reads its columns backwards
     batch = torch.arange(n, device=x.device)[:, None, None]
     return padded.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2).contiguous()
+
+
+class CropFlip:
+    """:func:`crop_flip` with a seeded ``generator`` and a padding ``fill``: a callable on one batch,
+    and :meth:`prepare` for a whole schedule of batches at once.
+
+    Why :meth:`prepare`: drawn per batch on the CPU and copied to a GPU, every step's offsets cost a
+    blocking host-to-device copy (pageable memory), so a client's round waited on the GPU several
+    times per step — with many runs sharing one GPU, most of a run's time. Drawing the whole round's
+    offsets first, in the same order, and moving them in one copy gives the same augmented batches
+    (the generator's stream is the same) without the per-step waits.
+    """
+
+    def __init__(self, generator: torch.Generator, fill: torch.Tensor | None = None, pad: int = 4):
+        self.generator, self.fill, self.pad = generator, fill, pad
+
+    def __call__(self, xb: torch.Tensor) -> torch.Tensor:
+        return crop_flip(xb, self.generator, self.fill, self.pad)
+
+    def prepare(self, sizes: list[int], device: torch.device) -> list[Callable[[torch.Tensor], torch.Tensor]]:
+        """One augmentation per batch size in ``sizes`` (in schedule order), its draws made now and
+        held on ``device``."""
+        draws = [crop_flip_draws(n, self.generator, self.pad) for n in sizes]
+        if not draws:
+            return []
+        off = torch.cat([o for o, _ in draws], dim=1).to(device)
+        flip = torch.cat([f for _, f in draws]).to(device)
+        fill = None if self.fill is None else self.fill.to(device)
+        out, start = [], 0
+        for n in sizes:
+            d = (off[:, start:start + n], flip[start:start + n])
+            out.append(lambda xb, d=d: crop_flip(xb, None, fill, self.pad, draws=d))
+            start += n
+        return out
 
 
 def local_train(
@@ -171,11 +214,20 @@ def local_train(
         opt = torch.optim.AdamW(model.parameters(), lr=effective_lr(lr, tau, coupled), weight_decay=weight_decay)
     else:
         raise ValueError(f"unknown optimizer {optimizer!r}; choose sgd or adamw")
-    total = 0.0
-    for k, idx in enumerate(batches[:steps], start=1):
-        xb, yb = x[idx].to(device, non_blocking=True), y[idx].to(device, non_blocking=True)
+    # The round's data, batch indices and augmentation draws go to the device once, and the loss is
+    # summed there (float64: the same sum as Python floats): on a GPU, per-step host-device copies
+    # and loss reads each block until the GPU catches up, which serialises runs sharing a GPU.
+    batches = list(batches[:steps])
+    x, y = x.to(device), y.to(device)
+    if batches:
+        batches = list(torch.split(torch.cat(batches).to(device), [len(b) for b in batches]))
+    augments = (augment.prepare([len(b) for b in batches], device) if isinstance(augment, CropFlip)
+                else [augment] * len(batches))
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for k, idx in enumerate(batches, start=1):
+        xb, yb = x[idx], y[idx]
         if augment is not None:
-            xb = augment(xb)
+            xb = augments[k - 1](xb)
         t = tau if k <= hot else 1.0
         if k == hot + 1 and tau != 1.0:
             for group in opt.param_groups:
@@ -187,10 +239,10 @@ def local_train(
         loss = F.cross_entropy(z / t, yb)
         loss.backward()
         opt.step()
-        total += float(loss.detach())
+        total += loss.detach().double()
         if on_step is not None:
             on_step(k, model)
-    return TrainStats(loss=total / max(1, len(batches[:steps])), steps=len(batches[:steps]), num_examples=len(y))
+    return TrainStats(loss=float(total) / max(1, len(batches)), steps=len(batches), num_examples=len(y))
 
 
 @torch.no_grad()

@@ -19,7 +19,7 @@ from fedcal.data import load_dataset, pixel_space
 from fedcal.models import build_model
 from fedcal.studies.robustness import temperature_configs
 from fedcal.results import config_hash, load_metrics, run_dir_for
-from fedcal.local_training import crop_flip, epoch_schedule
+from fedcal.local_training import CropFlip, crop_flip, epoch_schedule, local_train
 
 
 @pytest.mark.parametrize("n,b,epochs", [(10, 4, 2), (12, 4, 1), (3, 8, 3), (1, 1, 2)])
@@ -70,6 +70,37 @@ def test_crop_flip_equals_torchvision_per_image():
         img = TF.horizontal_flip(img) if flip[i] else img
         assert torch.equal(got[i], img), i
     assert flip.any() and not flip.all()  # both branches exercised
+
+
+def test_prepared_crop_flip_draws_the_same_images_as_batch_by_batch():
+    """CropFlip.prepare draws a whole schedule's offsets first (one copy to a GPU): batch k of it
+    equals the k-th call of the lazy augmenter on a generator with the same seed."""
+    fill = torch.tensor([-1.9, -1.98, -1.7])
+    sizes = [64, 64, 17, 64]
+    xs = [torch.randn(n, 3, 32, 32) for n in sizes]
+    lazy = CropFlip(torch.Generator().manual_seed(3), fill)
+    prepared = CropFlip(torch.Generator().manual_seed(3), fill).prepare(sizes, torch.device("cpu"))
+    assert len(prepared) == len(sizes)
+    for x, aug in zip(xs, prepared):
+        assert torch.equal(aug(x), lazy(x))
+    assert CropFlip(torch.Generator(), fill).prepare([], torch.device("cpu")) == []
+
+
+def test_local_train_with_a_crop_flip_object_equals_a_plain_callable():
+    """local_train prepares a CropFlip's draws ahead; a plain callable wrapping the same augmenter is
+    called batch by batch: both train to the same parameters and report the same loss."""
+    x, y = torch.randn(150, 3, 32, 32), torch.randint(0, 10, (150,))
+    fill = torch.tensor([-1.9, -1.98, -1.7])
+    out = []
+    for wrap in (False, True):
+        model = build_model("cnn", (3, 32, 32), 10, seed=1)
+        aug = CropFlip(torch.Generator().manual_seed(9), fill)
+        stats = local_train(model, x, y, steps=5, batch_size=64, lr=0.05, tau=0.5, momentum=0.9,
+                            generator=torch.Generator().manual_seed(2),
+                            augment=(lambda xb, a=aug: a(xb)) if wrap else aug)
+        out.append((stats, torch.cat([p.flatten() for p in model.state_dict().values()])))
+    assert out[0][0] == out[1][0]
+    assert torch.equal(out[0][1], out[1][1])
 
 
 def test_crop_flip_fill_is_a_black_pixel_of_the_dataset():
