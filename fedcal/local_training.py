@@ -214,16 +214,8 @@ def local_train(
         opt = torch.optim.AdamW(model.parameters(), lr=effective_lr(lr, tau, coupled), weight_decay=weight_decay)
     else:
         raise ValueError(f"unknown optimizer {optimizer!r}; choose sgd or adamw")
-    # The round's data, batch indices and augmentation draws go to the device once, and the loss is
-    # summed there (float64: the same sum as Python floats): on a GPU, per-step host-device copies
-    # and loss reads each block until the GPU catches up, which serialises runs sharing a GPU.
-    batches = list(batches[:steps])
-    x, y = x.to(device), y.to(device)
-    if batches:
-        batches = list(torch.split(torch.cat(batches).to(device), [len(b) for b in batches]))
-    augments = (augment.prepare([len(b) for b in batches], device) if isinstance(augment, CropFlip)
-                else [augment] * len(batches))
-    total = torch.zeros((), dtype=torch.float64, device=device)
+    x, y, batches, augments = _round_on_device(x, y, batches[:steps], augment, device)
+    total = torch.zeros((), dtype=torch.float64, device=device)  # summed there: no per-step loss read
     for k, idx in enumerate(batches, start=1):
         xb, yb = x[idx], y[idx]
         if augment is not None:
@@ -243,6 +235,20 @@ def local_train(
         if on_step is not None:
             on_step(k, model)
     return TrainStats(loss=float(total) / max(1, len(batches)), steps=len(batches), num_examples=len(y))
+
+
+def _round_on_device(x: torch.Tensor, y: torch.Tensor, batches: list[torch.Tensor],
+                     augment: Callable[[torch.Tensor], torch.Tensor] | None, device: torch.device):
+    """A round's data, batch indices and augmentation draws moved to ``device`` once: (x, y,
+    batches, one augmentation per batch). On a GPU, per-step host-device copies (and loss reads)
+    each block until the GPU catches up, which serialises runs sharing one GPU; the loss is
+    therefore also summed on the device (float64: the same sum as Python floats)."""
+    batches = list(batches)
+    if batches:
+        batches = list(torch.split(torch.cat(batches).to(device), [len(b) for b in batches]))
+    augments = (augment.prepare([len(b) for b in batches], device) if isinstance(augment, CropFlip)
+                else [augment] * len(batches))
+    return x.to(device), y.to(device), batches, augments
 
 
 @torch.no_grad()
