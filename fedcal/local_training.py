@@ -215,7 +215,9 @@ def local_train(
     else:
         raise ValueError(f"unknown optimizer {optimizer!r}; choose sgd or adamw")
     x, y, batches, augments = _round_on_device(x, y, batches[:steps], augment, device)
-    total = torch.zeros((), dtype=torch.float64, device=device)  # summed there: no per-step loss read
+    # summed there, no per-step loss read; MPS has no float64, so the reported mean loss is float32 there
+    acc = torch.float32 if device.type == "mps" else torch.float64
+    total = torch.zeros((), dtype=acc, device=device)
     for k, idx in enumerate(batches, start=1):
         xb, yb = x[idx], y[idx]
         if augment is not None:
@@ -231,7 +233,7 @@ def local_train(
         loss = F.cross_entropy(z / t, yb)
         loss.backward()
         opt.step()
-        total += loss.detach().double()
+        total += loss.detach().to(acc)
         if on_step is not None:
             on_step(k, model)
     return TrainStats(loss=float(total) / max(1, len(batches)), steps=len(batches), num_examples=len(y))
