@@ -317,11 +317,10 @@ def analysis_tables() -> dict[str, str]:
             w = t[t["step"].isin(shown)].pivot(index="variant", columns="step", values="cosine").reset_index()
             w.columns = ["variant", *[f"step {c}" for c in w.columns[1:]]]
             out[f"{ds}-stealth"] = markdown(w)
-    for name in STEALTH_AUDIT:  # the summary `fedcal stealth` wrote (mean ± std over seeds), without its title
-        if (f := res / name / "stealth.md").exists():
-            out[name] = table_text(f)
-    for name in ("paper-cifar10-extreme-tau",):  # a τ table over seeds (fedcal report), without its title
-        if (f := res / name / "table.md").exists():
+    # tables a command wrote as Markdown, without their titles: the summary `fedcal stealth` wrote (mean ±
+    # std over seeds), and a τ table over seeds (`fedcal report`)
+    for name, file in [*((n, "stealth.md") for n in STEALTH_AUDIT), ("paper-cifar10-extreme-tau", "table.md")]:
+        if (f := res / name / file).exists():
             out[name] = table_text(f)
     sweeps = (("extreme-tau", "tau"), ("sens-ratio", "attacker-ratio"), ("sens-alpha", "dirichlet-alpha"),
               ("sens-beta", "lr"), ("paper-probe", "local-epochs"))
@@ -785,24 +784,25 @@ def _clients_sentence(*folders: Path, n: int = 17, tail: bool = True) -> str:
     return ""
 
 
-def _audit_sections() -> list[str]:
-    """Issue 35 §1's sections (docs/tools/inference_audit.py), beside this file."""
+def _sibling(name: str):
+    """The module ``name``.py beside this file (docs/tools is not a package), imported once."""
+    import importlib
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from inference_audit import audit_sections
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    return importlib.import_module(name)
 
-    return audit_sections()
+
+def _audit_sections() -> list[str]:
+    """Issue 35 §1's sections (docs/tools/inference_audit.py), beside this file."""
+    return _sibling("inference_audit").audit_sections()
 
 
 def _inference_claims() -> str:
     """Issue 35 §1's claim-by-claim rows (docs/tools/inference_audit.py), once their runs exist."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from inference_audit import claims_table
-
-    return claims_table()
+    return _sibling("inference_audit").claims_table()
 
 
 def inference_results() -> str:
@@ -874,22 +874,12 @@ def inference_results() -> str:
 
 def _alpha_section() -> list[str]:
     """Issue 35 §1's heterogeneity levels (docs/tools/inference_alpha.py), beside this file."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from inference_alpha import alpha_section
-
-    return alpha_section(DOCS / "results")
+    return _sibling("inference_alpha").alpha_section(DOCS / "results")
 
 
 def _text_section() -> list[str]:
     """Issue 35 §1's text domain (docs/tools/inference_text.py), beside this file."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from inference_text import text_section
-
-    return text_section()
+    return _sibling("inference_text").text_section()
 
 
 # section -> (section whose runs share config hashes with it, label of this one's machine, label of the other's)
