@@ -183,11 +183,32 @@ def test_poisoning_grid_leaves_a_round_without_two_honest_updates_alone():
     cfg = RunConfig(dataset="digits", num_clients=3, clients_per_round=3, attacker_ratio=0.34, attack="alie")
     bad = next(iter(attackers_of(AttackSpec.from_config(cfg))))
     sent = state(torch.zeros(2, 2), torch.zeros(2))
+    rows = []
     grid = PoisoningGrid(FakeGrid([1, 2, 3], lambda n, c: None if n - 1 != bad else reply(state(torch.ones(2, 2), torch.ones(2)))),
-                         cfg, {1: 0, 2: 1, 3: 2})
-    replies = grid.send_and_receive([_train_msg(n, sent) for n in (1, 2, 3)])
+                         cfg, {1: 0, 2: 1, 3: 2}, rows.extend)
+    replies = grid.send_and_receive([_train_msg(n, sent, server_round=4) for n in (1, 2, 3)])
     mine = [m for m in replies if not m.has_error()]
     assert torch.equal(mine[0].content["arrays"].to_torch_state_dict()["fc.weight"], torch.ones(2, 2))
+    # the reply left as trained is recorded as such, with the reason: a table can count it
+    assert len(rows) == 1 and rows[0]["crafted"] is False and rows[0]["partition_id"] == bad
+    assert rows[0]["round"] == 4 and rows[0]["honest"] == 0 and "needs 2" in rows[0]["reason"]
+
+
+def test_an_attack_that_refuses_its_input_is_recorded_uncrafted_with_its_reason():
+    from fedcal.tasks.poisoning import PoisoningGrid
+
+    set_task_identity()
+    # Fang against Krum needs at least 3 honest updates; this round has 2
+    cfg = RunConfig(dataset="digits", num_clients=3, clients_per_round=3, attacker_ratio=0.34, attack="fang-krum")
+    bad = next(iter(attackers_of(AttackSpec.from_config(cfg))))
+    sent = state(torch.zeros(2, 2), torch.zeros(2))
+    rows = []
+    grid = PoisoningGrid(FakeGrid([1, 2, 3], lambda n, c: reply(state(torch.full((2, 2), float(n)), torch.ones(2)))),
+                         cfg, {1: 0, 2: 1, 3: 2}, rows.extend)
+    replies = grid.send_and_receive([_train_msg(n, sent) for n in (1, 2, 3)])
+    trained = replies[bad].content["arrays"].to_torch_state_dict()["fc.weight"]
+    assert torch.equal(trained, torch.full((2, 2), float(bad + 1)))  # left as trained
+    assert [(r["crafted"], r["honest"]) for r in rows] == [(False, 2)] and "3 honest" in rows[0]["reason"]
 
 
 # ---------------------------------------------------------------------------------- Flower runs
@@ -201,7 +222,7 @@ def _tiny(tmp_path, **kw) -> RunConfig:
 def test_crafted_replies_reach_the_aggregation(tmp_path, attack):
     from fedcal.app.engine import simulate
     from fedcal.results import AUDIT_FILE
-    from fedcal.tasks.poisoning import POISONING_FILE
+    from fedcal.results import POISONING_FILE
 
     cfg = _tiny(tmp_path, attack=attack, strategy="fedavg")
     run_dir = simulate(cfg, progress=False)
@@ -212,7 +233,7 @@ def test_crafted_replies_reach_the_aggregation(tmp_path, attack):
     assert set(crafted["partition_id"]) == set(attackers_of(AttackSpec.from_config(cfg)))
     merged = crafted.merge(audit, on=["round", "node_id", "partition_id"])
     assert len(merged) == len(crafted) and (merged["weight"] > 0).all()
-    assert (crafted["attack"] == attack).all()
+    assert (crafted["attack"] == attack).all() and crafted["crafted"].all()
 
 
 def test_alie_against_fedavg_changes_the_model_of_the_benign_run(tmp_path):
@@ -321,6 +342,39 @@ def test_byzantine_report_averages_seeds_and_names_each_strategys_worst_attack(t
     assert "| fedavg | 60.0 ± 0.0 |" in md and "| nnm+trimmed_mean | 10.0 ± 0.0 |" in md  # the ASR table
     # the sECE worst case: the signed cell farthest from 0 (0.05 and -0.05 -> mean 0), sd 7.1 points
     assert "| fedavg | 0.0 | 0.0 | 0.0 | 0.0 ± 7.1 |" in md
+    # no poisoning.csv in these hand-made runs: no attacker replied, and the table says so
+    assert "Attacker replies crafted (%" in md and "alie no attacker reply" in md
+
+
+def test_the_table_counts_the_attacker_replies_that_were_crafted(tmp_path):
+    from fedcal.reports.byzantine import byzantine_rows, crafted_line, crafted_share
+    from fedcal.studies.byzantine import byzantine_cells, byzantine_configs
+    from fedcal.results import POISONING_FILE, RunStore, run_dir_for
+
+    base = RunConfig(dataset="digits", output_dir=str(tmp_path / "runs"), num_rounds=1, clients_per_round=10,
+                     num_clients=20)
+    cells = byzantine_cells(base, ["fedavg", "median"], ["alie", "ipm"], [0.25], [0])
+    made = {("fedavg", "alie"): [True, True, False], ("median", "alie"): [True], ("fedavg", "ipm"): None}
+    for c in byzantine_configs(cells):
+        store = RunStore(run_dir_for(c), c)
+        store.start()
+        for rnd in (0, 1):
+            store.log_round(rnd, {"accuracy": 0.9, "ece": 0.1, "sece": 0.05, "brier": 0.2, "nll": 0.3})
+        store.finish()
+        flags = made.get((c.strategy, c.attack), [True])
+        if flags is None:  # a run from before the uncrafted replies were recorded: crafted rows, no column
+            pd.DataFrame({"round": [1], "honest": [5]}).to_csv(run_dir_for(c) / POISONING_FILE, index=False)
+        else:
+            pd.DataFrame({"round": range(len(flags)), "crafted": flags}).to_csv(run_dir_for(c) / POISONING_FILE,
+                                                                                index=False)
+    rows = byzantine_rows(cells)
+    alie = next(c for _, c in cells if c.strategy == "fedavg" and c.attack == "alie")
+    assert crafted_share(run_dir_for(alie)) == (2, 3)
+    # alie: 2 of 3 (fedavg) + 1 of 1 (median) = 3 of 4; ipm: one run without the record
+    assert crafted_line(rows, 0.25) == ("Attacker replies crafted (%; a reply is left as trained where the round has "
+                                        "too few honest updates or the attack refuses them): alie 75.0 (3 of 4); "
+                                        "ipm not recorded in 1 of 2 runs.\n")
+    assert rows.loc[rows["attack"] == "benign", "crafted"].isna().all()
 
 
 def test_a_strategy_with_an_attack_not_run_yet_has_no_worst_case(tmp_path):

@@ -18,7 +18,7 @@ import pandas as pd
 from fedcal.config import RunConfig
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.runs import final_metrics
-from fedcal.results import DONE_FILE, load_timings, run_dir_for
+from fedcal.results import DONE_FILE, POISONING_FILE, load_timings, run_dir_for
 
 
 def spec_of(cfg: RunConfig) -> str:
@@ -47,9 +47,26 @@ def _run_dirs(cells: Sequence[tuple[float, RunConfig]], with_config: bool = Fals
     return list(dirs.items()) if with_config else list(dirs)
 
 
+def crafted_share(run_dir: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """(attacker replies crafted, attacker replies) of a model-poisoning run, from its
+    ``poisoning.csv``; (0, 0) when no attacker replied in any round; None when the run predates the
+    record of the replies left uncrafted (its file lists crafted replies only: the share is unknown)."""
+    path = Path(run_dir) / POISONING_FILE
+    if not path.exists():
+        return (0, 0)
+    table = pd.read_csv(path)
+    if "crafted" not in table.columns:
+        return None
+    crafted = table["crafted"].astype(str).str.lower() == "true"
+    return int(crafted.sum()), len(table)
+
+
 def byzantine_rows(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
     """One row per cell whose run finished: spec, attack (``benign`` for none), ratio, the rules'
-    f, seed, accuracy, sECE, ASR (NaN where the attack is not a backdoor)."""
+    f, seed, accuracy, sECE, ASR (NaN where the attack is not a backdoor), and for the crafted
+    attacks the attacker replies crafted and in all (:func:`crafted_share`; NaN where not recorded)."""
+    from fedcal.config import POISONING_ATTACKS
+
     final = final_metrics(_run_dirs(cells), "the strategy × attack table")
     by_run = {str(r["run_id"]): r for _, r in final.iterrows()}
     rows = []
@@ -57,10 +74,34 @@ def byzantine_rows(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
         r = by_run.get(run_dir_for(cfg).name)
         if r is None:
             continue
+        share = crafted_share(run_dir_for(cfg)) if cfg.attack in POISONING_ATTACKS else None
         rows.append({"strategy": spec_of(cfg), "attack": "benign" if cfg.attack == "none" else cfg.attack,
                      "ratio": ratio, "f": assumed_f(ratio, cfg.clients_per_round), "seed": cfg.seed,
-                     "accuracy": r["accuracy"], "sece": r["sece"], "asr": r["asr"] if "asr" in r else float("nan")})
+                     "accuracy": r["accuracy"], "sece": r["sece"], "asr": r["asr"] if "asr" in r else float("nan"),
+                     "crafted": share[0] if share else float("nan"),
+                     "attacker_replies": share[1] if share else float("nan")})
     return pd.DataFrame(rows).drop_duplicates()
+
+
+def crafted_line(rows: pd.DataFrame, ratio: float) -> str:
+    """One sentence per attacker ratio: per crafted attack, the share of attacker replies that were
+    crafted over all its runs (strategies × seeds), or that some runs did not record it."""
+    from fedcal.config import POISONING_ATTACKS
+
+    r = rows[(rows["ratio"] == ratio) & rows["attack"].isin(POISONING_ATTACKS)]
+    if r.empty:
+        return ""
+    parts = []
+    for attack, g in r.groupby("attack", sort=False):
+        if g["crafted"].isna().any():
+            parts.append(f"{attack} not recorded in {int(g['crafted'].isna().sum())} of {len(g)} runs")
+        elif g["attacker_replies"].sum() == 0:
+            parts.append(f"{attack} no attacker reply")
+        else:
+            parts.append(f"{attack} {100 * g['crafted'].sum() / g['attacker_replies'].sum():.1f} "
+                         f"({int(g['crafted'].sum())} of {int(g['attacker_replies'].sum())})")
+    return ("Attacker replies crafted (%; a reply is left as trained where the round has too few honest "
+            "updates or the attack refuses them): " + "; ".join(parts) + ".\n")
 
 
 def byzantine_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -130,6 +171,7 @@ def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os
         head = f"attacker ratio {ratio:g} (rules' f = {', '.join(map(str, f))}; seeds per cell: {', '.join(map(str, seeds))})"
         parts.append(markdown_table(acc, f"accuracy (%), {head}",
                                     {c: pct for c in acc.columns if c not in ("strategy", "worst", "worst attack")}))
+        parts.append(crafted_line(rows, ratio))
         sece = _pivot(t, "sece", order, attacks)
         attacked = sece.drop(columns=["benign"], errors="ignore")  # the signed value farthest from 0
         sd = _pivot(t, "sece_sd", order, attacks)

@@ -171,20 +171,80 @@ def inference_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title:
     labels = dict(zip(run_dirs, config_labels(cfgs, SHOWN)))
     many = len(set(labels.values())) > 1
     cells, levels = _accuracy_cells(run_dirs, labels, many)
-    cells.to_csv(out / "cells.csv", index=False)
-    note = footnote(levels, "clean accuracy (and hence the worst case)") if cells[CHANCE].any() else ""
-    by = [CONFIG] if many else []
-    parts = [f"**{title}**\n"] if title else []
-    for (n, f), block in cells.groupby(["n", "f"]):
-        parts += _write_nf_tables(block, n, f, out, many=many, note=note)
-    parts.append(_write_scalability(cells, out, by=by, note=note))
+    text = write_inference_tables(cells, out, levels, title=title)
     _write_curves(run_dirs, out, labels=labels, many=many)
     clients = client_accuracies(run_dirs)
     if not clients.empty:
         clients.to_csv(out / "clients.csv", index=False)
+    return text
+
+
+def write_inference_tables(cells: pd.DataFrame, out_dir: str | Path, levels: Sequence[ChanceLevel | None],
+                           title: str = "") -> str:
+    """``cells.csv``, ``table_n<n>_f<f>.md/.csv``, ``ablation_n<n>_f<f>.md``, ``scalability.md`` and
+    ``tables.md`` from ``cells`` (``accuracy.csv`` rows with ``seed``, ``n``, ``f``, ``chance_level``
+    and, for several configurations, ``config``); ``levels`` are the chance levels the flags were
+    taken against (for the footnote). Returns the Markdown of all tables."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    many = CONFIG in cells.columns
+    cells.to_csv(out / "cells.csv", index=False)
+    note = footnote(list(levels), "clean accuracy (and hence the worst case)") if cells[CHANCE].any() else ""
+    parts = [f"**{title}**\n"] if title else []
+    for (n, f), block in cells.groupby(["n", "f"]):
+        parts += _write_nf_tables(block, n, f, out, many=many, note=note)
+    parts.append(_write_scalability(cells, out, by=[CONFIG] if many else [], note=note))
     text = "\n".join(parts)
     (out / "tables.md").write_text(text)
     return text
+
+
+#: what identifies one row of an inference run's ``accuracy.csv`` within a table of one configuration
+CELL_KEYS = ("seed", "n", "f", "aggregator", "attack", "f_adv", "amplification")
+
+
+def combine_cells(frames: Sequence[pd.DataFrame], seeds: Sequence[int] | None = None,
+                  chance: ChanceLevel | None = None) -> pd.DataFrame:
+    """The ``cells.csv`` of several reports of one configuration (runs of other (n, f) or seeds, made
+    by separate commands) as one table's cells, each (seed, n, f) once.
+
+    A row present in two reports with the same accuracy is the same run reported twice (e.g. the
+    (17, 4) cell of an (n, f) grid that is also seed 0 of a table over seeds) and is kept once; the
+    same key with another accuracy is two different runs claiming one seed — a ``ValueError``, never a
+    silent average. ``seeds`` keeps only those seeds (so every (n, f) of the table has the same
+    seeds). ``chance`` re-takes the ``chance_level`` flags against one chance level (reports written
+    before the flag existed have none); without it every frame must carry the column.
+    """
+    if not frames:
+        raise ValueError("combine_cells needs at least one cells frame")
+    keys = list(CELL_KEYS)
+    for i, fr in enumerate(frames):
+        missing = [k for k in [*keys, "accuracy", "queries"] if k not in fr.columns]
+        if missing:
+            raise ValueError(f"cells frame {i} lacks {missing}: not a fedcal inference report's cells.csv")
+        if CONFIG in fr.columns:
+            raise ValueError(f"cells frame {i} holds several configurations ({CONFIG!r} column): combine "
+                             "reports of one configuration only")
+    cols = [*keys, "accuracy", "queries"]
+    cells = pd.concat([fr[cols] for fr in frames], ignore_index=True)
+    if seeds is not None:
+        cells = cells[cells["seed"].isin(list(seeds))]
+    cells = cells.drop_duplicates(ignore_index=True)
+    clash = cells[cells.duplicated(keys, keep=False)]
+    if not clash.empty:
+        s, n, f = clash.iloc[0][["seed", "n", "f"]]
+        raise ValueError(f"two different runs report seed {s} at n = {n}, f = {f} ({len(clash)} rows disagree): "
+                         "one seed is never counted twice")
+    if cells["queries"].nunique() > 1:
+        raise ValueError(f"the reports evaluated different query counts {sorted(cells['queries'].unique())}: "
+                         "not one configuration")
+    if chance is None:
+        if not all(CHANCE in fr.columns for fr in frames):
+            raise ValueError("a report has no chance_level column: pass the chance level to re-take the flags")
+        flags = pd.concat([fr[[*keys, CHANCE]] for fr in frames]).drop_duplicates(keys)
+        return cells.merge(flags, on=keys, how="left")
+    return pd.concat([_flag_chance(g, chance) for _, g in cells.groupby(["seed", "n", "f"], sort=True)],
+                     ignore_index=True)
 
 
 def _accuracy_cells(run_dirs: list[Path], labels: dict, many: bool) -> tuple[pd.DataFrame, list]:

@@ -48,7 +48,8 @@ reused), instead of overwriting it.
 """
 
 from fedcal.results.files import (AUDIT_FILE, CHECKPOINT_FILE, CHECKPOINT_FORMAT, CODE, COLUMNS, CONFIG_FILE,
-                                  DONE_FILE, FINISHED, LOCK_FILE, METRICS_FILE, MODEL_FILE, REJECTIONS_FILE, RUN_LOG,
+                                  DONE_FILE, FINISHED, LOCK_FILE, METRICS_FILE, MODEL_FILE, POISONING_FILE,
+                                  REJECTIONS_FILE, RUN_LOG,
                                   RunFailed, RunLocked, RunNameConflict, TIMINGS_FILE, TIMING_COLUMNS, UNRECORDED,
                                   UnfinishedRunError, atomic_write, failure_reason)
 from fedcal.results.identity import (aggregator_hash, check_run_dir, collection_hash, config_hash, default_run_name,
@@ -59,8 +60,9 @@ from fedcal.results.reading import (RunState, RunStatus, code_of, find_run_dirs,
                                     stored_provenance, warn_reused)
 
 __all__ = [
-    "METRICS_FILE", "MODEL_FILE", "CONFIG_FILE", "DONE_FILE", "AUDIT_FILE", "REJECTIONS_FILE", "TIMINGS_FILE",
-    "RUN_LOG", "CHECKPOINT_FILE", "LOCK_FILE", "TIMING_COLUMNS", "CHECKPOINT_FORMAT", "COLUMNS", "FINISHED", "CODE",
+    "METRICS_FILE", "MODEL_FILE", "CONFIG_FILE", "DONE_FILE", "AUDIT_FILE", "POISONING_FILE", "REJECTIONS_FILE",
+    "TIMINGS_FILE", "RUN_LOG", "CHECKPOINT_FILE", "LOCK_FILE", "TIMING_COLUMNS", "CHECKPOINT_FORMAT", "COLUMNS",
+    "FINISHED", "CODE",
     "UNRECORDED", "RunNameConflict", "RunFailed", "RunLocked", "UnfinishedRunError", "failure_reason",
     "atomic_write", "hashed_keys", "config_hash", "collection_hash", "aggregator_hash", "default_run_name",
     "run_dir_for", "load_run_config", "load_config", "check_run_dir", "stored_identity", "Checkpoint", "RunStore",

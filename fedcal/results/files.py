@@ -28,6 +28,9 @@ AUDIT_FILE = "aggregation.csv"  # per round and accepted node: its weight and th
 REJECTIONS_FILE = "rejections.csv"  # every reply a strategy rejected (written by the train task)
 
 
+POISONING_FILE = "poisoning.csv"  # every attacker reply of a model-poisoning run, crafted or not (train task)
+
+
 TIMINGS_FILE = "timings.csv"  # wall-clock seconds per round, out of metrics.csv (not a result)
 
 

@@ -13,8 +13,10 @@ strategy rejects those too); the f replies of the run's attackers (:func:`fedcal
 get sent + :func:`fedcal.attacks.craft_malicious` (attack, honest view, f) on the trained arrays,
 their buffers (BatchNorm statistics) kept as they trained them. A round the attack cannot be
 crafted in (fewer than two honest updates, an attack refusing its input) leaves the replies as
-they are, with a warning naming the round and reason. Every crafted reply is recorded
-(``poisoning.csv``: round, node, partition, attack, honest updates seen, norms).
+they are, with a warning naming the round and reason. Every attacker reply is recorded
+(``poisoning.csv``: round, node, partition, attack, honest updates seen, whether it was crafted and
+why not, norms): where rounds are small (5 clients a round, the TSA protocol's), many attacker
+replies cannot be crafted, and the strategy × attack table says how many were.
 """
 
 from __future__ import annotations
@@ -35,9 +37,6 @@ from fedcal.attacks.crafted import poisoning_params
 from fedcal.config import POISONING_ATTACKS, RunConfig
 from fedcal.strategies.replies import is_buffer_key
 from fedcal.tasks.nodes import WrappedGrid
-
-#: the run's table of crafted replies
-POISONING_FILE = "poisoning.csv"
 
 
 class PoisoningGrid(WrappedGrid):
@@ -87,8 +86,9 @@ class PoisoningGrid(WrappedGrid):
         if not bad:
             return
         if len(honest) < 2:
-            log(WARNING, "round %d: %s not crafted: %d honest update(s) in the round, the attack needs 2",
-                server_round, self.cfg.attack, len(honest))
+            reason = f"{len(honest)} honest update(s) in the round, the attack needs 2"
+            log(WARNING, "round %d: %s not crafted: %s", server_round, self.cfg.attack, reason)
+            self._record_uncrafted(server_round, bad, len(honest), reason)
             return
         view = torch.stack(honest)
         try:
@@ -98,6 +98,7 @@ class PoisoningGrid(WrappedGrid):
         except (ValueError, ArithmeticError) as exc:
             log(WARNING, "round %d: %s not crafted (%s); the attackers' replies stay as trained",
                 server_round, self.cfg.attack, exc)
+            self._record_uncrafted(server_round, bad, len(honest), str(exc))
             return
         mean_norm = float(view.mean(0).norm())
         recorded = []
@@ -108,13 +109,24 @@ class PoisoningGrid(WrappedGrid):
                 k: (new[k] if k in keys else torch.from_numpy(np.array(arrays[k].numpy(), copy=True)))
                 for k in sent.keys()})
             node = msg.metadata.src_node_id
-            recorded.append({"round": server_round, "node_id": node, "partition_id": self.node_to_client[node],
-                             "attack": self.cfg.attack, "honest": len(honest), "norm": float(row.norm()),
-                             "honest_mean_norm": mean_norm})
+            recorded.append(self._row(server_round, node, len(honest), True, "", float(row.norm()), mean_norm))
         log(INFO, "round %d: %s crafted %d repl%s from %d honest updates", server_round, self.cfg.attack,
             len(bad), "y" if len(bad) == 1 else "ies", len(honest))
         if self.record is not None:
             self.record(recorded)
+
+    def _row(self, server_round: int, node: int, honest: int, crafted: bool, reason: str, norm: float,
+             mean_norm: float) -> dict:
+        return {"round": server_round, "node_id": node, "partition_id": self.node_to_client[node],
+                "attack": self.cfg.attack, "honest": honest, "crafted": crafted, "reason": reason, "norm": norm,
+                "honest_mean_norm": mean_norm}
+
+    def _record_uncrafted(self, server_round: int, bad: list[Message], honest: int, reason: str) -> None:
+        """One row per attacker reply left as trained, so that a table can say how much of a run's
+        attack was the attack (:func:`fedcal.reports.byzantine.crafted_share`)."""
+        if self.record is not None:
+            self.record([self._row(server_round, m.metadata.src_node_id, honest, False, reason, float("nan"),
+                                   float("nan")) for m in bad])
 
 
 def _update(msg: Message, base: dict[str, torch.Tensor], keys: list[str], key: str) -> torch.Tensor | None:

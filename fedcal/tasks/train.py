@@ -40,10 +40,10 @@ from fedcal.data import client_data, load_dataset, pixel_space, root_set
 from fedcal.metrics import METRIC_KEYS, calibration_metrics, reliability_bins
 from fedcal.models import build_model
 from fedcal.checkpoint import rng_state, set_rng_state
-from fedcal.results import AUDIT_FILE, REJECTIONS_FILE, Checkpoint, RunFailed, RunStore, run_dir_for
+from fedcal.results import AUDIT_FILE, POISONING_FILE, REJECTIONS_FILE, Checkpoint, RunFailed, RunStore, run_dir_for
 from fedcal.strategies import strategy_from_config
 from fedcal.strategies.base import UpdateAggregationStrategy
-from fedcal.tasks.poisoning import POISONING_FILE, poisoning_grid
+from fedcal.tasks.poisoning import poisoning_grid
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.local_training import predict_logits, resolve_device
 
