@@ -358,6 +358,7 @@ def test_resume_puts_every_file_back_as_it_was_at_the_checkpoint(tmp_path):
         store.append_rows("aggregation.csv", [{"round": r, "weight": 0.25}])
     store.write_table("rejections.csv", pd.DataFrame({"round": [1, 4], "reason": ["bad", "worse"]}))
     store.write_table("reliability.csv", pd.DataFrame({"count": [1]}))
+    store.append_rows("poisoning.csv", [{"round": 4, "crafted": False}])  # first attacker reply after it
     store.save_model({"w": torch.zeros(2)})
     store.release()  # the process died
     again = RunStore(store.dir, store.cfg)

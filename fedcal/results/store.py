@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from fedcal.config import RunConfig
 from fedcal.provenance import provenance
 from fedcal.results.files import (AUDIT_FILE, CHECKPOINT_FILE, CHECKPOINT_FORMAT, COLUMNS, CONFIG_FILE, DONE_FILE,
-                                  LOCK_FILE, METRICS_FILE, MODEL_FILE, REJECTIONS_FILE, RUN_LOG, RunLocked,
-                                  TIMINGS_FILE, TIMING_COLUMNS, atomic_write, failure_reason, log)
+                                  LOCK_FILE, METRICS_FILE, MODEL_FILE, POISONING_FILE, REJECTIONS_FILE, RUN_LOG,
+                                  RunLocked, TIMINGS_FILE, TIMING_COLUMNS, atomic_write, failure_reason, log)
 from fedcal.results.identity import check_run_dir, config_hash
 
 if TYPE_CHECKING:
@@ -304,8 +304,8 @@ class RunStore:
                 tmp = self.dir / (name + ".tmp")
                 tmp.write_bytes(info["data"])
                 os.replace(tmp, self.dir / name)
-        for name in (METRICS_FILE, "reliability.csv", REJECTIONS_FILE, AUDIT_FILE, TIMINGS_FILE, MODEL_FILE,
-                     DONE_FILE):
+        for name in (METRICS_FILE, "reliability.csv", REJECTIONS_FILE, AUDIT_FILE, POISONING_FILE, TIMINGS_FILE,
+                     MODEL_FILE, DONE_FILE):
             if name not in files:  # written after the checkpoint by the attempt that stopped
                 (self.dir / name).unlink(missing_ok=True)
         self._files = {name: info["kind"] for name, info in files.items()}
