@@ -176,17 +176,23 @@ def test_poisoning_grid_replaces_the_attackers_replies_by_ipm_of_the_honest_upda
     assert {r["honest"] for r in rows} == {len(honest)}
 
 
-def test_poisoning_grid_leaves_a_round_without_two_honest_updates_alone():
+def _three_client_round(attack: str, respond, server_round: int = 1) -> tuple[int, list, list[dict]]:
+    """One train round of three clients (one of them the attacker) through a PoisoningGrid:
+    (the attacker's partition, the replies, the poisoning rows recorded)."""
     from fedcal.tasks.poisoning import PoisoningGrid
 
     set_task_identity()
-    cfg = RunConfig(dataset="digits", num_clients=3, clients_per_round=3, attacker_ratio=0.34, attack="alie")
+    cfg = RunConfig(dataset="digits", num_clients=3, clients_per_round=3, attacker_ratio=0.34, attack=attack)
     bad = next(iter(attackers_of(AttackSpec.from_config(cfg))))
     sent = state(torch.zeros(2, 2), torch.zeros(2))
-    rows = []
-    grid = PoisoningGrid(FakeGrid([1, 2, 3], lambda n, c: None if n - 1 != bad else reply(state(torch.ones(2, 2), torch.ones(2)))),
-                         cfg, {1: 0, 2: 1, 3: 2}, rows.extend)
-    replies = grid.send_and_receive([_train_msg(n, sent, server_round=4) for n in (1, 2, 3)])
+    rows: list[dict] = []
+    grid = PoisoningGrid(FakeGrid([1, 2, 3], lambda n, c: respond(n, bad)), cfg, {1: 0, 2: 1, 3: 2}, rows.extend)
+    return bad, grid.send_and_receive([_train_msg(n, sent, server_round) for n in (1, 2, 3)]), rows
+
+
+def test_poisoning_grid_leaves_a_round_without_two_honest_updates_alone():
+    bad, replies, rows = _three_client_round(
+        "alie", lambda n, bad: None if n - 1 != bad else reply(state(torch.ones(2, 2), torch.ones(2))), server_round=4)
     mine = [m for m in replies if not m.has_error()]
     assert torch.equal(mine[0].content["arrays"].to_torch_state_dict()["fc.weight"], torch.ones(2, 2))
     # the reply left as trained is recorded as such, with the reason: a table can count it
@@ -195,17 +201,9 @@ def test_poisoning_grid_leaves_a_round_without_two_honest_updates_alone():
 
 
 def test_an_attack_that_refuses_its_input_is_recorded_uncrafted_with_its_reason():
-    from fedcal.tasks.poisoning import PoisoningGrid
-
-    set_task_identity()
     # Fang against Krum needs at least 3 honest updates; this round has 2
-    cfg = RunConfig(dataset="digits", num_clients=3, clients_per_round=3, attacker_ratio=0.34, attack="fang-krum")
-    bad = next(iter(attackers_of(AttackSpec.from_config(cfg))))
-    sent = state(torch.zeros(2, 2), torch.zeros(2))
-    rows = []
-    grid = PoisoningGrid(FakeGrid([1, 2, 3], lambda n, c: reply(state(torch.full((2, 2), float(n)), torch.ones(2)))),
-                         cfg, {1: 0, 2: 1, 3: 2}, rows.extend)
-    replies = grid.send_and_receive([_train_msg(n, sent) for n in (1, 2, 3)])
+    bad, replies, rows = _three_client_round(
+        "fang-krum", lambda n, bad: reply(state(torch.full((2, 2), float(n)), torch.ones(2))))
     trained = replies[bad].content["arrays"].to_torch_state_dict()["fc.weight"]
     assert torch.equal(trained, torch.full((2, 2), float(bad + 1)))  # left as trained
     assert [(r["crafted"], r["honest"]) for r in rows] == [(False, 2)] and "3 honest" in rows[0]["reason"]
