@@ -750,7 +750,7 @@ def resnet8_grid_seeds(grid: Path) -> list[str]:
             RESNET8_GRID_COMMAND, RESNET8_GRID_MORE_COMMAND, RESNET8_GRID_SEEDS_COMMAND, "```", "",
             "The first command made seed 0 of every cell (on a lent H100 and 2 CPU cores; its run store stayed "
             "there, its report is in the repository), the second seeds 1–2 of (10, 3) and (25, 5) on 2 CPU cores "
-            "(25–32 minutes a cell); seeds 1–2 of (17, 4) are the five-seed table's above. All three use the "
+            "(27–32 minutes a cell, beside other jobs); seeds 1–2 of (17, 4) are the five-seed table's above. All three use the "
             "same keys; the third command writes the tables `fedcal inference` writes, from the reports' cells, "
             "each run once (the grid's (17, 4) seed-0 cell and the five-seed table's seed 0 are the same run, "
             "identical rows) and refuses two different runs for one seed.", "",
