@@ -806,12 +806,13 @@ def resnet8_pgd50(cells: pd.DataFrame) -> list[str]:
 def _grid_summary(grid: Path, set_aggregators: bool = False) -> str:
     """The (n, f) grid's winners — the highest worst case per cell, and, with ``set_aggregators``, the
     highest among those that see the answers as a set — then the clients' accuracies at n = 10 and 25."""
-    w = worst_case(without_chance(pd.read_csv(grid / "cells.csv")), by=("n", "f", "seed", "aggregator"))
+    cells = pd.read_csv(grid / "cells.csv")
+    w = worst_case(without_chance(cells), by=("n", "f", "seed", "aggregator"))
     w = w.groupby(["n", "f", "aggregator"], as_index=False)["accuracy"].mean()  # over the seeds, if several
     winners = lambda d: "; ".join(f"n = {r.n}, f = {r.f}: {r.aggregator}"  # noqa: E731
                                   for r in d.loc[d.groupby(["n", "f"])["accuracy"].idxmax()].itertuples())
-    text = "Highest " + ("mean " if pd.read_csv(grid / "cells.csv")["seed"].nunique() > 1 else "") + \
-        "worst-case accuracy per (n, f): " + winners(w)
+    mean = "mean " if cells["seed"].nunique() > 1 else ""
+    text = f"Highest {mean}worst-case accuracy per (n, f): " + winners(w)
     if set_aggregators:
         text += "; among the set aggregators: " + winners(w[~w["aggregator"].isin(POSITIONAL)])
     return text + ". " + _clients_sentence(grid, n=10, tail=False) + _clients_sentence(grid, n=25, tail=False)

@@ -25,11 +25,6 @@ from pathlib import Path
 import pandas as pd
 
 
-def _seeds(spec: str) -> list[int]:
-    lo, _, hi = spec.partition("-")
-    return list(range(int(lo), int(hi or lo) + 1))
-
-
 def combine_clients(folders: list[Path], seeds: list[int]) -> pd.DataFrame:
     """The reports' ``clients.csv`` (each client's own test accuracy) over ``seeds``, each (seed, n, f,
     client) once; a client reported with two accuracies is two runs claiming one seed."""
@@ -47,6 +42,7 @@ def combine_clients(folders: list[Path], seeds: list[int]) -> pd.DataFrame:
 def main(argv: list[str] | None = None) -> None:
     from fedcal.reports.chance import image_chance
     from fedcal.reports.inference import combine_cells, write_inference_tables
+    from fedcal.studies.common import parse_ints  # the --seeds syntax of fedcal's own commands
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folders", nargs="+", type=Path, help="fedcal inference report folders (their cells.csv)")
@@ -56,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--data-dir", default="", help="where the dataset's test labels are")
     ap.add_argument("--title", default="")
     args = ap.parse_args(argv)
-    seeds = _seeds(args.seeds)
+    seeds = sorted(set(parse_ints(args.seeds, "--seeds")))
     frames = [pd.read_csv(d / "cells.csv") for d in args.folders]
     queries = int(pd.concat([f["queries"] for f in frames]).max())
     chance = image_chance(args.dataset, args.data_dir, n=queries)

@@ -71,10 +71,11 @@ def byzantine_rows(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
     by_run = {str(r["run_id"]): r for _, r in final.iterrows()}
     rows = []
     for ratio, cfg in cells:
-        r = by_run.get(run_dir_for(cfg).name)
+        run_dir = run_dir_for(cfg)
+        r = by_run.get(run_dir.name)
         if r is None:
             continue
-        share = crafted_share(run_dir_for(cfg)) if cfg.attack in POISONING_ATTACKS else None
+        share = crafted_share(run_dir) if cfg.attack in POISONING_ATTACKS else None
         rows.append({"strategy": spec_of(cfg), "attack": "benign" if cfg.attack == "none" else cfg.attack,
                      "ratio": ratio, "f": assumed_f(ratio, cfg.clients_per_round), "seed": cfg.seed,
                      "accuracy": r["accuracy"], "sece": r["sece"], "asr": r["asr"] if "asr" in r else float("nan"),
