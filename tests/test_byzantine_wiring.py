@@ -421,3 +421,42 @@ def test_table_only_builds_the_table_from_finished_runs_and_starts_none(tmp_path
     assert not run_dir_for(attacked).exists()  # nothing started
     table = pd.read_csv(tmp_path / "out" / "table.csv")
     assert list(table["attack"]) == ["benign"] and table["accuracy"].iloc[0] == pytest.approx(0.9)
+
+
+def test_the_table_shows_the_replies_each_rule_excluded(tmp_path):
+    """Per strategy and attack, the share of attacker / benign replies given weight 0 (or flagged),
+    from each run's aggregation.csv; a rule that never excluded a reply is named, not tabulated."""
+    from fedcal.reports.byzantine import byzantine_report, byzantine_rows
+    from fedcal.studies.byzantine import byzantine_cells, byzantine_configs
+    from fedcal.results import AUDIT_FILE, RunStore, run_dir_for
+
+    base = RunConfig(dataset="digits", output_dir=str(tmp_path / "runs"), num_rounds=1, clients_per_round=10,
+                     num_clients=20)
+    cells = byzantine_cells(base, ["fedavg", "multikrum"], ["alie"], [0.25], [0, 1])
+    for c in byzantine_configs(cells):
+        store = RunStore(run_dir_for(c), c)
+        store.start()
+        for rnd in (0, 1):
+            store.log_round(rnd, {"accuracy": 0.9, "ece": 0.1, "sece": 0.05, "brier": 0.2, "nll": 0.3})
+        store.finish()
+        bad = sorted(attackers_of(AttackSpec.from_config(c)))
+        good = [p for p in range(20) if p not in bad][:6]
+        # one round: 4 attacker replies and 6 benign; the benign run (no attackers) 10 benign replies
+        ids = bad[:4] + good if bad else list(range(10))
+        if c.strategy == "multikrum":
+            # seed 0 excludes 3 of 4 attackers and 1 of 6 benign, seed 1 all 4 attackers and none benign;
+            # the benign run (no attacker) excludes 2 of its 10 replies
+            out = ({0, 1, 2, 4} if c.seed == 0 else {0, 1, 2, 3}) if c.attack == "alie" else {0, 1}
+            weight = [0.0 if i in out else 0.2 for i in range(len(ids))]
+        else:
+            weight = [0.1] * len(ids)
+        pd.DataFrame({"round": 1, "node_id": range(len(ids)), "partition_id": ids, "weight": weight}).to_csv(
+            run_dir_for(c) / AUDIT_FILE, index=False)
+    rows = byzantine_rows(cells)
+    mk = rows[(rows["strategy"] == "multikrum") & (rows["attack"] == "alie")].set_index("seed")
+    assert mk.loc[0, "detected"] == pytest.approx(3 / 4) and mk.loc[0, "benign_flagged"] == pytest.approx(1 / 6)
+    assert mk.loc[1, "detected"] == 1.0 and mk.loc[1, "benign_flagged"] == 0.0
+    md = byzantine_report(cells, tmp_path / "out")
+    # means over the two seeds: attackers (75 + 100) / 2 = 87.5 %, benign (16.7 + 0) / 2 = 8.3 %; benign run 20 %
+    assert "| multikrum | 20.0 | 87.5 / 8.3 |" in md, md
+    assert "\nNo reply excluded in any run: fedavg.\n" in md and "| fedavg | 0.0" not in md

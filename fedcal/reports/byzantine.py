@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedcal.config import RunConfig
+from fedcal.reports.defense import flag_rates
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.runs import final_metrics
 from fedcal.results import DONE_FILE, POISONING_FILE, load_timings, run_dir_for
@@ -63,8 +64,11 @@ def crafted_share(run_dir: str | os.PathLike[str]) -> tuple[int, int] | None:
 
 def byzantine_rows(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
     """One row per cell whose run finished: spec, attack (``benign`` for none), ratio, the rules'
-    f, seed, accuracy, sECE, ASR (NaN where the attack is not a backdoor), and for the crafted
-    attacks the attacker replies crafted and in all (:func:`crafted_share`; NaN where not recorded)."""
+    f, seed, accuracy, sECE, ASR (NaN where the attack is not a backdoor), for the crafted
+    attacks the attacker replies crafted and in all (:func:`crafted_share`; NaN where not recorded),
+    and the shares of attacker and of benign replies the rule excluded (``detected``,
+    ``benign_flagged``: :func:`fedcal.reports.defense.flag_rates`; NaN without an aggregation table
+    or without replies of that kind)."""
     from fedcal.config import POISONING_ATTACKS
 
     final = final_metrics(_run_dirs(cells), "the strategy × attack table")
@@ -76,11 +80,13 @@ def byzantine_rows(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
         if r is None:
             continue
         share = crafted_share(run_dir) if cfg.attack in POISONING_ATTACKS else None
+        detected, benign_flagged, _ = flag_rates(run_dir, cfg)
         rows.append({"strategy": spec_of(cfg), "attack": "benign" if cfg.attack == "none" else cfg.attack,
                      "ratio": ratio, "f": assumed_f(ratio, cfg.clients_per_round), "seed": cfg.seed,
                      "accuracy": r["accuracy"], "sece": r["sece"], "asr": r["asr"] if "asr" in r else float("nan"),
                      "crafted": share[0] if share else float("nan"),
-                     "attacker_replies": share[1] if share else float("nan")})
+                     "attacker_replies": share[1] if share else float("nan"),
+                     "detected": detected, "benign_flagged": benign_flagged})
     return pd.DataFrame(rows).drop_duplicates()
 
 
@@ -110,8 +116,30 @@ def byzantine_table(rows: pd.DataFrame) -> pd.DataFrame:
     g = rows.groupby(["ratio", "strategy", "attack"], sort=False)
     table = g.agg(seeds=("seed", "nunique"), accuracy=("accuracy", "mean"), accuracy_sd=("accuracy", "std"),
                   sece=("sece", "mean"), sece_sd=("sece", "std"), asr=("asr", "mean"),
-                  asr_sd=("asr", "std")).reset_index()
+                  asr_sd=("asr", "std"), detected=("detected", "mean"),
+                  benign_flagged=("benign_flagged", "mean")).reset_index()
     return table
+
+
+def excluded_table(table: pd.DataFrame, order: Sequence[str], attacks: Sequence[str], head: str) -> str:
+    """Markdown: per strategy and attack, the share of attacker replies / of benign replies the rule
+    excluded (weight 0, or flagged by CalGuard; means over seeds), the benign column benign replies
+    only. A strategy that excluded no reply in any of its runs here (FedAvg and the rules that
+    combine every reply coordinate-wise never do) is named in one sentence instead of a row of zeros.
+    ``table``: :func:`byzantine_table`'s rows of one attacker ratio."""
+    pct = lambda v: "" if pd.isna(v) else f"{100 * v:.1f}"  # noqa: E731
+    det, fp = _pivot(table, "detected", order, attacks), _pivot(table, "benign_flagged", order, attacks)
+    some = (det.fillna(0) > 0).any(axis=1) | (fp.fillna(0) > 0).any(axis=1)
+    if not some.any():
+        return ""
+    cells = pd.DataFrame({a: [pct(f) if a == "benign" else (f"{pct(d)} / {pct(f)}" if pd.notna(d) else "")
+                              for d, f in zip(det.loc[some, a], fp.loc[some, a])] for a in attacks},
+                         index=det.index[some]).reset_index()
+    md = markdown_table(cells, f"replies excluded (%, attacker / benign replies; benign runs: benign replies), {head}")
+    never = list(det.index[~some])
+    if never:
+        md += f"\nNo reply excluded in any run: {', '.join(never)}.\n"
+    return md
 
 
 def _pivot(table: pd.DataFrame, value: str, order: Sequence[str], attacks: Sequence[str]) -> pd.DataFrame:
@@ -187,6 +215,7 @@ def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os
             asr = pd.DataFrame({c: [with_sd(m, d) for m, d in zip(asr[c], sd[c])] for c in cols},
                                index=asr.index).reset_index()
             parts.append(markdown_table(asr, f"backdoor attack success rate (%), {head}"))
+        parts.append(excluded_table(t, order, attacks, head))
     md = "\n".join(p for p in parts if p)
     (out / "table.md").write_text(md)
     seconds = byzantine_seconds(cells)

@@ -19,6 +19,7 @@ chance level is flagged and never meets the target (:mod:`fedcal.reports.chance`
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -53,8 +54,10 @@ CHANCE = "chance_level"
 NO_BENIGN = "no benign FedAvg run in this set"
 
 
-def _flags(run_dir: Path, cfg: RunConfig) -> tuple[float, float, int]:
-    """(detection rate, false-positive rate, attacker replies) of one run's aggregation table."""
+def flag_rates(run_dir: str | os.PathLike[str], cfg: RunConfig) -> tuple[float, float, int]:
+    """(detection rate, false-positive rate, attacker replies) of one run's aggregation table
+    (NaN, NaN, 0 when the run wrote none; a rate is NaN when the run had no reply of its kind)."""
+    run_dir = Path(run_dir)
     path = run_dir / AUDIT_FILE
     if not path.exists():
         return float("nan"), float("nan"), 0
@@ -97,7 +100,7 @@ def run_rows(run_dirs: Sequence[str | Path], posthoc: bool = True) -> pd.DataFra
                    "tsa_blend": cfg.tsa_blend, "tsa_duty": cfg.tsa_duty}
         if cfg.attack == "none":
             setting.update(attacker_ratio=np.nan, tsa_step_frac=1.0, tsa_blend=1.0, tsa_duty=1.0)
-        det, fp, n_att = _flags(Path(d), cfg)
+        det, fp, n_att = flag_rates(d, cfg)
         base = {CONFIG: label, "dataset": cfg.dataset, **setting, "seed": cfg.seed, "run_dir": str(d),
                 CHANCE: at_chance}
         guard = {k: getattr(cfg, k) if cfg.strategy == "calguard" else np.nan for k in GUARD}
