@@ -344,21 +344,32 @@ def test_byzantine_report_averages_seeds_and_names_each_strategys_worst_attack(t
     assert "Attacker replies crafted (%" in md and "alie no attacker reply" in md
 
 
-def test_the_table_counts_the_attacker_replies_that_were_crafted(tmp_path):
-    from fedcal.reports.byzantine import byzantine_rows, crafted_line, crafted_share
+def _finished_cells(tmp_path, strategies, attacks, seeds):
+    """The cells of a 20-client, 10-a-round study at ratio 0.25, each a hand-made finished run
+    (two logged rounds of flat metrics: 90 % accuracy)."""
     from fedcal.studies.byzantine import byzantine_cells, byzantine_configs
-    from fedcal.results import POISONING_FILE, RunStore, run_dir_for
+    from fedcal.results import RunStore, run_dir_for
 
     base = RunConfig(dataset="digits", output_dir=str(tmp_path / "runs"), num_rounds=1, clients_per_round=10,
                      num_clients=20)
-    cells = byzantine_cells(base, ["fedavg", "median"], ["alie", "ipm"], [0.25], [0])
-    made = {("fedavg", "alie"): [True, True, False], ("median", "alie"): [True], ("fedavg", "ipm"): None}
+    cells = byzantine_cells(base, strategies, attacks, [0.25], seeds)
     for c in byzantine_configs(cells):
         store = RunStore(run_dir_for(c), c)
         store.start()
         for rnd in (0, 1):
             store.log_round(rnd, {"accuracy": 0.9, "ece": 0.1, "sece": 0.05, "brier": 0.2, "nll": 0.3})
         store.finish()
+    return cells
+
+
+def test_the_table_counts_the_attacker_replies_that_were_crafted(tmp_path):
+    from fedcal.reports.byzantine import byzantine_rows, crafted_line, crafted_share
+    from fedcal.studies.byzantine import byzantine_configs
+    from fedcal.results import POISONING_FILE, run_dir_for
+
+    cells = _finished_cells(tmp_path, ["fedavg", "median"], ["alie", "ipm"], [0])
+    made = {("fedavg", "alie"): [True, True, False], ("median", "alie"): [True], ("fedavg", "ipm"): None}
+    for c in byzantine_configs(cells):
         flags = made.get((c.strategy, c.attack), [True])
         if flags is None:  # a run from before the uncrafted replies were recorded: crafted rows, no column
             pd.DataFrame({"round": [1], "honest": [5]}).to_csv(run_dir_for(c) / POISONING_FILE, index=False)
@@ -427,18 +438,11 @@ def test_the_table_shows_the_replies_each_rule_excluded(tmp_path):
     """Per strategy and attack, the share of attacker / benign replies given weight 0 (or flagged),
     from each run's aggregation.csv; a rule that never excluded a reply is named, not tabulated."""
     from fedcal.reports.byzantine import byzantine_report, byzantine_rows
-    from fedcal.studies.byzantine import byzantine_cells, byzantine_configs
-    from fedcal.results import AUDIT_FILE, RunStore, run_dir_for
+    from fedcal.studies.byzantine import byzantine_configs
+    from fedcal.results import AUDIT_FILE, run_dir_for
 
-    base = RunConfig(dataset="digits", output_dir=str(tmp_path / "runs"), num_rounds=1, clients_per_round=10,
-                     num_clients=20)
-    cells = byzantine_cells(base, ["fedavg", "multikrum"], ["alie"], [0.25], [0, 1])
+    cells = _finished_cells(tmp_path, ["fedavg", "multikrum"], ["alie"], [0, 1])
     for c in byzantine_configs(cells):
-        store = RunStore(run_dir_for(c), c)
-        store.start()
-        for rnd in (0, 1):
-            store.log_round(rnd, {"accuracy": 0.9, "ece": 0.1, "sece": 0.05, "brier": 0.2, "nll": 0.3})
-        store.finish()
         bad = sorted(attackers_of(AttackSpec.from_config(c)))
         good = [p for p in range(20) if p not in bad][:6]
         # one round: 4 attacker replies and 6 benign; the benign run (no attackers) 10 benign replies
