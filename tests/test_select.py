@@ -122,3 +122,25 @@ def test_small_inputs_and_bad_ranges():
     assert not select.network_applies(small)
     with pytest.raises(ValueError, match="order statistics"):
         select.network_order_mean(torch.randn(5, D), 3, 9)
+
+
+def test_the_kernel_leaves_torchs_thread_count_alone():
+    """numba's OpenMP layer, started by the first kernel launch, sets the OpenMP thread count
+    torch shares to NUMBA_NUM_THREADS: a one-thread sweep worker would train on every core after
+    its first median. A fresh process (the layer starts once per process) with torch on one thread
+    and numba allowed two must still have torch on one thread after a network median."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("numba")
+    code = ("import torch; torch.set_num_threads(1)\n"
+            "from fedcal.aggregate import select\n"
+            f"x = torch.randn(10, {D})\n"
+            "assert select.network_applies(x)\n"
+            "select.network_order_mean(x, 4, 6)\n"
+            "print(torch.get_num_threads())\n")
+    env = {**os.environ, "NUMBA_NUM_THREADS": "2", "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "1"

@@ -159,9 +159,19 @@ def network_order_mean(x: torch.Tensor, first: int, last: int) -> torch.Tensor:
     lo, hi = selection_network(n, first, last)
     flat = x.detach().reshape(n, -1).contiguous().numpy()
     # Threads follow torch's setting (a sweep worker or a Ray actor with one thread stays on one).
-    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+    threads = torch.get_num_threads()
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
     block = max(128, min(2048, _BLOCK_BYTES // (n * flat.itemsize)))
-    return torch.from_numpy(kernel(flat, lo, hi, first, last, block)).reshape(x.shape[1:])
+    try:
+        out = kernel(flat, lo, hi, first, last, block)
+    finally:
+        # numba's OpenMP threading layer, started by the kernel's first launch, sets the process's
+        # OpenMP thread count to NUMBA_NUM_THREADS (every core), which torch shares: a one-thread
+        # sweep worker would then train on every core beside its siblings — measured 6× slower
+        # local training in a 2-job MNIST sweep on 2 cores. Give torch its own setting back.
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+    return torch.from_numpy(out).reshape(x.shape[1:])
 
 
 def order_statistic_mean(x: torch.Tensor, dim: int, first: int, last: int,
