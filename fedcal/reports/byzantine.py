@@ -165,7 +165,8 @@ def byzantine_seconds(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
 def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os.PathLike[str],
                      title: str = "") -> str:
     """``table.csv`` (long: mean and sd over seeds), ``runs.csv`` (one row per cell), ``seconds.md``
-    (:func:`byzantine_seconds`) and ``table.md`` (per attacker ratio: accuracy, sECE and ASR, strategy × attack, with each strategy's worst
+    (:func:`byzantine_seconds`) and ``table.md`` (per attacker ratio: accuracy, sECE, ASR and the replies
+    each rule excluded (:func:`excluded_table`), strategy × attack, with each strategy's worst
     accuracy over the attacks and the attack that gave it; the worst cases and the ASR carry their
     cell's standard deviation over seeds, where there are several); returns the Markdown."""
     out = Path(out_dir)
