@@ -121,18 +121,22 @@ def byzantine_table(rows: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def _pct(v: float) -> str:
+    """A fraction as a table cell in percent, one decimal; blank for NaN (a cell not run)."""
+    return "" if pd.isna(v) else f"{100 * v:.1f}"
+
+
 def excluded_table(table: pd.DataFrame, order: Sequence[str], attacks: Sequence[str], head: str) -> str:
     """Markdown: per strategy and attack, the share of attacker replies / of benign replies the rule
     excluded (weight 0, or flagged by CalGuard; means over seeds), the benign column benign replies
     only. A strategy that excluded no reply in any of its runs here (FedAvg and the rules that
     combine every reply coordinate-wise never do) is named in one sentence instead of a row of zeros.
     ``table``: :func:`byzantine_table`'s rows of one attacker ratio."""
-    pct = lambda v: "" if pd.isna(v) else f"{100 * v:.1f}"  # noqa: E731
     det, fp = _pivot(table, "detected", order, attacks), _pivot(table, "benign_flagged", order, attacks)
     some = (det.fillna(0) > 0).any(axis=1) | (fp.fillna(0) > 0).any(axis=1)
     if not some.any():
         return ""
-    cells = pd.DataFrame({a: [pct(f) if a == "benign" else (f"{pct(d)} / {pct(f)}" if pd.notna(d) else "")
+    cells = pd.DataFrame({a: [_pct(f) if a == "benign" else (f"{_pct(d)} / {_pct(f)}" if pd.notna(d) else "")
                               for d, f in zip(det.loc[some, a], fp.loc[some, a])] for a in attacks},
                          index=det.index[some]).reset_index()
     md = markdown_table(cells, f"replies excluded (%, attacker / benign replies; benign runs: benign replies), {head}")
@@ -181,9 +185,8 @@ def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os
     # the attacks asked for, run or not: a column nobody has finished yet still counts against the worst case
     attacks = ["benign", *[a for a in dict.fromkeys(c.attack for _, c in cells) if a != "none"]]
     parts = [f"# {title}\n" if title else ""]
-    pct = lambda v: "" if pd.isna(v) else f"{100 * v:.1f}"  # noqa: E731
     # the spread over seeds of the cell a worst case (or the ASR) comes from; none for one seed
-    with_sd = lambda v, sd: "" if pd.isna(v) else pct(v) + ("" if pd.isna(sd) else f" ± {100 * sd:.1f}")  # noqa: E731
+    with_sd = lambda v, sd: "" if pd.isna(v) else _pct(v) + ("" if pd.isna(sd) else f" ± {100 * sd:.1f}")  # noqa: E731
     for ratio, t in table.groupby("ratio", sort=True):
         seeds = sorted(set(t["seeds"]))
         f = sorted(set(rows.loc[rows["ratio"] == ratio, "f"]))
@@ -200,7 +203,7 @@ def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os
         acc = acc.reset_index()
         head = f"attacker ratio {ratio:g} (rules' f = {', '.join(map(str, f))}; seeds per cell: {', '.join(map(str, seeds))})"
         parts.append(markdown_table(acc, f"accuracy (%), {head}",
-                                    {c: pct for c in acc.columns if c not in ("strategy", "worst", "worst attack")}))
+                                    {c: _pct for c in acc.columns if c not in ("strategy", "worst", "worst attack")}))
         parts.append(crafted_line(rows, ratio))
         sece = _pivot(t, "sece", order, attacks)
         attacked = sece.drop(columns=["benign"], errors="ignore")  # the signed value farthest from 0
@@ -208,7 +211,7 @@ def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os
         sece["worst"] = [with_sd(r.loc[r.abs().idxmax()], sd.loc[s, r.abs().idxmax()]) if r.notna().all() else ""
                          for s, r in attacked.iterrows()]
         parts.append(markdown_table(sece.reset_index(), f"sECE (%), {head}",
-                                    {c: pct for c in sece.columns if c != "worst"}))
+                                    {c: _pct for c in sece.columns if c != "worst"}))
         if t["asr"].notna().any():
             with_asr = t[t["asr"].notna()]
             cols = [a for a in attacks if a in set(with_asr["attack"])]
