@@ -253,26 +253,39 @@ def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None 
                  metric_names: Sequence[str] = ("accuracy", "sece")) -> Path:
     """Final accuracy and sECE (%) against a swept key ``x``, one line per ``hue`` value and per
     configuration (any other hashed key that varies: its line is labelled with it), each point the
-    mean over the seeds of its cells — never over other settings."""
+    mean over the seeds of its cells — never over other settings —, with a ± 1 standard deviation bar
+    where it has several seeds (a single seed's point hides how far the next seed lands). A cell whose
+    model is at chance (``chance_level``) is drawn alone as a cross and left out of its line's mean:
+    a diverged seed is no point of the trend, and it is not hidden either."""
     from fedcal.reports.groups import frame_config_labels
 
     labels = frame_config_labels(cells, [x, *([hue] if hue else [])])
+    chance = cells["chance_level"].astype(bool).to_numpy() if "chance_level" in cells.columns else \
+        np.zeros(len(cells), dtype=bool)
     # the columns plotted only, as one new frame: a cells.csv read back holds 200+ config columns,
     # one block each, and adding a column to it is what pandas' PerformanceWarning is about
     cells = cells[list(dict.fromkeys([x, *([hue] if hue else []), *metric_names]))].copy()
     cells["_config"] = labels
+    at_chance, cells = cells[chance], cells[~chance]
     fig, axes = plt.subplots(1, len(metric_names), figsize=(4.6 * len(metric_names), 3.5), squeeze=False)
     by = [hue, "_config"] if hue else ["_config"]
     groups = list(cells.groupby(by, sort=True))
     labelled = hue or cells["_config"].nunique() > 1
+    bars = False
     for ax, name in zip(axes[0], metric_names):
         for key, g in groups:
             key = key if isinstance(key, tuple) else (key,)
             label = ", ".join(filter(None, [f"{hue}={key[0]}" if hue else "", key[-1]]))
-            m = g.groupby(x)[name].mean().sort_index()
-            ax.plot(m.index, 100 * m.to_numpy(), marker="o", label=label or None)
+            m = g.groupby(x)[name].agg(["mean", "std", "size"]).sort_index()
+            spread = bool((m["size"] > 1).any())
+            bars |= spread
+            ax.errorbar(m.index, 100 * m["mean"].to_numpy(), marker="o", capsize=3, label=label or None,
+                        yerr=100 * m["std"].fillna(0).to_numpy() if spread else None)
+        if not at_chance.empty:
+            ax.scatter(at_chance[x], 100 * at_chance[name], marker="x", color="red", zorder=3,
+                       label="a chance-level cell (not in the means)")
         ax.set(xlabel=x, ylabel=f"final {DISPLAY.get(name, name)} (%)")
-        values = pd.to_numeric(cells[x], errors="coerce")
+        values = pd.to_numeric(pd.concat([cells[x], at_chance[x]]), errors="coerce")
         if values.notna().all() and values.min() > 0 and values.max() / values.min() > 10:
             ax.set_xscale("log")  # Dirichlet α 0.1–10, τ 1–20: a linear axis crowds the small values
             ax.minorticks_off()
@@ -280,9 +293,11 @@ def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None 
             ax.set_xticks(sorted(values.unique()), [f"{v:g}" for v in sorted(values.unique())])
         if name == "sece":
             ax.axhline(0, color="black", lw=0.8)
-        if labelled:
+        if labelled or not at_chance.empty:
             ax.legend(fontsize=8)
-    return _save(fig, path, note=SECE_SIGN if "sece" in metric_names else "")
+    note = "; ".join(filter(None, [SECE_SIGN if "sece" in metric_names else "",
+                                   "points: mean over seeds, bars: ± 1 std" if bars else ""]))
+    return _save(fig, path, note=note)
 
 
 def inference_curve(curve: pd.DataFrame, x: str, path: str | Path, title: str = "") -> Path:

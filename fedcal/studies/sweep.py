@@ -31,7 +31,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from fedcal.reports.sweeps import printed_cells
 
     print(printed_cells(cells, list(grid.axes)))
-    print(f"tables: {args.report}/cells.csv, {args.report}/rounds.csv")
+    if (seeds := Path(args.report) / "seeds.md").exists():
+        print(seeds.read_text())
+    print(f"tables: {args.report}/cells.csv, {args.report}/rounds.csv" + (f", {seeds}" if seeds.exists() else ""))
     if args.plot_x and not cells.empty:
         from fedcal.reports import sweep_curves
 
