@@ -267,7 +267,9 @@ def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None 
     cells = cells[list(dict.fromkeys([x, *([hue] if hue else []), *metric_names]))].copy()
     cells["_config"] = labels
     at_chance, cells = cells[chance], cells[~chance]
-    fig, axes = plt.subplots(1, len(metric_names), figsize=(4.6 * len(metric_names), 3.5), squeeze=False)
+    outside = not at_chance.empty  # the legend beside the last axes: a cross far below the lines is where it goes
+    fig, axes = plt.subplots(1, len(metric_names), figsize=(4.6 * len(metric_names) + 2.6 * outside, 3.5),
+                             squeeze=False)
     by = [hue, "_config"] if hue else ["_config"]
     groups = list(cells.groupby(by, sort=True))
     labelled = hue or cells["_config"].nunique() > 1
@@ -293,7 +295,10 @@ def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None 
             ax.set_xticks(sorted(values.unique()), [f"{v:g}" for v in sorted(values.unique())])
         if name == "sece":
             ax.axhline(0, color="black", lw=0.8)
-        if labelled or not at_chance.empty:
+        if outside:
+            if ax is axes[0][-1]:
+                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        elif labelled:
             ax.legend(fontsize=8)
     note = "; ".join(filter(None, [SECE_SIGN if "sece" in metric_names else "",
                                    "points: mean over seeds, bars: ± 1 std" if bars else ""]))
