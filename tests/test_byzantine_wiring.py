@@ -344,9 +344,9 @@ def test_byzantine_report_averages_seeds_and_names_each_strategys_worst_attack(t
     assert "Attacker replies crafted (%" in md and "alie no attacker reply" in md
 
 
-def _finished_cells(tmp_path, strategies, attacks, seeds):
+def _finished_cells(tmp_path, strategies, attacks, seeds, accuracy=lambda cfg: 0.9):
     """The cells of a 20-client, 10-a-round study at ratio 0.25, each a hand-made finished run
-    (two logged rounds of flat metrics: 90 % accuracy)."""
+    (two logged rounds of flat metrics: ``accuracy(cfg)``, 90 % unless given)."""
     from fedcal.studies.byzantine import byzantine_cells, byzantine_configs
     from fedcal.results import RunStore, run_dir_for
 
@@ -357,7 +357,7 @@ def _finished_cells(tmp_path, strategies, attacks, seeds):
         store = RunStore(run_dir_for(c), c)
         store.start()
         for rnd in (0, 1):
-            store.log_round(rnd, {"accuracy": 0.9, "ece": 0.1, "sece": 0.05, "brier": 0.2, "nll": 0.3})
+            store.log_round(rnd, {"accuracy": accuracy(c), "ece": 0.1, "sece": 0.05, "brier": 0.2, "nll": 0.3})
         store.finish()
     return cells
 
@@ -464,3 +464,22 @@ def test_the_table_shows_the_replies_each_rule_excluded(tmp_path):
     # means over the two seeds: attackers (75 + 100) / 2 = 87.5 %, benign (16.7 + 0) / 2 = 8.3 %; benign run 20 %
     assert "| multikrum | 20.0 | 87.5 / 8.3 |" in md, md
     assert "\nNo reply excluded in any run: fedavg.\n" in md and "| fedavg | 0.0" not in md
+
+
+def test_a_cell_whose_model_ended_at_chance_is_marked_where_it_stands_and_in_the_worst_case(tmp_path):
+    """A diverged seed stays in its cell's mean (the attack won there) but the table says the model is
+    no result: the chance marker on the cell and on the worst case, how many seeds, and the footnote."""
+    from fedcal.reports.byzantine import byzantine_report
+    from fedcal.reports.chance import MARK
+
+    # digits' test set: a model at 5 % is below chance (1/10); one seed of FedAvg under IPM ends there
+    cells = _finished_cells(tmp_path, ["fedavg", "median"], ["ipm"], [0, 1],
+                            accuracy=lambda c: 0.05 if (c.strategy, c.attack, c.seed) == ("fedavg", "ipm", 1) else 0.9)
+    md = byzantine_report(cells, tmp_path / "out")
+    # the mean of 0.90 and 0.05 = 47.5 %, marked with 1 of its 2 seeds; sd of the two = 60.1 points
+    assert f"| fedavg | 90.0 | 47.5 {MARK} (1 of 2 seeds) | 47.5 ± 60.1 {MARK} (1 of 2 seeds) | ipm |" in md
+    assert "| median | 90.0 | 90.0 | 90.0 ± 0.0 | ipm |" in md  # nothing marked where no seed is at chance
+    assert md.count("within noise of chance") == 1  # the footnote, once under the accuracy table
+    rows = pd.read_csv(tmp_path / "out" / "runs.csv")
+    assert rows["chance_level"].sum() == 1
+    assert pd.read_csv(tmp_path / "out" / "table.csv")["chance"].tolist().count(1) == 1

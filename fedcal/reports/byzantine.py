@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedcal.config import RunConfig
+from fedcal.reports.chance import cfg_chance, footnote, marked
 from fedcal.reports.defense import flag_rates
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.runs import final_metrics
@@ -68,7 +69,8 @@ def byzantine_rows(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
     attacks the attacker replies crafted and in all (:func:`crafted_share`; NaN where not recorded),
     and the shares of attacker and of benign replies the rule excluded (``detected``,
     ``benign_flagged``: :func:`fedcal.reports.defense.flag_rates`; NaN without an aggregation table
-    or without replies of that kind)."""
+    or without replies of that kind), and ``chance_level`` (its model within noise of chance,
+    :mod:`fedcal.reports.chance`)."""
     from fedcal.config import POISONING_ATTACKS
 
     final = final_metrics(_run_dirs(cells), "the strategy × attack table")
@@ -81,12 +83,14 @@ def byzantine_rows(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
             continue
         share = crafted_share(run_dir) if cfg.attack in POISONING_ATTACKS else None
         detected, benign_flagged, _ = flag_rates(run_dir, cfg)
+        level = cfg_chance(cfg)
         rows.append({"strategy": spec_of(cfg), "attack": "benign" if cfg.attack == "none" else cfg.attack,
                      "ratio": ratio, "f": assumed_f(ratio, cfg.clients_per_round), "seed": cfg.seed,
                      "accuracy": r["accuracy"], "sece": r["sece"], "asr": r["asr"] if "asr" in r else float("nan"),
                      "crafted": share[0] if share else float("nan"),
                      "attacker_replies": share[1] if share else float("nan"),
-                     "detected": detected, "benign_flagged": benign_flagged})
+                     "detected": detected, "benign_flagged": benign_flagged,
+                     "chance_level": bool(level is not None and level.flags(float(r["accuracy"])))})
     return pd.DataFrame(rows).drop_duplicates()
 
 
@@ -112,18 +116,25 @@ def crafted_line(rows: pd.DataFrame, ratio: float) -> str:
 
 
 def byzantine_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """Mean and standard deviation over seeds per (strategy, ratio, attack)."""
+    """Mean and standard deviation over seeds per (strategy, ratio, attack), and how many of the
+    cell's seeds ended at chance (``chance``)."""
     g = rows.groupby(["ratio", "strategy", "attack"], sort=False)
     table = g.agg(seeds=("seed", "nunique"), accuracy=("accuracy", "mean"), accuracy_sd=("accuracy", "std"),
                   sece=("sece", "mean"), sece_sd=("sece", "std"), asr=("asr", "mean"),
                   asr_sd=("asr", "std"), detected=("detected", "mean"),
-                  benign_flagged=("benign_flagged", "mean")).reset_index()
+                  benign_flagged=("benign_flagged", "mean"), chance=("chance_level", "sum")).reset_index()
     return table
 
 
 def _pct(v: float) -> str:
     """A fraction as a table cell in percent, one decimal; blank for NaN (a cell not run)."""
     return "" if pd.isna(v) else f"{100 * v:.1f}"
+
+
+def _at_chance(text: str, chance: int, seeds: int) -> str:
+    """A cell's text with the chance marker when ``chance`` of its ``seeds`` ended at chance (and how
+    many, when not all of them)."""
+    return marked(text, chance > 0) + (f" ({chance} of {seeds} seeds)" if 0 < chance < seeds else "")
 
 
 def excluded_table(table: pd.DataFrame, order: Sequence[str], attacks: Sequence[str], head: str) -> str:
@@ -196,14 +207,23 @@ def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os
         # diverged run's NaN) gets none, and says how many of the attacks it has
         complete = attacked.notna().all(axis=1)
         sd = _pivot(t, "accuracy_sd", order, attacks)
-        acc["worst"] = [with_sd(r.min(), sd.loc[s, r.idxmin()]) if ok else "" for (s, r), ok in
-                        zip(attacked.iterrows(), complete)]
+        # a cell with seeds at chance keeps them in its mean (the attack won there) and says so
+        chance = _pivot(t, "chance", order, attacks).fillna(0).astype(int)
+        seeds_of = _pivot(t, "seeds", order, attacks).fillna(0).astype(int)
+        low = {s: r.idxmin() for (s, r), ok in zip(attacked.iterrows(), complete) if ok}  # the worst attack
+        worst = [_at_chance(with_sd(attacked.loc[s, a], sd.loc[s, a]), chance.loc[s, a], seeds_of.loc[s, a])
+                 if (a := low.get(s)) else "" for s in attacked.index]
+        for a in attacks:
+            acc[a] = [_at_chance(_pct(v), chance.loc[s, a], seeds_of.loc[s, a]) if pd.notna(v) else ""
+                      for s, v in acc[a].items()]
+        acc["worst"] = worst
         acc["worst attack"] = [r.idxmin() if ok else f"incomplete ({int(r.notna().sum())} of {r.size} attacks)"
                                for (_, r), ok in zip(attacked.iterrows(), complete)]
         acc = acc.reset_index()
         head = f"attacker ratio {ratio:g} (rules' f = {', '.join(map(str, f))}; seeds per cell: {', '.join(map(str, seeds))})"
-        parts.append(markdown_table(acc, f"accuracy (%), {head}",
-                                    {c: _pct for c in acc.columns if c not in ("strategy", "worst", "worst attack")}))
+        parts.append(markdown_table(acc, f"accuracy (%), {head}"))
+        if chance.to_numpy().any():
+            parts.append(footnote(cfg_chance(c) for r_, c in cells if r_ == ratio))
         parts.append(crafted_line(rows, ratio))
         sece = _pivot(t, "sece", order, attacks)
         attacked = sece.drop(columns=["benign"], errors="ignore")  # the signed value farthest from 0
