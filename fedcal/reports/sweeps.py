@@ -114,8 +114,9 @@ REJECTED = "replies_rejected_total"
 def seed_summary(cells: pd.DataFrame, rounds: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
     """Mean and standard deviation over seeds of each :data:`SEED_METRICS` per value of the other
     ``axes``, with the seed count, the chance-level count and :data:`REJECTED`. A cell whose model is
-    at chance is counted (``chance_level``) but left out of the means (``seeds_in_means``): a diverged seed's NLL alone
-    would set the row's (the sweep plot draws it as a cross, :func:`fedcal.reports.sweep_curves`).
+    at chance is counted (``chance_level``) but left out of the means (``seeds_in_means`` says how
+    many are in them): a diverged seed's NLL alone would set the row's (the sweep plot draws it as a
+    cross, :func:`fedcal.reports.sweep_curves`).
 
     Cells that differ in a hashed key that is not an axis (a sweep run over two run stores, a key
     changed between invocations) are never averaged together: such rows gain a ``config`` column
