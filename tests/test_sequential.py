@@ -542,3 +542,25 @@ def test_calguard_with_the_sequential_test_resumes_from_its_state_dict_as_if_nev
     assert any(v[2] > 2.0 for r in whole for v in r.values())  # an alarm happened on the way
     with pytest.raises(ValueError, match="disagree on the sequential test"):
         _guard().load_state_dict(state, node_of={})
+
+
+@pytest.mark.parametrize("overrides, warned", [
+    ({"clients_per_round": 10}, True),  # 20 replies per client: the thresholds' null climbs further
+    ({"clients_per_round": 2}, True),  # 4 per client
+    ({}, False),  # 5 of 50 for 100 rounds: what the defaults were calibrated on
+    ({"num_clients": 20, "clients_per_round": 10, "num_rounds": 20}, False),  # 10 per client again
+    ({"clients_per_round": 10, "calguard_cusum_h_low": 27.49, "calguard_cusum_h_high": 29.41}, False),  # own
+])
+def test_default_thresholds_at_another_participation_rate_are_warned_about(caplog, overrides, warned):
+    import logging
+
+    from fedcal.strategies.registry import _rule_kwargs
+
+    cfg = RunConfig(strategy="calguard", calguard_cusum=True, **overrides)
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        _rule_kwargs(cfg)
+    said = [r.getMessage() for r in caplog.records if "calguard-cusum: the default thresholds" in r.getMessage()]
+    assert bool(said) == warned
+    if warned:
+        replies = cfg.num_rounds * cfg.clients_per_round / cfg.num_clients
+        assert f"replies about {replies:.3g} times" in said[0] and "calibrate calguard-cusum-h-low" in said[0]

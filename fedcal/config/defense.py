@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from fedcal.config.schema import RunConfig, check, group, setting, tasks_reading
 
-__all__ = ["PRE_AGGREGATIONS", "STRATEGIES", "CALGUARD_MODES", "CALGUARD_SIGNALS", "CALGUARD_MIN_ROOT", "ROOT_SET_STRATEGIES"]
+__all__ = ["PRE_AGGREGATIONS", "STRATEGIES", "CALGUARD_MODES", "CALGUARD_SIGNALS", "CALGUARD_MIN_ROOT", "ROOT_SET_STRATEGIES",
+           "CUSUM_CALIBRATED_REPLIES"]
 
 STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "trimmed_mean", "median", "geometric_median",
               "median_of_means", "calguard")
 CALGUARD_MODES = ("filter", "audit")  # fedcal.aggregate.calguard.CALGUARD_MODES (a test keeps them equal)
+#: expected replies per client of the runs the sequential test's default thresholds were calibrated on
+#: (5 of 50 clients a round, 100 rounds): a benign client's statistic climbs further with more replies
+#: (docs/defense.md, "The sequential test's thresholds at 10 clients a round")
+CUSUM_CALIBRATED_REPLIES = 10.0
 CALGUARD_SIGNALS = ("ratio", "scale")  # fedcal.strategies.calguard.SEQUENTIAL_SIGNALS (a test keeps them equal)
 CALGUARD_MIN_ROOT = 20  # fedcal.aggregate.calguard.MIN_ROOT_SIZE
 # Strategies that need a labelled root set of images (the lm task has none).
@@ -77,7 +82,8 @@ class Defense:
                                            "persistent shift to detect, robust units)", ge=0, finite=True,
                                       hash_when_set=True)
     # the thresholds' defaults are the ones docs/results/detector/thresholds.csv calibrates (ratio,
-    # k = 0.5, every seed's benign runs, 2 % of benign replies)
+    # k = 0.5, every seed's benign runs, 2 % of benign replies): runs of 5 of 50 clients a round for 100
+    # rounds, CUSUM_CALIBRATED_REPLIES replies per client
     calguard_cusum_h_low: float = setting(11.07, "CalGuard's sequential test: threshold of the low side "
                                                  "(under-confidence)", gt=0, finite=True,
                                           hash_when_set=True)

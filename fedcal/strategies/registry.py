@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from logging import WARNING
 from typing import TYPE_CHECKING, Any
 
 import torch
 from flwr.app import ArrayRecord
+from flwr.supercore import log
 from torch import nn
 
 from fedcal.aggregate import arc, centered_clip, nnm, static_clip
@@ -71,9 +73,32 @@ def _rule_kwargs(cfg: RunConfig) -> dict[str, Any]:
     if name == "calguard":
         sequential = (ClientCusum(k=cfg.calguard_cusum_k, h_low=cfg.calguard_cusum_h_low, h_high=cfg.calguard_cusum_h_high)
                       if cfg.calguard_cusum else None)
+        if sequential is not None:
+            _warn_uncalibrated_thresholds(cfg)
         return {"kappa": cfg.calguard_kappa, "window": cfg.calguard_window, "strikes": cfg.calguard_strikes,
                 "mode": cfg.calguard_mode, "sequential": sequential, "sequential_signal": cfg.calguard_cusum_signal}
     return {}
+
+
+def _warn_uncalibrated_thresholds(cfg: RunConfig) -> None:
+    """Warn when the sequential test runs on its default thresholds in a federation whose clients reply
+    far more (or less) often than in the runs they were calibrated on: a benign client's CUSUM climbs
+    with its replies, so at 10 of 50 a round the defaults left out one benign reply in six (measured,
+    docs/defense.md). fedcal does not derive thresholds from the rate — the null's growth is not a
+    simple law of it — so the remedy is the calibration the docs show, on benign audit runs."""
+    from fedcal.config import CUSUM_CALIBRATED_REPLIES, setting_of
+
+    if (cfg.calguard_cusum_h_low, cfg.calguard_cusum_h_high) != (setting_of("calguard_cusum_h_low").default,
+                                                                 setting_of("calguard_cusum_h_high").default):
+        return  # thresholds of the user's own
+    replies = cfg.num_rounds * cfg.clients_per_round / cfg.num_clients
+    if not 0.75 <= replies / CUSUM_CALIBRATED_REPLIES <= 1.25:
+        log(WARNING, "calguard-cusum: the default thresholds (h-low %g, h-high %g) were calibrated on runs with "
+            "about %g replies per client (5 of 50 a round, 100 rounds); here each client replies about %.3g "
+            "times, so benign clients may be excluded far more often (about one reply in six at 20 per client): "
+            "calibrate calguard-cusum-h-low / -h-high on benign audit runs of this federation (docs/defense.md, "
+            "\"The sequential test's thresholds at 10 clients a round\")", cfg.calguard_cusum_h_low,
+            cfg.calguard_cusum_h_high, CUSUM_CALIBRATED_REPLIES, replies)
 
 
 def strategy_from_config(
