@@ -217,8 +217,8 @@ def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os
             acc[a] = [_at_chance(_pct(v), chance.loc[s, a], seeds_of.loc[s, a]) if pd.notna(v) else ""
                       for s, v in acc[a].items()]
         acc["worst"] = worst
-        acc["worst attack"] = [r.idxmin() if ok else f"incomplete ({int(r.notna().sum())} of {r.size} attacks)"
-                               for (_, r), ok in zip(attacked.iterrows(), complete)]
+        acc["worst attack"] = [low[s] if s in low else f"incomplete ({int(r.notna().sum())} of {r.size} attacks)"
+                               for s, r in attacked.iterrows()]
         acc = acc.reset_index()
         head = f"attacker ratio {ratio:g} (rules' f = {', '.join(map(str, f))}; seeds per cell: {', '.join(map(str, seeds))})"
         parts.append(markdown_table(acc, f"accuracy (%), {head}"))
