@@ -184,67 +184,15 @@ directory); no table mixes the two.
 
 LITERATURE_INTRO = """## How these results compare with the literature's
 
-For each figure of the TSA literature reproduced on this page or beside it: whether its direction
-and its magnitude agree here, and where they do not, what explains it (the sections named hold the
-numbers). *Paper scale* is the reading that trains the models to the literature's accuracy level.
+Claim by claim, in two tables: the Temperature Scaling Attack's (this page and the pages it names)
+and robust federated inference's ([inference.md](inference.md)). *Paper scale* is the reading that
+trains the models to the literature's accuracy level.
 """
-# (figure, direction, magnitude, evidence): directions only, the numbers stay in the tables below
-LITERATURE = [
-    ('τ table, MNIST–MLP',
-     'agrees: τ > 1 over-confident, τ < 1 under-confident, monotone in τ, accuracy nearly unchanged',
-     "agrees at paper scale, where the benign model reaches the literature's accuracy level and is well calibrated; the 5-step reading leaves the benign model under-trained and under-confident",
-     'MNIST–MLP at paper scale; the 5-seed grid'),
-    ('τ table, CIFAR10–CNN',
-     'agrees, over five seeds and across the nine τ (5-step reading), and over three seeds at paper scale',
-     "agrees at paper scale (two local epochs with crop-and-flip, over three seeds): the benign model reaches the literature's accuracy level near-calibrated, and both shifts hold at about a point of accuracy; the 5-step reading ends well below the literature's benign accuracy; the nine-τ grid at paper scale (seed 0, made on an H100) keeps the monotone shape",
-     'CIFAR10–CNN at paper scale (τ over seeds 0–2; the probe); CIFAR10–CNN sections'),
-    ('extreme τ',
-     "over-confidence keeps growing with τ, as reported; the accuracy collapse reported beyond τ ≈ 10 does not appear on MNIST by τ = 20 (a steady decline), CIFAR-10's decline steepens beyond τ ≈ 12",
-     '5-step reading (seed 0); at paper scale on CIFAR-10 over three seeds (made on an H200) the same shape: Δ sECE −15.7 and −8.8 points of accuracy at τ = 20, no collapse at τ ≈ 10',
-     'Extreme τ sections'),
-    ('sensitivity: attacker ratio, α, β',
-     "**direction only at paper scale** (CIFAR-10, three seeds, made on an H200): the direction holds at every ratio and α on average, but from 10 % to 30 % attackers the seed spread of sECE is as wide as the shift and only 40 % separates it on every seed; τ = 5's over-confidence is largest (not smallest, as the single-seed 5-step reading had it) under strong skew (α ≤ 0.5), where it costs 5–7 points of accuracy and drove one seed to chance; the 5-step reading (single seed) has the shift widen with the attacker share and hold at every β",
-     'ratio and α over three seeds at paper scale (CIFAR-10); β at paper scale not finished (21 of 27 runs, the lent GPU time ran out); MNIST and the 5-step CIFAR reading single-seed',
-     'Sensitivity sections'),
-    ('post-hoc calibration',
-     "**contradicts for the top-label calibrators, agrees for one-vs-rest**: the literature sees only temperature scaling help and Platt scaling / isotonic regression amplify signed miscalibration; fedcal's Platt, isotonic and histogram calibrators are top-label (SPEC §5) and remove the shift from 50 samples on (MNIST) or 250 (CIFAR-10), while their one-vs-rest forms (one calibrator per class, renormalised) reproduce the amplification at small calibration sets",
-     'checked at paper scale on MNIST and CIFAR-10, three seeds each',
-     'Post-hoc calibration, top-label vs one-vs-rest (MNIST; CIFAR-10 at paper scale)'),
-    ('triage thresholds',
-     'agrees: the over-confident model sends fewer samples and misses more of its errors, the under-confident one sends more correct predictions, at paper scale too',
-     '—',
-     'Triage sections'),
-    ('representation similarity',
-     "agrees on MNIST (attacked models as close to benign ones as benign seeds to each other); on CIFAR-10 τ = 5's CKA against other seeds' benign models falls below every benign pair, in both readings",
-     '—',
-     'Representation similarity sections'),
-    ('update cosine',
-     '**agrees from the initial model, on both datasets** (three seeds at paper scale): coupled TSA stays near-collinear with the benign update through a whole round (CIFAR-10: 0.89 / 0.92 at τ = 0.2 / 5 after two epochs) while the uncoupled attacker drifts away; from trained models (round 10, the final model) the coupled cosine falls well below ~0.9 within the round on both datasets, and on CIFAR-10 coupled τ = 5 ends no more aligned than uncoupled τ = 5 — the earlier "contradicts on CIFAR-10" measured the final model only',
-     "the literature's ≥ 0.93 reached from the initial model only",
-     'Update similarity sections'),
-    ('defenses',
-     "**contradicts**: the literature reports FoolsGold and MultiKrum collapsing accuracy below ~50 % and FLTrust keeping it best; here no rule collapses accuracy on MNIST at either scale nor in any parameter reading checked against each rule's paper (FoolsGold on IID clients, Krum with m = 1); FLTrust is the most accurate rule at paper scale once its server takes the clients' number of local steps; on CIFAR-10 at paper scale (three seeds, made on an H200) no rule collapses accuracy either, FoolsGold behaves like FedAvg, FLTrust is over-confident with or without the attack (most at τ = 5) and MultiKrum removes most of τ = 5's shift and about half of τ = 0.2's",
-     '—',
-     "[defense.md](defense.md) (why the literature's defense results differ)"),
-    ('robust inference',
-     'agrees: DeepSet-TM (adversarially trained) has the best worst case of the set aggregators and the robust-elements ablation orders as reported, with the small-CNN clients and with ResNet-8 clients (five seeds); with ResNet-8 clients and PGD-CW at its default 50 steps DeepSet-TM has the best worst case overall, the positional CoPur and manifold projection below it as the literature ranks them (at the 20 steps of the main tables CoPur is ahead)',
-     "**lower**: with ResNet-8 clients trained to the literature's clean level (plain mean above 55 %, five seeds) clean accuracy rises, but SIA white-box keeps every set aggregator's worst case far below the literature's (about 48 % for DeepSet-TM), DeepSet-TM's included; with the small-CNN clients everything is lower still",
-     '[inference.md](inference.md)'),
-    ('language model (SPEC §10)',
-     'agrees: τ > 1 sharpens and τ < 1 flattens next-token distributions, and the top-p nucleus follows, at an unchanged next-token accuracy',
-     'a 0.93 M-parameter GPT-2, not GPT-2 itself',
-     '[lm.md](lm.md)'),
-    ('object detection (SPEC §10)',
-     '**direction only, by the keep rule**: keeping a box by its object score 1 − p(no object) (the literature\'s rule, the default), τ = 0.2 floods the kept boxes at an unchanged mAP as reported, but τ = 5 does not suppress them at the 0.3 threshold (only above 0.8) and costs mAP (under AdamW its 5× steps are not stealthy); keeping by the largest class probability (DETR\'s post-processing) reverses both',
-     'a weakly trained CPU grid detector on MNIST scenes, three seeds; DETR did not learn on CPU',
-     '[detection.md](detection.md)'),
-]
 
 
 def literature_section() -> str:
-    """The comparison with the literature's figures, as one table (the one Markdown writer)."""
-    table = pd.DataFrame(LITERATURE, columns=["figure", "direction", "magnitude", "evidence"])
-    return LITERATURE_INTRO + "\n" + markdown_table(table)
+    """The comparison with the TSA literature, claim by claim (docs/tools/tsa_claims.py, beside this file)."""
+    return LITERATURE_INTRO + "\n" + _sibling("tsa_claims").claims_table()
 
 
 # Columns shown as short decimals ("0.2", "0.005"); every other float with four decimals.

@@ -1,0 +1,421 @@
+"""The TSA rows of docs/results.md's literature comparison, claim by claim (issue 35's acceptance).
+
+Each row: the claim, the literature's value (docs/results/literature/tsa.csv, with where each value is
+quoted from), fedcal's value computed here from the committed result tables, the seeds behind it, a
+verdict, and for a claim that does not match the protocol difference found and the section whose
+runs show it. Verdicts follow fixed rules, stated in CLAIMS_INTRO, so that a re-made table can move a
+verdict without anyone editing this file.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+CLAIMS_INTRO = """### The Temperature Scaling Attack, claim by claim (issue 35)
+
+Each claim of the TSA literature (Lee et al., arXiv 2602.06638, and SPEC.md's statement of it)
+against fedcal's value, computed by `docs/tools/tsa_claims.py` from the tables of the sections
+named in the last column (their commands are above them); the literature's values and where each is
+quoted from are in `docs/results/literature/tsa.csv`. Verdict rules: a direction claim **matches**
+when the mean over seeds and every seed have the claimed sign, is **direction only** when the mean
+has it but not every seed (or the magnitude misses), and **contradicts** when the mean has the other
+sign; a level matches when the literature's value lies within the range of fedcal's seeds, and
+contradicts otherwise.
+"""
+
+MATCH, DIRECTION, CONTRADICTS = "matches", "direction only", "contradicts"
+
+
+def _literature() -> pd.DataFrame:
+    return pd.read_csv(RESULTS / "literature" / "tsa.csv").set_index("claim")
+
+
+def _read(name: str, file: str = "table.csv") -> pd.DataFrame | None:
+    path = RESULTS / name / file
+    return pd.read_csv(path) if path.exists() else None
+
+
+def _seeds(values) -> str:
+    s = sorted({int(v) for v in values})
+    if len(s) > 2 and s == list(range(s[0], s[-1] + 1)):
+        return f"{s[0]}–{s[-1]}"
+    return ", ".join(map(str, s))
+
+
+def _sign_verdict(per_seed: pd.Series, sign: int) -> str:
+    """The direction rule on per-seed shifts: every seed, the mean only, or neither."""
+    if (np.sign(per_seed) == sign).all():
+        return MATCH
+    return DIRECTION if np.sign(per_seed.mean()) == sign else CONTRADICTS
+
+
+def _worse(*verdicts: str) -> str:
+    order = [MATCH, DIRECTION, CONTRADICTS]
+    return max(verdicts, key=order.index)
+
+
+def _pm(s: pd.Series, fmt: str = "+.2f") -> str:
+    return f"{s.mean():{fmt}} ± {s.std(ddof=1):.2f}" if len(s) > 1 else f"{s.mean():{fmt}}"
+
+
+def _tau_rows(name: str, label: str, section: str) -> list[tuple]:
+    """Direction and accuracy claims on a τ table over seeds (one row per run)."""
+    t = _read(name)
+    if t is None:
+        return []
+    seeds = _seeds(t["seed"])
+    low, high = t[t["tau"] == t["tau"].min()], t[t["tau"] == t["tau"].max()]
+    verdict = _worse(_sign_verdict(low["d_sece"], +1), _sign_verdict(high["d_sece"], -1))
+    direction = (f"{label}: Δ sECE {_pm(low['d_sece'])} at τ = {low['tau'].iloc[0]:g}, "
+                 f"{_pm(high['d_sece'])} at τ = {high['tau'].iloc[0]:g} (points, each run against the benign "
+                 f"run of its seed; {int((np.sign(low['d_sece']) > 0).sum() + (np.sign(high['d_sece']) < 0).sum())} "
+                 f"of {len(low) + len(high)} runs in the claimed direction)")
+    attacked = t[t["run"] != "benign"].groupby("tau")["d_accuracy"].mean()
+    worst = attacked.abs().idxmax()
+    accuracy = (f"{label}: largest mean accuracy change {attacked[worst]:+.2f} points (τ = {worst:g}) over "
+                f"{len(attacked)} attacked τ")
+    return [("direction", direction, seeds, verdict, "", section),
+            ("accuracy", accuracy, seeds, MATCH if abs(attacked[worst]) <= 2 else CONTRADICTS,
+             "" if abs(attacked[worst]) <= 2 else "read the section", section)]
+
+
+def _monotone_row(name: str, label: str, section: str) -> list[tuple]:
+    """Whether the mean Δ sECE falls with τ at every step of the grid."""
+    t = _read(name)
+    if t is None:
+        return []
+    mean = t.groupby("tau")["d_sece"].mean().sort_index()
+    steps = np.diff(mean.to_numpy())
+    broken = [f"{a:g} → {b:g}" for a, b, d in zip(mean.index[:-1], mean.index[1:], steps) if d >= 0]
+    fedcal = (f"{label}: mean Δ sECE falls at {int((steps < 0).sum())} of {len(steps)} steps of the "
+              f"{len(mean)}-τ grid" + (f" (not at {', '.join(broken)})" if broken else ""))
+    verdict = MATCH if not broken else DIRECTION
+    reason = ("" if not broken else "the exception is within the seed spread of its neighbours (a single seed "
+              "on this grid); no protocol difference found")
+    return [("monotone", fedcal, _seeds(t["seed"]), verdict, reason, section)]
+
+
+def _benign_rows() -> list[tuple]:
+    rows = []
+    mnist = _read("paper-mnist-mlp-tau-5seeds")
+    if mnist is not None:
+        b = mnist[mnist["run"] == "benign"]["accuracy_%"]
+        rows.append(("benign-mnist", f"MNIST–MLP at paper scale: {_pm(b, '.2f')} %", _seeds(mnist["seed"]),
+                     MATCH if 90 <= b.mean() < 95 else CONTRADICTS, "",
+                     "MNIST–MLP at paper scale (one local epoch per round)"))
+    cifar = _read("paper-cifar10-cnn-tau-3seeds")
+    if cifar is not None:
+        b = cifar[cifar["run"] == "benign"]["accuracy_%"]
+        lit = float(_literature().loc["benign-cifar", "literature"].rstrip(" %"))
+        ok = b.min() <= lit <= b.max()
+        rows.append(("benign-cifar", f"CIFAR10–CNN at paper scale: {_pm(b, '.2f')} % (seeds {b.min():.2f}–{b.max():.2f}; "
+                     f"{lit - b.mean():.2f} points below the literature)",
+                     _seeds(cifar["seed"]), MATCH if ok else CONTRADICTS,
+                     _probe_reason(), "CIFAR10–CNN at paper scale; the probe"))
+    return rows
+
+
+def _probe_reason() -> str:
+    """What the benign-accuracy probe (momentum, weight decay) found, once its table exists."""
+    t = _read("paper-cifar10-probe-3seeds", "seeds.csv")
+    if t is None:
+        return "the probe of momentum and weight decay (the last look issue 35 asks for) is not finished"
+    best = t.loc[t["accuracy_mean"].idxmax()]
+    return (f"of the probe's readings (momentum, weight decay; seeds {_seeds(range(int(t['seeds'].max())))}) the most accurate is momentum {best['momentum']:g}, "
+            f"weight decay {best['weight-decay']:g}: {100 * best['accuracy_mean']:.2f} % with sECE "
+            f"{100 * best['sece_mean']:+.2f}")
+
+
+def _extreme_rows() -> list[tuple]:
+    """The collapse claim on the paper-scale CIFAR extreme sweep (and MNIST's, when it exists)."""
+    rows = []
+    for name, label in (("paper-cifar10-extreme-tau", "CIFAR10–CNN at paper scale"),
+                        ("paper-mnist-extreme-tau", "MNIST–MLP at paper scale")):
+        t = _read(name)
+        if t is None:
+            continue
+        acc = t.groupby("tau")["d_accuracy"].mean()
+        top = acc.index.max()
+        chance = t["chance_level"].astype(bool).sum() if "chance_level" in t.columns else 0
+        fedcal = (f"{label}: accuracy change {acc.get(10.0, np.nan):+.2f} points at τ = 10, {acc[top]:+.2f} at "
+                  f"τ = {top:g}; {chance} run(s) at chance")
+        collapsed = chance > 0
+        reason = ("" if collapsed else
+                  "no difference found in the protocol as written (β fixed, η = β·τ, 25 % attackers, 100 rounds): "
+                  "the decline is steady in every reading fedcal ran, the 5-step MNIST and CIFAR sweeps included; "
+                  + _coupling_note())
+        rows.append(("extreme", fedcal, _seeds(t["seed"]), MATCH if collapsed else CONTRADICTS, reason,
+                     f"Extreme τ at fixed β ({label.split(' ')[0]}{' at paper scale' if 'paper' in name else ''})"))
+    return rows
+
+
+def _coupling_note() -> str:
+    """What the uncoupled extreme runs show (η = β whatever τ: the other reading of 'fixed β')."""
+    t = _read("paper-mnist-extreme-tau-uncoupled")
+    if t is None:
+        return "the uncoupled reading of 'fixed β' (η = β) is not run"
+    acc = t.groupby("tau")["d_accuracy"].mean()
+    return (f"reading 'fixed β' as the uncoupled η = β instead does not collapse either (MNIST: "
+            f"{acc[acc.index.max()]:+.2f} points at τ = {acc.index.max():g})")
+
+
+def _sensitivity_rows() -> list[tuple]:
+    """Direction per (value, seed) cell of the paper-scale sweeps, against the benign run of the seed."""
+    rows = []
+    for key, claim, name in (("attacker-ratio", "sens-ratio", "paper-cifar10-sens-ratio"),
+                             ("dirichlet-alpha", "sens-alpha", "paper-cifar10-sens-alpha"),
+                             ("lr", "sens-beta", "paper-cifar10-sens-beta")):
+        cells = _read(name, "cells.csv")
+        if cells is None:
+            rows.append((claim, "not made over seeds at paper scale", "—", "—",
+                         "the paper-scale sweep waits for a lent GPU's time (the runs are prepared)", "—"))
+            continue
+        rows.append(_sensitivity_row(key, claim, cells))
+    return rows
+
+
+def _sensitivity_row(key: str, claim: str, cells: pd.DataFrame) -> tuple:
+    benign = _benign_sece(key, cells)
+    chance = _chance_runs(cells)
+    cells = cells[~cells["run_id"].isin(chance)]
+    parts, verdicts = [], []
+    for tau, sign in ((0.2, +1), (5.0, -1)):
+        att = cells[cells["tau"] == tau].merge(benign, on=[key, "seed"])
+        shift = att["sece"] - att["benign_sece"]
+        parts.append(f"τ = {tau:g} in the claimed direction in {int((np.sign(shift) == sign).sum())} of {len(shift)} "
+                     f"(value, seed) cells")
+        by_value = shift.groupby(att[key]).mean()
+        verdicts.append(MATCH if (np.sign(shift) == sign).all() else
+                        DIRECTION if (np.sign(by_value) == sign).all() else CONTRADICTS)
+    values = ", ".join(f"{v:g}" for v in sorted(cells[key].unique()))
+    fedcal = f"{key} {values}: " + "; ".join(parts) + (f"; {len(chance)} run(s) at chance, left out" if chance else "")
+    verdict = _worse(*verdicts)
+    reason = ("" if verdict == MATCH else
+              "at 5 of 50 clients a round which attackers the last rounds sample moves the final sECE by as much "
+              "as the attack does (the seed spread of the benign sECE is of the shift's size)")
+    return (claim, fedcal, _seeds(cells["seed"]), verdict, reason,
+            f"Sensitivity at paper scale: {key.replace('-', ' ')}")
+
+
+def _benign_sece(key: str, cells: pd.DataFrame) -> pd.DataFrame:
+    """The benign sECE per (value, seed): the sweep's own τ = 1 cells, or the paper-scale τ table's benign runs
+    (an axis the benign run does not depend on: the attacker ratio)."""
+    own = cells[cells["tau"] == 1.0]
+    if len(own):
+        return own[[key, "seed", "sece"]].rename(columns={"sece": "benign_sece"})
+    t = _read("paper-cifar10-cnn-tau-3seeds")
+    b = t[t["run"] == "benign"][["seed", "sece_%"]].rename(columns={"sece_%": "benign_sece"})
+    b["benign_sece"] /= 100
+    return pd.DataFrame([(v, s, e) for v in cells[key].unique() for s, e in b.itertuples(index=False)],
+                        columns=[key, "seed", "benign_sece"])
+
+
+def _chance_runs(cells: pd.DataFrame) -> set:
+    """Runs the sweep report flagged as ending at chance (fedcal.reports.chance): a diverged model, not a shift."""
+    return set(cells.loc[cells["chance_level"].astype(bool), "run_id"])
+
+
+def _posthoc_rows() -> list[tuple]:
+    """Does top-label / one-vs-rest Platt or isotonic amplify the attacked models' |sECE| (mean over seeds)?"""
+    rows = []
+    for claim, methods, label in (("posthoc-top", ("platt", "isotonic"), "top-label (fedcal's default)"),
+                                  ("posthoc-ovr", ("platt-ovr", "isotonic-ovr"), "one-vs-rest")):
+        parts, amplified, cells, seeds = [], 0, 0, set()
+        for name, ds in (("paper-mnist-posthoc-ovr", "MNIST"), ("paper-cifar10-posthoc-ovr", "CIFAR-10")):
+            t = _read(name, "posthoc.csv")
+            if t is None:
+                continue
+            seeds |= set(t["seed"])
+            t = t[t["run"] != "benign"]
+            w = t.pivot_table(index=["run", "n_cal"], columns="method", values="sece").abs()
+            more = (w[list(methods)].gt(w["none"], axis=0))
+            amplified += int(more.to_numpy().sum())
+            cells += more.size
+            small = more.xs(10, level="n_cal").to_numpy().mean()
+            parts.append(f"{ds}: {int(more.to_numpy().sum())} of {more.size}, {100 * small:.0f} % of them at n_cal = 10")
+        if not cells:
+            continue
+        fedcal = f"{label} Platt / isotonic leave the attacked model's |sECE| larger in " + "; ".join(parts)
+        share = amplified / cells
+        verdict = MATCH if share > 0.5 else (DIRECTION if amplified else CONTRADICTS)
+        reason = ("" if verdict == MATCH else
+                  "the literature's Platt / isotonic are one-vs-rest (one calibrator per class, renormalised; "
+                  "next row); fedcal's defaults are top-label (SPEC §5), which recalibrate the confidence "
+                  "directly and remove the shift from 50 samples on" if claim == "posthoc-top" else
+                  "the one-vs-rest forms amplify at small calibration sets, where the literature's figure reads")
+        rows.append((claim, fedcal, _seeds(seeds), verdict, reason,
+                     "Post-hoc calibration, top-label vs one-vs-rest (both datasets at paper scale)"))
+    return rows
+
+
+def _triage_row() -> list[tuple]:
+    """Missed errors (wrong but confident enough not to be sent) at γ = 0.9: τ = 5 against benign, per seed."""
+    parts, ratios, seeds = [], [], set()
+    for name, ds in (("paper-mnist-triage", "MNIST"), ("paper-cifar10-triage", "CIFAR-10")):
+        t = _read(name, "triage.csv")
+        if t is None:
+            continue
+        t = t[t["gamma"].round(6) == 0.9].set_index(["run", "seed"])["missed"]
+        r = t["tsa τ=5"] / t["benign"]
+        ratios.append(r)
+        seeds |= set(r.index)
+        parts.append(f"{ds} ×{r.mean():.2f} (per seed ×{r.min():.2f}–×{r.max():.2f})")
+    if not ratios:
+        return []
+    r = pd.concat(ratios)
+    fedcal = "missed errors at γ = 0.9, τ = 5 against benign: " + ", ".join(parts)
+    verdict = _sign_verdict(np.log(r), +1)
+    return [("triage", fedcal, _seeds(seeds), verdict if verdict != MATCH else DIRECTION,
+             "the direction holds on every seed; the literature's 7.2× is its ECG case study (MIT-BIH, a 1-D CNN, "
+             "10 clients, 20 rounds), whose data fedcal cannot fetch here — the magnitude is not compared",
+             "Triage thresholds at paper scale (both datasets)")]
+
+
+def _cka_rows() -> list[tuple]:
+    """τ = 5's CKA to other seeds' benign models against the range of benign pairs."""
+    rows = []
+    for name, ds in (("mnist-similarity", "MNIST–MLP (5-step reading)"),
+                     ("paper-cifar10-similarity", "CIFAR10–CNN at paper scale")):
+        t = _read(name, "similarity.csv")
+        if t is None:
+            continue
+        benign = t[t["pair"] == "benign vs benign"]["cka"]
+        parts, out = [], []
+        for tau in (0.2, 5.0):
+            a = t[(t["tau"] == tau) & (t["seed_a"] != t["seed_b"])]["cka"]
+            if not benign.min() <= a.mean() <= benign.max():
+                out.append(f"τ = {tau:g}'s 1 − CKA is {(1 - a.mean()) / (1 - benign.mean()):.2f}× the benign pairs'")
+            parts.append(f"τ = {tau:g} {a.mean():.3f}")
+        fedcal = f"{ds}: CKA to other seeds' benign models " + ", ".join(parts) + (
+            f" against benign pairs {benign.min():.3f}–{benign.max():.3f}")
+        verdict = CONTRADICTS if out else MATCH
+        reason = ("" if verdict == MATCH else
+                  "; ".join(out) + ": the attacked model's penultimate features lie further from a benign model "
+                  "than another seed's do; measured as SPEC §4 states it (linear CKA on the shared test set, "
+                  "benign reference the pairs of seeds), no protocol difference found")
+        rows.append(("cka", fedcal, _seeds(pd.concat([t["seed_a"], t["seed_b"]])), verdict, reason,
+                     f"Representation similarity ({ds.split(' ')[0]})"))
+    return rows
+
+
+def _cosine_rows() -> list[tuple]:
+    """Coupled TSA's cosine to the benign update after a whole round, from the initial and a trained model."""
+    rows = []
+    for name, ds in (("paper-mnist-stealth-protocols", "MNIST"), ("paper-cifar10-stealth-protocols", "CIFAR-10")):
+        t = _read(name, "stealth.csv")
+        if t is None:
+            continue
+        t = t[(t["reference"] == "same") & (t["step"] == t["step"].max())]
+        m = t.groupby(["start_round", "variant"])["cosine"].mean()
+        pair = {tau: (m[(0, f"tsa_coupled_tau{tau}")], m[(0, f"tsa_uncoupled_tau{tau}")]) for tau in ("0.2", "5")}
+        coupled0 = min(c for c, _ in pair.values())
+        drifts = all(u < c for c, u in pair.values())
+        trained = m.xs(t["start_round"].max(), level="start_round")
+        fedcal = (f"{ds}, after a whole round (mean over seeds): from the initial model coupled / uncoupled "
+                  + ", ".join(f"{c:.3f} / {u:.3f} (τ = {tau})" for tau, (c, u) in pair.items())
+                  + f"; from the final model coupled {trained['tsa_coupled_tau0.2']:.3f} / "
+                  f"{trained['tsa_coupled_tau5']:.3f} (τ = 0.2 / 5)")
+        verdict = MATCH if coupled0 >= 0.93 and drifts else (DIRECTION if drifts else CONTRADICTS)
+        reason = ("the start model: the literature's figure is reached from the initial global model only, "
+                  "fedcal's earlier measurement started from the final one" +
+                  ("" if coupled0 >= 0.93 else f"; from the initial model the coupled cosine ends at {coupled0:.3f}, "
+                   "just below the literature's 0.93 (the order coupled ≫ uncoupled holds)"))
+        rows.append(("cosine", fedcal, _seeds(t["seed"]), verdict, reason,
+                     f"Update similarity: the measurement audited ({ds})"))
+    return rows
+
+
+def _defense_rows() -> list[tuple]:
+    """The lowest accuracy FoolsGold and MultiKrum reach under TSA, and FLTrust's rank, in every paper-scale
+    parameter reading of the defense tables."""
+    rows = []
+    for names, ds, section in ((("paper-defense-mnist", "paper-defense-mnist-iid", "paper-defense-mnist-krum1"),
+                                "MNIST–MLP", "defense.md, paper scale (MNIST–MLP)"),
+                               (("paper-defense-cifar10",), "CIFAR10–CNN", "defense.md, paper scale (CIFAR10–CNN)")):
+        tables = [t for t in (_read(n) for n in names) if t is not None]
+        if not tables:
+            continue
+        t = pd.concat(tables)
+        attacked = t[t["tau"] != 1.0]
+        fk = attacked[attacked["strategy"].isin(["foolsgold", "multikrum"])]
+        low = fk.loc[fk["accuracy"].idxmin()]
+        main = tables[0][tables[0]["tau"] != 1.0]
+        rank = main.groupby("strategy")["accuracy"].mean().rank(ascending=False)
+        fedcal = (f"{ds}: lowest FoolsGold / MultiKrum accuracy under TSA {low['accuracy']:.2f} % ({low['strategy']}, "
+                  f"τ = {low['tau']:g}) over {len(tables)} parameter reading(s); FLTrust ranks "
+                  f"{int(rank['fltrust'])} of {len(rank)} by mean accuracy under attack")
+        collapsed = low["accuracy"] < 50
+        verdict = MATCH if collapsed and rank["fltrust"] == 1 else (DIRECTION if collapsed else CONTRADICTS)
+        rows.append(("defenses", fedcal, _seeds(range(int(t["seeds"].min()))), verdict,
+                     "" if verdict == MATCH else
+                     "each rule's parameters checked against its paper (FoolsGold on IID clients, Krum with m = 1, "
+                     "FLTrust with the clients' number of local steps): no reading collapses accuracy; TSA moves "
+                     "calibration, not accuracy, so a rule that keeps or drops its updates changes accuracy little",
+                     section))
+    return rows
+
+
+def _parse_pm(cell: str) -> float:
+    return float(str(cell).split("±")[0])
+
+
+def _lm_row() -> list[tuple]:
+    t = _read("lm-shakespeare")
+    if t is None:
+        return []
+    t = t.set_index("τ")
+    benign = t.loc["benign (τ 1)"]
+    low, high = t.loc["τ 0.5"], t.loc["τ 2"]
+    ds = [_parse_pm(low["sECE %"]) - _parse_pm(benign["sECE %"]), _parse_pm(high["sECE %"]) - _parse_pm(benign["sECE %"])]
+    acc = max(abs(_parse_pm(x["accuracy %"]) - _parse_pm(benign["accuracy %"])) for x in (low, high))
+    fedcal = (f"Δ sECE {ds[0]:+.2f} (τ = 0.5), {ds[1]:+.2f} (τ = 2); nucleus size {_parse_pm(low['nucleus size']):.0f} / "
+              f"{_parse_pm(benign['nucleus size']):.0f} / {_parse_pm(high['nucleus size']):.0f}; accuracy within "
+              f"{acc:.2f} points")
+    ok = ds[0] > 0 > ds[1] and acc <= 2
+    return [("lm", fedcal, _seeds(range(int(benign["runs"]))), MATCH if ok else DIRECTION,
+             "a 0.93 M-parameter GPT-2-style model trained from scratch, not the pretrained GPT-2; the per-seed values "
+             "are not in the table, so the verdict reads means", "lm.md")]
+
+
+def _detection_row() -> list[tuple]:
+    t = _read("detect-mnist", "runs.csv")
+    if t is None:
+        return []
+    kept = t.pivot_table(index="seed", columns="tau", values="boxes_kept_object")
+    low, high = kept[0.2] - kept[1.0], kept[5.0] - kept[1.0]
+    fedcal = (f"boxes kept per image by the object score at 0.3: {_pm(low)} (τ = 0.2), {_pm(high)} (τ = 5) "
+              f"against benign")
+    verdict = _worse(_sign_verdict(low, +1), _sign_verdict(high, -1))
+    return [("detection", fedcal, _seeds(t["seed"]), verdict,
+             "" if verdict == MATCH else
+             "a weakly trained grid detector on MNIST scenes (DETR did not learn on CPU): τ = 5's 5× AdamW steps "
+             "cost mAP instead of sharpening the no-object score; it suppresses boxes only above a 0.8 threshold",
+             "detection.md")]
+
+
+ROWS = (lambda: _tau_rows("paper-mnist-mlp-tau-5seeds", "MNIST–MLP at paper scale",
+                          "MNIST–MLP at paper scale (one local epoch per round)"),
+        lambda: _tau_rows("paper-cifar10-cnn-tau-3seeds", "CIFAR10–CNN at paper scale",
+                          "CIFAR10–CNN at paper scale, τ over seeds 0–2"),
+        lambda: _monotone_row("paper-mnist-mlp-tau-5seeds", "MNIST–MLP at paper scale",
+                              "MNIST–MLP at paper scale (one local epoch per round)"),
+        lambda: _monotone_row("paper-cifar10-cnn-tau-grid", "CIFAR10–CNN at paper scale",
+                              "CIFAR10–CNN at paper scale, the full τ grid"),
+        _benign_rows, _extreme_rows, _sensitivity_rows, _posthoc_rows, _triage_row, _cka_rows, _cosine_rows,
+        _defense_rows, _lm_row, _detection_row)
+
+
+def claims_table() -> str:
+    """The TSA claims as one Markdown table, in the literature CSV's order of claims."""
+    from fedcal.reports import markdown_table
+
+    lit = _literature()
+    rows = [r for make in ROWS for r in make()]
+    order = {c: i for i, c in enumerate(lit.index)}
+    rows.sort(key=lambda r: order[r[0]])
+    table = pd.DataFrame([(lit.loc[c, "name"], lit.loc[c, "literature"], *rest) for c, *rest in rows],
+                         columns=["claim", "literature", "fedcal", "seeds", "verdict", "protocol difference", "run"])
+    return CLAIMS_INTRO + "\n" + markdown_table(table) + "\n"
