@@ -196,7 +196,7 @@ def literature_section() -> str:
 
 
 # Columns shown as short decimals ("0.2", "0.005"); every other float with four decimals.
-SHORT = ("tau", "lr", "dirichlet-alpha", "attacker-ratio", "gamma")
+SHORT = ("tau", "lr", "dirichlet-alpha", "attacker-ratio", "gamma", "momentum", "weight-decay")
 
 
 def _short(v) -> str:
@@ -270,6 +270,15 @@ def analysis_tables() -> dict[str, str]:
     for name, file in [*((n, "stealth.md") for n in STEALTH_AUDIT), ("paper-cifar10-extreme-tau", "table.md")]:
         if (f := res / name / file).exists():
             out[name] = table_text(f)
+    if (f := res / "paper-cifar10-probe-seed0" / "cells.csv").exists():
+        t = pd.read_csv(f)[["run_id", "momentum", "weight-decay", "accuracy", "ece", "sece", "nll", "chance_level"]]
+        r = pd.read_csv(res / "paper-cifar10-probe-seed0" / "rounds.csv")
+        r = r[r["metric"] == "accuracy"]
+        best = r.loc[r.groupby("run_id")["value"].idxmax()].set_index("run_id")
+        t["best round"] = t["run_id"].map(lambda i: f"{100 * best.loc[i, 'value']:.2f} (round {best.loc[i, 'round']})")
+        out["paper-cifar10-probe-seed0"] = "Accuracy, ECE and sECE in %:\n\n" + markdown(
+            t[["momentum", "weight-decay", "accuracy", "ece", "sece", "nll", "chance_level", "best round"]],
+            pct=("accuracy", "ece", "sece"))
     sweeps = (("extreme-tau", "tau"), ("sens-ratio", "attacker-ratio"), ("sens-alpha", "dirichlet-alpha"),
               ("sens-beta", "lr"), ("paper-probe", "local-epochs"))
     for name in ("paper-cifar10-sens-ratio", "paper-cifar10-sens-alpha"):  # over seeds: fedcal sweep's summary
@@ -300,6 +309,19 @@ ANALYSES = [
      "positive sECE, so it is the paper-scale CIFAR reading (the τ table over three seeds at this reading is "
      "above, the defense table at it over three seeds in defense.md). One local epoch ends lower, and its last rounds swing by "
      "several points (5 of 50 clients per round)."),
+    ("paper-cifar10-probe-seed0",
+     "CIFAR10–CNN at paper scale: momentum and weight decay (benign, seed 0, made on an H200)",
+     "fedcal sweep --grid momentum=0,0.9 --grid weight-decay=0,5e-4 --report docs/results/paper-cifar10-probe-seed0 "
+     + PAPER_CIFAR + " tau=1 seed=0",
+     [],
+     "Issue 35's last look at the benign accuracy gap (the literature's CIFAR10–CNN benign accuracy is quoted as "
+     "68.55 %): the plain-SGD reading above against SGD with momentum, weight decay, or both, seed 0 only (seeds "
+     "1–2 are prepared for a lent GPU). `best round` is the highest accuracy the model reached at any evaluated "
+     "round (every 10th), with that round. Momentum with weight decay came closest to the literature's level "
+     "and then diverged in the last rounds: its clients' updates turned NaN and were rejected (the run's "
+     "rejections.csv names them), so the final model is the one the table marks at chance. At this step size "
+     "(β = 0.05, an effective step of 0.5 under momentum 0.9) the extra accuracy is not stable; plain SGD stays "
+     "the paper-scale reading."),
     ("paper-mnist-posthoc-ovr",
      "Post-hoc calibration, top-label vs one-vs-rest (paper-scale MNIST–MLP, seeds 0–2)",
      "fedcal posthoc runs/paper/mnist-mlp-fedavg-{none,tsa0.2,tsa5}-s{0,1,2}-* "
@@ -716,10 +738,9 @@ RESNET8_GRID_SEEDS_COMMAND = (
     f"docs/results/inference-cifar10-resnet8 docs/results/{RESNET8_GRID_MORE}")
 
 
-def resnet8_grid_seeds(grid: Path) -> list[str]:
-    """The ResNet-8 (n, f) grid over seeds 0–2: three commands (seed 0's grid, the seeds added to
-    (10, 3) and (25, 5); (17, 4) is the five-seed table's), the combined worst-case table, and its
-    winners and trends computed from the cells."""
+def _grid_trend(grid: Path) -> str:
+    """How each aggregator's worst case moves with n over the seeds, and whether that is more than the seeds'
+    spread (a single-seed grid's fall with n was not)."""
     cells = without_chance(pd.read_csv(grid / "cells.csv"))
     per_seed = worst_case(cells, by=("n", "f", "seed", "aggregator"))
     w = per_seed.groupby(["aggregator", "n"])["accuracy"].agg(["mean", "std"])
@@ -729,12 +750,20 @@ def resnet8_grid_seeds(grid: Path) -> list[str]:
     peak = {a: int(w.loc[a, "mean"].idxmax()) for a in aggs}
     # the spread of a row's means over (n, f) against its seeds' spread: a trend or noise
     small = [a for a in aggs if w.loc[a, "mean"].max() - w.loc[a, "mean"].min() < w.loc[a, "std"].max()]
-    trend = (f"Over the three seeds the worst case falls from n = {ns[0]} to n = {ns[-1]} steadily for "
-             + (", ".join(falling) if falling else "no aggregator") + "; it is highest at n = "
-             + "; at n = ".join(f"{n} for {sum(v == n for v in peak.values())} of {len(aggs)}" for n in ns)
-             + f" aggregators, and for {len(small)} of {len(aggs)} the spread of its row over (n, f) is smaller than "
-             "its largest seed-to-seed standard deviation: seed 0's fall with n (the single-seed grid) is not "
-             "a trend over seeds.")
+    count = {2: "two", 3: "three", 4: "four", 5: "five"}.get(cells["seed"].nunique(), str(cells["seed"].nunique()))
+    return (f"Over the {count} seeds the worst case falls from n = {ns[0]} to n = {ns[-1]} steadily for "
+            + (", ".join(falling) if falling else "no aggregator") + "; it is highest at n = "
+            + "; at n = ".join(f"{n} for {sum(v == n for v in peak.values())} of {len(aggs)}" for n in ns)
+            + f" aggregators, and for {len(small)} of {len(aggs)} the spread of its row over (n, f) is smaller than "
+            "its largest seed-to-seed standard deviation" + (": seed 0's fall with n (the single-seed grid) is not "
+            "a trend over seeds." if len(falling) <= len(aggs) / 2 else "."))
+
+
+def resnet8_grid_seeds(grid: Path) -> list[str]:
+    """The ResNet-8 (n, f) grid over seeds 0–2: three commands (seed 0's grid, the seeds added to
+    (10, 3) and (25, 5); (17, 4) is the five-seed table's), the combined worst-case table, and its
+    winners and trends computed from the cells."""
+    trend = _grid_trend(grid)
     return ["### ResNet-8 clients: (n, f) = (10, 3), (17, 4), (25, 5), seeds 0–2", "", "```bash",
             RESNET8_GRID_COMMAND, RESNET8_GRID_MORE_COMMAND, RESNET8_GRID_SEEDS_COMMAND, "```", "",
             "The first command made seed 0 of every cell (on a lent H100 and 2 CPU cores; its run store stayed "
