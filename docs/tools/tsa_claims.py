@@ -23,7 +23,8 @@ quoted from are in `docs/results/literature/tsa.csv`. Verdict rules: a direction
 when the mean over seeds and every seed have the claimed sign, is **direction only** when the mean
 has it but not every seed (or the magnitude misses), and **contradicts** when the mean has the other
 sign; a level matches when the literature's value lies within the range of fedcal's seeds, and
-contradicts otherwise.
+contradicts otherwise; a claim about what a method does matches when it holds in most of the cells
+measured.
 """
 
 MATCH, DIRECTION, CONTRADICTS = "matches", "direction only", "contradicts"
@@ -165,8 +166,9 @@ def _extreme_row(label: str, acc: pd.Series, chance: int, seeds: pd.Series, sect
     fedcal = (f"{label}: accuracy change {acc.get(10.0, np.nan):+.2f} points at τ = 10, {acc[top]:+.2f} at "
               f"τ = {top:g}; {chance} run(s) at chance")
     reason = ("" if chance else
-              "no difference found in the protocol as written (β fixed, η = β·τ, 25 % attackers, 100 rounds): the "
-              "decline is steady in every reading fedcal ran, the 5-step MNIST and CIFAR sweeps included; "
+              "no difference found in the protocol as written (β fixed, η = β·τ, 25 % attackers, 100 rounds): in "
+              "every reading fedcal ran (both datasets at paper scale over three seeds, the 5-step sweeps) accuracy "
+              "declines gradually or hardly at all; "
               + _coupling_note())
     return ("extreme", fedcal, _seeds(seeds), MATCH if chance else CONTRADICTS, reason, section)
 
@@ -177,6 +179,7 @@ def _extreme_mnist() -> pd.DataFrame | None:
     cells = _read("paper-mnist-extreme-tau", "cells.csv")
     if cells is None:
         return None
+    cells = cells[["run_id", "seed", "tau", "coupled", "accuracy", "chance_level"]]
     cells = cells.assign(coupled=cells["coupled"].astype(str).str.lower() == "true")
     benign = cells[(cells["tau"] == 1.0) & cells["coupled"]].set_index("seed")["accuracy"]
     return cells.assign(d_accuracy=100 * (cells["accuracy"] - cells["seed"].map(benign)))
@@ -252,7 +255,7 @@ def _chance_runs(cells: pd.DataFrame) -> set:
 
 
 def _posthoc_rows() -> list[tuple]:
-    """Does top-label / one-vs-rest Platt or isotonic amplify the attacked models' |sECE| (mean over seeds)?"""
+    """Does top-label / one-vs-rest Platt or isotonic amplify the attacked models' absolute sECE (mean over seeds)?"""
     rows = []
     for claim, methods, label in (("posthoc-top", ("platt", "isotonic"), "top-label (fedcal's default)"),
                                   ("posthoc-ovr", ("platt-ovr", "isotonic-ovr"), "one-vs-rest")):
@@ -264,16 +267,16 @@ def _posthoc_rows() -> list[tuple]:
             seeds |= set(t["seed"])
             t = t[t["run"] != "benign"]
             w = t.pivot_table(index=["run", "n_cal"], columns="method", values="sece").abs()
-            more = (w[list(methods)].gt(w["none"], axis=0))
+            more = w[list(methods)].gt(w["none"], axis=0)
             amplified += int(more.to_numpy().sum())
             cells += more.size
-            small = more.xs(10, level="n_cal").to_numpy().mean()
-            parts.append(f"{ds}: {int(more.to_numpy().sum())} of {more.size}, {100 * small:.0f} % of them at n_cal = 10")
+            small = more.xs(10, level="n_cal")
+            parts.append(f"{ds}: {int(more.to_numpy().sum())} of {more.size} (calibrator, n_cal, τ) cells "
+                         f"({int(small.to_numpy().sum())} of {small.size} at n_cal = 10)")
         if not cells:
             continue
-        fedcal = f"{label} Platt / isotonic leave the attacked model's |sECE| larger in " + "; ".join(parts)
-        share = amplified / cells
-        verdict = MATCH if share > 0.5 else (DIRECTION if amplified else CONTRADICTS)
+        fedcal = f"{label} Platt / isotonic leave the attacked model's absolute sECE larger in " + "; ".join(parts)
+        verdict = MATCH if amplified > cells / 2 else CONTRADICTS
         reason = ("" if verdict == MATCH else
                   "the literature's Platt / isotonic are one-vs-rest (one calibrator per class, renormalised; "
                   "next row); fedcal's defaults are top-label (SPEC §5), which recalibrate the confidence "
@@ -310,7 +313,7 @@ def _triage_row() -> list[tuple]:
 def _cka_rows() -> list[tuple]:
     """τ = 5's CKA to other seeds' benign models against the range of benign pairs."""
     rows = []
-    for name, ds in (("mnist-similarity", "MNIST–MLP (5-step reading)"),
+    for name, ds in (("paper-mnist-similarity", "MNIST–MLP at paper scale"),
                      ("paper-cifar10-similarity", "CIFAR10–CNN at paper scale")):
         t = _read(name, "similarity.csv")
         if t is None:
@@ -330,7 +333,7 @@ def _cka_rows() -> list[tuple]:
                   "than another seed's do; measured as SPEC §4 states it (linear CKA on the shared test set, "
                   "benign reference the pairs of seeds), no protocol difference found")
         rows.append(("cka", fedcal, _seeds(pd.concat([t["seed_a"], t["seed_b"]])), verdict, reason,
-                     f"Representation similarity ({ds.split(' ')[0]})"))
+                     f"Representation similarity at paper scale ({ds.split(' ')[0]})"))
     return rows
 
 
