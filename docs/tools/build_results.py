@@ -218,6 +218,22 @@ def markdown(df: pd.DataFrame, pct: tuple[str, ...] = (), digits: int = 2) -> st
     return markdown_table(df, formats=formats, default=_plain)
 
 
+def _probe_table(folder: Path) -> str:
+    """The probe's runs, one row each, with the highest accuracy any evaluated round reached (and which): a run
+    that diverges late shows where it had been."""
+    cols = ["seed", "momentum", "weight-decay", "accuracy", "ece", "sece", "nll", "chance_level"]
+    t = pd.read_csv(folder / "cells.csv")
+    t = t.sort_values(["momentum", "weight-decay", "seed"])[["run_id", *cols]]
+    r = pd.read_csv(folder / "rounds.csv")
+    r = r[r["metric"] == "accuracy"]
+    best = r.loc[r.groupby("run_id")["value"].idxmax()].set_index("run_id")
+    t["best round"] = t["run_id"].map(lambda i: f"{100 * best.loc[i, 'value']:.2f} (round {best.loc[i, 'round']})")
+    body = "Accuracy, ECE and sECE in %:\n\n" + markdown(t[[*cols, "best round"]], pct=("accuracy", "ece", "sece"))
+    if (folder / "seeds.md").exists():
+        body += "\nOver the seeds (`seeds.md`):\n\n" + table_text(folder / "seeds.md")
+    return body
+
+
 def analysis_tables() -> dict[str, str]:
     """Markdown summaries of the analysis CSVs (read, never typed)."""
     res = DOCS / "results"
@@ -270,18 +286,13 @@ def analysis_tables() -> dict[str, str]:
     for name, file in [*((n, "stealth.md") for n in STEALTH_AUDIT), ("paper-cifar10-extreme-tau", "table.md")]:
         if (f := res / name / file).exists():
             out[name] = table_text(f)
-    if (f := res / "paper-cifar10-probe-seed0" / "cells.csv").exists():
-        t = pd.read_csv(f)[["run_id", "momentum", "weight-decay", "accuracy", "ece", "sece", "nll", "chance_level"]]
-        r = pd.read_csv(res / "paper-cifar10-probe-seed0" / "rounds.csv")
-        r = r[r["metric"] == "accuracy"]
-        best = r.loc[r.groupby("run_id")["value"].idxmax()].set_index("run_id")
-        t["best round"] = t["run_id"].map(lambda i: f"{100 * best.loc[i, 'value']:.2f} (round {best.loc[i, 'round']})")
-        out["paper-cifar10-probe-seed0"] = "Accuracy, ECE and sECE in %:\n\n" + markdown(
-            t[["momentum", "weight-decay", "accuracy", "ece", "sece", "nll", "chance_level", "best round"]],
-            pct=("accuracy", "ece", "sece"))
+    for name in ("paper-cifar10-probe-seed0", "paper-cifar10-probe-3seeds"):
+        if (f := res / name / "cells.csv").exists():
+            out[name] = _probe_table(f.parent)
     sweeps = (("extreme-tau", "tau"), ("sens-ratio", "attacker-ratio"), ("sens-alpha", "dirichlet-alpha"),
               ("sens-beta", "lr"), ("paper-probe", "local-epochs"))
-    for name in ("paper-cifar10-sens-ratio", "paper-cifar10-sens-alpha", "paper-mnist-extreme-tau"):  # over seeds
+    for name in ("paper-cifar10-sens-ratio", "paper-cifar10-sens-alpha", "paper-cifar10-sens-beta",
+                 "paper-mnist-extreme-tau"):  # over seeds
         if (f := res / name / "seeds.md").exists():
             out[name] = table_text(f)
     for name, x in ((f"{ds}-{sweep}", key) for ds in ("mnist", "cifar10") for sweep, key in sweeps):

@@ -232,8 +232,8 @@ def _sensitivity_row(key: str, claim: str, cells: pd.DataFrame) -> tuple:
     reason = ("" if verdict == MATCH else
               "at 5 of 50 clients a round which attackers the last rounds sample moves the final sECE by as much "
               "as the attack does (the seed spread of the benign sECE is of the shift's size)")
-    return (claim, fedcal, _seeds(cells["seed"]), verdict, reason,
-            f"Sensitivity at paper scale: {key.replace('-', ' ')}")
+    what = {"attacker-ratio": "attacker ratio", "dirichlet-alpha": "Dirichlet α", "lr": "benign learning rate β"}
+    return (claim, fedcal, _seeds(cells["seed"]), verdict, reason, f"Sensitivity at paper scale: {what[key]}")
 
 
 def _benign_sece(key: str, cells: pd.DataFrame) -> pd.DataFrame:
