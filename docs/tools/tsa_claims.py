@@ -433,9 +433,9 @@ def _detection_row() -> list[tuple]:
     seeds = _seeds(t["seed"])
     k = _read("detect-mnist", "kept.csv")
     k = k[k["rule"] == "object"].pivot_table(index="threshold", columns="tau", values="kept")  # mean over seeds
-    below = k.index[k[5.0] < k[1.0]]
-    where = f"it keeps fewer boxes than benign only from a threshold of {below.min():g} on" if len(below) else \
-        "it keeps more boxes than benign at every threshold"
+    fewer = (k[5.0] < k[1.0])[::-1].cummin()[::-1]  # True from the lowest threshold above which it always is
+    where = (f"it keeps fewer boxes than benign at every threshold from {fewer.index[fewer].min():g} on"
+             if fewer.any() else "it keeps more boxes than benign at the highest threshold too")
     rows = []
     for claim, tau, sign in (("detection-low", 0.2, +1), ("detection-high", 5.0, -1)):
         shift = kept[tau] - kept[1.0]
