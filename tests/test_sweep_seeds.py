@@ -12,7 +12,7 @@ import pytest
 
 from fedcal.config import RunConfig
 from fedcal.reports import plots
-from fedcal.reports.sweeps import REJECTED, seed_markdown, seed_summary
+from fedcal.reports.sweeps import REJECTED, STALLED, seed_markdown, seed_summary, stalled_runs
 from tests.test_plots_readable import spy_savefig
 
 BASE = RunConfig().to_flower()
@@ -84,7 +84,7 @@ def test_the_sweep_plot_draws_spread_bars_and_a_chance_level_cell_as_a_cross_out
         seen["mean"] = list(ax.get_lines()[0].get_ydata())
         seen["crosses"] = [list(c.get_offsets()[:, 1]) for c in ax.collections if len(c.get_offsets())
                            and c.get_label().startswith("a chance-level")]
-        seen["bars"] = [c for c in ax.collections if c.get_label() != "a chance-level cell (not in the means)"]
+        seen["bars"] = [c for c in ax.collections if c.get_label() != "a chance-level or stalled cell (not in the means)"]
         seen["note"] = [t.get_text() for t in fig.texts]
 
     spy_savefig(monkeypatch, record)
@@ -125,3 +125,24 @@ def test_a_run_store_made_with_another_data_dir_is_summarised_here(tmp_path):
     assert "mean ± std over seeds 0, 1" in (tmp_path / "rep" / "seeds.md").read_text()
     write_results(here[:1], tmp_path / "rep", ["seed"])  # one seed now: no summary of the earlier call stays
     assert not (tmp_path / "rep" / "seeds.csv").exists() and not (tmp_path / "rep" / "seeds.md").exists()
+
+
+def test_a_stalled_run_is_found_from_its_last_round_and_kept_out_of_the_means():
+    """A run whose model broke (every client's update from it NaN, all rejected) keeps a broken model above
+    chance: 13.75 % with an sECE of -86 would set its row's means. Its last round accepted none of its
+    replies; an earlier all-rejected round that the run recovered from does not make it stalled."""
+    acct = lambda run, rows: [{"run_id": run, "round": r, "metric": m, "value": v}  # noqa: E731
+                              for r, rec, acc in rows for m, v in (("replies_received", rec), ("replies_accepted", acc))]
+    rounds = pd.DataFrame(acct("r5-s0", [(1, 5, 5), (2, 5, 5)]) + acct("r5-s1", [(1, 5, 5), (2, 5, 0)])
+                          + acct("r5-s2", [(1, 5, 0), (2, 5, 4)]) + acct("r5-s3", [(1, 0, 0)]))
+    assert stalled_runs(rounds) == {"r5-s0": False, "r5-s1": True, "r5-s2": False, "r5-s3": False}
+    cells = _cells([(5.0, 0, 0.60, -0.06, False, {}), (5.0, 1, 0.1375, -0.86, False, {}),
+                    (5.0, 2, 0.64, -0.08, False, {})])
+    cells["run_id"] = ["r5-s0", "r5-s1", "r5-s2"]
+    cells[STALLED] = cells["run_id"].map(stalled_runs(rounds))
+    summary = seed_summary(cells, _rounds({}), ["seed", "attacker-ratio"])
+    s = summary.iloc[0]
+    assert s["accuracy_mean"] == pytest.approx(0.62) and s["sece_mean"] == pytest.approx(-0.07)
+    assert [s["seeds"], s["seeds_in_means"], s["chance_level"], s[STALLED]] == [3, 2, 0, 1]
+    md = seed_markdown(summary)
+    assert "62.00 ± 2.83 (1 of 3 seeds stalled, not in the means)" in md

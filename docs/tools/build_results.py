@@ -662,6 +662,20 @@ ANALYSES = [
      "as the cross; at round 90 it had 61 %) — the over-confident attacker with η = 5β can wreck a skewed federation outright; that seed "
      "is left out of the row's means, not hidden. τ = 0.2 ends at +8.32 to +10.77 at every α, furthest "
      "above its τ = 1 reference under skew, where the benign model is itself a little over-confident."),
+    ("paper-cifar10-sens-beta",
+     "Sensitivity at paper scale: benign learning rate β (CIFAR10–CNN, seeds 0–2)",
+     "fedcal sweep --grid seed=0,1,2 --grid lr=0.025,0.05,0.1 --grid tau=0.2,1,5 --jobs 2 --plot-x lr "
+     "--plot-hue tau --report docs/results/paper-cifar10-sens-beta " + PAPER_CIFAR,
+     ["sweep_lr.png"],
+     "β × 0.5 and × 2 around the paper-scale default (η = β·τ for the attackers; τ = 1 is each β's benign "
+     "reference). 21 of its 27 runs were made on the lent H200 of the ratio and α sweeps (β = 0.05 are "
+     "those runs), the last six — seed 2 of β = 0.025 and 0.1 — on 2 CPU cores (about 14 minutes each, two "
+     "at a time): each run on one machine from start to end. The attack's direction holds at every β on "
+     "every seed that trained to the end. The larger β trains the benign model further and leaves it more "
+     "under-confident; there one τ = 5 seed stalled: its round-76 aggregate broke (accuracy 13.75 % from "
+     "round 80 on, NLL exploded), every client's update from it was NaN and rejected in the last 24 rounds "
+     "(the `replies rejected` column; the run's rejections.csv), and the table counts it and leaves it out "
+     "of the means — a τ = 5 attacker at β = 0.1 takes steps of η = 0.5, the largest of these sweeps."),
 ]
 
 

@@ -236,7 +236,7 @@ def _sensitivity_row(key: str, claim: str, cells: pd.DataFrame) -> tuple:
         verdicts.append(MATCH if (np.sign(shift) == sign).all() else
                         DIRECTION if (np.sign(by_value) == sign).all() else CONTRADICTS)
     values = ", ".join(f"{v:g}" for v in sorted(cells[key].unique()))
-    fedcal = f"{key} {values}: " + "; ".join(parts) + (f"; {len(chance)} run(s) at chance, left out" if chance else "")
+    fedcal = f"{key} {values}: " + "; ".join(parts) + (f"; {len(chance)} run(s) at chance or stalled, left out" if chance else "")
     verdict = _worse(*verdicts)
     reason = ("" if verdict == MATCH else
               "at 5 of 50 clients a round which attackers the last rounds sample moves the final sECE by as much "
@@ -259,8 +259,10 @@ def _benign_sece(key: str, cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def _chance_runs(cells: pd.DataFrame) -> set:
-    """Runs the sweep report flagged as ending at chance (fedcal.reports.chance): a diverged model, not a shift."""
-    return set(cells.loc[cells["chance_level"].astype(bool), "run_id"])
+    """Runs the sweep report flagged as ending at chance or stalled (fedcal.reports.sweeps): a diverged model, not a
+    shift."""
+    out = cells["chance_level"].astype(bool) | (cells["stalled"].astype(bool) if "stalled" in cells.columns else False)
+    return set(cells.loc[out, "run_id"])
 
 
 def _posthoc_rows() -> list[tuple]:

@@ -255,13 +255,16 @@ def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None 
     configuration (any other hashed key that varies: its line is labelled with it), each point the
     mean over the seeds of its cells — never over other settings —, with a ± 1 standard deviation bar
     where it has several seeds (a single seed's point hides how far the next seed lands). A cell whose
-    model is at chance (``chance_level``) is drawn alone as a cross and left out of its line's mean:
-    a diverged seed is no point of the trend, and it is not hidden either."""
+    model is at chance (``chance_level``) or stalled (``stalled``: its last round accepted no reply) is
+    drawn alone as a cross and left out of its line's mean: a diverged seed is no point of the trend,
+    and it is not hidden either."""
     from fedcal.reports.groups import frame_config_labels
 
     labels = frame_config_labels(cells, [x, *([hue] if hue else [])])
-    chance = cells["chance_level"].astype(bool).to_numpy() if "chance_level" in cells.columns else \
-        np.zeros(len(cells), dtype=bool)
+    chance = np.zeros(len(cells), dtype=bool)
+    for flag in ("chance_level", "stalled"):
+        if flag in cells.columns:
+            chance |= cells[flag].astype(bool).to_numpy()
     # the columns plotted only, as one new frame: a cells.csv read back holds 200+ config columns,
     # one block each, and adding a column to it is what pandas' PerformanceWarning is about
     cells = cells[list(dict.fromkeys([x, *([hue] if hue else []), *metric_names]))].copy()
@@ -285,7 +288,7 @@ def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None 
                         yerr=100 * m["std"].fillna(0).to_numpy() if spread else None)
         if not at_chance.empty:
             ax.scatter(at_chance[x], 100 * at_chance[name], marker="x", color="red", zorder=3,
-                       label="a chance-level cell (not in the means)")
+                       label="a chance-level or stalled cell (not in the means)")
         ax.set(xlabel=x, ylabel=f"final {DISPLAY.get(name, name)} (%)")
         values = pd.to_numeric(pd.concat([cells[x], at_chance[x]]), errors="coerce")
         if values.notna().all() and values.min() > 0 and values.max() / values.min() > 10:

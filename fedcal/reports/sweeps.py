@@ -7,7 +7,10 @@ in ``cells.csv``, nor are finished cells whose files fail the run checks (torn `
 incomplete rounds); each is named in a warning line (:func:`fedcal.reports.runs.finished_only`).
 Their rows stay in ``rounds.csv``, flagged ``finished = False``. ``cells.csv`` holds one row per
 cell, with its config columns, so no cell is averaged with another; its ``chance_level`` column flags
-a cell whose final accuracy is within noise of chance (:mod:`fedcal.reports.chance`).
+a cell whose final accuracy is within noise of chance (:mod:`fedcal.reports.chance`), its ``stalled``
+column a cell whose last round accepted no reply: its clients' training from the model diverged (NaN
+updates, rejected and named in the run's rejections.csv), so the "final" model is a broken one kept
+from an earlier round — above chance, perhaps, but no result of the setting.
 """
 
 from __future__ import annotations
@@ -24,6 +27,21 @@ from fedcal.reports.runs import final_rows, finished_only, load_rounds
 from fedcal.results import FINISHED, run_dir_for
 
 CHANCE = "chance_level"
+#: a run whose last round accepted none of the replies it received (see the module docstring)
+STALLED = "stalled"
+
+
+def stalled_runs(rounds: pd.DataFrame) -> dict[str, bool]:
+    """Per run id: whether its last round with a reply account received replies and accepted none
+    (runs without the account, from before it existed, are absent)."""
+    r = rounds[rounds["metric"].isin(["replies_received", "replies_accepted"])]
+    if r.empty:
+        return {}
+    last = r[r["round"] == r.groupby("run_id")["round"].transform("max")]
+    w = last.pivot_table(index="run_id", columns="metric", values="value")
+    if not {"replies_received", "replies_accepted"} <= set(w.columns):
+        return {}
+    return ((w["replies_received"] > 0) & (w["replies_accepted"] == 0)).to_dict()
 
 
 def collect(configs: Sequence[RunConfig], varying: Sequence[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -33,7 +51,7 @@ def collect(configs: Sequence[RunConfig], varying: Sequence[str] | None = None) 
       without its ``round`` column) sorted by the ``varying`` keys: ``accuracy``, ``brier``,
       ``ece``, ``nll``, ``sece``, plus one column for any other metric the runs
       logged per round (e.g. a strategy's per-round reply counts), of the last evaluated round, and
-      ``chance_level``;
+      ``chance_level`` and ``stalled`` (:func:`stalled_runs`);
     * rounds: every cell's per-round rows (:func:`fedcal.results.load_metrics`), unfinished cells'
       included and flagged ``finished = False`` (so are finished cells whose files fail the run
       checks: they are not final either).
@@ -53,6 +71,7 @@ def collect(configs: Sequence[RunConfig], varying: Sequence[str] | None = None) 
     chance = {d.name: cfg_chance(c) for d, c in zip(dirs, configs)}
     cells[CHANCE] = [bool(lv is not None and lv.flags(a)) for lv, a in
                      zip(cells["run_id"].map(chance), cells["accuracy"])]
+    cells[STALLED] = cells["run_id"].map(stalled_runs(rounds)).fillna(False).astype(bool)
     if varying:
         cells = cells.sort_values(list(varying)).reset_index(drop=True)
     return cells, rounds
@@ -113,10 +132,10 @@ REJECTED = "replies_rejected_total"
 
 def seed_summary(cells: pd.DataFrame, rounds: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
     """Mean and standard deviation over seeds of each :data:`SEED_METRICS` per value of the other
-    ``axes``, with the seed count, the chance-level count and :data:`REJECTED`. A cell whose model is
-    at chance is counted (``chance_level``) but left out of the means (``seeds_in_means`` says how
-    many are in them): a diverged seed's NLL alone would set the row's (the sweep plot draws it as a
-    cross, :func:`fedcal.reports.sweep_curves`).
+    ``axes``, with the seed count, the chance-level and stalled counts and :data:`REJECTED`. A cell whose
+    model is at chance or stalled is counted (``chance_level``; ``stalled`` above chance) but left out of the means
+    (``seeds_in_means`` says how many are in them): a diverged seed's NLL alone would set the row's (the
+    sweep plot draws it as a cross, :func:`fedcal.reports.sweep_curves`).
 
     Cells that differ in a hashed key that is not an axis (a sweep run over two run stores, a key
     changed between invocations) are never averaged together: such rows gain a ``config`` column
@@ -126,6 +145,9 @@ def seed_summary(cells: pd.DataFrame, rounds: pd.DataFrame, axes: Sequence[str])
 
     by = [a for a in axes if a != SEED and a in cells.columns]
     frame = cells[[*by, SEED, "run_id", *SEED_METRICS, CHANCE]].copy()
+    # stalled above chance only: a stalled model at chance is counted once, as at chance (an older cells.csv
+    # has no stalled column)
+    frame[STALLED] = (cells[STALLED].astype(bool) & ~frame[CHANCE].astype(bool)) if STALLED in cells.columns else False
     frame[CONFIG] = frame_config_labels(cells, [*axes, SEED])
     if frame[CONFIG].nunique() > 1:
         by = [CONFIG, *by]
@@ -138,10 +160,10 @@ def seed_summary(cells: pd.DataFrame, rounds: pd.DataFrame, axes: Sequence[str])
     if not by:
         frame["_all"], by = 0, ["_all"]
     g = frame.groupby(by, sort=True)
-    sound = frame[~frame[CHANCE].astype(bool)].groupby(by, sort=True)[list(SEED_METRICS)]
+    sound = frame[~(frame[CHANCE].astype(bool) | frame[STALLED])].groupby(by, sort=True)[list(SEED_METRICS)]
     out = g.size().rename("seeds").to_frame().join(sound.mean().add_suffix("_mean"))
     out = out.join(sound.std(ddof=1).add_suffix("_std")).join(sound.size().rename("seeds_in_means"))
-    out = out.join(g[CHANCE].sum().astype(int)).join(g[REJECTED].sum())
+    out = out.join(g[CHANCE].sum().astype(int)).join(g[STALLED].sum().astype(int)).join(g[REJECTED].sum())
     return out.reset_index().drop(columns="_all", errors="ignore")
 
 
@@ -154,7 +176,7 @@ def seed_markdown(summary: pd.DataFrame, title: str = "", chance_note: str = "")
     from fedcal.reports.markdown import SECE_SIGN, UNITS_NOTE, markdown_table
 
     keys = [c for c in summary.columns if not c.endswith(("_mean", "_std")) and
-            c not in ("seeds", "seeds_in_means", CHANCE, REJECTED)]
+            c not in ("seeds", "seeds_in_means", CHANCE, STALLED, REJECTED)]
     shown = summary[keys].copy()
     n = summary["seeds_in_means"].fillna(0).astype(int)
     for name, (label, fmt) in PRINTED.items():
@@ -162,8 +184,10 @@ def seed_markdown(summary: pd.DataFrame, title: str = "", chance_note: str = "")
         cells = ["—" if k == 0 else f"{fmt.format(scale * m)} ± {fmt.format(scale * s).lstrip('+')}" if k > 1
                  else fmt.format(scale * m) for m, s, k in zip(summary[f"{name}_mean"], summary[f"{name}_std"], n)]
         if name == "accuracy":
+            stalled = summary[STALLED] if STALLED in summary.columns else [0] * len(summary)
             cells = [marked(t, bool(c)) + ("" if not c else f" ({c} of {k} seeds at chance, not in the means)")
-                     for t, c, k in zip(cells, summary[CHANCE], summary["seeds"])]
+                     + ("" if not st else f" ({st} of {k} seeds stalled, not in the means)")
+                     for t, c, st, k in zip(cells, summary[CHANCE], stalled, summary["seeds"])]
         shown[label] = cells
     shown["seeds"] = summary["seeds"]
     if summary[REJECTED].any():
