@@ -89,6 +89,7 @@ def test_tau_table_and_sweep_cells_use_the_final_metrics(store):
     cells, rounds = collect([base.replace(attack="tsa", tau=5.0), base.replace(attack="none")], ["tau"])
     final = final_metrics([store["benign"], store["tsa"]]).drop(columns="round")
     assert cells.pop("chance_level").tolist() == [False, False]  # 80 and 75 % of a 4-class task
+    assert cells.pop("stalled").tolist() == [False, False]  # no last round that accepted no reply
     pd.testing.assert_frame_equal(cells, final.sort_values("tau").reset_index(drop=True))
     assert len(rounds) == 2 * (6 + 1 + 6 + 6)
 
