@@ -286,9 +286,8 @@ def analysis_tables() -> dict[str, str]:
     for name, file in [*((n, "stealth.md") for n in STEALTH_AUDIT), ("paper-cifar10-extreme-tau", "table.md")]:
         if (f := res / name / file).exists():
             out[name] = table_text(f)
-    for name in ("paper-cifar10-probe-3seeds",):
-        if (f := res / name / "cells.csv").exists():
-            out[name] = _probe_table(f.parent)
+    if (res / "paper-cifar10-probe-3seeds" / "cells.csv").exists():
+        out["paper-cifar10-probe-3seeds"] = _probe_table(res / "paper-cifar10-probe-3seeds")
     sweeps = (("extreme-tau", "tau"), ("sens-ratio", "attacker-ratio"), ("sens-alpha", "dirichlet-alpha"),
               ("sens-beta", "lr"), ("paper-probe", "local-epochs"))
     for name in ("paper-cifar10-sens-ratio", "paper-cifar10-sens-alpha", "paper-cifar10-sens-beta",

@@ -261,10 +261,9 @@ def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None 
     from fedcal.reports.groups import frame_config_labels
 
     labels = frame_config_labels(cells, [x, *([hue] if hue else [])])
-    chance = np.zeros(len(cells), dtype=bool)
-    for flag in ("chance_level", "stalled"):
-        if flag in cells.columns:
-            chance |= cells[flag].astype(bool).to_numpy()
+    from fedcal.reports.sweeps import left_out
+
+    chance = left_out(cells).to_numpy()
     # the columns plotted only, as one new frame: a cells.csv read back holds 200+ config columns,
     # one block each, and adding a column to it is what pandas' PerformanceWarning is about
     cells = cells[list(dict.fromkeys([x, *([hue] if hue else []), *metric_names]))].copy()

@@ -44,6 +44,17 @@ def stalled_runs(rounds: pd.DataFrame) -> dict[str, bool]:
     return ((w["replies_received"] > 0) & (w["replies_accepted"] == 0)).to_dict()
 
 
+def left_out(cells: pd.DataFrame) -> pd.Series:
+    """Per cell: whether its model is at chance or stalled — no result of its setting, so counted but left out
+    of any mean over seeds and any trend (the seed summary, the sweep plot). Either column may be absent (an
+    older ``cells.csv``)."""
+    out = pd.Series(False, index=cells.index)
+    for flag in (CHANCE, STALLED):
+        if flag in cells.columns:
+            out |= cells[flag].astype(bool)
+    return out
+
+
 def collect(configs: Sequence[RunConfig], varying: Sequence[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(cells, rounds).
 
@@ -160,7 +171,7 @@ def seed_summary(cells: pd.DataFrame, rounds: pd.DataFrame, axes: Sequence[str])
     if not by:
         frame["_all"], by = 0, ["_all"]
     g = frame.groupby(by, sort=True)
-    sound = frame[~(frame[CHANCE].astype(bool) | frame[STALLED])].groupby(by, sort=True)[list(SEED_METRICS)]
+    sound = frame[~left_out(frame)].groupby(by, sort=True)[list(SEED_METRICS)]
     out = g.size().rename("seeds").to_frame().join(sound.mean().add_suffix("_mean"))
     out = out.join(sound.std(ddof=1).add_suffix("_std")).join(sound.size().rename("seeds_in_means"))
     out = out.join(g[CHANCE].sum().astype(int)).join(g[STALLED].sum().astype(int)).join(g[REJECTED].sum())
