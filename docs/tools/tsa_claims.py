@@ -130,7 +130,7 @@ def _benign_rows() -> list[tuple]:
 
 def _probe_reason() -> str:
     """What the benign-accuracy probe (momentum, weight decay at paper scale, seeds 0–2) found."""
-    cells, rounds = _read("paper-cifar10-probe-3seeds", "cells.csv"), _read("paper-cifar10-probe-3seeds", "rounds.csv")
+    cells = _read("paper-cifar10-probe-3seeds", "cells.csv")
     if cells is None:
         return "the probe of momentum and weight decay (the last look issue 35 asks for) is not made"
     broken = _chance_runs(cells)
@@ -138,16 +138,14 @@ def _probe_reason() -> str:
     means = sound.groupby(["momentum", "weight-decay"])["accuracy"].agg(["mean", "size"])
     (m, wd), best = means["mean"].idxmax(), means.loc[means["mean"].idxmax()]
     plain = means.loc[(0.0, 0.0), "mean"]
-    acc = rounds[rounds["metric"] == "accuracy"]
-    peak = acc.loc[acc["value"].idxmax()]
     text = (f"the probe (seeds {_seeds(cells['seed'])}): plain SGD ends at "
             f"{100 * plain:.2f} %, the most accurate reading, momentum {m:g} with weight decay {wd:g}, at "
-            f"{100 * best['mean']:.2f} % over its {int(best['size'])} seed(s) that trained to the end; the highest "
-            f"accuracy of any evaluated round is {100 * peak['value']:.2f} % (momentum {peak['momentum']:g}, weight "
-            f"decay {peak['weight-decay']:g}, round {int(peak['round'])})")
+            f"{100 * best['mean']:.2f} % over its {int(best['size'])} seed(s) that trained to the end")
     if broken:
-        text += (f"; {len(broken)} run(s) of the probe diverged (NaN updates rejected, the model at chance or "
-                 "stalled): the literature's level is approached with momentum, not reached stably at this step size")
+        last = cells.loc[cells["run_id"].isin(broken), ["replies_rejected", "replies_received"]].sum()
+        text += (f"; {len(broken)} run(s) of the probe diverged (the model at chance or stalled; their last rounds "
+                 f"rejected {int(last['replies_rejected'])} of {int(last['replies_received'])} replies): the "
+                 "literature's level is approached with momentum, not reached stably at this step size")
     return text
 
 
