@@ -344,9 +344,10 @@ def test_byzantine_report_averages_seeds_and_names_each_strategys_worst_attack(t
     assert "Attacker replies crafted (%" in md and "alie no attacker reply" in md
 
 
-def _finished_cells(tmp_path, strategies, attacks, seeds, accuracy=lambda cfg: 0.9):
+def _finished_cells(tmp_path, strategies, attacks, seeds, accuracy=lambda cfg: 0.9, accepted=lambda cfg: 10):
     """The cells of a 20-client, 10-a-round study at ratio 0.25, each a hand-made finished run
-    (two logged rounds of flat metrics: ``accuracy(cfg)``, 90 % unless given)."""
+    (two logged rounds of flat metrics: ``accuracy(cfg)``, 90 % unless given; round 1 received 10
+    replies and accepted ``accepted(cfg)``, all unless given)."""
     from fedcal.studies.byzantine import byzantine_cells, byzantine_configs
     from fedcal.results import RunStore, run_dir_for
 
@@ -357,7 +358,8 @@ def _finished_cells(tmp_path, strategies, attacks, seeds, accuracy=lambda cfg: 0
         store = RunStore(run_dir_for(c), c)
         store.start()
         for rnd in (0, 1):
-            store.log_round(rnd, {"accuracy": accuracy(c), "ece": 0.1, "sece": 0.05, "brier": 0.2, "nll": 0.3})
+            store.log_round(rnd, {"accuracy": accuracy(c), "ece": 0.1, "sece": 0.05, "brier": 0.2, "nll": 0.3,
+                                  **({"replies_received": 10, "replies_accepted": accepted(c)} if rnd else {})})
         store.finish()
     return cells
 
@@ -483,3 +485,18 @@ def test_a_cell_whose_model_ended_at_chance_is_marked_where_it_stands_and_in_the
     rows = pd.read_csv(tmp_path / "out" / "runs.csv")
     assert rows["chance_level"].sum() == 1
     assert pd.read_csv(tmp_path / "out" / "table.csv")["chance"].tolist().count(1) == 1
+
+
+def test_a_stalled_cell_is_marked_where_it_stands_and_in_the_worst_case(tmp_path):
+    """A seed whose last round accepted none of its replies keeps an earlier model — above chance here — which
+    stays in the cell's mean (the attack broke the training) and is marked, with the line that says why."""
+    from fedcal.reports.byzantine import byzantine_report
+
+    broken = lambda c: (c.strategy, c.attack, c.seed) == ("fedavg", "ipm", 1)  # noqa: E731
+    cells = _finished_cells(tmp_path, ["fedavg", "median"], ["ipm"], [0, 1],
+                            accuracy=lambda c: 0.6 if broken(c) else 0.9, accepted=lambda c: 0 if broken(c) else 10)
+    md = byzantine_report(cells, tmp_path / "out")
+    assert "| fedavg | 90.0 | 75.0 (1 of 2 seeds stalled) | 75.0 ± 21.2 (1 of 2 seeds stalled) | ipm |" in md
+    assert "| median | 90.0 | 90.0 | 90.0 ± 0.0 | ipm |" in md
+    assert md.count("stalled: the run's last round accepted none") == 1 and "within noise of chance" not in md
+    assert pd.read_csv(tmp_path / "out" / "runs.csv")["stalled"].sum() == 1

@@ -331,7 +331,7 @@ def test_step_frac_trains_the_first_steps_at_tau_and_the_rest_benignly():
 
 # --------------------------------------------------------------------------- report and a Flower run
 def test_report_rates_and_deltas_from_hand_made_rows():
-    from fedcal.reports.defense import summarise
+    from fedcal.reports.defense import summarise, to_markdown
 
     rows = pd.DataFrame([
         {"dataset": "mnist", "strategy": "fedavg", "tau": 1.0, "attacker_ratio": np.nan, "dirichlet_alpha": 1.0,
@@ -350,6 +350,12 @@ def test_report_rates_and_deltas_from_hand_made_rows():
     assert t.loc["calguard", "detection"] == pytest.approx(0.7) and t.loc["calguard", "target"] == "yes"
     rows.loc[rows["strategy"] == "calguard", "sece"] += 0.03  # Δ sECE = +4 points: misses the target
     assert summarise(rows).set_index("strategy").loc["calguard", "target"] == "no"
+    rows.loc[rows["strategy"] == "calguard", "sece"] -= 0.03
+    rows["stalled"] = (rows["strategy"] == "calguard") & (rows["seed"] == 1)  # its last round accepted no reply
+    t = summarise(rows).set_index("strategy")
+    assert t.loc["calguard", "d_sece"] == pytest.approx(1.0)  # the same numbers, kept in the mean
+    assert t.loc["calguard", "stalled"] == 1 and t.loc["calguard", "target"] == "no"
+    assert "88.50 ± 0.00 (1 of 2 seeds stalled)" in to_markdown(summarise(rows))
 
 
 def test_a_flower_run_writes_the_audit_table_and_the_report_reads_it(tmp_path):

@@ -58,6 +58,37 @@ def test_tau_configs_and_summary(tmp_path):
     assert isinstance(table, pd.DataFrame)
 
 
+def test_a_stalled_run_is_marked_in_the_tau_table(tmp_path):
+    """A run whose last round accepted none of its replies ends with a model kept from an earlier round: the
+    τ table keeps its numbers (under attack they are the attack's result) but marks it, per run and over
+    seeds, and says what it means; an earlier all-rejected round the run recovered from marks nothing."""
+    from fedcal.reports import write_report
+    from fedcal.reports.runs import run_stalled
+
+    dirs = []
+    for seed in (0, 1):
+        for cfg in tau_configs(RunConfig(dataset="synthetic", seed=seed, output_dir=str(tmp_path / "runs"),
+                                         num_rounds=2, eval_every=2), [1.0, 5.0]):
+            s = RunStore(run_dir_for(cfg), cfg)
+            s.start()
+            broken = seed == 1 and cfg.tau == 5.0
+            for rnd, acc, got in ((0, 0.3, 0), (1, None, 0 if not broken else 5), (2, 0.6, 0 if broken else 5)):
+                row = {"accuracy": acc, "ece": 0.1, "sece": -0.1, "brier": 0.2, "nll": 0.3} if acc else {}
+                if rnd:
+                    row.update(replies_received=5, replies_accepted=got, replies_rejected=5 - got)
+                s.log_round(rnd, row)
+            s.finish()
+            dirs.append(run_dir_for(cfg))
+    assert [run_stalled(d) for d in dirs] == [False, False, False, True]
+    table = summarise(dirs)
+    assert table.loc[table["stalled"], "seed"].tolist() == [1] and table["stalled"].sum() == 1
+    assert "60.00 (stalled)" in to_markdown(table[table["seed"] == 1])
+    write_report(dirs, tmp_path / "report")
+    md = (tmp_path / "report" / "table.md").read_text()
+    assert "60.00 ± 0.00 (1 of 2 seeds stalled)" in md and "stalled: the run's last round accepted none" in md
+    assert md.count("seeds stalled") == 1  # the benign row is not marked
+
+
 def test_report_writes_the_tables_behind_its_figures(tmp_path):
     """reliability.png and trajectories.png come with the tables they are drawn from:
     trajectories are the per-round mean ± std over seeds, checked here by hand."""

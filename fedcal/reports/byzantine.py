@@ -19,7 +19,7 @@ from fedcal.config import RunConfig
 from fedcal.reports.chance import cfg_chance, footnote, marked
 from fedcal.reports.defense import flag_rates
 from fedcal.reports.markdown import markdown_table
-from fedcal.reports.runs import final_metrics
+from fedcal.reports.runs import STALLED, STALLED_NOTE, final_metrics, run_stalled
 from fedcal.results import DONE_FILE, POISONING_FILE, load_timings, run_dir_for
 
 
@@ -69,8 +69,9 @@ def byzantine_rows(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
     attacks the attacker replies crafted and in all (:func:`crafted_share`; NaN where not recorded),
     and the shares of attacker and of benign replies the rule excluded (``detected``,
     ``benign_flagged``: :func:`fedcal.reports.defense.flag_rates`; NaN without an aggregation table
-    or without replies of that kind), and ``chance_level`` (its model within noise of chance,
-    :mod:`fedcal.reports.chance`)."""
+    or without replies of that kind), ``chance_level`` (its model within noise of chance,
+    :mod:`fedcal.reports.chance`) and ``stalled`` (above chance, but its last round accepted no reply:
+    :func:`fedcal.reports.runs.stalled_runs`)."""
     from fedcal.config import POISONING_ATTACKS
 
     final = final_metrics(_run_dirs(cells), "the strategy × attack table")
@@ -90,7 +91,8 @@ def byzantine_rows(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
                      "crafted": share[0] if share else float("nan"),
                      "attacker_replies": share[1] if share else float("nan"),
                      "detected": detected, "benign_flagged": benign_flagged,
-                     "chance_level": bool(level is not None and level.flags(float(r["accuracy"])))})
+                     "chance_level": (at_chance := bool(level is not None and level.flags(float(r["accuracy"])))),
+                     STALLED: run_stalled(run_dir) and not at_chance})
     return pd.DataFrame(rows).drop_duplicates()
 
 
@@ -117,12 +119,13 @@ def crafted_line(rows: pd.DataFrame, ratio: float) -> str:
 
 def byzantine_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Mean and standard deviation over seeds per (strategy, ratio, attack), and how many of the
-    cell's seeds ended at chance (``chance``)."""
+    cell's seeds ended at chance (``chance``) or stalled above it (``stalled``)."""
     g = rows.groupby(["ratio", "strategy", "attack"], sort=False)
     table = g.agg(seeds=("seed", "nunique"), accuracy=("accuracy", "mean"), accuracy_sd=("accuracy", "std"),
                   sece=("sece", "mean"), sece_sd=("sece", "std"), asr=("asr", "mean"),
                   asr_sd=("asr", "std"), detected=("detected", "mean"),
-                  benign_flagged=("benign_flagged", "mean"), chance=("chance_level", "sum")).reset_index()
+                  benign_flagged=("benign_flagged", "mean"), chance=("chance_level", "sum"),
+                  stalled=(STALLED, "sum")).reset_index()
     return table
 
 
@@ -131,10 +134,11 @@ def _pct(v: float) -> str:
     return "" if pd.isna(v) else f"{100 * v:.1f}"
 
 
-def _at_chance(text: str, chance: int, seeds: int) -> str:
+def _at_chance(text: str, chance: int, seeds: int, stalled: int = 0) -> str:
     """A cell's text with the chance marker when ``chance`` of its ``seeds`` ended at chance (and how
-    many, when not all of them)."""
-    return marked(text, chance > 0) + (f" ({chance} of {seeds} seeds)" if 0 < chance < seeds else "")
+    many, when not all of them), and how many stalled above chance."""
+    return (marked(text, chance > 0) + (f" ({chance} of {seeds} seeds)" if 0 < chance < seeds else "")
+            + (f" ({stalled} of {seeds} seeds stalled)" if stalled else ""))
 
 
 def excluded_table(table: pd.DataFrame, order: Sequence[str], attacks: Sequence[str], head: str) -> str:
@@ -207,14 +211,16 @@ def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os
         # diverged run's NaN) gets none, and says how many of the attacks it has
         complete = attacked.notna().all(axis=1)
         sd = _pivot(t, "accuracy_sd", order, attacks)
-        # a cell with seeds at chance keeps them in its mean (the attack won there) and says so
+        # a cell with seeds at chance or stalled keeps them in its mean (the attack won there) and says so
         chance = _pivot(t, "chance", order, attacks).fillna(0).astype(int)
+        stalled = _pivot(t, "stalled", order, attacks).fillna(0).astype(int)
         seeds_of = _pivot(t, "seeds", order, attacks).fillna(0).astype(int)
         low = {s: r.idxmin() for (s, r), ok in zip(attacked.iterrows(), complete) if ok}  # the worst attack
-        worst = [_at_chance(with_sd(attacked.loc[s, a], sd.loc[s, a]), chance.loc[s, a], seeds_of.loc[s, a])
-                 if (a := low.get(s)) else "" for s in attacked.index]
+        worst = [_at_chance(with_sd(attacked.loc[s, a], sd.loc[s, a]), chance.loc[s, a], seeds_of.loc[s, a],
+                            stalled.loc[s, a]) if (a := low.get(s)) else "" for s in attacked.index]
         for a in attacks:
-            acc[a] = [_at_chance(_pct(v), chance.loc[s, a], seeds_of.loc[s, a]) if pd.notna(v) else ""
+            acc[a] = [_at_chance(_pct(v), chance.loc[s, a], seeds_of.loc[s, a], stalled.loc[s, a])
+                      if pd.notna(v) else ""
                       for s, v in acc[a].items()]
         acc["worst"] = worst
         acc["worst attack"] = [low[s] if s in low else f"incomplete ({int(r.notna().sum())} of {r.size} attacks)"
@@ -224,6 +230,8 @@ def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os
         parts.append(markdown_table(acc, f"accuracy (%), {head}"))
         if chance.to_numpy().any():
             parts.append(footnote(cfg_chance(c) for r_, c in cells if r_ == ratio))
+        if stalled.to_numpy().any():
+            parts.append(STALLED_NOTE.rstrip("\n") + " Kept in the cell's mean: the attack broke the training.\n")
         parts.append(crafted_line(rows, ratio))
         sece = _pivot(t, "sece", order, attacks)
         attacked = sece.drop(columns=["benign"], errors="ignore")  # the signed value farthest from 0

@@ -14,7 +14,10 @@ Rows hold runs that differ only in their seed or in the columns the table shows 
 τ, the attack setting, CalGuard's parameters); runs of other configurations are rows of their own,
 named in a ``config`` column, and each row's Δ is taken against the benign FedAvg run of its own
 configuration ("no benign FedAvg run in this set" where there is none). A row whose models are at
-chance level is flagged and never meets the target (:mod:`fedcal.reports.chance`).
+chance level is flagged and never meets the target (:mod:`fedcal.reports.chance`); so is a row with a
+*stalled* run above chance (its last round accepted none of its replies, :func:`fedcal.reports.runs.stalled_runs`:
+the model it ends with is one kept from an earlier round). Both stay in the row's mean — under attack
+a broken model is the attack's result — and the row says how many seeds they are.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from fedcal.metrics import calibration_metrics
 from fedcal.reports.chance import cfg_chance, footnote, marked
 from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.markdown import SECE_SIGN, UNITS_NOTE, markdown_table
-from fedcal.reports.runs import finished_only
+from fedcal.reports.runs import STALLED, STALLED_NOTE, finished_only, run_stalled
 from fedcal.results import AUDIT_FILE, load_config, load_model
 from fedcal.local_training import predict_logits
 
@@ -102,7 +105,7 @@ def run_rows(run_dirs: Sequence[str | Path], posthoc: bool = True) -> pd.DataFra
             setting.update(attacker_ratio=np.nan, tsa_step_frac=1.0, tsa_blend=1.0, tsa_duty=1.0)
         det, fp, n_att = flag_rates(d, cfg)
         base = {CONFIG: label, "dataset": cfg.dataset, **setting, "seed": cfg.seed, "run_dir": str(d),
-                CHANCE: at_chance}
+                CHANCE: at_chance, STALLED: run_stalled(d) and not at_chance}
         guard = {k: getattr(cfg, k) if cfg.strategy == "calguard" else np.nan for k in GUARD}
         rows.append({**base, **guard, "strategy": cfg.strategy, "accuracy": last["accuracy"], "ece": last["ece"],
                      "sece": last["sece"], "detection": det, "false_positive": fp, "attacker_replies": n_att})
@@ -128,7 +131,7 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
             r[k] = np.nan
     if "tsa_duty" not in r.columns:
         r["tsa_duty"] = 1.0
-    for k, v in ((CONFIG, ""), (CHANCE, False)):  # runs.csv written before these columns existed
+    for k, v in ((CONFIG, ""), (CHANCE, False), (STALLED, False)):  # runs.csv written before these columns existed
         if k not in r.columns:
             r[k] = v
     r[CONFIG] = r[CONFIG].fillna("")
@@ -141,13 +144,14 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     out = g.agg(seeds=("seed", "nunique"), runs=("seed", "size"), accuracy=("accuracy", "mean"),
                 accuracy_std=("accuracy", "std"), ece=("ece", "mean"), sece=("sece", "mean"),
                 sece_std=("sece", "std"), detection=("detection", "mean"),
-                false_positive=("false_positive", "mean"), chance_level=(CHANCE, "sum")).reset_index()
+                false_positive=("false_positive", "mean"), chance_level=(CHANCE, "sum"),
+                stalled=(STALLED, "sum")).reset_index()
     twice = out[out["runs"] > out["seeds"]]
     if not twice.empty:
         raise ValueError(f"two runs of one seed in the defense row {twice.iloc[0][keys].dropna().to_dict()}: "
                          "pass one run per seed")
     out = out.drop(columns="runs")
-    out[CHANCE] = out[CHANCE].astype(int)
+    out[CHANCE], out[STALLED] = out[CHANCE].astype(int), out[STALLED].astype(int)
     d_acc, d_sece = [], []
     for _, row in out.iterrows():
         k = (row[CONFIG], row["dataset"], row["dirichlet_alpha"])
@@ -157,7 +161,7 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     attacked = out["tau"] != 1.0
     ok = np.where(attacked, (out["d_sece"].abs() <= TARGET_SECE) & (out["d_accuracy"].abs() <= TARGET_ACC),
                   (out["d_sece"].abs() <= TARGET_BENIGN) & (out["d_accuracy"].abs() <= TARGET_BENIGN))
-    ok = ok & ~(out["false_positive"] >= FP_TARGET) & (out[CHANCE] == 0)
+    ok = ok & ~(out["false_positive"] >= FP_TARGET) & (out[CHANCE] == 0) & (out[STALLED] == 0)
     out["target"] = np.where(out["d_sece"].isna(), "", np.where(ok, "yes", "no"))
     out["_c"] = out[CONFIG].map({c: i for i, c in enumerate(dict.fromkeys(out[CONFIG]))})
     return out.sort_values(["_c", "dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend", "tsa_duty",
@@ -188,6 +192,9 @@ def to_markdown(table: pd.DataFrame, title: str = "") -> str:
     if CHANCE in t.columns:
         t["accuracy_%"] = [marked(a, bool(k)) + ("" if not k or k == n else f" ({k}/{n} seeds)")
                            for a, k, n in zip(t["accuracy_%"], t[CHANCE], t["seeds"])]
+    if STALLED in t.columns:
+        t["accuracy_%"] = [a + ("" if not k else f" ({k} of {n} seeds stalled)")
+                           for a, k, n in zip(t["accuracy_%"], t[STALLED], t["seeds"])]
     t["sece_%"] = [_pm(m, s) for m, s in zip(t["sece"], t["sece_std"])]
     t["ece_%"] = t["ece"].map("{:.2f}".format)
     t["d_acc"] = t["d_accuracy"].map(lambda v: NO_BENIGN if pd.isna(v) else f"{v:+.2f}")
@@ -296,6 +303,8 @@ def defense_report(run_dirs: Sequence[str | Path], out: str | Path, title: str =
     md = to_markdown(table, title)
     if table[CHANCE].any():
         md += "\n" + footnote([cfg_chance(load_config(d)) for d in dict.fromkeys(rows["run_dir"])])
+    if table[STALLED].any():
+        md += "\n" + STALLED_NOTE.rstrip("\n") + " Kept in the row's mean; the row does not meet the target.\n"
     lines = worst_lines(table)
     md += ("\n" + "\n".join(lines) + "\n") if lines else ""
     md += f"\n{UNITS_NOTE}; {SECE_SIGN}\n"

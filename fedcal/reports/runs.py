@@ -261,6 +261,35 @@ def load_rounds(run_dirs: Sequence[str | os.PathLike[str]], table: str = "the pe
     return pd.concat(frames, ignore_index=True) if frames else load_metrics([])
 
 
+#: a run whose last round accepted none of the replies it received (its model is the one kept from an
+#: earlier round: no result of its setting, above chance or not)
+STALLED = "stalled"
+
+
+def stalled_runs(rounds: pd.DataFrame) -> dict[str, bool]:
+    """Per run id: whether its last round with a reply account received replies and accepted none
+    (runs without the account, from before it existed, are absent)."""
+    r = rounds[rounds["metric"].isin(["replies_received", "replies_accepted"])]
+    if r.empty:
+        return {}
+    last = r[r["round"] == r.groupby("run_id")["round"].transform("max")]
+    w = last.pivot_table(index="run_id", columns="metric", values="value")
+    if not {"replies_received", "replies_accepted"} <= set(w.columns):
+        return {}
+    return ((w["replies_received"] > 0) & (w["replies_accepted"] == 0)).to_dict()
+
+
+#: the line under a table with a stalled run
+STALLED_NOTE = ("stalled: the run's last round accepted none of its replies (each rejected and named in its "
+                "rejections.csv), so its final model is one kept from an earlier round — no result of its setting.\n")
+
+
+def run_stalled(run_dir: str | os.PathLike[str]) -> bool:
+    """Whether one run stalled (:func:`stalled_runs` on its ``metrics.csv``); False for a run without the
+    reply account or whose file cannot be parsed (named in a warning by :func:`load_rounds`)."""
+    return bool(stalled_runs(load_rounds([run_dir], "the stalled-run check")).get(Path(run_dir).name, False))
+
+
 def final_rows(metrics: pd.DataFrame) -> pd.DataFrame:
     """Wide rows of the last evaluated round of each finished run in ``metrics`` (tidy rows of
     :func:`fedcal.results.load_metrics`): ``run_id``, the config columns, ``code`` (which code

@@ -23,27 +23,10 @@ import pandas as pd
 
 from fedcal.config import RunConfig
 from fedcal.reports.chance import cfg_chance
-from fedcal.reports.runs import final_rows, finished_only, load_rounds
+from fedcal.reports.runs import STALLED, final_rows, finished_only, load_rounds, stalled_runs
 from fedcal.results import FINISHED, run_dir_for
 
 CHANCE = "chance_level"
-#: a run whose last round accepted none of the replies it received (see the module docstring)
-STALLED = "stalled"
-
-
-def stalled_runs(rounds: pd.DataFrame) -> dict[str, bool]:
-    """Per run id: whether its last round with a reply account received replies and accepted none
-    (runs without the account, from before it existed, are absent)."""
-    r = rounds[rounds["metric"].isin(["replies_received", "replies_accepted"])]
-    if r.empty:
-        return {}
-    last = r[r["round"] == r.groupby("run_id")["round"].transform("max")]
-    w = last.pivot_table(index="run_id", columns="metric", values="value")
-    if not {"replies_received", "replies_accepted"} <= set(w.columns):
-        return {}
-    return ((w["replies_received"] > 0) & (w["replies_accepted"] == 0)).to_dict()
-
-
 def left_out(cells: pd.DataFrame) -> pd.Series:
     """Per cell: whether its model is at chance or stalled — no result of its setting, so counted but left out
     of any mean over seeds and any trend (the seed summary, the sweep plot). Either column may be absent (an

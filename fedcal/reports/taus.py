@@ -12,7 +12,8 @@ configurations (another number of rounds, clients, …) are other rows, told apa
 column naming the keys that differ (:mod:`fedcal.reports.groups`); each run's change is measured
 against the benign run of its own configuration, strategy and seed, and a row without one says
 "no benign run in this set". A model whose accuracy is within noise of chance is flagged
-(``chance_level``, :mod:`fedcal.reports.chance`).
+(``chance_level``, :mod:`fedcal.reports.chance`), a run whose last round accepted none of its replies
+above chance as ``stalled`` (:func:`fedcal.reports.runs.stalled_runs`); both stay in the means, marked.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from fedcal.reports.chance import cfg_chance, footnote, marked
 from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.markdown import SECE_SIGN, UNITS_NOTE, markdown_table
 from fedcal.reports.plots import defense_bars, reliability_grid, trajectories, trajectory_table
-from fedcal.reports.runs import final_rows, finished_only
+from fedcal.reports.runs import STALLED, STALLED_NOTE, final_rows, finished_only, run_stalled
 from fedcal.results import UnfinishedRunError, load_config, load_metrics
 
 TABLE_COLUMNS = ["strategy", "tau", "run", "accuracy_%", "ece_%", "sece_%", "brier", "nll", "run_id", "code"]
@@ -68,9 +69,10 @@ def summarise(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
             CONFIG: label, "strategy": cfg.strategy, "tau": cfg.tau, "seed": cfg.seed, "run": run_label(cfg),
             "accuracy_%": 100 * last["accuracy"], "ece_%": 100 * last["ece"], "sece_%": 100 * last["sece"],
             "brier": last["brier"], "nll": last["nll"], "run_id": last["run_id"], "code": last["code"],
-            CHANCE: bool(chance is not None and chance.flags(float(last["accuracy"]))),
+            CHANCE: (at_chance := bool(chance is not None and chance.flags(float(last["accuracy"])))),
+            STALLED: run_stalled(d) and not at_chance,
         })
-    table = pd.DataFrame(rows, columns=[CONFIG, *TABLE_COLUMNS, "seed", CHANCE])
+    table = pd.DataFrame(rows, columns=[CONFIG, *TABLE_COLUMNS, "seed", CHANCE, STALLED])
     benign = table[table["run"] == "benign"].set_index([CONFIG, "strategy", "seed"])
     dupes = benign.index[benign.index.duplicated()].unique().tolist()
     if dupes:
@@ -134,6 +136,8 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str
         md = to_markdown(table, title)
     if table[CHANCE].any():
         md += "\n" + footnote(chances)
+    if table[STALLED].any():
+        md += "\n" + STALLED_NOTE
     md += f"\n{UNITS_NOTE}; {SECE_SIGN}\n"
     (out / "table.md").write_text(md)
     if table["strategy"].nunique() > 1:
@@ -181,8 +185,9 @@ def seed_summary(table: pd.DataFrame) -> pd.DataFrame:
     g = table.groupby(by, sort=False)
     out = g[SUMMARY_METRICS].mean().add_suffix("_mean").join(g[SUMMARY_METRICS].std(ddof=1).add_suffix("_std"))
     out = out.join(g.size().rename("seeds"))
-    if CHANCE in table.columns:
-        out = out.join(g[CHANCE].sum().astype(int))
+    for flag in (CHANCE, STALLED):
+        if flag in table.columns:
+            out = out.join(g[flag].sum().astype(int))
     return out.reset_index()
 
 
@@ -206,6 +211,9 @@ def seeds_markdown(agg: pd.DataFrame, title: str = "") -> str:
     if CHANCE in agg.columns:
         cells["accuracy_%"] = [marked(t, bool(k)) + ("" if not k or k == n else f" ({k}/{n} seeds)")
                                for t, k, n in zip(cells["accuracy_%"], agg[CHANCE], agg["seeds"])]
+    if STALLED in agg.columns:
+        cells["accuracy_%"] = [t + (f" ({k} of {n} seeds stalled)" if k else "")
+                               for t, k, n in zip(cells["accuracy_%"], agg[STALLED], agg["seeds"])]
     return markdown_table(cells[cols], title, formats={"tau": "{:g}"})
 
 
@@ -222,12 +230,14 @@ def to_markdown(table: pd.DataFrame, title: str = "") -> str:
     """The τ table of :func:`summarise` in Markdown (``run_id``, ``code`` and single-valued
     strategy/seed left out; the chance marker on a chance-level model's accuracy)."""
     cols = [c for c in table.columns
-            if c not in ("run_id", "code", CHANCE) and not (c in ("strategy", "seed") and table[c].nunique() <= 1)]
+            if c not in ("run_id", "code", CHANCE, STALLED) and not (c in ("strategy", "seed") and table[c].nunique() <= 1)]
     formats = {**TABLE_FORMATS, "d_accuracy": _delta("{:+.2f}"), "d_sece": _delta("{:+.2f}")}
     shown = table[cols].copy()
     if CHANCE in table.columns:
         shown["accuracy_%"] = [marked(f"{v:.2f}", bool(f)) for v, f in zip(table["accuracy_%"], table[CHANCE])]
         formats["accuracy_%"] = str
+    if STALLED in table.columns:
+        shown["accuracy_%"] = [f"{v} (stalled)" if f else v for v, f in zip(shown["accuracy_%"], table[STALLED])]
     return markdown_table(shown, title, formats=formats)
 
 
