@@ -281,13 +281,13 @@ def stalled_runs(rounds: pd.DataFrame) -> dict[str, bool]:
 
 #: the line under a table with a stalled run
 STALLED_NOTE = ("stalled: the run's last round accepted none of its replies (each rejected and named in its "
-                "rejections.csv), so its final model is one kept from an earlier round — no result of its setting.\n")
+                "rejections.csv), so its final model is one kept from an earlier round, not one its setting trained to the end.\n")
 
 
 def run_stalled(run_dir: str | os.PathLike[str]) -> bool:
     """Whether one run stalled (:func:`stalled_runs` on its ``metrics.csv``); False for a run without the
     reply account or whose file cannot be parsed (named in a warning by :func:`load_rounds`)."""
-    return bool(stalled_runs(load_rounds([run_dir], "the stalled-run check")).get(Path(run_dir).name, False))
+    return any(stalled_runs(load_rounds([run_dir], "the stalled-run check")).values())  # one run id per folder
 
 
 def final_rows(metrics: pd.DataFrame) -> pd.DataFrame:
