@@ -212,9 +212,12 @@ def test_pages_with_included_tables_show_the_generated_files():
 
 def _shipped_docs(dest: Path) -> Path:
     """A copy of docs/ holding only what git ships (tracked, or new and not ignored): what a clean clone has.
-    The checkout itself is used where it is not a git work tree (an unpacked release)."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "docs"], cwd=ROOT,
-                            capture_output=True, text=True)
+    The checkout itself is used where it is not a git work tree (an unpacked release) or git is absent."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "docs"], cwd=ROOT,
+                                capture_output=True, text=True)
+    except OSError:  # no git on this machine
+        return ROOT / "docs"
     if listed.returncode != 0:
         return ROOT / "docs"
     for name in listed.stdout.splitlines():
