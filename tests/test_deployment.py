@@ -58,6 +58,8 @@ pytestmark = [
 NUM_NODES = 3
 RUN_TIMEOUT = 420  # generous: the run takes ~1-2 min on 2 busy CPU cores
 NODE_TIMEOUT = 120
+# What a plaintext SuperNode logs when the TLS port drops its connection without an answer.
+PLAINTEXT_DROPPED = ("Server disconnected without sending a response", "Connection reset by peer")
 
 
 def _submit(dep: Deployment, conn: str, cli_home: Path, out: Path) -> Proc:
@@ -274,8 +276,11 @@ def test_tls_superlink_refuses_plaintext_wrong_ca_and_wrong_name(secured):
         for proc in procs:
             assert f"Exit Code: {int(ExitCode.SUPERNODE_CONNECTION_ERROR)}" in tail(proc.log), proc.tail()
         # Plaintext: the TLS port drops the connection before any HTTP answer (so not even the
-        # SuperNode-authentication refusal, which is an HTTP answer, is reached).
-        assert "Server disconnected without sending a response" in tail(procs[0].log), procs[0].tail()
+        # SuperNode-authentication refusal, which is an HTTP answer, is reached). Which words the
+        # client logs depends on timing: the server closing after reading the plaintext request
+        # ("disconnected"), or resetting it while the request is still being written ("reset").
+        plain = tail(procs[0].log)
+        assert any(m in plain for m in PLAINTEXT_DROPPED), procs[0].tail()
         assert "must be registered via the CLI" not in tail(procs[0].log), procs[0].tail()
         assert "CERTIFICATE_VERIFY_FAILED" in tail(procs[1].log), procs[1].tail()
         assert "CERTIFICATE_VERIFY_FAILED" in tail(procs[2].log) and "mismatch" in tail(procs[2].log), \
