@@ -92,3 +92,6 @@ def test_theorem_report_from_a_run_directory(tmp_path):
     bins = pd.read_csv(tmp_path / "out" / "theorem_bins.csv")
     assert bins.groupby(["aggregator", "attack"])["queries"].sum().eq(200).all()
     assert np.isfinite(summary["kappa_p99"]).all()
+    # the runs pooled, with their seed and the queries read from each
+    runs = pd.read_csv(tmp_path / "out" / "theorem_runs.csv")
+    assert runs[["run", "seed", "n", "f", "queries"]].values.tolist() == [[store.dir.name, 0, 9, 3, 200]]
