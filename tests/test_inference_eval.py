@@ -128,31 +128,39 @@ def test_build_aggregators_warm_up_then_adversarial_phase():
     is the trained DeepSet's weights with trimmed pooling. (That adversarial training makes the
     trimmed DeepSet more robust is tested in test_inference_aggregators.)"""
     sp, sy = _synthetic(200, 7, 4)
-    aggs, history = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=2, lr=3e-3, seed=0)
+    aggs, history, learned = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=2, lr=3e-3, seed=0)
     assert list(aggs) == ["mean", "median", "geometric_median", "trimmed_mean", "manifold_projection", "copur",
                           "deepset_plain", "deepset_plain_tm", "deepset", "deepset_tm"]
     # the reports' row order knows every aggregator; the logit purifiers exist only with the clients' logits
     assert list(aggs) == [a for a in AGGREGATOR_NAMES if not a.endswith("_logit")]
-    with_logits, _ = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=0, lr=3e-3, seed=0,
+    with_logits, _, _ = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=0, lr=3e-3, seed=0,
                                        server_logits=sp.clamp_min(1e-6).log())
     assert [a for a in AGGREGATOR_NAMES if a not in ("deepset_plain", "deepset_plain_tm")] == list(with_logits)
     assert with_logits["copur_logit"].reads == "logits" and with_logits["copur"].reads == "probits"
     assert with_logits["copur_logit"].fusion is with_logits["manifold_projection_logit"].fusion
     # built alone (its own seeded generators), an aggregator is the one built among all; nothing else is trained
-    alone, h_alone = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=2, lr=3e-3, seed=0,
+    alone, h_alone, alone_state = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=2, lr=3e-3, seed=0,
                                        names=["deepset_tm", "mean"])
     assert list(alone) == ["mean", "deepset_tm"] and h_alone == history
     assert all(torch.equal(v, aggs["deepset_tm"].state_dict()[k]) for k, v in alone["deepset_tm"].state_dict().items())
-    purifier, h_none = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=2, lr=3e-3, seed=0,
+    # what a build saves is every component it trained, not only the aggregators asked for: DeepSet-TM alone
+    # still carries the DeepSet from before its adversarial phase, without which a later build retrains
+    assert set(alone_state) == {"deepset", "deepset_plain", "history"} and set(learned) >= set(alone_state)
+    assert all(torch.equal(v, learned["deepset_plain"][k]) for k, v in alone_state["deepset_plain"].items())
+    reloaded, h_reloaded, _ = build_aggregators(sp, sy, 2, hidden=16, epochs=0, adv_epochs=2, lr=3e-3, seed=0,
+                                                names=["deepset_plain_tm"], state=alone_state)
+    assert h_reloaded == history  # loaded (with epochs=0 a retrained one would have no history)
+    assert all(torch.equal(v, aggs["deepset_plain_tm"].state_dict()[k])
+               for k, v in reloaded["deepset_plain_tm"].state_dict().items())
+    purifier, h_none, _ = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=2, lr=3e-3, seed=0,
                                          names=["copur"])
     assert h_none == [] and list(purifier) == ["copur"]
     assert all(torch.equal(v, aggs["copur"].state_dict()[k]) for k, v in purifier["copur"].state_dict().items())
     with pytest.raises(ValueError, match="unknown aggregators"):
         build_aggregators(sp, sy, 2, epochs=1, names=["krum"])
     # a build from the saved state (epochs=0: nothing could be trained) answers exactly as the trained one
-    from fedcal.inference.evaluate import learned_state
-    loaded, h_loaded = build_aggregators(sp, sy, 2, hidden=16, epochs=0, adv_epochs=2, lr=3e-3, seed=0,
-                                         state=learned_state(aggs, history))
+    loaded, h_loaded, _ = build_aggregators(sp, sy, 2, hidden=16, epochs=0, adv_epochs=2, lr=3e-3, seed=0,
+                                         state=learned)
     assert h_loaded == history and list(loaded) == list(aggs)
     with torch.no_grad():
         assert all(torch.equal(loaded[a](sp[:20]), aggs[a](sp[:20])) for a in aggs)
@@ -167,7 +175,7 @@ def test_build_aggregators_warm_up_then_adversarial_phase():
     assert isinstance(aggs["deepset_tm"], DeepSetTM) and aggs["deepset_tm"].pooling == "trimmed"
     assert aggs["deepset_plain_tm"].rho is aggs["deepset_plain"].rho and aggs["deepset_plain_tm"].f == 2
     assert aggs["copur"].fusion is aggs["manifold_projection"].fusion  # one autoencoder, two purifiers
-    plain, h = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=0, lr=3e-3, seed=0)
+    plain, h, _ = build_aggregators(sp, sy, 2, hidden=16, epochs=3, adv_epochs=0, lr=3e-3, seed=0)
     assert len(h) == 3 and h == history[:3]  # same seed, same clean phase
     # the ablation's plain DeepSet is the clean phase's model, untouched by the adversarial phase
     kept, trained = aggs["deepset_plain"].state_dict(), aggs["deepset"].state_dict()

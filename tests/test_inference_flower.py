@@ -119,6 +119,16 @@ def test_federated_inference_round_trip(monkeypatch, tmp_path):
                   client_app, num_supernodes=5, seed=0)
     fourth_acc = fourth[0].accuracy.set_index(["aggregator", "attack"])["accuracy"]
     assert fourth_acc["deepset_tm", "lma"] == acc["deepset_tm", "lma"]
+    # a run that trains the DeepSet but evaluates DeepSet-TM alone saves the DeepSet of before the adversarial
+    # phase too, so the next run with other attacks loads it instead of training again (another width: no
+    # earlier run's DeepSet matches)
+    monkeypatch.undo()
+    narrow = cfg.replace(inf_f_curve=False, inf_amp_curve="", agg_hidden=12, inf_aggregators="deepset_tm")
+    run_inprocess(server_app_for(narrow.replace(inf_attacks="none"), sink=[]), client_app, num_supernodes=5, seed=0)
+    monkeypatch.setattr(evaluate, "train_deepset", no_training)
+    fifth = []
+    run_inprocess(server_app_for(narrow.replace(inf_attacks="lma"), sink=fifth), client_app, num_supernodes=5, seed=0)
+    assert set(fifth[0].accuracy["aggregator"]) == {"deepset_tm"}
 
 
 class _SilentGrid:

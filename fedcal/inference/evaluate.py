@@ -100,9 +100,13 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
                       server_columns: Sequence[int] | None = None,
                       server_logits: torch.Tensor | None = None, adv_attack: str = "fedcal",
                       names: Sequence[str] | None = None,
-                      state: Mapping[str, object] | None = None) -> tuple[dict[str, Callable], list[float]]:
+                      state: Mapping[str, object] | None = None
+                      ) -> tuple[dict[str, Callable], list[float], dict[str, object]]:
     """The aggregators of SPEC §7 built for ``f`` adversaries, and the baselines of the
-    inference literature; returns them and the DeepSet's per-epoch training losses.
+    inference literature; returns them, the DeepSet's per-epoch training losses and the learned
+    state of every component built (:func:`learned_state`, what a later build loads — taken before
+    ``names`` narrows the aggregators, so a build that evaluates DeepSet-TM alone still saves the
+    DeepSet from before its adversarial phase, which a later build needs to load rather than retrain).
 
     The DeepSet trains on the server split: ``epochs`` epochs on the clients' clean probits,
     then ``adv_epochs`` epochs of adversarial training (worst-case corruption of up to ``f``
@@ -156,7 +160,8 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
                                       adv_epochs=adv_epochs, lr=lr, attack_steps=attack_steps, restarts=restarts,
                                       seed=seed, adv_attack=adv_attack, state=state)
         aggs.update(deepsets)
-    return {a: aggs[a] for a in AGGREGATOR_NAMES if a in aggs and a in wanted}, history
+    return ({a: aggs[a] for a in AGGREGATOR_NAMES if a in aggs and a in wanted}, history,
+            learned_state(aggs, history))
 
 
 def _fusion(server_x: torch.Tensor, server_labels: torch.Tensor, *, space: str, key: str, hidden: int,

@@ -96,7 +96,7 @@ def theorem_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
 def _plot(df: pd.DataFrame, bins: pd.DataFrame, path: Path) -> None:
     from fedcal.reports.plots import plt, _save
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6))
     attacked = [a for a in df["attack"].unique() if a != "none"]
     shown = attacked[0] if attacked else df["attack"].iloc[0]
     for name, g in bins[bins["attack"] == shown].groupby("aggregator", sort=False):
@@ -106,7 +106,7 @@ def _plot(df: pd.DataFrame, bins: pd.DataFrame, path: Path) -> None:
         left.plot(g["k"], 100 * g["changed"], marker="o", label=name)
         left.set_xticks(range(len(edges)), [f"≥{e:g}" for e in edges], fontsize=7)
     left.set(xlabel="honest dissimilarity / top-2 margin (σ_H / m)", ylabel="prediction changed (%)",
-             title=f"{shown}: share of queries whose prediction the adversaries changed")
+             title=f"{shown}: share of queries whose prediction\nthe adversaries changed, per bin of σ_H / m")
     left.legend(fontsize=7)
     sub = df[(df["attack"] == shown) & (df["aggregator"] == "trimmed_mean")]
     sub = sub.sample(min(len(sub), 3000), random_state=0)
@@ -116,7 +116,7 @@ def _plot(df: pd.DataFrame, bins: pd.DataFrame, path: Path) -> None:
                       s=4, alpha=0.5, color=colour, label="changed" if changed else "unchanged")
     right.axhline(1 / math.sqrt(2), color="black", lw=1, ls="--", label="e / m = 1/√2")
     right.set(xscale="log", yscale="log", xlabel="σ_H / m", ylabel="aggregation error / margin (e / m)",
-              title=f"trimmed mean, {shown}: every changed query lies above the line")
+              title=f"trimmed mean, {shown}:\na changed query must lie above the dashed line")
     right.legend(fontsize=7)
     fig.tight_layout()
     _save(fig, path)

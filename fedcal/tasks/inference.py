@@ -31,7 +31,7 @@ from fedcal.tasks.nodes import (check_partitions, client_id, config_record, disc
                               send_counted, shared_model)
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
-from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators, learned_state
+from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators
 from fedcal.inference.federated import (InferenceClientSpec, assemble, assemble_logits, server_split,
                                         train_client)
 from fedcal.progress import phase
@@ -165,7 +165,7 @@ def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFr
     import pandas as pd  # lazily: the ClientApp process never loads pandas
 
     state = _earlier_aggregators(cfg, store.dir)
-    aggs, history = build_aggregators(data.server_probits, data.server_labels, cfg.inf_f, hidden=cfg.agg_hidden,
+    aggs, history, learned = build_aggregators(data.server_probits, data.server_labels, cfg.inf_f, hidden=cfg.agg_hidden,
                                       epochs=cfg.agg_epochs, adv_epochs=cfg.agg_adv_epochs, lr=cfg.agg_lr,
                                       attack_steps=cfg.agg_attack_steps, restarts=cfg.agg_restarts,
                                       seed=cfg.seed, latent=cfg.agg_latent, copur_steps=cfg.copur_steps,
@@ -173,7 +173,7 @@ def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFr
                                       adv_attack=cfg.agg_adv_attack, names=cfg.inference_aggregators or None,
                                       state=state)
     # what was loaded matches this run's hashes, so it is this run's too
-    _save_state({**state, **learned_state(aggs, history)}, store.dir / AGGREGATORS_FILE)
+    _save_state({**state, **learned}, store.dir / AGGREGATORS_FILE)
     if "deepset" in aggs:
         torch.save(aggs["deepset"].state_dict(), store.dir / "deepset.pt")
         store.write_table("deepset_loss.csv", pd.DataFrame({"epoch": range(1, len(history) + 1), "loss": history}))
@@ -274,6 +274,8 @@ def _earlier_aggregators(cfg: RunConfig, here: Path) -> dict:
         for component in same:
             if any(key in state for key in _COMPONENT_ENTRIES[component]):
                 continue  # one run's entries per component: a DeepSet and its history stay together
+            if component == "deepset" and cfg.agg_adv_epochs and "deepset_plain" not in found:
+                continue  # a store without the pre-adversarial DeepSet cannot be loaded (the build would retrain)
             state.update({key: found[key] for key in _COMPONENT_ENTRIES[component] if key in found})
     if state:
         log(INFO, "reusing the trained aggregators (%s) of earlier runs with the same settings",
