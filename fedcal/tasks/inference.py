@@ -165,13 +165,12 @@ def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFr
     import pandas as pd  # lazily: the ClientApp process never loads pandas
 
     state = _earlier_aggregators(cfg, store.dir)
-    aggs, history, learned = build_aggregators(data.server_probits, data.server_labels, cfg.inf_f, hidden=cfg.agg_hidden,
-                                      epochs=cfg.agg_epochs, adv_epochs=cfg.agg_adv_epochs, lr=cfg.agg_lr,
-                                      attack_steps=cfg.agg_attack_steps, restarts=cfg.agg_restarts,
-                                      seed=cfg.seed, latent=cfg.agg_latent, copur_steps=cfg.copur_steps,
-                                      server_columns=data.server_columns, server_logits=data.server_logits,
-                                      adv_attack=cfg.agg_adv_attack, names=cfg.inference_aggregators or None,
-                                      state=state)
+    aggs, history, learned = build_aggregators(
+        data.server_probits, data.server_labels, cfg.inf_f, hidden=cfg.agg_hidden, epochs=cfg.agg_epochs,
+        adv_epochs=cfg.agg_adv_epochs, lr=cfg.agg_lr, attack_steps=cfg.agg_attack_steps, restarts=cfg.agg_restarts,
+        seed=cfg.seed, latent=cfg.agg_latent, copur_steps=cfg.copur_steps, server_columns=data.server_columns,
+        server_logits=data.server_logits, adv_attack=cfg.agg_adv_attack, names=cfg.inference_aggregators or None,
+        state=state)
     # what was loaded matches this run's hashes, so it is this run's too
     _save_state({**state, **learned}, store.dir / AGGREGATORS_FILE)
     if "deepset" in aggs:
