@@ -36,14 +36,14 @@ def _worst(audit, per_seed: dict[str, list[float]]) -> pd.DataFrame:
 def test_the_best_set_aggregator_is_a_tie_when_its_lead_is_inside_the_seed_spread(audit):
     # deepset_tm 0.20 ± 0.02 (seeds 0.18, 0.20, 0.22), deepset 0.19 ± 0.00: a 1-point lead, a 2-point std
     tie = _worst(audit, {"deepset_tm": [0.18, 0.20, 0.22], "deepset": [0.19, 0.19, 0.19], "mean": [0.1] * 3})
-    value, _, verdict, difference = audit._best_set_cells(tie, ["mean", "deepset", "deepset_tm"], "seeds 0–2", None)
+    value, _, verdict, difference = audit._best_set_cells(tie, ["mean", "deepset", "deepset_tm"], "seeds 0–2", "gap")
     assert value == "deepset_tm, 1.00 points ahead of deepset"
     assert verdict == "tie: deepset_tm ahead by less than one seed-to-seed std (2.00)" and difference == ""
     # a lead of 5 points over a 1-point spread is a ranking
     clear = _worst(audit, {"deepset_tm": [0.24, 0.25, 0.26], "deepset": [0.20, 0.20, 0.20], "mean": [0.1] * 3})
-    assert audit._best_set_cells(clear, ["mean", "deepset", "deepset_tm"], "", None)[2] == "matches"
+    assert audit._best_set_cells(clear, ["mean", "deepset", "deepset_tm"], "", "gap")[2:] == ("matches", "")
     other = _worst(audit, {"deepset_tm": [0.10, 0.10, 0.10], "deepset": [0.20, 0.20, 0.20], "mean": [0.1] * 3})
-    assert audit._best_set_cells(other, ["mean", "deepset", "deepset_tm"], "", None)[2] == "contradicts"
+    assert audit._best_set_cells(other, ["mean", "deepset", "deepset_tm"], "", "gap")[2:] == ("contradicts", "gap")
 
 
 def test_the_pgd_claim_reads_the_fall_from_20_steps_of_the_literatures_attack(audit, tmp_path):

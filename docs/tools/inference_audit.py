@@ -146,7 +146,7 @@ def _protocol_summary(lw: pd.DataFrame, fw: pd.DataFrame | None) -> str:
     best_avg = max(ROBUST_AVERAGES, key=lambda a: lw.loc[a, "mean"])
     margin = tm - 100 * lw.loc[best_avg, "mean"]
     sets = [a for a in SET_AGGREGATORS if a in lw.index]
-    best_set, _, verdict, _ = _best_set_cells(lw, sets, "", None)
+    best_set, _, verdict, _ = _best_set_cells(lw, sets, "", "")
     text = (f"At the literature's protocol DeepSet-TM's worst case is {tm:.2f} % ({lw.loc['deepset_tm', 'attack']}), "
             f"against the literature's {LITERATURE_WORST} %: the issue's target (≥ {TARGET:g} %) is "
             + ("met" if tm >= TARGET else "not met") + f"; its margin over the best robust average ({best_avg}) is "
@@ -194,17 +194,16 @@ def sets_section() -> list[str]:
     return lines
 
 
+def _pgd_rows() -> list[tuple[str, pd.DataFrame]]:
+    """The PGD ablation's reports that exist, as (row label, cells): each protocol at each step count, then
+    fedcal's with one literature element."""
+    names = [(f"{p}, {s} steps", f"{p}-{s}") for p in PROTOCOLS for s in STEPS]
+    names += [(f"fedcal's, 50 steps, with the literature's {e} only", f"only-{e}") for e in ELEMENTS]
+    return [(label, c) for label, name in names if (c := _cells(f"inference-i35-pgd/{name}")) is not None]
+
+
 def pgd_section() -> list[str]:
-    rows = []
-    for protocol in PROTOCOLS:
-        for steps in STEPS:
-            cells = _cells(f"inference-i35-pgd/{protocol}-{steps}")
-            if cells is not None:
-                rows.append((f"{protocol}, {steps} steps", cells))
-    for element in ELEMENTS:
-        cells = _cells(f"inference-i35-pgd/only-{element}")
-        if cells is not None:
-            rows.append((f"fedcal's, 50 steps, with the literature's {element} only", cells))
+    rows = _pgd_rows()
     if not rows:
         return []
     seeds = sorted(set().union(*(set(c["seed"]) for _, c in rows)))
@@ -424,15 +423,16 @@ def claims_table() -> str:
     margin = tm - 100 * lw.loc[best_avg, "mean"]
     sets = [a for a in SET_AGGREGATORS if a in lw.index]
     pgd_worst = [a for a in sets if "pgd_cw" in lw.loc[a, "attack"]]
+    gap = _gap_reason(lw, fw)
     rows = [
         ("DeepSet-TM's worst case over the attacks", f"{LITERATURE_WORST} %", f"{tm:.2f} % ({lw.loc['deepset_tm', 'attack']})",
          seeds, "matches" if tm >= TARGET else "contradicts",
-         "" if tm >= TARGET else _gap_reason(lw, fw), run),
+         "" if tm >= TARGET else gap, run),
         ("DeepSet-TM's margin over the best robust average", f"{LITERATURE_MARGIN:+.1f} points",
          f"{margin:+.2f} points (over {best_avg})", seeds,
          "matches" if margin >= LITERATURE_MARGIN / 1.5 else ("direction only" if margin > 0 else "contradicts"),
-         "" if margin >= LITERATURE_MARGIN / 1.5 else _gap_reason(lw, fw), run),
-        ("the best set aggregator under attack", "DeepSet-TM", *_best_set_cells(lw, sets, seeds, fw), run),
+         "" if margin >= LITERATURE_MARGIN / 1.5 else gap, run),
+        ("the best set aggregator under attack", "DeepSet-TM", *_best_set_cells(lw, sets, seeds, gap), run),
         ("PGD-CW is the worst attack for the set aggregators", "yes", f"{len(pgd_worst)} of {len(sets)}", seeds,
          "matches" if len(pgd_worst) > len(sets) / 2 else "contradicts",
          "" if len(pgd_worst) > len(sets) / 2 else
@@ -469,9 +469,10 @@ def _theorem_regime() -> dict | None:
             "changed_ge2": changed(lower >= 2), "changed_lt1": changed(lower < 1)}
 
 
-def _best_set_cells(lw: pd.DataFrame, sets: list[str], seeds: str, fw: pd.DataFrame | None) -> tuple:
-    """fedcal value, seeds, verdict and difference of the best-set-aggregator claim: a lead over the runner-up
-    smaller than either's seed-to-seed std is a tie, not a ranking."""
+def _best_set_cells(lw: pd.DataFrame, sets: list[str], seeds: str, gap: str) -> tuple:
+    """fedcal value, seeds, verdict and difference (``gap`` where DeepSet-TM is not among the leaders) of the
+    best-set-aggregator claim: a lead over the runner-up smaller than either's seed-to-seed std is a tie, not a
+    ranking."""
     ranked = sorted(sets, key=lambda a: lw.loc[a, "mean"], reverse=True)
     best, second = ranked[0], ranked[1]
     lead = 100 * (lw.loc[best, "mean"] - lw.loc[second, "mean"])
@@ -480,9 +481,8 @@ def _best_set_cells(lw: pd.DataFrame, sets: list[str], seeds: str, fw: pd.DataFr
     if lead < spread:
         tm_in = "deepset_tm" in (best, second)
         return (value, seeds, f"tie: {best} ahead by less than one seed-to-seed std ({spread:.2f})",
-                "" if tm_in else _gap_reason(lw, fw))
-    return (value, seeds, "matches" if best == "deepset_tm" else "contradicts",
-            "" if best == "deepset_tm" else _gap_reason(lw, fw))
+                "" if tm_in else gap)
+    return (value, seeds, "matches" if best == "deepset_tm" else "contradicts", "" if best == "deepset_tm" else gap)
 
 
 def _gap_reason(lw: pd.DataFrame, fw: pd.DataFrame | None) -> str:
@@ -505,8 +505,7 @@ def _gap_reason(lw: pd.DataFrame, fw: pd.DataFrame | None) -> str:
 def _pgd_claim() -> list[tuple]:
     """Issue 35's reading of the literature's ablation: from 20 test-time PGD steps on, more steps do not lower
     DeepSet-TM's accuracy (fedcal's five-seed tables fell 34 → 22 % from 20 to 50)."""
-    rows = [(f"{p}, {s} steps", c) for p in PROTOCOLS for s in STEPS
-            if (c := _cells(f"inference-i35-pgd/{p}-{s}")) is not None]
+    rows = _pgd_rows()
     acc = _pgd_points(rows)
     lit = [(s, acc[f"literature, {s} steps"]) for s in STEPS if s >= 20 and f"literature, {s} steps" in acc]
     fed = [(s, acc[f"fedcal, {s} steps"]) for s in STEPS if s >= 20 and f"fedcal, {s} steps" in acc]
@@ -563,8 +562,9 @@ def _alpha_claim() -> list[tuple]:
                       "code's: a literature-protocol run costs about two hours of these 2 cores per seed and α")
         run = "inference.md, *Heterogeneity: Dirichlet α ∈ {0.3, 0.5, 0.8}*"
     cols = {a: c[(c["n"] == 17) & (c["f"] == 4)] for a, c in sorted(cols.items())}
-    best = {a: max((g for g in SET_AGGREGATORS if g in _worst(c).index), key=lambda g: _worst(c).loc[g, "mean"])
-            for a, c in cols.items()}
+    worst = {a: _worst(c) for a, c in cols.items()}
+    best = {a: max((g for g in SET_AGGREGATORS if g in w.index), key=lambda g: w.loc[g, "mean"])
+            for a, w in worst.items()}
     wins = sum(b == "deepset_tm" for b in best.values())
     seeds = {a: len(set(c["seed"])) for a, c in cols.items()}
     verdict = "matches" if wins == len(best) else ("direction only" if wins else "contradicts")
@@ -572,7 +572,7 @@ def _alpha_claim() -> list[tuple]:
     def lead(a: float, b: str) -> str:
         if b == "deepset_tm":
             return b
-        w = _worst(cols[a])
+        w = worst[a]
         return (f"{b}, ahead of deepset_tm by {100 * (w.loc[b, 'mean'] - w.loc['deepset_tm', 'mean']):.2f} points "
                 f"(seed std {100 * w.loc[b, 'std']:.2f} / {100 * w.loc['deepset_tm', 'std']:.2f})")
 
