@@ -557,6 +557,7 @@ from fedcal.strategies.lora_baselines import LORA_STRATEGIES  # noqa: E402
 LORA_LAYERS = ("base_model.model.roberta.encoder.layer.0.attention.self.query",
                "base_model.model.roberta.encoder.layer.0.attention.self.value")
 LORA_HEAD = "base_model.model.classifier.modules_to_save.default.out_proj.weight"
+LORA_HEAD_BIAS = "base_model.model.classifier.modules_to_save.default.out_proj.bias"
 LORA_DIN, LORA_DOUT, LORA_ALPHA = 6, 5, 8.0
 LORA_NAMES = sorted(LORA_STRATEGIES)
 
@@ -575,6 +576,7 @@ def lora_state(ranks, seed: int, d_in: int = LORA_DIN, a=None) -> OrderedDict:
         out[ka] = torch.randn(r, d_in, generator=g) if a is None else a[ka].clone()
         out[kb] = 0.1 * torch.randn(LORA_DOUT, r, generator=g)
     out[LORA_HEAD] = torch.randn(2, LORA_DOUT, generator=g)
+    out[LORA_HEAD_BIAS] = torch.randn(2, generator=g)
     return out
 
 
@@ -625,6 +627,10 @@ def lora_hostile(name: str, kind: str, content: RecordDict) -> RecordDict:
             if name != "ffa":  # FFA-LoRA's A is the frozen one: its B alone must do it
                 state[ka] = torch.full_like(state[ka], 1e20)
             state[kb] = torch.full_like(state[kb], 1e20 if name != "ffa" else 1e38)
+    elif kind == "head_3e38":  # honest adapters, a finite head whose outputs overflow float32
+        state[LORA_HEAD] = torch.full_like(state[LORA_HEAD], 3e38)
+    elif kind == "head_bias_1e20":  # a 1-D head tensor (a bias) beyond √(float32 max)
+        state[LORA_HEAD_BIAS] = torch.full_like(state[LORA_HEAD_BIAS], -1e20)
     elif kind == "weight_1e39":  # a valid reply claiming more examples than float32 holds
         return lora_reply(state, n=1e39, drop_a=name == "ffa")
     elif kind == "rank_4096":
@@ -642,6 +648,8 @@ def lora_hostile(name: str, kind: str, content: RecordDict) -> RecordDict:
 # an upload of another rank has B of another shape than the one sent, and d_in is not uploaded at all.
 LORA_EXPECTED = {
     "adapter_1e20": {n: "float32" for n in LORA_NAMES},
+    "head_3e38": {n: f"head tensor '{LORA_HEAD}'" for n in LORA_NAMES},
+    "head_bias_1e20": {n: f"head tensor '{LORA_HEAD_BIAS}'" for n in LORA_NAMES},
     "weight_1e39": {n: None for n in LORA_NAMES},
     "rank_4096": {"fedit": "rank 4096", "ffa": "shape", "flora": "rank 4096", "flexlora": "rank 4096",
                   "lorafair": "rank 4096"},
