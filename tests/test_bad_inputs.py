@@ -895,6 +895,34 @@ def test_flexlora_serves_an_allowed_rank_above_the_layer_size():
     torch.testing.assert_close(LORA_ALPHA / 8 * B8 @ A8, W, atol=1e-5, rtol=1e-5)
 
 
+def test_flexlora_serves_a_node_whose_first_reply_was_dropped_at_its_rank():
+    """A node's rank is learned from its replies; one whose first reply was dropped (here for its
+    3e38 head) had none, was served the full-rank state its adapter cannot load, and answered with
+    an error every round after. The dropped reply's one allowed rank now decides what it is served
+    (never what is aggregated): round 2 sends it the truncation at its rank. A reply of a rank
+    outside the allowed set teaches nothing."""
+    def respond(node, content):
+        p = partition_of(node)
+        if p == 1:
+            return lora_hostile("flexlora", "head_3e38", content)
+        if p == 2:
+            return lora_reply(lora_state(4096, 7))
+        return lora_honest("flexlora", p, content)
+
+    s = lora_make("flexlora")
+    new, _ = lora_round(s, "flexlora", respond)
+    assert [n for n, _ in s.replies[1].rejections] == [node_of(1), node_of(2)]
+    assert s.replies[1].accepted == [node_of(0), node_of(3)]
+    from flwr.app import ConfigRecord
+
+    grid = FakeGrid([node_of(p) for p in range(4)], lambda node, content: None)
+    sent = {m.metadata.dst_node_id: m.content["arrays"] for m in s.configure_train(2, new, ConfigRecord(), grid)}
+    ka, _ = lora_keys(LORA_LAYERS[0])
+    r1 = LORA_RANKS["flexlora"][BAD % 2]  # the rank of the hostile adapter partition 1 sent, 2
+    assert sent[node_of(1)][ka].shape == (r1, LORA_DIN) and r1 < min(LORA_DIN, LORA_DOUT)
+    assert sent[node_of(2)][ka].shape == (min(LORA_DIN, LORA_DOUT), LORA_DIN)  # unknown: the full-rank state
+
+
 def test_flexlora_svd_failure_keeps_the_global_adapter(monkeypatch, caplog):
     """A rule's numerical failure that no reply can be blamed for (here LAPACK's SVD refusing to
     converge) keeps the global adapter with a logged reason; the round does not crash."""

@@ -232,7 +232,7 @@ class LoraStrategy(_FlowerFedAvg):
         return update_range_problem(state, layers, self.alpha) or head_range_problem(state)
 
     def _reply_state(self, msg: Message) -> tuple[str | None, OrderedDict | None, float, int]:
-        """(reason or None, state, weight, payload bytes) of one reply."""
+        """(reason or None, state (None: undecodable), weight, payload bytes) of one reply."""
         content = msg.content
         rec = content.get(self.arrayrecord_key) if self.arrayrecord_key in content else None
         if not isinstance(rec, ArrayRecord):
@@ -241,14 +241,15 @@ class LoraStrategy(_FlowerFedAvg):
             state = to_state(rec)
         except Exception as exc:  # noqa: BLE001 — undecodable bytes are a bad reply
             return f"arrays cannot be decoded ({exc})", None, 0.0, 0
+        # a rejected reply's decoded state goes back too: its shapes may tell the node's rank (_learn_rank)
         for k, v in state.items():
             if not v.is_floating_point():
-                return f"array '{k}' is not floating point ({v.dtype})", None, 0.0, 0
+                return f"array '{k}' is not floating point ({v.dtype})", state, 0.0, 0
             if not bool(torch.isfinite(v).all()):
-                return f"array '{k}' contains NaN or Inf", None, 0.0, 0
+                return f"array '{k}' contains NaN or Inf", state, 0.0, 0
         problem, weight = reply_weight(content, self.weighted_by_key)
         if problem:
-            return problem, None, 0.0, 0
+            return problem, state, 0.0, 0
         reason = self.check_keys(msg.metadata.src_node_id, state)
         size = sum(len(rec[k].data) for k in rec)  # the bytes the client actually uploaded
         return reason, state, float(weight), size
@@ -259,6 +260,18 @@ class LoraStrategy(_FlowerFedAvg):
         layers = lora_layers(state)
         return (tuple((layer, state[a].shape[1], state[b].shape[0]) for layer, (a, b) in layers.items()),
                 tuple((k, tuple(v.shape)) for k, v in state.items() if ".lora_" not in k))
+
+    def _learn_rank(self, node: int, state: OrderedDict | None) -> None:
+        """A rejected reply's rank, kept for ``node`` when no valid reply has taught one yet: the one
+        rank of all its B's (d_out, r), if it is allowed. It only decides what the node is served
+        (FlexLoRA's truncation at its rank), never what is aggregated: a node whose first reply was
+        dropped for its head or its claimed size would otherwise get the full-rank state, which its
+        adapter cannot load, and answer with an error every round after."""
+        if state is None or node in self.node_ranks:
+            return
+        ranks = {int(v.shape[1]) for k, v in state.items() if is_lora_b_key(k) and v.ndim == 2}
+        if len(ranks) == 1 and (self.allowed_ranks is None or next(iter(ranks)) in self.allowed_ranks):
+            self.node_ranks[node] = ranks.pop()
 
     # ------------------------------------------------------------------ aggregate
     def aggregate_states(self, server_round: int, nodes: list[int], states: list[OrderedDict],
@@ -303,6 +316,7 @@ class LoraStrategy(_FlowerFedAvg):
                     reason = "its adapter's layers, dimensions or head differ from the round's other replies"
             if reason:
                 reject(node, reason)
+                self._learn_rank(node, state)
                 continue
             good.append((node, state, weight))
             self.last_bytes[node] = size
