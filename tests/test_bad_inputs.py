@@ -370,6 +370,151 @@ def test_a_rule_failing_numerically_keeps_the_model(name, monkeypatch, caplog):
     assert "failed to converge" in caplog.text and "global model is kept" in caplog.text
 
 
+# --------------------------------------------------------------------------- claimed data sizes
+# A reply's num-examples is what its client says. One client of seven claiming 1e30 examples with
+# a flipped update owned the geometric median (the model moved by ~3.2, the honest replies' own
+# step ~0.3): no robust rule may let a claim buy a majority. Each caps the claims at the round's
+# median or ignores them, so claiming 1e30 buys exactly what claiming the median buys.
+HONEST_CLAIMS = [50 + 10 * p for p in range(K - 1)]  # 50 … 100; with the liar, the median claim is 80
+MEDIAN_CLAIM = 80.0
+
+
+def flipped_arrays(current: dict[str, torch.Tensor], rnd: int, factor: float = 10.0) -> dict[str, torch.Tensor]:
+    """The honest replies' common direction, flipped and scaled by ``factor``; honest buffers."""
+    common = torch.Generator().manual_seed(DIRECTION_SEED)
+    honest = honest_arrays(current, BAD, rnd)
+    return {k: (v - factor * 0.05 * torch.randn(v.shape, generator=common)) if v.is_floating_point()
+            and "running" not in k else honest[k] for k, v in current.items()}
+
+
+def _pre(step: str):
+    from functools import partial
+
+    from fedcal import aggregate as agg
+
+    return [{"nnm": partial(agg.nnm, f=2), "cclip": partial(agg.centered_clip, tau=0.5),
+             "clip": partial(agg.static_clip, c=0.5)}[step]]
+
+
+#: every robust rule (the run-config strategies but FedAvg), Flower's Krum and Bulyan, MultiKrum
+#: averaging every reply (f = 0: the liar is selected), CalGuard auditing (every reply averaged),
+#: and pre-aggregation pipelines (FedAvg composed with clipping or centred clipping is a robust rule)
+CLAIM_CASES = {**{n: (n, {}) for n in ROBUST},
+               "krum": ("multikrum", {"num_nodes_to_select": 1}),
+               "multikrum_f0_all": ("multikrum", {"num_malicious_nodes": 0, "num_nodes_to_select": None}),
+               "calguard_audit": ("calguard", {"mode": "audit"}),
+               "geometric_median+nnm": ("geometric_median", {"pre_aggregation": _pre("nnm")}),
+               "trimmed_mean+nnm": ("trimmed_mean", {"pre_aggregation": _pre("nnm")}),
+               "fedavg+clip": ("fedavg", {"pre_aggregation": _pre("clip")}),
+               "fedavg+cclip": ("fedavg", {"pre_aggregation": _pre("cclip")})}
+
+
+def make_case(case: str):
+    if case == "bulyan":
+        kw = dict(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=K, min_evaluate_nodes=0,
+                  min_available_nodes=K, node_sort_key=partition_of, node_label=partition_of, sampling_seed=0)
+        return strategies.Bulyan(num_malicious_nodes=1, **kw)  # 7 = 4f + 3 replies
+    name, extra = CLAIM_CASES[case]
+    return make(name, **extra)
+
+
+def run_claiming(case: str, claim: float):
+    """One round: six honest replies claiming 50 … 100 examples, the last client a flipped update
+    claiming ``claim``; returns (strategy, init, final)."""
+    def respond(node, content):
+        p = partition_of(node)
+        current = as_tensors(content["arrays"])
+        rnd = int(content["config"]["server-round"])
+        if p == BAD:
+            return reply(flipped_arrays(current, rnd), n=claim)
+        return reply(honest_arrays(current, p, rnd), n=HONEST_CLAIMS[p])
+
+    s = make_case(case)
+    init, final = run(s, respond, rounds=1)
+    return s, init, final
+
+
+@pytest.mark.parametrize("case", [*CLAIM_CASES, "bulyan"])
+def test_a_huge_claimed_size_buys_a_robust_rule_nothing(case):
+    """The liar claiming 1e30 examples moves the model exactly as it does claiming the median
+    claim (capped: both weigh the median; ignored: neither claim enters), and the move stays of the
+    honest step's order. Before, the geometric median, MultiKrum's mean of a selection that held the
+    liar, CalGuard's audit mean and FedAvg after clipping handed the liar (almost) all the weight."""
+    s, init, final = run_claiming(case, 1e30)
+    _, _, at_median = run_claiming(case, MEDIAN_CLAIM)
+    assert_finite(final)
+    assert s.replies[1].aggregated and not s.replies[1].rejections
+    for k in init:
+        torch.testing.assert_close(final[k], at_median[k], rtol=0, atol=0, msg=f"{case}: {k}")
+    assert delta_norm(init, final) < 2 * HONEST_STEP, delta_norm(init, final)
+    # no reply weighs more than a median-claiming one would
+    liar = s.last_weights.get(node_of(BAD), 0.0)
+    assert liar <= max(s.last_weights.values()) + 1e-12 and liar <= 1.0 / 3, s.last_weights
+
+
+@pytest.mark.parametrize("claim", [1e30, 1e39, 1.7e308])
+def test_fedavg_weighs_a_huge_claim_as_claimed_without_overflow(claim, caplog):
+    """FedAvg's documented weighting stays: p_k ∝ the claim, so the liar is (almost) the whole
+    aggregate — but finite, at any finite claim (1.7e308 is float64's largest), with the train
+    metrics finite too."""
+    def respond(node, content):
+        p = partition_of(node)
+        current = as_tensors(content["arrays"])
+        if p == BAD:
+            return reply(flipped_arrays(current, 1), n=claim, loss=5.0)
+        return reply(honest_arrays(current, p, 1), n=HONEST_CLAIMS[p], loss=1.0)
+
+    s = make("fedavg")
+    init, final = run(s, respond, rounds=1)
+    assert_finite(final)
+    assert s.replies[1].aggregated and s.last_weights[node_of(BAD)] == pytest.approx(1.0, abs=1e-20)
+    liar_alone = {k: init[k] + (flipped_arrays(init, 1)[k] - init[k]) for k in init}
+    for k in init:
+        if init[k].is_floating_point() and "running" not in k:
+            torch.testing.assert_close(final[k], liar_alone[k])
+    assert s.trusts_claims and not make("fedavg", pre_aggregation=_pre("clip")).trusts_claims
+
+
+def test_cap_at_median_by_hand():
+    from fedcal.aggregate import cap_at_median
+
+    # odd n: the middle claim; claims at or below it are untouched
+    assert cap_at_median(torch.tensor([3.0, 1.0, 2.0])).tolist() == [2.0, 1.0, 2.0]
+    # even n: the lower of the two middle claims (the smaller cap)
+    assert cap_at_median(torch.tensor([10.0, 40.0, 20.0, 30.0])).tolist() == [10.0, 20.0, 20.0, 20.0]
+    # one liar of seven: it weighs what the median client weighs, whatever it claims
+    for liar in (1e30, 1.7e308):
+        w = cap_at_median(torch.tensor([50.0, 60, 70, 80, 90, 100, liar], dtype=torch.float64))
+        assert w.tolist() == [50.0, 60, 70, 80, 80, 80, 80] and w.dtype == torch.float64
+    # a minority of liars cannot lift the cap above the honest claims (3 of 7 claim 1e30)
+    assert cap_at_median(torch.tensor([5.0, 6, 7, 8, 1e30, 1e30, 1e30])).max() == 8.0
+    assert cap_at_median(torch.tensor([])).numel() == 0
+    with pytest.raises(ValueError, match="1-D"):
+        cap_at_median(torch.ones(2, 2))
+
+
+def test_capped_weights_by_hand_on_small_vectors():
+    """The weighted rules on 1-D updates, by hand: four honest clients at 0, 0, 1, 1 (claims 1, 1,
+    2, 2) and a liar at 10 claiming 1e30. Capped at the median claim (2) the liar weighs 2 of 8:
+    the weighted mean is (0 + 0 + 2 + 2 + 20) / 8 = 3; the weighted geometric median in 1-D is the
+    weighted median, 1 (weight 4 of 8 lies at or below 0, 6 of 8 at or below 1); uncapped both
+    are 10."""
+    from fedcal import aggregate as agg
+
+    x = torch.tensor([[0.0], [0.0], [1.0], [1.0], [10.0]])
+    claims = torch.tensor([1.0, 1.0, 2.0, 2.0, 1e30], dtype=torch.float64)
+    w = agg.cap_at_median(claims)
+    assert w.tolist() == [1.0, 1.0, 2.0, 2.0, 2.0]
+    assert float(agg.fedavg(x, w.float())) == pytest.approx(3.0)
+    assert float(agg.geometric_median(x, w.float(), max_iter=1000, tol=1e-9)) == pytest.approx(1.0, abs=1e-3)
+    raw = agg.fit_weights(claims).float()
+    assert float(agg.fedavg(x, raw)) == pytest.approx(10.0)
+    assert float(agg.geometric_median(x, raw, max_iter=1000, tol=1e-9)) == pytest.approx(10.0, abs=1e-3)
+    # the strategies hand their rule exactly these weights
+    assert make("geometric_median").round_sizes(claims).tolist() == [1.0, 1.0, 2.0, 2.0, 2.0]
+    assert make("fedavg").round_sizes(claims).tolist() == agg.fit_weights(claims, torch.float64).tolist()
+
+
 # --------------------------------------------------------------------------- accuracy on a small task
 def _digits():
     from sklearn.datasets import load_digits
@@ -557,6 +702,7 @@ from fedcal.strategies.lora_baselines import LORA_STRATEGIES  # noqa: E402
 LORA_LAYERS = ("base_model.model.roberta.encoder.layer.0.attention.self.query",
                "base_model.model.roberta.encoder.layer.0.attention.self.value")
 LORA_HEAD = "base_model.model.classifier.modules_to_save.default.out_proj.weight"
+LORA_HEAD_BIAS = "base_model.model.classifier.modules_to_save.default.out_proj.bias"
 LORA_DIN, LORA_DOUT, LORA_ALPHA = 6, 5, 8.0
 LORA_NAMES = sorted(LORA_STRATEGIES)
 
@@ -575,6 +721,7 @@ def lora_state(ranks, seed: int, d_in: int = LORA_DIN, a=None) -> OrderedDict:
         out[ka] = torch.randn(r, d_in, generator=g) if a is None else a[ka].clone()
         out[kb] = 0.1 * torch.randn(LORA_DOUT, r, generator=g)
     out[LORA_HEAD] = torch.randn(2, LORA_DOUT, generator=g)
+    out[LORA_HEAD_BIAS] = torch.randn(2, generator=g)
     return out
 
 
@@ -625,6 +772,10 @@ def lora_hostile(name: str, kind: str, content: RecordDict) -> RecordDict:
             if name != "ffa":  # FFA-LoRA's A is the frozen one: its B alone must do it
                 state[ka] = torch.full_like(state[ka], 1e20)
             state[kb] = torch.full_like(state[kb], 1e20 if name != "ffa" else 1e38)
+    elif kind == "head_3e38":  # honest adapters, a finite head whose outputs overflow float32
+        state[LORA_HEAD] = torch.full_like(state[LORA_HEAD], 3e38)
+    elif kind == "head_bias_1e20":  # a 1-D head tensor (a bias) beyond √(float32 max)
+        state[LORA_HEAD_BIAS] = torch.full_like(state[LORA_HEAD_BIAS], -1e20)
     elif kind == "weight_1e39":  # a valid reply claiming more examples than float32 holds
         return lora_reply(state, n=1e39, drop_a=name == "ffa")
     elif kind == "rank_4096":
@@ -642,6 +793,8 @@ def lora_hostile(name: str, kind: str, content: RecordDict) -> RecordDict:
 # an upload of another rank has B of another shape than the one sent, and d_in is not uploaded at all.
 LORA_EXPECTED = {
     "adapter_1e20": {n: "float32" for n in LORA_NAMES},
+    "head_3e38": {n: f"head tensor '{LORA_HEAD}'" for n in LORA_NAMES},
+    "head_bias_1e20": {n: f"head tensor '{LORA_HEAD_BIAS}'" for n in LORA_NAMES},
     "weight_1e39": {n: None for n in LORA_NAMES},
     "rank_4096": {"fedit": "rank 4096", "ffa": "shape", "flora": "rank 4096", "flexlora": "rank 4096",
                   "lorafair": "rank 4096"},
@@ -740,6 +893,34 @@ def test_flexlora_serves_an_allowed_rank_above_the_layer_size():
     assert A8.shape == (8, LORA_DIN) and B8.shape == (LORA_DOUT, 8)
     W = sum(0.5 * LORA_ALPHA / r * answers[p][kb] @ answers[p][ka] for p, r in ((0, 2), (1, 8)))
     torch.testing.assert_close(LORA_ALPHA / 8 * B8 @ A8, W, atol=1e-5, rtol=1e-5)
+
+
+def test_flexlora_serves_a_node_whose_first_reply_was_dropped_at_its_rank():
+    """A node's rank is learned from its replies; one whose first reply was dropped (here for its
+    3e38 head) had none, was served the full-rank state its adapter cannot load, and answered with
+    an error every round after. The dropped reply's one allowed rank now decides what it is served
+    (never what is aggregated): round 2 sends it the truncation at its rank. A reply of a rank
+    outside the allowed set teaches nothing."""
+    def respond(node, content):
+        p = partition_of(node)
+        if p == 1:
+            return lora_hostile("flexlora", "head_3e38", content)
+        if p == 2:
+            return lora_reply(lora_state(4096, 7))
+        return lora_honest("flexlora", p, content)
+
+    s = lora_make("flexlora")
+    new, _ = lora_round(s, "flexlora", respond)
+    assert [n for n, _ in s.replies[1].rejections] == [node_of(1), node_of(2)]
+    assert s.replies[1].accepted == [node_of(0), node_of(3)]
+    from flwr.app import ConfigRecord
+
+    grid = FakeGrid([node_of(p) for p in range(4)], lambda node, content: None)
+    sent = {m.metadata.dst_node_id: m.content["arrays"] for m in s.configure_train(2, new, ConfigRecord(), grid)}
+    ka, _ = lora_keys(LORA_LAYERS[0])
+    r1 = LORA_RANKS["flexlora"][BAD % 2]  # the rank of the hostile adapter partition 1 sent, 2
+    assert sent[node_of(1)][ka].shape == (r1, LORA_DIN) and r1 < min(LORA_DIN, LORA_DOUT)
+    assert sent[node_of(2)][ka].shape == (min(LORA_DIN, LORA_DOUT), LORA_DIN)  # unknown: the full-rank state
 
 
 def test_flexlora_svd_failure_keeps_the_global_adapter(monkeypatch, caplog):

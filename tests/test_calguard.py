@@ -161,7 +161,7 @@ def _as_tensors(arrays) -> dict[str, torch.Tensor]:
 def test_a_tsa_like_reply_is_dropped_while_benign_replies_are_kept():
     """Node 5 sends the benign direction with its logits scaled ×3 (what τ > 1 does to a model):
     its logit-scale shift is an outlier, so it gets weight 0 in every round and the aggregate is
-    the other replies' data-size weighted mean."""
+    the other replies' mean weighted by their median-capped data sizes."""
     def respond(node, content):
         current = _as_tensors(content["arrays"])
         step = _benign_step(current, node, int(content["config"]["server-round"]))
@@ -178,8 +178,9 @@ def test_a_tsa_like_reply_is_dropped_while_benign_replies_are_kept():
     assert s.last_audit[5]["scale_shift"] > max(s.last_audit[n]["scale_shift"] for n in (1, 2, 3, 4))
     kept = {n: w for n, w in s.last_weights.items() if n != 5}
     assert all(not s.last_audit[n]["flagged"] for n in kept)
-    total = sum(10 * n for n in kept)
-    assert kept == pytest.approx({n: 10 * n / total for n in kept})  # data-size weights of the kept replies
+    # data-size weights of the kept replies, each claim (10 … 50) capped at the round's median claim, 30
+    capped = {n: min(10 * n, 30) for n in kept}
+    assert kept == pytest.approx({n: c / sum(capped.values()) for n, c in capped.items()})
     assert s.strikes.banned(5)  # flagged in every round: struck out
     rows = s.audit_rows()
     assert [r["node_id"] for r in rows] == [1, 2, 3, 4, 5]

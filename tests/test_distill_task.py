@@ -262,6 +262,34 @@ def test_a_flora_client_uploading_a_1e20_adapter_is_dropped_and_the_model_stays_
     assert all(bool(torch.isfinite(v).all()) for v in torch.load(run_dir / "model.pt").values())
 
 
+@pytest.mark.parametrize("method", ["fedit", pytest.param("ffa", marks=pytest.mark.slow),
+                                    pytest.param("flora", marks=pytest.mark.slow),
+                                    pytest.param("flexlora", marks=pytest.mark.slow)])
+def test_a_client_uploading_a_3e38_head_is_dropped_and_the_run_goes_on(tmp_path, method):
+    """Honest adapters and a finite 3e38 classifier head (peft's modules_to_save): the head was never
+    range-checked, so it was averaged into the global model, every reply of the next round was NaN
+    and the run ended RunFailed. The reply is dropped naming the head (in rejections.csv like any
+    rejection), round 2 accepts every client and the run finishes with a finite model."""
+    def corrupt(part, rnd, reply):
+        if part == 1 and rnd == 1:
+            state = reply.content["arrays"]
+            reply.content["arrays"] = ArrayRecord(OrderedDict(
+                (k, torch.full(state[k].shape, 3e38) if "modules_to_save" in k
+                 else torch.from_numpy(state[k].numpy().copy())) for k in state))
+
+    cfg = tiny(tmp_path, dst_method=method, dst_ranks="4" if method in ("fedit", "ffa") else "2,4,8")
+    _run(cfg, _corrupting_app(corrupt))
+    run_dir = run_dir_for(cfg)
+    rej = pd.read_csv(run_dir / "rejections.csv")
+    assert rej["round"].tolist() == [1] and rej["partition_id"].tolist() == [1]
+    assert "head tensor" in rej["reason"][0] and "modules_to_save" in rej["reason"][0]
+    m = metrics_of(run_dir)
+    assert (run_dir / "DONE").exists() and m[["ca", "ra", "asr"]].notna().all().all()
+    assert m.loc[1, "replies_accepted"] == 2 and m.loc[2, "replies_accepted"] == 3
+    assert (m.loc[[1, 2], "round_kept"] == 0).all()
+    assert all(bool(torch.isfinite(v).all()) for v in torch.load(run_dir / "model.pt").values())
+
+
 def test_non_finite_evaluation_is_nan_and_a_failed_run_never_a_number(tmp_path, monkeypatch):
     """The student's logits turn NaN before the last evaluation (its head poisoned here): CA, RA
     and ASR of that round are NaN, not the CA 0.5 / ASR 1.0 an all-NaN model's argmax gives, and
@@ -350,6 +378,13 @@ def test_check_logit_reply_names_each_problem():
     assert "shape (2, 2)" in check_logit_reply(content(torch.zeros(2, 2)), aid, (3, 2))[0]
     assert "another anchor set" in check_logit_reply(content(torch.zeros(3, 2), "x"), aid, (3, 2))[0]
     assert "no logits" in check_logit_reply(RecordDict({"anchor": ConfigRecord({"anchor-set": aid})}), aid, (3, 2))[0]
+    # finite in float64, Inf in the float32 the server computes in
+    assert "float32's range" in check_logit_reply(content(torch.full((3, 2), 1e300, dtype=torch.float64)), aid, (3, 2))[0]
+    assert check_logit_reply(content(torch.full((3, 2), 3e38, dtype=torch.float64)), aid, (3, 2))[0] is None
+    assert "not floating point" in check_logit_reply(content(torch.zeros(3, 2, dtype=torch.int64)), aid, (3, 2))[0]
+    assert "another anchor set" in check_logit_reply(content(torch.zeros(3, 2), 7), aid, (3, 2))[0]
+    assert "another anchor set" in check_logit_reply(RecordDict({"logits": ArrayRecord({"z": torch.zeros(3, 2)})}),
+                                                     aid, (3, 2))[0]
 
 
 # ------------------------------------------------------------------------ the LoRA strategies

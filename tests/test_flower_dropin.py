@@ -3,6 +3,7 @@
 defaults) and, driven through the same grid with the same clean replies, ends with the model the
 counterpart ends with (to float tolerance: Flower aggregates full models, fedcal updates)."""
 
+import functools
 import inspect
 import random
 
@@ -51,22 +52,31 @@ def _initial() -> ArrayRecord:
     return ArrayRecord({k: torch.randn(s, generator=g) for k, s in SHAPES.items()})
 
 
-def _respond(node: int, content: RecordDict) -> RecordDict:
+def _size(node: int) -> int:
+    return 10 + 7 * (node % 5)
+
+
+#: the median of the round's claimed sizes (every node replies): what MultiKrum caps them at
+MEDIAN_SIZE = int(np.median([_size(n) for n in NODES]))
+
+
+def _respond(node: int, content: RecordDict, cap: int | None = None) -> RecordDict:
     """A clean reply: the sent model plus the node's own step, different per node and round (its
     size grows with the node, so Krum scores are far apart and both sides rank them alike), and a
-    node-dependent data size."""
+    node-dependent data size (at most ``cap`` when given)."""
     rnd = int(content["config"]["server-round"]) if "server-round" in content["config"] else 0
     g = torch.Generator().manual_seed(node * 1000 + rnd)
     scale = 0.05 * (1 + (node - NODES[0]))
     arrays = {k: torch.from_numpy(np.array(v.numpy())) + scale * torch.randn(v.shape, generator=g)
               for k, v in content["arrays"].items()}
     return RecordDict({"arrays": ArrayRecord(arrays),
-                       "metrics": MetricRecord({"num-examples": 10 + 7 * (node % 5), "train-loss": 1.0 / node})})
+                       "metrics": MetricRecord({"num-examples": _size(node) if cap is None else min(_size(node), cap),
+                                                "train-loss": 1.0 / node})})
 
 
-def _run(strategy, rounds: int = 3) -> dict[str, np.ndarray]:
+def _run(strategy, rounds: int = 3, respond=_respond) -> dict[str, np.ndarray]:
     random.seed(0)  # Flower's own sampling draws from the global random (every node is sampled here)
-    result = strategy.start(grid=FakeGrid(NODES, _respond), initial_arrays=_initial(), num_rounds=rounds)
+    result = strategy.start(grid=FakeGrid(NODES, respond), initial_arrays=_initial(), num_rounds=rounds)
     return {k: np.array(v.numpy()) for k, v in result.arrays.items()}
 
 
@@ -97,12 +107,34 @@ def test_accepts_exactly_the_flower_counterparts_arguments_with_its_defaults(nam
 
 @pytest.mark.parametrize(("name", "args"), CASES, ids=[f"{n}-{a}" for n, a in CASES])
 def test_aggregates_what_flower_aggregates_on_clean_replies(name, args):
+    """Where fedcal caps the claimed sizes at the round's median (MultiKrum's mean of the selected
+    replies; Flower weighs them as claimed), Flower's counterpart is given the capped claims: the
+    cap is the only difference (:func:`test_multikrum_differs_from_flower_by_the_size_cap_only`)."""
     ours, _ = COUNTERPARTS[name]
-    expected = _run(flower.__dict__[name](**args))
+    capped = ours.size_weighting == "capped"
+    expected = _run(flower.__dict__[name](**args), respond=functools.partial(_respond, cap=MEDIAN_SIZE) if capped
+                    else _respond)
     got = _run(ours(**args))
     assert set(got) == set(expected)
     for k in expected:
         np.testing.assert_allclose(got[k], expected[k], rtol=1e-5, atol=1e-5, err_msg=f"{name}{args} {k}")
+
+
+def test_multikrum_differs_from_flower_by_the_size_cap_only():
+    """Flower's MultiKrum averages its selection weighted by the claimed sizes; fedcal's caps each
+    claim at the round's median first (one selected client claiming 1e30 examples must not be the
+    whole aggregate). On replies whose claims differ (10 … 38, median 24) the two differ; given
+    the capped claims, Flower's is fedcal's; the selection itself never read the sizes."""
+    args = {"num_malicious_nodes": 2, "num_nodes_to_select": 3}
+    ours = _run(strategies.MultiKrum(**args))
+    raw = _run(flower.MultiKrum(**args))
+    capped = _run(flower.MultiKrum(**args), respond=functools.partial(_respond, cap=MEDIAN_SIZE))
+    assert MEDIAN_SIZE == 24
+    assert max(float(np.abs(ours[k] - raw[k]).max()) for k in ours) > 1e-3
+    for k in ours:
+        np.testing.assert_allclose(ours[k], capped[k], rtol=1e-5, atol=1e-5)
+    # Krum (one update) and every rule that ignores sizes are Flower's on the raw claims
+    assert {c.size_weighting for c in (strategies.FedMedian, strategies.FedTrimmedAvg, strategies.Bulyan)} == {"ignored"}
 
 
 def test_the_comparison_tells_the_rules_apart():

@@ -274,7 +274,8 @@ def test_calguard_drops_a_persistently_low_client_that_no_single_round_flags(cap
     """Node 5 always takes a smaller step (its logit-scale shift sits below the others' but, with
     κ = 50, never far enough for the per-round test). The sequential test alarms on it once its
     low CUSUM — recomputed here from the recorded scores with :func:`cusum_path` — passes h; from
-    then on it gets weight 0 and the aggregate is the others' data-size weighted mean."""
+    then on it gets weight 0 and the aggregate is the others' mean weighted by their median-capped
+    data sizes."""
     det = sq.ClientCusum(k=0.5, h_low=3.0, h_high=50.0, clip=3.0)
     s = _guard(kappa=50.0, strikes=0, sequential=det, sequential_signal="scale")
     audits = []
@@ -298,8 +299,9 @@ def test_calguard_drops_a_persistently_low_client_that_no_single_round_flags(cap
     assert not any(a[n]["sequential"] for a in audits for n in (1, 2, 3, 4))
     assert det.statistic(105).alarm == "low" and det.statistic(105).alarm_round == alarm
     assert s.last_weights[5] == 0.0 and s.last_audit[5]["decision"] == "dropped"
-    total = sum(10 * n for n in (1, 2, 3, 4))
-    assert {n: s.last_weights[n] for n in (1, 2, 3, 4)} == pytest.approx({n: 10 * n / total for n in (1, 2, 3, 4)})
+    capped = {n: min(10 * n, 30) for n in (1, 2, 3, 4)}  # the claims 10 … 50 capped at their median, 30
+    assert {n: s.last_weights[n] for n in (1, 2, 3, 4)} == pytest.approx({n: c / sum(capped.values())
+                                                                         for n, c in capped.items()})
     named = [r.getMessage() for r in caplog.records if "alarmed by the sequential test (" in r.getMessage()]
     assert len(named) == 1 and "partition 105" in named[0] and f"round {alarm}:" in named[0] and "low CUSUM" in named[0]
 

@@ -24,6 +24,7 @@ flatten             :func:`flatten_state`, :func:`unflatten`, :func:`add_flat_up
 buffers             non-trained state (BatchNorm statistics): :func:`buffer_problem`
                     (validation), :func:`buffer_mean` (FedAvg), :func:`buffer_median` (robust)
 numerics            overflow-free helpers: :func:`fit_weights`, :func:`overflow_free_mean`, …
+claims              claimed data sizes under a robust rule: :func:`cap_at_median`
 ==================  ==========================================================================
 
 Pre-aggregation steps map the ``(n, d)`` updates to ``(n', d)`` rows, so any rule runs after
@@ -43,7 +44,9 @@ compose             :func:`compose`, :func:`pre_aggregate`
 
 The coordinate-wise order statistics (trimmed mean, median, median of means) ignore data-size
 weights: a Byzantine client can report any data size, and the classical definitions are
-unweighted. :func:`multikrum_params` and :func:`trim_for` give the hyper-parameters a rule
+unweighted. The rules that take ``weights`` (the geometric median, MultiKrum's mean, FedAvg) weigh
+whatever they are given: a caller that feeds them claimed sizes from clients it does not trust
+caps them first (:func:`cap_at_median`, what fedcal's robust strategies do). :func:`multikrum_params` and :func:`trim_for` give the hyper-parameters a rule
 actually uses when fewer replies than planned arrived; the Flower strategies call them.
 
 Overflow: a finite update of norm 1e30 squares to 1e60, above float32's range. Every rule
@@ -65,6 +68,7 @@ from .bucketing import bucket_labels, bucketing
 from .bulyan import bulyan, mean_around_median
 from .buffers import buffer_mean, buffer_median, buffer_problem
 from .centered_clipping import centered_clip
+from .claims import cap_at_median
 from .clipping import arc, arc_count, static_clip
 from .compose import compose, pre_aggregate
 from .flatten import add_flat_update, flatten_state, unflatten
@@ -85,6 +89,7 @@ __all__ = [
     "arc_count",
     "bucket_labels",
     "bucketing",
+    "cap_at_median",
     "centered_clip",
     "compose",
     "nnm",

@@ -375,8 +375,9 @@ def _aggregate(run: _Run, server_round: int, cids: list[int], replies: dict[str,
     if not good:
         log.warning("%s round %d: no valid reply; the global model is kept", run.store.run_id, server_round)
         return
-    weights = agg.fit_weights(torch.tensor([float(len(run.parts[c])) for c in good], dtype=torch.float64),
-                              torch.float64)
+    # the sizes as the rule weighs them (capped at their median unless it trusts claims), as the
+    # Flower path does with the replies' num-examples: both engines aggregate the same model
+    weights = strategy.round_sizes(torch.tensor([float(len(run.parts[c])) for c in good], dtype=torch.float64))
     strategy._round_weights = weights  # noqa: SLF001 — the base strategy sets it the same way
     try:
         delta, node_w = strategy.aggregate_updates(server_round, good, torch.stack(updates), weights.float())

@@ -67,8 +67,9 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
     min_available_nodes : int (default 2)
         Nodes that must be connected before a round is configured (the strategy waits).
     weighted_by_key : str (default "num-examples")
-        Key of each reply's MetricRecord holding its weight (data size): used for the
-        data-size weights of the rules, the buffers and the metrics.
+        Key of each reply's MetricRecord holding its weight (its claimed data size): weighs the
+        replies in the rule and the buffers as the rule's :attr:`size_weighting` says (as claimed
+        by FedAvg only), and the train metrics (Flower's weighted mean).
     arrayrecord_key : str (default "arrays")
         Key of the ArrayRecord in sent and received messages.
     configrecord_key : str (default "config")
@@ -103,6 +104,15 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         run in order on the round's validated (n, d) updates before the rule (what
         :func:`fedcal.aggregate.compose` (steps, rule) computes); a step must keep one row per client.
     """
+
+    #: How the rule weighs the replies' claimed data sizes (their ``weighted_by_key`` values, which
+    #: no server can check): ``"claimed"`` — as claimed (FedAvg, as McMahan et al. and Flower
+    #: weigh); ``"capped"`` — each at most the round's median claim
+    #: (:func:`fedcal.aggregate.cap_at_median`), so one client claiming 1e30 examples weighs what a
+    #: median client weighs; ``"ignored"`` — not at all (the literature's unweighted rule). A subclass
+    #: states its own; the default is ``"capped"``, so a new robust rule cannot be bought by a claim.
+    #: With pre-aggregation steps even a ``"claimed"`` rule gets capped sizes (:attr:`trusts_claims`).
+    size_weighting: str = "capped"
 
     def __init__(
         self,
@@ -159,12 +169,30 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         #: what a rule computed about each accepted node in the last round, beyond its weight
         #: (e.g. CalGuard's calibration signature); see :meth:`audit_rows`
         self.last_audit: dict[int, dict[str, Any]] = {}
-        #: the float64 data-size weights of the round being aggregated (accepted order)
+        #: the float64 data-size weights of the round being aggregated (accepted order; capped
+        #: at the median claim unless the rule :attr:`trusts_claims`)
         self._round_weights: torch.Tensor | None = None
         #: the accepted replies' contents, in aggregation order, while :meth:`aggregate_updates`
         #: runs (None otherwise): for rules that take Flower's RecordDict hooks (Bulyan's
         #: ``selection_rule``)
         self.round_contents: list[RecordDict] | None = None
+
+    @property
+    def trusts_claims(self) -> bool:
+        """Whether the rule weighs the replies by their sizes as claimed: only a ``"claimed"`` rule
+        (FedAvg) without pre-aggregation steps. Steps make the pipeline a robust one (centred
+        clipping composed with the mean *is* centred clipping, an unweighted rule), whose mean
+        must not let a claim buy a majority either; every other rule gets the claims capped at the
+        round's median (what a rule that ignores sizes never reads)."""
+        return self.size_weighting == "claimed" and not self.pre_aggregation
+
+    def round_sizes(self, claims: torch.Tensor) -> torch.Tensor:
+        """The float64 data-size weights of a round from its accepted replies' claims (in
+        aggregation order): as claimed when :attr:`trusts_claims`, else capped at their median;
+        then brought into float32's range by a power of two when a claim is absurd (1e39): the
+        ratios, and ordinary sizes themselves, are unchanged."""
+        claims = torch.as_tensor(claims, dtype=torch.float64)
+        return agg.fit_weights(claims if self.trusts_claims else agg.cap_at_median(claims), torch.float64)
 
     @property
     def rounds_aggregated(self) -> int:
@@ -199,6 +227,9 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         log(INFO, "\t│\t├── Node labels: %s", "node_label" if self.node_label is not None else "none")
         log(INFO, "\t│\t├── Pre-aggregation: %s",
             " → ".join(map(step_name, self.pre_aggregation)) if self.pre_aggregation else "none")
+        log(INFO, "\t│\t├── Claimed data sizes ('%s'): %s", self.weighted_by_key,
+            "as claimed" if self.trusts_claims else
+            "ignored" if self.size_weighting == "ignored" else "capped at the round's median claim")
         log(INFO, "\t│\t└── Buffers: %s",
             "BatchNorm statistics and non-floating arrays" if self.buffer_key is is_buffer_key
             else "custom buffer_key and non-floating arrays")
@@ -342,9 +373,9 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
                 server_round, account.received, len(account.rejections))
             return None, None
         nodes = [g[0] for g in good]
-        # Data sizes as float64, brought into float32's range by a power of two when a reply
-        # claims an absurd size (1e39): the ratios, and ordinary sizes themselves, are unchanged.
-        weights = agg.fit_weights(torch.tensor([g[2] for g in good], dtype=torch.float64), torch.float64)
+        # The claimed sizes as the rule weighs them (capped at the median unless it trusts claims),
+        # as float64 within float32's range (round_sizes)
+        weights = self.round_sizes(torch.tensor([g[2] for g in good], dtype=torch.float64))
         self._round_weights = weights
         try:
             new = self._aggregate_trained(server_round, good, nodes, weights, base, train_keys)

@@ -43,6 +43,8 @@ class Bulyan(UpdateAggregationStrategy):
         The shared arguments (Flower's FedAvg ones, seeded sampling, buffers), see the base.
     """
 
+    size_weighting = "ignored"  # El Mhamdi et al.'s rule, and Flower's Bulyan, are unweighted
+
     def __init__(self, *,
                  num_malicious_nodes: int = 0,
                  selection_rule: Callable[[list[RecordDict], int, int], list[RecordDict]] | None = None,

@@ -28,7 +28,8 @@ class CalGuard(UpdateAggregationStrategy):
     set is compared with the other replies' (deviation from the round's median, robust z against
     the deviations of the last ``window`` rounds); a reply with ``|z| > kappa``, or from a client
     flagged ``strikes`` times before, is dropped and the rest are averaged with their data sizes
-    (FedAvg). With ``sequential`` (:class:`fedcal.sequential.ClientCusum`), each client's robust
+    (FedAvg), each claim capped at the round's median claim (a kept client claiming 1e30 examples
+    must not become the whole aggregate). With ``sequential`` (:class:`fedcal.sequential.ClientCusum`), each client's robust
     scores are also summed over the rounds it is sampled in (two one-sided CUSUMs): a client whose
     scores sit persistently low (a TSA client at τ < 1, which no single round gives away) or high
     is dropped from its alarm on, and its replies leave the median and the pooled scale.
@@ -68,6 +69,8 @@ class CalGuard(UpdateAggregationStrategy):
     decision, and :meth:`audit_rows` returns them with the aggregation weight. ``start`` refuses
     initial arrays that do not fit ``model`` (:meth:`check_arrays`) before the first round.
     """
+
+    size_weighting = "capped"
 
     def __init__(self, *, model: nn.Module, root_x: torch.Tensor, root_y: torch.Tensor, kappa: float = 5.0,
                  window: int = 10, strikes: int = 3, mode: str = "filter", sequential: sq.ClientCusum | None = None,

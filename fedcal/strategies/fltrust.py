@@ -17,7 +17,8 @@ from fedcal.strategies.replies import tensor_of
 
 class FLTrust(UpdateAggregationStrategy):
     """FLTrust (Cao et al., NDSS 2021): trust = ReLU(cos(Δ_k, g_0)) against the server's own
-    update g_0 on a small clean root set; updates rescaled to ‖g_0‖.
+    update g_0 on a small clean root set; updates rescaled to ‖g_0‖. Claimed data sizes are
+    ignored: the trust scores are the only weights.
 
     Parameters
     ----------
@@ -27,6 +28,8 @@ class FLTrust(UpdateAggregationStrategy):
     **options : StrategyOptions
         The shared arguments (Flower's FedAvg ones, seeded sampling, buffers), see the base.
     """
+
+    size_weighting = "ignored"  # trust scores only, as Cao et al. define it (no data sizes)
 
     def __init__(self, *,
                  root_train_fn: Callable[[ArrayRecord, int], ArrayRecord],

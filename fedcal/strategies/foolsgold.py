@@ -16,7 +16,8 @@ from fedcal.strategies.options import StrategyOptions
 class FoolsGold(UpdateAggregationStrategy):
     """FoolsGold (Fung et al., RAID 2020): down-weights clients whose *historical* updates
     are too similar (sybils). History is kept per node id across rounds
-    (:class:`fedcal.aggregate.FoolsGoldHistory`).
+    (:class:`fedcal.aggregate.FoolsGoldHistory`). Claimed data sizes are ignored: the
+    similarity weights are the only ones.
 
     Parameters
     ----------
@@ -30,6 +31,8 @@ class FoolsGold(UpdateAggregationStrategy):
     **options : StrategyOptions
         The shared arguments (Flower's FedAvg ones, seeded sampling, buffers), see the base.
     """
+
+    size_weighting = "ignored"  # similarity weights only, as Fung et al. define them (no data sizes)
 
     def __init__(self, *,
                  kappa: float = 1.0,

@@ -1,4 +1,4 @@
-"""Geometric median of the updates (smoothed Weiszfeld, data-size weighted)."""
+"""Geometric median of the updates (smoothed Weiszfeld, weighted by median-capped data sizes)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,12 @@ from fedcal.strategies.options import StrategyOptions
 
 class GeometricMedian(UpdateAggregationStrategy):
     """Geometric median of the updates (RFA, Pillutla et al.): smoothed Weiszfeld,
-    data-size weighted.
+    data-size weighted, each claimed size capped at the round's median claim.
+
+    RFA weighs client k by its data size α_k; its breakdown point (a weighted minority cannot move
+    the median far) holds for the *weights*, so one client claiming 1e30 examples would own the
+    median. Capping the claims at their median (:func:`fedcal.aggregate.cap_at_median`) keeps RFA's
+    weighting for every client at or below the median and gives a liar a median client's weight.
 
     Parameters
     ----------
@@ -25,6 +30,8 @@ class GeometricMedian(UpdateAggregationStrategy):
     **options : StrategyOptions
         The shared arguments (Flower's FedAvg ones, seeded sampling, buffers), see the base.
     """
+
+    size_weighting = "capped"
 
     def __init__(self, *,
                  max_iter: int = 100,

@@ -15,7 +15,8 @@ Replies are validated before any arithmetic: an error reply, no ArrayRecord, NaN
 shapes that do not fit the round (another rank under FedIT, an A uploaded under FFA-LoRA, an
 unpaired A/B, another layer set), layers of different ranks, a rank outside ``allowed_ranks``,
 layers or head shapes unlike the model's (``template``), an update (α/r)·B·A that can leave
-float32's range, a missing or invalid ``num-examples``, a second reply of one node — each is
+float32's range, a head tensor (the trainable ``modules_to_save`` classifier, or any other array
+that is not a LoRA factor) whose products can leave it, a missing or invalid ``num-examples``, a second reply of one node — each is
 dropped with a warning naming the node (``node_label`` gives its partition id) and recorded in
 :attr:`LoraStrategy.replies` (:class:`fedcal.strategies.replies.RoundReplies`). Claimed sizes of any
 finite magnitude weigh as in the image strategies (:func:`fedcal.aggregate.fit_weights`). With
@@ -26,6 +27,7 @@ usable adapter (its update beyond float32), with the reason logged: no reply is 
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from logging import INFO, WARNING
@@ -50,11 +52,12 @@ from fedcal.distill.adapters import lora_layers
 from fedcal.distill.clients import is_lora_b_key
 from fedcal.strategies.replies import RoundReplies, counted_replies, reply_weight
 
-__all__ = ["STACKED_A", "STACKED_B", "LoraStrategy", "compare_shapes", "tensor_of", "to_record", "to_state",
-           "update_range_problem"]
+__all__ = ["STACKED_A", "STACKED_B", "LoraStrategy", "compare_shapes", "head_range_problem", "tensor_of", "to_record",
+           "to_state", "update_range_problem"]
 
 STACKED_A, STACKED_B = ".stacked_A", ".stacked_B"  # FLoRA's record keys: <layer>.stacked_A / .stacked_B
 _F32_MAX = float(torch.finfo(torch.float32).max)
+_F32_SQRT_MAX = math.sqrt(_F32_MAX)  # 1.84e19: half of float32's exponent range
 
 
 def tensor_of(array: Any) -> torch.Tensor:
@@ -195,7 +198,8 @@ class LoraStrategy(_FlowerFedAvg):
         """Why ``state``'s keys/shapes do not fit this round (None: they do). Default: every LoRA
         layer has both A (r, d_in) and B (d_out, r) of one rank r, the same r in every layer and one
         of ``allowed_ranks``; the layers, their d_in / d_out and the head's shapes are the model's
-        (``template``); and every layer's update (α/r)·B·A stays within float32's range."""
+        (``template``); every layer's update (α/r)·B·A stays within float32's range, and so do the
+        products of every head tensor (:func:`head_range_problem`)."""
         try:
             layers = lora_layers(state)
         except ValueError as exc:
@@ -225,10 +229,10 @@ class LoraStrategy(_FlowerFedAvg):
                 want = self.head_shapes
                 odd = sorted(set(head) ^ set(want)) or sorted(k for k in head if head[k] != want[k])
                 return f"its head tensors are not the model's (differing: {odd[:3]})"
-        return update_range_problem(state, layers, self.alpha)
+        return update_range_problem(state, layers, self.alpha) or head_range_problem(state)
 
     def _reply_state(self, msg: Message) -> tuple[str | None, OrderedDict | None, float, int]:
-        """(reason or None, state, weight, payload bytes) of one reply."""
+        """(reason or None, state (None: undecodable), weight, payload bytes) of one reply."""
         content = msg.content
         rec = content.get(self.arrayrecord_key) if self.arrayrecord_key in content else None
         if not isinstance(rec, ArrayRecord):
@@ -237,14 +241,15 @@ class LoraStrategy(_FlowerFedAvg):
             state = to_state(rec)
         except Exception as exc:  # noqa: BLE001 — undecodable bytes are a bad reply
             return f"arrays cannot be decoded ({exc})", None, 0.0, 0
+        # a rejected reply's decoded state goes back too: its shapes may tell the node's rank (_learn_rank)
         for k, v in state.items():
             if not v.is_floating_point():
-                return f"array '{k}' is not floating point ({v.dtype})", None, 0.0, 0
+                return f"array '{k}' is not floating point ({v.dtype})", state, 0.0, 0
             if not bool(torch.isfinite(v).all()):
-                return f"array '{k}' contains NaN or Inf", None, 0.0, 0
+                return f"array '{k}' contains NaN or Inf", state, 0.0, 0
         problem, weight = reply_weight(content, self.weighted_by_key)
         if problem:
-            return problem, None, 0.0, 0
+            return problem, state, 0.0, 0
         reason = self.check_keys(msg.metadata.src_node_id, state)
         size = sum(len(rec[k].data) for k in rec)  # the bytes the client actually uploaded
         return reason, state, float(weight), size
@@ -256,6 +261,18 @@ class LoraStrategy(_FlowerFedAvg):
         return (tuple((layer, state[a].shape[1], state[b].shape[0]) for layer, (a, b) in layers.items()),
                 tuple((k, tuple(v.shape)) for k, v in state.items() if ".lora_" not in k))
 
+    def _learn_rank(self, node: int, state: OrderedDict | None) -> None:
+        """A rejected reply's rank, kept for ``node`` when no valid reply has taught one yet: the one
+        rank of all its B's (d_out, r), if it is allowed. It only decides what the node is served
+        (FlexLoRA's truncation at its rank), never what is aggregated: a node whose first reply was
+        dropped for its head or its claimed size would otherwise get the full-rank state, which its
+        adapter cannot load, and answer with an error every round after."""
+        if state is None or node in self.node_ranks:
+            return
+        ranks = {int(v.shape[1]) for k, v in state.items() if is_lora_b_key(k) and v.ndim == 2}
+        if len(ranks) == 1 and (self.allowed_ranks is None or next(iter(ranks)) in self.allowed_ranks):
+            self.node_ranks[node] = ranks.pop()
+
     # ------------------------------------------------------------------ aggregate
     def aggregate_states(self, server_round: int, nodes: list[int], states: list[OrderedDict],
                          weights: torch.Tensor) -> ArrayRecord:
@@ -264,13 +281,15 @@ class LoraStrategy(_FlowerFedAvg):
 
     def record_problem(self, record: ArrayRecord) -> str | None:
         """Why the new global record is no usable adapter (None: it is). Default: its arrays are
-        finite and every layer's update (α/r)·B·A stays within float32's range — replies that are
-        each fine can still average into one that is not (a huge A from one, a huge B from another)."""
+        finite, every layer's update (α/r)·B·A stays within float32's range — replies that are
+        each fine can still average into one that is not (a huge A from one, a huge B from another) —
+        and so do its head's products (:func:`head_range_problem`)."""
         state = to_state(record)
         for k, v in state.items():
             if not bool(torch.isfinite(v).all()):
                 return f"the new global adapter's array '{k}' is not finite"
-        return update_range_problem(state, lora_layers(state), self.alpha, "the new global adapter's")
+        return (update_range_problem(state, lora_layers(state), self.alpha, "the new global adapter's")
+                or head_range_problem(state, "the new global adapter's"))
 
     def aggregate_train(self, server_round: int,
                         replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -297,6 +316,7 @@ class LoraStrategy(_FlowerFedAvg):
                     reason = "its adapter's layers, dimensions or head differ from the round's other replies"
             if reason:
                 reject(node, reason)
+                self._learn_rank(node, state)
                 continue
             good.append((node, state, weight))
             self.last_bytes[node] = size
@@ -341,6 +361,29 @@ def update_range_problem(state, layers, alpha: float, whose: str = "its adapter'
         if not bound < _F32_MAX:
             return (f"{whose} update (α/r)·B·A at layer {layer} can leave float32's range "
                     f"(max|A|·max|B|·max(r, α) = {bound:.3g})")
+    return None
+
+
+def head_range_problem(state, whose: str = "its") -> str | None:
+    """Why a head tensor of an adapter state — every array that is not a LoRA factor: the trainable
+    classifier (peft's ``modules_to_save``) or anything else a client trains besides A and B — may
+    carry the model's outputs beyond float32's range (None: it cannot).
+
+    The head multiplies features the server does not see: a weight W (…, fan_in) gives outputs
+    |(W h)_i| ≤ fan_in · max|W| · max|h|. Like the adapters' check, which bounds the product of two
+    factors, float32's exponent range is split evenly between the factors: max|W| · fan_in must stay
+    below √(float32 max) ≈ 1.84e19 (a 1-D tensor, a bias or a norm's scale, has fan_in 1), so every
+    feature below 1.84e19 in magnitude gives finite outputs. It trips only for entries of order
+    1e16 or more, far from anything training produces; a finite 3e38 head, averaged in with weight
+    1/7, made every client's next round NaN."""
+    for k, v in state.items():
+        if ".lora_" in k or not v.numel() or not v.is_floating_point():
+            continue
+        fan_in = int(v.shape[-1]) if v.ndim >= 2 else 1
+        bound = float(v.detach().abs().max()) * fan_in
+        if not bound < _F32_SQRT_MAX:
+            return (f"{whose} head tensor '{k}' can carry the outputs beyond float32's range "
+                    f"(max|W|·fan-in = {bound:.3g} ≥ √(float32 max) = {_F32_SQRT_MAX:.3g})")
     return None
 
 

@@ -32,8 +32,8 @@ from flwr.supercore import log
 from fedcal.distill.adapters import (FloraUpdate, fedit_aggregate, ffa_aggregate, flexlora_aggregate, flora_aggregate,
                                      lora_fair_aggregate, lora_layers)
 from fedcal.distill.clients import is_lora_a_key
-from fedcal.strategies.lora import (STACKED_A, STACKED_B, LoraStrategy, compare_shapes, tensor_of, to_record, to_state,
-                                    update_range_problem)
+from fedcal.strategies.lora import (STACKED_A, STACKED_B, LoraStrategy, compare_shapes, head_range_problem, tensor_of,
+                                    to_record, to_state, update_range_problem)
 
 __all__ = ["LORA_STRATEGIES", "FFALoRA", "FLoRA", "FedIT", "FlexLoRA", "LoRAFair", "flora_update"]
 
@@ -119,10 +119,14 @@ class FLoRA(LoraStrategy):
         return to_record(out)
 
     def record_problem(self, record):
-        """The stacked record's update is checked (finite, in float32) while it is merged."""
+        """The stacked record's update is checked (finite, in float32) while it is merged; its
+        averaged head as every rule's (:func:`~fedcal.strategies.lora.head_range_problem`)."""
         state = to_state(record)
         bad = next((k for k, v in state.items() if not bool(torch.isfinite(v).all())), None)
-        return None if bad is None else f"the new stacked adapter's array '{bad}' is not finite"
+        if bad is not None:
+            return f"the new stacked adapter's array '{bad}' is not finite"
+        head = OrderedDict((k, v) for k, v in state.items() if not k.endswith((STACKED_A, STACKED_B)))
+        return head_range_problem(head, "the new global adapter's")
 
 
 def flora_update(record: ArrayRecord) -> FloraUpdate | None:
@@ -171,7 +175,8 @@ class FlexLoRA(LoraStrategy):
         wanted = sorted({*self.ranks, *(self.node_ranks[n] for n in nodes), full})
         per_rank = flexlora_aggregate(states, weights, alpha=self.alpha, ranks=wanted)
         for r, state in per_rank.items():  # checked before any node is served from them
-            problem = update_range_problem(state, lora_layers(state), self.alpha, f"the new rank-{r} adapter's")
+            problem = (update_range_problem(state, lora_layers(state), self.alpha, f"the new rank-{r} adapter's")
+                       or head_range_problem(state, f"the new rank-{r} adapter's"))
             if problem:
                 raise ArithmeticError(problem)
         self.per_rank = {r: to_record(s) for r, s in per_rank.items()}

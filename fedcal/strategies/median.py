@@ -17,7 +17,10 @@ class Median(UpdateAggregationStrategy):
 
     Takes exactly the keyword arguments of :class:`UpdateAggregationStrategy` (Flower's
     FedAvg arguments plus ``sampling_seed``, ``node_sort_key`` and ``buffer_key``).
+    Claimed sizes are ignored (Yin et al.'s rule, and Flower's FedMedian, are unweighted).
     """
+
+    size_weighting = "ignored"
 
     def summary(self) -> None:
         """Log the rule, then the shared settings."""

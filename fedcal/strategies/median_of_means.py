@@ -27,6 +27,8 @@ class MedianOfMeans(UpdateAggregationStrategy):
         The shared arguments (Flower's FedAvg ones, seeded sampling, buffers), see the base.
     """
 
+    size_weighting = "ignored"  # equal-size groups of unweighted means, as the estimator is defined
+
     def __init__(self, *,
                  num_groups: int = 3,
                  seed: int = 0,

@@ -38,11 +38,17 @@ class MultiKrum(UpdateAggregationStrategy):
         f, the number of Byzantine replies assumed per round; Krum scores sum the squared
         distances to the n − f − 2 nearest other updates.
     num_nodes_to_select : int or None (default 1)
-        m, how many lowest-scored updates are averaged (data-size weighted): 1 is Krum;
+        m, how many lowest-scored updates are averaged, weighted by their claimed data sizes
+        capped at the round's median claim (Flower weighs by the claims themselves): 1 is Krum;
         ``None`` → n − f.
     **options : StrategyOptions
         The shared arguments (Flower's FedAvg ones, seeded sampling, buffers), see the base.
     """
+
+    #: Krum's selection never reads the sizes, but the mean of the selected replies does: uncapped,
+    #: one selected client claiming 1e30 examples would be the whole aggregate (m updates' worth of
+    #: influence); capped at the round's median claim it weighs what a median client weighs.
+    size_weighting = "capped"
 
     def __init__(self, *,
                  num_malicious_nodes: int = 0,
@@ -79,8 +85,8 @@ class MultiKrum(UpdateAggregationStrategy):
         w = weights * mask
         log(INFO, "MultiKrum round %d selected %s", server_round,
             ", ".join(self.who(node_ids[i]) for i in selected.tolist()))
-        # The selected replies' data sizes, renormalised (in float64) on their own: an excluded
-        # reply claiming 1e39 examples must not push the others' float32 weights to zero.
+        # The selected replies' (median-capped) data sizes, renormalised (in float64) on their own:
+        # an excluded reply's claim must not push the others' float32 weights to zero.
         chosen = agg.fit_weights(self._round_weights[selected], updates.dtype) if self._round_weights is not None \
             else weights[selected]
         return agg.fedavg(updates[selected], chosen), w

@@ -38,6 +38,8 @@ class TrimmedMean(UpdateAggregationStrategy):
         The shared arguments (Flower's FedAvg ones, seeded sampling, buffers), see the base.
     """
 
+    size_weighting = "ignored"  # Yin et al.'s rule, and Flower's FedTrimmedAvg, are unweighted
+
     def __init__(self, *,
                  beta: float | None = None,
                  f: int | None = None,

@@ -20,7 +20,8 @@ def payload_bytes(record: ArrayRecord) -> int:
 
 def check_logit_reply(content: RecordDict, anchor_id: str, shape: tuple[int, int]) -> tuple[str | None, torch.Tensor | None]:
     """(why an rfd reply is invalid or None, its (A, C) logits): it must echo the anchor-set id the
-    server sent and carry finite float logits of shape (anchors, classes)."""
+    server sent and carry floating logits of shape (anchors, classes), finite in float32 (the dtype
+    the server computes in; any finite float32 value is then clipped by the consensus)."""
     rec = content.get("anchor") if "anchor" in content else None
     got = rec.get("anchor-set") if isinstance(rec, ConfigRecord) else None
     if got != anchor_id:
@@ -38,6 +39,8 @@ def check_logit_reply(content: RecordDict, anchor_id: str, shape: tuple[int, int
         return f"logits are not floating point ({z.dtype})", None
     if not bool(torch.isfinite(z).all()):
         return "logits contain NaN or Inf", None
+    if not bool(torch.isfinite(z.float()).all()):  # the server computes in float32: 1e300 would be Inf there
+        return f"logits leave float32's range (max |z| = {float(z.abs().max()):.3g}; sent as {z.dtype})", None
     return None, z.float()
 
 
