@@ -21,6 +21,7 @@ from flwr.supercore import log
 
 from fedcal.config import RunConfig, field_names, key_of
 from fedcal.models import build_model
+from fedcal.tasks.grids import pulled_ids
 
 IDENTITY = "query.identity"  # message type of the handshake
 #: key of the whole config's digest in a message's ``config`` record (:func:`config_record`)
@@ -136,8 +137,9 @@ class WrappedGrid(Grid):
     def push_messages(self, messages):
         return self.grid.push_messages(messages)
 
-    def pull_messages(self, message_ids):
-        return self.grid.pull_messages(message_ids)
+    def pull_messages(self, reply_to_message_ids=None, *, message_ids=None):
+        # positionally: the first parameter is Flower 1.42's message_ids and 1.43's reply_to_message_ids
+        return self.grid.pull_messages(pulled_ids(reply_to_message_ids, message_ids))
 
     def send_and_receive(self, messages, *, timeout=None):
         return self.grid.send_and_receive(messages, timeout=timeout)
