@@ -88,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# fedcal's drop-in tests ({' '.join(TESTS)}) with this checkout's fedcal, against the newest Flower")
     print(f"# ({args.package}, pip install --upgrade --pre, in a venv over this machine's packages) and against the")
     print("# installed Flower. Made by: python benchmarks/flwr_newest.py > docs/results/dependencies/flwr-newest.txt")
+    for name in ("flwr", "flwr-nightly"):  # what the index serves, for the record
+        index = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "--pre", name],
+                               capture_output=True, text=True).stdout.strip().splitlines()
+        print(f"# the index's newest {name}: {index[0] if index else '(index not reachable)'}")
     newest, newest_broke = run_tests(python, f"newest ({args.package})")
     installed, installed_broke = run_tests(sys.executable, "installed")
     print("\n## what broke")
