@@ -296,3 +296,13 @@ def test_fltrust_warns_when_no_client_is_trusted(caplog):
         strategy.start(grid=grid, initial_arrays=_initial(), num_rounds=2)
     warned = [w for w in _warnings(caplog) if "every trust score is ~0" in w]
     assert len(warned) == 1 and all(t == 0 for t in strategy.last_trust.values()), warned
+
+
+def test_the_lora_strategies_name_unlabelled_nodes_by_id_too(caplog):
+    from fedcal.strategies.lora_baselines import FedIT
+
+    s = FedIT()
+    with caplog.at_level("INFO", logger="flwr"):
+        names = [s.who(7), s.who(8)]
+    assert names == ["node 7", "node 8"] and caplog.text.count("pass node_label=") == 1
+    assert FedIT(node_label=lambda n: n - 5).who(7) == "node 7 (partition 2)"
