@@ -42,16 +42,22 @@ def main(grid: Grid, context: Context) -> None:
     try:
         cfg = RunConfig.from_flower(context.run_config)
     except ConfigError as exc:  # no config, so no run directory to say it in
-        log(ERROR, "fedcal: error: %s", exc)
+        log(ERROR, "fedcal: error: %s", _one_line(exc))
         return
     run_dir = announce_run_dir(cfg)
     try:
         _run(grid, cfg, run_dir)
     except (ConfigError, MissingExtraError, RunFailed) as exc:
-        log(ERROR, "fedcal: run failed: %s (run directory %s; `fedcal runs %s` says so)", exc, run_dir, run_dir)
+        log(ERROR, "fedcal: run failed: %s (run directory %s; `fedcal runs %s` says so)", _one_line(exc), run_dir,
+            run_dir)
         record_failure(run_dir, cfg, exc)
         return
     log(INFO, "run directory: %s", run_dir)
+
+
+def _one_line(exc: BaseException) -> str:
+    """``exc``'s message on one line (a wrapped library error may carry its own newlines)."""
+    return " ".join(str(exc).split())
 
 
 def _run(grid: Grid, cfg: RunConfig, run_dir: Path) -> None:
