@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
-from flwr.supercore.task_identity import TaskIdentity
+from fedcal.app.flower_private import TaskIdentity  # Flower's, not public (see that module)
 
 
 def set_task_identity() -> None:

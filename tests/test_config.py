@@ -15,8 +15,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_pyproject_run_config_equals_typed_defaults():
+    """The Flower App's defaults are RunConfig's but for FLOWER_APP_DEFAULTS: a plain `flwr run .`
+    on Flower's default local federation (2 SuperNodes), on digits (no download)."""
+    from fedcal.config.pyproject import FLOWER_APP_DEFAULTS
+
     app_cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
-    assert RunConfig.from_flower(app_cfg) == RunConfig()
+    assert FLOWER_APP_DEFAULTS == {"dataset": "digits", "num-clients": 2, "clients-per-round": 2, "num-rounds": 3}
+    assert RunConfig.from_flower(app_cfg) == RunConfig().replace(**FLOWER_APP_DEFAULTS)
+    assert {k: v for k, v in app_cfg.items() if v != RunConfig().to_flower()[k]} == FLOWER_APP_DEFAULTS
     assert set(app_cfg) == set(RunConfig().to_flower())
 
 
@@ -49,11 +55,13 @@ def test_write_pyproject_rewrites_only_the_block_and_check_names_what_is_stale(t
     assert text.startswith('[project]\nname = "x"\n\n[tool.flwr.app.config]\n# Generated')
     assert text.endswith('\n\n[tool.other]\nkeep = "me"  # as is\n')  # the rest as it was
     parsed = tomllib.loads(text)
-    assert RunConfig.from_flower(parsed["tool"]["flwr"]["app"]["config"]) == RunConfig()
+    from fedcal.config.pyproject import FLOWER_APP_DEFAULTS
+
+    assert RunConfig.from_flower(parsed["tool"]["flwr"]["app"]["config"]) == RunConfig().replace(**FLOWER_APP_DEFAULTS)
     assert parsed["tool"]["other"] == {"keep": "me"}
     assert run("--check-pyproject").returncode == 0
     assert run("--write-pyproject").stdout.strip().endswith("already current") and path.read_text() == text
-    path.write_text(text.replace("\nseed = 0\n", "\n").replace("num-rounds = 100", "num-rounds = 100\nseed = 0"))
+    path.write_text(text.replace("\nseed = 0\n", "\n").replace("num-rounds = 3", "num-rounds = 3\nseed = 0"))
     out = run("--check-pyproject")  # the same keys and values in another order
     assert out.returncode == 1 and "order" in out.stderr
 

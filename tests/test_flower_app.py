@@ -10,6 +10,7 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pathspec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,3 +86,56 @@ def test_a_flower_run_says_where_its_run_directory_is(tmp_path, monkeypatch, cap
         assert announce_run_dir(absolute) == run_dir_for(absolute)
     assert [r.levelno for r in caplog.records] == [logging.INFO]
     assert not (tmp_path / "runs").exists()  # saying where is not creating it
+
+
+def _serve(tmp_path, caplog, supernodes: int, **run_config):
+    """fedcal's ServerApp and ClientApp (the Flower App) on the in-process engine with ``run_config``
+    as Flower hands it (the pyproject block plus the overrides): (ERROR lines, run directory state)."""
+    from fedcal.app.client import app as client_app
+    from fedcal.app.inprocess import run_inprocess
+    from fedcal.app.server import app as server_app
+    from fedcal.config.pyproject import FLOWER_APP_DEFAULTS
+    from fedcal.results import run_state
+
+    defaults = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    assert {k: defaults[k] for k in FLOWER_APP_DEFAULTS} == FLOWER_APP_DEFAULTS
+    config = {**defaults, "output-dir": str(tmp_path / "runs"), **run_config}
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        run_inprocess(server_app, client_app, num_supernodes=supernodes, run_config=config, seed=0)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    runs = sorted((tmp_path / "runs").iterdir()) if (tmp_path / "runs").exists() else []
+    return errors, [run_state(d) for d in runs]
+
+
+def test_the_flower_apps_defaults_run_on_flowers_default_federation(tmp_path, caplog):
+    """The pyproject block as it is (what a plain `flwr run .` gets) on 2 SuperNodes, Flower's
+    default local federation: digits (no download), 2 clients, 3 rounds, finished."""
+    errors, states = _serve(tmp_path, caplog, 2)
+    assert not errors and len(states) == 1 and states[0].status == "finished", (errors, states)
+    assert states[0].last_round == 3
+
+
+def test_a_federation_of_another_size_fails_in_one_line_naming_the_mismatch(tmp_path, caplog, monkeypatch):
+    """num-clients=3 on 2 SuperNodes: after NODE_WAIT_S the ServerApp gives up with one error line
+    naming both numbers and both fixes (no traceback, no exception out of the ServerApp), and the
+    run directory says failed, with that reason, to `fedcal runs`."""
+    from fedcal.tasks import nodes
+
+    monkeypatch.setattr(nodes, "NODE_WAIT_S", 0.2)
+    errors, states = _serve(tmp_path, caplog, 2, **{"num-clients": 3})
+    assert len(errors) == 1 and "\n" not in errors[0], errors
+    assert "waited 0 s for 3 SuperNodes (run-config 'num-clients'), 2 connected: start 3 (`flwr run`: " \
+           "--federation-config \"num-supernodes=3\") or set num-clients=2" in errors[0]
+    assert len(states) == 1 and states[0].status == "failed" and "waited 0 s for 3 SuperNodes" in states[0].reason
+
+
+def test_a_dataset_that_is_not_there_fails_in_one_line_with_a_failed_run_directory(tmp_path, caplog):
+    """dataset='mnist' whose data-dir holds unreadable files: the preflight's one line (naming the
+    key), before any round; the run directory is made to say failed (nothing else had made it)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "test"):
+        np.savez(data / f"mnist_{split}.npz", images=np.zeros((1, 28, 28)))
+    errors, states = _serve(tmp_path, caplog, 2, dataset="mnist", **{"data-dir": str(data)})
+    assert len(errors) == 1 and "run-config key 'data-dir'" in errors[0] and "lacks arrays" in errors[0], errors
+    assert len(states) == 1 and states[0].status == "failed" and "lacks arrays" in states[0].reason, states

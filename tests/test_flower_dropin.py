@@ -220,3 +220,121 @@ def test_mean_around_median_equals_flowers_numpy_rule():
     for k in (1, 4, 9):
         theirs = aggregate_n_closest_weights([np.median(x.numpy(), axis=0)], arrays, k)[0]
         np.testing.assert_allclose(agg.mean_around_median(x, k).numpy(), theirs, rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------- Flower 1.43's start
+@pytest.mark.parametrize("name", ["FedAvg", "MultiKrum", "FedMedian", "FedTrimmedAvg"])
+def test_start_accepts_and_honours_should_stop(name):
+    """``should_stop(round, result)`` (Flower 1.43's early stop) ends the run after the round it
+    returns True for: here round 2 of 5, so two training rounds reach the nodes, and it is called
+    once per round with the results so far (never for round 0). Positional arguments, as Flower's
+    ``start`` takes them, work too."""
+    calls = []
+
+    def should_stop(server_round, result):
+        calls.append((server_round, sorted(result.train_metrics_clientapp)))
+        return server_round >= 2
+
+    grid = FakeGrid(NODES, _respond)
+    strategy = COUNTERPARTS[name][0](fraction_evaluate=0.0)
+    result = strategy.start(grid, _initial(), 5, should_stop=should_stop)
+    assert len([b for b in grid.sent_to if b]) == 2, grid.sent_to  # train messages of rounds 1 and 2 only
+    assert calls == [(1, [1]), (2, [1, 2])]
+    assert sorted(result.train_metrics_clientapp) == [1, 2] and sorted(strategy.replies) == [1, 2]
+
+
+def test_should_stop_ends_a_resumed_run_too():
+    grid = FakeGrid(NODES, _respond)
+    strategy = strategies.FedAvg(fraction_evaluate=0.0)
+    strategy.start(grid=grid, initial_arrays=_initial(), num_rounds=9, first_round=4,
+                   should_stop=lambda r, result: r == 5)
+    assert sorted(strategy.replies) == [4, 5]
+
+
+# ---------------------------------------------------------------------------- drop-in details
+@pytest.mark.parametrize("name", sorted(COUNTERPARTS) + ["FoolsGold", "GeometricMedian", "MedianOfMeans"])
+def test_a_wrong_keyword_names_the_class_called(name):
+    """``MultiKrum(foo=1)``: the TypeError names MultiKrum (Python would name the base class that
+    receives the shared options), and a near-miss of an accepted name is suggested. (FedMedian and
+    FedTrimmedAvg are the classes Median and TrimmedMean under Flower's names: those are named.)"""
+    cls = getattr(strategies, name)
+    with pytest.raises(TypeError) as err:
+        cls(foo=1)
+    assert str(err.value) == f"{cls.__name__}.__init__() got an unexpected keyword argument 'foo'", err.value
+    with pytest.raises(TypeError, match=rf"^{cls.__name__}\.__init__\(\) .* 'min_train_node' \(did you mean "
+                                        r"'min_train_nodes'\?\)$"):
+        cls(min_train_node=3)
+
+
+def _warnings(caplog):
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_unlabelled_nodes_are_named_by_node_id_with_one_note(caplog):
+    """Without ``node_label`` a rejection names ``node <id>`` (not "partition unknown"), and one
+    INFO line says how to name nodes by partition, however many lines name nodes."""
+    def respond(node, content):
+        return None if node in (101, 102) else _respond(node, content)
+
+    strategy = strategies.MultiKrum(fraction_evaluate=0.0)
+    with caplog.at_level("INFO", logger="flwr"):
+        strategy.start(grid=FakeGrid(NODES, respond), initial_arrays=_initial(), num_rounds=2)
+    dropped = [w for w in _warnings(caplog) if "dropped reply" in w]
+    assert len(dropped) == 4 and all("unknown" not in w for w in dropped), dropped
+    assert any(w.endswith("dropped reply of node 101: error reply (client crashed)") for w in dropped), dropped
+    assert caplog.text.count("pass node_label=") == 1
+    labelled = strategies.MultiKrum(fraction_evaluate=0.0, node_label=lambda n: n - 100)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="flwr"):
+        labelled.start(grid=FakeGrid(NODES, respond), initial_arrays=_initial(), num_rounds=1)
+    assert any("node 101 (partition 1)" in w for w in _warnings(caplog)) and "pass node_label=" not in caplog.text
+
+
+def _fltrust(root_scale: float):
+    """FLTrust whose root step is the clients' mean direction, ``root_scale`` times their size."""
+    def root_train_fn(arrays, server_round):
+        return ArrayRecord({k: torch.from_numpy(np.array(v.numpy())) + root_scale * 0.1 for k, v in arrays.items()})
+
+    def respond(node, content):
+        arrays = {k: torch.from_numpy(np.array(v.numpy())) + 0.1 + 0.01 * (node % 3) for k, v in
+                  content["arrays"].items()}
+        return RecordDict({"arrays": ArrayRecord(arrays), "metrics": MetricRecord({"num-examples": 10})})
+
+    return strategies.FLTrust(root_train_fn=root_train_fn, fraction_evaluate=0.0), FakeGrid(NODES, respond)
+
+
+def test_fltrust_warns_once_when_the_root_step_is_too_short_to_move_the_model(caplog):
+    """Every trusted update is rescaled to ‖g_0‖: a root step 1/1000 of the clients' moves the model by
+    1/1000 of what they agree on. One warning, with both norms (26 trained weights: g_0 moves each by
+    1e-4, the median client by 0.11), for a 3-round run; none when the root step is the clients' size."""
+    strategy, grid = _fltrust(0.001)
+    with caplog.at_level("INFO", logger="flwr"):
+        strategy.start(grid=grid, initial_arrays=_initial(), num_rounds=3)
+    warned = [w for w in _warnings(caplog) if "root update" in w]
+    assert len(warned) == 1, warned
+    g0, median = 1e-4 * np.sqrt(26), 0.11 * np.sqrt(26)
+    assert f"norm {g0:.3g} is" in warned[0] and f"median update norm {median:.3g}" in warned[0], warned
+    assert warned[0].startswith("FLTrust round 1:") and "once per run" in warned[0]
+    strategy, grid = _fltrust(1.0)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="flwr"):
+        strategy.start(grid=grid, initial_arrays=_initial(), num_rounds=3)
+    assert not [w for w in _warnings(caplog) if "root update" in w]
+
+
+def test_fltrust_warns_when_no_client_is_trusted(caplog):
+    strategy, grid = _fltrust(-1.0)  # the root step points away from every client
+    with caplog.at_level("INFO", logger="flwr"):
+        strategy.start(grid=grid, initial_arrays=_initial(), num_rounds=2)
+    warned = [w for w in _warnings(caplog) if "every trust score is ~0" in w]
+    assert len(warned) == 1 and all(t == 0 for t in strategy.last_trust.values()), warned
+
+
+def test_the_lora_strategies_name_unlabelled_nodes_by_id_too(caplog):
+    from fedcal.strategies.lora_baselines import FedIT
+
+    s = FedIT()
+    with caplog.at_level("INFO", logger="flwr"):
+        names = [s.who(7), s.who(8)]
+    assert names == ["node 7", "node 8"] and caplog.text.count("pass node_label=") == 1
+    assert FedIT(node_label=lambda n: n - 5).who(7) == "node 7 (partition 2)"

@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -229,3 +230,45 @@ def test_a_relative_output_dir_lands_where_the_local_superlink_started_and_says_
     assert not (ROOT / "relative-runs").exists()
     streamed = proc.stdout + proc.stderr
     assert f"run directory: {runs[0].parent}" in streamed and "output-dir='$PWD/runs'" in streamed, context
+
+
+def _fresh_clone(dest: Path) -> Path:
+    """The checkout's files as a fresh clone has them (tracked, and new files git does not
+    ignore): no run folders, no ../shared/data beside it, no caches."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("flwr") is None, reason="flwr CLI not on PATH")
+def test_flwr_run_dot_with_no_override_finishes_on_a_fresh_offline_clone(tmp_path):
+    """`flwr run .` exactly as typed after cloning (no --run-config, no --federation-config, a new
+    FLWR_HOME: Flower's default local federation of 2 SuperNodes; no data folder): the Flower App's
+    defaults agree with that federation and need no download, so the run finishes (DONE, rounds
+    0-3 logged) and `fedcal runs --check` says so. Before, the defaults asked for 50 nodes on MNIST."""
+    clone = _fresh_clone(tmp_path / "clone")
+    flwr_home = tmp_path / "flwr-home"
+    log_file = flwr_home / "local-superlink" / "superlink.log"
+    env = dict(os.environ, FLWR_HOME=str(flwr_home), **OFFLINE_ENV, FEDCAL_DATA_DIR=str(tmp_path / "no-data"),
+               FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(free_port()), FLWR_LOCAL_CONTROL_API_PORT=str(free_port()))
+    try:
+        proc = subprocess.run(["flwr", "run", ".", "--stream"], cwd=clone, env=env, capture_output=True, text=True,
+                              timeout=400)
+    finally:
+        _stop_local_superlink(tmp_path, log_file)
+    context = f"rc={proc.returncode}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}\n{tail(log_file)}"
+    assert proc.returncode == 0, context
+    runs = list((clone / "runs").glob("*/DONE"))
+    assert len(runs) == 1, context
+    df = load_metrics(runs[0].parent)
+    assert sorted(df["round"].unique()) == [0, 1, 2, 3] and set(df["dataset"]) == {"digits"}, context
+    assert set(df["num-clients"]) == {2}
+    check = subprocess.run([sys.executable, "-m", "fedcal", "runs", "--check", str(clone / "runs")], env=env,
+                           capture_output=True, text=True)
+    assert check.returncode == 0 and ": finished" in check.stdout, check.stdout + check.stderr

@@ -66,3 +66,34 @@ def test_engines_use_flower_internals_only_through_flower_private():
         assert flwr_imports <= public, f"{name} imports Flower internals {flwr_imports - public}"
     for name in private.__all__:
         assert getattr(private, name) is not None
+
+
+def test_pull_messages_takes_flower_1_42s_and_1_43s_argument_names():
+    """Flower 1.43 renames ``Grid.pull_messages``'s argument to ``reply_to_message_ids`` (keeping
+    ``message_ids`` as a deprecated alias): fedcal's grids take both, positionally too, and the
+    wrapping grid hands the ids on."""
+    import pytest
+
+    from fedcal.tasks.nodes import WrappedGrid
+
+    out = {}
+    server = ServerApp()
+
+    @server.main()
+    def main(grid: Grid, context: Context) -> None:
+        nodes = sorted(grid.get_node_ids())
+        wrapped = WrappedGrid(grid)
+
+        def push():
+            return list(grid.push_messages([Message(content=RecordDict({"config": ConfigRecord({})}),
+                                                    message_type="train", dst_node_id=n) for n in nodes[:2]]))
+
+        ids = push()
+        out["new"] = len(list(wrapped.pull_messages(reply_to_message_ids=ids)))
+        ids = push()
+        out["old"] = len(list(wrapped.pull_messages(message_ids=ids[:1]))) + len(list(grid.pull_messages(ids[1:])))
+        with pytest.raises(TypeError, match="only one of"):
+            grid.pull_messages(ids, message_ids=ids)
+
+    run_inprocess(server, client, num_supernodes=3, seed=0)
+    assert out == {"new": 2, "old": 2}

@@ -139,10 +139,12 @@ def test_kitti_end_to_end_through_flower(tmp_path):
 
 
 @pytest.mark.parametrize("entry", ["run", "simulate", "serverapp"])
-def test_every_entry_point_runs_the_detect_preflight_before_a_run_starts(entry, tmp_path, capsys, monkeypatch):
+def test_every_entry_point_runs_the_detect_preflight_before_a_run_starts(entry, tmp_path, capsys, monkeypatch,
+                                                                        caplog):
     """`fedcal run task=detect`, simulate() and the ServerApp's main refuse a KITTI run without its
     data as early as `fedcal detect` does: one line naming data-dir, before any engine or ServerApp
-    starts (before the ServerApp's main does anything else)."""
+    starts (before the ServerApp's main does anything else but say where its run directory is,
+    which then says failed)."""
     def started(*args, **kwargs):
         raise AssertionError("a run started before the preflight")
 
@@ -170,7 +172,18 @@ def test_every_entry_point_runs_the_detect_preflight_before_a_run_starts(entry, 
             def __getattr__(self, name):
                 raise AssertionError(f"the grid was used ({name}) before the preflight")
 
-        with pytest.raises(ConfigError, match="'data-dir'"):
+        import logging
+
+        from fedcal.results import run_state
+
+        # the ServerApp ends in ONE error line (no traceback out of it) and its run directory says
+        # failed, with the reason, to `fedcal runs`: nothing else ran (no round, the grid unused)
+        with caplog.at_level(logging.INFO, logger="flwr"):
             server_main(NoGrid(), Context(run_id=0, node_id=0, node_config={}, state=RecordDict(),
                                           run_config=cfg.to_flower()))
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1 and "'data-dir'" in errors[0], errors
+        (state,) = [run_state(d) for d in (tmp_path / "runs").iterdir()]
+        assert state.status == "failed" and "'data-dir'" in state.reason and state.last_round is None
+        return
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -2,7 +2,9 @@
 
 fedcal is written against Flower's public modules (``flwr.app``, ``flwr.serverapp``,
 ``flwr.clientapp``, the ``flwr`` CLI). The engines need a few things those modules do not
-export in the pinned Flower (1.42.0; checked against 1.41.0 too: the same for each of them). They are imported
+export in the supported Flower releases (pyproject's range: 1.42.0, and 1.43's nightly
+``flwr-nightly`` 1.43.0.dev20261026, where each is still where it was and none has gained a public
+replacement; ``benchmarks/flwr_newest.py`` checks the newest again). They are imported
 here, and only here, so that a Flower upgrade that moves or removes one breaks this module with an ImportError naming it, not the
 engines; ``tests/test_inprocess.py`` imports this module. Each piece, why it is needed, and
 what replaces it when Flower removes it:

@@ -34,6 +34,7 @@ from fedcal.app.flower_private import (
     message_from_proto,
     message_to_proto,
 )
+from fedcal.tasks.grids import pulled_ids
 
 
 # Flower's own logger (a SuperNode logs a raising ClientApp there too).
@@ -93,8 +94,12 @@ class InProcessGrid(Grid):
             ids.append(message_id)
         return ids
 
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        return [self._replies.pop(i) for i in message_ids if i in self._replies]
+    def pull_messages(self, reply_to_message_ids: Iterable[str] | None = None, *,
+                      message_ids: Iterable[str] | None = None) -> Iterable[Message]:
+        """The replies to the messages ``reply_to_message_ids`` (Flower 1.43's name; ``message_ids``,
+        Flower 1.42's, is taken too; neither: every reply not yet pulled)."""
+        ids = pulled_ids(reply_to_message_ids, message_ids)
+        return [self._replies.pop(i) for i in (list(self._replies) if ids is None else ids) if i in self._replies]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         return self.pull_messages(self.push_messages(messages))

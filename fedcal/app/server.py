@@ -8,7 +8,7 @@ to the server side of the task the config names (``task``), through the task reg
 from __future__ import annotations
 
 from contextlib import nullcontext
-from logging import INFO, WARNING
+from logging import ERROR, INFO, WARNING
 from pathlib import Path
 
 from flwr.app import Context
@@ -16,8 +16,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log
 
 from fedcal.app.cluster import PlacementGrid
-from fedcal.config import RunConfig
-from fedcal.extras import require_extras
+from fedcal.config import ConfigError, RunConfig
 from fedcal.progress import log_reporter, phase, reporting, round_note
 from fedcal.results import run_dir_for
 from fedcal.tasks import ProgressFn, get_task, preflight
@@ -31,12 +30,39 @@ def main(grid: Grid, context: Context) -> None:
 
     Progress goes to Flower's log, where ``flwr run`` (``--stream``, ``flwr log``) and a SuperLink's
     log show it: the rounds, and every long phase of a task (:mod:`fedcal.progress`), at most
-    :data:`fedcal.progress.LOG_EVERY_S` seconds apart with the time left."""
-    cfg = RunConfig.from_flower(context.run_config)
-    preflight(cfg)
+    :data:`fedcal.progress.LOG_EVERY_S` seconds apart with the time left.
+
+    A run that cannot go on for a reason fedcal names — a bad run config, a dataset that is not
+    there, a missing extra, a federation of another size than ``num-clients`` (the nodes are waited
+    for :data:`fedcal.tasks.nodes.NODE_WAIT_S` seconds) — ends with ONE error line in that log, and
+    its run directory says ``failed: <reason>`` to ``fedcal runs`` (``flwr run`` exits 0 either way)."""
+    from fedcal.extras import MissingExtraError
+    from fedcal.results import RunFailed
+
+    try:
+        cfg = RunConfig.from_flower(context.run_config)
+    except ConfigError as exc:  # no config, so no run directory to say it in
+        log(ERROR, "fedcal: error: %s", _one_line(exc))
+        return
     run_dir = announce_run_dir(cfg)
+    try:
+        _run(grid, cfg, run_dir)
+    except (ConfigError, MissingExtraError, RunFailed) as exc:
+        log(ERROR, "fedcal: run failed: %s (run directory %s; `fedcal runs %s` says so)", _one_line(exc), run_dir,
+            run_dir)
+        record_failure(run_dir, cfg, exc)
+        return
+    log(INFO, "run directory: %s", run_dir)
+
+
+def _one_line(exc: BaseException) -> str:
+    """``exc``'s message on one line (a wrapped library error may carry its own newlines)."""
+    return " ".join(str(exc).split())
+
+
+def _run(grid: Grid, cfg: RunConfig, run_dir: Path) -> None:
+    preflight(cfg)  # a missing extra or dataset: one line, before any round
     task = get_task(cfg.task)
-    require_extras(*task.extras)  # a missing extra: one line naming it in the SuperLink's log, before any round
     rounds = task.rounds(cfg)
     reporter = log_reporter(lambda line: log(INFO, "%s", line), prefix=f"{run_dir.name}: ")
     with reporting(reporter), (phase("rounds", rounds, "rounds") if rounds else nullcontext(None)) as bar:
@@ -44,7 +70,31 @@ def main(grid: Grid, context: Context) -> None:
             lambda server_round, metrics: bar.update(1, round_note(metrics)) if server_round > 0 else None)
         # replies computed in Ray actors (`flwr run` on a simulation SuperLink) say where: placement.csv
         task.run(PlacementGrid(grid, run_dir), cfg, progress)
-    log(INFO, "run directory: %s", run_dir)
+
+
+def record_failure(run_dir: Path, cfg: RunConfig, exc: BaseException) -> None:
+    """Make ``run_dir`` say ``failed: <reason>`` (its ``run.log``'s last line, what ``fedcal runs``
+    reads) when the task did not already: a failure before the task opened its run store (a
+    dataset or extra missing at preflight) leaves no run directory otherwise. An existing run's
+    files (a checkpoint to resume from) are kept; a directory another process writes is left alone."""
+    from fedcal.results import RunFailed, RunStore
+    from fedcal.results.files import CONFIG_FILE, RUN_LOG, failure_reason
+
+    reason = failure_reason(exc)
+    runlog = run_dir / RUN_LOG
+    if runlog.exists() and runlog.read_text().rstrip().endswith(f"failed: {reason}"):
+        return  # the task's run store said it already
+    store = RunStore(run_dir, cfg)
+    try:
+        if (run_dir / CONFIG_FILE).exists():
+            store.acquire()
+        else:
+            store.start()
+        store.log_event(f"failed: {reason}")
+    except (ConfigError, RunFailed, OSError) as why:  # another config's run, or another writer: not ours to mark
+        log(WARNING, "fedcal: %s not marked failed (%s)", run_dir, why)
+    finally:
+        store.release()
 
 
 def announce_run_dir(cfg: RunConfig) -> Path:

@@ -27,6 +27,9 @@ This covers *train* replies. Federated evaluation (``configure_evaluate`` /
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 import random
 from collections.abc import Callable, Iterable, Sequence
 from logging import INFO, WARNING
@@ -46,6 +49,43 @@ from fedcal.strategies.replies import (RoundReplies, counted_replies, is_buffer_
                                        wait_for_nodes)
 from fedcal.aggregate.compose import PreStep, pre_aggregate
 from fedcal.aggregate.compose import _step_name as step_name
+
+#: whether this Flower's ``Strategy.start`` takes ``should_stop`` (Flower 1.43's early stop)
+_FLOWER_STOPS_EARLY = "should_stop" in inspect.signature(_FlowerFedAvg.start).parameters
+
+
+def unexpected_keyword(cls: type, name: str) -> str:
+    """``<Class>.__init__() got an unexpected keyword argument 'name'`` for the class the user
+    called (not the base that received ``**options``), with the closest accepted name."""
+    accepted = [p for c in cls.__mro__ for p in _init_names(c)]
+    close = difflib.get_close_matches(name, accepted, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{cls.__name__}.__init__() got an unexpected keyword argument {name!r}{hint}"
+
+
+def _naming_the_class_called(init: Callable) -> Callable:
+    """The base's ``__init__``, refusing an unknown keyword with :func:`unexpected_keyword`: the
+    subclasses hand it their ``**options``, so Python's own TypeError would name this base class.
+    (``functools.wraps``: ``inspect.signature`` still shows the base's arguments.)"""
+    names = set(inspect.signature(init).parameters) - {"self"}
+
+    @functools.wraps(init)
+    def checked(self, *args: Any, **kwargs: Any) -> None:
+        unknown = [k for k in kwargs if k not in names]
+        if unknown:
+            raise TypeError(unexpected_keyword(type(self), unknown[0]))
+        init(self, *args, **kwargs)
+
+    return checked
+
+
+def _init_names(cls: type) -> list[str]:
+    init = cls.__dict__.get("__init__")
+    if init is None:
+        return []
+    return [n for n, p in inspect.signature(init).parameters.items()
+            if n != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
 
 class UpdateAggregationStrategy(_FlowerFedAvg):
     """Base of fedcal's strategies: Flower's FedAvg arguments plus seeded sampling and buffers.
@@ -114,6 +154,7 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
     #: With pre-aggregation steps even a ``"claimed"`` rule gets capped sizes (:attr:`trusts_claims`).
     size_weighting: str = "capped"
 
+    @_naming_the_class_called
     def __init__(
         self,
         *,
@@ -158,6 +199,7 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         self.node_label = node_label
         self.buffer_key = buffer_key or is_buffer_key
         self._custom_sort = node_sort_key is not None
+        self._said_unlabelled = False
         self._sent: dict[int, ArrayRecord] = {}
         #: effective aggregation weight of each node in the last round (for logging/analysis)
         self.last_weights: dict[int, float] = {}
@@ -209,14 +251,31 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
             return None
 
     def who(self, node_id: int) -> str:
-        """``node <id> (partition <label>)``: how every message names a node."""
+        """``node <id> (partition <label>)``: how every message names a node; ``node <id>`` when no
+        label is known (said once per strategy, by :meth:`_note_unlabelled`)."""
         label = self.label(node_id)
-        return f"node {node_id} (partition {'unknown' if label is None else label})"
+        if label is None:
+            self._note_unlabelled()
+            return f"node {node_id}"
+        return f"node {node_id} (partition {label})"
 
     def by_node(self, values: dict[int, float], digits: int = 3) -> dict[str, float]:
-        """``{node: value}`` keyed ``"<node id>/p<partition>"`` for the strategies' INFO logs."""
-        return {f"{n}/p{'?' if self.label(n) is None else self.label(n)}": round(float(v), digits)
-                for n, v in values.items()}
+        """``{node: value}`` keyed ``"<node id>/p<partition>"`` for the strategies' INFO logs
+        (``"<node id>"`` for a node without a label)."""
+        out = {}
+        for n, v in values.items():
+            label = self.label(n)
+            if label is None:
+                self._note_unlabelled()
+            out[str(n) if label is None else f"{n}/p{label}"] = round(float(v), digits)
+        return out
+
+    def _note_unlabelled(self) -> None:
+        """Say once that nodes are named by Flower's node ids (drawn anew each run)."""
+        if not self._said_unlabelled:
+            self._said_unlabelled = True
+            log(INFO, "%s names nodes by Flower's node id (drawn anew every run): pass node_label=<node id -> "
+                "partition id> to name them by partition", type(self).__name__)
 
     def summary(self) -> None:
         """Log the strategy's settings (called by ``start``): fedcal's, then Flower's FedAvg's."""
@@ -271,26 +330,39 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         return {node_of[k]: v for k, v in values.items() if k in node_of}
 
     # ------------------------------------------------------------------ resuming
-    def start(self, *, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
+    def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
               train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
               evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
-              first_round: int = 1) -> Result:
+              should_stop: Callable[[int, Result], bool] | None = None, *, first_round: int = 1) -> Result:
         """Flower's ``Strategy.start`` (``first_round`` = 1: exactly Flower's loop), or the rounds
         ``first_round`` … ``num_rounds`` of a resumed run from ``initial_arrays``, the global
         model after round ``first_round − 1``: the same calls in the same order as Flower's loop
         (configure, send and receive, aggregate train; the same for evaluation; ``evaluate_fn``
         after each round), without the round-0 evaluation, which the run made before it stopped.
-        Flower's ``start`` always begins at round 1, hence this one loop of fedcal's own."""
-        if first_round <= 1:
+        Flower's ``start`` always begins at round 1, hence this one loop of fedcal's own.
+
+        ``should_stop(round, result) -> bool`` is Flower's early stop (``Strategy.start`` from
+        Flower 1.43 on): called after each round (never for round 0) with the results so far; True
+        ends the run there. With a Flower whose ``start`` lacks it (1.42), fedcal's loop honours it."""
+        if first_round <= 1 and (should_stop is None or _FLOWER_STOPS_EARLY):
+            early = {} if should_stop is None else {"should_stop": should_stop}
             return super().start(grid=grid, initial_arrays=initial_arrays, num_rounds=num_rounds, timeout=timeout,
-                                 train_config=train_config, evaluate_config=evaluate_config, evaluate_fn=evaluate_fn)
-        log(INFO, "Resuming %s strategy at round %d of %d", self.__class__.__name__, first_round, num_rounds)
+                                 train_config=train_config, evaluate_config=evaluate_config, evaluate_fn=evaluate_fn,
+                                 **early)
+        if first_round <= 1:
+            log(INFO, "Starting %s strategy:", self.__class__.__name__)
+        else:
+            log(INFO, "Resuming %s strategy at round %d of %d", self.__class__.__name__, first_round, num_rounds)
         self.summary()
         train_config = ConfigRecord() if train_config is None else train_config
         evaluate_config = ConfigRecord() if evaluate_config is None else evaluate_config
         result = Result(arrays=initial_arrays)
         arrays = initial_arrays
-        for current_round in range(first_round, num_rounds + 1):
+        if first_round <= 1 and evaluate_fn:
+            res = evaluate_fn(0, initial_arrays)
+            if res is not None:
+                result.evaluate_metrics_serverapp[0] = res
+        for current_round in range(max(first_round, 1), num_rounds + 1):
             log(INFO, "[ROUND %s/%s]", current_round, num_rounds)
             replies = grid.send_and_receive(messages=self.configure_train(current_round, arrays, train_config, grid),
                                             timeout=timeout)
@@ -308,6 +380,9 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
                 res = evaluate_fn(current_round, arrays)
                 if res is not None:
                     result.evaluate_metrics_serverapp[current_round] = res
+            if should_stop is not None and should_stop(current_round, result):
+                log(INFO, "Stopping early after round %s", current_round)
+                break
         return result
 
     # ------------------------------------------------------------------ configure

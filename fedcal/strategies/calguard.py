@@ -117,11 +117,11 @@ class CalGuard(UpdateAggregationStrategy):
                 raise ValueError(f"CalGuard's model does not fit the arrays: '{k}' has shape {have[k]}, the model's "
                                  f"{shape}")
 
-    def start(self, *, grid, initial_arrays: ArrayRecord, **kwargs):
-        """The base ``start`` (keyword-only, as Flower's), after :meth:`check_arrays` of the initial
-        arrays (before any message)."""
+    def start(self, grid, initial_arrays: ArrayRecord, *args, **kwargs):
+        """The base ``start`` (Flower's arguments, ``should_stop`` included), after
+        :meth:`check_arrays` of the initial arrays (before any message)."""
         self.check_arrays(initial_arrays)
-        return super().start(grid=grid, initial_arrays=initial_arrays, **kwargs)
+        return super().start(grid, initial_arrays, *args, **kwargs)
 
     def summary(self) -> None:
         """Log CalGuard's settings, then the shared ones."""

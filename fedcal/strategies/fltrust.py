@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Unpack
 
+import torch
 from flwr.app import ArrayRecord
 from flwr.supercore import log
 
@@ -13,6 +14,11 @@ from fedcal import aggregate as agg
 from fedcal.strategies.base import UpdateAggregationStrategy
 from fedcal.strategies.options import StrategyOptions
 from fedcal.strategies.replies import tensor_of
+
+#: FLTrust warns when ‖g_0‖ is below this share of the clients' median update norm
+ROOT_NORM_RATIO = 0.1
+#: ... or when no trust score exceeds this
+TRUST_FLOOR = 1e-6
 
 
 class FLTrust(UpdateAggregationStrategy):
@@ -40,6 +46,7 @@ class FLTrust(UpdateAggregationStrategy):
         self.root_train_fn = root_train_fn
         #: trust score of each node in the last round
         self.last_trust: dict[int, float] = {}
+        self._warned_root = False
 
     def summary(self) -> None:
         """Log FLTrust's settings, then the shared ones."""
@@ -55,7 +62,30 @@ class FLTrust(UpdateAggregationStrategy):
         delta, trust = agg.fltrust(updates, g0)
         self.last_trust = {n: float(t) for n, t in zip(node_ids, trust)}
         log(INFO, "FLTrust round %d trust scores (node/partition): %s", server_round, self.by_node(self.last_trust))
+        self._warn_if_root_cannot_lead(server_round, updates, g0, trust)
         return delta, trust
+
+    def _warn_if_root_cannot_lead(self, server_round: int, updates, g0, trust) -> None:
+        """Warn (once per strategy) when the round's aggregate cannot move the model: every trust
+        score is ~0 (no update within 90° of the root update g_0, or g_0 = 0), or ‖g_0‖ is below
+        :data:`ROOT_NORM_RATIO` × the clients' median update norm — every trusted update is rescaled
+        to ‖g_0‖, so a root step much shorter than the clients' (fewer steps, a smaller lr) keeps
+        the model near where it started, at chance, without any client being distrusted."""
+        if self._warned_root:
+            return
+        g0_norm = float(torch.linalg.vector_norm(g0.double()))
+        median = float(torch.linalg.vector_norm(updates.double(), dim=1).median())
+        if float(trust.max()) <= TRUST_FLOOR:
+            why = (f"every trust score is ~0 (max {float(trust.max()):.2g}): no client update points within 90° of "
+                   f"the root update (norm {g0_norm:.3g})")
+        elif median > 0 and g0_norm < ROOT_NORM_RATIO * median:
+            why = (f"the root update's norm {g0_norm:.3g} is {g0_norm / median:.2g} x the clients' median update norm "
+                   f"{median:.3g}, and every trusted update is rescaled to it")
+        else:
+            return
+        self._warned_root = True
+        log(WARNING, "FLTrust round %d: %s, so the global model barely moves: give root_train_fn about the clients' "
+            "local steps and learning rate (said once per run)", server_round, why)
 
     def aggregate_buffers(self, server_round, node_ids, values, weights):
         """The coordinate-wise median of the accepted replies' buffers (robust to a minority)."""

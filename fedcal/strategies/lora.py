@@ -139,14 +139,21 @@ class LoraStrategy(_FlowerFedAvg):
 
     # ------------------------------------------------------------------ naming
     def who(self, node: int) -> str:
-        """``node <id> (partition <label>)``, as every warning and rejection names a node."""
+        """``node <id> (partition <label>)``, as every warning and rejection names a node; ``node
+        <id>`` without a label (said once per strategy: how to name nodes by partition)."""
         label = None
         if self.node_label is not None:
             try:
                 label = self.node_label(node)
             except Exception:  # noqa: BLE001 — a label is for messages only
                 label = None
-        return f"node {node} (partition {'unknown' if label is None else label})"
+        if label is not None:
+            return f"node {node} (partition {label})"
+        if not getattr(self, "_said_unlabelled", False):
+            self._said_unlabelled = True
+            log(INFO, "%s names nodes by Flower's node id (drawn anew every run): pass node_label=<node id -> "
+                "partition id> to name them by partition", type(self).__name__)
+        return f"node {node}"
 
     def summary(self) -> None:
         """Log the rule and its settings, then Flower's FedAvg's."""

@@ -21,6 +21,7 @@ from flwr.supercore import log
 
 from fedcal.config import RunConfig, field_names, key_of
 from fedcal.models import build_model
+from fedcal.tasks.grids import pulled_ids
 
 IDENTITY = "query.identity"  # message type of the handshake
 #: key of the whole config's digest in a message's ``config`` record (:func:`config_record`)
@@ -31,10 +32,16 @@ CLIENT_RECORD = "client"
 
 
 # ---------------------------------------------------------------------------------- server side
-def discover_clients(grid: Grid, expected: int, timeout: float = 600.0) -> dict[int, int]:
+#: how long the server waits for its ``num-clients`` nodes to connect before it gives up, in seconds
+NODE_WAIT_S = 120.0
+
+
+def discover_clients(grid: Grid, expected: int, timeout: float | None = None) -> dict[int, int]:
     """Ask every connected node for its partition id; returns {node id: partition id}.
 
-    Waits until ``expected`` nodes are connected. A node's claim is input like any reply: a node
+    Waits until ``expected`` nodes are connected, at most ``timeout`` seconds (default
+    :data:`NODE_WAIT_S`), then fails the run (:class:`fedcal.results.RunFailed`, one line naming
+    both numbers and both fixes: a federation of another size than ``num-clients`` never fills). A node's claim is input like any reply: a node
     that answers with an error, no ``identity`` record, or a partition id that is not an integer
     in [0, ``expected``) (inf, NaN, 4.9, -1, a string, …) is left out with a warning naming it and
     the reason; nodes that claim one id are all left out (none of them can be trusted with that
@@ -42,12 +49,17 @@ def discover_clients(grid: Grid, expected: int, timeout: float = 600.0) -> dict[
     :func:`identified_grid`, so the others are never sampled); :class:`fedcal.results.RunFailed`
     when no node is left.
     """
+    timeout = NODE_WAIT_S if timeout is None else timeout
     t0, warned = time.monotonic(), False
     while len(nodes := list(grid.get_node_ids())) < expected:
         waited = time.monotonic() - t0
         if waited > timeout:
-            raise TimeoutError(f"only {len(nodes)} of {expected} nodes connected after {timeout:.0f}s; "
-                               f"run-config 'num-clients' must equal the number of SuperNodes")
+            from fedcal.results import RunFailed  # the run store (pandas) loads only when needed
+
+            other = f"or set num-clients={len(nodes)}" if nodes else "(are they pointed at this SuperLink?)"
+            raise RunFailed(f"waited {timeout:.0f} s for {expected} SuperNodes (run-config 'num-clients'), {len(nodes)} "
+                            f"connected: start {expected} (`flwr run`: --federation-config \"num-supernodes={expected}\") "
+                            f"{other}")
         if waited > 10 and not warned:
             warned = True
             log(WARNING, "waiting for %d nodes (%d connected). With `flwr run` on a local simulation, start "
@@ -136,8 +148,9 @@ class WrappedGrid(Grid):
     def push_messages(self, messages):
         return self.grid.push_messages(messages)
 
-    def pull_messages(self, message_ids):
-        return self.grid.pull_messages(message_ids)
+    def pull_messages(self, reply_to_message_ids=None, *, message_ids=None):
+        # positionally: the first parameter is Flower 1.42's message_ids and 1.43's reply_to_message_ids
+        return self.grid.pull_messages(pulled_ids(reply_to_message_ids, message_ids))
 
     def send_and_receive(self, messages, *, timeout=None):
         return self.grid.send_and_receive(messages, timeout=timeout)
