@@ -68,8 +68,8 @@ class Execution:
                                        "resumes after the last checkpoint (docs/design.md)", ge=0,
                                     note="0 = never")
     tracker: str = setting("none", "stream every round's metrics and the run config to a tracker as the run goes: "
-                                   "tensorboard (event files in the run directory), mlflow (a file store in the run "
-                                   "directory), wandb (offline unless WANDB_MODE says otherwise); pip install "
+                                   "tensorboard (event files in the run directory), mlflow (one SQLite store for the "
+                                   "runs of an output folder: <output-dir>/mlruns.db), wandb (offline unless WANDB_MODE says otherwise); pip install "
                                    "'fedcal[track]'", choices=TRACKERS)
     ray_address: str = setting("", 'engine=ray: the Ray cluster to attach to (host:port, "auto"); "" = $RAY_ADDRESS, '
                                    "else the cluster `ray start` left on this machine, else a Ray instance started "
