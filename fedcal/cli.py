@@ -122,7 +122,9 @@ class _OneLine(logging.Handler):
     lines on stderr."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        print(f"fedcal: {record.levelname.lower()}: {record.getMessage()}", file=sys.stderr)
+        from fedcal.progress import write_above_bars  # above a progress bar, never through it
+
+        write_above_bars(f"fedcal: {record.levelname.lower()}: {record.getMessage()}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
