@@ -153,13 +153,14 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str
     for _, r in first.sort_values("tau", kind="stable").iterrows():  # one seed per line; the table covers all
         rel = by_id[r["run_id"]] / "reliability.csv"
         if rel.exists():
-            name = lines[r["run_id"]] + (f" (seed {int(r['seed'])})" if len(seeds) > 1 else "")
-            panels.append((name, pd.read_csv(rel)))
+            panels.append((lines[r["run_id"]], pd.read_csv(rel)))
             shown.append(int(r["seed"]))
     if panels:  # each figure is written with the table it is drawn from
-        pd.concat([bins.assign(run=name) for name, bins in panels]).to_csv(out / "reliability.csv", index=False)
+        pd.concat([bins.assign(run=name, seed=seed) for (name, bins), seed in zip(panels, shown)]).to_csv(
+            out / "reliability.csv", index=False)
         caption = one_seed_caption(sorted(set(shown)), seeds)
-        reliability_grid(panels, out / "reliability.png", caption=caption)
+        titled = [(f"{name} (seed {seed})" if caption else name, bins) for (name, bins), seed in zip(panels, shown)]
+        reliability_grid(titled, out / "reliability.png", caption=caption)
         if caption:
             with open(out / "table.md", "a") as f:
                 f.write(f"reliability.png: {caption}; trajectories.png: mean ± std over the seeds.\n")
