@@ -50,8 +50,8 @@ def _device(c: RunConfig) -> None:
 @group("execution", "where and how a run executes; never part of a run's identity (config hash)",
        rules=(_run_name, _device))
 class Execution:
-    data_dir: str = setting("", 'folder with <dataset>_{train,test}.npz; "" = $FEDCAL_DATA_DIR, '
-                                "else ~/.cache/fedcal/data")
+    data_dir: str = setting("", 'folder with <dataset>_{train,test}.npz (fedcal data writes them); "" = '
+                                "$FEDCAL_DATA_DIR, else ~/.cache/fedcal/data")
     eval_batch_size: int = setting(1000, "batch size of the central evaluation", ge=1)
     device: str = setting("auto", "auto = CUDA if present, else CPU; or any torch device string: cpu, "
                                   "cuda, cuda:1, mps (docs/configuration.md: GPUs and Ray)")
