@@ -16,6 +16,7 @@
               [--grid attacker-ratio=0.1,0.4] [--grid tsa-blend=0.25,0.5]   ... other settings, adaptive attackers
   fedcal demo                              the README's main job (digits, offline)
   fedcal byzantine --ratios 0.1,0.25 --seeds 0-2   every strategy vs ALIE, IPM, Min-Max/Sum, Fang, backdoor
+  fedcal data mnist cifar10 --out data     write the .npz files runs read with data-dir=data (torchvision download)
 
 Overrides are Flower run-config keys with TOML values (tau=5 dataset="cifar10"; bare words
 are strings), before or after the options; -c/--run-config "k=v k2=v2" is accepted too, like
@@ -32,14 +33,14 @@ from typing import Any, Sequence
 
 from fedcal import __version__
 from fedcal.config import ConfigError
-from fedcal.studies import (analyses, byzantine, defense, demo, detect, distill, inference, lm, report, robustness,
-                            run, runs, sweep, taus)
+from fedcal.studies import (analyses, byzantine, data, defense, demo, detect, distill, inference, lm, report,
+                            robustness, run, runs, sweep, taus)
 from fedcal.studies.common import checked_folder
 
 EXIT_INTERRUPTED = 130  # the shell's code for a command ended by SIGINT (128 + 2)
 #: the studies whose commands `fedcal` offers, in the order `fedcal --help` lists them
 STUDIES = (run, taus, sweep, report, runs, analyses, inference, robustness, distill, lm, defense, detect, demo,
-           byzantine)
+           byzantine, data)
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -121,7 +122,9 @@ class _OneLine(logging.Handler):
     lines on stderr."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        print(f"fedcal: {record.levelname.lower()}: {record.getMessage()}", file=sys.stderr)
+        from fedcal.progress import write_above_bars  # above a progress bar, never through it
+
+        write_above_bars(f"fedcal: {record.levelname.lower()}: {record.getMessage()}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

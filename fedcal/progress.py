@@ -27,6 +27,8 @@ the ServerApp in a thread of its own, which a context variable set by the caller
 
 from __future__ import annotations
 
+import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -147,14 +149,22 @@ class _LogHandle:
             self.write(self._line(True))
 
 
+class _LogReporter:
+    def __init__(self, write: Callable[[str], None], prefix: str, every: float | None, clock: Callable[[], float]):
+        self.write, self.prefix, self.every, self.clock = write, prefix, every, clock
+
+    def __call__(self, name: str, total: int | None, unit: str) -> _LogHandle:
+        return _LogHandle(self.write, self.prefix, name, total, unit,
+                          LOG_EVERY_S if self.every is None else self.every, self.clock)
+
+
 def log_reporter(write: Callable[[str], None], prefix: str = "", every: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> Reporter:
     """A reporter writing lines such as ``inference: client training: 5/17 clients, 0:42 elapsed,
     about 1:41 left`` with ``write`` (e.g. ``lambda line: log(INFO, "%s", line)``), at most every
     ``every`` seconds per phase (default :data:`LOG_EVERY_S`) and a closing line for a phase that
-    wrote any."""
-    return lambda name, total, unit: _LogHandle(write, prefix, name, total, unit,
-                                                LOG_EVERY_S if every is None else every, clock)
+    wrote any. :func:`notice` lines go through ``write`` too."""
+    return _LogReporter(write, prefix, every, clock)
 
 
 class _TqdmHandle:
@@ -170,12 +180,67 @@ class _TqdmHandle:
         self.bar.close()
 
 
-def tqdm_reporter(prefix: str = "") -> Reporter:
-    """A reporter showing one tqdm bar per phase (its count, rate and time left), removed when the
-    phase ends."""
+def stderr_is_terminal() -> bool:
+    """Whether stderr is a terminal, where tqdm redraws its bars in place. Elsewhere (stderr
+    redirected to a file, a CI or batch job's log) a bar under another one is drawn with
+    cursor-movement escape codes that stay in the log as ``^[[A``."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without isatty, or closed
+        return False
+
+
+def bar_fits() -> bool:
+    """Whether a new tqdm bar can be drawn cleanly: always on a terminal; elsewhere only when no
+    other bar is open (a second one is positioned with escape codes)."""
+    if stderr_is_terminal():
+        return True
+    from tqdm import tqdm
+
+    return len(tqdm._instances) == 0
+
+
+def write_above_bars(line: str) -> None:
+    """Write ``line`` on stderr above any open tqdm bar (which is redrawn below it)."""
     from tqdm.auto import tqdm
 
-    return lambda name, total, unit: _TqdmHandle(tqdm(total=total, desc=f"{prefix}{name}", unit=unit, leave=False))
+    tqdm.write(line, file=sys.stderr)
+
+
+class _TqdmReporter:
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+
+    def __call__(self, name: str, total: int | None, unit: str) -> _TqdmHandle:
+        from tqdm.auto import tqdm
+
+        return _TqdmHandle(tqdm(total=total, desc=f"{self.prefix}{name}", unit=unit, leave=False))
+
+    @staticmethod
+    def write(line: str) -> None:
+        write_above_bars(line)
+
+
+def tqdm_reporter(prefix: str = "") -> Reporter:
+    """A reporter showing one tqdm bar per phase (its count, rate and time left), removed when the
+    phase ends, when such a bar fits (:func:`bar_fits`: a phase's bar sits under its run's, so on a
+    terminal); else the phases as rate-limited lines (:func:`log_reporter`) written above the open
+    bar, so a log file holds no escape codes."""
+    if not bar_fits():
+        return log_reporter(write_above_bars, prefix)
+    return _TqdmReporter(prefix)
+
+
+def notice(text: str, logger: logging.Logger) -> None:
+    """Say ``text``, one line of information (a run resumed from its checkpoint), where the installed
+    reporter writes: above the progress bars in a ``fedcal`` command (never through one), in
+    Flower's log under ``flwr run``, on a sweep worker's stderr. With no reporter installed it is
+    a warning of ``logger`` (the ``fedcal`` command prints those as one line)."""
+    write = getattr(_reporter, "write", None)
+    if write is None:
+        logger.warning("%s", text)
+    else:
+        write(text)
 
 
 #: the metrics a round's progress line shows, per task (the first present of each pair is shown)

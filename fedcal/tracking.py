@@ -13,11 +13,14 @@ Each tracker uses its own library — no file format is written here:
   package) writes event files under ``<run dir>/tensorboard``; a resumed run passes
   ``purge_step`` so rounds logged after the checkpoint by the interrupted attempt are dropped
   rather than shown twice;
-* ``mlflow``: :class:`mlflow.MlflowClient` on a SQLite store ``<run dir>/mlflow.db`` (MLflow 3
-  refuses its old file store by default; ``mlflow ui --backend-store-uri sqlite:///<run dir>/mlflow.db``
+* ``mlflow``: :class:`mlflow.MlflowClient` on one SQLite store per output folder,
+  ``<output-dir>/mlruns.db``, shared by every run written there (a sweep's cells side by side; MLflow 3
+  refuses its old file store by default; ``mlflow ui --backend-store-uri sqlite:///<output-dir>/mlruns.db``
   shows it) — or on ``MLFLOW_TRACKING_URI`` when that is set (a team's server) — through an explicit
   client, not ``mlflow.start_run``'s process-global active run: a batched engine or a sweep
-  writes several runs from one process); a resumed run continues its MLflow run;
+  writes several runs from one process); a resumed run continues its MLflow run, a run started
+  over replaces its earlier MLflow run; MLflow's deprecation warnings are silenced (they cut
+  through the progress bars);
 * ``wandb``: :func:`wandb.init` with ``dir=<run dir>`` (offline unless ``WANDB_MODE`` says
   otherwise: the machines fedcal runs on often have no internet), one W&B run per fedcal run.
 
@@ -30,8 +33,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import contextlib
 import math
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
@@ -41,8 +46,8 @@ TRACKERS = ("none", "tensorboard", "mlflow", "wandb")
 #: the package each tracker needs (import name)
 PACKAGES = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}
 TENSORBOARD_DIR = "tensorboard"  # under the run directory
-MLFLOW_DB = "mlflow.db"  # under the run directory (unless MLFLOW_TRACKING_URI is set)
-MLFLOW_ARTIFACTS = "mlartifacts"  # under the run directory: nothing lands in the working directory
+MLFLOW_DB = "mlruns.db"  # under the output folder, one for all its runs (unless MLFLOW_TRACKING_URI is set)
+MLFLOW_ARTIFACTS = "mlartifacts"  # under the output folder: nothing lands in the working directory
 MLFLOW_EXPERIMENT = "fedcal"
 MLFLOW_RUN_FILE = "mlflow_run_id"  # the run directory's MLflow run, continued on resume
 
@@ -125,7 +130,7 @@ class TensorBoardTracker:
 
 
 class MlflowTracker:
-    """One MLflow run (named after the run directory) in ``<run dir>/mlflow.db`` (or
+    """One MLflow run (named after the run directory) in ``<output-dir>/mlruns.db`` (or
     ``MLFLOW_TRACKING_URI``): the config as params, each round's metrics as one ``log_batch``
     (step = round)."""
 
@@ -138,20 +143,34 @@ class MlflowTracker:
         logging.getLogger("alembic").setLevel(logging.WARNING)
         id_file = run_dir / MLFLOW_RUN_FILE
         uri = os.environ.get("MLFLOW_TRACKING_URI") or mlflow_uri(run_dir)
-        if resumed_from is None:  # a fresh start: the run's own store of an earlier attempt goes
-            (run_dir / MLFLOW_DB).unlink(missing_ok=True)
-            id_file.unlink(missing_ok=True)
-        self.client = MlflowClient(tracking_uri=uri)
-        experiment = self.client.get_experiment_by_name(MLFLOW_EXPERIMENT)
-        experiment_id = (experiment.experiment_id if experiment is not None else self.client.create_experiment(
-            MLFLOW_EXPERIMENT, artifact_location=(run_dir / MLFLOW_ARTIFACTS).resolve().as_uri()))
-        if resumed_from is not None and id_file.exists():
-            self.run_id = id_file.read_text().strip()
-            self.client.update_run(self.run_id, status="RUNNING")
-        else:
-            self.run_id = self.client.create_run(experiment_id, run_name=run_id).info.run_id
-            id_file.write_text(self.run_id + "\n")
+        with _quiet_mlflow():
+            self.client = MlflowClient(tracking_uri=uri)
+            if resumed_from is None and id_file.exists():  # a fresh start: the earlier attempt's MLflow run goes
+                with contextlib.suppress(Exception):  # already gone, or in another store
+                    self.client.delete_run(id_file.read_text().strip())
+                id_file.unlink()
+            experiment_id = self._experiment(run_dir.parent / MLFLOW_ARTIFACTS)
+            if resumed_from is not None and id_file.exists():
+                self.run_id = id_file.read_text().strip()
+                self.client.update_run(self.run_id, status="RUNNING")
+            else:
+                self.run_id = self.client.create_run(experiment_id, run_name=run_id).info.run_id
+                id_file.write_text(self.run_id + "\n")
         self._config_logged = resumed_from is not None and id_file.exists()
+
+    def _experiment(self, artifacts: Path) -> str:
+        """The id of the ``fedcal`` experiment of the store, created on first use; two runs of one
+        output folder creating it at once (parallel sweep cells) end up with the same one."""
+        experiment = self.client.get_experiment_by_name(MLFLOW_EXPERIMENT)
+        if experiment is not None:
+            return experiment.experiment_id
+        try:
+            return self.client.create_experiment(MLFLOW_EXPERIMENT, artifact_location=artifacts.resolve().as_uri())
+        except Exception:  # noqa: BLE001 - created meanwhile by another run of the folder
+            experiment = self.client.get_experiment_by_name(MLFLOW_EXPERIMENT)
+            if experiment is None:
+                raise
+            return experiment.experiment_id
 
     def log_config(self, config: Mapping[str, Any]) -> None:
         if self._config_logged:  # MLflow params are immutable: a resumed run logged them already
@@ -161,8 +180,9 @@ class MlflowTracker:
         # MLflow caps a param value's length; the run config's values are short (a few long
         # comma lists at most), cut at 6000 characters, MLflow's limit
         params = [Param(str(k), str(v)[:6000]) for k, v in config.items()]
-        for i in range(0, len(params), 100):  # MLflow's batch limit is 100 params
-            self.client.log_batch(self.run_id, params=params[i:i + 100])
+        with _quiet_mlflow():
+            for i in range(0, len(params), 100):  # MLflow's batch limit is 100 params
+                self.client.log_batch(self.run_id, params=params[i:i + 100])
         self._config_logged = True
 
     def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None:
@@ -172,16 +192,31 @@ class MlflowTracker:
 
         now = int(time.time() * 1000)
         batch = [Metric(k, v, now, step) for k, v in _finite(metrics).items()]
-        for i in range(0, len(batch), 1000):  # MLflow's batch limit is 1000 metrics
-            self.client.log_batch(self.run_id, metrics=batch[i:i + 1000])
+        with _quiet_mlflow():
+            for i in range(0, len(batch), 1000):  # MLflow's batch limit is 1000 metrics
+                self.client.log_batch(self.run_id, metrics=batch[i:i + 1000])
 
     def close(self) -> None:
-        self.client.set_terminated(self.run_id)
+        with _quiet_mlflow():
+            self.client.set_terminated(self.run_id)
 
 
 def mlflow_uri(run_dir: str | Path) -> str:
-    """The tracking URI of a run's own MLflow store (``MlflowClient(tracking_uri=...)``)."""
-    return "sqlite:///" + str((Path(run_dir) / MLFLOW_DB).resolve())
+    """The tracking URI of the MLflow store a run writes to (``MlflowClient(tracking_uri=...)``):
+    ``<output-dir>/mlruns.db``, one store for every run of the output folder (a sweep's cells are
+    runs of one experiment, compared side by side in ``mlflow ui``)."""
+    return "sqlite:///" + str((Path(run_dir).parent / MLFLOW_DB).resolve())
+
+
+@contextlib.contextmanager
+def _quiet_mlflow():
+    """MLflow's and SQLAlchemy's deprecation warnings (SQLAlchemy's ``noload`` one, raised when MLflow
+    sets up its store) silenced: printed in the middle of a run they cut through its progress bar,
+    and they are MLflow's to fix, not the user's."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
 
 
 class WandbTracker:

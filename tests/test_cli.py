@@ -41,7 +41,7 @@ def test_every_argument_has_help_and_its_default_shown(capsys):
     subs = _subparsers(cli.build_parser())
     assert set(subs) == {"run", "taus", "sweep", "report", "posthoc", "triage", "similarity", "stealth", "inference",
                          "inference-theorem", "robustness", "distill", "defense", "demo", "lm", "detect",
-                         "runs", "byzantine"}
+                         "runs", "byzantine", "data"}
     for name, parser in subs.items():
         text = _help(capsys, name)
         for action in parser._actions:

@@ -288,8 +288,8 @@ def test_cluster_options_fail_fast(tmp_path, capsys):
 @pytest.mark.skipif(shutil.which("flwr") is None, reason="flwr CLI not on PATH")
 def test_flwr_run_against_a_simulation_superlink_on_a_ray_head(tmp_path, cluster, monkeypatch):
     """Flower's own route (docs/cluster.md): `flower-superlink --simulation` started on the Ray
-    head's machine with RAY_ADDRESS, a remote federation in $FLWR_HOME/config.toml (its
-    simulation options: num-supernodes, CPUs per client), `flwr run . <federation>`; the
+    head's machine with RAY_ADDRESS, a remote SuperLink in $FLWR_HOME/config.toml, `flwr run .
+    <connection> --federation-config` (num-supernodes, CPUs per client: Flower 1.42's form); the
     simulation attaches to the cluster and its clients' replies come from both worker nodes."""
     from tests.deploy_harness import (Deployment, flwr_cli, free_port, superlink_cmd, tail,
                                       wait_for_port)
@@ -305,12 +305,12 @@ def test_flwr_run_against_a_simulation_superlink_on_a_ray_head(tmp_path, cluster
         home.mkdir()
         (home / "config.toml").write_text(
             '[superlink]\ndefault = "ray-head"\n\n[superlink.ray-head]\n'
-            f'address = "127.0.0.1:{port}"\ninsecure = true\n'
-            'options.num-supernodes = 4\noptions.backend.client-resources.num-cpus = 1\n')
+            f'address = "127.0.0.1:{port}"\ninsecure = true\n')
         cfg = " ".join(f"{k.replace('_', '-')}={v!r}" if isinstance(v, str) else f"{k.replace('_', '-')}={v}"
                        for k, v in dict(BASE, clients_per_round=4).items() if k != "engine")
         done = flwr_cli(["run", ".", "ray-head", "--stream", "--run-config",
-                         f"{cfg} output-dir='{out}' run-name='flwr-route'"],
+                         f"{cfg} output-dir='{out}' run-name='flwr-route'",
+                         "--federation-config", "num-supernodes=4 client-resources-num-cpus=1"],
                         home, Path(__file__).resolve().parents[1], timeout=400)
         context = f"rc={done.returncode}\n{done.stdout[-3000:]}{done.stderr[-3000:]}\n{dep.logs()}"
         run_dir = out / "flwr-route"

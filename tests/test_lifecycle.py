@@ -25,6 +25,7 @@ import torch
 from fedcal.app.engine import simulate
 from fedcal.cli import main as cli_main
 from fedcal.config import RunConfig
+from fedcal.signals import Terminated
 from fedcal.results import (CHECKPOINT_FILE, METRICS_FILE, RUN_LOG, RunLocked, RunStore, find_run_dirs, run_events,
                             run_state, run_dir_for)
 
@@ -483,6 +484,37 @@ def test_fedcal_runs_says_what_happened_and_check_fails_unless_all_finished(tmp_
     assert find_run_dirs([out]) == sorted([finished, failed, unfinished])
 
 
+@pytest.mark.parametrize("stop, how", [(KeyboardInterrupt, "Ctrl-C or SIGINT"),
+                                       (Terminated, "terminated (signal 15)")])
+def test_fedcal_runs_calls_a_stopped_run_interrupted_and_resumable_not_failed(tmp_path, monkeypatch, capsys,
+                                                                              stop, how):
+    """A run stopped by Ctrl-C / SIGTERM in round 3, after its round-2 checkpoint, is not a failure:
+    `fedcal runs` says it is interrupted and from which round a re-run resumes; without its
+    checkpoint.pt, that a re-run starts over. `--check` still exits 1 (not finished)."""
+    import fedcal.app.server as server
+
+    cfg = _cfg(tmp_path / "runs", seed=4)
+    real = server.server_app_for
+
+    def stopping(r, _):
+        if r == 3:
+            raise stop()
+
+    with monkeypatch.context() as m:
+        m.setattr(server, "server_app_for", lambda c, progress=None, sink=None: real(c, stopping))
+        with pytest.raises(BaseException):
+            simulate(cfg, progress=False)
+    d = run_dir_for(cfg)
+    assert cli_main(["runs", "--check", str(d)]) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [f"{d}: interrupted, resumable from round 2 ({how}; round 3 of 8)"]
+    assert "1 interrupted of 1 run(s)" in err and "failed" not in out + err
+    (d / CHECKPOINT_FILE).unlink()
+    assert run_state(d).line() == f"{d}: interrupted ({how}; round 3 of 8; no checkpoint: a re-run starts from round 0)"
+    simulate(cfg, progress=False)  # the re-run starts over and finishes
+    assert run_state(d).status == "finished"
+
+
 # ---------------------------------------------------------------------------------- sweeps stop
 def _children(pid: int) -> set[int]:
     """The pids whose parent is ``pid`` (from /proc)."""
@@ -511,7 +543,7 @@ def _alive(pid: int) -> bool:
 def test_a_signal_stops_a_parallel_sweep_and_its_workers(tmp_path, sig, status):
     """`fedcal sweep --jobs 2` of six long cells, signalled once two cells run: it exits at once
     with the shell's status, no further cell starts, its workers are gone, and each cell it ran
-    says in its run.log that it was stopped (its lock released: `fedcal runs` calls it failed)."""
+    says in its run.log that it was stopped (its lock released: `fedcal runs` calls it interrupted)."""
     out = tmp_path / "runs"
     cfg = _cfg(out, num_rounds=500, checkpoint_every=0)
     args = [a for a in _args(cfg) if not a.startswith("seed=")]
@@ -539,7 +571,7 @@ def test_a_signal_stops_a_parallel_sweep_and_its_workers(tmp_path, sig, status):
     assert sorted(out.iterdir()) == sorted(started)  # no cell started after the signal
     for d in started:  # the sweep stopped its workers with SIGTERM, whichever signal stopped the sweep
         state = run_state(d)
-        assert state.status == "failed" and state.reason == "terminated (signal 15)", state.line()
+        assert state.status == "interrupted" and state.reason == "terminated (signal 15)", state.line()
 
 
 # ---------------------------------------------------------------------------------- clients' state

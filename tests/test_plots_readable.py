@@ -120,9 +120,15 @@ def test_the_sweep_prints_percent_like_the_tau_tables_and_says_the_sign():
                           "sece": [0.0311, -0.15], "brier": [0.12345, 0.3], "nll": [0.3, 1.0], "seed": [0, 0]})
     text = printed_cells(cells, ["tau"])
     lines = text.splitlines()
-    assert lines[0].split() == ["tau", "accuracy_%", "ece_%", "sece_%", "brier", "nll"]
-    assert lines[1].split() == ["0.5", "91.23", "3.12", "+3.11", "0.1235", "0.3000"]
-    assert lines[2].split() == ["2.0", "50.00", "20.00", "-15.00", "0.3000", "1.0000"]
+
+    def cells_of(line):  # a Markdown row, as every printed table of fedcal is
+        assert line.startswith("| ") and line.endswith(" |"), line
+        return [c.strip() for c in line.strip("|").split("|")]
+
+    assert cells_of(lines[0]) == ["tau", "accuracy_%", "ece_%", "sece_%", "brier", "nll"]
+    assert lines[1] == "|---|---|---|---|---|---|"
+    assert cells_of(lines[2]) == ["0.5", "91.23", "3.12", "+3.11", "0.1235", "0.3000"]
+    assert cells_of(lines[3]) == ["2.0", "50.00", "20.00", "-15.00", "0.3000", "1.0000"]
     assert "> 0 under-confident" in lines[-1] and "percent" in lines[-1]
 
 

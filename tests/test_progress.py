@@ -84,6 +84,7 @@ def test_tqdm_reporter_counts_each_phase():
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(tqdm, "__init__", spy)
+        mp.setattr(progress, "stderr_is_terminal", lambda: True)  # bars are for terminals
         with reporting(progress.tqdm_reporter("run: ")):
             with phase("attacks", 4, "attack batches") as bar:
                 for _ in range(4):
@@ -176,3 +177,58 @@ def test_fedcal_commands_show_a_bar_per_phase(tmp_path, monkeypatch):
     cfg = RunConfig.from_flower(dict(CFG, output_dir=str(tmp_path), inf_f_curve=False, inf_amp_curve=""))
     simulate(cfg, progress=True)
     assert seen[:3] == ["client training", "queries (server split)", "queries (test split)"] and "attacks" in seen
+
+
+def test_in_a_log_file_a_run_under_a_grid_bar_leaves_no_escape_codes(tmp_path, capsys):
+    """stderr not a terminal (a log file; pytest's capture is one): a sweep's cells bar is drawn, but
+    the cell's own round bar would sit under it, positioned with cursor-movement escape codes that
+    stay in the log as ^[[A; so the cell reports in lines instead, and the log holds no escape code."""
+    from fedcal.app.sweep import SweepGrid, run_sweep
+
+    assert not progress.stderr_is_terminal()
+    configs = SweepGrid({**{k.replace("-", "_"): v for k, v in TRAIN.items()}, "num_rounds": 1,
+                         "output_dir": str(tmp_path)}, {"seed": [0, 1]}).configs()
+    assert run_sweep(configs, jobs=1, progress=True) == {}
+    err = capsys.readouterr().err
+    assert "cells: 100%" in err and "\x1b" not in err
+
+
+def test_on_a_terminal_phases_get_bars_and_elsewhere_lines_above_the_bar(monkeypatch, capsys):
+    from tqdm.auto import tqdm
+
+    monkeypatch.setattr(progress, "stderr_is_terminal", lambda: False)
+    monkeypatch.setattr(progress, "LOG_EVERY_S", 0.0)
+    with tqdm(total=2, desc="run") as outer:  # a run's round bar is open: a phase bar would be nested
+        with reporting(progress.tqdm_reporter("run: ")):
+            with phase("attacks", 2, "batches") as bar:
+                bar.update(1)
+                bar.update(1)
+        outer.update(2)
+    err = capsys.readouterr().err
+    assert "run: attacks: 1/2 batches" in err and "run: attacks: 2/2 batches done" in err and "\x1b" not in err
+    monkeypatch.setattr(progress, "stderr_is_terminal", lambda: True)
+    assert isinstance(progress.tqdm_reporter("run: "), progress._TqdmReporter)
+
+
+def test_a_resumed_run_says_so_above_the_bars_as_information(tmp_path, caplog):
+    """The resume line goes where the progress goes (above the bars, through tqdm.write, in a fedcal
+    command), not as a warning printed through the bar; with no reporter installed it stays a
+    warning line, so a run without bars still says it resumed."""
+    from fedcal.config import RunConfig
+    from fedcal.results import RunStore, run_dir_for
+
+    cfg = RunConfig.from_flower({**TRAIN, "output-dir": str(tmp_path)})
+    store = RunStore(run_dir_for(cfg), cfg)
+    with pytest.raises(KeyboardInterrupt), store.session(rounds=3):
+        store.log_round(1, {"accuracy": 0.5})
+        store.save_checkpoint(1, {})
+        raise KeyboardInterrupt
+    lines = []
+    with caplog.at_level(logging.WARNING, logger="fedcal"), reporting(log_reporter(lines.append)):
+        with RunStore(run_dir_for(cfg), cfg).session(rounds=3) as checkpoint:
+            assert checkpoint.round == 1
+    assert lines == [f"{store.dir}: resumed from round 1 (--restart starts over)"]
+    assert not [r for r in caplog.records if "resumed" in r.getMessage()]
+    with caplog.at_level(logging.WARNING, logger="fedcal"):
+        progress.notice("no bar here", logging.getLogger("fedcal.results"))
+    assert [r.getMessage() for r in caplog.records] == ["no bar here"]

@@ -236,3 +236,36 @@ def test_the_built_pages_are_what_their_builder_makes(tmp_path):
     done = subprocess.run([sys.executable, str(docs / "tools" / "build_results.py"), "--check"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _bins(acc: float) -> pd.DataFrame:
+    return pd.DataFrame({"lower": [0.0, 0.5], "upper": [0.5, 1.0], "count": [40, 60], "confidence": [0.3, 0.8],
+                         "accuracy": [0.3, acc]})
+
+
+def test_a_report_over_seeds_says_its_reliability_figure_shows_one_seed(tmp_path, monkeypatch):
+    """The τ table over seeds 0 and 1 is a mean; the reliability figure draws one run per panel, so
+    its panels name their seed and its caption (and table.md) say it is not the mean; the table
+    states sECE's sign from the one shared string. With one seed, no such caption."""
+    import fedcal.reports.taus as taus
+    from fedcal.reports.markdown import SECE_SIGN
+
+    drawn = {}
+    monkeypatch.setattr(taus, "reliability_grid", lambda panels, path, caption="": drawn.update(
+        titles=[t for t, _ in panels], caption=caption))
+    base = RunConfig(dataset="synthetic", output_dir=str(tmp_path / "runs"), num_rounds=1, eval_every=1)
+    dirs = []
+    for seed in (1, 0):
+        for cfg in (base.replace(attack="none", seed=seed), base.replace(attack="tsa", tau=5.0, seed=seed)):
+            d = write_run(cfg, evaluated(0, 0.1, 0.0) + evaluated(1, 0.8 + seed / 10, -0.05))
+            _bins(0.7 + seed / 10).to_csv(d / "reliability.csv", index=False)
+            dirs.append(d)
+    taus.write_report(dirs, tmp_path / "rep")
+    assert drawn["titles"] == ["benign (τ=1) (seed 0)", "TSA τ=5 (seed 0)"]
+    assert drawn["caption"] == "one run per panel: seed 0, not the mean over seeds 0, 1 that the table shows"
+    md = (tmp_path / "rep" / "table.md").read_text()
+    assert "(mean ± std over seeds 0, 1)" in md and SECE_SIGN in md and drawn["caption"] in md
+    drawn.clear()
+    taus.write_report([d for d in dirs if "-s1-" in d.name], tmp_path / "one")
+    assert drawn["caption"] == "" and drawn["titles"] == ["benign (τ=1)", "TSA τ=5"]
+    assert "one run per panel" not in (tmp_path / "one" / "table.md").read_text()

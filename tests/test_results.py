@@ -116,6 +116,7 @@ def test_report_writes_the_tables_behind_its_figures(tmp_path):
     assert set(traj["metric"]) == {"accuracy", "sece"}
     rel = pd.read_csv(tmp_path / "report" / "reliability.csv")
     assert sorted(rel["run"].unique()) == ["TSA τ=5", "benign (τ=1)"]  # seed 0's diagrams only
+    assert set(rel["seed"]) == {0}  # ... and the table says which seed they are
     assert len(rel) == 4
     assert (tmp_path / "report" / "reliability.png").exists() and (tmp_path / "report" / "trajectories.png").exists()
 

@@ -75,6 +75,27 @@ def test_sweep_command(tmp_path, capsys):
     assert sorted(cells["tau"]) == [0.5, 2.0]
 
 
+def test_a_sweep_says_which_cells_it_reuses_and_which_tables_it_overwrites(tmp_path, capsys):
+    """A second sweep over a grid that grew by one cell runs that cell only and says so in one line;
+    it names the tables of the first that it replaces; --force runs a finished cell again."""
+    common = ["--report", str(tmp_path / "rep"), "--no-progress",
+              *[f"{k.replace('_', '-')}={v!r}".replace("'", '"') for k, v in BASE.items()], f'output-dir="{tmp_path}"']
+    assert cli_main(["sweep", "--grid", "tau=0.5,2", *common]) == 0
+    first = capsys.readouterr().out
+    assert "already finished" not in first and "overwriting" not in first
+    assert cli_main(["sweep", "--grid", "tau=0.5,2,5", *common]) == 0
+    out = capsys.readouterr().out
+    assert "2 of 3 cells already finished, reused (use --force to re-run)" in out.splitlines()
+    rep = tmp_path / "rep"
+    assert f"overwriting the tables an earlier invocation wrote: {rep / 'cells.csv'}, {rep / 'rounds.csv'}" in out
+    assert sorted(pd.read_csv(rep / "cells.csv")["tau"]) == [0.5, 2.0, 5.0]
+    one = SweepGrid(dict(BASE, output_dir=str(tmp_path)), {"tau": [0.5]}).configs()[0]
+    before = (run_dir_for(one) / "metrics.csv").stat().st_mtime_ns
+    assert cli_main(["sweep", "--grid", "tau=0.5", "--force", *common]) == 0
+    assert "already finished" not in capsys.readouterr().out
+    assert (run_dir_for(one) / "metrics.csv").stat().st_mtime_ns != before and (run_dir_for(one) / "DONE").exists()
+
+
 def test_a_sweep_refuses_a_run_name_shared_by_different_cells(tmp_path):
     g = SweepGrid(dict(BASE, output_dir=str(tmp_path), run_name="one"), {"tau": [0.5, 2.0]})
     with pytest.raises(RunNameConflict, match="cells of different configs share the run directory"):

@@ -113,6 +113,41 @@ def test_mlflow_history_equals_metrics_csv(tmp_path, monkeypatch):
     assert (got - want).abs().max() == 0  # MLflow keeps doubles
 
 
+@needs_mlflow
+def test_mlflow_keeps_one_store_per_output_folder_and_no_deprecation_warning(tmp_path, monkeypatch):
+    """Two runs of one output folder (a sweep's cells) are two MLflow runs of one experiment in one
+    store, <output-dir>/mlruns.db, not a database per run directory; a run started over replaces its
+    MLflow run instead of adding one; MLflow's deprecation warnings (SQLAlchemy's, raised when the
+    store is set up) never reach the console, where they cut through the progress bar."""
+    import warnings
+
+    from mlflow import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    cfgs = [tiny(tmp_path, tracker="mlflow", seed=s) for s in (0, 1)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for cfg in cfgs:
+            store = RunStore(run_dir_for(cfg), cfg)
+            with store.session(rounds=1):
+                store.log_round(1, {"accuracy": 0.5 + cfg.seed / 10})
+                store.finish()
+    assert [str(w.message) for w in caught if issubclass(w.category, (DeprecationWarning, FutureWarning))] == []
+    assert sorted(p.name for p in tmp_path.glob("*.db")) == ["mlruns.db"]
+    assert not list(tmp_path.glob("*/*.db"))
+    client = MlflowClient(tracking_uri="sqlite:///" + str(tmp_path / "mlruns.db"))
+    runs = client.search_runs([client.get_experiment_by_name(tracking.MLFLOW_EXPERIMENT).experiment_id])
+    assert sorted(r.info.run_name for r in runs) == sorted(run_dir_for(c).name for c in cfgs)
+    assert {r.info.run_name: r.data.metrics["accuracy"] for r in runs} == {
+        run_dir_for(cfgs[0]).name: 0.5, run_dir_for(cfgs[1]).name: 0.6}
+    store = RunStore(run_dir_for(cfgs[0]), cfgs[0])  # started over: one MLflow run for it still
+    with store.session(rounds=1, resume=False):
+        store.log_round(1, {"accuracy": 0.9})
+        store.finish()
+    runs = client.search_runs([client.get_experiment_by_name(tracking.MLFLOW_EXPERIMENT).experiment_id])
+    assert sorted(r.data.metrics["accuracy"] for r in runs) == [0.6, 0.9]
+
+
 def test_a_missing_tracker_package_fails_at_the_start_naming_the_extra(tmp_path, monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))

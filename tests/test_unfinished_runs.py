@@ -111,10 +111,10 @@ def test_sweep_command_shows_only_finished_cells(sweep, tmp_path, capsys, monkey
                      "num-rounds=60", f'output-dir="{tmp_path / "runs"}"']) == 1
     io = capsys.readouterr()
     lines = io.out.split("\ntables:", 1)[0].splitlines()
-    head = lines.index(next(line for line in lines if line.split()[:2] == ["seed", "accuracy_%"]))
-    assert lines[head].split() == ["seed", "accuracy_%", "ece_%", "sece_%", "brier", "nll"]  # percent, as τ tables
-    assert lines[-1].startswith("(accuracy, ECE and sECE in percent")  # the units and sECE's sign, once
-    assert [line.split()[0] for line in lines[head + 1:-1]] == ["0"]  # the table's one row: the finished cell
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| ")]  # Markdown
+    assert cells[0] == ["seed", "accuracy_%", "ece_%", "sece_%", "brier", "nll"]  # percent, as τ tables
+    assert lines[-1].startswith("accuracy, ECE and sECE in percent")  # the units and sECE's sign, once
+    assert [row[0] for row in cells[1:]] == ["0"]  # the table's one row: the finished cell
     assert pd.read_csv(rep / "cells.csv")["seed"].tolist() == [0]
     assert [line for line in io.err.splitlines() if line.startswith("fedcal: warning")] == [
         f"fedcal: warning: left out of cells.csv: {interrupted.dir}: unfinished (no DONE marker; rounds logged up "

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from fedcal.app.quiet import quiet_flower
 from fedcal.config import RunConfig
-from fedcal.progress import phase, reporting, round_note, tqdm_reporter
+from fedcal.progress import bar_fits, log_reporter, phase, reporting, round_note, tqdm_reporter, write_above_bars
 from fedcal.results import RunFailed, RunLocked, RunStore, lock_holder, run_dir_for, warn_reused
 from fedcal.tasks.nodes import WrappedGrid
 
@@ -152,12 +152,18 @@ def simulate(cfg: RunConfig, *, progress: bool = True, verbose: bool = False, fo
     check_run_start(cfg)
     preflight(cfg)  # the task's data and names: fail fast (naming the key) before any engine starts
     rounds = get_task(cfg.task).rounds(cfg)
-    bar = tqdm(total=rounds, desc=desc or run_dir.name, disable=not progress or rounds is None, unit="round")
+    # a bar for the rounds where one fits: on a terminal, or as the only bar of a log file (under a
+    # grid command's bar, a log file would keep the escape codes that position a second bar);
+    # where none fits, the rounds and phases are rate-limited lines above the open bar
+    bars = progress and bar_fits()
+    bar = tqdm(total=rounds, desc=desc or run_dir.name, disable=not bars or rounds is None, unit="round")
     # the phases without rounds (robust inference's client training, DeepSet epochs, attacks; a
     # backbone's pretraining) show a bar each under a fedcal command; with progress off, whatever
     # reporter the caller installed (a sweep worker's log lines) gets them, and the rounds too
-    phases = reporting(tqdm_reporter(f"{desc or run_dir.name}: ")) if progress else nullcontext()
-    round_phase = phase("rounds", rounds, "rounds") if not progress and rounds else nullcontext(None)
+    prefix = f"{desc or run_dir.name}: "
+    phases = (reporting(tqdm_reporter(prefix)) if bars else reporting(log_reporter(write_above_bars, prefix))
+              if progress else nullcontext())
+    round_phase = phase("rounds", rounds, "rounds") if not bars and rounds else nullcontext(None)
 
     try:
         with quiet_flower(verbose), warnings.catch_warnings(), phases, round_phase as quiet_rounds:

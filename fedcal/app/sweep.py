@@ -238,9 +238,18 @@ def _split_batched(todo: list[RunConfig], jobs: int, progress: bool) -> tuple[li
     return batches, others
 
 
+def reused_line(reused: int, cells: int) -> str:
+    """What a grid command says of the finished cells it reuses instead of running them again."""
+    return f"{reused} of {cells} cells already finished, reused (use --force to re-run)"
+
+
 def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True,
-              restart: bool = False, cluster: Any = None) -> dict[str, str]:
+              restart: bool = False, cluster: Any = None, force: bool = False) -> dict[str, str]:
     """Run every unfinished cell; returns {run dir: traceback} of the cells that failed.
+
+    Finished cells are reused, said in one line (``k of n cells already finished, reused (use
+    --force to re-run)``); with ``force`` their results are discarded first and they run again
+    (:meth:`fedcal.results.RunStore.discard`).
 
     Cells with ``engine=batched`` that share a round protocol train together as one batched
     computation (:mod:`fedcal.app.batched`; with ``jobs`` > 1, split into that many batches
@@ -267,8 +276,15 @@ def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True
                              engine="inprocess" if c.engine == "ray" else c.engine) for c in configs]
     for c in configs:
         check_run_dir(run_dir_for(c), c)
-    todo = [c for c in configs if not RunStore(run_dir_for(c), c).is_done()]
-    warn_reused([run_dir_for(c) for c in configs if c not in todo])
+    finished = [c for c in configs if RunStore(run_dir_for(c), c).is_done()]
+    if force:
+        for c in finished:
+            RunStore(run_dir_for(c), c).discard()
+        finished = []
+    elif finished:
+        tqdm.write(reused_line(len(finished), len(configs)))
+    todo = [c for c in configs if c not in finished]
+    warn_reused([run_dir_for(c) for c in finished])
     bar = tqdm(total=len(configs), initial=len(configs) - len(todo), desc="cells", unit="cell", disable=not progress)
     failures: dict[str, str] = {}
     batches, todo = _split_batched(todo, jobs, progress)

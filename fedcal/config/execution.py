@@ -50,8 +50,8 @@ def _device(c: RunConfig) -> None:
 @group("execution", "where and how a run executes; never part of a run's identity (config hash)",
        rules=(_run_name, _device))
 class Execution:
-    data_dir: str = setting("", 'folder with <dataset>_{train,test}.npz; "" = $FEDCAL_DATA_DIR, '
-                                "else ~/.cache/fedcal/data")
+    data_dir: str = setting("", 'folder with <dataset>_{train,test}.npz (fedcal data writes them); "" = '
+                                "$FEDCAL_DATA_DIR, else ~/.cache/fedcal/data")
     eval_batch_size: int = setting(1000, "batch size of the central evaluation", ge=1)
     device: str = setting("auto", "auto = CUDA if present, else CPU; or any torch device string: cpu, "
                                   "cuda, cuda:1, mps (docs/configuration.md: GPUs and Ray)")
@@ -68,8 +68,8 @@ class Execution:
                                        "resumes after the last checkpoint (docs/design.md)", ge=0,
                                     note="0 = never")
     tracker: str = setting("none", "stream every round's metrics and the run config to a tracker as the run goes: "
-                                   "tensorboard (event files in the run directory), mlflow (a file store in the run "
-                                   "directory), wandb (offline unless WANDB_MODE says otherwise); pip install "
+                                   "tensorboard (event files in the run directory), mlflow (one SQLite store for the "
+                                   "runs of an output folder: <output-dir>/mlruns.db), wandb (offline unless WANDB_MODE says otherwise); pip install "
                                    "'fedcal[track]'", choices=TRACKERS)
     ray_address: str = setting("", 'engine=ray: the Ray cluster to attach to (host:port, "auto"); "" = $RAY_ADDRESS, '
                                    "else the cluster `ray start` left on this machine, else a Ray instance started "

@@ -4,7 +4,7 @@ Every loader returns a :class:`Dataset` of normalised float32 tensors (images NC
 N×D) and int64 labels. Sources, in order of preference:
 
 * ``<data_dir>/<name>_{train,test}.npz`` (arrays ``x`` uint8, ``y`` int64) — the offline
-  format of ``../shared/data``;
+  format, written from torchvision's download by ``fedcal data`` (:mod:`fedcal.studies.data`);
 * torchvision's own loaders (download on networked machines, cached under ``data_dir``); a load
   that fails leaves the filesystem as it was: whatever it created (``data_dir`` itself and its
   missing parents, partial downloads) is removed, and nothing that existed before is touched;
@@ -98,7 +98,7 @@ def _load_cached(name: str, data_dir: str) -> Dataset:
         return getattr(importlib.import_module(module), func)(name, root)
     if name not in _NORMALISATION:
         raise ConfigError(f"run-config key 'dataset': unknown dataset {name!r}")
-    npz_train, npz_test = root / f"{name}_train.npz", root / f"{name}_test.npz"
+    npz_train, npz_test = npz_files(name, root)
     if npz_train.exists() and npz_test.exists():
         xtr, ytr = _read_npz(npz_train)
         xte, yte = _read_npz(npz_test)
@@ -123,28 +123,65 @@ def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
         return f["x"], f["y"].astype(np.int64)
 
 
-def _torchvision(name: str, root: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+#: the datasets read from ``<data_dir>/<name>_{train,test}.npz`` or, without them, torchvision's download
+TORCHVISION_DATASETS = ("mnist", "cifar10", "cifar100")
+
+
+def npz_files(name: str, root: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """``<root>/<name>_train.npz`` and ``<root>/<name>_test.npz``: the files the loader reads first."""
+    return Path(root) / f"{name}_train.npz", Path(root) / f"{name}_test.npz"
+
+
+def download_urls(name: str) -> list[str]:
+    """Where torchvision downloads ``name`` from (its dataset class's mirrors / URL)."""
+    import torchvision
+
+    cls = _torchvision_class(name)
+    if issubclass(cls, torchvision.datasets.MNIST):
+        return list(cls.mirrors)
+    return [cls.url]
+
+
+def _torchvision_class(name: str):
     import torchvision  # imported lazily: only networked users reach this path
 
-    cls = {"mnist": torchvision.datasets.MNIST, "cifar10": torchvision.datasets.CIFAR10,
-           "cifar100": torchvision.datasets.CIFAR100}[name]
+    return {"mnist": torchvision.datasets.MNIST, "cifar10": torchvision.datasets.CIFAR10,
+            "cifar100": torchvision.datasets.CIFAR100}[name]
+
+
+def torchvision_arrays(name: str, root: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(x_train, y_train, x_test, y_test) of ``name`` through torchvision's own dataset class, which
+    downloads into ``root`` what is not there yet: images uint8 (N, H, W) or (N, H, W, C), labels
+    int64 — the arrays of the ``.npz`` files. A load that fails leaves the filesystem as it was
+    (:class:`_FileSnapshot`) and re-raises torchvision's error."""
+    cls = _torchvision_class(name)
+    root = Path(root)
     before = _FileSnapshot(root)
     try:
         train = cls(str(root), train=True, download=True)
         test = cls(str(root), train=False, download=True)
-    except Exception as exc:  # torchvision raises URLError/RuntimeError offline
+    except BaseException:
         before.remove_created()
-        raise ConfigError(
-            f"run-config key 'dataset': cannot load {name!r}: no {name}_train.npz/{name}_test.npz "
-            f"in data-dir {str(root)!r} and torchvision could not download it ({exc}). "
-            f"Set 'data-dir' (or $FEDCAL_DATA_DIR) to a folder holding the data."
-        ) from exc
+        raise
 
     def arrays(ds):  # MNIST stores tensors, CIFAR numpy arrays + lists
         x = ds.data.numpy() if isinstance(ds.data, torch.Tensor) else np.asarray(ds.data)
-        return x, np.asarray(ds.targets, dtype=np.int64)
+        return np.ascontiguousarray(x, dtype=np.uint8), np.asarray(ds.targets, dtype=np.int64)
 
     return (*arrays(train), *arrays(test))
+
+
+def _torchvision(name: str, root: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    try:
+        return torchvision_arrays(name, root)
+    except Exception as exc:  # torchvision raises URLError/RuntimeError offline
+        reason = " ".join(str(exc).split())
+        raise ConfigError(
+            f"run-config key 'dataset': cannot load {name!r}: no {name}_train.npz/{name}_test.npz "
+            f"in data-dir {str(root)!r} and torchvision could not download it ({reason}). "
+            f"Set 'data-dir' (or $FEDCAL_DATA_DIR) to a folder holding the data "
+            f"(`fedcal data {name} --out DIR` writes them where the network allows)."
+        ) from exc
 
 
 class _FileSnapshot:

@@ -18,7 +18,7 @@ import pandas as pd
 from fedcal.config import RunConfig
 from fedcal.reports.chance import cfg_chance, footnote, marked
 from fedcal.reports.defense import flag_rates
-from fedcal.reports.markdown import markdown_table
+from fedcal.reports.markdown import SECE_SIGN, markdown_table
 from fedcal.reports.runs import STALLED, STALLED_NOTE, final_metrics, run_stalled
 from fedcal.results import DONE_FILE, POISONING_FILE, load_timings, run_dir_for
 
@@ -248,7 +248,7 @@ def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os
                                index=asr.index).reset_index()
             parts.append(markdown_table(asr, f"backdoor attack success rate (%), {head}"))
         parts.append(excluded_table(t, order, attacks, head))
-    md = "\n".join(p for p in parts if p)
+    md = "\n".join(p for p in parts if p) + f"\n{SECE_SIGN}\n"
     (out / "table.md").write_text(md)
     seconds = byzantine_seconds(cells)
     if not seconds.empty:

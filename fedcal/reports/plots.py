@@ -69,8 +69,9 @@ def reliability_panel(ax_rel, ax_hist, bins: pd.DataFrame, title: str, legend: b
     ax_hist.set(xlim=(0, 100), xlabel="confidence (%)", ylabel="share of\nsamples (%)")
 
 
-def reliability_grid(tables: Sequence[tuple[str, pd.DataFrame]], path: str | Path) -> Path:
-    """One column per (title, bins) pair; writes a PNG and returns its path."""
+def reliability_grid(tables: Sequence[tuple[str, pd.DataFrame]], path: str | Path, caption: str = "") -> Path:
+    """One column per (title, bins) pair; writes a PNG and returns its path. ``caption`` is a line
+    of small print under the panels (above the sECE sign note), e.g. which seed the panels show."""
     n = len(tables)
     fig, axes = plt.subplots(2, n, figsize=(3.8 * n, 5.2), gridspec_kw={"height_ratios": [3, 1]}, squeeze=False)
     for j, (title, bins) in enumerate(tables):
@@ -78,7 +79,7 @@ def reliability_grid(tables: Sequence[tuple[str, pd.DataFrame]], path: str | Pat
     # one legend for the figure, above the panels: inside a panel it covered an under-confident
     # model's tall bars on the left
     fig.legend(handles=reliability_legend(), loc="upper center", ncol=3, fontsize=8, frameon=False)
-    return _save(fig, path, note=SECE_SIGN, top=0.35)
+    return _save(fig, path, note="\n".join(filter(None, [caption, SECE_SIGN])), top=0.35)
 
 
 #: how figures name the metrics (the run store's names are lower-case identifiers)
@@ -158,16 +159,17 @@ def defense_bars(table: pd.DataFrame, path: str | Path, title: str = "") -> Path
 
 
 def _save(fig, path: str | Path, note: str = "", top: float = 0.0) -> Path:
-    """Lay out, write (PNG, 120 dpi) and close ``fig``; ``note`` is one line of small print under
-    the axes (e.g. :data:`SECE_SIGN`), kept clear of the x labels; ``top`` inches are kept free
-    above the axes (a figure legend)."""
+    """Lay out, write (PNG, 120 dpi) and close ``fig``; ``note`` is small print under the axes (one
+    line, e.g. :data:`SECE_SIGN`, or several separated by newlines), kept clear of the x labels;
+    ``top`` inches are kept free above the axes (a figure legend)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     height = fig.get_figheight()
     if note:
         fig.text(0.5, 0.01, note, ha="center", va="bottom", fontsize=8, color="#444444")
-    # ~0.3 inch at the bottom for the note whatever the figure's height
-    fig.tight_layout(rect=(0, 0.3 / height if note else 0, 1, 1 - top / height))
+    # ~0.3 inch at the bottom for a one-line note whatever the figure's height, 0.15 more per extra line
+    bottom = 0.3 + 0.15 * note.count("\n") if note else 0.0
+    fig.tight_layout(rect=(0, bottom / height, 1, 1 - top / height))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path

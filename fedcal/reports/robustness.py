@@ -32,7 +32,7 @@ import pandas as pd
 from fedcal.config import RunConfig
 from fedcal.reports.chance import cfg_chance, footnote, marked
 from fedcal.reports.groups import CONFIG, config_labels
-from fedcal.reports.markdown import markdown_table
+from fedcal.reports.markdown import SECE_SIGN, markdown_table
 from fedcal.reports.plots import robustness_curves
 from fedcal.reports.runs import finished_only
 from fedcal.results import (UnfinishedRunError, atomic_write, config_hash, load_config, load_metrics, load_model,
@@ -266,7 +266,7 @@ def robustness_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str |
     spec_line = (f"Evaluated at τ = 1 on the first {spec.n_test} test images: L∞ ε = {spec.eps:.4g} "
                  f"(step {spec.step:.4g}, {spec.steps} PGD steps, random start); corruptions at severity "
                  f"{spec.severity}: {', '.join(spec.corruptions)}; accuracy, ECE and sECE on the whole test set.")
-    text = text + "\n" + spec_line + "\n"
+    text = text + "\n" + spec_line + "\n" + (f"{SECE_SIGN}\n" if "sece_mean" in summary.columns else "")
     if table[CHANCE].any():
         text += "\n" + footnote(table.attrs["chance"], "clean accuracy")
     (out / "robustness.md").write_text(text)

@@ -100,10 +100,10 @@ PRINTED = {"accuracy": ("accuracy_%", "{:.2f}"), "ece": ("ece_%", "{:.2f}"), "se
 
 
 def printed_cells(cells: pd.DataFrame, axes: Sequence[str]) -> str:
-    """The table ``fedcal sweep`` prints: the axes, then accuracy, ECE and sECE in percent (as the
-    τ and defense tables print them) and Brier and NLL, one line per cell, and the note on the
+    """The table ``fedcal sweep`` prints, in Markdown: the axes, then accuracy, ECE and sECE in percent
+    (as the τ and defense tables print them) and Brier and NLL, one line per cell, and the note on the
     units and sECE's sign. ``cells.csv`` keeps the fractions (docs/results.md says so)."""
-    from fedcal.reports.markdown import SECE_SIGN, UNITS_NOTE
+    from fedcal.reports.markdown import SECE_SIGN, UNITS_NOTE, markdown_table
 
     if cells.empty:
         return "(no finished cell)"
@@ -112,7 +112,8 @@ def printed_cells(cells: pd.DataFrame, axes: Sequence[str]) -> str:
         if name in cells.columns:
             scale = 100 if label.endswith("_%") else 1
             shown[label] = [fmt.format(scale * v) if pd.notna(v) else "nan" for v in cells[name]]
-    return shown.to_string(index=False) + f"\n({UNITS_NOTE}; {SECE_SIGN})"
+    # Markdown, as every other table a command prints (the τ, defense and seed tables)
+    return markdown_table(shown) + f"\n{UNITS_NOTE}; {SECE_SIGN}"
 
 
 SEED = "seed"

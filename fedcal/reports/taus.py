@@ -146,7 +146,7 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str
         defense_bars(bars, out / "defenses.png", title)
         return table
     lines = _line_labels(table)
-    panels = []
+    panels, shown = [], []
     first = table.sort_values("seed", kind="stable").drop_duplicates([c for c in (CONFIG, "tau", "run")
                                                                       if c in table.columns])
     by_id = {d.name: d for d in run_dirs}
@@ -154,9 +154,16 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str
         rel = by_id[r["run_id"]] / "reliability.csv"
         if rel.exists():
             panels.append((lines[r["run_id"]], pd.read_csv(rel)))
+            shown.append(int(r["seed"]))
     if panels:  # each figure is written with the table it is drawn from
-        pd.concat([bins.assign(run=name) for name, bins in panels]).to_csv(out / "reliability.csv", index=False)
-        reliability_grid(panels, out / "reliability.png")
+        pd.concat([bins.assign(run=name, seed=seed) for (name, bins), seed in zip(panels, shown)]).to_csv(
+            out / "reliability.csv", index=False)
+        caption = one_seed_caption(sorted(set(shown)), seeds)
+        titled = [(f"{name} (seed {seed})" if caption else name, bins) for (name, bins), seed in zip(panels, shown)]
+        reliability_grid(titled, out / "reliability.png", caption=caption)
+        if caption:
+            with open(out / "table.md", "a") as f:
+                f.write(f"reliability.png: {caption}; trajectories.png: mean ± std over the seeds.\n")
     metrics = load_metrics(run_dirs)
     if not metrics.empty:
         keys = table.set_index("run_id")
@@ -169,6 +176,15 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str
         traj.to_csv(out / "trajectories.csv", index=False)
         trajectories(traj, by, out / "trajectories.png")
     return table
+
+
+def one_seed_caption(shown: Sequence[int], seeds: Sequence[int]) -> str:
+    """What a figure drawn from one seed per panel says when the table beside it averages several
+    (``""`` with one seed: the figure and the table show the same runs)."""
+    if len(seeds) <= 1:
+        return ""
+    which = f"seed {shown[0]}" if len(shown) == 1 else f"the first seed of each run ({', '.join(map(str, shown))})"
+    return f"one run per panel: {which}, not the mean over seeds {', '.join(map(str, seeds))} that the table shows"
 
 
 SUMMARY_METRICS = ["accuracy_%", "ece_%", "sece_%", "brier", "nll", "d_accuracy", "d_sece"]

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
 from fedcal.config import RunConfig, task_config
 from fedcal.provenance import provenance
-from fedcal.results.files import (CODE, COLUMNS, CONFIG_FILE, DONE_FILE, FINISHED, LOCK_FILE, METRICS_FILE, MODEL_FILE,
-                                  RUN_LOG, TIMINGS_FILE, TIMING_COLUMNS, UNRECORDED, UnfinishedRunError, log)
+from fedcal.results.files import (CHECKPOINT_FILE, CODE, COLUMNS, CONFIG_FILE, DONE_FILE, FINISHED, LOCK_FILE,
+                                  METRICS_FILE, MODEL_FILE, RUN_LOG, TIMINGS_FILE, TIMING_COLUMNS, UNRECORDED,
+                                  UnfinishedRunError, log)
 from fedcal.results.identity import load_config, load_run_config, stored_identity
 
 if TYPE_CHECKING:
@@ -204,13 +205,15 @@ class RunState(NamedTuple):
     """What ``fedcal runs`` says about a run directory (:func:`run_state`)."""
 
     run_dir: Path
-    status: str  # one of "finished", "unfinished", "failed", "running"
+    status: str  # one of "finished", "unfinished", "interrupted", "failed", "running"
     last_round: int | None  # the last round logged in metrics.csv
     num_rounds: int | None  # the rounds the run was started for (None: no round structure, or unknown)
-    reason: str  # failed: the reason from run.log; unfinished: why it is not finished; else ""
+    reason: str  # failed / interrupted: the reason from run.log; unfinished: why it is not finished; else ""
     resumed_from: str | None  # the last attempt's "resumed from round N" / "resumed after …" (None: not resumed)
     checkpoint: str | None  # the last checkpoint of the last attempt, e.g. "round 40" (None: none)
     pid: int | None  # running: the writer's pid
+    #: interrupted: the round a re-run resumes from (its checkpoint.pt is there), None: it starts over
+    resumable_from: int | None = None
 
     def line(self) -> str:
         """One line, e.g. ``runs/x: unfinished (round 16 of 60; checkpoint: round 15)``."""
@@ -224,6 +227,16 @@ class RunState(NamedTuple):
             detail = [f"pid {self.pid}", rounds, resumed]
         elif self.status == "failed":
             detail = [self.reason, rounds, f"checkpoint: {self.checkpoint}" if self.checkpoint else None, resumed]
+        elif self.status == "interrupted":
+            how = self.reason.removeprefix("interrupted (").removesuffix(")") if self.reason.startswith(
+                "interrupted (") else self.reason
+            detail = [how, rounds, None if self.resumable_from is not None else
+                      "no checkpoint: a re-run starts from round 0", resumed]
+            detail = [d for d in detail if d]
+            head = f"{self.run_dir}: interrupted"
+            if self.resumable_from is not None:
+                head += f", resumable from round {self.resumable_from}"
+            return head + (f" ({'; '.join(detail)})" if detail else "")
         else:
             detail = [rounds or "no round logged", f"checkpoint: {self.checkpoint}" if self.checkpoint else None,
                       resumed, self.reason or None]
@@ -258,9 +271,24 @@ def lock_holder(run_dir: str | os.PathLike[str]) -> int | None:
         os.close(fd)
 
 
+#: how :func:`fedcal.results.files.failure_reason` begins the reason of an attempt a signal stopped
+STOPPED_BY_SIGNAL = ("interrupted (", "terminated (")
+
+
+def _checkpoint_round(run_dir: Path, checkpoint: str | None) -> int | None:
+    """The round the last attempt's checkpoint (``round 40`` in run.log) resumes from, when its
+    ``checkpoint.pt`` is on disk; else None (a re-run starts over)."""
+    found = re.fullmatch(r"round (\d+)", checkpoint or "")
+    if found is None or not (run_dir / CHECKPOINT_FILE).exists():
+        return None
+    return int(found.group(1))
+
+
 def run_state(run_dir: str | os.PathLike[str]) -> RunState:
-    """Finished, running (a process holds its lock), failed (its last attempt ended with
-    ``failed: <reason>`` in ``run.log``) or unfinished (interrupted, killed, or never
+    """Finished, running (a process holds its lock), interrupted (its last attempt was stopped by
+    Ctrl-C, SIGINT or SIGTERM: resumable from its checkpoint's round when ``checkpoint.pt`` is
+    there), failed (its last attempt ended with another ``failed: <reason>`` in ``run.log``) or
+    unfinished (killed without a word, or never
     finished), with how far it got, its last checkpoint and whether its last attempt resumed.
     Runs made before ``run.log`` existed are finished or unfinished by their ``DONE`` alone."""
     d = Path(run_dir)
@@ -283,7 +311,11 @@ def run_state(run_dir: str | os.PathLike[str]) -> RunState:
         return RunState(d, "running", status.last_round, num, "", resumed, checkpoint, pid)
     last = attempt[-1][1] if attempt else ""
     if last.startswith("failed: "):
-        return RunState(d, "failed", status.last_round, num, last[len("failed: "):], resumed, checkpoint, None)
+        reason = last[len("failed: "):]
+        if reason.startswith(STOPPED_BY_SIGNAL):  # Ctrl-C / SIGINT / SIGTERM: stopped, not broken
+            return RunState(d, "interrupted", status.last_round, num, reason, resumed, checkpoint, None,
+                            _checkpoint_round(d, checkpoint))
+        return RunState(d, "failed", status.last_round, num, reason, resumed, checkpoint, None)
     return RunState(d, "unfinished", status.last_round, num, status.why if not attempt else "", resumed, checkpoint,
                     None)
 

@@ -350,7 +350,10 @@ class RunStore:
                 tracker.close()
 
     def resumed(self, what: str, note: str = "") -> None:
-        """Say in ``run.log`` and on the console (a warning line) that this attempt resumed, and
-        from where (``what``: ``from round 40``, ``after the clients' collection``)."""
+        """Say in ``run.log`` and on the console (a line of information, above the progress bars:
+        :func:`fedcal.progress.notice`) that this attempt resumed, and from where (``what``: ``from
+        round 40``, ``after the clients' collection``)."""
+        from fedcal.progress import notice
+
         self.log_event(f"resumed {what}, pid {os.getpid()}{note}")
-        log.warning("%s: resumed %s (--restart starts over)%s", self.dir, what, note)
+        notice(f"{self.dir}: resumed {what} (--restart starts over){note}", log)

@@ -10,17 +10,27 @@ from fedcal.config import ConfigError
 from fedcal.studies.common import parse_names, run_dirs_of, write_table_and_plot
 
 
+def _number(value: Any) -> str:
+    """A printed table's cell: a float with at most 4 decimals (449.5, 0.8651, 450), else as it is."""
+    if isinstance(value, float):
+        return f"{value:.4f}".rstrip("0").rstrip(".") if value == value else "nan"
+    return str(value)
+
+
 def cmd_posthoc(args: argparse.Namespace) -> int:
     from fedcal.reports import posthoc_curves, posthoc_table
+    from fedcal.reports.markdown import SECE_SIGN, markdown_table
 
     n_cals = [int(x) for x in args.n_cal.split(",")]
     table = posthoc_table(run_dirs_of(args.run_dirs, readable=True), n_cals=n_cals, seed=args.seed,
                           methods=parse_names(args.methods))
     index = ["config", "run", "n_cal"] if "config" in table.columns else ["run", "n_cal"]
-    summary = table.pivot_table(index=index, columns="method", values="sece").mul(100).round(2)
+    summary = table.pivot_table(index=index, columns="method", values="sece").mul(100)
+    summary.columns.name = None
     seeds = table["seed"].nunique()
-    print(f"sECE (%) after post-hoc calibration{f', mean over {seeds} seeds' if seeds > 1 else ''}\n"
-          + summary.to_string())
+    print(markdown_table(summary.reset_index(), "sECE (%) after post-hoc calibration"
+                                                f"{f', mean over {seeds} seeds' if seeds > 1 else ''}",
+                         {m: "{:+.2f}" for m in summary.columns}, default=_number) + SECE_SIGN)
     if table["chance_level"].any():
         print("at chance level (accuracy within noise of a constant predictor): "
               + ", ".join(sorted(set(table.loc[table["chance_level"], "run_dir"]))))
@@ -30,21 +40,26 @@ def cmd_posthoc(args: argparse.Namespace) -> int:
 
 def cmd_triage(args: argparse.Namespace) -> int:
     from fedcal.reports import triage_plot, triage_table
+    from fedcal.reports.markdown import markdown_table
 
     table = triage_table(run_dirs_of(args.run_dirs, readable=True), run_dirs_of(args.benign, readable=True))
     at = table[(table["gamma"] - 0.9).abs() < 1e-9]
     at = at.groupby("run", sort=False)[["sent", "unnecessary", "missed", "unnecessary_change", "missed_change"]].mean()
     seeds = table["seed"].nunique()
-    print(f"at γ = 0.9{f', mean over {seeds} seeds' if seeds > 1 else ''}:\n" + at.reset_index().to_string(index=False))
+    print(markdown_table(at.reset_index(), f"at γ = 0.9{f', mean over {seeds} seeds' if seeds > 1 else ''}",
+                         default=_number))
     write_table_and_plot(table, Path(args.out), "triage", triage_plot)
     return 0
 
 
 def cmd_similarity(args: argparse.Namespace) -> int:
     from fedcal.reports import similarity_scatter, similarity_table
+    from fedcal.reports.markdown import markdown_table
 
     table = similarity_table(run_dirs_of(args.benign, readable=True), run_dirs_of(args.run_dirs, readable=True))
-    print(table.groupby("pair")[["logit_cosine", "cka"]].agg(["mean", "std", "count"]).round(4).to_string())
+    stats = table.groupby("pair")[["logit_cosine", "cka"]].agg(["mean", "std", "count"])
+    stats.columns = [f"{metric} {stat}" for metric, stat in stats.columns]
+    print(markdown_table(stats.reset_index(), default=_number))
     write_table_and_plot(table, Path(args.out), "similarity", similarity_scatter)
     return 0
 

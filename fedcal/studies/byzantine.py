@@ -21,7 +21,7 @@ from typing import Any
 
 from fedcal.config import ConfigError, RunConfig
 from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
-                                   config_overrides, parse_ints, parse_names)
+                                   config_overrides, parse_ints, parse_names, say_replaced)
 
 
 #: the strategies of the strategy × attack table (docs/defense.md), in its order
@@ -111,7 +111,8 @@ def cmd_byzantine(args: argparse.Namespace) -> int:
     else:
         print(f"byzantine: {len(configs)} runs; finished runs are skipped")
         failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
-                             cluster=cluster_of(args))
+                             cluster=cluster_of(args), force=args.force)
+    say_replaced(out, ["table.md", "table.csv", "runs.csv"])
     print(byzantine_report(cells, out, args.title))
     print(f"tables: {out / 'table.md'}, {out / 'table.csv'}, {out / 'runs.csv'}")
     return 1 if failures else 0

@@ -169,6 +169,14 @@ def parse_names(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
+def say_replaced(folder: str | Path, names: Sequence[str]) -> None:
+    """One line naming the tables in ``folder`` an earlier invocation wrote that this one is about to
+    overwrite (nothing when there are none): a report folder never changes silently."""
+    old = [str(Path(folder) / n) for n in names if (Path(folder) / n).exists()]
+    if old:
+        print(f"overwriting the tables an earlier invocation wrote: {', '.join(old)}")
+
+
 def write_table_and_plot(table, out: Path, name: str, plot) -> None:
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / f"{name}.csv", index=False)

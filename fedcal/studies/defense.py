@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from fedcal.config import RunConfig
 from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
-                                   config_overrides, parse_ints, parse_names, parse_taus)
+                                   config_overrides, parse_ints, parse_names, parse_taus, say_replaced)
 
 
 def cmd_defense(args: argparse.Namespace) -> int:
@@ -31,7 +31,8 @@ def cmd_defense(args: argparse.Namespace) -> int:
     check_run_dirs(configs)
     print(f"defense: {len(configs)} runs; finished runs are skipped")
     failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
-                         cluster=cluster_of(args))
+                         cluster=cluster_of(args), force=args.force)
+    say_replaced(out, ["table.md", "table.csv", "runs.csv"])
     print(defense_report([run_dir_for(c) for c in configs], out, args.title, posthoc=not args.no_posthoc))
     audits = sorted(p.name for p in out.glob("audit-tau*.png"))
     print(f"tables: {out / 'table.md'}, {out / 'table.csv'}, {out / 'runs.csv'}\nplots: {out / 'defense.png'}"

@@ -123,7 +123,7 @@ def cmd_distill(args: argparse.Namespace) -> int:
         live, replayed = configs, []
     print(f"distill: {len(configs)} runs ({len(replayed)} replayed on recorded uploads); finished runs are skipped")
     failures = run_sweep(live, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
-                         cluster=cluster_of(args))
+                         cluster=cluster_of(args), force=args.force)
     failures.update(_replay_all(replayed, [run_dir_for(c) for c in live]))
     print(distill_report([run_dir_for(c) for c in configs], out, args.title))
     print(f"tables: {out / 'table.md'}, {out / 'ablation.md'}, {out / 'communication.md'}\nplot: {out / 'curves.png'}")

@@ -35,7 +35,9 @@ def cmd_inference(args: argparse.Namespace) -> int:
     if cluster_of(args):  # every cell on the cluster first; the loop below then skips the finished ones
         from fedcal.app.sweep import run_sweep
 
-        run_sweep(configs, progress=not args.no_progress, restart=args.restart, cluster=cluster_of(args))
+        run_sweep(configs, progress=not args.no_progress, restart=args.restart, cluster=cluster_of(args),
+                  force=args.force)
+        args.force = False  # forced once, on the cluster
     failed = []
     for cfg in tqdm(configs, desc="inference cells", unit="cell", disable=args.no_progress):
         try:

@@ -75,7 +75,7 @@ def cmd_robustness(args: argparse.Namespace) -> int:
         from fedcal.app.sweep import run_sweep
 
         failures = len(run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress,
-                                 restart=args.restart, cluster=cluster_of(args)))
+                                 restart=args.restart, cluster=cluster_of(args), force=args.force))
         dirs = [run_dir_for(c) for c in configs]
     bar = (lambda it: tqdm(it, desc="robustness", unit="model")) if not args.no_progress else None
     text, failed = robustness_report(dirs, out, spec, device=args.device, title=args.title, progress=bar,

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from fedcal.config import ConfigError
-from fedcal.studies.common import KEYS_EPILOG, add_cluster_options, add_run_options, cluster_of, config_overrides
+from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, cluster_of, config_overrides,
+                                   say_replaced)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -26,7 +27,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     where = f"Ray tasks on {args.cluster}" if cluster_of(args) else f"{jobs} parallel"
     print(f"sweep: {len(configs)} cells over {', '.join(grid.axes) or '(no axis)'}; {where}")
     failures = run_sweep(configs, jobs=jobs, progress=not args.no_progress, restart=args.restart,
-                         cluster=cluster_of(args))
+                         cluster=cluster_of(args), force=args.force)
+    say_replaced(args.report, ["cells.csv", "rounds.csv", "seeds.csv", "seeds.md"])
     cells = write_results(configs, args.report, list(grid.axes))
     from fedcal.reports.sweeps import printed_cells
 

@@ -9,10 +9,13 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from fedcal.config import ConfigError, RunConfig
 from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
-                                   config_overrides, parse_ints, parse_taus, simulator)
+                                   config_overrides, parse_ints, parse_taus, say_replaced, simulator)
 
 if TYPE_CHECKING:
     import pandas as pd
+
+#: the tables a τ report (and a case study's) writes into its folder
+REPORT_TABLES = ("table.csv", "table.md")
 
 
 def tau_report(args: argparse.Namespace, base: RunConfig, taus: list[float], out: Path, title: str,
@@ -23,7 +26,9 @@ def tau_report(args: argparse.Namespace, base: RunConfig, taus: list[float], out
         from fedcal.app.sweep import run_sweep
 
         run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
-                  cluster=cluster_of(args))
+                  cluster=cluster_of(args), force=args.force)
+        args = argparse.Namespace(**{**vars(args), "force": False})  # forced once, by the sweep
+    say_replaced(out, REPORT_TABLES)
     table = run_tau_comparison(base, taus, out, simulator(args), title, strategies)
     print()
     print((out / "table.md").read_text())
@@ -96,7 +101,8 @@ def case_study(args: argparse.Namespace, task: str, preset: dict[str, Any], desc
     print(f"{task}: {len(configs)} runs ({describe(base)}, {base.num_clients} clients, "
           f"{base.replace(attack='tsa').num_attackers} attackers); finished runs are skipped")
     failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
-                         cluster=cluster_of(args))
+                         cluster=cluster_of(args), force=args.force)
+    say_replaced(out, REPORT_TABLES)
     print(report([run_dir_for(c) for c in configs], out, args.title))
     print(files.format(out=out))
     return 1 if failures else 0
