@@ -3,9 +3,12 @@ sweep's cells as Ray tasks (docs/cluster.md).
 
 Ray is the scheduler; nothing here schedules. Three pieces:
 
-* :func:`attach_address` — which running cluster a simulation attaches to (the ``ray-address``
-  key, ``$RAY_ADDRESS``, or the cluster ``ray start`` left on this machine). Attaching, Ray
-  refuses start-up options (``_system_config``), so fedcal passes them only when it starts Ray.
+* :func:`attach_target` — which running cluster a simulation attaches to and why (the
+  ``ray-address`` key, ``$RAY_ADDRESS``, or the cluster ``ray start`` left on this machine).
+  Attaching, Ray refuses start-up options (``_system_config``), so fedcal passes them only when it
+  starts Ray. :func:`connect` gives a head :data:`CONNECT_TIMEOUT_S` to answer (:func:`probe`)
+  and :func:`require_fit` refuses a cluster where no node can host one client or cell, each in
+  one :class:`ClusterError` line naming the address.
 * :class:`PlacementGrid` and :func:`add_placement` — every client reply of a Ray simulation
   says which Ray node and host computed it; the ServerApp's side writes ``placement.csv``
   (and the cluster's nodes, ``cluster.json``) into the run directory and strips the record
