@@ -117,7 +117,7 @@ def test_a_crashed_simulation_engine_ends_the_run_in_one_line(tmp_path, monkeypa
     err = capfd.readouterr().err
     assert rc == 1, err
     lines = [line for line in err.splitlines() if line.strip()]
-    assert lines == [f"fedcal: run failed: Flower's simulation engine stopped: ValueError: ActorPool is empty. Stopping "
+    assert lines == ["fedcal: run failed: Flower's simulation engine stopped: ValueError: ActorPool is empty. Stopping "
                      "Simulation. Check `num_cpus` and/or `num_gpus` passed to the simulation engine; partial results "
                      f"in {tmp_path / 'crashed'}"], err
     left = [t for t in set(threading.enumerate()) - before if not t.daemon and t.is_alive()]

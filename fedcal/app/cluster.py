@@ -168,9 +168,10 @@ def probe(address: str, why: str, timeout: float | None = None) -> None:
     try:
         InnerGcsClient.standalone(f"{host}:{port}", None, int(left * 1000))
     except Exception as exc:  # noqa: BLE001 — Ray's RpcError and kin; what matters is the line
+        said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ClusterError(f"the Ray cluster at {address} ({why}) accepts connections but did not answer as a Ray "
-                           f"head within {timeout:g} s ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__});"
-                           " is it the head's GCS port (ray start --head --port, 6379 by default)?") from None
+                           f"head within {timeout:g} s ({said}); is it the head's GCS port (ray start --head --port, "
+                           "6379 by default)?") from None
 
 
 def fitting(nodes: list[dict[str, Any]], cpus: float, gpus: float) -> int:
