@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -22,7 +23,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedcal.app.cluster import CLUSTER_FILE, NODE_FILE, PLACEMENT_FILE, ClusterSpec, attach_address, placement_table
+from fedcal.app.cluster import (CLUSTER_FILE, NODE_FILE, PLACEMENT_FILE, ClusterSpec, attach_address, attach_target,
+                                placement_table)
 from fedcal.app.sweep import SweepGrid, run_sweep
 from fedcal.cli import main as cli_main
 from fedcal.reports import collect
@@ -268,20 +270,165 @@ def _stop_ray_start(ray_tmp: Path) -> None:
 
 
 def test_attach_address_order(monkeypatch, ray_tmp):
-    """ray-address, then RAY_ADDRESS, then the address `ray start` recorded, else None (start Ray)."""
-    assert attach_address() is None
+    """ray-address, then RAY_ADDRESS, then the address `ray start` recorded, else None (start Ray);
+    each with the words that say why (the line a run prints when it attaches)."""
+    assert attach_address() is None and attach_target() is None and attach_target("auto") is None
     (ray_tmp / "ray").mkdir()
     (ray_tmp / "ray" / "ray_current_cluster").write_text("127.0.0.1:7777")
-    assert attach_address() == "127.0.0.1:7777"
+    recorded = ("127.0.0.1:7777", "a cluster `ray start` left running on this machine, recorded in "
+                f"{ray_tmp / 'ray' / 'ray_current_cluster'}")
+    assert attach_address() == "127.0.0.1:7777" and attach_target() == recorded == attach_target("auto")
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:8888")
     assert attach_address() == "127.0.0.1:8888"
+    assert attach_target() == ("127.0.0.1:8888", "environment variable RAY_ADDRESS")
     assert attach_address("10.0.0.1:6379") == "10.0.0.1:6379"
+    assert attach_target("10.0.0.1:6379") == ("10.0.0.1:6379", "run-config key ray-address")
 
 
-def test_cluster_options_fail_fast(tmp_path, capsys):
-    code = cli_main(["sweep", "--cluster", "auto", "--cell-gpus", "-1", "--no-progress", "dataset=synthetic",
-                     f"output-dir={tmp_path}", "--report", str(tmp_path / "rep")])
-    assert code == 2 and "--cell-gpus" in capsys.readouterr().err
+_OUT = ["--no-progress", "dataset=synthetic", "num-clients=4", "clients-per-round=2", "num-rounds=1"]
+
+
+def _one_error_line(capsys) -> str:
+    """The one line a refused command printed on stderr (it must be one: no traceback)."""
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("fedcal: error: "), lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["sweep", "--cluster", "auto", "--cell-gpus", "-1"], "--cell-gpus must be a finite number >= 0, got -1.0"),
+    (["sweep", "--cluster", "auto", "--cell-gpus", "nan"], "--cell-gpus must be a finite number >= 0, got nan"),
+    (["sweep", "--cluster", "auto", "--cell-cpus", "nan"], "--cell-cpus must be a finite number > 0, got nan"),
+    (["sweep", "--cluster", "auto", "--cell-cpus", "inf"], "--cell-cpus must be a finite number > 0, got inf"),
+    (["sweep", "--cluster", "auto", "--cell-cpus", "0"], "--cell-cpus must be a finite number > 0, got 0.0"),
+    (["sweep", "--cluster", "auto", "--cell-retries", "-5"], "--cell-retries must be >= 0"),
+    (["sweep", "--cluster", "not an address"], "--cluster 'not an address' is not a Ray cluster address"),
+    (["sweep", "--cluster", "auto"], "--cluster auto: no running Ray cluster found"),
+    (["run", "engine=ray", "ray-address='not an address'"], "run-config key 'ray-address' must be host:port"),
+    (["run", "engine=ray", "ray-address=auto"], "run-config key ray-address=auto: no running Ray cluster found"),
+])
+def test_cluster_options_fail_in_one_line(tmp_path, ray_tmp, capsys, args, says):
+    """Every cluster option a command cannot use fails before anything runs, in one line naming it:
+    no NaN or infinite resources, no negative retries, no address that is not one, no `auto` when no
+    cluster runs (each was accepted, or a traceback, or a wait for a cluster that never came)."""
+    code = cli_main([*args, *_OUT, f"output-dir={tmp_path}", *(["--report", str(tmp_path / "rep")]
+                                                               if args[0] == "sweep" else [])])
+    assert code == 2
+    assert says in _one_error_line(capsys)
+    assert not (tmp_path / "rep").exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _bounded(fn, limit: float = 120.0):
+    """``fn()``'s return value; fails the test if it is still running after ``limit`` seconds (Ray
+    alone retried an unreachable head for about 12 minutes)."""
+    out: list = []
+    worker = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    worker.start()
+    worker.join(limit)
+    if worker.is_alive():
+        pytest.fail(f"still waiting for the cluster after {limit:g} s")
+    return out[0]
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+@pytest.mark.parametrize("listening", [False, True], ids=["nothing-listens", "not-a-ray-head"])
+def test_an_unreachable_cluster_fails_within_the_deadline_naming_it(tmp_path, ray_tmp, monkeypatch, capsys, command,
+                                                                    listening):
+    """An address where no Ray head answers — nothing listening, or a port that accepts connections
+    but is no Ray head — fails in one line naming the address, why it was chosen and what failed,
+    after fedcal's deadline (here 2 s), before any run starts."""
+    import fedcal.app.cluster as cl
+
+    monkeypatch.setattr(cl, "CONNECT_TIMEOUT_S", 2.0)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    if listening:
+        server.listen(8)
+    address = f"127.0.0.1:{server.getsockname()[1] if listening else _free_port()}"
+    args = ["run", "engine=ray", f"ray-address={address}"] if command == "run" else \
+        ["sweep", "--cluster", address, "--report", str(tmp_path / "rep")]
+    try:
+        code = _bounded(lambda: cli_main([*args, *_OUT, f"output-dir={tmp_path}"]))
+    finally:
+        server.close()
+    line = _one_error_line(capsys)
+    why = "run-config key ray-address" if command == "run" else "--cluster"
+    if listening:
+        assert line.startswith(f"fedcal: error: the Ray cluster at {address} ({why}) accepts connections but did not "
+                               "answer as a Ray head within 2 s"), line
+    else:
+        assert line.startswith(f"fedcal: error: cannot reach the Ray cluster at {address} ({why}): Connection "
+                               "refused"), line
+    assert code == 2 and not list(tmp_path.glob("*/run.log"))
+
+
+@pytest.fixture(scope="module")
+def one_cpu_head():
+    """A `ray start` head with one CPU and no GPU (no worker node), in its own temp dir; reused by
+    this module's tests and stopped by pid. Yields (its address, its RAY_TMPDIR)."""
+    tmp = Path(tempfile.mkdtemp(prefix="fch", dir="/tmp"))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(RAY_TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                                 os.environ.get("PYTHONPATH", "")]))
+    try:
+        head = subprocess.run([_ray_cli(), "start", "--head", "--port=0", "--num-cpus=1", "--num-gpus=0",
+                               "--disable-usage-stats", "--include-dashboard=false", "--node-ip-address=127.0.0.1"],
+                              env=env, capture_output=True, text=True, timeout=180)
+        assert head.returncode == 0, head.stderr
+        yield (tmp / "ray" / "ray_current_cluster").read_text().strip(), tmp
+    finally:
+        _stop_ray_start(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("args, unit", [
+    (["run", "engine=ray", "client-cpus=2"], "one client (client-cpus=2, client-gpus=0)"),
+    (["run", "engine=ray", "client-gpus=1"], "one client (client-cpus=1, client-gpus=1)"),
+    (["sweep", "--cell-cpus", "4"], "one cell (--cell-cpus 4, --cell-gpus 0)"),
+    (["sweep", "--cell-gpus", "1"], "one cell (--cell-cpus 1, --cell-gpus 1)"),
+])
+def test_a_cluster_too_small_for_one_client_is_refused_in_one_line(tmp_path, one_cpu_head, monkeypatch, capsys,
+                                                                   args, unit):
+    """On a one-CPU head, a client or cell asking for more than any node has is refused in one line
+    naming the cluster and what it has, before anything is submitted (Flower's actor pool failed
+    with a traceback and the run hung; a sweep's tasks waited forever)."""
+    import ray
+
+    address, _ = one_cpu_head
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    where = ["--cluster", address, "--report", str(tmp_path / "rep")] if args[0] == "sweep" else \
+        [f"ray-address={address}"]
+    why = "--cluster" if args[0] == "sweep" else "run-config key ray-address"
+    code = _bounded(lambda: cli_main([*args, *where, *_OUT, f"output-dir={tmp_path}"]))
+    assert code == 2
+    assert _one_error_line(capsys) == (f"fedcal: error: the Ray cluster at {address} ({why}) cannot host {unit}: no "
+                                       "node has that much (alive nodes: 1 CPU/0 GPU); lower the request or add a "
+                                       "node with more")
+    assert not ray.is_initialized() and not list(tmp_path.glob("*/run.log"))
+
+
+def test_a_run_says_which_cluster_it_attached_to_and_why(tmp_path, one_cpu_head, monkeypatch, capsys):
+    """With a cluster `ray start` left running and neither ray-address nor RAY_ADDRESS, a plain
+    `fedcal run` (engine=ray) attaches to it — as Ray would — and says so in one line, naming the
+    cluster and the file that pointed there (it joined without a word); its clients run there."""
+    address, ray_tmp = one_cpu_head
+    monkeypatch.setenv("RAY_TMPDIR", str(ray_tmp))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    code = _bounded(lambda: cli_main(["run", *_OUT, "dataset=digits", f"output-dir={tmp_path}", "run-name=attached"]),
+                    300)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    said = [line for line in err.splitlines() if "attached" in line]
+    assert said == [f"fedcal: warning: engine=ray: attached to the Ray cluster at {address} (a cluster `ray start` "
+                    f"left running on this machine, recorded in {ray_tmp / 'ray' / 'ray_current_cluster'})"], err
+    nodes = json.loads((tmp_path / "attached" / CLUSTER_FILE).read_text())
+    assert [(n["cpus"], n["alive"]) for n in nodes] == [(1.0, True)]
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -572,6 +573,65 @@ def test_a_signal_stops_a_parallel_sweep_and_its_workers(tmp_path, sig, status):
     for d in started:  # the sweep stopped its workers with SIGTERM, whichever signal stopped the sweep
         state = run_state(d)
         assert state.status == "interrupted" and state.reason == "terminated (signal 15)", state.line()
+
+
+@pytest.mark.parametrize("sig, status, reason", [
+    (signal.SIGINT, 130, "interrupted (Ctrl-C or SIGINT)"),
+    pytest.param(signal.SIGTERM, 143, "terminated (signal 15)", marks=pytest.mark.slow)])
+def test_a_signal_stops_a_ray_run_within_10_s_and_it_resumes(tmp_path, sig, status, reason):
+    """`fedcal run` on the Ray engine (the default), signalled once it has checkpointed: it exits
+    within 10 s with the shell's status and one line (Flower left its ServerApp's thread waiting
+    for replies forever, so the process never exited; Ray's SIGTERM handler killed it without a
+    word in run.log), its run.log says why it stopped, its lock is released and its checkpoint
+    kept: the same command resumes from it (here on the in-process engine, the same run)."""
+    import tempfile
+
+    from fedcal.results import run_state
+
+    cfg = RunConfig.from_flower(dict(dataset="digits", num_clients=4, clients_per_round=2, num_rounds=5000,
+                                     checkpoint_every=2, engine="ray", output_dir=str(tmp_path), run_name="ray"))
+    run_dir = run_dir_for(cfg)
+    ray_tmp = tempfile.mkdtemp(prefix="fcr", dir="/tmp")  # Ray's own temp dir: short, and this test's alone
+    env = {k: v for k, v in _env().items() if k != "RAY_ADDRESS"}
+    proc = subprocess.Popen(_fedcal("run", "--no-progress", *_args(cfg)), cwd=ROOT, env=dict(env, RAY_TMPDIR=ray_tmp),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not _checkpoints(run_dir):
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "no checkpoint within 5 minutes"
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        try:
+            rc = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"`fedcal run` on Ray did not exit within 10 s of {sig.name}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    err = proc.stderr.read()
+    assert rc == status, err
+    assert "Traceback" not in err and err.rstrip().splitlines()[-1] == (
+        "fedcal: interrupted" if sig == signal.SIGINT else "fedcal: terminated"), err
+    state = run_state(run_dir)
+    assert state.status not in ("running", "finished") and state.reason == reason, state.line()  # lock released
+    assert (run_dir / CHECKPOINT_FILE).exists()
+    kept = _checkpoints(run_dir)[-1]
+    again = subprocess.Popen(_fedcal("run", "--no-progress", *_args(cfg.replace(engine="inprocess"))), cwd=ROOT,
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not any(e.startswith("resumed from round") for _, e in run_events(run_dir)):
+            assert again.poll() is None and time.monotonic() < deadline, "the run did not resume"
+            time.sleep(0.05)
+    finally:
+        again.kill()
+        again.wait()
+    resumed = [e for _, e in run_events(run_dir) if e.startswith("resumed from round")]
+    assert resumed[0].startswith(f"resumed from round {kept}"), resumed
 
 
 # ---------------------------------------------------------------------------------- clients' state

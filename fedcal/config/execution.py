@@ -7,7 +7,7 @@ import os
 
 from fedcal.config.schema import ConfigError, RunConfig, check, group, setting
 
-__all__ = ["DEVICES", "ENGINES", "TRACKERS"]
+__all__ = ["DEVICES", "ENGINES", "TRACKERS", "ray_address_parts"]
 
 DEVICES = ("auto", "cpu", "cuda")  # the common values; `device` takes any torch device string (_device)
 ENGINES = ("ray", "inprocess", "batched")
@@ -23,6 +23,25 @@ def _run_name(c: RunConfig) -> None:
     check("run-name", name not in (".", "..") and not any(sep in name for sep in ("/", "\\", os.sep, "\0"))
           and not os.path.isabs(name) and (os.altsep is None or os.altsep not in name), name,
           "must be one directory name inside output-dir (no path separator, not . or .., not an absolute path)")
+
+
+def ray_address_parts(text: str) -> tuple[str, int] | None:
+    """The host and port of a Ray cluster address (``host:port``, ``[v6]:port``, or Ray Client's
+    ``ray://host:port``), or None when ``text`` is not one. ``auto`` is not an address: it names
+    whichever cluster is running (:func:`fedcal.app.cluster.attach_target`)."""
+    rest = text.strip()
+    if rest.startswith("ray://"):
+        rest = rest[len("ray://"):]
+    host, sep, port = rest.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or any(ch.isspace() or ch in "/@?#" for ch in host) or not port.isdigit():
+        return None
+    return (host, int(port)) if 0 < int(port) < 65536 else None
+
+
+def _ray_address(c: RunConfig) -> None:
+    check("ray-address", c.ray_address in ("", "auto") or ray_address_parts(c.ray_address) is not None,
+          c.ray_address, 'must be host:port (or ray://host:port) of a Ray cluster\'s head, "auto" or ""')
 
 
 def _device(c: RunConfig) -> None:
@@ -48,7 +67,7 @@ def _device(c: RunConfig) -> None:
 
 
 @group("execution", "where and how a run executes; never part of a run's identity (config hash)",
-       rules=(_run_name, _device))
+       rules=(_run_name, _device, _ray_address))
 class Execution:
     data_dir: str = setting("", 'folder with <dataset>_{train,test}.npz (fedcal data writes them); "" = '
                                 "$FEDCAL_DATA_DIR, else ~/.cache/fedcal/data")
