@@ -23,8 +23,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedcal.app.cluster import (CLUSTER_FILE, NODE_FILE, PLACEMENT_FILE, ClusterSpec, attach_address, attach_target,
-                                placement_table)
+from fedcal.app.cluster import CLUSTER_FILE, NODE_FILE, PLACEMENT_FILE, ClusterSpec, placement_table
+from fedcal.app.ray_attach import attach_address, attach_target
 from fedcal.app.sweep import SweepGrid, run_sweep
 from fedcal.cli import main as cli_main
 from fedcal.reports import collect
@@ -343,9 +343,9 @@ def test_an_unreachable_cluster_fails_within_the_deadline_naming_it(tmp_path, ra
     """An address where no Ray head answers — nothing listening, or a port that accepts connections
     but is no Ray head — fails in one line naming the address, why it was chosen and what failed,
     after fedcal's deadline (here 2 s), before any run starts."""
-    import fedcal.app.cluster as cl
+    import fedcal.app.ray_attach as attach
 
-    monkeypatch.setattr(cl, "CONNECT_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(attach, "CONNECT_TIMEOUT_S", 2.0)
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     if listening:

@@ -189,7 +189,7 @@ def backend_config(cfg: RunConfig) -> dict:
     a round on 2 cores, instead of waves of 2, 2 and 1) was measured with
     benchmarks/ray_profile.py's ``--backend`` and gained nothing on MNIST–MLP (client phase
     within noise) while the CNN's time-shared convolutions got slower."""
-    from fedcal.app.cluster import attach_address
+    from fedcal.app.ray_attach import attach_address
 
     init_args: dict = {"logging_level": "ERROR", "log_to_driver": False, "include_dashboard": False}
     address = attach_address(cfg.ray_address)
@@ -211,12 +211,12 @@ log = logging.getLogger("fedcal.engine")
 
 
 def start_ray(cfg: RunConfig) -> bool:
-    """Start Ray for an ``engine=ray`` run, or attach to the cluster :func:`fedcal.app.cluster.attach_target`
+    """Start Ray for an ``engine=ray`` run, or attach to the cluster :func:`fedcal.app.ray_attach.attach_target`
     finds, before Flower's engine would (Flower's Ray backend uses a Ray already started); returns
     whether it started or attached (False: this process was connected already).
 
     Why fedcal and not Flower: a head that does not answer is given up after
-    :data:`fedcal.app.cluster.CONNECT_TIMEOUT_S` with one line naming its address (Ray retries for
+    :data:`fedcal.app.ray_attach.CONNECT_TIMEOUT_S` with one line naming its address (Ray retries for
     minutes); a cluster that cannot host one client (``client-cpus``/``client-gpus`` against its
     nodes) is refused in one line before Flower's actor pool fails on it; the cluster attached to
     is named in one line with why (the key, ``$RAY_ADDRESS``, or a local ``ray start``); and
@@ -224,7 +224,7 @@ def start_ray(cfg: RunConfig) -> bool:
     so fedcal's is put back. Flower's own settings are kept: its ``PYTHONPATH`` runtime env."""
     import ray
 
-    from fedcal.app.cluster import ClusterError, attach_target, cluster_nodes, connect, require_fit, resolve_address
+    from fedcal.app.ray_attach import ClusterError, attach_target, cluster_nodes, connect, require_fit, resolve_address
 
     if ray.is_initialized():
         return False

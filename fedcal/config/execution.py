@@ -28,7 +28,7 @@ def _run_name(c: RunConfig) -> None:
 def ray_address_parts(text: str) -> tuple[str, int] | None:
     """The host and port of a Ray cluster address (``host:port``, ``[v6]:port``, or Ray Client's
     ``ray://host:port``), or None when ``text`` is not one. ``auto`` is not an address: it names
-    whichever cluster is running (:func:`fedcal.app.cluster.attach_target`)."""
+    whichever cluster is running (:func:`fedcal.app.ray_attach.attach_target`)."""
     rest = text.strip()
     if rest.startswith("ray://"):
         rest = rest[len("ray://"):]

@@ -27,8 +27,6 @@ This covers *train* replies. Federated evaluation (``configure_evaluate`` /
 
 from __future__ import annotations
 
-import difflib
-import functools
 import inspect
 import random
 from collections.abc import Callable, Iterable, Sequence
@@ -44,8 +42,11 @@ from flwr.serverapp.strategy import Result
 from flwr.supercore import log
 
 from fedcal import aggregate as agg
+from fedcal.strategies.keywords import naming_the_class_called
+from fedcal.strategies.naming import NodeNaming
 from fedcal.strategies.options import MetricsAggrFn
-from fedcal.strategies.replies import (RoundReplies, counted_replies, is_buffer_key, reply_weight, tensor_of,
+from fedcal.strategies.rounds import run_rounds
+from fedcal.strategies.replies import (RoundReplies, check_reply, counted_replies, is_buffer_key, tensor_of,
                                        wait_for_nodes)
 from fedcal.aggregate.compose import PreStep, pre_aggregate
 from fedcal.aggregate.compose import _step_name as step_name
@@ -54,40 +55,7 @@ from fedcal.aggregate.compose import _step_name as step_name
 _FLOWER_STOPS_EARLY = "should_stop" in inspect.signature(_FlowerFedAvg.start).parameters
 
 
-def unexpected_keyword(cls: type, name: str) -> str:
-    """``<Class>.__init__() got an unexpected keyword argument 'name'`` for the class the user
-    called (not the base that received ``**options``), with the closest accepted name."""
-    accepted = [p for c in cls.__mro__ for p in _init_names(c)]
-    close = difflib.get_close_matches(name, accepted, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"{cls.__name__}.__init__() got an unexpected keyword argument {name!r}{hint}"
-
-
-def _naming_the_class_called(init: Callable) -> Callable:
-    """The base's ``__init__``, refusing an unknown keyword with :func:`unexpected_keyword`: the
-    subclasses hand it their ``**options``, so Python's own TypeError would name this base class.
-    (``functools.wraps``: ``inspect.signature`` still shows the base's arguments.)"""
-    names = set(inspect.signature(init).parameters) - {"self"}
-
-    @functools.wraps(init)
-    def checked(self, *args: Any, **kwargs: Any) -> None:
-        unknown = [k for k in kwargs if k not in names]
-        if unknown:
-            raise TypeError(unexpected_keyword(type(self), unknown[0]))
-        init(self, *args, **kwargs)
-
-    return checked
-
-
-def _init_names(cls: type) -> list[str]:
-    init = cls.__dict__.get("__init__")
-    if init is None:
-        return []
-    return [n for n, p in inspect.signature(init).parameters.items()
-            if n != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-
-
-class UpdateAggregationStrategy(_FlowerFedAvg):
+class UpdateAggregationStrategy(NodeNaming, _FlowerFedAvg):
     """Base of fedcal's strategies: Flower's FedAvg arguments plus seeded sampling and buffers.
 
     Every argument is keyword-only. The first ten are those of
@@ -154,7 +122,7 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
     #: With pre-aggregation steps even a ``"claimed"`` rule gets capped sizes (:attr:`trusts_claims`).
     size_weighting: str = "capped"
 
-    @_naming_the_class_called
+    @naming_the_class_called
     def __init__(
         self,
         *,
@@ -241,42 +209,6 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         """How many rounds produced a new global model."""
         return sum(r.aggregated for r in self.replies.values())
 
-    def label(self, node_id: int) -> Any:
-        """The client's partition id (or name) of ``node_id`` from ``node_label``, else None."""
-        if self.node_label is None:
-            return None
-        try:
-            return self.node_label(node_id)
-        except Exception:  # noqa: BLE001 — a label is for messages only
-            return None
-
-    def who(self, node_id: int) -> str:
-        """``node <id> (partition <label>)``: how every message names a node; ``node <id>`` when no
-        label is known (said once per strategy, by :meth:`_note_unlabelled`)."""
-        label = self.label(node_id)
-        if label is None:
-            self._note_unlabelled()
-            return f"node {node_id}"
-        return f"node {node_id} (partition {label})"
-
-    def by_node(self, values: dict[int, float], digits: int = 3) -> dict[str, float]:
-        """``{node: value}`` keyed ``"<node id>/p<partition>"`` for the strategies' INFO logs
-        (``"<node id>"`` for a node without a label)."""
-        out = {}
-        for n, v in values.items():
-            label = self.label(n)
-            if label is None:
-                self._note_unlabelled()
-            out[str(n) if label is None else f"{n}/p{label}"] = round(float(v), digits)
-        return out
-
-    def _note_unlabelled(self) -> None:
-        """Say once that nodes are named by Flower's node ids (drawn anew each run)."""
-        if not self._said_unlabelled:
-            self._said_unlabelled = True
-            log(INFO, "%s names nodes by Flower's node id (drawn anew every run): pass node_label=<node id -> "
-                "partition id> to name them by partition", type(self).__name__)
-
     def summary(self) -> None:
         """Log the strategy's settings (called by ``start``): fedcal's, then Flower's FedAvg's."""
         log(INFO, "\t├──> fedcal update aggregation:")
@@ -349,41 +281,8 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
             return super().start(grid=grid, initial_arrays=initial_arrays, num_rounds=num_rounds, timeout=timeout,
                                  train_config=train_config, evaluate_config=evaluate_config, evaluate_fn=evaluate_fn,
                                  **early)
-        if first_round <= 1:
-            log(INFO, "Starting %s strategy:", self.__class__.__name__)
-        else:
-            log(INFO, "Resuming %s strategy at round %d of %d", self.__class__.__name__, first_round, num_rounds)
-        self.summary()
-        train_config = ConfigRecord() if train_config is None else train_config
-        evaluate_config = ConfigRecord() if evaluate_config is None else evaluate_config
-        result = Result(arrays=initial_arrays)
-        arrays = initial_arrays
-        if first_round <= 1 and evaluate_fn:
-            res = evaluate_fn(0, initial_arrays)
-            if res is not None:
-                result.evaluate_metrics_serverapp[0] = res
-        for current_round in range(max(first_round, 1), num_rounds + 1):
-            log(INFO, "[ROUND %s/%s]", current_round, num_rounds)
-            replies = grid.send_and_receive(messages=self.configure_train(current_round, arrays, train_config, grid),
-                                            timeout=timeout)
-            agg_arrays, agg_train_metrics = self.aggregate_train(current_round, replies)
-            if agg_arrays is not None:
-                result.arrays = arrays = agg_arrays
-            if agg_train_metrics is not None:
-                result.train_metrics_clientapp[current_round] = agg_train_metrics
-            replies = grid.send_and_receive(
-                messages=self.configure_evaluate(current_round, arrays, evaluate_config, grid), timeout=timeout)
-            agg_evaluate_metrics = self.aggregate_evaluate(current_round, replies)
-            if agg_evaluate_metrics is not None:
-                result.evaluate_metrics_clientapp[current_round] = agg_evaluate_metrics
-            if evaluate_fn:
-                res = evaluate_fn(current_round, arrays)
-                if res is not None:
-                    result.evaluate_metrics_serverapp[current_round] = res
-            if should_stop is not None and should_stop(current_round, result):
-                log(INFO, "Stopping early after round %s", current_round)
-                break
-        return result
+        return run_rounds(self, grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn,
+                          should_stop, first_round)
 
     # ------------------------------------------------------------------ configure
     def configure_train(
@@ -577,30 +476,6 @@ class UpdateAggregationStrategy(_FlowerFedAvg):
         return np.issubdtype(np.dtype(sent[key].dtype), np.floating) and not self.buffer_key(key)
 
     def _check_reply(self, content: RecordDict, sent: ArrayRecord) -> tuple[str | None, float]:
-        """(reason it is invalid or None, its weight)."""
-        rec = content.get(self.arrayrecord_key) if self.arrayrecord_key in content else None
-        if not isinstance(rec, ArrayRecord):
-            return f"no ArrayRecord under key '{self.arrayrecord_key}'", 0.0
-        missing = [k for k in sent.keys() if k not in rec]
-        if missing:
-            return f"missing array(s) {missing[:3]}", 0.0
-        extra = [k for k in rec.keys() if k not in sent]
-        if extra:
-            return f"unexpected array(s) {extra[:3]}", 0.0
-        for k in sent.keys():
-            a, s = rec[k], sent[k]
-            if tuple(a.shape) != tuple(s.shape):
-                return f"array '{k}' has shape {tuple(a.shape)}, expected {tuple(s.shape)}", 0.0
-            if a.dtype != s.dtype:
-                return f"array '{k}' has dtype {a.dtype}, expected {s.dtype}", 0.0
-            try:
-                arr = a.numpy()
-            except Exception as exc:  # noqa: BLE001 — undecodable bytes are a bad reply
-                return f"array '{k}' cannot be decoded ({exc})", 0.0
-            if not self._trainable(k, sent):
-                problem = agg.buffer_problem(k, arr)
-                if problem:
-                    return problem, 0.0
-            elif np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
-                return f"array '{k}' contains NaN or Inf", 0.0
-        return reply_weight(content, self.weighted_by_key)
+        """(reason it is invalid or None, its weight): :func:`fedcal.strategies.replies.check_reply`."""
+        return check_reply(content, sent, self.arrayrecord_key, self.weighted_by_key,
+                           lambda k: self._trainable(k, sent))

@@ -50,6 +50,7 @@ from flwr.supercore import log
 from fedcal.aggregate import fit_weights
 from fedcal.distill.adapters import lora_layers
 from fedcal.distill.clients import is_lora_b_key
+from fedcal.strategies.naming import NodeNaming
 from fedcal.strategies.replies import RoundReplies, counted_replies, reply_weight
 
 __all__ = ["STACKED_A", "STACKED_B", "LoraStrategy", "compare_shapes", "head_range_problem", "tensor_of", "to_record",
@@ -74,7 +75,7 @@ def to_record(state) -> ArrayRecord:
     return ArrayRecord(OrderedDict((k, v.detach().cpu().contiguous()) for k, v in state.items()))
 
 
-class LoraStrategy(_FlowerFedAvg):
+class LoraStrategy(NodeNaming, _FlowerFedAvg):
     """Base of the LoRA rules: per-node messages, reply validation, accounting.
 
     Keyword arguments: Flower's FedAvg ones (``fraction_train``, ``min_train_nodes``,
@@ -136,24 +137,6 @@ class LoraStrategy(_FlowerFedAvg):
         self.node_ranks: dict[int, int] = {}
         #: payload bytes of each valid reply's ArrayRecord in the last round (node → bytes)
         self.last_bytes: dict[int, int] = {}
-
-    # ------------------------------------------------------------------ naming
-    def who(self, node: int) -> str:
-        """``node <id> (partition <label>)``, as every warning and rejection names a node; ``node
-        <id>`` without a label (said once per strategy: how to name nodes by partition)."""
-        label = None
-        if self.node_label is not None:
-            try:
-                label = self.node_label(node)
-            except Exception:  # noqa: BLE001 — a label is for messages only
-                label = None
-        if label is not None:
-            return f"node {node} (partition {label})"
-        if not getattr(self, "_said_unlabelled", False):
-            self._said_unlabelled = True
-            log(INFO, "%s names nodes by Flower's node id (drawn anew every run): pass node_label=<node id -> "
-                "partition id> to name them by partition", type(self).__name__)
-        return f"node {node}"
 
     def summary(self) -> None:
         """Log the rule and its settings, then Flower's FedAvg's."""

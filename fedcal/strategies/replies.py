@@ -12,9 +12,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import Message, RecordDict
+from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
+
+from fedcal.aggregate import buffer_problem
 
 
 _BUFFER_MARKERS = ("running_mean", "running_var", "num_batches_tracked")
@@ -84,3 +86,37 @@ def wait_for_nodes(grid: Grid, minimum: int) -> list[int]:
 def tensor_of(array: Any) -> torch.Tensor:
     """A Flower Array as a torch tensor that owns its memory (a copy)."""
     return torch.from_numpy(np.array(array.numpy(), copy=True))
+
+
+def check_reply(content: RecordDict, sent: ArrayRecord, arrayrecord_key: str, weighted_by_key: str,
+                trainable: Callable[[str], bool]) -> tuple[str | None, float]:
+    """(reason the reply ``content`` is invalid or None, its weight): its arrays under
+    ``arrayrecord_key`` exactly those ``sent`` (names, shapes, dtypes), decodable, the trained ones
+    (``trainable(name)``) finite and the buffers valid (:func:`fedcal.aggregate.buffer_problem`);
+    its weight read under ``weighted_by_key`` (:func:`reply_weight`)."""
+    rec = content.get(arrayrecord_key) if arrayrecord_key in content else None
+    if not isinstance(rec, ArrayRecord):
+        return f"no ArrayRecord under key '{arrayrecord_key}'", 0.0
+    missing = [k for k in sent.keys() if k not in rec]
+    if missing:
+        return f"missing array(s) {missing[:3]}", 0.0
+    extra = [k for k in rec.keys() if k not in sent]
+    if extra:
+        return f"unexpected array(s) {extra[:3]}", 0.0
+    for k in sent.keys():
+        a, s = rec[k], sent[k]
+        if tuple(a.shape) != tuple(s.shape):
+            return f"array '{k}' has shape {tuple(a.shape)}, expected {tuple(s.shape)}", 0.0
+        if a.dtype != s.dtype:
+            return f"array '{k}' has dtype {a.dtype}, expected {s.dtype}", 0.0
+        try:
+            arr = a.numpy()
+        except Exception as exc:  # noqa: BLE001 — undecodable bytes are a bad reply
+            return f"array '{k}' cannot be decoded ({exc})", 0.0
+        if not trainable(k):
+            problem = buffer_problem(k, arr)
+            if problem:
+                return problem, 0.0
+        elif np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
+            return f"array '{k}' contains NaN or Inf", 0.0
+    return reply_weight(content, weighted_by_key)
