@@ -102,6 +102,7 @@ class RunStore:
         self._lock_fd: int | None = None
         self._files: dict[str, str] = {}  # the run's files written so far: name → "append" or "table"
         self._rounds: int | None = None  # the rounds of the session's run (None: not given)
+        self._pending_resume: tuple[str, str] | None = None  # "resumed …" not said yet (_announce_resume)
         self._tracker: Any = None  # the run-config key `tracker`'s view of the run (fedcal.tracking)
 
     def __del__(self) -> None:  # a store dropped without finishing releases its lock
@@ -161,7 +162,7 @@ class RunStore:
         with open(self.dir / METRICS_FILE, "w", newline="") as f:
             csv.writer(f).writerow(COLUMNS)
         self._files = {METRICS_FILE: "append"}
-        self.resumed_from = None
+        self.resumed_from = self._pending_resume = None
         self.log_event("started" + (f" ({rounds} rounds)" if rounds is not None else "")
                        + f", pid {os.getpid()}")
         self._open_tracker()
@@ -186,7 +187,9 @@ class RunStore:
             if checkpoint is None:
                 self.start(rounds)
             yield checkpoint
+            self._announce_resume()
         except BaseException as exc:
+            self._announce_resume()
             self.log_event(f"failed: {failure_reason(exc)}")
             raise
         finally:
@@ -203,6 +206,7 @@ class RunStore:
 
     def log_round(self, server_round: int, metrics: Mapping[str, float]) -> None:
         """Append one round's metrics and flush them to disk."""
+        self._announce_resume()
         with open(self.dir / METRICS_FILE, "a", newline="") as f:
             w = csv.writer(f)
             for name, value in metrics.items():
@@ -269,6 +273,7 @@ class RunStore:
 
     def finish(self) -> None:
         """Mark the run finished (``DONE``), log it, drop the checkpoint and release the lock."""
+        self._announce_resume()
         atomic_write(self.dir / DONE_FILE, self.config_hash)
         self.log_event("finished")
         _remove(self.dir / CHECKPOINT_FILE)
@@ -341,9 +346,11 @@ class RunStore:
         try:
             check(checkpoint)
         except Exception as exc:  # noqa: BLE001 — any unusable state means starting over, said once
+            self._pending_resume = None
             self._unusable(exc)
             self.start(self._rounds)
             return None
+        self._announce_resume()
         return checkpoint
 
     def _unusable(self, exc: Exception) -> None:
@@ -393,9 +400,16 @@ class RunStore:
         self.resumed_from = round_
         code, then = provenance()["code"], saved.get("code")
         other = f"; the earlier rounds were made by code {then}, these by {code}" if then and then != code else ""
-        self.resumed(f"from round {round_}", other)
+        # said once the task has taken the state (resumable), or its first round is logged: a state the
+        # task then refuses is one warning (starting over), not "resumed" and then that
+        self._pending_resume = (f"from round {round_}", other)
         self._open_tracker()
         return Checkpoint(round_, state)
+
+    def _announce_resume(self) -> None:
+        pending, self._pending_resume = self._pending_resume, None
+        if pending is not None:
+            self.resumed(*pending)
 
     # ------------------------------------------------------------------ tracker (fedcal.tracking)
     def _open_tracker(self) -> None:
