@@ -204,10 +204,10 @@ class RunState(NamedTuple):
     """What ``fedcal runs`` says about a run directory (:func:`run_state`)."""
 
     run_dir: Path
-    status: str  # one of "finished", "unfinished", "failed", "running"
+    status: str  # one of "finished", "damaged" (DONE, but its files are not whole), "unfinished", "failed", "running"
     last_round: int | None  # the last round logged in metrics.csv
     num_rounds: int | None  # the rounds the run was started for (None: no round structure, or unknown)
-    reason: str  # failed: the reason from run.log; unfinished: why it is not finished; else ""
+    reason: str  # failed: the reason from run.log; unfinished / damaged: why it is not finished; else ""
     resumed_from: str | None  # the last attempt's "resumed from round N" / "resumed after …" (None: not resumed)
     checkpoint: str | None  # the last checkpoint of the last attempt, e.g. "round 40" (None: none)
     pid: int | None  # running: the writer's pid
@@ -224,6 +224,8 @@ class RunState(NamedTuple):
             detail = [f"pid {self.pid}", rounds, resumed]
         elif self.status == "failed":
             detail = [self.reason, rounds, f"checkpoint: {self.checkpoint}" if self.checkpoint else None, resumed]
+        elif self.status == "damaged":
+            detail = [f"DONE, but {self.reason}", "no report reads it; --force re-runs it"]
         else:
             detail = [rounds or "no round logged", f"checkpoint: {self.checkpoint}" if self.checkpoint else None,
                       resumed, self.reason or None]
@@ -259,7 +261,9 @@ def lock_holder(run_dir: str | os.PathLike[str]) -> int | None:
 
 
 def run_state(run_dir: str | os.PathLike[str]) -> RunState:
-    """Finished, running (a process holds its lock), failed (its last attempt ended with
+    """Finished, damaged (a ``DONE`` run whose files are not whole, e.g. a torn ``metrics.csv``:
+    finished for no reader, the same check as the reports', :func:`fedcal.results.checks.check_run`),
+    running (a process holds its lock), failed (its last attempt ended with
     ``failed: <reason>`` in ``run.log``) or unfinished (interrupted, killed, or never
     finished), with how far it got, its last checkpoint and whether its last attempt resumed.
     Runs made before ``run.log`` existed are finished or unfinished by their ``DONE`` alone."""
@@ -278,6 +282,11 @@ def run_state(run_dir: str | os.PathLike[str]) -> RunState:
                status.num_rounds)
     pid = lock_holder(d)
     if status.finished:
+        from fedcal.results.checks import damage  # the reports' check: one notion of finished
+
+        why = damage(d)[1]
+        if why:  # DONE, but what it left is not whole: no reader reports it
+            return RunState(d, "damaged", status.last_round, num, why, resumed, None, None)
         return RunState(d, "finished", status.last_round, num, "", resumed, None, None)
     if pid is not None and pid != os.getpid():
         return RunState(d, "running", status.last_round, num, "", resumed, checkpoint, pid)
