@@ -53,7 +53,8 @@ from fedcal.results.files import (AUDIT_FILE, CHECKPOINT_FILE, CHECKPOINT_FORMAT
                                   RunFailed, RunLocked, RunNameConflict, TIMINGS_FILE, TIMING_COLUMNS, UNRECORDED,
                                   UnfinishedRunError, atomic_write, failure_reason)
 from fedcal.results.identity import (aggregator_hash, check_run_dir, collection_hash, config_hash, default_run_name,
-                                     hashed_keys, load_config, load_run_config, run_dir_for, stored_identity)
+                                     hashed_keys, load_config, load_run_config, run_dir_for, run_id_of,
+                                     stored_identity)
 from fedcal.results.store import (Checkpoint, RunStore)
 from fedcal.results.reading import (RunState, RunStatus, code_of, find_run_dirs, is_finished, load_metrics, load_model,
                                     load_timings, lock_holder, reuse_note, run_events, run_state, run_status,
@@ -65,7 +66,7 @@ __all__ = [
     "FINISHED", "CODE",
     "UNRECORDED", "RunNameConflict", "RunFailed", "RunLocked", "UnfinishedRunError", "failure_reason",
     "atomic_write", "hashed_keys", "config_hash", "collection_hash", "aggregator_hash", "default_run_name",
-    "run_dir_for", "load_run_config", "load_config", "check_run_dir", "stored_identity", "Checkpoint", "RunStore",
+    "run_dir_for", "run_id_of", "load_run_config", "load_config", "check_run_dir", "stored_identity", "Checkpoint", "RunStore",
     "RunStatus", "run_status", "is_finished", "stored_provenance", "code_of", "reuse_note", "warn_reused",
     "load_metrics", "load_timings", "load_model", "RunState", "run_events", "lock_holder", "run_state",
     "find_run_dirs",
