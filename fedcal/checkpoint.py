@@ -89,6 +89,17 @@ def check_tensors_like(state: Any, template: Mapping[str, torch.Tensor], what: s
             raise ValueError(f"its {what}'s {key} is not finite")
 
 
+def check_finite(state: Mapping[str, Any], keys: Sequence[str]) -> None:
+    """Raise (ValueError naming it) unless each of ``keys`` that ``state`` has is a dict of tensors,
+    every floating one finite."""
+    for key in (k for k in keys if k in state):
+        tensors = state[key]
+        if not isinstance(tensors, Mapping) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
+            raise ValueError(f"its {key} is not a dict of tensors")
+        if not all(torch.isfinite(v).all() for v in tensors.values() if v.is_floating_point()):
+            raise ValueError(f"its {key} is not finite")
+
+
 def check_history(state: Mapping[str, Any], last_round: int) -> None:
     """Raise (ValueError) unless a federated task's checkpointed history fits its round
     ``last_round``: ``rows`` one per round ``0 .. last_round`` in order (dicts of numbers),

@@ -249,3 +249,42 @@ def test_a_report_reads_a_run_whose_folder_was_renamed(runs, tmp_path):
     for name in ("table.csv", "reliability.csv", "trajectories.csv"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     assert pd.read_csv(tmp_path / "a" / "table.csv")["run_id"].tolist() == [ref.name]
+
+
+# ---------------------------------------------------------------------------------- distill: its own state
+@pytest.mark.slow  # two distill runs (minutes on a busy CPU)
+def test_a_distill_checkpoint_with_a_non_finite_student_starts_over(tmp_path, caplog):
+    """The distill task checks its own state (the student, its optimiser, the clients' states)
+    through the same mechanism: a NaN in the checkpointed student is one warning, the run starts
+    over and finishes with every round logged once."""
+    pytest.importorskip("peft")
+    import fedcal.app.server as server
+    from tests.test_lifecycle import DISTILL
+
+    cfg = RunConfig.from_flower({**DISTILL, "dst-method": "rfd", "dst-rounds": 4, "output-dir": str(tmp_path)})
+    real = server.server_app_for
+
+    def crash_in_round_3(cfg_, progress=None, sink=None):
+        def boom(server_round, metrics):
+            if server_round == 3:
+                raise RuntimeError("simulated crash")
+        return real(cfg_, boom)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(server, "server_app_for", crash_in_round_3)
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            simulate(cfg, progress=False)
+    run_dir = run_dir_for(cfg)
+    saved = torch.load(run_dir / CHECKPOINT_FILE, weights_only=True)
+    assert saved["round"] == 2
+    student = saved["state"]["model"]
+    student[next(k for k, v in student.items() if v.is_floating_point())].fill_(float("nan"))
+    torch.save(saved, run_dir / CHECKPOINT_FILE)
+    with caplog.at_level(logging.WARNING):
+        simulate(cfg, progress=False)
+    said = UNUSABLE.findall(caplog.text)
+    assert len(said) == 1 and re.search(r"model.* is not finite", said[0]), caplog.text
+    assert "resumed" not in caplog.text
+    rounds = pd.read_csv(run_dir / METRICS_FILE).drop_duplicates(["round", "metric"], keep=False)
+    assert len(rounds) == len(pd.read_csv(run_dir / METRICS_FILE))  # every (round, metric) once
+    assert sorted(set(rounds["round"])) == list(range(5)) and (run_dir / "DONE").exists()

@@ -33,15 +33,14 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import pandas as pd
 
-from fedcal.config import ConfigError, field_names, key_of
-from fedcal.results import CODE, FINISHED, METRICS_FILE, config_hash, load_metrics
+from fedcal.config import ConfigError, RunConfig, field_names, key_of
+from fedcal.results import CODE, FINISHED, METRICS_FILE, config_hash, load_metrics, run_status
 # the soundness checks live with the run store, so that `fedcal runs` and the reports share them
-from fedcal.results.checks import (RunCheck, check_rounds, check_run, evaluated_rounds,  # noqa: F401 (re-exported)
-                                   read_metrics_strict)
+from fedcal.results.checks import check_rounds, damage, evaluated_rounds, read_metrics_strict  # noqa: F401
 
 EVALUATED = "accuracy"  # a round that logged this metric was evaluated
 log = logging.getLogger("fedcal.reports")
@@ -53,6 +52,27 @@ TIMINGS = ("round_seconds",)
 class DuplicateRunError(ConfigError):
     """Two run directories hold the same run (config hash) with different results: a report cannot
     tell which one is the result. The message names both directories."""
+
+
+class RunCheck(NamedTuple):
+    """What :func:`check_run` found: the run's config when readable, and why it cannot be reported
+    ("" when it can)."""
+
+    run_dir: Path
+    cfg: RunConfig | None
+    why: str
+
+
+def check_run(run_dir: str | os.PathLike[str]) -> RunCheck:
+    """Can ``run_dir`` be reported? Finished (``DONE`` matching its config hash) and whole
+    (:func:`damage`). ``why`` is one line: ``<dir>: unfinished (no DONE marker; rounds logged up to
+    16 of 60)``, ``<dir>: finished, but its metrics.csv is torn (line 7 has 3 of 5 fields)`` …"""
+    d = Path(run_dir)
+    status = run_status(d)
+    if not status.finished:
+        return RunCheck(d, None, status.describe())
+    cfg, why = damage(d)
+    return RunCheck(d, cfg, f"{d}: finished, but {why}" if why else "")
 
 
 def _results(run_dir: Path) -> pd.DataFrame:

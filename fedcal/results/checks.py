@@ -1,11 +1,12 @@
-"""Is a run directory a sound, finished run? The one notion of "finished" every reader shares:
-``fedcal runs`` (:func:`fedcal.results.run_state`) and every report (:func:`fedcal.reports.runs.finished_only`).
+"""Is what a ``DONE`` run left whole? The one notion of "finished" every reader shares: ``fedcal
+runs`` (:func:`fedcal.results.run_state`) and every report (:func:`fedcal.reports.runs.check_run`,
+behind :func:`fedcal.reports.runs.finished_only`).
 
 A run is finished when its ``DONE`` matches its config hash (:func:`fedcal.results.run_status`)
-*and* what it left is whole: ``config.json`` readable, ``metrics.csv`` whole (no torn row, no row
-of another run), each (round, metric) logged once and every round of the task's evaluation
-schedule evaluated, and the task's own tables readable (:func:`check_run`). A ``DONE`` run that
-fails these checks is *damaged*: no reader reports it as finished.
+*and* what it left is whole (:func:`damage`): ``config.json`` readable, ``metrics.csv`` whole (no
+torn row, no row of another run), each (round, metric) logged once and every round of the task's
+evaluation schedule evaluated, and the task's own tables readable. A ``DONE`` run that fails these
+checks is *damaged*: no reader reports it as finished.
 """
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ from __future__ import annotations
 import csv
 import os
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 from fedcal.config import RunConfig, key_of, task_config
 from fedcal.results.files import COLUMNS, CONFIG_FILE, METRICS_FILE
 from fedcal.results.identity import load_config
-from fedcal.results.reading import run_status
 
 
 def evaluated_rounds(cfg: RunConfig) -> tuple[str, list[int]] | None:
@@ -110,27 +110,6 @@ def check_rounds(rows: Sequence[tuple[int, str, float]], cfg: RunConfig) -> str:
     if extra:
         return f"its {METRICS_FILE} evaluates {_rounds(extra)} outside its schedule ({plan})"
     return ""
-
-
-class RunCheck(NamedTuple):
-    """What :func:`check_run` found: the run's config when readable, and why it cannot be reported
-    ("" when it can)."""
-
-    run_dir: Path
-    cfg: RunConfig | None
-    why: str
-
-
-def check_run(run_dir: str | os.PathLike[str]) -> RunCheck:
-    """Can ``run_dir`` be reported? Finished (``DONE`` matching its config hash) and whole
-    (:func:`damage`). ``why`` is one line: ``<dir>: unfinished (no DONE marker; rounds logged up to
-    16 of 60)``, ``<dir>: finished, but its metrics.csv is torn (line 7 has 3 of 5 fields)`` …"""
-    d = Path(run_dir)
-    status = run_status(d)
-    if not status.finished:
-        return RunCheck(d, None, status.describe())
-    cfg, why = damage(d)
-    return RunCheck(d, cfg, f"{d}: finished, but {why}" if why else "")
 
 
 def damage(run_dir: str | os.PathLike[str]) -> tuple[RunConfig | None, str]:

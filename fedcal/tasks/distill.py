@@ -64,7 +64,8 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedcal.config import RunConfig
-from fedcal.checkpoint import check_history, check_rng_state, check_tensors_like, require, rng_state, set_rng_state
+from fedcal.checkpoint import (check_finite, check_history, check_rng_state, check_tensors_like, require, rng_state,
+                               set_rng_state)
 from fedcal.results import REJECTIONS_FILE, Checkpoint, RunFailed, RunStore, run_dir_for
 from fedcal.strategies.lora import STACKED_A, to_state
 from fedcal.strategies.lora_baselines import LORA_STRATEGIES, flora_update
@@ -415,31 +416,21 @@ class _DistillServer:
 
     def check_resumable(self, checkpoint: Checkpoint, *, base, cfg: RunConfig, node_to_client: dict[int, int]) -> None:
         """Raise (ValueError, saying what) unless the run can continue from ``checkpoint``'s state:
-        every key present, the history one row per round up to its round, the server's tensors
-        finite and taken by a copy of this server (shapes and keys checked by the models' own
-        loading), each client's state readable, the random streams restorable. Changes nothing."""
+        every key present, one row per round up to its round, the tensors finite, each client's
+        state readable, the server's state taken by a copy of this server and shaped like its
+        model, the random streams restorable. Changes nothing."""
         state = checkpoint.state
         require(state, ("model", "model_rank", "ranks", "rows", "rejections", "aggregated", "clients", "rng",
                         *(("optimizer", "uploads") if self.strategy is None else ("strategy", "arrays"))))
         check_history(state, checkpoint.round)
-        for what in ("model", "uploads", "arrays"):
-            if what in state:
-                tensors = state[what]
-                if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
-                    raise ValueError(f"its {what} is not a dict of tensors")
-                if not all(torch.isfinite(v).all() for v in state[what].values() if v.is_floating_point()):
-                    raise ValueError(f"its {what} is not finite")
-        if type(state["model_rank"]) is not int or state["model_rank"] < 1:
-            raise ValueError(f"its model rank {state['model_rank']!r} is not a rank")
-        if not isinstance(state["clients"], dict) or not isinstance(state["ranks"], dict):
-            raise ValueError("its clients' states or ranks are not dicts")
-        for part, plain in state["clients"].items():
+        check_finite(state, ("uploads", "arrays"))
+        for plain in dict(state["clients"]).values():
             from_plain(plain)
         trial = copy.copy(self)
         trial.model, trial.optimizer, trial.upload_log, trial.strategy, trial.rank_of = copy.deepcopy(
             (self.model, self.optimizer, self.upload_log, self.strategy, dict(self.rank_of)))
         trial.restore(state, base, cfg, node_to_client)
-        check_tensors_like(state["model"], _server_state(trial.model, self.method), "server model")
+        check_tensors_like(state["model"], _server_state(trial.model, self.method), "model")
         check_rng_state(state["rng"])
 
     def restore(self, state: dict, base, cfg: RunConfig, node_to_client: dict[int, int]) -> tuple[list, list, int]:
