@@ -8,6 +8,11 @@ must not raise, the global model stays finite, every rejection is logged with th
 client's partition id and the reason (and counted in the strategy's per-round accounting), and
 the robust rules keep what their guarantee promises. A small task (a BatchNorm MLP on sklearn's
 digits, a minority of attackers) checks that the robust rules keep their accuracy.
+
+The files a run leaves on disk are input too: the matrix of hostile checkpoints (a round outside
+the run, file names outside the run folder, NaN or misshapen model arrays, missing keys, garbage
+random states, a rule state the strategy refuses, checkpoint.pt a folder), of torn finished runs
+and of renamed run folders is tests/test_checkpoint_hostile.py.
 """
 
 from __future__ import annotations

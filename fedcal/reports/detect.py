@@ -40,7 +40,7 @@ from fedcal.detect import EXAMPLE_FILE, EXAMPLE_IMAGE, KEPT_FILE
 from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.runs import finished_only
-from fedcal.results import load_config, load_metrics
+from fedcal.results import load_config, load_metrics, run_id_of
 
 #: the run-config keys the detection table shows: τ (benign = τ 1) and the attack
 SHOWN = ("tau", "attack")
@@ -59,7 +59,7 @@ _RULE_TEXT = {"object": "1 − p(no object)", "class": "max class probability"}
 def _run_info(run_dir: Path) -> dict:
     cfg = json.loads((run_dir / "config.json").read_text())["config"]
     tau = 1.0 if cfg["attack"] == "none" else float(cfg["tau"])
-    return {"run_dir": str(run_dir), "run_id": run_dir.name, "tau": tau, "attack": cfg["attack"],
+    return {"run_dir": str(run_dir), "run_id": run_id_of(run_dir), "tau": tau, "attack": cfg["attack"],
             "seed": int(cfg["seed"]), "det-model": cfg["det-model"], "det-threshold": float(cfg["det-threshold"]),
             "det-keep": cfg.get("det-keep", "object")}
 

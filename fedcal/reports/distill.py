@@ -43,7 +43,7 @@ from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.inference import percent_cell
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.runs import finished_only
-from fedcal.results import load_config, load_metrics
+from fedcal.results import load_config, load_metrics, run_id_of
 
 METRICS = ("ca", "ra", "asr", "flip", "control_flip")
 # column names in the tables; "flip" is the trigger's own effect (fedcal.text.TriggeredSet.flip_rate),
@@ -114,7 +114,7 @@ def run_table(run_dirs: Sequence[str | os.PathLike[str]]) -> tuple[pd.DataFrame,
     metrics = load_metrics(dirs)
     if metrics.empty:
         return pd.DataFrame(), metrics
-    cfgs = {d.name: load_config(d) for d in dirs}
+    cfgs = {run_id_of(d): load_config(d) for d in dirs}  # by run id, as the metrics are (not the folder's name)
     main_label = dict(zip(cfgs, config_labels(list(cfgs.values()), MAIN_SHOWN)))
     ablation_label = dict(zip(cfgs, config_labels(list(cfgs.values()), ABLATION_SHOWN)))
     chances: dict[tuple, ChanceLevel | None] = {}

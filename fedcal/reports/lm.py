@@ -114,8 +114,9 @@ def lm_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.Path
     finals = finals.copy()  # one block: the columns below are added to it one by one
     finals["tau_eff"] = finals.apply(_tau, axis=1)
     finals[CONFIG] = frame_config_labels(finals, SHOWN)
-    dirs = {Path(d).name: Path(d) for d in run_dirs}  # a run's id is its directory's name
-    from fedcal.results import load_config
+    from fedcal.results import load_config, run_id_of
+
+    dirs = {run_id_of(d): Path(d) for d in run_dirs}  # the run's id, not its folder's name (a copy may be renamed)
 
     levels = {r: lm_chance(load_config(dirs[r])) for r in finals["run_id"]}
     finals[CHANCE] = [bool(levels[r] is not None and levels[r].flags(float(a)))
@@ -154,7 +155,7 @@ def lm_report(run_dirs: Sequence[str | os.PathLike[str]], out_dir: str | os.Path
     for (config, tau), dirs in by_tau.items():
         for d in dirs:
             path = d / "generations.csv"
-            if path.exists() and int(finals.loc[finals["run_id"] == d.name, "seed"].iloc[0]) == seed:
+            if path.exists() and int(finals.loc[finals["run_id"] == run_id_of(d), "seed"].iloc[0]) == seed:
                 gens = pd.read_csv(path, keep_default_na=False)
                 texts[name(config, tau)] = gens[gens["sample"] == 0].set_index("prompt_id")
     if texts:

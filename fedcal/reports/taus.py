@@ -29,7 +29,7 @@ from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.markdown import SECE_SIGN, UNITS_NOTE, markdown_table
 from fedcal.reports.plots import defense_bars, reliability_grid, trajectories, trajectory_table
 from fedcal.reports.runs import STALLED, STALLED_NOTE, final_rows, finished_only, run_stalled
-from fedcal.results import UnfinishedRunError, load_config, load_metrics
+from fedcal.results import UnfinishedRunError, load_config, load_metrics, run_id_of
 
 TABLE_COLUMNS = ["strategy", "tau", "run", "accuracy_%", "ece_%", "sece_%", "brier", "nll", "run_id", "code"]
 #: the run-config keys a τ table shows as its own columns (strategy, tau, and the run label's attack
@@ -149,7 +149,7 @@ def write_report(run_dirs: Sequence[str | Path], out_dir: str | Path, title: str
     panels, shown = [], []
     first = table.sort_values("seed", kind="stable").drop_duplicates([c for c in (CONFIG, "tau", "run")
                                                                       if c in table.columns])
-    by_id = {d.name: d for d in run_dirs}
+    by_id = {run_id_of(d): d for d in run_dirs}  # the run's id, not its folder's name (a copy may be renamed)
     for _, r in first.sort_values("tau", kind="stable").iterrows():  # one seed per line; the table covers all
         rel = by_id[r["run_id"]] / "reliability.csv"
         if rel.exists():

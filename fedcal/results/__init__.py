@@ -31,7 +31,10 @@ A run directory has one writer at a time: :meth:`RunStore.start` and :meth:`RunS
 take the lock and a second writer fails at once (:class:`RunLocked`, naming the directory and
 the holder's pid). A run resumes from its checkpoint (:meth:`RunStore.session`): the files it
 appends to are cut back to their length at the checkpoint and the tables it rewrites are put
-back as they were, so a resumed run's files equal an uninterrupted run's.
+back as they were, so a resumed run's files equal an uninterrupted run's. A checkpoint is
+untrusted input: one whose round, file names (:data:`CHECKPOINTED_FILES`, plain names inside the
+run) or entries do not fit the run, or whose state the task refuses (:meth:`RunStore.resumable`),
+is said in one warning and the run starts over.
 
 Tables and plots are built from these files only (:func:`load_metrics`; the final metrics of runs:
 :func:`fedcal.reports.final_metrics`).
@@ -40,20 +43,24 @@ Unfinished runs (no ``DONE`` matching the hash of the config in their ``config.j
 interrupted, crashed, or still running) are never reported as final: :func:`run_status` tells
 finished from unfinished and how far an unfinished run got, :func:`load_metrics` flags every
 per-round row with ``finished``, and every final table (:mod:`fedcal.reports`) leaves unfinished
-runs out and logs one line for each run it left out.
+runs out and logs one line for each run it left out. A ``DONE`` run whose files are not whole (a
+torn ``metrics.csv``, …: :func:`fedcal.results.checks.check_run`) is finished for no reader:
+the reports leave it out and ``fedcal runs`` calls it damaged. A run's id is the one its
+``config.json`` recorded (:func:`run_id_of`), whatever its folder is called now.
 
 A run directory belongs to one config: :meth:`RunStore.start` refuses (:class:`RunNameConflict`)
 to start a run in a directory that holds a run of a different config (the same ``run-name``
 reused), instead of overwriting it.
 """
 
-from fedcal.results.files import (AUDIT_FILE, CHECKPOINT_FILE, CHECKPOINT_FORMAT, CODE, COLUMNS, CONFIG_FILE,
-                                  DONE_FILE, FINISHED, LOCK_FILE, METRICS_FILE, MODEL_FILE, POISONING_FILE,
+from fedcal.results.files import (AUDIT_FILE, CHECKPOINT_FILE, CHECKPOINT_FORMAT, CHECKPOINTED_FILES, CODE, COLUMNS,
+                                  CONFIG_FILE, DONE_FILE, FINISHED, LOCK_FILE, METRICS_FILE, MODEL_FILE, POISONING_FILE,
                                   REJECTIONS_FILE, RUN_LOG,
                                   RunFailed, RunLocked, RunNameConflict, TIMINGS_FILE, TIMING_COLUMNS, UNRECORDED,
                                   UnfinishedRunError, atomic_write, failure_reason)
 from fedcal.results.identity import (aggregator_hash, check_run_dir, collection_hash, config_hash, default_run_name,
-                                     hashed_keys, load_config, load_run_config, run_dir_for, stored_identity)
+                                     hashed_keys, load_config, load_run_config, run_dir_for, run_id_of,
+                                     stored_identity)
 from fedcal.results.store import (Checkpoint, RunStore)
 from fedcal.results.reading import (RunState, RunStatus, code_of, find_run_dirs, is_finished, load_metrics, load_model,
                                     load_timings, lock_holder, reuse_note, run_events, run_state, run_status,
@@ -61,11 +68,13 @@ from fedcal.results.reading import (RunState, RunStatus, code_of, find_run_dirs,
 
 __all__ = [
     "METRICS_FILE", "MODEL_FILE", "CONFIG_FILE", "DONE_FILE", "AUDIT_FILE", "POISONING_FILE", "REJECTIONS_FILE",
-    "TIMINGS_FILE", "RUN_LOG", "CHECKPOINT_FILE", "LOCK_FILE", "TIMING_COLUMNS", "CHECKPOINT_FORMAT", "COLUMNS",
+    "TIMINGS_FILE", "RUN_LOG", "CHECKPOINT_FILE", "CHECKPOINTED_FILES", "LOCK_FILE", "TIMING_COLUMNS",
+    "CHECKPOINT_FORMAT", "COLUMNS",
     "FINISHED", "CODE",
     "UNRECORDED", "RunNameConflict", "RunFailed", "RunLocked", "UnfinishedRunError", "failure_reason",
     "atomic_write", "hashed_keys", "config_hash", "collection_hash", "aggregator_hash", "default_run_name",
-    "run_dir_for", "load_run_config", "load_config", "check_run_dir", "stored_identity", "Checkpoint", "RunStore",
+    "run_dir_for", "run_id_of", "load_run_config", "load_config", "check_run_dir", "stored_identity", "Checkpoint",
+    "RunStore",
     "RunStatus", "run_status", "is_finished", "stored_provenance", "code_of", "reuse_note", "warn_reused",
     "load_metrics", "load_timings", "load_model", "RunState", "run_events", "lock_holder", "run_state",
     "find_run_dirs",

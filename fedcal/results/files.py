@@ -34,6 +34,17 @@ POISONING_FILE = "poisoning.csv"  # every attacker reply of a model-poisoning ru
 TIMINGS_FILE = "timings.csv"  # wall-clock seconds per round, out of metrics.csv (not a result)
 
 
+RELIABILITY_FILE = "reliability.csv"  # the final model's reliability bins (train, lm, detect)
+
+
+#: every file a run's checkpoint may record — the store's own and the tables the checkpointed tasks
+#: write through it (lm: generations.csv; detect: kept.csv, example.csv) —, each a plain name inside
+#: the run directory. The store saves no checkpoint recording another name and resumes from none
+#: that names one (a crafted checkpoint must not write or truncate files elsewhere).
+CHECKPOINTED_FILES = frozenset({METRICS_FILE, RELIABILITY_FILE, REJECTIONS_FILE, AUDIT_FILE, POISONING_FILE,
+                                TIMINGS_FILE, "generations.csv", "kept.csv", "example.csv"})
+
+
 RUN_LOG = "run.log"  # the run's events, one timestamped line each
 
 

@@ -91,6 +91,16 @@ def load_run_config(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     return json.loads((Path(run_dir) / CONFIG_FILE).read_text())
 
 
+def run_id_of(run_dir: str | os.PathLike[str]) -> str:
+    """A run's id, as its ``metrics.csv`` rows carry it: the ``run_id`` its ``config.json`` recorded
+    when it started — a copied or renamed folder keeps it —, else (no readable one) the folder's name."""
+    try:
+        run_id = load_run_config(run_dir).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        run_id = None
+    return run_id if isinstance(run_id, str) and run_id else Path(run_dir).name
+
+
 def load_config(run_dir: str | os.PathLike[str]) -> RunConfig:
     """The validated run config a run directory was produced with."""
     return RunConfig.from_flower(load_run_config(run_dir)["config"])

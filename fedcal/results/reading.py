@@ -205,10 +205,11 @@ class RunState(NamedTuple):
     """What ``fedcal runs`` says about a run directory (:func:`run_state`)."""
 
     run_dir: Path
-    status: str  # one of "finished", "unfinished", "interrupted", "failed", "running"
+    status: str  # one of "finished", "damaged" (DONE, but its files are not whole), "unfinished", "interrupted",
+    #: "failed", "running"
     last_round: int | None  # the last round logged in metrics.csv
     num_rounds: int | None  # the rounds the run was started for (None: no round structure, or unknown)
-    reason: str  # failed / interrupted: the reason from run.log; unfinished: why it is not finished; else ""
+    reason: str  # failed / interrupted: the reason from run.log; unfinished / damaged: why it is not finished
     resumed_from: str | None  # the last attempt's "resumed from round N" / "resumed after …" (None: not resumed)
     checkpoint: str | None  # the last checkpoint of the last attempt, e.g. "round 40" (None: none)
     pid: int | None  # running: the writer's pid
@@ -237,6 +238,8 @@ class RunState(NamedTuple):
             if self.resumable_from is not None:
                 head += f", resumable from round {self.resumable_from}"
             return head + (f" ({'; '.join(detail)})" if detail else "")
+        elif self.status == "damaged":
+            detail = [f"DONE, but {self.reason}", "no report reads it; --force re-runs it"]
         else:
             detail = [rounds or "no round logged", f"checkpoint: {self.checkpoint}" if self.checkpoint else None,
                       resumed, self.reason or None]
@@ -285,7 +288,9 @@ def _checkpoint_round(run_dir: Path, checkpoint: str | None) -> int | None:
 
 
 def run_state(run_dir: str | os.PathLike[str]) -> RunState:
-    """Finished, running (a process holds its lock), interrupted (its last attempt was stopped by
+    """Finished, damaged (a ``DONE`` run whose files are not whole, e.g. a torn ``metrics.csv``:
+    finished for no reader, the same check as the reports', :func:`fedcal.results.checks.check_run`),
+    running (a process holds its lock), interrupted (its last attempt was stopped by
     Ctrl-C, SIGINT or SIGTERM: resumable from its checkpoint's round when ``checkpoint.pt`` is
     there), failed (its last attempt ended with another ``failed: <reason>`` in ``run.log``) or
     unfinished (killed without a word, or never
@@ -306,6 +311,11 @@ def run_state(run_dir: str | os.PathLike[str]) -> RunState:
                status.num_rounds)
     pid = lock_holder(d)
     if status.finished:
+        from fedcal.results.checks import damage  # the reports' check: one notion of finished
+
+        why = damage(d)[1]
+        if why:  # DONE, but what it left is not whole: no reader reports it
+            return RunState(d, "damaged", status.last_round, num, why, resumed, None, None)
         return RunState(d, "finished", status.last_round, num, "", resumed, None, None)
     if pid is not None and pid != os.getpid():
         return RunState(d, "running", status.last_round, num, "", resumed, checkpoint, pid)

@@ -9,6 +9,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from fedcal.config import RunConfig
 from fedcal.provenance import provenance
-from fedcal.results.files import (AUDIT_FILE, CHECKPOINT_FILE, CHECKPOINT_FORMAT, COLUMNS, CONFIG_FILE, DONE_FILE,
-                                  LOCK_FILE, METRICS_FILE, MODEL_FILE, POISONING_FILE, REJECTIONS_FILE, RUN_LOG,
-                                  RunLocked, TIMINGS_FILE, TIMING_COLUMNS, atomic_write, failure_reason, log)
+from fedcal.results.files import (CHECKPOINT_FILE, CHECKPOINT_FORMAT, CHECKPOINTED_FILES, COLUMNS, CONFIG_FILE,
+                                  DONE_FILE, LOCK_FILE, METRICS_FILE, MODEL_FILE, RUN_LOG, RunLocked, TIMINGS_FILE,
+                                  TIMING_COLUMNS, atomic_write, failure_reason, log)
 from fedcal.results.identity import check_run_dir, config_hash
 
 if TYPE_CHECKING:
@@ -32,6 +33,54 @@ class Checkpoint:
 
     round: int
     state: dict[str, Any]
+
+
+class UnusableCheckpoint(ValueError):
+    """A checkpoint that cannot be resumed from (the message says why, one line): the run starts
+    over instead (:meth:`RunStore.session`, :meth:`RunStore.resumable`)."""
+
+
+def _remove(path: Path) -> None:
+    """Remove a file of the run (a directory in its place too: it can only be debris)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _checked(saved: Any, config_hash: str, rounds: int | None) -> tuple[int, dict[str, dict[str, Any]], dict]:
+    """(round, files, state) of a loaded checkpoint, every field checked against the run (its
+    config hash and ``rounds``) and the store's file names; :class:`UnusableCheckpoint` saying
+    what is wrong otherwise. A checkpoint is untrusted input: it may have been edited or crafted."""
+    if not isinstance(saved, dict):
+        raise UnusableCheckpoint(f"it holds a {type(saved).__name__}, not a checkpoint")
+    missing = [k for k in ("format", "config_hash", "round", "files", "state") if k not in saved]
+    if missing:
+        raise UnusableCheckpoint(f"it lacks {', '.join(missing)}")
+    if saved["format"] != CHECKPOINT_FORMAT or saved["config_hash"] != config_hash:
+        raise UnusableCheckpoint("written for another config or by another checkpoint format")
+    round_, files, state = saved["round"], saved["files"], saved["state"]
+    if type(round_) is not int or round_ < 0 or (rounds is not None and round_ >= rounds):
+        last = "" if rounds is None else rounds - 1
+        raise UnusableCheckpoint(f"its round {round_!r} is not one of the run's rounds 0-{last}")
+    if not isinstance(files, dict) or not isinstance(state, dict):
+        raise UnusableCheckpoint("its files or state is not a dict")
+    for name, info in files.items():
+        if name not in CHECKPOINTED_FILES:
+            raise UnusableCheckpoint(f"it names a file {str(name)[:80]!r} that is not one of the run's "
+                                     f"({', '.join(sorted(CHECKPOINTED_FILES))})")
+        kind = info.get("kind") if isinstance(info, dict) else None
+        if kind == "append":
+            if type(info.get("size")) is not int or info["size"] < 0:
+                raise UnusableCheckpoint(f"its size of {name} is {info.get('size')!r}, not a byte count")
+        elif kind == "table":
+            if not isinstance(info.get("data"), bytes):
+                raise UnusableCheckpoint(f"its content of {name} is not bytes")
+        else:
+            raise UnusableCheckpoint(f"its entry of {name} is neither an appended file nor a table")
+    if files.get(METRICS_FILE, {}).get("kind") != "append":
+        raise UnusableCheckpoint(f"it does not record {METRICS_FILE}")
+    return round_, files, state
 
 
 class RunStore:
@@ -52,6 +101,8 @@ class RunStore:
         self.resumed_from: int | None = None
         self._lock_fd: int | None = None
         self._files: dict[str, str] = {}  # the run's files written so far: name → "append" or "table"
+        self._rounds: int | None = None  # the rounds of the session's run (None: not given)
+        self._pending_resume: tuple[str, str] | None = None  # "resumed …" not said yet (_announce_resume)
         self._tracker: Any = None  # the run-config key `tracker`'s view of the run (fedcal.tracking)
 
     def __del__(self) -> None:  # a store dropped without finishing releases its lock
@@ -102,9 +153,8 @@ class RunStore:
         (:class:`RunNameConflict`), never overwritten."""
         self.check()
         self.acquire()
-        for name in (METRICS_FILE, "reliability.csv", REJECTIONS_FILE, AUDIT_FILE, DONE_FILE, CONFIG_FILE,
-                     MODEL_FILE, TIMINGS_FILE, CHECKPOINT_FILE):
-            (self.dir / name).unlink(missing_ok=True)
+        for name in (*sorted(CHECKPOINTED_FILES), DONE_FILE, CONFIG_FILE, MODEL_FILE, CHECKPOINT_FILE):
+            _remove(self.dir / name)
         self.dir.mkdir(parents=True, exist_ok=True)
         atomic_write(self.dir / CONFIG_FILE, json.dumps(
             {"run_id": self.run_id, "config_hash": self.config_hash, "config": self.cfg.to_flower(),
@@ -112,7 +162,7 @@ class RunStore:
         with open(self.dir / METRICS_FILE, "w", newline="") as f:
             csv.writer(f).writerow(COLUMNS)
         self._files = {METRICS_FILE: "append"}
-        self.resumed_from = None
+        self.resumed_from = self._pending_resume = None
         self.log_event("started" + (f" ({rounds} rounds)" if rounds is not None else "")
                        + f", pid {os.getpid()}")
         self._open_tracker()
@@ -123,15 +173,23 @@ class RunStore:
         is a usable one (``resume``) — yielding it — or start fresh (:meth:`start`, yielding None);
         an exception that ends the attempt (a crash, Ctrl-C, SIGTERM turned into an exception)
         is logged as ``failed: <reason>`` in ``run.log`` before it propagates; the lock is
-        released at the end either way. The task calls :meth:`finish` inside it."""
+        released at the end either way. The task calls :meth:`finish` inside it.
+
+        A checkpoint is untrusted input: one whose fields do not fit the run — a round outside
+        ``0 .. rounds - 1``, a file that is not one of the run's (:data:`CHECKPOINTED_FILES`), a
+        missing or mistyped entry, a file cut shorter than it recorded — is not resumed from (one
+        warning, the run starts over). The task checks its own state with :meth:`resumable`."""
         self.check()
         self.acquire()
+        self._rounds = rounds
         try:
-            checkpoint = self._restore() if resume else None
+            checkpoint = self._restore(rounds) if resume else None
             if checkpoint is None:
                 self.start(rounds)
             yield checkpoint
+            self._announce_resume()
         except BaseException as exc:
+            self._announce_resume()
             self.log_event(f"failed: {failure_reason(exc)}")
             raise
         finally:
@@ -148,6 +206,7 @@ class RunStore:
 
     def log_round(self, server_round: int, metrics: Mapping[str, float]) -> None:
         """Append one round's metrics and flush them to disk."""
+        self._announce_resume()
         with open(self.dir / METRICS_FILE, "a", newline="") as f:
             w = csv.writer(f)
             for name, value in metrics.items():
@@ -214,9 +273,10 @@ class RunStore:
 
     def finish(self) -> None:
         """Mark the run finished (``DONE``), log it, drop the checkpoint and release the lock."""
+        self._announce_resume()
         atomic_write(self.dir / DONE_FILE, self.config_hash)
         self.log_event("finished")
-        (self.dir / CHECKPOINT_FILE).unlink(missing_ok=True)
+        _remove(self.dir / CHECKPOINT_FILE)
         self.release()
 
     # ------------------------------------------------------------------ checkpoints
@@ -242,6 +302,8 @@ class RunStore:
             state = state()
         files: dict[str, dict[str, Any]] = {}
         for name, kind in self._files.items():
+            if name not in CHECKPOINTED_FILES:  # a resume would refuse it: the task's table must be listed there
+                raise ValueError(f"{name} is not among the files a checkpoint records (CHECKPOINTED_FILES)")
             path = self.dir / name
             if kind == "append":
                 with open(path, "rb+") as f:
@@ -272,30 +334,57 @@ class RunStore:
         finally:
             self.release()
 
-    def _restore(self) -> Checkpoint | None:
+    def resumable(self, checkpoint: Checkpoint | None, check: Callable[[Checkpoint], None]) -> Checkpoint | None:
+        """``checkpoint`` if the task's ``check`` of its state passes, else None, the run started
+        over (one warning naming why, as for a checkpoint the store itself cannot use). ``check``
+        raises (any exception: a missing key, a tensor of the wrong shape or not finite, a random
+        state that does not restore, a rule state the strategy refuses) and changes nothing; the
+        task calls this once, after building what the check compares against and before using
+        the state. Where there is no checkpoint, None."""
+        if checkpoint is None:
+            return None
+        try:
+            check(checkpoint)
+        except Exception as exc:  # noqa: BLE001 — any unusable state means starting over, said once
+            self._pending_resume = None
+            self._unusable(exc)
+            self.start(self._rounds)
+            return None
+        self._announce_resume()
+        return checkpoint
+
+    def _unusable(self, exc: Exception) -> None:
+        why = " ".join(str(exc).split()) or type(exc).__name__
+        why = why if len(why) <= 300 else why[:297] + "..."
+        log.warning("%s: cannot resume from its checkpoint (%s); starting the run over", self.dir, why)
+        self.log_event(f"checkpoint unusable ({why}); starting over")
+
+    def _restore(self, rounds: int | None = None) -> Checkpoint | None:
         """The checkpoint to resume from, with the run's files put back as they were when it was
         written; None (after one warning line saying why, when there was a checkpoint) when the
-        run must start over: no checkpoint, an unreadable or foreign one, or a file cut shorter
-        than the checkpoint recorded."""
+        run must start over: no checkpoint, an unreadable or foreign one, one whose fields do not
+        fit the run (:func:`_checked`: its round among ``rounds``, its files among the run's), or a
+        file cut shorter than the checkpoint recorded."""
         from fedcal.checkpoint import load
 
         path = self.dir / CHECKPOINT_FILE
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             return None
         try:
+            if not path.is_file() or path.is_symlink():
+                raise UnusableCheckpoint(f"{CHECKPOINT_FILE} is not a regular file")
             saved = load(path)
-            round_, files, state = int(saved["round"]), dict(saved["files"]), dict(saved["state"])
-            if saved.get("format") != CHECKPOINT_FORMAT or saved.get("config_hash") != self.config_hash:
-                raise ValueError("written for another config or by another checkpoint format")
-            if not (self.dir / CONFIG_FILE).exists():
-                raise ValueError(f"no {CONFIG_FILE}")
+            round_, files, state = _checked(saved, self.config_hash, rounds)
+            if not (self.dir / CONFIG_FILE).is_file():
+                raise UnusableCheckpoint(f"no {CONFIG_FILE}")
             for name, info in files.items():
-                if info["kind"] == "append" and (not (self.dir / name).exists()
-                                                 or (self.dir / name).stat().st_size < info["size"]):
-                    raise ValueError(f"{name} is shorter than at the checkpoint")
+                target = self.dir / name
+                if target.is_symlink() or (target.exists() and not target.is_file()):
+                    raise UnusableCheckpoint(f"{name} is not a regular file")
+                if info["kind"] == "append" and (not target.exists() or target.stat().st_size < info["size"]):
+                    raise UnusableCheckpoint(f"{name} is shorter than at the checkpoint")
         except Exception as exc:  # noqa: BLE001 — any unusable checkpoint means starting over, said once
-            log.warning("%s: cannot resume from its checkpoint (%s); starting the run over", self.dir, exc)
-            self.log_event(f"checkpoint unusable ({exc}); starting over")
+            self._unusable(exc)
             return None
         for name, info in files.items():
             if info["kind"] == "append":
@@ -304,17 +393,23 @@ class RunStore:
                 tmp = self.dir / (name + ".tmp")
                 tmp.write_bytes(info["data"])
                 os.replace(tmp, self.dir / name)
-        for name in (METRICS_FILE, "reliability.csv", REJECTIONS_FILE, AUDIT_FILE, POISONING_FILE, TIMINGS_FILE,
-                     MODEL_FILE, DONE_FILE):
+        for name in (*sorted(CHECKPOINTED_FILES), MODEL_FILE, DONE_FILE):
             if name not in files:  # written after the checkpoint by the attempt that stopped
-                (self.dir / name).unlink(missing_ok=True)
+                _remove(self.dir / name)
         self._files = {name: info["kind"] for name, info in files.items()}
         self.resumed_from = round_
         code, then = provenance()["code"], saved.get("code")
         other = f"; the earlier rounds were made by code {then}, these by {code}" if then and then != code else ""
-        self.resumed(f"from round {round_}", other)
+        # said once the task has taken the state (resumable), or its first round is logged: a state the
+        # task then refuses is one warning (starting over), not "resumed" and then that
+        self._pending_resume = (f"from round {round_}", other)
         self._open_tracker()
         return Checkpoint(round_, state)
+
+    def _announce_resume(self) -> None:
+        pending, self._pending_resume = self._pending_resume, None
+        if pending is not None:
+            self.resumed(*pending)
 
     # ------------------------------------------------------------------ tracker (fedcal.tracking)
     def _open_tracker(self) -> None:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import copy
 import functools
 import time
 from collections import OrderedDict
@@ -63,11 +64,12 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedcal.config import RunConfig
-from fedcal.checkpoint import rng_state, set_rng_state
+from fedcal.checkpoint import (check_finite, check_history, check_rng_state, check_tensors_like, require, rng_state,
+                               set_rng_state)
 from fedcal.results import REJECTIONS_FILE, Checkpoint, RunFailed, RunStore, run_dir_for
 from fedcal.strategies.lora import STACKED_A, to_state
 from fedcal.strategies.lora_baselines import LORA_STRATEGIES, flora_update
-from fedcal.tasks.client_state import collect_states, restore_states
+from fedcal.tasks.client_state import collect_states, from_plain, restore_states
 from fedcal.tasks.distill_replies import upload_bytes, valid_uploads
 from fedcal.tasks.nodes import (
     check_partitions,
@@ -266,6 +268,8 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
             progress(server_round, metrics)
 
     aggregated, first_round = 0, 1
+    checkpoint = store.resumable(checkpoint, functools.partial(server.check_resumable, base=base, cfg=cfg,
+                                                               node_to_client=node_to_client))
     if checkpoint is None:
         finish_round(0, {})
     else:
@@ -409,6 +413,25 @@ class _DistillServer:
                if self.strategy is None else {"strategy": self.strategy.state_dict(), "arrays": to_state(self.arrays)}),
             "clients": collect_states(grid, node_to_client),
             "rng": rng_state()}
+
+    def check_resumable(self, checkpoint: Checkpoint, *, base, cfg: RunConfig, node_to_client: dict[int, int]) -> None:
+        """Raise (ValueError, saying what) unless the run can continue from ``checkpoint``'s state:
+        every key present, one row per round up to its round, the tensors finite, each client's
+        state readable, the server's state taken by a copy of this server and shaped like its
+        model, the random streams restorable. Changes nothing."""
+        state = checkpoint.state
+        require(state, ("model", "model_rank", "ranks", "rows", "rejections", "aggregated", "clients", "rng",
+                        *(("optimizer", "uploads") if self.strategy is None else ("strategy", "arrays"))))
+        check_history(state, checkpoint.round)
+        check_finite(state, ("uploads", "arrays"))
+        for plain in dict(state["clients"]).values():
+            from_plain(plain)
+        trial = copy.copy(self)
+        trial.model, trial.optimizer, trial.upload_log, trial.strategy, trial.rank_of = copy.deepcopy(
+            (self.model, self.optimizer, self.upload_log, self.strategy, dict(self.rank_of)))
+        trial.restore(state, base, cfg, node_to_client)
+        check_tensors_like(state["model"], _server_state(trial.model, self.method), "model")
+        check_rng_state(state["rng"])
 
     def restore(self, state: dict, base, cfg: RunConfig, node_to_client: dict[int, int]) -> tuple[list, list, int]:
         """A checkpoint's server side put back; returns its rows, rejections and rounds aggregated."""

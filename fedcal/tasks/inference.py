@@ -218,7 +218,7 @@ def run_inference(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None
     result = InferenceResult(run_dir=store.dir, accuracy=pd.DataFrame())
     # an earlier attempt's complete collection, made under this config (start() keeps both files)
     collected = path.exists() and (store.dir / ANSWERS_FILE).exists() and _same_config(store)
-    with store.session():
+    with store.session(resume=False):  # its checkpoint is probits.pt: a checkpoint.pt is never this task's
         if collected:
             log(INFO, "%s: reusing the probits collected earlier", path)
             store.resumed(f"after the clients' collection ({PROBITS_FILE} of an earlier attempt)")

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import copy
+import functools
 import math
 
 import time
@@ -39,7 +41,8 @@ from fedcal.attacks.backdoor import PixelBackdoor, attack_success_rate, triggere
 from fedcal.data import client_data, load_dataset, pixel_space, root_set
 from fedcal.metrics import METRIC_KEYS, calibration_metrics, reliability_bins
 from fedcal.models import build_model
-from fedcal.checkpoint import rng_state, set_rng_state
+from fedcal.checkpoint import (check_history, check_rng_state, check_tensors_like, require, rng_state,
+                               set_rng_state)
 from fedcal.results import AUDIT_FILE, POISONING_FILE, REJECTIONS_FILE, Checkpoint, RunFailed, RunStore, run_dir_for
 from fedcal.strategies import strategy_from_config
 from fedcal.strategies.base import UpdateAggregationStrategy
@@ -167,6 +170,8 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
     rejections: list[dict] = []
     aggregated_before = 0  # rounds that aggregated before the checkpoint this attempt resumed from
     arrays, first_round = ArrayRecord(initial), 1
+    resume = store.resumable(resume, functools.partial(check_resumable, initial=initial, strategy=strategy,
+                                                       node_to_client=node_to_client))
     if resume is not None:
         arrays, first_round, rows, rejections, aggregated_before = _resumed(resume, strategy, node_to_client,
                                                                             progress, num_rounds)
@@ -208,6 +213,23 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
             f"{num_rounds} round(s), reasons in {REJECTIONS_FILE}); the model is untrained and the run is "
             "not marked DONE")
     return result.arrays.to_torch_state_dict(), rows
+
+
+def check_resumable(resume: Checkpoint, *, initial: dict[str, torch.Tensor], strategy: UpdateAggregationStrategy,
+                    node_to_client: dict[int, int]) -> None:
+    """Raise (ValueError, saying what) unless :func:`federate` can continue from ``resume``'s state:
+    every key present, the global model shaped like ``initial`` and finite, one row per round up to
+    the checkpoint's, the rule's state taken by a copy of ``strategy``, the random streams
+    restorable. Changes nothing (the run store starts the run over when it raises:
+    :meth:`RunStore.resumable`)."""
+    state = resume.state
+    require(state, ("arrays", "strategy", "rows", "rejections", "aggregated", "rng"))
+    check_tensors_like(state["arrays"], initial, "global model")
+    check_history(state, resume.round)
+    if not isinstance(state["strategy"], dict):
+        raise ValueError(f"its rule state is a {type(state['strategy']).__name__}, not a dict")
+    copy.deepcopy(strategy).load_state_dict(state["strategy"], {c: n for n, c in node_to_client.items()})
+    check_rng_state(state["rng"])
 
 
 def _resumed(resume: Checkpoint, strategy: UpdateAggregationStrategy, node_to_client: dict[int, int],
