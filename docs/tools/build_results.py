@@ -1010,11 +1010,13 @@ def same_runs_note(name: str, other: str, here: str, there: str) -> str:
     both readings side by side, from the two tables' CSVs."""
     a = pd.read_csv(DOCS / "results" / name / "table.csv")
     b = pd.read_csv(DOCS / "results" / other / "table.csv")
-    both = a.merge(b, on="run_id", suffixes=("_a", "_b"))
+    # each make carries its own run id (docs/tools/table_integrity.py): matched on the run directory's name
+    name = lambda t: t.assign(name=t["run_id"].str.split("@").str[0])  # noqa: E731
+    both = name(a).merge(name(b), on="name", suffixes=("_a", "_b"))
     if both.empty:
         return ""
     rows = pd.DataFrame({
-        "run": both["run_id"],
+        "run": both["name"],
         f"accuracy_% ({there})": both["accuracy_%_b"], f"accuracy_% ({here})": both["accuracy_%_a"],
         f"sece_% ({there})": both["sece_%_b"], f"sece_% ({here})": both["sece_%_a"],
         f"d_sece ({there})": both["d_sece_b"], f"d_sece ({here})": both["d_sece_a"]})
