@@ -60,3 +60,49 @@ def test_no_committed_run_id_names_two_values(integrity):
     bad = integrity.two_valued(integrity.readings())
     assert bad.empty, "run ids with two values:\n" + "\n".join(
         f"{b.run_id} {b.metric}: {b.values}" for b in bad.itertuples())
+
+
+# (summary over seeds, the per-run table it averages, the per-run accuracy column and its scale)
+SUMMARIES = (("table_seeds.csv", "table.csv", "accuracy_%", 100), ("robustness.csv", "robustness_runs.csv", "accuracy", 1),
+             ("seeds.csv", "cells.csv", "accuracy", 1))
+NOT_KEYS = ("seeds", "seeds_in_means", "chance_level", "stalled", "left_out", "replies_rejected_total")
+
+
+def _summaries():
+    for summary, runs, acc, scale in SUMMARIES:
+        for path in sorted((ROOT / "docs" / "results").rglob(summary)):
+            if (path.parent / runs).exists():
+                yield path, path.parent / runs, acc, scale
+
+
+@pytest.mark.parametrize("summary, runs, acc, scale", list(_summaries()),
+                         ids=lambda v: v.parent.name if isinstance(v, Path) else None)
+def test_every_seed_count_is_the_count_averaged_and_every_seed_left_out_is_named(summary, runs, acc, scale):
+    """Recounted from the per-run table, independently of the builder: a run is averaged when its accuracy is
+    a number and its model neither at chance nor stalled; ``seeds`` is how many were, and every other run's
+    seed is named with its reason in ``left_out``."""
+    s, r = pd.read_csv(summary), pd.read_csv(runs)
+    assert "chance_level" in r.columns, f"{runs.relative_to(ROOT)} flags no run at chance"
+    keys = [c for c in s.columns if not c.endswith(("_mean", "_std")) and c not in NOT_KEYS and c in r.columns]
+    flagged = r["chance_level"].fillna(False).astype(bool)
+    if "stalled" in r.columns:
+        flagged |= r["stalled"].fillna(False).astype(bool)
+    r = r.assign(_in=r[acc].notna() & ~flagged)
+    for _, row in s.iterrows():
+        mask = pd.Series(True, index=r.index)
+        for k in keys:
+            mask &= (r[k] == row[k]) | (r[k].isna() & pd.isna(row[k]))
+        group = r[mask]
+        assert len(group), f"{summary.relative_to(ROOT)}: no runs for {row[keys].to_dict()}"
+        assert int(row["seeds"]) == int(group["_in"].sum()), (
+            f"{summary.relative_to(ROOT)} {row[keys].to_dict()}: says {row['seeds']} seeds, averages "
+            f"{int(group['_in'].sum())}")
+        out = group[~group["_in"]]
+        named = str(row.get("left_out", "")) if pd.notna(row.get("left_out", "")) else ""
+        for seed in out["seed"]:
+            assert f"seed {int(seed)}: " in named, f"{summary.relative_to(ROOT)} {row[keys].to_dict()}: seed {seed} " \
+                                                   "left out without its reason"
+        if len(out):  # and the mean is over the averaged runs only
+            averaged = group.loc[group["_in"], acc]
+            mean = row[f"{acc}_mean"]
+            assert (averaged.empty and pd.isna(mean)) or mean == pytest.approx(averaged.mean())

@@ -2,6 +2,7 @@
 
     python docs/tools/table_integrity.py           # list the run ids with two values (exit 1 if any)
     python docs/tools/table_integrity.py --tag     # give the re-made copies named in REMADE their own ids
+    python docs/tools/table_integrity.py --summaries   # rebuild every summary over seeds from its runs' table
 
 **One run id, one result.** A run id (``<dataset>-<model>-<strategy>-<attack>-s<seed>-<config hash>``)
 names a run's configuration, not a run: the same configuration made again — by other code, on
@@ -145,10 +146,117 @@ def _tagged(value, make: str):
     return f"{value.rstrip('/')}@{make}"
 
 
+#: the test sets' labels (../shared/data beside the checkout): the chance level of a committed table's runs
+DATA = RESULTS.parents[2] / "shared" / "data"
+
+
+def _chance_flags(datasets: pd.Series, accuracy: pd.Series) -> list[bool]:
+    """The chance rule (fedcal.reports.chance) on committed accuracies (fractions) of whole-test-set evaluations."""
+    from fedcal.reports.chance import image_chance
+
+    levels = {d: image_chance(d, str(DATA), None if (DATA / f"{d}_test.npz").exists() else 10_000)
+              for d in datasets.unique()}
+    return [bool(levels[d] is not None and levels[d].flags(float(a))) for d, a in zip(datasets, accuracy)]
+
+
+def _with_chance(t: pd.DataFrame, datasets: pd.Series, accuracy: pd.Series, before: str | None) -> pd.DataFrame:
+    """``t`` with a ``chance_level`` column (computed where the table was written before it existed)."""
+    if "chance_level" in t.columns:
+        return t
+    at = list(t.columns).index(before) if before in t.columns else len(t.columns)
+    t = t.copy()
+    t.insert(at, "chance_level", _chance_flags(datasets, accuracy))
+    return t
+
+
+def _swap_tables(md: str, new_md: str) -> str:
+    """``md`` with each of its Markdown tables replaced, in order, by those of ``new_md`` (the prose kept)."""
+    def blocks(text):
+        out, cur = [], []
+        for line in text.split("\n"):
+            if line.startswith("|"):
+                cur.append(line)
+            elif cur:
+                out.append(cur)
+                cur = []
+        return out + ([cur] if cur else [])
+    old, new = blocks(md), blocks(new_md)
+    if len(old) != len(new):
+        raise ValueError(f"{len(old)} tables in the page, {len(new)} built")
+    for o, n in zip(old, new):
+        md = md.replace("\n".join(o), "\n".join(n), 1)
+    return md
+
+
+def _footnote_once(md: str, flagged: bool, datasets) -> str:
+    from fedcal.reports.chance import MARK, footnote, image_chance
+
+    if not flagged or f"\n{MARK} " in md:
+        return md
+    note = footnote(image_chance(d, str(DATA)) for d in set(datasets))
+    head, sep, units = md.rpartition("\naccuracy, ECE and sECE in percent")
+    return (head + "\n\n" + note + sep + units) if sep else md.rstrip("\n") + "\n\n" + note
+
+
+def refresh_summaries(root: Path = RESULTS) -> list[Path]:
+    """Rebuild every committed summary over seeds from the per-run table beside it, by the builders' rule
+    (the τ tables' ``table_seeds.csv``, the robustness reports' ``robustness.csv``, the sweeps' ``seeds.csv``)
+    and the tables of its Markdown page; the files changed."""
+    from fedcal.reports.robustness import robustness_markdown, summarise_robustness
+    from fedcal.reports.sweeps import REJECTED, seed_markdown, seed_summary
+    from fedcal.reports.taus import seed_summary as tau_summary
+    from fedcal.reports.taus import seeds_markdown
+
+    changed = []
+
+    def write(path: Path, text: str):
+        if path.read_text() != text:
+            path.write_text(text)
+            changed.append(path)
+
+    for summary in sorted(root.rglob("table_seeds.csv")):
+        folder = summary.parent
+        t = pd.read_csv(folder / "table.csv")
+        datasets = t["run_id"].str.split("-").str[0]
+        t = _with_chance(t, datasets, t["accuracy_%"] / 100, "d_accuracy")
+        write(folder / "table.csv", t.to_csv(index=False))
+        agg = tau_summary(t)
+        write(summary, agg.to_csv(index=False))
+        md = (folder / "table.md").read_text()
+        write(folder / "table.md", _footnote_once(_swap_tables(md, seeds_markdown(agg)), t["chance_level"].any(),
+                                                  datasets))
+    for summary in sorted(root.rglob("robustness.csv")):
+        folder = summary.parent
+        t = pd.read_csv(folder / "robustness_runs.csv")
+        t = _with_chance(t, t["dataset"], t["accuracy"], None)
+        write(folder / "robustness_runs.csv", t.to_csv(index=False))
+        agg = summarise_robustness(t)
+        write(summary, agg.to_csv(index=False))
+        md = (folder / "robustness.md").read_text()
+        head = md[:md.index("### ")]
+        spec = next(line for line in md.splitlines() if line.startswith("Evaluated at"))
+        text = head + robustness_markdown(agg) + "\n" + spec + "\n"
+        write(folder / "robustness.md", _footnote_once(text, t["chance_level"].any(), t["dataset"]))
+    for summary in sorted(root.rglob("seeds.csv")):
+        folder = summary.parent
+        cells, old = pd.read_csv(folder / "cells.csv"), pd.read_csv(summary)
+        axes = [c for c in old.columns if not c.endswith(("_mean", "_std")) and c in cells.columns
+                and c not in ("seeds", "seeds_in_means", "chance_level", "stalled", REJECTED, "left_out")]
+        agg = seed_summary(cells, pd.DataFrame(), [*axes, "seed"])
+        agg[REJECTED] = agg[axes].merge(old[[*axes, REJECTED]], on=axes, how="left")[REJECTED].to_numpy()
+        write(summary, agg.to_csv(index=False))
+        md = (folder / "seeds.md").read_text()
+        write(folder / "seeds.md", _swap_tables(md, seed_markdown(agg)))
+    return changed
+
+
 def main(argv: list[str]) -> int:
     if "--tag" in argv:
         for p in tag():
             print(f"tagged {p.relative_to(RESULTS)}")
+    if "--summaries" in argv:
+        for p in refresh_summaries():
+            print(f"rebuilt {p.relative_to(RESULTS)}")
     bad = two_valued(readings())
     for _, b in bad.iterrows():
         print(f"{b['run_id']} {b['metric']} [{b['measurement']}]: {b['values']}")

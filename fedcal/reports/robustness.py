@@ -30,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedcal.config import RunConfig
-from fedcal.reports.chance import cfg_chance, footnote, marked
+from fedcal.reports.chance import cfg_chance, footnote
 from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.markdown import markdown_table
 from fedcal.reports.plots import robustness_curves
@@ -189,18 +189,28 @@ CHANCE = "chance_level"
 
 def summarise_robustness(table: pd.DataFrame) -> pd.DataFrame:
     """Mean and std (ddof 1; 0 for one seed) over seeds of every metric per
-    (setting, dataset, model, strategy, training, τ), with the number of seeds."""
+    (setting, dataset, model, strategy, training, τ); ``seeds`` is the number of seeds averaged: a run
+    whose model is at chance (``chance_level``) or whose metrics are NaN is left out of the means — a
+    constant answer is "robust" to every attack — counted in ``chance_level`` and named with its
+    reason in ``left_out`` (:func:`fedcal.reports.sweeps.left_out_reasons`)."""
+    from fedcal.reports.sweeps import left_out_names, left_out_reasons
+
     table = table.assign(**{CONFIG: table[CONFIG] if CONFIG in table.columns else ""})
     metrics = [m for m in table.columns if m not in (*GROUP, "seed", "run", CHANCE)]
     twice = table[table.duplicated([*GROUP, "seed"], keep=False)]
     if not twice.empty:
         raise ValueError(f"two runs of one seed in one robustness row: {', '.join(twice['run'])}")
+    reasons = left_out_reasons(table)
     g = table.groupby(GROUP, sort=False)
-    mean = g[metrics].mean()
-    std = g[metrics].std(ddof=1).fillna(0.0)
-    out = mean.add_suffix("_mean").join(std.add_suffix("_std")).join(g.size().rename("seeds"))
+    sound = table[reasons.eq("")].groupby(GROUP, sort=False)
+    out = pd.DataFrame(index=g.size().index)
+    out = out.join(sound[metrics].mean().add_suffix("_mean"))
+    out = out.join(sound[metrics].std(ddof=1).fillna(0.0).add_suffix("_std"))
+    out = out.join(sound.size().rename("seeds"))
+    out["seeds"] = out["seeds"].fillna(0).astype(int)
     if CHANCE in table.columns:
         out = out.join(g[CHANCE].sum().astype(int))
+    out = out.join(left_out_names(table, reasons, GROUP))
     order = {s: i for i, s in enumerate(SETTINGS)}
     out = out.reset_index()
     out["_o"] = out["setting"].map(order)
@@ -229,12 +239,10 @@ def robustness_markdown(summary: pd.DataFrame, title: str = "") -> str:
             row = {"τ": f"{r['tau']:g}", "training": r["training"], "seeds": int(r["seeds"])}
             for m, name in METRICS.items():
                 if f"{m}_mean" in r:
-                    row[name + ("" if m in _RAW else " %")] = _cell(r[f"{m}_mean"], r[f"{m}_std"], int(r["seeds"]),
-                                                                   m in _RAW)
-            k = int(r.get(CHANCE, 0) or 0)
-            if k and "clean acc %" in row:
-                row["clean acc %"] = marked(row["clean acc %"], True) + \
-                    ("" if k == int(r["seeds"]) else f" ({k}/{int(r['seeds'])} seeds)")
+                    row[name + ("" if m in _RAW else " %")] = "—" if not int(r["seeds"]) else \
+                        _cell(r[f"{m}_mean"], r[f"{m}_std"], int(r["seeds"]), m in _RAW)
+            if block.get("left_out", pd.Series(dtype=object)).fillna("").ne("").any():
+                row["left out of the means"] = r["left_out"] if isinstance(r["left_out"], str) else ""
             rows.append(row)
         head = (f"{key[1]}, {key[2]}–{key[3]}, {key[4]} ({key[0]})" if configs
                 else f"{key[0]}, {key[1]}–{key[2]}, {key[3]}")
