@@ -470,7 +470,9 @@ ANALYSES = [
      "As in the 5-step reading: τ = 0.2 models are as close to benign models of other seeds as benign models "
      "are to each other, while every τ = 5 model's CKA against a benign model of another seed falls below the "
      "lowest benign–benign CKA (similarity.csv), at a logit cosine in the benign range. The trace of the "
-     "strongest over-confidence attack in the penultimate features survives paper-scale training."),
+     "strongest over-confidence attack in the penultimate features survives paper-scale training — yet every "
+     "pair stays above the paper's own thresholds (logit cosine ≥ 0.85, CKA above ~ 0.8, its Section 5.3), "
+     "the claim the claims table checks."),
     ("paper-cifar10-stealth", "Update similarity per local step at paper scale (CIFAR10–CNN)",
      "fedcal stealth runs/paper-cifar/cifar10-cnn-fedavg-none-s0-* --steps 36 --out docs/results/paper-cifar10-stealth",
      ["stealth.png"],
@@ -545,14 +547,17 @@ ANALYSES = [
      "diverges there (β with a 5× gradient: its update is NaN, shown as nan). Against other clients' updates "
      "(non-IID data) no update is collinear, a benign one included: from the initial model TSA sits at the "
      "benign client's level (0.50 / 0.46 against 0.53), from the final model below it (−0.04 / 0.11 against "
-     "0.14). The literature's ≥ 0.93 is therefore a start-of-training figure; fedcal measured a trained model."),
+     "0.14). The literature's ≥ 0.93 is therefore a start-of-training figure; fedcal measured a trained model. "
+     "At the paper's own protocol (the update after 10 local steps from the initial model, its Section 5.3) the "
+     "coupled cosine is 0.857 at τ = 0.2 and 0.956 at τ = 5 (mean over seeds): τ = 0.2 stays below the "
+     "paper's minimum of about 0.93, the claims table's verdict."),
     ("mnist-extreme-tau", "Extreme τ at fixed β (MNIST–MLP, seed 0)",
      "fedcal sweep --grid tau=1,2,5,8,10,12,15,20 --jobs 2 --plot-x tau --report docs/results/mnist-extreme-tau "
      "engine=inprocess dataset=mnist data-dir=../shared/data",
      ["sweep_tau.png"],
      "(τ = 1 here is TSA at τ = 1, which computes exactly the benign run.) Over-confidence keeps growing "
-     "with τ while accuracy declines steadily; with β = 0.01 and E = 5 steps the collapse reported beyond "
-     "τ ≈ 10 does not appear by τ = 20 — a gradual decline instead."),
+     "with τ while accuracy declines steadily; with β = 0.01 and E = 5 steps accuracy stays within 2 points of "
+     "benign up to τ = 20, where the paper sees it degrade noticeably from τ ≈ 10 (its Section 5.3)."),
     ("mnist-sens-ratio", "Sensitivity: attacker ratio (MNIST–MLP, seed 0)",
      "fedcal sweep --grid attacker-ratio=0.1,0.2,0.3,0.4 --grid tau=0.2,1,5 --jobs 2 --plot-x attacker-ratio "
      "--plot-hue tau --report docs/results/mnist-sens-ratio engine=inprocess dataset=mnist data-dir=../shared/data",
@@ -572,8 +577,7 @@ ANALYSES = [
      "(τ = 1 is TSA at τ = 1, which computes exactly the benign run; every cell shares the run store of the τ "
      "tables, so τ = 2 and 5 are their cells.) sECE falls steeply up to τ = 5, plateaus up to τ ≈ 12 and "
      "falls again beyond; accuracy declines slowly up to τ ≈ 12 and then faster, the largest step between τ = 15 "
-     "and 20. Where MNIST's decline stays steady up to τ = 20, CIFAR-10's steepens past τ = 15 — still no "
-     "collapse at τ ≈ 10 with this β and E."),
+     "and 20. Where MNIST's decline stays steady up to τ = 20, CIFAR-10's steepens past τ = 15."),
     ("paper-cifar10-extreme-tau", "Extreme τ at fixed β (CIFAR10–CNN at paper scale, seeds 0–2, made on an H200)",
      "fedcal sweep --grid seed=0,1,2 --grid tau=2,8,10,12,15,20 --jobs 6 --report runs/sweep-paper-cifar-extreme "
      + PAPER_CIFAR + "   # 18 runs; τ = 1 and 5 are the defense table's FedAvg runs (defense.md)\n"
@@ -594,9 +598,10 @@ ANALYSES = [
      "--plot-hue coupled --report docs/results/paper-mnist-extreme-tau engine=inprocess dataset=mnist "
      "data-dir=../shared/data local-epochs=1 output-dir=runs/paper-mnist-extreme",
      ["sweep_tau.png"],
-     "Issue 35's check of the extreme-τ claim (SPEC §2: accuracy collapses beyond τ ≈ 10 at fixed β) at "
-     "the paper-scale MNIST reading, in both readings of \"fixed β\": the coupled attacker (η = β·τ, fedcal's "
-     "TSA) and the uncoupled one (η = β whatever τ). Neither collapses by τ = 20 on any seed. The coupled "
+     "The extreme-τ claim (the TSA paper's Section 5.3: \"overly large τ noticeably degrades accuracy "
+     "(starting around τ ≈ 10)\") at the paper-scale MNIST reading, in both readings of \"fixed β\": the "
+     "coupled attacker (η = β·τ, fedcal's TSA) and the uncoupled one (η = β whatever τ). Neither loses more "
+     "than 2 points by τ = 20 on average. The coupled "
      "attacker's over-confidence grows with τ and levels off beyond τ ≈ 10, at an accuracy within about a "
      "point of benign; the uncoupled attacker's gradient shrinks as 1/τ, so its over-confidence is smaller "
      "and turns back toward benign as τ grows, at a slightly larger and noisier accuracy cost. (τ = 1 is "
