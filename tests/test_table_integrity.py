@@ -106,3 +106,19 @@ def test_every_seed_count_is_the_count_averaged_and_every_seed_left_out_is_named
             averaged = group.loc[group["_in"], acc]
             mean = row[f"{acc}_mean"]
             assert (averaged.empty and pd.isna(mean)) or mean == pytest.approx(averaged.mean())
+
+
+def test_no_internal_issue_number_in_docs_or_the_package():
+    """A reader cannot open "issue 35 §1": history belongs in commit messages, not in docs/ or fedcal/."""
+    import re
+
+    pattern = re.compile(r"\bissues? ?#?\d+", re.I)
+    hits = []
+    for top in ("docs", "fedcal"):
+        for path in sorted((ROOT / top).rglob("*")):
+            if path.suffix not in (".md", ".py", ".sh", ".txt", ".csv", ".toml") or not path.is_file():
+                continue
+            for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                if pattern.search(line):
+                    hits.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
+    assert not hits, "\n".join(hits)

@@ -27,7 +27,7 @@ def table(name: str) -> str:
     return table_text(DOCS / "results" / name / "table.md")
 
 
-# issue 35 §2: the stealth measurement's protocol, audited on the paper-scale benign runs of seeds 0-2
+# the stealth measurement's protocol, audited on the paper-scale benign runs of seeds 0-2
 STEALTH_AUDIT = ("paper-mnist-stealth-protocols", "paper-mnist-stealth-weights", "paper-cifar10-stealth-protocols",
                  "paper-cifar10-stealth-weights")
 
@@ -44,7 +44,7 @@ SECTIONS = [
      "fedcal taus --taus 0.2,0.5,1,2,5 --report docs/results/mnist-mlp-tau dataset=mnist data-dir=../shared/data",
      ["reliability.png", "trajectories.png"],
      "τ > 1 drives the global model **over-confident** (d_sece < 0) and τ < 1 **under-confident** "
-     "(d_sece > 0), monotonically in τ; accuracy barely moves (d_accuracy). Acceptance (issue 2): "
+     "(d_sece > 0), monotonically in τ; accuracy barely moves (d_accuracy). Acceptance: "
      "τ = 5 at least 5 points of sECE below benign, τ = 0.2 at least 2 above, accuracy within 3 — "
      "read the d_sece and d_accuracy columns. With E = 5 local *steps* (SPEC) and β = 0.01 the benign "
      "model is itself still under-confident after 100 rounds; the attack shifts calibration relative to it."),
@@ -63,7 +63,7 @@ SECTIONS = [
      "seed=$s engine=inprocess dataset=mnist data-dir=../shared/data local-epochs=1 output-dir=runs/paper; done   # 45 runs\n"
      "fedcal report runs/paper/mnist-mlp-fedavg-* --out docs/results/paper-mnist-mlp-tau-5seeds",
      ["reliability.png", "trajectories.png"],
-     "The paper-scale reading of the table above (issue 18): every client takes one pass over its own data "
+     "The paper-scale reading of the table above: every client takes one pass over its own data "
      "per round (`local-epochs=1`: ⌈n_k / 64⌉ steps, 19 for a client of 1,200 images) instead of 5 steps; "
      "everything else is the same. The benign model now reaches the literature's accuracy level and is far "
      "better calibrated than the 5-step one; the attack's directions are unchanged — τ > 1 over-confident, "
@@ -103,7 +103,7 @@ SECTIONS = [
      "fedcal sweep --grid seed=0,1,2 --jobs 2 --report runs/sweep-paper-cifar-benign attack=none " + PAPER_CIFAR + "\n"
      "fedcal report runs/paper-cifar/* --out docs/results/paper-cifar10-cnn-tau-3seeds   # 9 runs: 95 min on 2 cores",
      ["reliability.png", "trajectories.png"],
-     "The paper-scale reading of the CIFAR τ table (issue 18): every client takes two passes over its own "
+     "The paper-scale reading of the CIFAR τ table: every client takes two passes over its own "
      "data per round with random crop and flip, everything else as in the 5-step table (β = 0.05, no "
      "momentum, 5 of 50 clients per round, 100 rounds). The benign model reaches the literature's accuracy "
      "level, near-calibrated, and the attack keeps both directions — τ = 5 over-confident, τ = 0.2 "
@@ -310,7 +310,7 @@ ANALYSES = [
      "dataset=cifar10 model=cnn lr=0.05 eval-every=10 augment=crop-flip attack=none data-dir=../shared/data "
      "output-dir=runs/paper",
      [],
-     "Issue 18's question for CIFAR-10: which reading trains the benign CNN to the literature's accuracy "
+     "The question for CIFAR-10: which reading trains the benign CNN to the literature's accuracy "
      "*and* keeps it about as well calibrated as the literature's benign model. The issue measured five local "
      "epochs without augmentation as strongly over-confident; here the standard CIFAR augmentation (random "
      "crop and flip) with two local epochs per round reaches the literature's accuracy level with a small "
@@ -322,7 +322,7 @@ ANALYSES = [
      "fedcal sweep --grid seed=0,1,2 --grid momentum=0,0.9 --grid weight-decay=0,5e-4 --jobs 2 "
      "--report docs/results/paper-cifar10-probe-3seeds " + PAPER_CIFAR + " tau=1",
      [],
-     "Issue 35's last look at the benign accuracy gap (the literature's CIFAR10–CNN benign accuracy is quoted as "
+     "A last look at the benign accuracy gap (the literature's CIFAR10–CNN benign accuracy is quoted as "
      "68.55 %): plain SGD, the paper-scale reading, against SGD with momentum 0.9, weight decay 5 × 10⁻⁴, or "
      "both. Seed 0 of every reading was made on the lent H200, seeds 1–2 of the three new readings here on 2 CPU "
      "cores (each run on one machine); the plain-SGD runs are the β and α sweeps' β = 0.05, τ = 1 runs. Weight "
@@ -338,7 +338,7 @@ ANALYSES = [
      "fedcal posthoc runs/paper/mnist-mlp-fedavg-{none,tsa0.2,tsa5}-s{0,1,2}-* "
      "--methods temperature,platt,isotonic,histogram,platt-ovr,isotonic-ovr --out docs/results/paper-mnist-posthoc-ovr",
      ["posthoc.png"],
-     "Why fedcal's post-hoc results contradict the literature's (issue 18), where only temperature scaling "
+     "Why fedcal's post-hoc results contradict the literature's, where only temperature scaling "
      "helps and Platt scaling and isotonic regression sometimes amplify signed miscalibration. fedcal's "
      "Platt, isotonic and histogram calibrators (SPEC §5) are *top-label*: they fit the predicted class's "
      "confidence to its correctness directly, so removing the shift is what they are built to do, and they "
@@ -458,7 +458,7 @@ ANALYSES = [
      "fedcal similarity runs/paper-mnist-extreme/mnist-mlp-fedavg-tsa{0.2,5}-s* --benign "
      "runs/paper-mnist-extreme/mnist-mlp-fedavg-tsa1-s* --out docs/results/paper-mnist-similarity",
      ["similarity.png"],
-     "The representation-similarity analysis on paper-scale MNIST models (issue 35's literature table reads "
+     "The representation-similarity analysis on paper-scale MNIST models (the claims table reads "
      "it): each attacked model against the benign (τ = 1) model of every seed, the benign pairs as the "
      "reference. The same-seed pairs are close to 1 (the attacked run shares its seed's initialisation, "
      "partition and batches); against other seeds' benign models τ = 0.2 lies within the benign pairs' "
@@ -476,7 +476,7 @@ ANALYSES = [
     ("paper-cifar10-stealth", "Update similarity per local step at paper scale (CIFAR10–CNN)",
      "fedcal stealth runs/paper-cifar/cifar10-cnn-fedavg-none-s0-* --steps 36 --out docs/results/paper-cifar10-stealth",
      ["stealth.png"],
-     "Issue 18's check of the 5-step contradiction on a paper-scale model: from the paper-scale benign run's "
+     "A check of the 5-step contradiction on a paper-scale model: from the paper-scale benign run's "
      "final global model and client 0's data, for 36 steps of B = 64 (client 0's two-epoch round; "
      "the same batches for every variant, no augmentation). The contradiction stays: coupled TSA's cosine to "
      "the benign update falls well below SPEC §2's ~0.9 within a few steps at β = 0.05, on a model that "
@@ -491,7 +491,7 @@ ANALYSES = [
      "--reference same,others --variants tsa,labelflip_k1,noise_sigma0.01 "
      "--out docs/results/paper-mnist-stealth-protocols",
      ["stealth.png"],
-     "Issue 35 §2. The literature reports TSA's updates as near-collinear with benign ones (a cosine of at "
+     "The literature reports TSA's updates as near-collinear with benign ones (a cosine of at "
      "least 0.93; SPEC §2: about 0.9 or more, with the uncoupled ablation drifting away as local steps "
      "accumulate), while fedcal's measurement above finds far less on CIFAR-10. The TSA paper's text could not "
      "be read here — the stored copies of arXiv 2602.06638 hold its abstract only, and the authors' public code "
@@ -638,7 +638,7 @@ ANALYSES = [
      "fedcal sweep --grid seed=0,1,2 --grid attacker-ratio=0.1,0.2,0.3,0.4 --grid tau=0.2,5 --jobs 10 "
      "--plot-x attacker-ratio --plot-hue tau --report docs/results/paper-cifar10-sens-ratio " + PAPER_CIFAR,
      ["sweep_attacker-ratio.png"],
-     "Issue 35 §4: the attacker-ratio sweep at the paper-scale reading (two local epochs, crop-and-flip), "
+     "The attacker-ratio sweep at the paper-scale reading (two local epochs, crop-and-flip), "
      "over three seeds, made on a lent machine with one NVIDIA H200 (`device=auto`, torch 2.11; the table "
      "was rebuilt here from that run store by the same command, which finds every cell finished). The benign "
      "reference is the α sweep's α = 1, τ = 1 row below (TSA at τ = 1 is the benign computation, made in the "
@@ -710,7 +710,7 @@ POSITIONAL = ("copur", "manifold_projection")
 
 
 def resnet8_results() -> list[str]:
-    """The sections on the literature's ResNet-8 clients (issue 18), when their reports exist. Every
+    """The sections on the literature's ResNet-8 clients, when their reports exist. Every
     claim in the prose is computed from the cells, so a re-run cannot leave a stale sentence."""
     res = DOCS / "results" / "inference-cifar10-resnet8"
     if not (res / "table_n17_f4.md").exists():
@@ -733,7 +733,7 @@ def resnet8_results() -> list[str]:
         "## ResNet-8 clients, the literature's setting (CIFAR-10, n = 17, f = 4, Dirichlet α = 0.5, "
         + (f"seed {seeds[0]})" if len(seeds) == 1 else f"seeds {seeds[0]}–{seeds[-1]})"),
         "", "```bash", RESNET8_COMMAND, "```", "",
-        "Issue 18's reading of the robust-inference experiment: SPEC §7's α = 0.5, ResNet-8 clients trained with "
+        "A reading of the robust-inference experiment closer to the literature's: SPEC §7's α = 0.5, ResNet-8 clients trained with "
         "SGD momentum 0.9, weight decay 5·10⁻⁴ and crop-and-flip for 20 local epochs (the setting measured under "
         "Choices and limits to put the plain mean above 55 %); aggregators, attacks and budgets as in the table "
         f"above. Accuracy (%) on the first {cells['queries'].iloc[0]:,} test images"
@@ -868,7 +868,7 @@ def resnet8_pgd50(cells: pd.DataFrame) -> list[str]:
     top20 = agg[("worst20", "mean")].idxmax()
     return ["### PGD-CW at its default 50 steps", "", "```bash", RESNET8_PGD50_COMMAND, "```", "",
             "The tables above run PGD-CW with 20 steps to fit the CPU budget; the run config's default (and "
-            "issue 18's reading) is 50. The same runs' probits (copied, not re-collected: the client collection "
+            "the literature's reading) is 50. The same runs' probits (copied, not re-collected: the client collection "
             "does not depend on the attacks) attacked with 50 steps, only PGD-CW evaluated; `worst case` takes "
             "the minimum over the other attacks of the table above and this PGD-CW. Accuracy (%), mean ± std "
             f"over {p50['seed'].nunique()} seeds:", "", markdown_table(rows), "",
@@ -920,12 +920,12 @@ def _sibling(name: str):
 
 
 def _audit_sections() -> list[str]:
-    """Issue 35 §1's sections (docs/tools/inference_audit.py), beside this file."""
+    """The literature-protocol sections (docs/tools/inference_audit.py), beside this file."""
     return _sibling("inference_audit").audit_sections()
 
 
 def _inference_claims() -> str:
-    """Issue 35 §1's claim-by-claim rows (docs/tools/inference_audit.py), once their runs exist."""
+    """The robust-inference claim-by-claim rows (docs/tools/inference_audit.py), once their runs exist."""
     return _sibling("inference_audit").claims_table()
 
 
@@ -963,7 +963,7 @@ def inference_results() -> str:
     if ablation.exists():
         lines += ["The robust elements of DeepSet-TM, one at a time (the same runs; `clean` is the `none` column, "
                   "`worst case` as above):", "", ablation.read_text().split("\n", 2)[2], ""]
-        lines += ["The purification baselines (issue 18) have the best clean accuracy: their fusion classifier is "
+        lines += ["The purification baselines have the best clean accuracy: their fusion classifier is "
                   "positional and learns which client is good at what, which no set aggregator can. CoPur's ℓ2,1 fit "
                   "withstands the one-hot attacks far better than the ℓ2 projection (SIA white-box: twice the set "
                   "aggregators' accuracy), but PGD-CW through its unrolled fit brings its worst case down to the "
@@ -999,12 +999,12 @@ def inference_results() -> str:
 
 
 def _alpha_section() -> list[str]:
-    """Issue 35 §1's heterogeneity levels (docs/tools/inference_alpha.py), beside this file."""
+    """The heterogeneity levels (docs/tools/inference_alpha.py), beside this file."""
     return _sibling("inference_alpha").alpha_section(DOCS / "results")
 
 
 def _text_section() -> list[str]:
-    """Issue 35 §1's text domain (docs/tools/inference_text.py), beside this file."""
+    """The text domain (docs/tools/inference_text.py), beside this file."""
     return _sibling("inference_text").text_section()
 
 

@@ -1,4 +1,4 @@
-"""The sections of docs/inference.md on issue 35 §1 (the literature's protocol), read from the tables
+"""The sections of docs/inference.md on the literature's protocol, read from the tables
 under docs/results/inference-i35-*; build_results.py appends them. Every number comes from those
 files; the prose states what the numbers say, computed from them, so a re-run cannot leave a stale
 sentence. A section whose results do not exist yet is left out.
@@ -148,7 +148,7 @@ def _protocol_summary(lw: pd.DataFrame, fw: pd.DataFrame | None) -> str:
     sets = [a for a in SET_AGGREGATORS if a in lw.index]
     best_set, _, verdict, _ = _best_set_cells(lw, sets, "", "")
     text = (f"At the literature's protocol DeepSet-TM's worst case is {tm:.2f} % ({lw.loc['deepset_tm', 'attack']}), "
-            f"against the literature's {LITERATURE_WORST} %: the issue's target (≥ {TARGET:g} %) is "
+            f"against the literature's {LITERATURE_WORST} %: the ratio-band target (≥ {TARGET:g} %, within ×1.5 of the paper's) is "
             + ("met" if tm >= TARGET else "not met") + f"; its margin over the best robust average ({best_avg}) is "
             f"{margin:+.2f} points (the literature's {LITERATURE_MARGIN:+.1f}); the best set aggregator is {best_set}"
             + (" — a " + verdict.split(":", 1)[0] + ", by less than one seed-to-seed std" if verdict.startswith("tie")
@@ -375,7 +375,7 @@ def theorem_section() -> list[str]:
 
 
 def audit_sections() -> list[str]:
-    """Every section of issue 35 §1 whose results exist, in reading order."""
+    """Every literature-protocol section whose results exist, in reading order."""
     lines = protocol_section()
     if lines:
         lines += copur_section() + sets_section() + pgd_section() + alpha_section() + theorem_section()
@@ -507,7 +507,7 @@ def _gap_reason(lw: pd.DataFrame, fw: pd.DataFrame | None) -> str:
 
 
 def _pgd_claim() -> list[tuple]:
-    """Issue 35's reading of the literature's ablation: from 20 test-time PGD steps on, more steps do not lower
+    """The reading of the literature's ablation: from 20 test-time PGD steps on, more steps do not lower
     DeepSet-TM's accuracy (fedcal's five-seed tables fell 34 → 22 % from 20 to 50)."""
     rows = _pgd_rows()
     acc = _pgd_points(rows)
