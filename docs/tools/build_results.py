@@ -135,7 +135,7 @@ SECTIONS = [
      "to the root update's norm, which slows the whole federation (more under-confident even when "
      "benign), and shrinks but keeps the shift; MultiKrum dampens τ = 5 and leaves τ = 0.2 intact. "
      "A defense aimed at calibration itself, CalGuard, with these rules over three seeds: "
-     "[defense.md](defense.md)."),
+     "[defense.md](defense.md); its tables: [defense-results.md](defense-results.md)."),
     ("defenses-cifar10", "Defenses: robust aggregation against TSA, CIFAR10–CNN",
      "fedcal taus --taus 0.2,1,5 --strategies fedavg,fltrust,foolsgold,multikrum --jobs 2 "
      "--report docs/results/defenses-cifar10 dataset=cifar10 model=cnn lr=0.05 data-dir=../shared/data "
@@ -315,7 +315,7 @@ ANALYSES = [
      "epochs without augmentation as strongly over-confident; here the standard CIFAR augmentation (random "
      "crop and flip) with two local epochs per round reaches the literature's accuracy level with a small "
      "positive sECE, so it is the paper-scale CIFAR reading (the τ table over three seeds at this reading is "
-     "above, the defense table at it over three seeds in defense.md). One local epoch ends lower, and its last rounds swing by "
+     "above, the defense table at it over three seeds in defense-results.md). One local epoch ends lower, and its last rounds swing by "
      "several points (5 of 50 clients per round)."),
     ("paper-cifar10-probe-3seeds",
      "CIFAR10–CNN at paper scale: momentum and weight decay (benign, seeds 0–2)",
@@ -533,7 +533,7 @@ ANALYSES = [
      "--out docs/results/paper-cifar10-stealth-protocols",
      ["stealth.png"],
      "The MNIST audit above, on the paper-scale CIFAR-10 benign runs of seeds 0–2 (the defense table's, "
-     "defense.md), for client 0's two-epoch round (36 steps of B = 64, no augmentation). It ran on the lent "
+     "defense-results.md), for client 0's two-epoch round (36 steps of B = 64, no augmentation). It ran on the lent "
      "H200 beside those runs, one call per seed as each benign run finished; stealth.csv is the three calls' "
      "rows concatenated, which is what the command above writes (each run's rows depend on that run alone). "
      "The CNN has no BatchNorm or other buffer either.\n\n"
@@ -580,13 +580,13 @@ ANALYSES = [
      "and 20. Where MNIST's decline stays steady up to τ = 20, CIFAR-10's steepens past τ = 15."),
     ("paper-cifar10-extreme-tau", "Extreme τ at fixed β (CIFAR10–CNN at paper scale, seeds 0–2, made on an H200)",
      "fedcal sweep --grid seed=0,1,2 --grid tau=2,8,10,12,15,20 --jobs 6 --report runs/sweep-paper-cifar-extreme "
-     + PAPER_CIFAR + "   # 18 runs; τ = 1 and 5 are the defense table's FedAvg runs (defense.md)\n"
+     + PAPER_CIFAR + "   # 18 runs; τ = 1 and 5 are the defense table's FedAvg runs (defense-results.md)\n"
      "fedcal report runs/paper-cifar/cifar10-cnn-fedavg-{none,tsa2,tsa5,tsa8,tsa10,tsa12,tsa15,tsa20}-s* "
      "--out docs/results/paper-cifar10-extreme-tau",
      ["trajectories.png"],
      "The extreme-τ sweep at the paper-scale reading (two local epochs, crop-and-flip), over three seeds. "
      "Its 18 runs were made on a lent machine with one NVIDIA H200 (`device=auto`; torch 2.11, recorded in "
-     "each run's provenance) in the same wave as the paper-scale CIFAR-10 defense table of defense.md, whose "
+     "each run's provenance) in the same wave as the paper-scale CIFAR-10 defense table of defense-results.md, whose "
      "benign and τ = 5 FedAvg runs are the τ = 1 and τ = 5 rows here (one run store). Over-confidence keeps "
      "growing with τ (Δ sECE −4.0 at τ = 2, −7.8 at τ = 5, about −12.8 at τ = 12–15, −15.7 at τ = 20), "
      "and accuracy declines steadily from τ = 5 on (−0.9, −3.0 at τ = 8, −3.4 at τ = 10, −5.1 at τ = 12, −8.8 "

@@ -445,8 +445,8 @@ def _defense_rows() -> list[tuple]:
     parameter reading of the defense tables."""
     rows = []
     for names, ds, section in ((("paper-defense-mnist", "paper-defense-mnist-iid", "paper-defense-mnist-krum1"),
-                                "MNIST–MLP", "defense.md, paper scale (MNIST–MLP)"),
-                               (("paper-defense-cifar10",), "CIFAR10–CNN", "defense.md, paper scale (CIFAR10–CNN)")):
+                                "MNIST–MLP", "defense-results.md, paper scale (MNIST–MLP)"),
+                               (("paper-defense-cifar10",), "CIFAR10–CNN", "defense-results.md, paper scale (CIFAR10–CNN)")):
         tables = [t for t in (_read(n) for n in names) if t is not None]
         if not tables:
             continue
