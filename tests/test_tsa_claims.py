@@ -105,3 +105,15 @@ def test_the_bound_onset_and_level_rules_by_hand(claims):
     # 68.55 ± 0.73 against seeds 63.94-67.73: no overlap; against 63.94-67.9: overlap
     assert claims._level_verdict(pd.Series([63.94, 67.73]), 68.55, 0.73) == "contradicts"
     assert claims._level_verdict(pd.Series([63.94, 67.9]), 68.55, 0.73) == "matches"
+
+
+def test_the_glance_page_is_generated_and_lists_every_claim(claims):
+    """docs/glance.md is what docs/tools/glance.py makes (so build_results.py --check covers it) and has a row
+    for every TSA claim, with the verdict its claims table computes."""
+    glance = _tool("glance")
+    page = (ROOT / "docs" / "glance.md").read_text()
+    assert page == glance.page()
+    rows = glance.tsa_rows()
+    assert set(rows["claim"]) == set(claims._literature()["name"])
+    assert set(rows["verdict"]) <= {"matches", "direction only", "contradicts", "not tested"}
+    assert "| extreme τ |" in page

@@ -163,7 +163,7 @@ percent (sECE < 0: over-confident, > 0: under-confident); `d_accuracy`/`d_sece` 
 against the benign run. Whether these attacks also change robustness (PGD, CW, corruptions) is
 measured on the same grids in [robustness.md](robustness.md#the-bridge-does-tsa-change-robustness).
 RFD-LoRA's tables (backdoor clients against LoRA text classifiers) are on their own page:
-[distill.md](distill.md#results-offline-2-cpu-cores).
+[distill-results.md](distill-results.md) (the first tables, on a small encoder: [distill-archive.md](distill-archive.md)).
 
 Configuration (SPEC §2, "table" row): K = 50 clients, M = 5 per round, 13 attackers (25%,
 seeded), Dirichlet α = 1, SGD, B = 64, E = 5 local steps, 100 rounds, seed 0, aggregation weighted
@@ -1056,7 +1056,8 @@ def pages() -> dict[Path, str]:
             continue
         parts.append(f"## {title}\n\n```bash\n{command}\n```\n\n{tables[name]}\n{prose}\n")
         parts += [f"![{f}](results/{name}/{f})\n" for f in figures if (DOCS / "results" / name / f).exists()]
-    return {DOCS / "inference.md": intro + "\n" + inference_results(), DOCS / "results.md": "\n".join(parts)}
+    return {DOCS / "inference.md": intro + "\n" + inference_results(), DOCS / "results.md": "\n".join(parts),
+            DOCS / "glance.md": _sibling("glance").page()}
 
 
 def main(argv: list[str]) -> int:

@@ -413,11 +413,17 @@ def _text_claim() -> list[tuple]:
 def claims_table() -> str:
     """The robust-inference rows of docs/results.md's literature comparison: literature value, fedcal
     value, seeds, verdict, and for a non-match the protocol difference and the run that shows it."""
+    table = claims_frame()
+    return "" if table is None else CLAIMS_INTRO + "\n" + markdown_table(table) + "\n"
+
+
+def claims_frame() -> pd.DataFrame | None:
+    """:func:`claims_table`'s rows (None until the runs at the paper's protocol exist)."""
     lit, run = _cells(SETS), "inference.md, *The set aggregators at the literature's protocol*"
     if lit is None:
         lit, run = _cells("inference-i35-literature"), "inference.md, *At the literature's protocol*"
     if lit is None:
-        return ""
+        return None
     seeds = _seeds_text(lit["seed"].unique())
     lw = _worst(lit)
     fed = _cells("inference-i35-fedcal")
@@ -446,9 +452,8 @@ def claims_table() -> str:
     rows += _pgd_claim() + _copur_claim() + _alpha_claim() + _theorem_claim()
     rows += _text_claim() or [("the text-domain table (AG-News, DistilBERT clients)", "DeepSet-TM best", "not run",
                                "—", "—", "waits for the pretrained text encoder another piece of work is adding", "—")]
-    table = pd.DataFrame(rows, columns=["claim", "literature", "fedcal", "seeds", "verdict", "protocol difference",
-                                        "run"])
-    return CLAIMS_INTRO + "\n" + markdown_table(table) + "\n"
+    return pd.DataFrame(rows, columns=["claim", "literature", "fedcal", "seeds", "verdict", "protocol difference",
+                                       "run"])
 
 
 def _theorem_regime() -> dict | None:
