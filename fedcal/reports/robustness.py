@@ -164,13 +164,14 @@ def robustness_table(run_dirs: Sequence[str | os.PathLike[str]], spec: Robustnes
         log.warning("robustness of %s left out of the table: %s", d, reason)
     rows = []
     runs = [(d, load_config(d)) for d in dirs if str(d) not in failures]
+    stored = _stored_finals([d for d, _ in runs])
     labels: dict[Path, str] = {}
     for setting in SETTINGS:  # the setting column shows what sets a centralised run apart (one client)
         own = [(d, c) for d, c in runs if setting_of(c) == setting]
         labels.update(zip((d for d, _ in own), config_labels([c for _, c in own], SHOWN)))
     for d, cfg in runs:
         chance = cfg_chance(cfg)
-        m = metrics[str(d)]
+        m = {**metrics[str(d)], **stored.get(d.name, {})}  # the run's own final metrics where it has them
         rows.append({CONFIG: labels[d], "setting": setting_of(cfg), "dataset": cfg.dataset, "model": cfg.model,
                      "strategy": cfg.strategy, "training": training_of(cfg), "tau": cfg.tau, "seed": cfg.seed,
                      **m, "rejected_rounds": rejected_rounds(d), "run": d.name,
@@ -179,6 +180,28 @@ def robustness_table(run_dirs: Sequence[str | os.PathLike[str]], spec: Robustnes
     table.attrs["chance"] = [cfg_chance(c) for _, c in runs]
     table.attrs["failed"] = failures  # the command's exit code reflects them
     return table
+
+
+#: the whole-test-set metrics a run stores itself (its final evaluation): the table reads them from the run
+STORED = ("accuracy", "ece", "sece", "brier", "nll")
+
+
+def _stored_finals(dirs: Sequence[Path]) -> dict[str, dict[str, float]]:
+    """Per run directory name: the run's own final metrics (:data:`STORED`) when its last evaluated round is its
+    last round (so they are the model this report attacks). One run, one number: a table that reads a run
+    reports the result the run stored, not a second evaluation of its model (another batch order or thread
+    count moves the fourth decimal)."""
+    from fedcal.reports.runs import final_metrics
+
+    if not dirs:
+        return {}
+    finals = final_metrics(dirs, "the robustness table")
+    out = {}
+    for d in dirs:
+        row = finals[finals["run_id"] == d.name]
+        if len(row) and int(row["round"].iloc[0]) == load_config(d).num_rounds:
+            out[d.name] = {k: float(row[k].iloc[0]) for k in STORED if k in row and pd.notna(row[k].iloc[0])}
+    return out
 
 
 GROUP = [CONFIG, "setting", "dataset", "model", "strategy", "training", "tau"]
