@@ -1057,7 +1057,7 @@ def pages() -> dict[Path, str]:
         parts.append(f"## {title}\n\n```bash\n{command}\n```\n\n{tables[name]}\n{prose}\n")
         parts += [f"![{f}](results/{name}/{f})\n" for f in figures if (DOCS / "results" / name / f).exists()]
     return {DOCS / "inference.md": intro + "\n" + inference_results(), DOCS / "results.md": "\n".join(parts),
-            DOCS / "glance.md": _sibling("glance").page()}
+            DOCS / "glance.md": _sibling("glance").page(), **_sibling("glance").snippets()}
 
 
 def main(argv: list[str]) -> int:

@@ -120,6 +120,26 @@ def rfd_rows() -> pd.DataFrame | None:
     return pd.DataFrame(rows) if rows else None
 
 
+#: the verdict excerpts a system's results page pastes at its top (docs/tools/include_tables.py): file -> claims
+SNIPPETS = {"verdicts-defense.md": ("tsa", ("robust aggregation",)),
+            "verdicts-distill.md": ("rfd", None)}
+
+
+def snippets() -> dict[Path, str]:
+    """The verdict excerpts of :data:`SNIPPETS`, written beside the literature CSVs."""
+    from fedcal.reports import markdown_table
+
+    out = {}
+    for name, (paper, claims) in SNIPPETS.items():
+        rows = tsa_rows() if paper == "tsa" else rfd_rows()
+        if rows is None:
+            continue
+        if claims:
+            rows = rows[rows["claim"].isin(claims)]
+        out[RESULTS / "literature" / name] = markdown_table(rows.reset_index(drop=True))
+    return out
+
+
 def page() -> str:
     from fedcal.reports import markdown_table
 
