@@ -155,6 +155,13 @@ def page() -> str:
         parts += ["## Robust federated inference", "",
                   "Rules: [results.md](results.md), *Robust federated inference, claim by claim*; tables in "
                   "[inference.md](inference.md).", "", markdown_table(inf), ""]
+    integrity = _tool("table_integrity")
+    parts += ["## Re-made runs", "",
+              "A run id names a configuration; where a table reports a second make of one (other code, another "
+              "machine, another evaluation), that copy's id carries `@<make>`, so no id names two numbers "
+              "(`docs/tools/table_integrity.py`; tests/test_table_integrity.py scans every committed table):", "",
+              markdown_table(pd.DataFrame([{"table": f"`{t}`", "make": f"`@{m}`", "why": why}
+                                           for t, (m, why) in integrity.REMADE.items()])), ""]
     rfd = rfd_rows()
     if rfd is not None:
         parts += ["## RFD-LoRA", "",
