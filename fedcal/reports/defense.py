@@ -171,7 +171,8 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     ok = np.where(attacked, (out["d_sece"].abs() <= TARGET_SECE) & (out["d_accuracy"].abs() <= TARGET_ACC),
                   (out["d_sece"].abs() <= TARGET_BENIGN) & (out["d_accuracy"].abs() <= TARGET_BENIGN))
     ok = ok & ~(out["false_positive"] >= FP_TARGET) & (out[CHANCE] == 0) & (out[STALLED] == 0)
-    out["target"] = np.where(out["d_sece"].isna(), "", np.where(ok, "yes", "no"))
+    # a row whose every seed was left out (at chance, stalled) has no mean and misses the target
+    out["target"] = np.where(out["seeds"] == 0, "no", np.where(out["d_sece"].isna(), "", np.where(ok, "yes", "no")))
     out["_c"] = out[CONFIG].map({c: i for i, c in enumerate(dict.fromkeys(out[CONFIG]))})
     return out.sort_values(["_c", "dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend", "tsa_duty",
                             "strategy", *GUARD, "tau"], na_position="first", kind="stable").drop(columns="_c") \
