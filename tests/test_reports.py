@@ -188,13 +188,13 @@ def test_one_markdown_writer():
 
 
 def test_pages_with_included_tables_show_the_generated_files():
-    """docs/defense.md pastes generated tables, docs/performance.md benchmark printouts, between
+    """docs/defense-results.md pastes generated tables, docs/performance.md benchmark printouts, between
     markers; each block equals its file, so no number on the page was typed by hand or left
     behind by an older run."""
     spec = importlib.util.spec_from_file_location("include_tables", ROOT / "docs" / "tools" / "include_tables.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    for name, marker in (("defense.md", "<!-- table: "), ("performance.md", "<!-- output: ")):
+    for name, marker in (("defense-results.md", "<!-- table: "), ("performance.md", "<!-- output: ")):
         assert marker in (ROOT / "docs" / name).read_text()
     pages = [p for p in sorted((ROOT / "docs").glob("*.md")) if "<!-- table: " in p.read_text()
              or "<!-- output: " in p.read_text()]

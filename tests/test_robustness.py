@@ -319,6 +319,12 @@ def test_robustness_command_trains_evaluates_caches_and_bridges(tmp_path, monkey
     assert "### federated, digits–mlp, fedavg" in md and "### centralised" in md and "PGD acc %" in md
     assert (out / "robustness.png").stat().st_size > 0
     run_dirs = sorted((out / "runs").iterdir())
+    # one run, one number: the table reads each run's own final metrics, not a second evaluation of its model
+    from fedcal.reports.runs import final_metrics
+
+    finals = final_metrics(run_dirs).set_index("run_id")
+    for r in runs.itertuples():
+        assert (r.accuracy, r.sece) == (finals.loc[r.run, "accuracy"], finals.loc[r.run, "sece"])
     caches = [list((d / "robustness").glob("*.json")) for d in run_dirs]
     assert all(len(c) == 1 for c in caches)
     cached = json.loads(caches[0][0].read_text())
@@ -412,3 +418,24 @@ def test_robustness_command_refuses_a_directory_without_a_run_or_a_model(tmp_pat
     assert main(["robustness", "--runs", str(tmp_path / "old"), "--report", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "finished run without a final model (model.pt" in err and "old" in err
+
+
+def test_the_robustness_table_reads_each_runs_own_final_metrics(tmp_path, monkeypatch):
+    """One run, one number: the clean accuracy and calibration a robustness table shows are those the run
+    stored (its last round's evaluation), not a second evaluation of its model, which another batch order
+    or thread count moves (46.91 % here against 46.92 % in the τ table was one run under one id)."""
+    import fedcal.reports.robustness as rob
+    from fedcal.results import RunStore, run_dir_for
+
+    cfg = RunConfig(dataset="synthetic", output_dir=str(tmp_path), num_rounds=2, eval_every=1)
+    store = RunStore(run_dir_for(cfg), cfg)
+    store.start()
+    for rnd, acc in ((0, 0.30), (1, 0.50), (2, 0.4692)):
+        store.log_round(rnd, {"accuracy": acc, "ece": 0.1, "sece": -0.1, "brier": 0.2, "nll": 0.3})
+    store.finish()
+    again = {"accuracy": 0.4691, "ece": 0.11, "sece": -0.11, "brier": 0.21, "nll": 0.31, "pgd_acc": 0.05}
+    monkeypatch.setattr(rob, "evaluate_runs", lambda dirs, *a, **k: ({str(d): dict(again) for d in dirs}, {}))
+    t = rob.robustness_table([run_dir_for(cfg)], RobustnessSpec(eps=0.1, n_test=60))
+    row = t.iloc[0]
+    assert (row["accuracy"], row["ece"], row["sece"], row["brier"], row["nll"]) == (0.4692, 0.1, -0.1, 0.2, 0.3)
+    assert row["pgd_acc"] == 0.05  # what only the robustness evaluation measures stays its own

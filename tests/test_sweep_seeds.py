@@ -45,11 +45,12 @@ def test_the_summary_averages_over_seeds_and_leaves_a_chance_level_seed_out_of_t
     assert s.loc[0.4, "accuracy_mean"] == pytest.approx(0.52)
     assert s.loc[0.4, "accuracy_std"] == pytest.approx(math.sqrt(2 * 0.02 ** 2))
     assert s.loc[0.4, "nll_mean"] == pytest.approx(1.0)
-    assert s.loc[0.4, ["seeds", "seeds_in_means", "chance_level", REJECTED]].tolist() == [3, 2, 1, 8]
-    assert s.loc[0.1, ["seeds", "seeds_in_means", "chance_level", REJECTED]].tolist() == [3, 3, 0, 0]
+    # seeds: the count averaged; the seed left out named with its reason
+    assert s.loc[0.4, ["seeds", "chance_level", REJECTED, "left_out"]].tolist() == [2, 1, 8, "seed 1: at chance (10.00 % †)"]
+    assert s.loc[0.1, ["seeds", "chance_level", REJECTED, "left_out"]].tolist() == [3, 0, 0, ""]
     md = seed_markdown(s.reset_index(), "t", chance_note="† NOTE\n")
     row = next(line for line in md.splitlines() if line.startswith("| 0.4 |"))
-    assert "52.00 ± 2.83 † (1 of 3 seeds at chance, not in the means)" in row and row.endswith("| 3 | 8 |")
+    assert "| 52.00 ± 2.83 |" in row and row.endswith("| 2 | 8 | seed 1: at chance (10.00 % †) |")
     assert "\n\n† NOTE\n" in md  # a blank line first: a line right under a table would be read as its row
     assert "replies rejected" in md
 
@@ -59,7 +60,8 @@ def test_a_row_whose_every_seed_is_at_chance_shows_no_mean_and_no_rejected_colum
     s = seed_summary(cells, _rounds({}), ["seed", "attacker-ratio"])
     md = seed_markdown(s, chance_note="† NOTE\n")
     row = next(line for line in md.splitlines() if line.startswith("| 0.4 |"))
-    assert row.split(" | ")[1] == "— † (2 of 2 seeds at chance, not in the means)"
+    assert row.split(" | ")[1] == "—" and " | 0 | " in row
+    assert row.endswith("| seed 0: at chance (10.00 % †); seed 1: at chance (11.00 % †) |")
     assert "replies rejected" not in md
 
 
@@ -120,7 +122,7 @@ def test_a_run_store_made_with_another_data_dir_is_summarised_here(tmp_path):
     cells = write_results(here, tmp_path / "rep", ["seed"])
     assert cells["seed"].tolist() == [0, 1]
     summary = pd.read_csv(tmp_path / "rep" / "seeds.csv")
-    assert summary[["seeds", "seeds_in_means", "chance_level"]].values.tolist() == [[2, 2, 0]]  # learnt: above chance
+    assert summary[["seeds", "chance_level"]].values.tolist() == [[2, 0]]  # learnt: above chance
     assert summary["accuracy_mean"].iloc[0] == pytest.approx(np.mean(cells["accuracy"]))
     assert "mean ± std over seeds 0, 1" in (tmp_path / "rep" / "seeds.md").read_text()
     write_results(here[:1], tmp_path / "rep", ["seed"])  # one seed now: no summary of the earlier call stays
@@ -143,6 +145,6 @@ def test_a_stalled_run_is_found_from_its_last_round_and_kept_out_of_the_means():
     summary = seed_summary(cells, _rounds({}), ["seed", "attacker-ratio"])
     s = summary.iloc[0]
     assert s["accuracy_mean"] == pytest.approx(0.62) and s["sece_mean"] == pytest.approx(-0.07)
-    assert [s["seeds"], s["seeds_in_means"], s["chance_level"], s[STALLED]] == [3, 2, 0, 1]
+    assert [s["seeds"], s["chance_level"], s[STALLED]] == [2, 0, 1]
     md = seed_markdown(summary)
-    assert "62.00 ± 2.83 (1 of 3 seeds stalled, not in the means)" in md
+    assert "| 62.00 ± 2.83 |" in md and "seed 1: stalled: its last round accepted no reply |" in md

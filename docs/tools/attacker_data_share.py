@@ -1,5 +1,5 @@
 """How much of the training data, per class, the attackers of a run hold: what a defense that
-excludes them removes from the federation (docs/defense.md, the CIFAR-10 closed loop).
+excludes them removes from the federation (docs/defense-results.md, the CIFAR-10 closed loop).
 
 For every finished run directory given, the Dirichlet partition of its config is rebuilt
 (:func:`fedcal.data.client_partitions`, as the clients draw it) and the attackers

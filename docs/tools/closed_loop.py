@@ -1,8 +1,8 @@
-"""The closed-loop tables of CalGuard's sequential test (docs/defense.md, "Under-confidence across
+"""The closed-loop tables of CalGuard's sequential test (docs/defense-results.md, "Under-confidence across
 rounds", "The closed loop").
 
 Input: a folder of finished ``task=train`` runs made by the ``fedcal defense`` commands shown in
-docs/defense.md (CalGuard in ``filter`` mode with and without ``calguard-cusum``, the FedAvg
+docs/defense-results.md (CalGuard in ``filter`` mode with and without ``calguard-cusum``, the FedAvg
 references). Unlike the offline replay (docs/tools/detector_replay.py), a dropped reply here
 changed the later global models, so the damage columns are those of the runs that defended.
 

@@ -1,4 +1,4 @@
-"""Offline evaluation of CalGuard's per-client sequential test (docs/defense.md, "Under-confidence
+"""Offline evaluation of CalGuard's per-client sequential test (docs/defense-results.md, "Under-confidence
 across rounds") on recorded signatures.
 
 Input: finished ``task=train`` runs made with ``strategy=calguard calguard-mode=audit`` (CalGuard

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# RFD-LoRA's tables on all-MiniLM-L6-v2 (issue 32), in the order of their priority: what
+# RFD-LoRA's tables on all-MiniLM-L6-v2, in the order of their priority: what
 # docs/distill.md shows, stage by stage. Every stage is resumable (finished runs are skipped, the
 # replays only run where their source run is finished).
 #

@@ -1,4 +1,4 @@
-"""The section of docs/inference.md on the text domain (issue 35 §1: the literature's AG-News/DistilBERT
+"""The section of docs/inference.md on the text domain (the literature's AG-News/DistilBERT
 analogue), read from docs/results/inference-text-sentiment*; build_results.py appends it. Every number
 comes from those files or from the image tables' CSVs; the prose states what the numbers say, computed
 from them, so a re-run cannot leave a stale sentence. Left out while its results do not exist.
@@ -121,7 +121,7 @@ def text_section() -> list[str]:
     lines = [
         f"## Text: Rotten Tomatoes sentiment, frozen all-MiniLM-L6-v2 with linear clients (n = 17, f = 4, "
         f"α = 0.5, {seed_text})", "",
-        "The literature's second domain is text (AG-News, DistilBERT clients; issue 35 §1 asks for its analogue). "
+        "The literature's second domain is text (AG-News, DistilBERT clients; fedcal measures its analogue). "
         "fedcal's: `dataset=rt-sentiment` (Rotten Tomatoes critics' snippets, rotten / fresh, "
         "`fedcal.text.corpora.sentiment_corpus`: 10,202 training and 2,550 test snippets) turns every snippet into "
         "all-MiniLM-L6-v2's mean-pooled sentence embedding (384 numbers, at most 64 tokens; "

@@ -1,9 +1,10 @@
-"""The TSA rows of docs/results.md's literature comparison, claim by claim (issue 35's acceptance).
+"""The TSA rows of docs/results.md's literature comparison, claim by claim.
 
-Each row: the claim, the literature's value (docs/results/literature/tsa.csv, with where each value is
-quoted from), fedcal's value computed here from the committed result tables, the seeds behind it, a
-verdict, and for a claim that does not match the protocol difference found and the section whose
-runs show it. Verdicts follow fixed rules, stated in CLAIMS_INTRO, so that a re-made table can move a
+Each row: the claim, the TSA paper's own words (docs/results/literature/tsa.csv: the quote, its section,
+table or figure; tests/test_tsa_claims.py checks every quote against the paper's text in ../shared/seeds),
+fedcal's value computed here from the committed result tables, the seeds behind it, a verdict, and for a claim
+that does not match the protocol difference found and the section whose runs show it. Every verdict is
+computed by one of the rules of :data:`RULES` (each row names its rule), so that a re-made table can move a
 verdict without anyone editing this file.
 """
 
@@ -14,20 +15,38 @@ import pandas as pd
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
-CLAIMS_INTRO = """### The Temperature Scaling Attack, claim by claim (issue 35)
+MATCH, DIRECTION, CONTRADICTS, NOT_TESTED = "matches", "direction only", "contradicts", "not tested"
 
-Each claim of the TSA literature (Lee et al., arXiv 2602.06638, and SPEC.md's statement of it)
-against fedcal's value, computed by `docs/tools/tsa_claims.py` from the tables of the sections
-named in the last column (their commands are above them); the literature's values and where each is
-quoted from are in `docs/results/literature/tsa.csv`. Verdict rules: a direction claim **matches**
-when the mean over seeds and every seed have the claimed sign, is **direction only** when the mean
-has it but not every seed (or the magnitude misses), and **contradicts** when the mean has the other
-sign; a level matches when the literature's value lies within the range of fedcal's seeds, and
-contradicts otherwise; a claim about what a method does matches when it holds in most of the cells
-measured.
+#: the verdict rules, by name: what each checks (stated on the page, applied in code below)
+RULES = {
+    "sign": "a direction claim **matches** when every seed has the claimed sign, is **direction only** when the "
+            "mean over seeds has it but not every seed (or only means are recorded), and **contradicts** when the "
+            "mean has the other sign",
+    "level": "a number the paper reports as mean ± std matches when fedcal's seed range overlaps the paper's "
+             "mean ± its std, and contradicts otherwise",
+    "bound": "a bound the paper states (≥ b, above ~ b, below ~ b) matches when every seed (every pair) meets it "
+             "within half a unit of the bound's last printed digit, is direction only when the mean does, and "
+             "contradicts when the mean misses it",
+    "onset": "a claim that something starts around x matches when the first grid point where it is seen lies "
+             "within ×1.5 of x either way, is direction only when it is seen elsewhere on the grid, and contradicts "
+             "when it is not seen; an accuracy drop is seen where the mean change leaves the paper's own "
+             "accuracy-preservation band (< 2 points, its abstract)",
+    "majority": "a claim about what a method does matches when it holds in most of the cells measured",
+    "monotone": "monotone in τ matches when the mean shift falls at every step of the grid, and is direction only "
+                "when a step against it is smaller than the shift's seed spread",
+}
+
+CLAIMS_INTRO = """### The Temperature Scaling Attack, claim by claim
+
+Each claim in the TSA paper's own words (`docs/results/literature/tsa.csv`: the quote and its section,
+table or figure in ../shared/seeds) against fedcal's value, computed by `docs/tools/tsa_claims.py` from
+the tables of the sections named in the last column (their commands are above them). Each verdict is
+computed by the rule named in its row:
+
+""" + "\n".join(f"- **{name}**: {text};" for name, text in RULES.items()).rstrip(";") + """.
+
+**not tested** says that the tables hold no measurement that could contradict the claim.
 """
-
-MATCH, DIRECTION, CONTRADICTS = "matches", "direction only", "contradicts"
 
 
 def _literature() -> pd.DataFrame:
@@ -58,6 +77,36 @@ def _worse(*verdicts: str) -> str:
     return max(verdicts, key=order.index)
 
 
+def _level_verdict(seeds: pd.Series, value: float, spread: float) -> str:
+    """The level rule: fedcal's seed range [min, max] against the paper's mean ± std."""
+    return MATCH if seeds.min() <= value + spread and seeds.max() >= value - spread else CONTRADICTS
+
+
+def _tolerance(bound: float) -> float:
+    """Half a unit of the last digit the paper prints the bound with (0.8 -> 0.05, 0.85 -> 0.005, 50 -> 5)."""
+    text = f"{bound:g}"
+    if "." in text:
+        return 0.5 * 10 ** -len(text.split(".")[1])
+    return 0.5 * 10 ** (len(text) - len(text.rstrip("0")))
+
+
+def _bound_verdict(per_unit: pd.Series, bound: float, above: bool = True) -> str:
+    """The bound rule: every seed (pair) on the claimed side of the bound, within the paper's printed precision;
+    the mean only; or not even the mean."""
+    tol = _tolerance(bound)
+    meets = (lambda v: v >= bound - tol) if above else (lambda v: v <= bound + tol)
+    if meets(per_unit).all():
+        return MATCH
+    return DIRECTION if meets(per_unit.mean()) else CONTRADICTS
+
+
+def _onset_verdict(seen_at: list[float], x: float) -> str:
+    """The onset rule: the first grid point where the effect is seen, against the paper's "starting around x"."""
+    if not seen_at:
+        return CONTRADICTS
+    return MATCH if x / 1.5 <= min(seen_at) <= 1.5 * x else DIRECTION
+
+
 def _pm(s: pd.Series, fmt: str = "+.2f") -> str:
     return f"{s.mean():{fmt}} ± {s.std(ddof=1):.2f}" if len(s) > 1 else f"{s.mean():{fmt}}"
 
@@ -74,14 +123,19 @@ def _tau_rows(name: str, label: str, section: str) -> list[tuple]:
                  f"{_pm(high['d_sece'])} at τ = {high['tau'].iloc[0]:g} (points, each run against the benign "
                  f"run of its seed; {int((np.sign(low['d_sece']) > 0).sum() + (np.sign(high['d_sece']) < 0).sum())} "
                  f"of {len(low) + len(high)} runs in the claimed direction)")
-    attacked = t[t["run"] != "benign"].groupby("tau")["d_accuracy"].mean()
+    runs = t[t["run"] != "benign"]
+    attacked = runs.groupby("tau")["d_accuracy"].mean()
     worst = attacked.abs().idxmax()
+    per_run = runs["d_accuracy"].abs().dropna()
+    bound = float(_literature().loc["accuracy", "value"])
+    acc_verdict = _bound_verdict(per_run, bound, above=False) if attacked.abs().max() <= bound + _tolerance(bound) \
+        else CONTRADICTS
     accuracy = (f"{label}: largest mean accuracy change {attacked[worst]:+.2f} points (τ = {worst:g}) over "
-                f"{len(attacked)} attacked τ")
+                f"{len(attacked)} attacked τ; largest of a single run {per_run.max():.2f}")
     return [("direction", direction, seeds, verdict, "", section),
-            ("accuracy", accuracy, seeds, MATCH if abs(attacked[worst]) <= 2 else CONTRADICTS,
-             "" if abs(attacked[worst]) <= 2 else f"the attacked runs lose more than 2 points at τ = {worst:g}; no "
-             "protocol difference found", section)]
+            ("accuracy", accuracy, seeds, acc_verdict,
+             "" if acc_verdict == MATCH else f"single runs lose more than {bound:g} points (the seed spread of the "
+             "accuracy change); no protocol difference found", section)]
 
 
 def _monotone_row(name: str, label: str, section: str, spread_from: str | None = None) -> list[tuple]:
@@ -113,18 +167,20 @@ def _benign_rows() -> list[tuple]:
     mnist = _read("paper-mnist-mlp-tau-5seeds")
     if mnist is not None:
         b = mnist[mnist["run"] == "benign"]["accuracy_%"]
-        rows.append(("benign-mnist", f"MNIST–MLP at paper scale: {_pm(b, '.2f')} %", _seeds(mnist["seed"]),
-                     MATCH if 90 <= b.mean() < 95 else CONTRADICTS, "",
+        lit = _literature().loc["benign-mnist"]
+        rows.append(("benign-mnist", f"MNIST–MLP at paper scale: {_pm(b, '.2f')} % (seeds {b.min():.2f}–{b.max():.2f})",
+                     _seeds(mnist["seed"]), _level_verdict(b, float(lit["value"]), float(lit["spread"])), "",
                      "MNIST–MLP at paper scale (one local epoch per round)"))
     cifar = _read("paper-cifar10-cnn-tau-3seeds")
     if cifar is not None:
         b = cifar[cifar["run"] == "benign"]["accuracy_%"]
-        lit = float(_literature().loc["benign-cifar", "literature"].rstrip(" %"))
-        ok = b.min() <= lit <= b.max()
+        row = _literature().loc["benign-cifar"]
+        lit, spread = float(row["value"]), float(row["spread"])
+        verdict = _level_verdict(b, lit, spread)
         rows.append(("benign-cifar", f"CIFAR10–CNN at paper scale: {_pm(b, '.2f')} % (seeds {b.min():.2f}–{b.max():.2f}; "
-                     f"{lit - b.mean():.2f} points below the literature)",
-                     _seeds(cifar["seed"]), MATCH if ok else CONTRADICTS,
-                     _probe_reason(), "CIFAR10–CNN at paper scale; the probe"))
+                     f"{lit - b.mean():.2f} points below the paper's mean)",
+                     _seeds(cifar["seed"]), verdict, "" if verdict == MATCH else _probe_reason(),
+                     "CIFAR10–CNN at paper scale; the probe"))
     return rows
 
 
@@ -132,7 +188,7 @@ def _probe_reason() -> str:
     """What the benign-accuracy probe (momentum, weight decay at paper scale, seeds 0–2) found."""
     cells = _read("paper-cifar10-probe-3seeds", "cells.csv")
     if cells is None:
-        return "the probe of momentum and weight decay (the last look issue 35 asks for) is not made"
+        return "the probe of momentum and weight decay is not made"
     broken = _chance_runs(cells)
     sound = cells[~cells["run_id"].isin(broken)]
     means = sound.groupby(["momentum", "weight-decay"])["accuracy"].agg(["mean", "size"])
@@ -169,14 +225,19 @@ def _extreme_rows() -> list[tuple]:
 
 
 def _extreme_row(label: str, acc: pd.Series, chance: int, seeds: pd.Series, note: str, section: str) -> tuple:
+    """The onset rule on the mean accuracy change per τ: where it first leaves the paper's accuracy band."""
     top = acc.index.max()
+    band = float(_literature().loc["accuracy", "value"])
+    seen = [float(t) for t, v in acc.items() if v < -(band + _tolerance(band))]
+    x = float(_literature().loc["extreme", "value"])
+    verdict = _onset_verdict(seen, x)
     fedcal = (f"{label}: accuracy change {acc.get(10.0, np.nan):+.2f} points at τ = 10, {acc[top]:+.2f} at "
-              f"τ = {top:g}; {chance} run(s) at chance")
-    reason = ("" if chance else
-              "no difference found in the protocol as written (β fixed, η = β·τ, 25 % attackers, 100 rounds): in "
-              "every reading fedcal ran (both datasets at paper scale over three seeds, the 5-step sweeps) accuracy "
-              "declines gradually or hardly at all; " + note)
-    return ("extreme", fedcal, _seeds(seeds), MATCH if chance else CONTRADICTS, reason, section)
+              f"τ = {top:g}; first beyond −{band:g} points at "
+              + (f"τ = {min(seen):g}" if seen else "no τ of the grid") + f"; {chance} run(s) at chance")
+    reason = ("" if verdict == MATCH else
+              "no difference found in the protocol as written (β fixed, η = β·τ, 25 % attackers, 100 rounds): here "
+              "accuracy declines " + ("hardly at all" if not seen else "from another τ") + "; " + note)
+    return ("extreme", fedcal, _seeds(seeds), verdict, reason, section)
 
 
 def _extreme_mnist() -> pd.DataFrame | None:
@@ -319,55 +380,62 @@ def _triage_row() -> list[tuple]:
 
 
 def _cka_rows() -> list[tuple]:
-    """τ = 5's CKA to other seeds' benign models against the range of benign pairs."""
+    """The paper's thresholds (logit cosine ≥ 0.85, penultimate CKA above ~ 0.8) on every attacked model against
+    every other seed's benign model; the benign pairs' range beside them."""
     rows = []
+    cka_bound = float(_literature().loc["cka", "value"])
+    cos_bound = 0.85  # the quote's "≥ 0.85"
     for name, ds in (("paper-mnist-similarity", "MNIST–MLP at paper scale"),
                      ("paper-cifar10-similarity", "CIFAR10–CNN at paper scale")):
         t = _read(name, "similarity.csv")
         if t is None:
             continue
-        benign = t[t["pair"] == "benign vs benign"]["cka"]
-        parts, out = [], []
-        for tau in (0.2, 5.0):
-            a = t[(t["tau"] == tau) & (t["seed_a"] != t["seed_b"])]["cka"]
-            if not benign.min() <= a.mean() <= benign.max():
-                out.append(f"τ = {tau:g}'s 1 − CKA is {(1 - a.mean()) / (1 - benign.mean()):.2f}× the benign pairs'")
-            parts.append(f"τ = {tau:g} {a.mean():.3f}")
-        fedcal = f"{ds}: CKA to other seeds' benign models " + ", ".join(parts) + (
-            f" against benign pairs {benign.min():.3f}–{benign.max():.3f}")
-        verdict = CONTRADICTS if out else MATCH
+        benign = t[t["pair"] == "benign vs benign"]
+        attacked = t[t["tau"].isin([0.2, 5.0]) & (t["seed_a"] != t["seed_b"]) & (t["pair"] != "benign vs benign")]
+        parts = [f"τ = {tau:g} CKA {g['cka'].mean():.3f} (min {g['cka'].min():.3f}), logit cosine "
+                 f"{g['logit_cosine'].mean():.3f} (min {g['logit_cosine'].min():.3f})"
+                 for tau, g in attacked.groupby("tau")]
+        fedcal = (f"{ds}, against other seeds' benign models: " + "; ".join(parts) +
+                  f" — benign pairs CKA {benign['cka'].min():.3f}–{benign['cka'].max():.3f}")
+        verdict = _worse(_bound_verdict(attacked["cka"], cka_bound), _bound_verdict(attacked["logit_cosine"], cos_bound))
         reason = ("" if verdict == MATCH else
-                  "; ".join(out) + ": the attacked model's penultimate features lie further from a benign model "
-                  "than another seed's do; measured as SPEC §4 states it (linear CKA on the shared test set, "
-                  "benign reference the pairs of seeds), no protocol difference found")
+                  "measured as the paper's Section 5.3 states it (linear CKA and logit cosine on the shared test set "
+                  "against benign models of other seeds); no protocol difference found")
         rows.append(("cka", fedcal, _seeds(pd.concat([t["seed_a"], t["seed_b"]])), verdict, reason,
                      f"Representation similarity at paper scale ({ds.split(' ')[0]})"))
     return rows
 
 
 def _cosine_rows() -> list[tuple]:
-    """Coupled TSA's cosine to the benign update after a whole round, from the initial and a trained model."""
+    """The paper's protocol (Section 5.3: the update after 10 local SGD steps, from the initial global model)
+    against its "minimum similarity still around 0.93", per seed (mean over the clients measured); the whole
+    round and the trained model beside it."""
     rows = []
+    bound = float(_literature().loc["cosine", "value"])
     for name, ds in (("paper-mnist-stealth-protocols", "MNIST"), ("paper-cifar10-stealth-protocols", "CIFAR-10")):
         t = _read(name, "stealth.csv")
         if t is None:
             continue
-        t = t[(t["reference"] == "same") & (t["step"] == t["step"].max())]
-        m = t.groupby(["start_round", "variant"])["cosine"].mean()
-        pair = {tau: (m[(0, f"tsa_coupled_tau{tau}")], m[(0, f"tsa_uncoupled_tau{tau}")]) for tau in ("0.2", "5")}
-        coupled0 = min(c for c, _ in pair.values())
-        drifts = all(u < c for c, u in pair.values())
+        t = t[t["reference"] == "same"]
+        first = t[(t["start_round"] == 0) & (t["step"] == 10)]
+        coupled = first[first["variant"].str.startswith("tsa_coupled")]
+        per_seed = coupled.groupby(["variant", "seed"])["cosine"].mean()
+        at10 = coupled.groupby("variant")["cosine"].mean()
+        last = t[t["step"] == t["step"].max()]
+        m = last.groupby(["start_round", "variant"])["cosine"].mean()
         trained = m.xs(t["start_round"].max(), level="start_round")
-        fedcal = (f"{ds}, after a whole round (mean over seeds): from the initial model coupled / uncoupled "
-                  + ", ".join(f"{c:.3f} / {u:.3f} (τ = {tau})" for tau, (c, u) in pair.items())
-                  + f"; from the final model coupled {trained['tsa_coupled_tau0.2']:.3f} / "
-                  f"{trained['tsa_coupled_tau5']:.3f} (τ = 0.2 / 5)")
-        verdict = MATCH if coupled0 >= 0.93 and drifts else (DIRECTION if drifts else CONTRADICTS)
-        reason = ("the start model: the literature's figure is reached from the initial global model only, "
-                  "fedcal's earlier measurement started from the final one" +
-                  ("" if coupled0 >= 0.93 else f"; from the initial model the coupled cosine ends at {coupled0:.3f}, "
-                   "just below the literature's 0.93 (the order coupled ≫ uncoupled holds)"))
-        rows.append(("cosine", fedcal, _seeds(t["seed"]), verdict, reason,
+        fedcal = (f"{ds}, after 10 local steps from the initial model (mean over seeds): coupled "
+                  f"{at10['tsa_coupled_tau0.2']:.3f} (τ = 0.2), {at10['tsa_coupled_tau5']:.3f} (τ = 5); uncoupled "
+                  f"after a whole round {m[(0, 'tsa_uncoupled_tau0.2')]:.3f} / {m[(0, 'tsa_uncoupled_tau5')]:.3f}; "
+                  f"coupled from the final model after a whole round {trained['tsa_coupled_tau0.2']:.3f} / "
+                  f"{trained['tsa_coupled_tau5']:.3f}")
+        verdict = _bound_verdict(per_seed, bound)
+        low = at10.idxmin()
+        reason = ("" if verdict == MATCH else
+                  f"at the paper's protocol {low.replace('tsa_coupled_tau', 'τ = ')}'s coupled cosine ends at "
+                  f"{at10[low]:.3f}, below the paper's minimum of about {bound:g} (from the final model it is lower "
+                  "still); the coupled updates stay well above the uncoupled ones")
+        rows.append(("cosine", fedcal, _seeds(coupled["seed"]), verdict, reason,
                      f"Update similarity: the measurement audited ({ds})"))
     return rows
 
@@ -377,8 +445,8 @@ def _defense_rows() -> list[tuple]:
     parameter reading of the defense tables."""
     rows = []
     for names, ds, section in ((("paper-defense-mnist", "paper-defense-mnist-iid", "paper-defense-mnist-krum1"),
-                                "MNIST–MLP", "defense.md, paper scale (MNIST–MLP)"),
-                               (("paper-defense-cifar10",), "CIFAR10–CNN", "defense.md, paper scale (CIFAR10–CNN)")):
+                                "MNIST–MLP", "defense-results.md, paper scale (MNIST–MLP)"),
+                               (("paper-defense-cifar10",), "CIFAR10–CNN", "defense-results.md, paper scale (CIFAR10–CNN)")):
         tables = [t for t in (_read(n) for n in names) if t is not None]
         if not tables:
             continue
@@ -391,8 +459,8 @@ def _defense_rows() -> list[tuple]:
         fedcal = (f"{ds}: lowest FoolsGold / MultiKrum accuracy under TSA {low['accuracy']:.2f} % ({low['strategy']}, "
                   f"τ = {low['tau']:g}) over {len(tables)} parameter reading(s); FLTrust ranks "
                   f"{int(rank['fltrust'])} of {len(rank)} by mean accuracy under attack")
-        collapsed = low["accuracy"] < 50
-        verdict = MATCH if collapsed and rank["fltrust"] == 1 else (DIRECTION if collapsed else CONTRADICTS)
+        verdict = _bound_verdict(fk.groupby("strategy")["accuracy"].min(), float(_literature().loc["defenses", "value"]),
+                                 above=False)
         rows.append(("defenses", fedcal, _seeds(range(int(t["seeds"].min()))), verdict,
                      "" if verdict == MATCH else
                      "each rule's parameters checked against its paper (FoolsGold on IID clients, Krum with m = 1, "
@@ -407,6 +475,8 @@ def _parse_pm(cell: str) -> float:
 
 
 def _lm_row() -> list[tuple]:
+    """The sign rule on the LM table, which records means over seeds only: at best "direction only" (a seed on
+    the wrong side cannot be seen), so "matches" is not tested."""
     t = _read("lm-shakespeare")
     if t is None:
         return []
@@ -415,13 +485,14 @@ def _lm_row() -> list[tuple]:
     low, high = t.loc["τ 0.5"], t.loc["τ 2"]
     ds = [_parse_pm(low["sECE %"]) - _parse_pm(benign["sECE %"]), _parse_pm(high["sECE %"]) - _parse_pm(benign["sECE %"])]
     acc = max(abs(_parse_pm(x["accuracy %"]) - _parse_pm(benign["accuracy %"])) for x in (low, high))
-    fedcal = (f"Δ sECE {ds[0]:+.2f} (τ = 0.5), {ds[1]:+.2f} (τ = 2); nucleus size {_parse_pm(low['nucleus size']):.0f} / "
-              f"{_parse_pm(benign['nucleus size']):.0f} / {_parse_pm(high['nucleus size']):.0f}; accuracy within "
-              f"{acc:.2f} points")
-    ok = ds[0] > 0 > ds[1] and acc <= 2
-    return [("lm", fedcal, _seeds(range(int(benign["runs"]))), MATCH if ok else DIRECTION,
-             "a 0.93 M-parameter GPT-2-style model trained from scratch, not the pretrained GPT-2; the per-seed values "
-             "are not in the table, so the verdict reads means", "lm.md")]
+    fedcal = (f"Δ sECE of the means {ds[0]:+.2f} (τ = 0.5), {ds[1]:+.2f} (τ = 2; sd over seeds {high['sECE %'].split('±')[1].strip()}); "
+              f"nucleus size {_parse_pm(low['nucleus size']):.0f} / {_parse_pm(benign['nucleus size']):.0f} / "
+              f"{_parse_pm(high['nucleus size']):.0f}; accuracy within {acc:.2f} points")
+    right = ds[0] > 0 > ds[1] and _parse_pm(low["nucleus size"]) > _parse_pm(benign["nucleus size"]) > \
+        _parse_pm(high["nucleus size"])
+    return [("lm", fedcal, _seeds(range(int(benign["runs"]))), DIRECTION if right else CONTRADICTS,
+             "the table records means over seeds only, so whether every seed is on the claimed side is not tested; "
+             "a 0.93 M-parameter GPT-2-style model trained from scratch, not the pretrained GPT-2", "lm.md")]
 
 
 def _detection_row() -> list[tuple]:
@@ -459,6 +530,14 @@ ROWS = (lambda: _tau_rows("paper-mnist-mlp-tau-5seeds", "MNIST–MLP at paper sc
         _defense_rows, _lm_row, _detection_row)
 
 
+#: the rule (:data:`RULES`) each claim's verdict is computed by
+RULE_OF = {"direction": "sign", "monotone": "monotone", "accuracy": "bound", "benign-mnist": "level",
+           "benign-cifar": "level", "extreme": "onset", "sens-ratio": "sign", "sens-alpha": "sign",
+           "sens-beta": "sign", "posthoc-top": "majority", "posthoc-ovr": "majority", "triage": "sign",
+           "cka": "bound", "cosine": "bound", "defenses": "bound", "lm": "sign", "detection-low": "sign",
+           "detection-high": "sign"}
+
+
 def claims_table() -> str:
     """The TSA claims as one Markdown table, in the literature CSV's order of claims."""
     from fedcal.reports import markdown_table
@@ -467,6 +546,8 @@ def claims_table() -> str:
     rows = [r for make in ROWS for r in make()]
     order = {c: i for i, c in enumerate(lit.index)}
     rows.sort(key=lambda r: order[r[0]])
-    table = pd.DataFrame([(lit.loc[c, "name"], lit.loc[c, "literature"], *rest) for c, *rest in rows],
-                         columns=["claim", "literature", "fedcal", "seeds", "verdict", "protocol difference", "run"])
+    table = pd.DataFrame([(lit.loc[c, "name"], f"“{lit.loc[c, 'literature']}” ({lit.loc[c, 'source']})", fedcal, seeds,
+                           verdict, RULE_OF[c], reason, run) for c, fedcal, seeds, verdict, reason, run in rows],
+                         columns=["claim", "the paper's words", "fedcal", "seeds", "verdict", "rule",
+                                  "protocol difference", "run"])
     return CLAIMS_INTRO + "\n" + markdown_table(table) + "\n"

@@ -34,10 +34,11 @@ from fedcal.calibrate import TemperatureScaling
 from fedcal.config import RunConfig
 from fedcal.data import root_set
 from fedcal.metrics import calibration_metrics
-from fedcal.reports.chance import cfg_chance, footnote, marked
+from fedcal.reports.chance import cfg_chance, footnote
 from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.markdown import SECE_SIGN, UNITS_NOTE, markdown_table
 from fedcal.reports.runs import STALLED, STALLED_NOTE, finished_only, run_stalled
+from fedcal.reports.sweeps import LEFT_OUT, left_out_names, left_out_reasons
 from fedcal.results import AUDIT_FILE, load_config, load_model
 from fedcal.local_training import predict_logits
 
@@ -120,7 +121,8 @@ def run_rows(run_dirs: Sequence[str | Path], posthoc: bool = True) -> pd.DataFra
 def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     """Mean over seeds per (config, dataset, strategy, setting) in percent, the seeds' std of accuracy
     and sECE, Δ accuracy / Δ sECE against the benign FedAvg run of the same config, dataset and α
-    (same seeds), how many seeds' models are at chance (``chance_level``), and whether the row meets
+    (same seeds), how many seeds' models are at chance (``chance_level``; with stalled runs and NaN metrics left
+    out of the means and named in ``left_out``; ``seeds`` is the number averaged), and whether the row meets
     the target (|Δ sECE| ≤ 2 and |Δ acc| ≤ 1 under attack, both ≤ 1 without, benign clients flagged
     in < 5 % of their replies, no model at chance)."""
     if rows.empty:
@@ -138,19 +140,26 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     keys = [CONFIG, "dataset", "strategy", *SETTING, *GUARD]
     for c in ("accuracy", "ece", "sece"):
         r[c] = 100 * r[c]
-    ref = r[(r["strategy"] == "fedavg") & (r["tau"] == 1.0)].groupby([CONFIG, "dataset", "dirichlet_alpha"])[
-        ["accuracy", "sece"]].mean()
+    # a run at chance, stalled or with NaN metrics is no result of its setting: left out of the means, named
+    reasons = left_out_reasons(r, "accuracy", 100)
+    ok_runs = r[reasons.eq("")]
+    ref = ok_runs[(ok_runs["strategy"] == "fedavg") & (ok_runs["tau"] == 1.0)].groupby(
+        [CONFIG, "dataset", "dirichlet_alpha"])[["accuracy", "sece"]].mean()
     g = r.groupby(keys, dropna=False, sort=False)
-    out = g.agg(seeds=("seed", "nunique"), runs=("seed", "size"), accuracy=("accuracy", "mean"),
-                accuracy_std=("accuracy", "std"), ece=("ece", "mean"), sece=("sece", "mean"),
-                sece_std=("sece", "std"), detection=("detection", "mean"),
-                false_positive=("false_positive", "mean"), chance_level=(CHANCE, "sum"),
-                stalled=(STALLED, "sum")).reset_index()
-    twice = out[out["runs"] > out["seeds"]]
+    counts = g.agg(runs=("seed", "size"), distinct=("seed", "nunique"), chance_level=(CHANCE, "sum"),
+                   stalled=(STALLED, "sum"))
+    twice = counts[counts["runs"] > counts["distinct"]].reset_index()
     if not twice.empty:
         raise ValueError(f"two runs of one seed in the defense row {twice.iloc[0][keys].dropna().to_dict()}: "
                          "pass one run per seed")
-    out = out.drop(columns="runs")
+    sound = ok_runs.groupby(keys, dropna=False, sort=False)
+    means = sound.agg(seeds=("seed", "nunique"), accuracy=("accuracy", "mean"), accuracy_std=("accuracy", "std"),
+                      ece=("ece", "mean"), sece=("sece", "mean"), sece_std=("sece", "std"),
+                      detection=("detection", "mean"), false_positive=("false_positive", "mean"))
+    out = counts[["chance_level", "stalled"]].join(means).join(left_out_names(r, reasons, keys))
+    out["seeds"] = out["seeds"].fillna(0).astype(int)
+    out = out.reset_index()[[*keys, "seeds", "accuracy", "accuracy_std", "ece", "sece", "sece_std", "detection",
+                             "false_positive", CHANCE, STALLED, LEFT_OUT]]
     out[CHANCE], out[STALLED] = out[CHANCE].astype(int), out[STALLED].astype(int)
     d_acc, d_sece = [], []
     for _, row in out.iterrows():
@@ -162,7 +171,8 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     ok = np.where(attacked, (out["d_sece"].abs() <= TARGET_SECE) & (out["d_accuracy"].abs() <= TARGET_ACC),
                   (out["d_sece"].abs() <= TARGET_BENIGN) & (out["d_accuracy"].abs() <= TARGET_BENIGN))
     ok = ok & ~(out["false_positive"] >= FP_TARGET) & (out[CHANCE] == 0) & (out[STALLED] == 0)
-    out["target"] = np.where(out["d_sece"].isna(), "", np.where(ok, "yes", "no"))
+    # a row whose every seed was left out (at chance, stalled) has no mean and misses the target
+    out["target"] = np.where(out["seeds"] == 0, "no", np.where(out["d_sece"].isna(), "", np.where(ok, "yes", "no")))
     out["_c"] = out[CONFIG].map({c: i for i, c in enumerate(dict.fromkeys(out[CONFIG]))})
     return out.sort_values(["_c", "dataset", "dirichlet_alpha", "attacker_ratio", "tsa_step_frac", "tsa_blend", "tsa_duty",
                             "strategy", *GUARD, "tau"], na_position="first", kind="stable").drop(columns="_c") \
@@ -189,12 +199,7 @@ def to_markdown(table: pd.DataFrame, title: str = "") -> str:
     that never vary are left out."""
     t = table.copy()
     t["accuracy_%"] = [_pm(m, s) for m, s in zip(t["accuracy"], t["accuracy_std"])]
-    if CHANCE in t.columns:
-        t["accuracy_%"] = [marked(a, bool(k)) + ("" if not k or k == n else f" ({k}/{n} seeds)")
-                           for a, k, n in zip(t["accuracy_%"], t[CHANCE], t["seeds"])]
-    if STALLED in t.columns:
-        t["accuracy_%"] = [a + ("" if not k else f" ({k} of {n} seeds stalled)")
-                           for a, k, n in zip(t["accuracy_%"], t[STALLED], t["seeds"])]
+    t["accuracy_%"] = ["—" if not n else a for a, n in zip(t["accuracy_%"], t["seeds"])]
     t["sece_%"] = [_pm(m, s) for m, s in zip(t["sece"], t["sece_std"])]
     t["ece_%"] = t["ece"].map("{:.2f}".format)
     t["d_acc"] = t["d_accuracy"].map(lambda v: NO_BENIGN if pd.isna(v) else f"{v:+.2f}")
@@ -210,6 +215,9 @@ def to_markdown(table: pd.DataFrame, title: str = "") -> str:
             t[c] = t[c].map(_knob)
     cols = [*varying, "strategy", "tau", "seeds", "accuracy_%", "ece_%", "sece_%", "d_acc", "d_sece", "detected_%",
             "benign_flagged_%", "target"]
+    if LEFT_OUT in t.columns and t[LEFT_OUT].fillna("").ne("").any():
+        t["left out of the means"] = t[LEFT_OUT].fillna("")
+        cols.append("left out of the means")
     return markdown_table(t[cols], title)
 
 

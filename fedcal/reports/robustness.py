@@ -30,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedcal.config import RunConfig
-from fedcal.reports.chance import cfg_chance, footnote, marked
+from fedcal.reports.chance import cfg_chance, footnote
 from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.markdown import SECE_SIGN, markdown_table
 from fedcal.reports.plots import robustness_curves
@@ -164,13 +164,14 @@ def robustness_table(run_dirs: Sequence[str | os.PathLike[str]], spec: Robustnes
         log.warning("robustness of %s left out of the table: %s", d, reason)
     rows = []
     runs = [(d, load_config(d)) for d in dirs if str(d) not in failures]
+    stored = _stored_finals([d for d, _ in runs])
     labels: dict[Path, str] = {}
     for setting in SETTINGS:  # the setting column shows what sets a centralised run apart (one client)
         own = [(d, c) for d, c in runs if setting_of(c) == setting]
         labels.update(zip((d for d, _ in own), config_labels([c for _, c in own], SHOWN)))
     for d, cfg in runs:
         chance = cfg_chance(cfg)
-        m = metrics[str(d)]
+        m = {**metrics[str(d)], **stored.get(d.name, {})}  # the run's own final metrics where it has them
         rows.append({CONFIG: labels[d], "setting": setting_of(cfg), "dataset": cfg.dataset, "model": cfg.model,
                      "strategy": cfg.strategy, "training": training_of(cfg), "tau": cfg.tau, "seed": cfg.seed,
                      **m, "rejected_rounds": rejected_rounds(d), "run": d.name,
@@ -181,6 +182,28 @@ def robustness_table(run_dirs: Sequence[str | os.PathLike[str]], spec: Robustnes
     return table
 
 
+#: the whole-test-set metrics a run stores itself (its final evaluation): the table reads them from the run
+STORED = ("accuracy", "ece", "sece", "brier", "nll")
+
+
+def _stored_finals(dirs: Sequence[Path]) -> dict[str, dict[str, float]]:
+    """Per run directory name: the run's own final metrics (:data:`STORED`) when its last evaluated round is its
+    last round (so they are the model this report attacks). One run, one number: a table that reads a run
+    reports the result the run stored, not a second evaluation of its model (another batch order or thread
+    count moves the fourth decimal)."""
+    from fedcal.reports.runs import final_metrics
+
+    if not dirs:
+        return {}
+    finals = final_metrics(dirs, "the robustness table")
+    out = {}
+    for d in dirs:
+        row = finals[finals["run_id"] == d.name]
+        if len(row) and int(row["round"].iloc[0]) == load_config(d).num_rounds:
+            out[d.name] = {k: float(row[k].iloc[0]) for k in STORED if k in row and pd.notna(row[k].iloc[0])}
+    return out
+
+
 GROUP = [CONFIG, "setting", "dataset", "model", "strategy", "training", "tau"]
 #: the run-config keys the table shows (its training column: attack, attacker ratio, coupling)
 SHOWN = ("dataset", "model", "strategy", "attack", "attacker_ratio", "coupled", "tau")
@@ -189,18 +212,28 @@ CHANCE = "chance_level"
 
 def summarise_robustness(table: pd.DataFrame) -> pd.DataFrame:
     """Mean and std (ddof 1; 0 for one seed) over seeds of every metric per
-    (setting, dataset, model, strategy, training, τ), with the number of seeds."""
+    (setting, dataset, model, strategy, training, τ); ``seeds`` is the number of seeds averaged: a run
+    whose model is at chance (``chance_level``) or whose metrics are NaN is left out of the means — a
+    constant answer is "robust" to every attack — counted in ``chance_level`` and named with its
+    reason in ``left_out`` (:func:`fedcal.reports.sweeps.left_out_reasons`)."""
+    from fedcal.reports.sweeps import left_out_names, left_out_reasons
+
     table = table.assign(**{CONFIG: table[CONFIG] if CONFIG in table.columns else ""})
     metrics = [m for m in table.columns if m not in (*GROUP, "seed", "run", CHANCE)]
     twice = table[table.duplicated([*GROUP, "seed"], keep=False)]
     if not twice.empty:
         raise ValueError(f"two runs of one seed in one robustness row: {', '.join(twice['run'])}")
+    reasons = left_out_reasons(table)
     g = table.groupby(GROUP, sort=False)
-    mean = g[metrics].mean()
-    std = g[metrics].std(ddof=1).fillna(0.0)
-    out = mean.add_suffix("_mean").join(std.add_suffix("_std")).join(g.size().rename("seeds"))
+    sound = table[reasons.eq("")].groupby(GROUP, sort=False)
+    out = pd.DataFrame(index=g.size().index)
+    out = out.join(sound[metrics].mean().add_suffix("_mean"))
+    out = out.join(sound[metrics].std(ddof=1).fillna(0.0).add_suffix("_std"))
+    out = out.join(sound.size().rename("seeds"))
+    out["seeds"] = out["seeds"].fillna(0).astype(int)
     if CHANCE in table.columns:
         out = out.join(g[CHANCE].sum().astype(int))
+    out = out.join(left_out_names(table, reasons, GROUP))
     order = {s: i for i, s in enumerate(SETTINGS)}
     out = out.reset_index()
     out["_o"] = out["setting"].map(order)
@@ -229,12 +262,10 @@ def robustness_markdown(summary: pd.DataFrame, title: str = "") -> str:
             row = {"τ": f"{r['tau']:g}", "training": r["training"], "seeds": int(r["seeds"])}
             for m, name in METRICS.items():
                 if f"{m}_mean" in r:
-                    row[name + ("" if m in _RAW else " %")] = _cell(r[f"{m}_mean"], r[f"{m}_std"], int(r["seeds"]),
-                                                                   m in _RAW)
-            k = int(r.get(CHANCE, 0) or 0)
-            if k and "clean acc %" in row:
-                row["clean acc %"] = marked(row["clean acc %"], True) + \
-                    ("" if k == int(r["seeds"]) else f" ({k}/{int(r['seeds'])} seeds)")
+                    row[name + ("" if m in _RAW else " %")] = "—" if not int(r["seeds"]) else \
+                        _cell(r[f"{m}_mean"], r[f"{m}_std"], int(r["seeds"]), m in _RAW)
+            if block.get("left_out", pd.Series(dtype=object)).fillna("").ne("").any():
+                row["left out of the means"] = r["left_out"] if isinstance(r["left_out"], str) else ""
             rows.append(row)
         head = (f"{key[1]}, {key[2]}–{key[3]}, {key[4]} ({key[0]})" if configs
                 else f"{key[0]}, {key[1]}–{key[2]}, {key[3]}")

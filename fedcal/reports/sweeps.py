@@ -22,7 +22,7 @@ from typing import Sequence
 import pandas as pd
 
 from fedcal.config import RunConfig
-from fedcal.reports.chance import cfg_chance
+from fedcal.reports.chance import MARK, cfg_chance
 from fedcal.reports.runs import STALLED, final_rows, finished_only, load_rounds, stalled_runs
 from fedcal.results import FINISHED, run_dir_for
 
@@ -36,6 +36,36 @@ def left_out(cells: pd.DataFrame) -> pd.Series:
         if flag in cells.columns:
             out |= cells[flag].astype(bool)
     return out
+
+
+#: the reasons a seed is left out of a mean over seeds (:func:`left_out_reasons`)
+DIVERGED = "diverged: its final metrics are NaN"
+STALLED_REASON = "stalled: its last round accepted no reply"
+#: the column of a summary over seeds that names each seed left out of its means, with the reason
+LEFT_OUT = "left_out"
+
+
+def left_out_reasons(cells: pd.DataFrame, accuracy: str = "accuracy", scale: float = 1.0) -> pd.Series:
+    """Per run: why it is left out of every mean over seeds — ``""`` when it is in. A run is left out when
+    its final metrics are NaN (:data:`DIVERGED`), its model is at chance (``at chance (9.80 %)``: the
+    ``chance_level`` flag, :mod:`fedcal.reports.chance`; its marker in the text) or it stalled (:data:`STALLED_REASON`). ``accuracy``
+    names the accuracy column, ``scale`` what makes it a fraction (100 for ``accuracy_%``)."""
+    reasons = pd.Series("", index=cells.index, dtype=object)
+    acc = pd.to_numeric(cells[accuracy], errors="coerce")
+    for flag, reason in ((STALLED, STALLED_REASON), (CHANCE, None)):
+        if flag in cells.columns:
+            hit = cells[flag].fillna(False).astype(bool)
+            reasons[hit] = [reason or f"at chance ({100 * a / scale:.2f} % {MARK})" for a in acc[hit]]
+    reasons[acc.isna()] = DIVERGED
+    return reasons
+
+
+def left_out_names(cells: pd.DataFrame, reasons: pd.Series, by: Sequence[str]) -> pd.Series:
+    """Per group of ``by``: the seeds left out of its means with their reasons (``seed 1: diverged: …``;
+    ``""`` when none), indexed like ``cells.groupby(by)``."""
+    named = cells.assign(_why=reasons).groupby(list(by), sort=False, dropna=False)
+    return named.apply(lambda g: "; ".join(f"seed {int(s)}: {w}" for s, w in zip(g[SEED], g["_why"]) if w),
+                       include_groups=False).rename(LEFT_OUT)
 
 
 def collect(configs: Sequence[RunConfig], varying: Sequence[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -127,10 +157,10 @@ REJECTED = "replies_rejected_total"
 
 def seed_summary(cells: pd.DataFrame, rounds: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
     """Mean and standard deviation over seeds of each :data:`SEED_METRICS` per value of the other
-    ``axes``, with the seed count, the chance-level and stalled counts and :data:`REJECTED`. A cell whose
-    model is at chance or stalled is counted (``chance_level``; ``stalled`` above chance) but left out of the means
-    (``seeds_in_means`` says how many are in them): a diverged seed's NLL alone would set the row's (the
-    sweep plot draws it as a cross, :func:`fedcal.reports.sweep_curves`).
+    ``axes``, with ``seeds`` the number of seeds averaged, the chance-level and stalled counts and :data:`REJECTED`.
+    A cell whose model is at chance, stalled or whose metrics are NaN is left out of the means and named with its
+    reason in ``left_out`` (:func:`left_out_reasons`; counted in ``chance_level`` / ``stalled``): a diverged
+    seed's NLL alone would set the row's (the sweep plot draws it as a cross, :func:`fedcal.reports.sweep_curves`).
 
     Cells that differ in a hashed key that is not an axis (a sweep run over two run stores, a key
     changed between invocations) are never averaged together: such rows gain a ``config`` column
@@ -155,38 +185,36 @@ def seed_summary(cells: pd.DataFrame, rounds: pd.DataFrame, axes: Sequence[str])
     if not by:
         frame["_all"], by = 0, ["_all"]
     g = frame.groupby(by, sort=True)
-    sound = frame[~left_out(frame)].groupby(by, sort=True)[list(SEED_METRICS)]
-    out = g.size().rename("seeds").to_frame().join(sound.mean().add_suffix("_mean"))
-    out = out.join(sound.std(ddof=1).add_suffix("_std")).join(sound.size().rename("seeds_in_means"))
+    reasons = left_out_reasons(frame)
+    sound = frame[reasons.eq("")].groupby(by, sort=True)[list(SEED_METRICS)]
+    out = pd.DataFrame(index=g.size().index).join(sound.size().rename("seeds"))
+    out["seeds"] = out["seeds"].fillna(0).astype(int)
+    out = out.join(sound.mean().add_suffix("_mean")).join(sound.std(ddof=1).add_suffix("_std"))
     out = out.join(g[CHANCE].sum().astype(int)).join(g[STALLED].sum().astype(int)).join(g[REJECTED].sum())
+    out = out.join(left_out_names(frame, reasons, by))
     return out.reset_index().drop(columns="_all", errors="ignore")
 
 
 def seed_markdown(summary: pd.DataFrame, title: str = "", chance_note: str = "") -> str:
     """:func:`seed_summary` as Markdown: "mean ± std" cells in the printed units (accuracy, ECE and
-    sECE in percent), the chance marker on a row with chance-level models (and ``chance_note``,
-    :func:`fedcal.reports.chance.footnote`, under the table), and the rejected replies' column only
-    when some row had one."""
-    from fedcal.reports.chance import marked
+    sECE in percent) over the ``seeds`` averaged, the rejected replies' column only when some row had one, and
+    the seeds left out of the means, each with its reason (``chance_note``,
+    :func:`fedcal.reports.chance.footnote`, under the table when one is at chance)."""
     from fedcal.reports.markdown import SECE_SIGN, UNITS_NOTE, markdown_table
 
     keys = [c for c in summary.columns if not c.endswith(("_mean", "_std")) and
-            c not in ("seeds", "seeds_in_means", CHANCE, STALLED, REJECTED)]
+            c not in ("seeds", "seeds_in_means", CHANCE, STALLED, REJECTED, LEFT_OUT)]
     shown = summary[keys].copy()
-    n = summary["seeds_in_means"].fillna(0).astype(int)
+    n = summary["seeds"].fillna(0).astype(int)
     for name, (label, fmt) in PRINTED.items():
         scale = 100 if label.endswith("_%") else 1
-        cells = ["—" if k == 0 else f"{fmt.format(scale * m)} ± {fmt.format(scale * s).lstrip('+')}" if k > 1
-                 else fmt.format(scale * m) for m, s, k in zip(summary[f"{name}_mean"], summary[f"{name}_std"], n)]
-        if name == "accuracy":
-            stalled = summary[STALLED] if STALLED in summary.columns else [0] * len(summary)
-            cells = [marked(t, bool(c)) + ("" if not c else f" ({c} of {k} seeds at chance, not in the means)")
-                     + ("" if not st else f" ({st} of {k} seeds stalled, not in the means)")
-                     for t, c, st, k in zip(cells, summary[CHANCE], stalled, summary["seeds"])]
-        shown[label] = cells
+        shown[label] = ["—" if k == 0 else f"{fmt.format(scale * m)} ± {fmt.format(scale * s).lstrip('+')}" if k > 1
+                        else fmt.format(scale * m) for m, s, k in zip(summary[f"{name}_mean"], summary[f"{name}_std"], n)]
     shown["seeds"] = summary["seeds"]
     if summary[REJECTED].any():
         shown["replies rejected"] = summary[REJECTED]
+    if LEFT_OUT in summary.columns and summary[LEFT_OUT].fillna("").ne("").any():
+        shown["left out of the means"] = summary[LEFT_OUT].fillna("")
     floats = {k: "{:g}" for k in keys if pd.api.types.is_float_dtype(summary[k])}
     note = "\n" + chance_note if chance_note and summary[CHANCE].any() else ""
     return markdown_table(shown, title, formats=floats) + note + f"\n{UNITS_NOTE}; {SECE_SIGN}\n"

@@ -13,7 +13,8 @@ column naming the keys that differ (:mod:`fedcal.reports.groups`); each run's ch
 against the benign run of its own configuration, strategy and seed, and a row without one says
 "no benign run in this set". A model whose accuracy is within noise of chance is flagged
 (``chance_level``, :mod:`fedcal.reports.chance`), a run whose last round accepted none of its replies
-above chance as ``stalled`` (:func:`fedcal.reports.runs.stalled_runs`); both stay in the means, marked.
+above chance as ``stalled`` (:func:`fedcal.reports.runs.stalled_runs`); over seeds, such a run and one whose
+metrics are NaN are left out of the means and named with their reason (:func:`seed_summary`).
 """
 
 from __future__ import annotations
@@ -191,19 +192,29 @@ SUMMARY_METRICS = ["accuracy_%", "ece_%", "sece_%", "brier", "nll", "d_accuracy"
 
 
 def seed_summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Mean and standard deviation over seeds of every metric, per (config, strategy, τ, run), the
-    seed count and how many of the seeds' models are at chance (``chance_level``). A row never holds
-    two runs of one seed (a ValueError names them)."""
+    """Mean and standard deviation over seeds of every metric, per (config, strategy, τ, run); ``seeds``
+    is the number of seeds averaged, and every seed left out of the means — its metrics NaN (a
+    diverged model), its model at chance or stalled (:func:`fedcal.reports.sweeps.left_out_reasons`) —
+    is named with its reason in ``left_out`` (and counted in ``chance_level`` / ``stalled``). A row never
+    holds two runs of one seed (a ValueError names them)."""
+    from fedcal.reports.sweeps import LEFT_OUT, left_out_names, left_out_reasons
+
     by = [c for c in (CONFIG, "strategy", "tau", "run") if c in table.columns]
     twice = table[table.duplicated([*by, "seed"], keep=False)]
     if not twice.empty:
         raise ValueError(f"two runs of one seed in one row: {', '.join(twice['run_id'])}; pass one run per seed")
+    reasons = left_out_reasons(table, "accuracy_%", 100)
     g = table.groupby(by, sort=False)
-    out = g[SUMMARY_METRICS].mean().add_suffix("_mean").join(g[SUMMARY_METRICS].std(ddof=1).add_suffix("_std"))
-    out = out.join(g.size().rename("seeds"))
+    sound = table[reasons.eq("")].groupby(by, sort=False)
+    out = pd.DataFrame(index=g.size().index)
+    out = out.join(sound[SUMMARY_METRICS].mean().add_suffix("_mean"))
+    out = out.join(sound[SUMMARY_METRICS].std(ddof=1).add_suffix("_std"))
+    out = out.join(sound.size().rename("seeds")).fillna({"seeds": 0})
+    out["seeds"] = out["seeds"].astype(int)
     for flag in (CHANCE, STALLED):
         if flag in table.columns:
             out = out.join(g[flag].sum().astype(int))
+    out = out.join(left_out_names(table, reasons, by))
     return out.reset_index()
 
 
@@ -215,8 +226,8 @@ def _pm(mean: float, std: float, digits: int, seeds: int) -> str:
 
 def seeds_markdown(agg: pd.DataFrame, title: str = "") -> str:
     """Markdown of :func:`seed_summary` as "mean ± std" cells (the mean alone for one seed); a row
-    without a benign reference says so in its Δ cells, and a row with chance-level models carries
-    the chance marker on its accuracy (``k/n seeds`` when not all of them)."""
+    without a benign reference says so in its Δ cells; ``seeds`` is the number averaged, and a table
+    with seeds left out of its means names each with its reason in a last column."""
     show_strategy = agg["strategy"].nunique() > 1
     cols = ([CONFIG] if CONFIG in agg.columns else []) + (["strategy"] if show_strategy else []) + \
         ["tau", "run", *SUMMARY_METRICS, "seeds"]
@@ -224,12 +235,11 @@ def seeds_markdown(agg: pd.DataFrame, title: str = "") -> str:
                               (f"{m:.{d}f} ± {s:.{d}f}" if k > 1 else f"{m:.{d}f}")
                               for m, s, k in zip(agg[c + "_mean"], agg[c + "_std"], agg["seeds"])]
                           for c, d in ((c, SEED_DIGITS.get(c, 2)) for c in SUMMARY_METRICS)})
-    if CHANCE in agg.columns:
-        cells["accuracy_%"] = [marked(t, bool(k)) + ("" if not k or k == n else f" ({k}/{n} seeds)")
-                               for t, k, n in zip(cells["accuracy_%"], agg[CHANCE], agg["seeds"])]
-    if STALLED in agg.columns:
-        cells["accuracy_%"] = [t + (f" ({k} of {n} seeds stalled)" if k else "")
-                               for t, k, n in zip(cells["accuracy_%"], agg[STALLED], agg["seeds"])]
+    cells = cells.assign(**{c: ["—" if k == 0 else t for t, k in zip(cells[c], agg["seeds"])]
+                            for c in SUMMARY_METRICS})  # every seed of the row left out: no mean
+    if "left_out" in agg.columns and agg["left_out"].fillna("").ne("").any():
+        cells["left out of the means"] = agg["left_out"].fillna("")
+        cols.append("left out of the means")
     return markdown_table(cells[cols], title, formats={"tau": "{:g}"})
 
 
