@@ -7,9 +7,10 @@ import argparse
 from pathlib import Path
 from typing import Any, Sequence
 
-from fedcal.config import ConfigError, RunConfig, task_config, task_names
+from fedcal.config import ConfigError, RunConfig
 from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
-                                   config_overrides, parse_ints, parse_taus, run_dirs_of)
+                                   config_overrides, image_classifier_runs, jobs_type, parse_ints, parse_taus,
+                                   refuse_unread_keys, run_dirs_of, seeds_type, taus_type)
 
 
 def _robustness_spec(args: argparse.Namespace, dataset: str):
@@ -29,23 +30,12 @@ def cmd_robustness(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from fedcal.reports.robustness import robustness_report
-    from fedcal.results import MODEL_FILE, is_finished, load_config, run_dir_for
+    from fedcal.results import MODEL_FILE, is_finished, run_dir_for
 
     out = Path(args.report)
     if args.runs:  # the bridge: evaluate finished runs as they are, no training
         dirs = run_dirs_of(args.runs)
-        configs = {}
-        for d in dirs:
-            try:
-                configs[d] = load_config(d)
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise ConfigError(f"{d}: its config.json cannot be read ({str(exc).split('; known keys')[0]})") \
-                    from None
-        others = [f"{d} (task {c.task})" for d, c in configs.items() if not task_config(c.task).image_classifier]
-        if others:  # their dataset key is the image default: evaluating it would fetch MNIST for nothing
-            tasks = ", ".join(t for t in task_names() if task_config(t).image_classifier)
-            raise ConfigError(f"--runs evaluates image-classifier runs (task = {tasks}), not " + ", ".join(others[:3])
-                              + (f" and {len(others) - 3} more" if len(others) > 3 else ""))
+        configs = image_classifier_runs(dirs, "--runs evaluates")
         datasets = sorted({c.dataset for c in configs.values()})
         if len(datasets) > 1:
             raise ConfigError(f"the runs use different datasets ({', '.join(datasets)}): evaluate each on its own")
@@ -68,14 +58,16 @@ def cmd_robustness(args: argparse.Namespace) -> int:
                                           couplings)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        refuse_unread_keys(overrides, configs)
         check_run_dirs(configs)
         spec = _robustness_spec(args, base.dataset)  # bad attack settings fail before any training
-        print(f"robustness: {len(configs)} training runs ({', '.join(settings)} × τ {args.taus} × seeds "
-              f"{args.seeds}); finished runs are skipped")
+        taus = ",".join(f"{t:g}" for t in args.taus)
+        print(f"robustness: {len(configs)} training runs ({', '.join(settings)} × τ {taus} × seeds "
+              f"{','.join(map(str, args.seeds))}); finished runs are skipped")
         from fedcal.app.sweep import run_sweep
 
         failures = len(run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress,
-                                 restart=args.restart, cluster=cluster_of(args)))
+                                 restart=args.restart, cluster=cluster_of(args), force=args.force))
         dirs = [run_dir_for(c) for c in configs]
     bar = (lambda it: tqdm(it, desc="robustness", unit="model")) if not args.no_progress else None
     text, failed = robustness_report(dirs, out, spec, device=args.device, title=args.title, progress=bar,
@@ -136,15 +128,16 @@ def add_commands(add: Any) -> None:
                         "--runs: evaluate those finished runs only (e.g. a TSA grid). Evaluations are cached in "
                         "each run directory.", epilog=KEYS_EPILOG)
     add_run_options(p)
-    p.add_argument("--taus", default="0.5,1,10,30,50,70,100", help="training temperatures (1 = the benign run)")
-    p.add_argument("--seeds", default="0,1,2", help="seeds, e.g. 0-2")
+    p.add_argument("--taus", default="0.5,1,10,30,50,70,100", type=taus_type,
+                   help="training temperatures (1 = the benign run)")
+    p.add_argument("--seeds", default="0,1,2", type=seeds_type, help="seeds, e.g. 0-2")
     p.add_argument("--settings", default="federated,centralised",
                    help="federated (the config's clients) and/or centralised (one client with all the data)")
     p.add_argument("--coupling", default="fixed",
                    help="learning rate of τ-trained clients: fixed (η = β, the literature's), coupled (η = β·τ, "
                         "SPEC §9's), or fixed,coupled for both")
     p.add_argument("--runs", nargs="+", help="evaluate these finished run directories instead of training")
-    p.add_argument("--jobs", type=int, default=0, help="training runs and evaluations in parallel (train with "
+    p.add_argument("--jobs", type=jobs_type, default=0, help="training runs and evaluations in parallel (train with "
                                                        "engine=inprocess)")
     p.add_argument("--eps", type=float, default=None, help="L∞ budget in pixel units (default: 8/255 for CIFAR, "
                                                            "0.1 for MNIST and digits)")

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from fedcal.config import ConfigError
-from fedcal.studies.common import KEYS_EPILOG, add_cluster_options, add_run_options, cluster_of, config_overrides
+from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, cluster_of, config_overrides,
+                                   jobs_type, refuse_unread_keys)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -21,12 +22,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     grid = SweepGrid.from_toml(files[0]) if files else SweepGrid()
     for axis in args.grid or []:
         grid.add_axis(axis)
-    configs = grid.configs(config_overrides(args))
+    overrides = config_overrides(args)
+    configs = grid.configs(overrides)
+    refuse_unread_keys({**grid.base, **overrides, **grid.axes}, configs)
     jobs = args.jobs or 1
     where = f"Ray tasks on {args.cluster}" if cluster_of(args) else f"{jobs} parallel"
     print(f"sweep: {len(configs)} cells over {', '.join(grid.axes) or '(no axis)'}; {where}")
     failures = run_sweep(configs, jobs=jobs, progress=not args.no_progress, restart=args.restart,
-                         cluster=cluster_of(args))
+                         cluster=cluster_of(args), force=args.force)
     cells = write_results(configs, args.report, list(grid.axes))
     from fedcal.reports.sweeps import printed_cells
 
@@ -49,7 +52,7 @@ def add_commands(add: Any) -> None:
             description="fedcal sweep [grid.toml] [--grid key=v1,v2 ...] [key=value ...]", epilog=KEYS_EPILOG)
     add_run_options(p)
     p.add_argument("--grid", action="append", help="an axis: key=v1,v2,... (repeatable)")
-    p.add_argument("--jobs", type=int, default=0, help="cells run in parallel (0 = 1; use engine=inprocess)")
+    p.add_argument("--jobs", type=jobs_type, default=0, help="cells run in parallel (0 = 1; use engine=inprocess)")
     p.add_argument("--report", default="fedcal-sweep", help="folder for cells.csv and rounds.csv")
     p.add_argument("--plot-x", default="", help="plot final accuracy and sECE against this key")
     p.add_argument("--plot-hue", default="", help="one line per value of this key")
