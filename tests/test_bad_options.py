@@ -44,7 +44,8 @@ def nothing_runs(monkeypatch):
 GRID_OPTIONS = [
     # --taus: τ > 0 and finite, no empty item
     *[(["taus", "--taus", v], ["--taus", v]) for v in ("0", "-1", "abc", "nan", "inf", "1,,2", "1,", "")],
-    *[([cmd, "--taus", v], ["--taus", v]) for cmd in ("defense", "robustness", "lm", "detect") for v in ("0", "-1", "x")],
+    *[([cmd, "--taus", v], ["--taus", v]) for cmd in ("defense", "robustness", "lm", "detect")
+      for v in ("0", "-1", "x")],
     # --seeds: non-negative integers and non-empty ranges a-b
     *[([cmd, "--seeds", v], ["--seeds", v]) for cmd in ("defense", "byzantine", "inference", "robustness", "distill",
                                                         "lm", "detect") for v in ("2-0", "0-", "-1", "a", "0,,1")],
@@ -65,6 +66,32 @@ GRID_OPTIONS = [
     *[([cmd, opt, v], [opt, v]) for cmd in ("sweep", "defense", "taus", "byzantine") for opt, v in
       (("--cell-cpus", "4"), ("--cell-gpus", "1"), ("--cell-retries", "5"))],
     (["sweep", "--cell-cpus", "nan"], ["--cell-cpus", "nan"]),
+    # name lists: no empty item, no empty grid
+    *[([cmd, "--strategies", v], ["--strategies", v]) for cmd in ("defense", "byzantine")
+      for v in ("", "fedavg,,median")],
+    (["taus", "--strategies", "fedavg,"], ["--strategies", "fedavg,"]),
+    *[(["distill", opt, v], [opt, v]) for opt in ("--methods", "--partitions") for v in ("", "rfd,,iid")],
+    (["distill", "--aggregators", "mom,"], ["--aggregators", "mom,"]),
+    (["byzantine", "--attacks", "alie,,ipm"], ["--attacks", "alie,,ipm"]),
+    *[(["robustness", opt, v], [opt, v]) for opt in ("--settings", "--coupling") for v in ("", "fixed,")],
+    (["posthoc", "RUN", "--methods", ""], ["--methods"]),
+    # values a command checks itself, each named by its option
+    (["robustness", "--attack-seed", "-1"], ["--attack-seed", "-1"]),
+    (["robustness", "--steps", "0"], ["--steps", "0"]), (["robustness", "--n-test", "-5"], ["--n-test", "-5"]),
+    (["robustness", "--severity", "9"], ["--severity", "9"]), (["robustness", "--eps", "nan"], ["--eps", "nan"]),
+    (["robustness", "--step", "-1"], ["--step", "-1"]),
+    (["robustness", "--attacks", "deepfool"], ["--attacks", "deepfool"]),
+    (["robustness", "--corruptions", "fog"], ["--corruptions", "fog"]),
+    (["robustness", "--device", "tpu"], ["--device", "tpu"]),
+    *[(["inference", "--nf", v], ["--nf", v]) for v in ("17:-1", "x", "17")],
+    (["inference-theorem", "RUN", "--queries", "-1"], ["--queries", "-1"]),
+    (["stealth", "RUN", "--steps", "0"], ["--steps", "0"]), (["stealth", "RUN", "--others", "0"], ["--others", "0"]),
+    (["stealth", "RUN", "--round", "-1"], ["--round", "-1"]),
+    (["stealth", "RUN", "--reference", "bogus"], ["--reference", "bogus"]),
+    (["distill", "--methods", "bogus"], ["dst-method", "bogus"]),
+    (["defense", "--strategies", "bogus"], ["strategy", "bogus"]),
+    (["taus", "--strategies", "bogus"], ["strategy", "bogus"]),
+    (["byzantine", "--attacks", "bogus"], ["attack", "bogus"]),
     # --grid axes with an empty value
     (["sweep", "--grid", "tau=1,,2"], ["--grid", "tau=1,,2"]),
     (["sweep", "--grid", "tau=1,"], ["--grid", "tau=1,"]),
@@ -76,7 +103,8 @@ GRID_OPTIONS = [
 def test_a_bad_option_value_fails_in_one_line_before_anything_runs(argv, words, nothing_runs, tmp_path, capsys,
                                                                    monkeypatch):
     monkeypatch.chdir(tmp_path)  # whatever a command would write lands here
-    code, err = run_cli([*argv, "dataset=digits"], capsys)
+    keys = [] if argv[0] in ("posthoc", "stealth", "inference-theorem") else ["dataset=digits"]
+    code, err = run_cli([*argv, *keys], capsys)
     assert code == 2 and len(err) == 1, err
     for word in words:
         assert word in err[0], (word, err)

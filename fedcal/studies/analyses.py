@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from fedcal.config import ConfigError
-from fedcal.studies.common import (count_type, image_classifier_runs, n_cals_type, parse_names, run_dirs_of,
+from fedcal.studies.common import (count_type, image_classifier_runs, n_cals_type, names_type, parse_names, run_dirs_of,
                                    write_table_and_plot)
 
 
@@ -19,7 +19,7 @@ def cmd_posthoc(args: argparse.Namespace) -> int:
     methods = parse_names(args.methods)
     unknown = [m for m in methods if m not in CALIBRATORS]
     if not methods or unknown:
-        raise ConfigError(f"--methods: unknown calibrator {(unknown or [''])[0]!r} in {args.methods!r}; "
+        raise ConfigError(f"--methods: unknown calibrator {(unknown or [''])[0]!r} in {','.join(methods)!r}; "
                           f"choose from {', '.join(CALIBRATORS)}")
     dirs = run_dirs_of(args.run_dirs, readable=True)
     configs = image_classifier_runs(dirs, "fedcal posthoc calibrates")
@@ -111,7 +111,7 @@ def add_commands(add: Any) -> None:
                    help="calibration-set sizes, each below a run's test-set size (default: those of "
                         "10,50,100,250,500 below it)")
     p.add_argument("--seed", type=count_type(0, "seed"), default=0, help="seed of the held-out calibration split")
-    p.add_argument("--methods", default="temperature,platt,isotonic,histogram",
+    p.add_argument("--methods", default="temperature,platt,isotonic,histogram", type=names_type("calibrators"),
                    help="calibrators (also platt-ovr, isotonic-ovr: one-vs-rest, as scikit-learn's)")
     p.add_argument("--out", default="fedcal-report", help="folder for posthoc.csv and posthoc.png")
     p.set_defaults(func=cmd_posthoc)

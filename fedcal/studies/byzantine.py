@@ -21,7 +21,7 @@ from typing import Any
 
 from fedcal.config import ConfigError, RunConfig
 from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
-                                   config_overrides, jobs_type, parse_ints, parse_names, ratios_type,
+                                   config_overrides, jobs_type, names_type, parse_ints, parse_names, ratios_type,
                                    refuse_unread_keys, seeds_type)
 
 
@@ -128,8 +128,10 @@ def add_commands(add: Any) -> None:
                         "with pre-aggregation = nnm; krum-f, trim-f and pre-f are set to ceil(ratio * "
                         "clients-per-round). Finished runs are skipped (docs/defense.md).", epilog=KEYS_EPILOG)
     add_run_options(p)
-    p.add_argument("--strategies", default=", ".join(DEFAULT_STRATEGIES), help="strategy specs compared")
-    p.add_argument("--attacks", default=", ".join(DEFAULT_ATTACKS), help="attacks (the benign run is always added)")
+    p.add_argument("--strategies", default=", ".join(DEFAULT_STRATEGIES), type=names_type("strategy specs"),
+                   help="strategy specs compared")
+    p.add_argument("--attacks", default=", ".join(DEFAULT_ATTACKS), type=names_type("attacks", empty=True),
+                   help="attacks (the benign run is always added)")
     p.add_argument("--ratios", default="0.1,0.25", type=ratios_type, help="attacker ratios")
     p.add_argument("--seeds", default="0-2", type=seeds_type, help="seeds, e.g. 0-2")
     p.add_argument("--jobs", type=jobs_type, default=0, help="runs in parallel")

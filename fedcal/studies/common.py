@@ -170,6 +170,22 @@ groups_type = number_list(int, low=1, empty=True, what="group counts", example="
 n_cals_type = number_list(int, low=2, what="calibration-set sizes")
 
 
+def names_type(what: str, empty: bool = False) -> Any:
+    """An argparse ``type`` for a comma-separated list of names (``--strategies``, ``--methods``):
+    no empty item, and no empty list unless ``empty`` ("" = the config's): a grid over no
+    strategy or method has no cell."""
+
+    def parse(text: str) -> list[str]:
+        if not str(text).strip():
+            if empty:
+                return []
+            raise argparse.ArgumentTypeError(f"no {what} given")
+        return _items(text)
+
+    parse.__name__ = what
+    return parse
+
+
 def count_type(low: int, what: str) -> Any:
     """An argparse ``type`` for one integer >= ``low`` (``--jobs``: 0 = one at a time)."""
 
@@ -322,7 +338,10 @@ def parse_ints(text: str | Sequence[int], what: str) -> list[int]:
         raise ConfigError(f"{what}: {exc}") from None
 
 
-def parse_names(text: str) -> list[str]:
+def parse_names(text: str | Sequence[str]) -> list[str]:
+    """``a, b,c`` as ``["a", "b", "c"]`` (already a list when :func:`names_type` parsed it)."""
+    if not isinstance(text, str):
+        return list(text)
     return [t.strip() for t in text.split(",") if t.strip()]
 
 

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from fedcal.config import RunConfig
 from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
-                                   config_overrides, jobs_type, parse_ints, parse_names, parse_taus,
+                                   config_overrides, jobs_type, names_type, parse_ints, parse_names, parse_taus,
                                    refuse_unread_keys, seeds_type, taus_type)
 
 
@@ -81,7 +81,7 @@ def add_commands(add: Any) -> None:
                         "reference). The table adds FedAvg's final model temperature-scaled on the server's root "
                         "set. Finished runs are skipped.", epilog=KEYS_EPILOG)
     add_run_options(p)
-    p.add_argument("--strategies", default="fedavg,fltrust,foolsgold,multikrum,calguard",
+    p.add_argument("--strategies", default="fedavg,fltrust,foolsgold,multikrum,calguard", type=names_type("strategies"),
                    help="strategies compared")
     p.add_argument("--taus", default="0.2,0.5,1,2,5", type=taus_type, help="attackers' τ (1 = the benign run)")
     p.add_argument("--seeds", default="0-2", type=seeds_type, help="seeds, e.g. 0-2")

@@ -10,8 +10,8 @@ from typing import Any, Sequence
 
 from fedcal.config import ConfigError, RunConfig
 from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
-                                   config_overrides, groups_type, jobs_type, parse_ints, parse_names, ratios_type,
-                                   refuse_unread_keys, seeds_type)
+                                   config_overrides, groups_type, jobs_type, names_type, parse_ints, parse_names,
+                                   ratios_type, refuse_unread_keys, seeds_type)
 
 
 # RFD-LoRA's switch settings of the ablation: full, each one off, each one alone, none.
@@ -138,11 +138,13 @@ def add_commands(add: Any) -> None:
                         "are skipped. Writes table.md (CA/RA/ASR), ablation.md, communication.md and curves.png.",
             epilog=KEYS_EPILOG)
     add_run_options(p)
-    p.add_argument("--methods", default="rfd,fedit,ffa,flora,flexlora", help="dst-method values")
+    p.add_argument("--methods", default="rfd,fedit,ffa,flora,flexlora", type=names_type("methods"),
+                   help="dst-method values")
     p.add_argument("--rhos", default="0,0.1,0.3", type=ratios_type, help="backdoor client ratios (dst-backdoor-ratio)")
-    p.add_argument("--partitions", default="iid,skew", help="dst-partition values")
+    p.add_argument("--partitions", default="iid,skew", type=names_type("partitions"), help="dst-partition values")
     p.add_argument("--seeds", default="0", type=seeds_type, help="seeds, e.g. 0-2")
-    p.add_argument("--aggregators", default="", help="RFD-LoRA's consensus rules, e.g. mean,median,mom (\"\" = the "
+    p.add_argument("--aggregators", default="", type=names_type("aggregators", empty=True),
+                   help="RFD-LoRA's consensus rules, e.g. mean,median,mom (\"\" = the "
                                                      "config's)")
     p.add_argument("--groups", default="", type=groups_type,
                    help="RFD-LoRA's M values, e.g. 1,3,5,10 (\"\" = the config's)")

@@ -9,8 +9,14 @@ from typing import Any, Sequence
 
 from fedcal.config import ConfigError, RunConfig
 from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
-                                   config_overrides, image_classifier_runs, jobs_type, parse_ints, parse_taus,
-                                   refuse_unread_keys, run_dirs_of, seeds_type, taus_type)
+                                   config_overrides, count_type, image_classifier_runs, jobs_type, names_type,
+                                   parse_ints, parse_taus, refuse_unread_keys, run_dirs_of, seeds_type, taus_type)
+
+
+#: the option of each of fedcal.robustness.spec_for's refusals, by the start of its message
+_OPTION_OF = (("attack epsilon", "--eps"), ("no default epsilon", "--eps"), ("attack step size", "--step"),
+              ("attack steps", "--steps"), ("unknown attack", "--attacks"), ("attack 'pgd_targeted'", "--attacks"),
+              ("unknown corruption", "--corruptions"), ("corruption severity", "--severity"), ("n_test", "--n-test"))
 
 
 def _robustness_spec(args: argparse.Namespace, dataset: str):
@@ -22,8 +28,9 @@ def _robustness_spec(args: argparse.Namespace, dataset: str):
         return spec_for(dataset, eps=args.eps, step=args.step or 0.0, steps=args.steps, n_test=args.n_test,
                         attacks=names(args.attacks), corruptions=corruptions, severity=args.severity,
                         seed=args.attack_seed)
-    except ValueError as exc:  # unknown attack or corruption, ε <= 0, steps < 1, ...
-        raise ConfigError(str(exc)) from None
+    except ValueError as exc:  # unknown attack or corruption, ε <= 0, steps < 1, ...: named by its option
+        option = next((o for start, o in _OPTION_OF if str(exc).startswith(start)), "")
+        raise ConfigError(f"{option}: {exc}" if option else str(exc)) from None
 
 
 def cmd_robustness(args: argparse.Namespace) -> int:
@@ -51,8 +58,7 @@ def cmd_robustness(args: argparse.Namespace) -> int:
         overrides = config_overrides(args)
         overrides.setdefault("output-dir", str(out / "runs"))
         base = RunConfig.from_flower(overrides)
-        settings = [s.strip() for s in args.settings.split(",") if s.strip()]
-        couplings = [c.strip() for c in args.coupling.split(",") if c.strip()]
+        settings, couplings = list(args.settings), list(args.coupling)
         try:
             configs = temperature_configs(base, parse_taus(args.taus), parse_ints(args.seeds, "--seeds"), settings,
                                           couplings)
@@ -131,9 +137,9 @@ def add_commands(add: Any) -> None:
     p.add_argument("--taus", default="0.5,1,10,30,50,70,100", type=taus_type,
                    help="training temperatures (1 = the benign run)")
     p.add_argument("--seeds", default="0,1,2", type=seeds_type, help="seeds, e.g. 0-2")
-    p.add_argument("--settings", default="federated,centralised",
+    p.add_argument("--settings", default="federated,centralised", type=names_type("settings"),
                    help="federated (the config's clients) and/or centralised (one client with all the data)")
-    p.add_argument("--coupling", default="fixed",
+    p.add_argument("--coupling", default="fixed", type=names_type("couplings"),
                    help="learning rate of τ-trained clients: fixed (η = β, the literature's), coupled (η = β·τ, "
                         "SPEC §9's), or fixed,coupled for both")
     p.add_argument("--runs", nargs="+", help="evaluate these finished run directories instead of training")
@@ -150,7 +156,8 @@ def add_commands(add: Any) -> None:
                         "defocus_blur, contrast, brightness, jpeg_compression, pixelate; also speckle_noise, "
                         "gaussian_blur, saturate; \"\" = none")
     p.add_argument("--severity", type=int, default=3, help="corruption severity, 1..5")
-    p.add_argument("--attack-seed", type=int, default=0, help="seed of PGD's random start, the targets and the noise")
+    p.add_argument("--attack-seed", type=count_type(0, "attack seed"), default=0,
+                   help="seed of PGD's random start, the targets and the noise")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the attacks run")
     p.add_argument("--title", default="", help="report title")
     p.add_argument("--report", default="fedcal-robustness", help="folder for the tables and the plot")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from fedcal.config import ConfigError, RunConfig
 from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
-                                   config_overrides, jobs_type, parse_ints, parse_taus,
+                                   config_overrides, jobs_type, names_type, parse_ints, parse_taus,
                                    refuse_unread_keys, seeds_type, simulator, taus_type)
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def cmd_taus(args: argparse.Namespace) -> int:
     title = f"{base.dataset}–{base.model}, K={base.num_clients}, M={base.clients_per_round}, " \
             f"{base.replace(attack='tsa').num_attackers} attackers, " \
             f"{base.num_rounds} rounds, seed {base.seed}"
-    strategies = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
+    strategies = list(args.strategies) or None
     for s in strategies or []:
         base.replace(strategy=s)  # validates each name (and its parameters) before anything runs
     refuse_unread_keys(overrides, tau_configs(base, parse_taus(args.taus), strategies))
@@ -126,7 +126,8 @@ def add_commands(add: Any) -> None:
     p.add_argument("--taus", default="0.2,0.5,1,2,5", type=taus_type,
                    help="comma-separated τ values (1 = benign run)")
     p.add_argument("--report", default="fedcal-report", help="folder for table.csv/table.md/PNGs")
-    p.add_argument("--strategies", default="", help="comma-separated strategies to compare (\"\" = the config's strategy)")
+    p.add_argument("--strategies", default="", type=names_type("strategies", empty=True),
+                   help="comma-separated strategies to compare (\"\" = the config's strategy)")
     p.add_argument("--jobs", type=jobs_type, default=0, help="runs in parallel (with engine=inprocess)")
     add_cluster_options(p)
     p.set_defaults(func=cmd_taus)
