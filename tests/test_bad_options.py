@@ -50,6 +50,7 @@ GRID_OPTIONS = [
     *[([cmd, "--seeds", v], ["--seeds", v]) for cmd in ("defense", "byzantine", "inference", "robustness", "distill",
                                                         "lm", "detect") for v in ("2-0", "0-", "-1", "a", "0,,1")],
     (["defense", "--seeds", "0-99999999"], ["--seeds", "0-99999999"]),
+    (["defense", "--seeds", "1-2-3"], ["--seeds", "1-2-3"]),
     # --jobs: a count >= 0
     *[([cmd, "--jobs", v], ["--jobs", v]) for cmd in ("sweep", "taus", "defense", "byzantine", "robustness", "distill",
                                                       "lm", "detect") for v in ("-3", "abc")],
@@ -109,6 +110,19 @@ def test_a_bad_option_value_fails_in_one_line_before_anything_runs(argv, words, 
     for word in words:
         assert word in err[0], (word, err)
     assert "Traceback" not in err[0]
+
+
+def test_the_list_options_parse_what_they_say():
+    """The good values of the shared list types, by hand: ranges expand inclusively, spaces around
+    commas are dropped, "" is no value where it means the config's."""
+    from fedcal.studies.common import (groups_type, jobs_type, n_cals_type, names_type, ratios_type, seeds_type,
+                                       taus_type)
+
+    assert seeds_type("0-2, 5") == [0, 1, 2, 5] and seeds_type("3") == [3] and seeds_type("2-2") == [2]
+    assert taus_type("0.2, 1,5") == [0.2, 1.0, 5.0] and ratios_type("0,1") == [0.0, 1.0]
+    assert n_cals_type("2,450") == [2, 450] and groups_type("") == [] and jobs_type("0") == 0
+    assert names_type("strategies")("fedavg, nnm+trimmed_mean") == ["fedavg", "nnm+trimmed_mean"]
+    assert names_type("strategies", empty=True)("") == []
 
 
 # run-config keys a command line sets that the runs would ignore or that cannot train

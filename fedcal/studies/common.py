@@ -131,6 +131,8 @@ def number_list(kind: type = float, *, low: float | None = None, low_open: bool 
             if not hi.strip():
                 raise argparse.ArgumentTypeError(f"range {item!r}{where} has no upper end (e.g. {example})")
             a, b = one(lo.strip(), text), one(hi.strip(), text)
+            if len(a) + len(b) != 2:  # 1-2-3
+                raise argparse.ArgumentTypeError(f"{item!r}{where} is not a range a-b (e.g. {example})")
             if b[0] < a[0]:
                 raise argparse.ArgumentTypeError(f"range {item!r}{where} is empty ({b[0]} < {a[0]})")
             if b[0] - a[0] >= MAX_RANGE:
