@@ -35,7 +35,7 @@ from fedcal import __version__
 from fedcal.config import ConfigError
 from fedcal.studies import (analyses, byzantine, data, defense, demo, detect, distill, inference, lm, report,
                             robustness, run, runs, sweep, taus)
-from fedcal.studies.common import checked_folder
+from fedcal.studies.common import checked_folder, refuse_cell_options_without_cluster
 
 EXIT_INTERRUPTED = 130  # the shell's code for a command ended by SIGINT (128 + 2)
 #: the studies whose commands `fedcal` offers, in the order `fedcal --help` lists them
@@ -59,7 +59,16 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
 
 
-class _Parser(argparse.ArgumentParser):
+class _OneLineErrors(argparse.ArgumentParser):
+    """A parser whose errors (a bad option value, an unknown option, a missing argument) are one
+    line on stderr, ``fedcal <command>: error: …``, and exit 2: the usage block argparse prints
+    above them is what ``--help`` is for."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help)\n")
+
+
+class _Parser(_OneLineErrors):
     """A sub-command parser whose positionals (``key=value`` overrides, run directories) may come
     before, between or after its options."""
 
@@ -100,7 +109,7 @@ def _apply_logging_options(args: argparse.Namespace, logger: logging.Logger, han
 
 def build_parser() -> argparse.ArgumentParser:
     """The `fedcal` parser: each study adds its sub-commands (arguments and the function that runs them)."""
-    parser = argparse.ArgumentParser(prog="fedcal", description=__doc__, formatter_class=_HelpFormatter)
+    parser = _OneLineErrors(prog="fedcal", description=__doc__, formatter_class=_HelpFormatter)
     parser.add_argument("--version", action="version", version=f"fedcal {__version__}",
                         help="print fedcal's version and exit")
     _add_logging_options(parser)
@@ -115,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     for study in STUDIES:
         study.add_commands(add)
     return parser
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The sub-command parsers of ``parser``, by command name."""
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
 
 
 class _OneLine(logging.Handler):
@@ -150,8 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = _OneLine(logging.WARNING)
     logger.addHandler(handler)
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args = parser.parse_args(argv)
         _apply_logging_options(args, logger, handler)
+        refuse_cell_options_without_cluster(args, _subparsers(parser)[args.command])
         for option in ("out", "report", "output"):  # every command's output folder, checked before it runs
             if isinstance(getattr(args, option, None), str):
                 checked_folder(getattr(args, option), f"--{option}")

@@ -99,6 +99,12 @@ def test_attacker_count_rounds_half_up(ratio, k, expected):
     ({"inf-attacks": "none,pgd"}, "inf-attacks"), ({"inf-attacks": ""}, "inf-attacks"),
     ({"inf-amp-curve": "1,x"}, "inf-amp-curve"), ({"inf-server-frac": 1.0}, "inf-server-frac"),
     ({"task": "inference", "inf-f": 0}, "inf-f"), ({"agg-adv-epochs": -1}, "agg-adv-epochs"),
+    # accepted before, and nothing trained (a norm bound below float32's resolution of the weights) or a
+    # round never ended (10^8 centred-clipping passes); an empty pre-aggregation step was skipped
+    ({"pre-aggregation": "clip", "clip-c": 1e-300}, "clip-c"),
+    ({"pre-aggregation": "cclip", "cclip-tau": 1e-300}, "cclip-tau"),
+    ({"pre-aggregation": "cclip", "cclip-iterations": 10**8}, "cclip-iterations"),
+    ({"pre-aggregation": "nnm,,clip"}, "pre-aggregation"), ({"pre-aggregation": ",nnm"}, "pre-aggregation"),
 ])
 def test_invalid_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):

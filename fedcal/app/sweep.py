@@ -49,18 +49,40 @@ class SweepGrid:
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> SweepGrid:
-        data = tomllib.loads(Path(path).read_text())
+        """The grid of a TOML file (``[base]`` keys and ``[grid]`` axes), refused in one line
+        (:class:`ConfigError` naming the file) when it cannot be read, is no TOML, has another
+        table, or an axis without values (a grid of no cell is a typo, not an empty study)."""
+        where = f"grid file {str(path)!r}"
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"{where}: no such file") from None
+        except IsADirectoryError:
+            raise ConfigError(f"{where}: a directory, not a TOML file") from None
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot be read ({exc.strerror or exc})") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{where}: not a TOML file ({exc})") from None
         unknown = set(data) - {"base", "grid"}
         if unknown:
-            raise ConfigError(f"grid file {path}: unknown table(s) {sorted(unknown)}; use [base] and [grid]")
+            raise ConfigError(f"{where}: unknown table(s) {sorted(unknown)}; use [base] and [grid]")
+        for table in ("base", "grid"):
+            if not isinstance(data.get(table, {}), dict):
+                raise ConfigError(f"{where}: {table} must be a table ([{table}] with key = value lines), "
+                                  f"got {data[table]!r}")
         axes = {k: (v if isinstance(v, list) else [v]) for k, v in data.get("grid", {}).items()}
+        for key, values in axes.items():
+            if not values:
+                raise ConfigError(f"{where}: axis {key!r} has no value (a grid with an empty axis has no cell)")
         return cls(dict(data.get("base", {})), axes)
 
     def add_axis(self, text: str) -> None:
-        """``key=v1,v2,...`` (each value TOML, bare words are strings)."""
+        """``key=v1,v2,...`` (each value TOML, bare words are strings; an empty value is refused)."""
         key, raw = (s.strip() for s in text.split("=", 1)) if "=" in text else (text, "")
         if not raw:
             raise ConfigError(f"--grid {text!r} is not of the form key=v1,v2")
+        if any(not v.strip() for v in raw.split(",")):
+            raise ConfigError(f"--grid {text!r}: empty value (two commas, or one at the end)")
         self.axes[key] = [parse_override(f"{key}={v.strip()}")[1] for v in raw.split(",")]
 
     def configs(self, overrides: Mapping[str, Any] | None = None) -> list[RunConfig]:
@@ -175,10 +197,12 @@ class _Workers:
             conn.close()
 
 
-def _run_cell(flower_cfg: dict[str, Any], restart: bool = False, progress: str = "") -> tuple[str, str | None]:
-    """Run one cell (from scratch with ``restart``); ``progress``: "bars" (this process's terminal:
-    the run's own bars under the cells bar), "log" (a worker process: its rounds and long phases as
-    lines on stderr, so a long cell is never silent) or "" (nothing)."""
+def _run_cell(flower_cfg: dict[str, Any], restart: bool = False, progress: str = "",
+              force: bool = False) -> tuple[str, str | None]:
+    """Run one cell (from scratch with ``restart``; again, if finished, with ``force``);
+    ``progress``: "bars" (this process's terminal: the run's own bars under the cells bar), "log"
+    (a worker process: its rounds and long phases as lines on stderr, so a long cell is never
+    silent) or "" (nothing)."""
     from fedcal.app.engine import simulate
     from fedcal.progress import log_reporter, reporting
 
@@ -186,7 +210,7 @@ def _run_cell(flower_cfg: dict[str, Any], restart: bool = False, progress: str =
     lines = log_reporter(lambda line: print(line, file=sys.stderr, flush=True), prefix=f"{run_dir_for(cfg).name}: ")
     try:
         with reporting(lines if progress == "log" else None):
-            simulate(cfg, progress=progress == "bars", restart=restart)
+            simulate(cfg, progress=progress == "bars", restart=restart, force=force)
         return str(run_dir_for(cfg)), None
     except RunLocked as exc:  # another process runs this cell (a second sweep): one line, not a traceback
         return str(run_dir_for(cfg)), str(exc)
@@ -195,7 +219,7 @@ def _run_cell(flower_cfg: dict[str, Any], restart: bool = False, progress: str =
 
 
 def _run_job(kind: str, payload: Any):
-    """A sweep job: ``("cell", (config, restart, progress))`` or ``("batch", configs)``."""
+    """A sweep job: ``("cell", (config, restart, progress, force))`` or ``("batch", configs)``."""
     if kind == "batch":
         return _run_batch_cells(payload)
     return _run_cell(*payload)
@@ -245,7 +269,8 @@ def reused_line(reused: int, cells: int) -> str:
 
 def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True,
               restart: bool = False, cluster: Any = None, force: bool = False) -> dict[str, str]:
-    """Run every unfinished cell; returns {run dir: traceback} of the cells that failed.
+    """Run every unfinished cell (every cell, finished ones again, with ``force``: the study
+    commands' ``--force``); returns {run dir: traceback} of the cells that failed.
 
     Finished cells are reused, said in one line (``k of n cells already finished, reused (use
     --force to re-run)``); with ``force`` their results are discarded first and they run again
@@ -291,7 +316,7 @@ def run_sweep(configs: Sequence[RunConfig], jobs: int = 1, progress: bool = True
     jobs_list = [("batch", [c.to_flower() for c in cells]) for cells in batches]
     in_process = cluster is None and (jobs <= 1 or len(batches) + len(todo) <= 1)
     mode = ("bars" if in_process else "log") if progress else ""  # a worker's bars would garble the terminal
-    jobs_list += [("cell", (c.to_flower(), restart, mode)) for c in todo]
+    jobs_list += [("cell", (c.to_flower(), restart, mode, force)) for c in todo]
 
     def done(job: tuple[str, Any], result: Any) -> None:
         kind, payload = job

@@ -22,6 +22,14 @@ ROOT_SET_STRATEGIES = ("fltrust", "calguard")
 #: them equal). Bucketing is not among them: it turns the clients' rows into buckets, so per-client
 #: weights and the aggregation audit no longer apply (fedcal.aggregate.bucketing stays a library step).
 PRE_AGGREGATIONS = ("nnm", "clip", "arc", "cclip")
+#: the smallest clipping norm (``clip-c``, ``cclip-tau``): float32 weights resolve changes of about 1e-7 of their
+#: size, so an update clipped below 1e-6 changes no weight of a usual size and nothing trains (c = 1e-300
+#: left every model at its initial accuracy)
+MIN_CLIP_NORM = 1e-6
+TINY_NORM = "smaller bounds clip every update below float32's resolution of the weights: nothing would train"
+#: the most centred-clipping iterations L (``cclip-iterations``): each is a pass over the round's (n, d)
+#: updates, and CC's centre settles within a few (L = 1e8 ran for minutes per round)
+MAX_CCLIP_ITERATIONS = 100
 
 
 def _defense_parameters(c: RunConfig) -> None:
@@ -38,6 +46,9 @@ def _defense_parameters(c: RunConfig) -> None:
 
 
 def _pre_aggregation(c: RunConfig) -> None:
+    steps = [a.strip() for a in c.pre_aggregation.split(",")]
+    check("pre-aggregation", not c.pre_aggregation.strip() or "" not in steps, c.pre_aggregation,
+          "has an empty step (two commas, or one at either end)")
     for step in c.pre_aggregations:
         check("pre-aggregation", step in PRE_AGGREGATIONS, c.pre_aggregation,
               f"has unknown step {step!r}; choose from {', '.join(PRE_AGGREGATIONS)}")
@@ -53,51 +64,60 @@ def _pre_aggregation(c: RunConfig) -> None:
 @group("defense", "the server's aggregation rule and its parameters (task = train)", rules=(_defense_parameters, _pre_aggregation))
 class Defense:
     strategy: str = setting("fedavg", "the server's aggregation rule", choices=STRATEGIES)
-    krum_f: int = setting(1, "MultiKrum: assumed Byzantine replies per round (needs M >= f + 3)", ge=0)
-    krum_m: int = setting(0, "MultiKrum: updates averaged (<= M)", ge=0, note="0 = n - f")
+    krum_f: int = setting(1, "MultiKrum: assumed Byzantine replies per round (needs M >= f + 3)", ge=0,
+                          only_with=("strategy", ("multikrum",)))
+    krum_m: int = setting(0, "MultiKrum: updates averaged (<= M)", ge=0, note="0 = n - f",
+                          only_with=("strategy", ("multikrum",)))
     trim_f: int = setting(1, "trimmed mean: values dropped per side and coordinate (needs M > 2f)",
-                          ge=0)
+                          ge=0, only_with=("strategy", ("trimmed_mean",)))
     root_size: int = setting(100, "FLTrust and CalGuard: the server's clean root set, drawn from the "
                                  "training data",
-                             ge=1)
-    mom_groups: int = setting(3, "median-of-means: number of groups", ge=1)
-    foolsgold_kappa: float = setting(1.0, "FoolsGold: logit confidence kappa", gt=0, finite=True)
+                             ge=1, only_with=("strategy", ROOT_SET_STRATEGIES))
+    mom_groups: int = setting(3, "median-of-means: number of groups", ge=1,
+                              only_with=("strategy", ("median_of_means",)))
+    foolsgold_kappa: float = setting(1.0, "FoolsGold: logit confidence kappa", gt=0, finite=True,
+                                     only_with=("strategy", ("foolsgold",)))
     calguard_kappa: float = setting(5.0, "CalGuard: drop a reply whose robust score |z| of its logit-scale "
-                                         "shift exceeds this", gt=0, finite=True, hash_when_set=True)
+                                         "shift exceeds this", gt=0, finite=True, hash_when_set=True,
+                                     only_with=("strategy", ("calguard",)))
     calguard_window: int = setting(10, "CalGuard: rounds of signature deviations pooled for the robust "
-                                       "scale", ge=1, hash_when_set=True)
+                                       "scale", ge=1, hash_when_set=True, only_with=("strategy", ("calguard",)))
     calguard_strikes: int = setting(3, "CalGuard: a client flagged this many times is dropped from then on",
-                                    ge=0, note="0 = never", hash_when_set=True)
+                                    ge=0, note="0 = never", hash_when_set=True, only_with=("strategy", ("calguard",)))
     calguard_mode: str = setting("filter", "CalGuard: filter drops flagged replies; audit only records "
                                            "them (FedAvg aggregation)", choices=CALGUARD_MODES,
-                                 hash_when_set=True)
+                                 hash_when_set=True, only_with=("strategy", ("calguard",)))
     calguard_cusum: bool = setting(False, "CalGuard: also drop clients whose scores stay low (tau < 1) or "
                                           "high over their rounds (two one-sided CUSUMs per client)",
-                                   hash_when_set=True)
+                                   hash_when_set=True, only_with=("strategy", ("calguard",)))
     calguard_cusum_signal: str = setting("ratio", "CalGuard's sequential test is fed the robust score of the "
                                                   "logit-scale shift per unit of update norm (ratio) or of "
                                                   "the shift itself (scale)", choices=CALGUARD_SIGNALS,
-                                         hash_when_set=True)
+                                         hash_when_set=True, only_with=("strategy", ("calguard",)))
     calguard_cusum_k: float = setting(0.5, "CalGuard's sequential test: reference value k (half the "
                                            "persistent shift to detect, robust units)", ge=0, finite=True,
-                                      hash_when_set=True)
+                                      hash_when_set=True, only_with=("strategy", ("calguard",)))
     # the thresholds' defaults are the ones docs/results/detector/thresholds.csv calibrates (ratio,
     # k = 0.5, every seed's benign runs, 2 % of benign replies): runs of 5 of 50 clients a round for 100
     # rounds, CUSUM_CALIBRATED_REPLIES replies per client
     calguard_cusum_h_low: float = setting(11.07, "CalGuard's sequential test: threshold of the low side "
                                                  "(under-confidence)", gt=0, finite=True,
-                                          hash_when_set=True)
+                                          hash_when_set=True, only_with=("strategy", ("calguard",)))
     calguard_cusum_h_high: float = setting(10.89, "CalGuard's sequential test: threshold of the high side "
                                                   "(over-confidence)", gt=0, finite=True,
-                                           hash_when_set=True)
+                                           hash_when_set=True, only_with=("strategy", ("calguard",)))
     pre_aggregation: str = setting("", "pre-aggregation steps run on the round's validated updates before the "
                                        "strategy's rule, comma-separated, in order: nnm, clip (static), arc, cclip "
                                        "(centred clipping)", note='"" = none', hash_when_set=True)
     pre_f: int = setting(1, "nnm and arc: assumed Byzantine replies per round (< clients-per-round)", ge=0,
-                         hash_when_set=True)
-    clip_c: float = setting(1.0, "clip: the update norm bound c", gt=0, finite=True, hash_when_set=True)
-    cclip_tau: float = setting(1.0, "cclip: centred clipping's radius tau", gt=0, finite=True, hash_when_set=True)
-    cclip_iterations: int = setting(1, "cclip: centred clipping's iterations L", ge=1, hash_when_set=True)
+                         hash_when_set=True, only_with=("pre_aggregation", ("nnm", "arc")))
+    clip_c: float = setting(1.0, "clip: the update norm bound c", ge=MIN_CLIP_NORM, finite=True, note=TINY_NORM,
+                            hash_when_set=True, only_with=("pre_aggregation", ("clip",)))
+    cclip_tau: float = setting(1.0, "cclip: centred clipping's radius tau", ge=MIN_CLIP_NORM, finite=True,
+                               note=TINY_NORM, hash_when_set=True, only_with=("pre_aggregation", ("cclip",)))
+    cclip_iterations: int = setting(1, "cclip: centred clipping's iterations L", ge=1, le=MAX_CCLIP_ITERATIONS,
+                                    note="each is one pass over the round's updates; the authors' default is 1",
+                                    hash_when_set=True, only_with=("pre_aggregation", ("cclip",)))
 
     @property
     def pre_aggregations(self) -> tuple[str, ...]:

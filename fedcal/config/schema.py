@@ -63,6 +63,9 @@ class Setting:
     # already named, so that those runs keep their hash (and their directory name)
     hash_when_set: bool = False
     aliases: Mapping[Any, Any] | None = None  # values accepted and normalised (an old name of a value)
+    # read only when another key names one of these values (("strategy", ("calguard",)): CalGuard's keys;
+    # a comma-separated value such as pre-aggregation's names each of its items); see Setting.read_by
+    only_with: tuple[str, tuple[str, ...]] | None = None
     name: str = ""
     group: str = ""
     type: str = ""
@@ -91,6 +94,21 @@ class Setting:
                 text = f"a finite number {text}".strip()
         return f"{text} ({self.note})" if self.note and text else text or self.note
 
+    def read_by(self, cfg: RunConfig) -> bool:
+        """Whether a run of ``cfg`` reads this key (always, unless it is declared ``only_with``
+        another key's values: MultiKrum's ``krum-f`` is read with ``strategy = multikrum`` only)."""
+        if self.only_with is None:
+            return True
+        field, values = self.only_with
+        return bool({v.strip() for v in str(getattr(cfg, field)).split(",")} & set(values))
+
+    def only_with_text(self) -> str:
+        """``strategy names calguard`` (the condition of :meth:`read_by`); "" if always read."""
+        if self.only_with is None:
+            return ""
+        field, values = self.only_with
+        return f"{key_of(field)} names {' or '.join(values)}"
+
     def check(self, key: str, value: Any) -> None:
         """Raise :class:`ConfigError` naming ``key`` if ``value`` breaks this declaration."""
         options = self.options
@@ -116,14 +134,17 @@ def setting(default: Any, help: str, *, ge: float | None = None, gt: float | Non
             le: float | None = None, lt: float | None = None,
             choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None, finite: bool = False,
             hashed: bool | None = None, note: str = "", number_list: bool = False, hash_when_set: bool = False,
-            aliases: Mapping[Any, Any] | None = None) -> Any:
+            aliases: Mapping[Any, Any] | None = None, only_with: tuple[str, tuple[str, ...]] | None = None) -> Any:
     """One field of a config group: default, help and bounds/choices, declared together.
 
     ``hashed`` defaults to False in the ``execution`` group and True elsewhere; ``hash_when_set``
     hashes the key only at a value other than its default (a key added to a group whose runs were
-    already named).
+    already named). ``only_with`` = (field, values): the key is read only when that field names one
+    of the values (:meth:`Setting.read_by`); a command refuses it, set, where no run reads it
+    (:func:`fedcal.studies.common.refuse_unread_keys`).
     """
-    return Setting(help, default, ge, gt, le, lt, choices, finite, hashed, note, number_list, hash_when_set, aliases)
+    return Setting(help, default, ge, gt, le, lt, choices, finite, hashed, note, number_list, hash_when_set, aliases,
+                   only_with)
 
 
 # ---------------------------------------------------------------------- the registry

@@ -60,16 +60,17 @@ class Train:
     coupled: bool = setting(True, "TSA learning rate eta = beta * tau (false: the uncoupled ablation, "
                                   "eta = beta)")
     noise_sigma: float = setting(0.1, "sigma of the Gaussian added to the update (attack = noise)", ge=0,
-                                 finite=True)
-    flip_shift: int = setting(1, "k in y <- (y + k) mod C (attack = labelflip)", ge=1)
+                                 finite=True, only_with=("attack", ("noise",)))
+    flip_shift: int = setting(1, "k in y <- (y + k) mod C (attack = labelflip)", ge=1,
+                              only_with=("attack", ("labelflip",)))
     local_steps: int = setting(5, "E, local SGD steps per round", ge=1)
     eval_every: int = setting(1, "central evaluation every k rounds (always round 0 and the last)", ge=1)
     tsa_step_frac: float = setting(1.0, "adaptive TSA: share of the local steps trained at tau (the first "
                                         "round(frac * E), at least one; the rest benign)", gt=0, le=1,
-                                   hash_when_set=True)
+                                   hash_when_set=True, only_with=("attack", ("tsa",)))
     tsa_blend: float = setting(1.0, "adaptive TSA: the reply is benign + blend * (TSA - benign), both "
                                     "trained on the same batches (1 = plain TSA)", gt=0, finite=True,
-                               hash_when_set=True)
+                               hash_when_set=True, only_with=("attack", ("tsa",)))
     local_epochs: int = setting(0, "local epochs per round: passes over each client's own data, the last "
                                    "batch of a pass smaller when B does not divide it (replaces "
                                    "local-steps, which must then stay at its default)", ge=0,
@@ -79,21 +80,24 @@ class Train:
                            hash_when_set=True)
     tsa_duty: float = setting(1.0, "adaptive TSA: share of its rounds an attacker attacks (a seeded draw per "
                                    "client round; benign in the others; 1 = every round)", gt=0, le=1,
-                              hash_when_set=True)
+                              hash_when_set=True, only_with=("attack", ("tsa",)))
     alie_z: float = setting(0.0, "ALIE (attack = alie): malicious update = mean - z * std of the round's honest "
                                  "updates", finite=True, note="0 = the paper's z from the round's n and f",
-                            hash_when_set=True)
+                            hash_when_set=True, only_with=("attack", ("alie",)))
     ipm_epsilon: float = setting(0.1, "IPM (attack = ipm): malicious update = -epsilon * mean of the honest updates",
-                                 gt=0, finite=True, hash_when_set=True)
+                                 gt=0, finite=True, hash_when_set=True, only_with=("attack", ("ipm",)))
     minmax_direction: str = setting("unit", "Min-Max / Min-Sum (attack = minmax, minsum): the perturbation "
                                             "direction: unit (mean / |mean|), std, sign (of the mean)",
-                                    choices=("unit", "std", "sign"), hash_when_set=True)
+                                    choices=("unit", "std", "sign"), hash_when_set=True,
+                                    only_with=("attack", ("minmax", "minsum")))
     fang_b: float = setting(2.0, "Fang's trimmed-mean attack (attack = fang-trmean): values drawn within a factor b "
-                                 "beyond the honest extreme", gt=1, finite=True, hash_when_set=True)
+                                 "beyond the honest extreme", gt=1, finite=True, hash_when_set=True,
+                            only_with=("attack", ("fang-trmean",)))
     backdoor_target: int = setting(0, "pixel backdoor (attack = backdoor): the target class", ge=0,
-                                   hash_when_set=True)
+                                   hash_when_set=True, only_with=("attack", ("backdoor",)))
     backdoor_frac: float = setting(0.2, "pixel backdoor: share of an attacker's training images stamped and "
-                                        "relabelled", gt=0, le=1, hash_when_set=True)
+                                        "relabelled", gt=0, le=1, hash_when_set=True,
+                                   only_with=("attack", ("backdoor",)))
 
     @property
     def num_attackers(self) -> int:

@@ -25,6 +25,7 @@ from fedcal.analysis import (COMPARED, default_variants, representation_similari
                              update_cosine_curves)
 from fedcal.attacks import BENIGN, AttackSpec, behaviour_for
 from fedcal.calibrate import CALIBRATORS, DEFAULT_CALIBRATORS, probs_metrics, split_calibration
+from fedcal.config import ConfigError
 from fedcal.data import client_data
 from fedcal.metrics import calibration_metrics
 from fedcal.reports.chance import labels_chance
@@ -56,11 +57,12 @@ def test_logits(run_dir: str | Path) -> tuple[object, torch.Tensor, torch.Tensor
 
 
 # --------------------------------------------------------------------------- post-hoc calibration
-def posthoc_table(run_dirs: Sequence[str | Path], n_cals: Sequence[int] = N_CALS,
+def posthoc_table(run_dirs: Sequence[str | Path], n_cals: Sequence[int] | None = None,
                   methods: Sequence[str] = DEFAULT_CALIBRATORS, seed: int = 0, n_bins: int = 15) -> pd.DataFrame:
     """Fit each calibrator on n_cal held-out test samples of each run's final model and
     score it on the remaining test samples (SPEC §5). ``method = "none"`` is the uncalibrated
-    model on the same remaining samples."""
+    model on the same remaining samples. ``n_cals`` None: the sizes of :data:`N_CALS` below each
+    run's test-set size (digits' 450 test samples leave out 500); a size given must be below it."""
     unknown = [m for m in methods if m not in CALIBRATORS]
     if unknown:
         raise ValueError(f"unknown calibrator {unknown[0]!r}; choose from {', '.join(CALIBRATORS)}")
@@ -70,7 +72,11 @@ def posthoc_table(run_dirs: Sequence[str | Path], n_cals: Sequence[int] = N_CALS
         cfg, logits, y = test_logits(d)
         own = {CONFIG: label} if any(labels) else {}
         chance = at_chance(logits, y)
-        for n_cal in n_cals:
+        sizes = [k for k in N_CALS if k < len(y)] if n_cals is None else n_cals
+        if not sizes:
+            raise ConfigError(f"{d}: its test set has {len(y)} samples, no more than any default calibration size "
+                              f"({', '.join(map(str, N_CALS))}); give sizes below {len(y)} (fedcal posthoc --n-cal)")
+        for n_cal in sizes:
             cal, rest = split_calibration(len(y), n_cal, seed)
             cal_t, rest_t = torch.from_numpy(cal), torch.from_numpy(rest)
             base = probs_metrics(logits[rest_t].double().softmax(1), y[rest_t], n_bins)

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from fedcal.config import ConfigError
-from fedcal.studies.common import parse_names, run_dirs_of, write_table_and_plot
+from fedcal.studies.common import (count_type, image_classifier_runs, n_cals_type, names_type, parse_names, run_dirs_of,
+                                   write_table_and_plot)
 
 
 def _number(value: Any) -> str:
@@ -18,12 +19,24 @@ def _number(value: Any) -> str:
 
 
 def cmd_posthoc(args: argparse.Namespace) -> int:
+    from fedcal.calibrate import CALIBRATORS
+    from fedcal.data import load_dataset
     from fedcal.reports import posthoc_curves, posthoc_table
     from fedcal.reports.markdown import SECE_SIGN, markdown_table
 
-    n_cals = [int(x) for x in args.n_cal.split(",")]
-    table = posthoc_table(run_dirs_of(args.run_dirs, readable=True), n_cals=n_cals, seed=args.seed,
-                          methods=parse_names(args.methods))
+    methods = parse_names(args.methods)
+    unknown = [m for m in methods if m not in CALIBRATORS]
+    if not methods or unknown:
+        raise ConfigError(f"--methods: unknown calibrator {(unknown or [''])[0]!r} in {','.join(methods)!r}; "
+                          f"choose from {', '.join(CALIBRATORS)}")
+    dirs = run_dirs_of(args.run_dirs, readable=True)
+    configs = image_classifier_runs(dirs, "fedcal posthoc calibrates")
+    for d, cfg in configs.items() if args.n_cal is not None else ():
+        n = len(load_dataset(cfg.dataset, cfg.data_dir).y_test)  # cached: the table reads it again
+        if max(args.n_cal) >= n:
+            raise ConfigError(f"--n-cal {max(args.n_cal)}: {d} has {n} test samples; each calibration-set size "
+                              f"must be below that (the calibrators are scored on the rest)")
+    table = posthoc_table(dirs, n_cals=args.n_cal, seed=args.seed, methods=methods)
     index = ["config", "run", "n_cal"] if "config" in table.columns else ["run", "n_cal"]
     summary = table.pivot_table(index=index, columns="method", values="sece").mul(100)
     summary.columns.name = None
@@ -42,7 +55,9 @@ def cmd_triage(args: argparse.Namespace) -> int:
     from fedcal.reports import triage_plot, triage_table
     from fedcal.reports.markdown import markdown_table
 
-    table = triage_table(run_dirs_of(args.run_dirs, readable=True), run_dirs_of(args.benign, readable=True))
+    attacked, benign = run_dirs_of(args.run_dirs, readable=True), run_dirs_of(args.benign, readable=True)
+    image_classifier_runs([*attacked, *benign], "fedcal triage reads")
+    table = triage_table(attacked, benign)
     at = table[(table["gamma"] - 0.9).abs() < 1e-9]
     at = at.groupby("run", sort=False)[["sent", "unnecessary", "missed", "unnecessary_change", "missed_change"]].mean()
     seeds = table["seed"].nunique()
@@ -56,7 +71,9 @@ def cmd_similarity(args: argparse.Namespace) -> int:
     from fedcal.reports import similarity_scatter, similarity_table
     from fedcal.reports.markdown import markdown_table
 
-    table = similarity_table(run_dirs_of(args.benign, readable=True), run_dirs_of(args.run_dirs, readable=True))
+    benign, attacked = run_dirs_of(args.benign, readable=True), run_dirs_of(args.run_dirs, readable=True)
+    image_classifier_runs([*benign, *attacked], "fedcal similarity compares")
+    table = similarity_table(benign, attacked)
     stats = table.groupby("pair")[["logit_cosine", "cka"]].agg(["mean", "std", "count"])
     stats.columns = [f"{metric} {stat}" for metric, stat in stats.columns]
     print(markdown_table(stats.reset_index(), default=_number))
@@ -84,10 +101,12 @@ def cmd_stealth(args: argparse.Namespace) -> int:
         raise ConfigError(f"--variants: unknown variant {unknown[0]!r}; choose from {', '.join(default_variants())}")
     if args.others < 1 or args.steps < 1:
         raise ConfigError(f"--others and --steps must be >= 1, got {args.others} and {args.steps}")
+    dirs = run_dirs_of(args.run_dir, readable=True)
+    image_classifier_runs(dirs, "fedcal stealth trains from")
     try:
         table = pd.concat([stealth_table(d, client_id=args.client, steps=args.steps, start_round=r, reference=ref,
                                          others=args.others, compare=cmp, variants=parse_names(args.variants))
-                           for d in run_dirs_of(args.run_dir, readable=True) for r in rounds for ref in parse_names(args.reference)
+                           for d in dirs for r in rounds for ref in parse_names(args.reference)
                            for cmp in parse_names(args.compare)], ignore_index=True)
     except ValueError as exc:  # a round past the run's, a client it does not have, too few benign clients
         raise ConfigError(str(exc)) from None
@@ -103,9 +122,11 @@ def add_commands(add: Any) -> None:
     """Add this study's sub-command(s) with ``add(name, help, **kwargs)`` (:func:`fedcal.cli.build_parser`)."""
     p = add("posthoc", "post-hoc calibrators on finished runs' final models vs n_cal")
     p.add_argument("run_dirs", nargs="+", help="finished run directories (each with model.pt)")
-    p.add_argument("--n-cal", default="10,50,100,250,500", help="calibration-set sizes")
-    p.add_argument("--seed", type=int, default=0, help="seed of the held-out calibration split")
-    p.add_argument("--methods", default="temperature,platt,isotonic,histogram",
+    p.add_argument("--n-cal", type=n_cals_type, default=None,
+                   help="calibration-set sizes, each below a run's test-set size (default: those of "
+                        "10,50,100,250,500 below it)")
+    p.add_argument("--seed", type=count_type(0, "seed"), default=0, help="seed of the held-out calibration split")
+    p.add_argument("--methods", default="temperature,platt,isotonic,histogram", type=names_type("calibrators"),
                    help="calibrators (also platt-ovr, isotonic-ovr: one-vs-rest, as scikit-learn's)")
     p.add_argument("--out", default="fedcal-report", help="folder for posthoc.csv and posthoc.png")
     p.set_defaults(func=cmd_posthoc)

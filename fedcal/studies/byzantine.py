@@ -21,7 +21,8 @@ from typing import Any
 
 from fedcal.config import ConfigError, RunConfig
 from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
-                                   config_overrides, parse_ints, parse_names, say_replaced)
+                                   config_overrides, jobs_type, names_type, parse_ints, parse_names, ratios_type,
+                                   refuse_unread_keys, say_replaced, seeds_type)
 
 
 #: the strategies of the strategy × attack table (docs/defense.md), in its order
@@ -102,14 +103,16 @@ def cmd_byzantine(args: argparse.Namespace) -> int:
     overrides.setdefault("engine", "inprocess")
     base = RunConfig.from_flower(overrides)
     cells = byzantine_cells(base, parse_names(args.strategies), parse_names(args.attacks),
-                            [float(r) for r in parse_names(args.ratios)], parse_ints(args.seeds, "--seeds"))
+                            list(args.ratios), parse_ints(args.seeds, "--seeds"))
     configs = byzantine_configs(cells)
+    refuse_unread_keys(overrides, configs)
     check_run_dirs(configs)
     if args.table_only:  # the table of what has finished, e.g. while another process runs the rest
         failures = []
         print(f"byzantine: {len(configs)} runs; none started (--table-only)")
     else:
-        print(f"byzantine: {len(configs)} runs; finished runs are skipped")
+        print(f"byzantine: {len(configs)} runs; "
+              + ("all run again (--force)" if args.force else "finished runs are skipped"))
         failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
                              cluster=cluster_of(args), force=args.force)
     say_replaced(out, ["table.md", "table.csv", "runs.csv"])
@@ -126,11 +129,13 @@ def add_commands(add: Any) -> None:
                         "with pre-aggregation = nnm; krum-f, trim-f and pre-f are set to ceil(ratio * "
                         "clients-per-round). Finished runs are skipped (docs/defense.md).", epilog=KEYS_EPILOG)
     add_run_options(p)
-    p.add_argument("--strategies", default=", ".join(DEFAULT_STRATEGIES), help="strategy specs compared")
-    p.add_argument("--attacks", default=", ".join(DEFAULT_ATTACKS), help="attacks (the benign run is always added)")
-    p.add_argument("--ratios", default="0.1,0.25", help="attacker ratios")
-    p.add_argument("--seeds", default="0-2", help="seeds, e.g. 0-2")
-    p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
+    p.add_argument("--strategies", default=", ".join(DEFAULT_STRATEGIES), type=names_type("strategy specs"),
+                   help="strategy specs compared")
+    p.add_argument("--attacks", default=", ".join(DEFAULT_ATTACKS), type=names_type("attacks", empty=True),
+                   help="attacks (the benign run is always added)")
+    p.add_argument("--ratios", default="0.1,0.25", type=ratios_type, help="attacker ratios")
+    p.add_argument("--seeds", default="0-2", type=seeds_type, help="seeds, e.g. 0-2")
+    p.add_argument("--jobs", type=jobs_type, default=0, help="runs in parallel")
     p.add_argument("--title", default="", help="title of the table")
     p.add_argument("--report", default="fedcal-byzantine", help="folder for the runs and tables")
     p.add_argument("--table-only", action="store_true",

@@ -4,9 +4,10 @@ checks every grid makes before its first run, and the τ × seed case study of a
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from fedcal.config import ConfigError, RunConfig, parse_override
 
@@ -35,6 +36,10 @@ def read_overrides_file(path: str | Path) -> dict[str, Any]:
         data = tomllib.loads(p.read_text())
     except FileNotFoundError:
         raise ConfigError(f"-c {str(path)!r}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"-c {str(path)!r}: a directory, not a TOML file") from None
+    except OSError as exc:  # unreadable: permissions, a FIFO gone, ...
+        raise ConfigError(f"-c {str(path)!r}: cannot be read ({exc.strerror or exc})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"-c {str(path)!r}: not a TOML file ({exc})") from None
     for key, value in data.items():
@@ -69,6 +74,19 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cell-retries", type=int, default=3, help="with --cluster: re-runs of a cell whose node died")
 
 
+def refuse_cell_options_without_cluster(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """``--cell-cpus`` / ``--cell-gpus`` / ``--cell-retries`` given without ``--cluster``: one line
+    saying so (they size Ray tasks, and without a cluster the cells run here), not ignored."""
+    if not hasattr(args, "cluster") or args.cluster:
+        return
+    for action in parser._actions:
+        if action.dest in ("cell_cpus", "cell_gpus", "cell_retries"):
+            value = getattr(args, action.dest)
+            if value != action.default or value != value:  # nan != nan: given, whatever it is
+                raise ConfigError(f"{action.option_strings[0]} {value} applies with --cluster only (it sizes each "
+                                  "cell's Ray task); without --cluster the cells run on this machine")
+
+
 def cluster_of(args: argparse.Namespace):
     """The ``--cluster`` options as a :class:`fedcal.app.cluster.ClusterSpec`, or None."""
     if not getattr(args, "cluster", ""):
@@ -81,11 +99,145 @@ def cluster_of(args: argparse.Namespace):
         raise ConfigError(str(exc)) from None
 
 
-def parse_taus(text: str) -> list[float]:
+def _items(text: str) -> list[str]:
+    """The comma-separated items of an option's value; an empty item (``10,,50``, a trailing comma)
+    is refused: it is a typo, never "no value"."""
+    items = [t.strip() for t in str(text).split(",")]
+    if any(not t for t in items):
+        raise argparse.ArgumentTypeError(f"empty item in {text!r}")
+    return items
+
+
+#: the most values one ``a-b`` range of a list option may stand for (``0-99999999`` is a typo, not a study)
+MAX_RANGE = 10_000
+
+
+def number_list(kind: type = float, *, low: float | None = None, low_open: bool = False,
+                high: float | None = None, ranges: bool = False, empty: bool = False,
+                what: str = "numbers", example: str = "") -> Any:
+    """An argparse ``type`` for a comma-separated list of numbers (the study commands' ``--taus``,
+    ``--seeds``, ``--ratios``, ``--n-cal`` …): each item a finite ``kind`` within
+    [``low``, ``high``] (``low_open``: > ``low``); with ``ranges``, ``a-b`` (a ≤ b) stands for every
+    integer from a to b. A bad value fails while the command line is parsed, in one line naming the
+    option and the value (:class:`fedcal.cli._OneLineErrors`); ``empty`` lets "" mean "none"."""
+    bound = " and ".join([*([f"{'>' if low_open else '>='} {low:g}"] if low is not None else []),
+                          *([f"<= {high:g}"] if high is not None else [])])
+    example = example or ("0,1,2 or 0-4" if ranges else "0.2,1,5" if kind is float else "10,50")
+
+    def one(item: str, text: str) -> list:
+        where = f" in {text!r}" if item != text.strip() else ""
+        lo, dash, hi = item.partition("-") if ranges else (item, "", "")
+        if dash and lo.strip():  # a-b (a leading "-" is a negative number, refused by the bound)
+            if not hi.strip():
+                raise argparse.ArgumentTypeError(f"range {item!r}{where} has no upper end (e.g. {example})")
+            a, b = one(lo.strip(), text), one(hi.strip(), text)
+            if len(a) + len(b) != 2:  # 1-2-3
+                raise argparse.ArgumentTypeError(f"{item!r}{where} is not a range a-b (e.g. {example})")
+            if b[0] < a[0]:
+                raise argparse.ArgumentTypeError(f"range {item!r}{where} is empty ({b[0]} < {a[0]})")
+            if b[0] - a[0] >= MAX_RANGE:
+                raise argparse.ArgumentTypeError(f"range {item!r}{where} holds more than {MAX_RANGE} {what}")
+            return list(range(a[0], b[0] + 1))
+        try:
+            value = kind(item)
+        except ValueError:
+            value = None
+        if value is None or (kind is float and not math.isfinite(value)):
+            noun = "an integer" if kind is int else "a finite number"
+            raise argparse.ArgumentTypeError(f"{item!r}{where} is not {noun} (comma-separated {what}, e.g. {example})")
+        if (low is not None and (value <= low if low_open else value < low)) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{what} must be {bound}, got {item!r}{where}")
+        return [value]
+
+    def parse(text: str) -> list:
+        if not str(text).strip():
+            if empty:
+                return []
+            raise argparse.ArgumentTypeError(f"no {what} given (e.g. {example})")
+        return [v for item in _items(text) for v in one(item, text)]
+
+    parse.__name__ = what  # argparse names the type in its own messages
+    return parse
+
+
+#: ``--taus``: TSA temperatures, finite and > 0 (τ = 1 is the benign run)
+taus_type = number_list(float, low=0, low_open=True, what="temperatures")
+#: ``--seeds``: non-negative integers or ranges (``0-2``), as the ``seed`` key takes them
+seeds_type = number_list(int, low=0, ranges=True, what="seeds")
+#: ``--ratios`` / ``--rhos``: shares of the clients, in [0, 1]
+ratios_type = number_list(float, low=0, high=1, what="ratios", example="0.1,0.25")
+#: ``--groups``: RFD-LoRA's numbers of groups M, >= 1 ("" = the config's)
+groups_type = number_list(int, low=1, empty=True, what="group counts", example="1,3,5")
+#: ``--n-cal``: calibration-set sizes, >= 2 (a calibrator needs two samples)
+n_cals_type = number_list(int, low=2, what="calibration-set sizes")
+
+
+def names_type(what: str, empty: bool = False) -> Any:
+    """An argparse ``type`` for a comma-separated list of names (``--strategies``, ``--methods``):
+    no empty item, and no empty list unless ``empty`` ("" = the config's): a grid over no
+    strategy or method has no cell."""
+
+    def parse(text: str) -> list[str]:
+        if not str(text).strip():
+            if empty:
+                return []
+            raise argparse.ArgumentTypeError(f"no {what} given")
+        return _items(text)
+
+    parse.__name__ = what
+    return parse
+
+
+def count_type(low: int, what: str) -> Any:
+    """An argparse ``type`` for one integer >= ``low`` (``--jobs``: 0 = one at a time)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer >= {low}, got {text!r}")
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
+#: ``--jobs``: cells run in parallel, 0 (the default) or 1 = one at a time
+jobs_type = count_type(0, "jobs")
+
+
+def parse_taus(text: str | Sequence[float]) -> list[float]:
+    """``--taus`` as a list (already parsed by :data:`taus_type` when it came from the command line)."""
+    if not isinstance(text, str):
+        return list(text)
     try:
-        return [float(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise ConfigError(f"--taus must be comma-separated numbers, got {text!r}") from None
+        return taus_type(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"--taus: {exc}") from None
+
+
+def refuse_unread_keys(given: Mapping[str, Any], configs: Sequence[RunConfig]) -> None:
+    """Refuse, in one line naming it, a run-config key the command line (or a grid file) sets that
+    no run of the command reads: a key declared ``only_with`` another key's values
+    (:meth:`fedcal.config.Setting.read_by`; ``calguard-cusum`` with ``strategy = fedavg``) would be
+    ignored otherwise, the run computed without it. ``given`` maps keys to their value, or to the
+    list of an axis's values; a key set to its default changes nothing and passes."""
+    from fedcal.config import key_of, setting_of
+
+    for key, value in given.items():
+        try:
+            s = setting_of(str(key))
+        except KeyError:  # not a key: RunConfig.from_flower names it
+            continue
+        values = value if isinstance(value, list) else [value]
+        if s.only_with is None or all(v == s.default for v in values) or any(s.read_by(c) for c in configs):
+            continue
+        field = s.only_with[0]
+        seen = sorted({str(getattr(c, field)) or '""' for c in configs})
+        raise ConfigError(f"run-config key {key_of(s.name)!r} is read only when {s.only_with_text()}; no run here has "
+                          f"that ({key_of(field)} = {', '.join(seen)}), so it would be ignored")
 
 
 def check_run_dirs(configs: Sequence[RunConfig]) -> None:
@@ -97,15 +249,17 @@ def check_run_dirs(configs: Sequence[RunConfig]) -> None:
         check_run_dir(run_dir_for(cfg), cfg)
 
 
-def simulator(args: argparse.Namespace):
+def simulator(args: argparse.Namespace, force: bool | None = None):
+    """One run of a command's config: resumed, skipped if finished (unless ``force``, by default
+    the command's ``--force``), with its progress bar."""
     from fedcal.app.engine import simulate
 
     from fedcal.tasks import get_task
 
     def run(cfg: RunConfig):  # simulate refuses a run-name reused for another config itself
         label = get_task(cfg.task).label(cfg)  # "": the bar shows the run directory's name
-        return simulate(cfg, progress=not args.no_progress, verbose=args.verbose, force=args.force, desc=label,
-                        restart=args.restart)
+        return simulate(cfg, progress=not args.no_progress, verbose=args.verbose,
+                        force=args.force if force is None else force, desc=label, restart=args.restart)
 
     return run
 
@@ -153,19 +307,43 @@ def run_dirs_of(paths: Sequence[str], readable: bool = False) -> list[Path]:
     return dirs
 
 
-def parse_ints(text: str, what: str) -> list[int]:
-    """``0,1,2`` or ``0-4``."""
+def image_classifier_runs(dirs: Sequence[Path], what: str) -> dict[Path, RunConfig]:
+    """The configs of ``dirs``, refused in one line unless every run is of a task whose final
+    model is an image classifier of its ``model`` key on its ``dataset`` key (the train task: a run
+    of another task leaves its dataset key at the image default, and reading it would fetch MNIST
+    for nothing). ``what`` starts the line: "--runs evaluates", "fedcal posthoc calibrates"."""
+    from fedcal.config import task_config, task_names
+    from fedcal.results import load_config
+
+    configs = {}
+    for d in dirs:
+        try:
+            configs[d] = load_config(d)
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # corrupt JSON, unknown keys, bad values
+            raise ConfigError(f"{d}: its config.json cannot be read ({str(exc).split('; known keys')[0]})") from None
+    others = [f"{d} (task {c.task})" for d, c in configs.items() if not task_config(c.task).image_classifier]
+    if others:
+        tasks = ", ".join(t for t in task_names() if task_config(t).image_classifier)
+        raise ConfigError(f"{what} image-classifier runs (task = {tasks}), not " + ", ".join(others[:3])
+                          + (f" and {len(others) - 3} more" if len(others) > 3 else ""))
+    return configs
+
+
+def parse_ints(text: str | Sequence[int], what: str) -> list[int]:
+    """``0,1,2`` or ``0-4`` (non-negative; already parsed by :data:`seeds_type` when it came from
+    the command line)."""
+    if not isinstance(text, str):
+        return list(text)
     try:
-        out: list[int] = []
-        for part in (p.strip() for p in text.split(",") if p.strip()):
-            lo, _, hi = part.partition("-")
-            out += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
-        return out
-    except ValueError:
-        raise ConfigError(f"{what} must be integers such as 0,1,2 or 0-4, got {text!r}") from None
+        return seeds_type(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
 
 
-def parse_names(text: str) -> list[str]:
+def parse_names(text: str | Sequence[str]) -> list[str]:
+    """``a, b,c`` as ``["a", "b", "c"]`` (already a list when :func:`names_type` parsed it)."""
+    if not isinstance(text, str):
+        return list(text)
     return [t.strip() for t in text.split(",") if t.strip()]
 
 

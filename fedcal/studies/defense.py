@@ -10,7 +10,8 @@ from typing import Any, Sequence
 
 from fedcal.config import RunConfig
 from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
-                                   config_overrides, parse_ints, parse_names, parse_taus, say_replaced)
+                                   config_overrides, jobs_type, names_type, parse_ints, parse_names, parse_taus,
+                                   refuse_unread_keys, say_replaced, seeds_type, taus_type)
 
 
 def cmd_defense(args: argparse.Namespace) -> int:
@@ -28,8 +29,10 @@ def cmd_defense(args: argparse.Namespace) -> int:
         grid.add_axis(axis)
     configs = defense_configs(base, parse_names(args.strategies), parse_taus(args.taus), parse_ints(args.seeds, "--seeds"),
                               grid.axes)
+    refuse_unread_keys({**overrides, **grid.axes}, configs)
     check_run_dirs(configs)
-    print(f"defense: {len(configs)} runs; finished runs are skipped")
+    print(f"defense: {len(configs)} runs; "
+          + ("all run again (--force)" if args.force else "finished runs are skipped"))
     failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
                          cluster=cluster_of(args), force=args.force)
     say_replaced(out, ["table.md", "table.csv", "runs.csv"])
@@ -79,14 +82,14 @@ def add_commands(add: Any) -> None:
                         "reference). The table adds FedAvg's final model temperature-scaled on the server's root "
                         "set. Finished runs are skipped.", epilog=KEYS_EPILOG)
     add_run_options(p)
-    p.add_argument("--strategies", default="fedavg,fltrust,foolsgold,multikrum,calguard",
+    p.add_argument("--strategies", default="fedavg,fltrust,foolsgold,multikrum,calguard", type=names_type("strategies"),
                    help="strategies compared")
-    p.add_argument("--taus", default="0.2,0.5,1,2,5", help="attackers' τ (1 = the benign run)")
-    p.add_argument("--seeds", default="0-2", help="seeds, e.g. 0-2")
+    p.add_argument("--taus", default="0.2,0.5,1,2,5", type=taus_type, help="attackers' τ (1 = the benign run)")
+    p.add_argument("--seeds", default="0-2", type=seeds_type, help="seeds, e.g. 0-2")
     p.add_argument("--grid", action="append", help="another axis, key=v1,v2 (repeatable), e.g. attacker-ratio=0.1,0.4, "
                                                    "dirichlet-alpha=0.1, tsa-blend=0.25,0.5, tsa-step-frac=0.2,0.6")
     p.add_argument("--no-posthoc", action="store_true", help="leave out the post-hoc temperature-scaling rows")
-    p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
+    p.add_argument("--jobs", type=jobs_type, default=0, help="runs in parallel")
     p.add_argument("--title", default="", help="title of the table")
     p.add_argument("--report", default="fedcal-defense", help="folder for the runs, tables and plots")
     add_cluster_options(p)

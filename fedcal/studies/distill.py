@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from fedcal.config import ConfigError, RunConfig
+from fedcal.config import RunConfig
 from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
-                                   config_overrides, parse_ints, parse_names)
+                                   config_overrides, groups_type, jobs_type, names_type, parse_ints, parse_names,
+                                   ratios_type, refuse_unread_keys, seeds_type)
 
 
 # RFD-LoRA's switch settings of the ablation: full, each one off, each one alone, none.
@@ -70,15 +71,15 @@ def _replay_plan(configs: Sequence[RunConfig], base: RunConfig,
     return live, replayed
 
 
-def _replay_all(configs: Sequence[RunConfig], sources: Sequence[Path]) -> dict[str, str]:
-    """Replay each unfinished cell on the uploads of a finished run with its client side (among
-    ``sources`` and its output folder); returns {run dir: reason} of the cells without one (each
-    also named in one line)."""
+def _replay_all(configs: Sequence[RunConfig], sources: Sequence[Path], force: bool = False) -> dict[str, str]:
+    """Replay each unfinished cell (each cell, with ``force``) on the uploads of a finished run
+    with its client side (among ``sources`` and its output folder); returns {run dir: reason} of
+    the cells without one (each also named in one line)."""
     from fedcal.distill.replay import client_side, replay, source_index
     from fedcal.results import RunStore, config_hash, run_dir_for, warn_reused
 
     failures = {}
-    todo = [cfg for cfg in configs if not RunStore(run_dir_for(cfg), cfg).is_done()]
+    todo = list(configs) if force else [cfg for cfg in configs if not RunStore(run_dir_for(cfg), cfg).is_done()]
     warn_reused([run_dir_for(cfg) for cfg in configs if cfg not in todo])
     folders = sorted({Path(cfg.output_dir) for cfg in todo})
     pool = [*map(Path, sources), *(p for folder in folders for p in sorted(folder.glob("*")))]
@@ -105,13 +106,10 @@ def cmd_distill(args: argparse.Namespace) -> int:
     overrides.setdefault("output-dir", str(out / "runs"))
     overrides.setdefault("engine", "inprocess")  # small models: Ray's start-up would dominate every cell
     base = RunConfig.from_flower({**overrides, "task": "distill"})
-    try:
-        rhos = [float(r) for r in parse_names(args.rhos)]
-    except ValueError:
-        raise ConfigError(f"--rhos must be comma-separated numbers, got {args.rhos!r}") from None
-    configs = distill_configs(base, parse_names(args.methods), rhos, parse_names(args.partitions),
+    configs = distill_configs(base, parse_names(args.methods), list(args.rhos), parse_names(args.partitions),
                               parse_ints(args.seeds, "--seeds"), parse_names(args.aggregators),
-                              parse_ints(args.groups, "--groups") if args.groups else [], args.ablation)
+                              list(args.groups), args.ablation)
+    refuse_unread_keys(overrides, configs)
     check_run_dirs(configs)
     if args.replay:
         from fedcal.distill.replay import source_index
@@ -121,10 +119,11 @@ def cmd_distill(args: argparse.Namespace) -> int:
         live, replayed = _replay_plan(configs, base, finished)
     else:
         live, replayed = configs, []
-    print(f"distill: {len(configs)} runs ({len(replayed)} replayed on recorded uploads); finished runs are skipped")
+    print(f"distill: {len(configs)} runs ({len(replayed)} replayed on recorded uploads); "
+          + ("all run again (--force)" if args.force else "finished runs are skipped"))
     failures = run_sweep(live, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
                          cluster=cluster_of(args), force=args.force)
-    failures.update(_replay_all(replayed, [run_dir_for(c) for c in live]))
+    failures.update(_replay_all(replayed, [run_dir_for(c) for c in live], force=args.force))
     print(distill_report([run_dir_for(c) for c in configs], out, args.title))
     print(f"tables: {out / 'table.md'}, {out / 'ablation.md'}, {out / 'communication.md'}\nplot: {out / 'curves.png'}")
     return 1 if failures else 0
@@ -139,18 +138,21 @@ def add_commands(add: Any) -> None:
                         "are skipped. Writes table.md (CA/RA/ASR), ablation.md, communication.md and curves.png.",
             epilog=KEYS_EPILOG)
     add_run_options(p)
-    p.add_argument("--methods", default="rfd,fedit,ffa,flora,flexlora", help="dst-method values")
-    p.add_argument("--rhos", default="0,0.1,0.3", help="backdoor client ratios (dst-backdoor-ratio)")
-    p.add_argument("--partitions", default="iid,skew", help="dst-partition values")
-    p.add_argument("--seeds", default="0", help="seeds, e.g. 0-2")
-    p.add_argument("--aggregators", default="", help="RFD-LoRA's consensus rules, e.g. mean,median,mom (\"\" = the "
+    p.add_argument("--methods", default="rfd,fedit,ffa,flora,flexlora", type=names_type("methods"),
+                   help="dst-method values")
+    p.add_argument("--rhos", default="0,0.1,0.3", type=ratios_type, help="backdoor client ratios (dst-backdoor-ratio)")
+    p.add_argument("--partitions", default="iid,skew", type=names_type("partitions"), help="dst-partition values")
+    p.add_argument("--seeds", default="0", type=seeds_type, help="seeds, e.g. 0-2")
+    p.add_argument("--aggregators", default="", type=names_type("aggregators", empty=True),
+                   help="RFD-LoRA's consensus rules, e.g. mean,median,mom (\"\" = the "
                                                      "config's)")
-    p.add_argument("--groups", default="", help="RFD-LoRA's M values, e.g. 1,3,5,10 (\"\" = the config's)")
+    p.add_argument("--groups", default="", type=groups_type,
+                   help="RFD-LoRA's M values, e.g. 1,3,5,10 (\"\" = the config's)")
     p.add_argument("--ablation", action="store_true", help="RFD-LoRA with every CAT / MMD-KD / DIS setting")
     p.add_argument("--replay", action="store_true", help="run each RFD-LoRA client side once and replay the other "
                                                          "server settings (switches, aggregator, M) on its recorded "
                                                          "uploads instead of re-training the clients")
-    p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
+    p.add_argument("--jobs", type=jobs_type, default=0, help="runs in parallel")
     p.add_argument("--title", default="", help="title of the main table")
     p.add_argument("--report", default="fedcal-distill", help="folder for the runs, tables and plot")
     add_cluster_options(p)

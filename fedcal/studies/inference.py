@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from fedcal.config import ConfigError, RunConfig
 from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
-                                   config_overrides, parse_ints, run_dirs_of)
+                                   config_overrides, parse_ints, refuse_unread_keys, run_dirs_of, seeds_type)
 
 
 def _parse_nf(items: list[str]) -> list[tuple[int, int]]:
@@ -29,8 +29,10 @@ def cmd_inference(args: argparse.Namespace) -> int:
     from fedcal.results import run_dir_for
     from fedcal.app.engine import simulate
 
-    base = RunConfig.from_flower({"task": "inference", **config_overrides(args)})
+    overrides = config_overrides(args)
+    base = RunConfig.from_flower({"task": "inference", **overrides})
     configs = inference_configs(base, _parse_nf(args.nf or ["17:4"]), parse_ints(args.seeds, "--seeds"))
+    refuse_unread_keys(overrides, configs)
     check_run_dirs(configs)
     if cluster_of(args):  # every cell on the cluster first; the loop below then skips the finished ones
         from fedcal.app.sweep import run_sweep
@@ -41,8 +43,8 @@ def cmd_inference(args: argparse.Namespace) -> int:
     failed = []
     for cfg in tqdm(configs, desc="inference cells", unit="cell", disable=args.no_progress):
         try:
-            simulate(cfg, progress=not args.no_progress, verbose=args.verbose, force=args.force,
-                     restart=args.restart)
+            simulate(cfg, progress=not args.no_progress, verbose=args.verbose,
+                     force=args.force and not cluster_of(args), restart=args.restart)  # the cluster re-ran them
         except Exception as exc:  # noqa: BLE001 — one failed cell must not lose the others
             failed.append(cfg)
             print(f"fedcal: cell n={cfg.num_clients} f={cfg.inf_f} seed={cfg.seed} failed: {exc}", file=sys.stderr)
@@ -77,7 +79,7 @@ def add_commands(add: Any) -> None:
                         "aggregator under every attack. Finished runs are skipped.", epilog=KEYS_EPILOG)
     add_run_options(p)
     p.add_argument("--nf", action="append", help="clients:adversaries, e.g. 17:4 (repeatable; default 17:4)")
-    p.add_argument("--seeds", default="0", help="seeds, e.g. 0-4 or 0,2")
+    p.add_argument("--seeds", default="0", type=seeds_type, help="seeds, e.g. 0-4 or 0,2")
     p.add_argument("--report", default="fedcal-inference", help="folder for the tables and plots")
     add_cluster_options(p)
     p.set_defaults(func=cmd_inference)

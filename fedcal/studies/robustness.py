@@ -7,9 +7,16 @@ import argparse
 from pathlib import Path
 from typing import Any, Sequence
 
-from fedcal.config import ConfigError, RunConfig, task_config, task_names
+from fedcal.config import ConfigError, RunConfig
 from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
-                                   config_overrides, parse_ints, parse_taus, run_dirs_of)
+                                   config_overrides, count_type, image_classifier_runs, jobs_type, names_type,
+                                   parse_ints, parse_taus, refuse_unread_keys, run_dirs_of, seeds_type, taus_type)
+
+
+#: the option of each of fedcal.robustness.spec_for's refusals, by the start of its message
+_OPTION_OF = (("attack epsilon", "--eps"), ("no default epsilon", "--eps"), ("attack step size", "--step"),
+              ("attack steps", "--steps"), ("unknown attack", "--attacks"), ("attack 'pgd_targeted'", "--attacks"),
+              ("unknown corruption", "--corruptions"), ("corruption severity", "--severity"), ("n_test", "--n-test"))
 
 
 def _robustness_spec(args: argparse.Namespace, dataset: str):
@@ -21,31 +28,21 @@ def _robustness_spec(args: argparse.Namespace, dataset: str):
         return spec_for(dataset, eps=args.eps, step=args.step or 0.0, steps=args.steps, n_test=args.n_test,
                         attacks=names(args.attacks), corruptions=corruptions, severity=args.severity,
                         seed=args.attack_seed)
-    except ValueError as exc:  # unknown attack or corruption, ε <= 0, steps < 1, ...
-        raise ConfigError(str(exc)) from None
+    except ValueError as exc:  # unknown attack or corruption, ε <= 0, steps < 1, ...: named by its option
+        option = next((o for start, o in _OPTION_OF if str(exc).startswith(start)), "")
+        raise ConfigError(f"{option}: {exc}" if option else str(exc)) from None
 
 
 def cmd_robustness(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from fedcal.reports.robustness import robustness_report
-    from fedcal.results import MODEL_FILE, is_finished, load_config, run_dir_for
+    from fedcal.results import MODEL_FILE, is_finished, run_dir_for
 
     out = Path(args.report)
     if args.runs:  # the bridge: evaluate finished runs as they are, no training
         dirs = run_dirs_of(args.runs)
-        configs = {}
-        for d in dirs:
-            try:
-                configs[d] = load_config(d)
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise ConfigError(f"{d}: its config.json cannot be read ({str(exc).split('; known keys')[0]})") \
-                    from None
-        others = [f"{d} (task {c.task})" for d, c in configs.items() if not task_config(c.task).image_classifier]
-        if others:  # their dataset key is the image default: evaluating it would fetch MNIST for nothing
-            tasks = ", ".join(t for t in task_names() if task_config(t).image_classifier)
-            raise ConfigError(f"--runs evaluates image-classifier runs (task = {tasks}), not " + ", ".join(others[:3])
-                              + (f" and {len(others) - 3} more" if len(others) > 3 else ""))
+        configs = image_classifier_runs(dirs, "--runs evaluates")
         datasets = sorted({c.dataset for c in configs.values()})
         if len(datasets) > 1:
             raise ConfigError(f"the runs use different datasets ({', '.join(datasets)}): evaluate each on its own")
@@ -61,17 +58,18 @@ def cmd_robustness(args: argparse.Namespace) -> int:
         overrides = config_overrides(args)
         overrides.setdefault("output-dir", str(out / "runs"))
         base = RunConfig.from_flower(overrides)
-        settings = [s.strip() for s in args.settings.split(",") if s.strip()]
-        couplings = [c.strip() for c in args.coupling.split(",") if c.strip()]
+        settings, couplings = list(args.settings), list(args.coupling)
         try:
             configs = temperature_configs(base, parse_taus(args.taus), parse_ints(args.seeds, "--seeds"), settings,
                                           couplings)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        refuse_unread_keys(overrides, configs)
         check_run_dirs(configs)
         spec = _robustness_spec(args, base.dataset)  # bad attack settings fail before any training
-        print(f"robustness: {len(configs)} training runs ({', '.join(settings)} × τ {args.taus} × seeds "
-              f"{args.seeds}); finished runs are skipped")
+        taus = ",".join(f"{t:g}" for t in args.taus)
+        print(f"robustness: {len(configs)} training runs ({', '.join(settings)} × τ {taus} × seeds "
+              f"{','.join(map(str, args.seeds))}); finished runs are skipped")
         from fedcal.app.sweep import run_sweep
 
         failures = len(run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress,
@@ -136,15 +134,16 @@ def add_commands(add: Any) -> None:
                         "--runs: evaluate those finished runs only (e.g. a TSA grid). Evaluations are cached in "
                         "each run directory.", epilog=KEYS_EPILOG)
     add_run_options(p)
-    p.add_argument("--taus", default="0.5,1,10,30,50,70,100", help="training temperatures (1 = the benign run)")
-    p.add_argument("--seeds", default="0,1,2", help="seeds, e.g. 0-2")
-    p.add_argument("--settings", default="federated,centralised",
+    p.add_argument("--taus", default="0.5,1,10,30,50,70,100", type=taus_type,
+                   help="training temperatures (1 = the benign run)")
+    p.add_argument("--seeds", default="0,1,2", type=seeds_type, help="seeds, e.g. 0-2")
+    p.add_argument("--settings", default="federated,centralised", type=names_type("settings"),
                    help="federated (the config's clients) and/or centralised (one client with all the data)")
-    p.add_argument("--coupling", default="fixed",
+    p.add_argument("--coupling", default="fixed", type=names_type("couplings"),
                    help="learning rate of τ-trained clients: fixed (η = β, the literature's), coupled (η = β·τ, "
                         "SPEC §9's), or fixed,coupled for both")
     p.add_argument("--runs", nargs="+", help="evaluate these finished run directories instead of training")
-    p.add_argument("--jobs", type=int, default=0, help="training runs and evaluations in parallel (train with "
+    p.add_argument("--jobs", type=jobs_type, default=0, help="training runs and evaluations in parallel (train with "
                                                        "engine=inprocess)")
     p.add_argument("--eps", type=float, default=None, help="L∞ budget in pixel units (default: 8/255 for CIFAR, "
                                                            "0.1 for MNIST and digits)")
@@ -157,7 +156,8 @@ def add_commands(add: Any) -> None:
                         "defocus_blur, contrast, brightness, jpeg_compression, pixelate; also speckle_noise, "
                         "gaussian_blur, saturate; \"\" = none")
     p.add_argument("--severity", type=int, default=3, help="corruption severity, 1..5")
-    p.add_argument("--attack-seed", type=int, default=0, help="seed of PGD's random start, the targets and the noise")
+    p.add_argument("--attack-seed", type=count_type(0, "attack seed"), default=0,
+                   help="seed of PGD's random start, the targets and the noise")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="where the attacks run")
     p.add_argument("--title", default="", help="report title")
     p.add_argument("--report", default="fedcal-robustness", help="folder for the tables and the plot")

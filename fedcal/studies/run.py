@@ -7,7 +7,7 @@ import textwrap
 from typing import Any
 
 from fedcal.config import RunConfig, describe, groups
-from fedcal.studies.common import add_run_options, config_overrides, simulator
+from fedcal.studies.common import add_run_options, config_overrides, refuse_unread_keys, simulator
 
 
 def run_config_help(width: int = 100) -> str:
@@ -27,7 +27,9 @@ def run_config_help(width: int = 100) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from fedcal.tasks import get_task
 
-    cfg = RunConfig.from_flower(config_overrides(args))
+    overrides = config_overrides(args)
+    cfg = RunConfig.from_flower(overrides)
+    refuse_unread_keys(overrides, [cfg])
     run_dir = simulator(args)(cfg)
     print(f"run dir: {run_dir}")
     print(get_task(cfg.task).summarise(run_dir))

@@ -8,7 +8,7 @@ from typing import Any
 
 from fedcal.config import ConfigError
 from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, cluster_of, config_overrides,
-                                   say_replaced)
+                                   jobs_type, refuse_unread_keys, say_replaced)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -22,7 +22,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     grid = SweepGrid.from_toml(files[0]) if files else SweepGrid()
     for axis in args.grid or []:
         grid.add_axis(axis)
-    configs = grid.configs(config_overrides(args))
+    overrides = config_overrides(args)
+    configs = grid.configs(overrides)
+    refuse_unread_keys({**grid.base, **overrides, **grid.axes}, configs)
     jobs = args.jobs or 1
     where = f"Ray tasks on {args.cluster}" if cluster_of(args) else f"{jobs} parallel"
     print(f"sweep: {len(configs)} cells over {', '.join(grid.axes) or '(no axis)'}; {where}")
@@ -51,7 +53,7 @@ def add_commands(add: Any) -> None:
             description="fedcal sweep [grid.toml] [--grid key=v1,v2 ...] [key=value ...]", epilog=KEYS_EPILOG)
     add_run_options(p)
     p.add_argument("--grid", action="append", help="an axis: key=v1,v2,... (repeatable)")
-    p.add_argument("--jobs", type=int, default=0, help="cells run in parallel (0 = 1; use engine=inprocess)")
+    p.add_argument("--jobs", type=jobs_type, default=0, help="cells run in parallel (0 = 1; use engine=inprocess)")
     p.add_argument("--report", default="fedcal-sweep", help="folder for cells.csv and rounds.csv")
     p.add_argument("--plot-x", default="", help="plot final accuracy and sECE against this key")
     p.add_argument("--plot-hue", default="", help="one line per value of this key")

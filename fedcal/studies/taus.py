@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from fedcal.config import ConfigError, RunConfig
 from fedcal.studies.common import (KEYS_EPILOG, add_cluster_options, add_run_options, check_run_dirs, cluster_of,
-                                   config_overrides, parse_ints, parse_taus, say_replaced, simulator)
+                                   config_overrides, jobs_type, names_type, parse_ints, parse_taus,
+                                   refuse_unread_keys, say_replaced, seeds_type, simulator, taus_type)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -22,14 +23,15 @@ def tau_report(args: argparse.Namespace, base: RunConfig, taus: list[float], out
                 strategies: list[str] | None = None) -> int:
     configs = tau_configs(base, taus, strategies)
     check_run_dirs(configs)  # every cell, before the first one runs
+    run = simulator(args)
     if getattr(args, "jobs", 0) > 1 or cluster_of(args):  # the cells in parallel first; the report then skips them
         from fedcal.app.sweep import run_sweep
 
         run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
                   cluster=cluster_of(args), force=args.force)
-        args = argparse.Namespace(**{**vars(args), "force": False})  # forced once, by the sweep
+        run = simulator(args, force=False)  # --force re-ran them just now: not a second time
     say_replaced(out, REPORT_TABLES)
-    table = run_tau_comparison(base, taus, out, simulator(args), title, strategies)
+    table = run_tau_comparison(base, taus, out, run, title, strategies)
     print()
     print((out / "table.md").read_text())
     pngs = ["defenses.png"] if table["strategy"].nunique() > 1 else ["reliability.png", "trajectories.png"]
@@ -45,9 +47,10 @@ def cmd_taus(args: argparse.Namespace) -> int:
     title = f"{base.dataset}–{base.model}, K={base.num_clients}, M={base.clients_per_round}, " \
             f"{base.replace(attack='tsa').num_attackers} attackers, " \
             f"{base.num_rounds} rounds, seed {base.seed}"
-    strategies = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
+    strategies = list(args.strategies) or None
     for s in strategies or []:
         base.replace(strategy=s)  # validates each name (and its parameters) before anything runs
+    refuse_unread_keys(overrides, tau_configs(base, parse_taus(args.taus), strategies))
     return tau_report(args, base, parse_taus(args.taus), out, title, strategies)
 
 
@@ -95,11 +98,13 @@ def case_study(args: argparse.Namespace, task: str, preset: dict[str, Any], desc
                for c in tau_configs(base.replace(seed=seed), parse_taus(args.taus))]
     if base.run_name and len(configs) > 1:
         raise ConfigError(f"run-config key 'run-name' names one run; fedcal {task} makes several (leave it unset)")
+    refuse_unread_keys(overrides, configs)
     for cfg in configs:
         preflight(cfg)
     check_run_dirs(configs)
     print(f"{task}: {len(configs)} runs ({describe(base)}, {base.num_clients} clients, "
-          f"{base.replace(attack='tsa').num_attackers} attackers); finished runs are skipped")
+          f"{base.replace(attack='tsa').num_attackers} attackers); "
+          + ("all run again (--force)" if args.force else "finished runs are skipped"))
     failures = run_sweep(configs, jobs=max(args.jobs, 1), progress=not args.no_progress, restart=args.restart,
                          cluster=cluster_of(args), force=args.force)
     say_replaced(out, REPORT_TABLES)
@@ -111,9 +116,9 @@ def case_study(args: argparse.Namespace, task: str, preset: dict[str, Any], desc
 def add_case_study_options(p: argparse.ArgumentParser, taus: str, report: str) -> None:
     """The options of a case-study command (fedcal lm, fedcal detect)."""
     add_run_options(p)
-    p.add_argument("--taus", default=taus, help="attackers' τ (1 = the benign run)")
-    p.add_argument("--seeds", default="0", help="seeds, e.g. 0-2")
-    p.add_argument("--jobs", type=int, default=0, help="runs in parallel")
+    p.add_argument("--taus", default=taus, type=taus_type, help="attackers' τ (1 = the benign run)")
+    p.add_argument("--seeds", default="0", type=seeds_type, help="seeds, e.g. 0-2")
+    p.add_argument("--jobs", type=jobs_type, default=0, help="runs in parallel")
     p.add_argument("--title", default="", help="title of the table")
     p.add_argument("--report", default=report, help="folder for the runs, tables and plots")
     add_cluster_options(p)
@@ -123,9 +128,11 @@ def add_commands(add: Any) -> None:
     """Add this study's sub-command(s) with ``add(name, help, **kwargs)`` (:func:`fedcal.cli.build_parser`)."""
     p = add("taus", "benign run + TSA at each τ; table and plots", epilog=KEYS_EPILOG)
     add_run_options(p)
-    p.add_argument("--taus", default="0.2,0.5,1,2,5", help="comma-separated τ values (1 = benign run)")
+    p.add_argument("--taus", default="0.2,0.5,1,2,5", type=taus_type,
+                   help="comma-separated τ values (1 = benign run)")
     p.add_argument("--report", default="fedcal-report", help="folder for table.csv/table.md/PNGs")
-    p.add_argument("--strategies", default="", help="comma-separated strategies to compare (\"\" = the config's strategy)")
-    p.add_argument("--jobs", type=int, default=0, help="runs in parallel (with engine=inprocess)")
+    p.add_argument("--strategies", default="", type=names_type("strategies", empty=True),
+                   help="comma-separated strategies to compare (\"\" = the config's strategy)")
+    p.add_argument("--jobs", type=jobs_type, default=0, help="runs in parallel (with engine=inprocess)")
     add_cluster_options(p)
     p.set_defaults(func=cmd_taus)
