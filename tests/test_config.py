@@ -91,6 +91,8 @@ def test_attacker_count_rounds_half_up(ratio, k, expected):
     ({"inf-attacks": "none,pgd"}, "inf-attacks"), ({"inf-attacks": ""}, "inf-attacks"),
     ({"inf-amp-curve": "1,x"}, "inf-amp-curve"), ({"inf-server-frac": 1.0}, "inf-server-frac"),
     ({"task": "inference", "inf-f": 0}, "inf-f"), ({"agg-adv-epochs": -1}, "agg-adv-epochs"),
+    ({"calibration-metrics": "mce,ece2"}, "calibration-metrics"), ({"calibration-metrics": "all,mce"}, "calibration-metrics"),
+    ({"calibration-bootstrap": -1}, "calibration-bootstrap"),
 ])
 def test_invalid_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):

@@ -37,6 +37,8 @@ from fedcal.attacks import BENIGN, AttackSpec, LocalRoundSpec, attackers_of, beh
 from fedcal.config import RunConfig
 from fedcal.attacks.backdoor import PixelBackdoor, attack_success_rate, triggered_test_set
 from fedcal.data import client_data, load_dataset, pixel_space, root_set
+from fedcal.calibration_metrics import (INTERVALS_FILE, bootstrap_intervals, calibration_estimators, estimator_metrics,
+                                        recorded_columns)
 from fedcal.metrics import METRIC_KEYS, calibration_metrics, reliability_bins
 from fedcal.models import build_model
 from fedcal.checkpoint import rng_state, set_rng_state
@@ -105,6 +107,8 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
         triggered = triggered_test_set(ds.x_test, ds.y_test, PixelBackdoor(cfg.backdoor_target, cfg.backdoor_frac),
                                        pixel_space(cfg.dataset)) if cfg.attack == "backdoor" else None
 
+        estimators = calibration_estimators(cfg.calibration_metrics)
+
         def evaluate(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
             import pandas as pd  # lazily: the ClientApp process never loads pandas
             if not (server_round in (0, cfg.num_rounds) or server_round % cfg.eval_every == 0):
@@ -113,11 +117,16 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
             logits = predict_logits(model, ds.x_test, cfg.eval_batch_size, device)
             if not torch.isfinite(logits).all():  # a diverged model is a result (e.g. extreme τ), not a crash
                 log(WARNING, "round %d: global model produced non-finite logits", server_round)
-                return {k: float("nan") for k in [*METRIC_KEYS, *(["asr"] if triggered is not None else [])]}
+                return {k: float("nan") for k in [*METRIC_KEYS, *recorded_columns(estimators),
+                                                  *(["asr"] if triggered is not None else [])]}
             if server_round == cfg.num_rounds:
                 bins = reliability_bins(logits, ds.y_test, cfg.n_bins)
                 store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in bins.items()}))
+                if cfg.calibration_bootstrap:
+                    store.write_table(INTERVALS_FILE, pd.DataFrame(bootstrap_intervals(
+                        logits, ds.y_test, estimators, cfg.n_bins, cfg.calibration_bootstrap, cfg.seed)))
             metrics = calibration_metrics(logits, ds.y_test, cfg.n_bins)
+            metrics.update(estimator_metrics(logits.softmax(dim=1), ds.y_test, estimators, cfg.n_bins))
             if triggered is not None:  # the backdoor's success beside the clean accuracy
                 pred = predict_logits(model, triggered.x, cfg.eval_batch_size, device).argmax(1)
                 metrics["asr"] = attack_success_rate(pred, triggered.labels, triggered.target)
