@@ -92,7 +92,8 @@ def test_attacker_count_rounds_half_up(ratio, k, expected):
     ({"inf-amp-curve": "1,x"}, "inf-amp-curve"), ({"inf-server-frac": 1.0}, "inf-server-frac"),
     ({"task": "inference", "inf-f": 0}, "inf-f"), ({"agg-adv-epochs": -1}, "agg-adv-epochs"),
     ({"calibration-metrics": "mce,ece2"}, "calibration-metrics"), ({"calibration-metrics": "all,mce"}, "calibration-metrics"),
-    ({"calibration-bootstrap": -1}, "calibration-bootstrap"),
+    ({"calibration-bootstrap": -1}, "calibration-bootstrap"), ({"fed-eval-clients": 51}, "fed-eval-clients"),
+    ({"fed-eval-clients": -1}, "fed-eval-clients"),
 ])
 def test_invalid_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):

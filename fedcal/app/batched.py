@@ -94,6 +94,8 @@ def batched_unsupported(cfg: RunConfig) -> str | None:
         return "local-epochs (clients take different numbers of steps)"
     if cfg.augment != "none":
         return f"augment {cfg.augment!r}"
+    if cfg.fed_eval_clients:
+        return "fed-eval-clients (federated evaluation is a Flower evaluate round)"
     if cfg.optimizer != "sgd":
         return f"optimizer {cfg.optimizer!r} (the batched step is SGD's)"
     ds = load_dataset(cfg.dataset, cfg.data_dir)

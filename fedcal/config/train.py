@@ -42,6 +42,8 @@ def _round_size(c: RunConfig) -> None:
         return
     check("clients-per-round", c.clients_per_round <= c.num_clients, c.clients_per_round,
           f"must not exceed num-clients ({c.num_clients})")
+    check("fed-eval-clients", c.fed_eval_clients <= c.num_clients, c.fed_eval_clients,
+          f"must not exceed num-clients ({c.num_clients})")
 
 
 def _local_work(c: RunConfig) -> None:
@@ -122,6 +124,11 @@ class Train:
                                            "sECE, Brier and NLL: comma-separated of "
                                            + ", ".join(CALIBRATION_ESTIMATORS) + ", or all (docs/analyses.md)",
                                        note='"" = none', hash_when_set=True)
+    fed_eval_clients: int = setting(0, "federated calibration: clients sampled (seeded) at every central evaluation "
+                                       "round >= 1 to evaluate the global model on their own held-out data (their "
+                                       "share of the test set) and send a calibration state the server merges "
+                                       "(fed_* metrics, federated_calibration.csv)", ge=0,
+                                    note="0 = none; <= num-clients", hash_when_set=True)
     calibration_bootstrap: int = setting(0, "percentile-bootstrap resamples of the test set for 95 % intervals of "
                                             "every recorded calibration metric at the final round "
                                             "(calibration_intervals.csv)", ge=0, note="0 = no intervals",

@@ -20,9 +20,8 @@ when the rule itself fails (a ValueError, an ArithmeticError, LAPACK's ``LinAlgE
 result is not finite, with the reason logged. Every round's accounting (received, accepted,
 rejected with reasons) is kept in :attr:`replies`.
 
-This covers *train* replies. Federated evaluation (``configure_evaluate`` /
-``aggregate_evaluate``) is Flower's FedAvg's own: fedcal evaluates centrally
-(``fraction_evaluate=0``); a project that turns it on gets Flower's reply checks there.
+This covers *train* replies. The evaluate round is FedAvg's (``fraction_evaluate=0``: central
+evaluation) or a task's own (:class:`fedcal.strategies.evaluation.TaskEvaluation`; it checks its replies).
 """
 
 from __future__ import annotations
@@ -41,13 +40,14 @@ from flwr.serverapp.strategy import Result
 from flwr.supercore import log
 
 from fedcal import aggregate as agg
+from fedcal.strategies.evaluation import TaskEvaluation
 from fedcal.strategies.options import MetricsAggrFn
 from fedcal.strategies.replies import (RoundReplies, counted_replies, is_buffer_key, reply_weight, tensor_of,
                                        wait_for_nodes)
 from fedcal.aggregate.compose import PreStep, pre_aggregate
 from fedcal.aggregate.compose import _step_name as step_name
 
-class UpdateAggregationStrategy(_FlowerFedAvg):
+class UpdateAggregationStrategy(TaskEvaluation, _FlowerFedAvg):
     """Base of fedcal's strategies: Flower's FedAvg arguments plus seeded sampling and buffers.
 
     Every argument is keyword-only. The first ten are those of

@@ -45,6 +45,7 @@ from fedcal.checkpoint import rng_state, set_rng_state
 from fedcal.results import AUDIT_FILE, POISONING_FILE, REJECTIONS_FILE, Checkpoint, RunFailed, RunStore, run_dir_for
 from fedcal.strategies import strategy_from_config
 from fedcal.strategies.base import UpdateAggregationStrategy
+from fedcal.tasks.federated_eval import MESSAGE_TYPE as EVALUATE, FederatedCalibration, evaluate_heldout
 from fedcal.tasks.poisoning import poisoning_grid
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.local_training import predict_logits, resolve_device
@@ -172,6 +173,8 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
         strategy = strategy_from_config(cfg, node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
                                         node_label=node_to_client.get, available=len(node_to_client),
                                         **strategy_kwargs)
+    if cfg.fed_eval_clients and strategy.evaluation is None:  # the clients' calibration states, merged
+        strategy.evaluation = FederatedCalibration(cfg, store, node_to_client)
     rows: list[dict[str, float]] = []
     rejections: list[dict] = []
     aggregated_before = 0  # rounds that aggregated before the checkpoint this attempt resumed from
@@ -182,7 +185,7 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
     clock = [time.perf_counter()]
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        metrics = dict(evaluate(server_round, arrays))
+        metrics = {**evaluate(server_round, arrays), **_federated_metrics(strategy, server_round)}
         if server_round >= 1:  # evaluate_fn runs after the round's aggregate_train
             _record_replies(server_round, metrics, strategy=strategy, store=store, node_to_client=node_to_client,
                             rejections=rejections)
@@ -217,6 +220,12 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
             f"{num_rounds} round(s), reasons in {REJECTIONS_FILE}); the model is untrained and the run is "
             "not marked DONE")
     return result.arrays.to_torch_state_dict(), rows
+
+
+def _federated_metrics(strategy: UpdateAggregationStrategy, server_round: int) -> dict[str, float]:
+    """The round's federated calibration (``fed_*``), when its evaluate round ran one."""
+    hook = strategy.evaluation
+    return hook.metrics_of(server_round) if isinstance(hook, FederatedCalibration) else {}
 
 
 def _resumed(resume: Checkpoint, strategy: UpdateAggregationStrategy, node_to_client: dict[int, int],
@@ -310,7 +319,7 @@ TASK = register(Task(
     name="train",
     summary="federated training under client poisoning (TSA, noise, label flipping) with a robust strategy",
     run=run_train,
-    handlers={"train": train},
+    handlers={"train": train, EVALUATE: evaluate_heldout},
     rounds=lambda cfg: cfg.num_rounds,
     report="fedcal.reports.taus:task_report",
     preflight=load_images,
