@@ -102,3 +102,19 @@ def test_a_non_finite_reply_is_rejected_with_its_reason_and_the_round_continues(
     batched._aggregate(run, 2, [1, 2], all_bad, run.params, ["w", "b"])
     assert not run.strategy.replies[2].aggregated  # nothing valid: the global model is kept
     assert torch.allclose(run.params["w"], torch.full((3,), expected))
+
+
+def test_batched_runs_record_the_chosen_calibration_estimators_and_intervals(tmp_path):
+    """``calibration-metrics`` and ``calibration-bootstrap`` mean the same under both engines."""
+    extra = dict(num_rounds=2, calibration_metrics="mce,ksce,smece", calibration_bootstrap=50)
+    cell = RunConfig.from_flower(dict(BASE, **extra, tau=3.0, output_dir=str(tmp_path / "b"), engine="batched"))
+    assert run_sweep([cell], jobs=1, progress=False) == {}
+    ref = cell.replace(engine="inprocess", output_dir=str(tmp_path / "i"))
+    simulate(ref, progress=False)
+    got, want = (load_metrics(run_dir_for(c)) for c in (cell, ref))
+    for m in ("mce", "ksce", "smece", "smece_sigma"):
+        a, b = (df[df.metric == m].set_index("round")["value"] for df in (got, want))
+        assert list(a.index) == [0, 1, 2] and (a - b).abs().max() < 1e-4, m
+    iv_b, iv_i = (pd.read_csv(run_dir_for(c) / "calibration_intervals.csv").set_index("metric") for c in (cell, ref))
+    assert set(iv_b.index) == {"accuracy", "ece", "sece", "brier", "nll", "mce", "ksce", "smece"}
+    assert (iv_b[["estimate", "lo", "hi"]] - iv_i[["estimate", "lo", "hi"]]).abs().max().max() < 1e-3

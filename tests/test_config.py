@@ -105,6 +105,9 @@ def test_attacker_count_rounds_half_up(ratio, k, expected):
     ({"pre-aggregation": "cclip", "cclip-tau": 1e-300}, "cclip-tau"),
     ({"pre-aggregation": "cclip", "cclip-iterations": 10**8}, "cclip-iterations"),
     ({"pre-aggregation": "nnm,,clip"}, "pre-aggregation"), ({"pre-aggregation": ",nnm"}, "pre-aggregation"),
+    ({"calibration-metrics": "mce,ece2"}, "calibration-metrics"), ({"calibration-metrics": "all,mce"}, "calibration-metrics"),
+    ({"calibration-bootstrap": -1}, "calibration-bootstrap"), ({"fed-eval-clients": 51}, "fed-eval-clients"),
+    ({"fed-eval-clients": -1}, "fed-eval-clients"),
 ])
 def test_invalid_values_name_the_key(overrides, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):

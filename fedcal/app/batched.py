@@ -52,6 +52,8 @@ from fedcal.attacks import AttackSpec, behaviour_for
 from fedcal.attacks.behaviour import round_generator
 from fedcal.config import RunConfig
 from fedcal.data import client_partitions, load_dataset
+from fedcal.calibration_metrics import (INTERVALS_FILE, bootstrap_intervals, calibration_estimators, estimator_metrics,
+                                        recorded_columns)
 from fedcal.metrics import METRIC_KEYS, calibration_metrics_batch, reliability_bins
 from fedcal.models import build_model
 from fedcal.reference import sampled_clients
@@ -92,6 +94,8 @@ def batched_unsupported(cfg: RunConfig) -> str | None:
         return "local-epochs (clients take different numbers of steps)"
     if cfg.augment != "none":
         return f"augment {cfg.augment!r}"
+    if cfg.fed_eval_clients:
+        return "fed-eval-clients (federated evaluation is a Flower evaluate round)"
     if cfg.optimizer != "sgd":
         return f"optimizer {cfg.optimizer!r} (the batched step is SGD's)"
     ds = load_dataset(cfg.dataset, cfg.data_dir)
@@ -229,9 +233,12 @@ def _evaluate_round(runs: list[_Run], server_round: int, seconds: float, first: 
             if finite[i]:
                 run_logits = logits[i]
                 metrics.update(scores[i])
+                metrics.update(estimator_metrics(run_logits.softmax(dim=-1), y_test,
+                                                 calibration_estimators(run.cfg.calibration_metrics), run.cfg.n_bins))
             else:  # a diverged model is a result (e.g. extreme τ), not a crash
                 log.warning("%s round %d: global model produced non-finite logits", run.store.run_id, server_round)
-                metrics.update({k: float("nan") for k in METRIC_KEYS})
+                nan_keys = (*METRIC_KEYS, *recorded_columns(calibration_estimators(run.cfg.calibration_metrics)))
+                metrics.update({k: float("nan") for k in nan_keys})
         if server_round >= 1:
             _record_replies(run, server_round, metrics)
         run.store.log_round(server_round, metrics)
@@ -239,6 +246,10 @@ def _evaluate_round(runs: list[_Run], server_round: int, seconds: float, first: 
         if server_round == first.num_rounds and run_logits is not None:
             bins = reliability_bins(run_logits, y_test, run.cfg.n_bins)
             run.store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in bins.items()}))
+            if run.cfg.calibration_bootstrap:
+                run.store.write_table(INTERVALS_FILE, pd.DataFrame(bootstrap_intervals(
+                    run_logits, y_test, calibration_estimators(run.cfg.calibration_metrics), run.cfg.n_bins,
+                    run.cfg.calibration_bootstrap, run.cfg.seed)))
 
 
 def _finish_runs(runs: list[_Run], on_done) -> dict[str, str]:

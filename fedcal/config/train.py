@@ -8,7 +8,8 @@ import math
 from fedcal.config.schema import (RunConfig, TaskConfig, check, group, identity_includes, register_task, setting,
                                   setting_of)
 
-__all__ = ["ATTACKS", "POISONING_ATTACKS", "AUGMENTATIONS", "CROP_FLIP_DATASETS", "tsa_label"]
+__all__ = ["ATTACKS", "POISONING_ATTACKS", "AUGMENTATIONS", "CALIBRATION_ESTIMATORS", "CROP_FLIP_DATASETS",
+           "calibration_estimators", "tsa_label"]
 
 ATTACKS = ("none", "tsa", "noise", "labelflip",
            # the model-poisoning attacks of Byzantine-robust FL (fedcal.attacks.POISONING; a test keeps them
@@ -19,12 +20,29 @@ POISONING_ATTACKS = ("alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-kru
 AUGMENTATIONS = ("none", "crop-flip")
 #: datasets ``augment=crop-flip`` applies to (digits are not mirror-invariant, CIFAR's objects are)
 CROP_FLIP_DATASETS = ("cifar10", "cifar100")
+#: the calibration estimators a run may record beside accuracy, ECE, sECE, Brier and NLL
+#: (``calibration-metrics``; fedcal.calibration_metrics computes them, docs/analyses.md explains them)
+CALIBRATION_ESTIMATORS = ("mce", "smce", "rmsce", "ace", "cwece", "ksce", "sksce", "smece")
+
+
+def calibration_estimators(text: str) -> tuple[str, ...]:
+    """The estimator names of a ``calibration-metrics`` value: comma-separated names of
+    :data:`CALIBRATION_ESTIMATORS`, ``all``, or "" (none); ValueError names an unknown one."""
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if names == ["all"]:
+        return CALIBRATION_ESTIMATORS
+    bad = [s for s in names if s not in CALIBRATION_ESTIMATORS]
+    if bad:
+        raise ValueError(f"unknown estimator {bad[0]!r}; choose from {', '.join(CALIBRATION_ESTIMATORS)} or all")
+    return tuple(dict.fromkeys(names))
 
 
 def _round_size(c: RunConfig) -> None:
     if not identity_includes(c, "train"):  # a task that does not read this group samples no clients
         return
     check("clients-per-round", c.clients_per_round <= c.num_clients, c.clients_per_round,
+          f"must not exceed num-clients ({c.num_clients})")
+    check("fed-eval-clients", c.fed_eval_clients <= c.num_clients, c.fed_eval_clients,
           f"must not exceed num-clients ({c.num_clients})")
 
 
@@ -48,8 +66,15 @@ def _byzantine_attacks(c: RunConfig) -> None:
               f"must be a class of dataset={c.dataset}")
 
 
+def _calibration(c: RunConfig) -> None:
+    try:
+        calibration_estimators(c.calibration_metrics)
+    except ValueError as e:
+        check("calibration-metrics", False, c.calibration_metrics, f"names an {e}")
+
+
 @group("train", "federated training under attack (task = train): rounds, attackers, evaluation",
-       rules=(_round_size, _local_work, _byzantine_attacks))
+       rules=(_round_size, _local_work, _byzantine_attacks, _calibration))
 class Train:
     clients_per_round: int = setting(5, "M, clients sampled per round (<= num-clients)", ge=1)
     num_rounds: int = setting(100, "federated rounds", ge=1)
@@ -98,6 +123,20 @@ class Train:
     backdoor_frac: float = setting(0.2, "pixel backdoor: share of an attacker's training images stamped and "
                                         "relabelled", gt=0, le=1, hash_when_set=True,
                                    only_with=("attack", ("backdoor",)))
+
+    calibration_metrics: str = setting("", "calibration estimators recorded at each evaluation beside accuracy, ECE, "
+                                           "sECE, Brier and NLL: comma-separated of "
+                                           + ", ".join(CALIBRATION_ESTIMATORS) + ", or all (docs/analyses.md)",
+                                       note='"" = none', hash_when_set=True)
+    fed_eval_clients: int = setting(0, "federated calibration: clients sampled (seeded) at every central evaluation "
+                                       "round >= 1 to evaluate the global model on their own held-out data (their "
+                                       "share of the test set) and send a calibration state the server merges "
+                                       "(fed_* metrics, federated_calibration.csv)", ge=0,
+                                    note="0 = none; <= num-clients", hash_when_set=True)
+    calibration_bootstrap: int = setting(0, "percentile-bootstrap resamples of the test set for 95 % intervals of "
+                                            "every recorded calibration metric at the final round "
+                                            "(calibration_intervals.csv)", ge=0, note="0 = no intervals",
+                                         hash_when_set=True)
 
     @property
     def num_attackers(self) -> int:

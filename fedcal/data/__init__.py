@@ -13,7 +13,7 @@ from fedcal.data.partition import dirichlet_partition, iid_partition, partition_
 __all__ = [
     "Dataset", "PixelSpace", "pixel_space", "ClientData", "default_data_dir", "load_dataset", "synthetic_dataset",
     "dirichlet_partition", "iid_partition", "partition_indices", "patient_partition", "client_partitions",
-    "client_data", "root_set",
+    "client_data", "client_heldout", "root_set",
 ]
 
 
@@ -77,6 +77,24 @@ def _all_shards(
     x, y = ds.x_train[order], ds.y_train[order]
     ends = np.cumsum([len(p) for p in parts]).tolist()
     return tuple(ClientData(x[a:b], y[a:b], ds.num_classes) for a, b in zip([0, *ends[:-1]], ends))
+
+
+@functools.lru_cache(maxsize=512)
+def client_heldout(
+    dataset: str, data_dir: str, num_clients: int, scheme: str, alpha: float, seed: int, partition_id: int,
+) -> ClientData:
+    """Client ``partition_id``'s held-out data for federated evaluation: its share of the test set,
+    split among the clients by the same scheme and seed as the training set (Dirichlet label skew
+    with the same class proportions, since the draws follow the same seeded stream; ``patient``,
+    whose test records have no patient groups here, splits IID). The shares are disjoint and
+    cover the test set, so all clients' held-out data together are the central test set."""
+    if not 0 <= partition_id < num_clients:
+        raise ValueError(f"partition id {partition_id} outside [0, {num_clients})")
+    ds = load_dataset(dataset, data_dir)
+    parts = partition_indices(ds.y_test.numpy(), num_clients, "iid" if scheme == "patient" else scheme, alpha,
+                              seed)
+    idx = torch.from_numpy(parts[partition_id])
+    return ClientData(ds.x_test[idx], ds.y_test[idx], ds.num_classes)
 
 
 def root_set(ds: Dataset, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -27,6 +27,8 @@ import pandas as pd
 from fedcal.config import RunConfig
 from fedcal.reports.chance import cfg_chance, footnote, marked
 from fedcal.reports.groups import CONFIG, config_labels
+from fedcal.reports.intervals import (INTERVAL_METRICS, RESOLVED, attach_intervals, delta_text, seed_cell, seed_delta,
+                                      seed_intervals, with_interval)
 from fedcal.reports.markdown import SECE_SIGN, UNITS_NOTE, markdown_table
 from fedcal.reports.plots import defense_bars, reliability_grid, trajectories, trajectory_table
 from fedcal.reports.runs import STALLED, STALLED_NOTE, final_rows, finished_only, run_stalled
@@ -81,6 +83,7 @@ def summarise(run_dirs: Sequence[str | Path]) -> pd.DataFrame:
     key = pd.MultiIndex.from_frame(table[[CONFIG, "strategy", "seed"]])
     table["d_accuracy"] = table["accuracy_%"].to_numpy() - benign["accuracy_%"].reindex(key).to_numpy()
     table["d_sece"] = table["sece_%"].to_numpy() - benign["sece_%"].reindex(key).to_numpy()
+    table = attach_intervals(table, [d for d, _ in runs], [CONFIG, "strategy", "seed"])
     table["_c"] = table[CONFIG].map({c: i for i, c in enumerate(dict.fromkeys(labels))})
     table["_o"] = table["strategy"].map({s: i for i, s in enumerate(dict.fromkeys(table["strategy"]))})
     table = table.sort_values(["_c", "_o", "tau", "run"], kind="stable").drop(columns=["_c", "_o"])
@@ -197,7 +200,7 @@ def seed_summary(table: pd.DataFrame) -> pd.DataFrame:
     diverged model), its model at chance or stalled (:func:`fedcal.reports.sweeps.left_out_reasons`) —
     is named with its reason in ``left_out`` (and counted in ``chance_level`` / ``stalled``). A row never
     holds two runs of one seed (a ValueError names them)."""
-    from fedcal.reports.sweeps import LEFT_OUT, left_out_names, left_out_reasons
+    from fedcal.reports.sweeps import left_out_names, left_out_reasons
 
     by = [c for c in (CONFIG, "strategy", "tau", "run") if c in table.columns]
     twice = table[table.duplicated([*by, "seed"], keep=False)]
@@ -211,6 +214,8 @@ def seed_summary(table: pd.DataFrame) -> pd.DataFrame:
     out = out.join(sound[SUMMARY_METRICS].std(ddof=1).add_suffix("_std"))
     out = out.join(sound.size().rename("seeds")).fillna({"seeds": 0})
     out["seeds"] = out["seeds"].astype(int)
+    if RESOLVED in table.columns:  # the runs recorded bootstrap intervals (the seeds averaged: left-out ones not)
+        out = out.join(seed_intervals(table[reasons.eq("")], by))
     for flag in (CHANCE, STALLED):
         if flag in table.columns:
             out = out.join(g[flag].sum().astype(int))
@@ -235,6 +240,10 @@ def seeds_markdown(agg: pd.DataFrame, title: str = "") -> str:
                               (f"{m:.{d}f} ± {s:.{d}f}" if k > 1 else f"{m:.{d}f}")
                               for m, s, k in zip(agg[c + "_mean"], agg[c + "_std"], agg["seeds"])]
                           for c, d in ((c, SEED_DIGITS.get(c, 2)) for c in SUMMARY_METRICS)})
+    if RESOLVED in agg.columns:
+        for m in INTERVAL_METRICS:
+            cells[f"{m}_%"] = [seed_cell(c, h) for c, h in zip(cells[f"{m}_%"], agg[f"{m}_hw"])]
+        cells["d_sece"] = [seed_delta(c, r, n) for c, r, n in zip(cells["d_sece"], agg[RESOLVED], agg["sece_compared"])]
     cells = cells.assign(**{c: ["—" if k == 0 else t for t, k in zip(cells[c], agg["seeds"])]
                             for c in SUMMARY_METRICS})  # every seed of the row left out: no mean
     if "left_out" in agg.columns and agg["left_out"].fillna("").ne("").any():
@@ -256,9 +265,17 @@ def to_markdown(table: pd.DataFrame, title: str = "") -> str:
     """The τ table of :func:`summarise` in Markdown (``run_id``, ``code`` and single-valued
     strategy/seed left out; the chance marker on a chance-level model's accuracy)."""
     cols = [c for c in table.columns
-            if c not in ("run_id", "code", CHANCE, STALLED) and not (c in ("strategy", "seed") and table[c].nunique() <= 1)]
+            if c not in ("run_id", "code", CHANCE, STALLED, RESOLVED) and not c.endswith(("_lo_%", "_hi_%"))
+            and not (c in ("strategy", "seed") and table[c].nunique() <= 1)]
     formats = {**TABLE_FORMATS, "d_accuracy": _delta("{:+.2f}"), "d_sece": _delta("{:+.2f}")}
     shown = table[cols].copy()
+    if RESOLVED in table.columns:  # the estimate with its interval; a Δ inside the intervals marked
+        for m, fmt in (("ece", "{:.2f}"), ("sece", "{:+.2f}")):
+            shown[f"{m}_%"] = [with_interval(v, lo, hi, fmt) for v, lo, hi in
+                               zip(table[f"{m}_%"], table[f"{m}_lo_%"], table[f"{m}_hi_%"])]
+            formats[f"{m}_%"] = str
+        shown["d_sece"] = [delta_text(formats["d_sece"](v), r) for v, r in zip(table["d_sece"], table[RESOLVED])]
+        formats["d_sece"] = str
     if CHANCE in table.columns:
         shown["accuracy_%"] = [marked(f"{v:.2f}", bool(f)) for v, f in zip(table["accuracy_%"], table[CHANCE])]
         formats["accuracy_%"] = str

@@ -20,9 +20,8 @@ when the rule itself fails (a ValueError, an ArithmeticError, LAPACK's ``LinAlgE
 result is not finite, with the reason logged. Every round's accounting (received, accepted,
 rejected with reasons) is kept in :attr:`replies`.
 
-This covers *train* replies. Federated evaluation (``configure_evaluate`` /
-``aggregate_evaluate``) is Flower's FedAvg's own: fedcal evaluates centrally
-(``fraction_evaluate=0``); a project that turns it on gets Flower's reply checks there.
+This covers *train* replies. The evaluate round is FedAvg's (``fraction_evaluate=0``: central
+evaluation) or a task's own (:class:`fedcal.strategies.evaluation.TaskEvaluation`; it checks its replies).
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from flwr.serverapp.strategy import Result
 from flwr.supercore import log
 
 from fedcal import aggregate as agg
+from fedcal.strategies.evaluation import TaskEvaluation
 from fedcal.strategies.keywords import naming_the_class_called
 from fedcal.strategies.naming import NodeNaming
 from fedcal.strategies.options import MetricsAggrFn
@@ -55,7 +55,7 @@ from fedcal.aggregate.compose import _step_name as step_name
 _FLOWER_STOPS_EARLY = "should_stop" in inspect.signature(_FlowerFedAvg.start).parameters
 
 
-class UpdateAggregationStrategy(NodeNaming, _FlowerFedAvg):
+class UpdateAggregationStrategy(TaskEvaluation, NodeNaming, _FlowerFedAvg):
     """Base of fedcal's strategies: Flower's FedAvg arguments plus seeded sampling and buffers.
 
     Every argument is keyword-only. The first ten are those of

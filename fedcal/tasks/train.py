@@ -39,6 +39,8 @@ from fedcal.attacks import BENIGN, AttackSpec, LocalRoundSpec, attackers_of, beh
 from fedcal.config import RunConfig
 from fedcal.attacks.backdoor import PixelBackdoor, attack_success_rate, triggered_test_set
 from fedcal.data import client_data, load_dataset, pixel_space, root_set
+from fedcal.calibration_metrics import (INTERVALS_FILE, bootstrap_intervals, calibration_estimators, estimator_metrics,
+                                        recorded_columns)
 from fedcal.metrics import METRIC_KEYS, calibration_metrics, reliability_bins
 from fedcal.models import build_model
 from fedcal.checkpoint import (check_history, check_rng_state, check_tensors_like, require, rng_state,
@@ -46,6 +48,7 @@ from fedcal.checkpoint import (check_history, check_rng_state, check_tensors_lik
 from fedcal.results import AUDIT_FILE, POISONING_FILE, REJECTIONS_FILE, Checkpoint, RunFailed, RunStore, run_dir_for
 from fedcal.strategies import strategy_from_config
 from fedcal.strategies.base import UpdateAggregationStrategy
+from fedcal.tasks.federated_eval import MESSAGE_TYPE as EVALUATE, FederatedCalibration, evaluate_heldout
 from fedcal.tasks.poisoning import poisoning_grid
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.local_training import predict_logits, resolve_device
@@ -108,6 +111,8 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
         triggered = triggered_test_set(ds.x_test, ds.y_test, PixelBackdoor(cfg.backdoor_target, cfg.backdoor_frac),
                                        pixel_space(cfg.dataset)) if cfg.attack == "backdoor" else None
 
+        estimators = calibration_estimators(cfg.calibration_metrics)
+
         def evaluate(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
             import pandas as pd  # lazily: the ClientApp process never loads pandas
             if not (server_round in (0, cfg.num_rounds) or server_round % cfg.eval_every == 0):
@@ -116,11 +121,16 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
             logits = predict_logits(model, ds.x_test, cfg.eval_batch_size, device)
             if not torch.isfinite(logits).all():  # a diverged model is a result (e.g. extreme τ), not a crash
                 log(WARNING, "round %d: global model produced non-finite logits", server_round)
-                return {k: float("nan") for k in [*METRIC_KEYS, *(["asr"] if triggered is not None else [])]}
+                return {k: float("nan") for k in [*METRIC_KEYS, *recorded_columns(estimators),
+                                                  *(["asr"] if triggered is not None else [])]}
             if server_round == cfg.num_rounds:
                 bins = reliability_bins(logits, ds.y_test, cfg.n_bins)
                 store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in bins.items()}))
+                if cfg.calibration_bootstrap:
+                    store.write_table(INTERVALS_FILE, pd.DataFrame(bootstrap_intervals(
+                        logits, ds.y_test, estimators, cfg.n_bins, cfg.calibration_bootstrap, cfg.seed)))
             metrics = calibration_metrics(logits, ds.y_test, cfg.n_bins)
+            metrics.update(estimator_metrics(logits.softmax(dim=1), ds.y_test, estimators, cfg.n_bins))
             if triggered is not None:  # the backdoor's success beside the clean accuracy
                 pred = predict_logits(model, triggered.x, cfg.eval_batch_size, device).argmax(1)
                 metrics["asr"] = attack_success_rate(pred, triggered.labels, triggered.target)
@@ -166,6 +176,8 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
         strategy = strategy_from_config(cfg, node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
                                         node_label=node_to_client.get, available=len(node_to_client),
                                         **strategy_kwargs)
+    if cfg.fed_eval_clients and strategy.evaluation is None:  # the clients' calibration states, merged
+        strategy.evaluation = FederatedCalibration(cfg, store, node_to_client)
     rows: list[dict[str, float]] = []
     rejections: list[dict] = []
     aggregated_before = 0  # rounds that aggregated before the checkpoint this attempt resumed from
@@ -178,7 +190,7 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
     clock = [time.perf_counter()]
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-        metrics = dict(evaluate(server_round, arrays))
+        metrics = {**evaluate(server_round, arrays), **_federated_metrics(strategy, server_round)}
         if server_round >= 1:  # evaluate_fn runs after the round's aggregate_train
             _record_replies(server_round, metrics, strategy=strategy, store=store, node_to_client=node_to_client,
                             rejections=rejections)
@@ -230,6 +242,12 @@ def check_resumable(resume: Checkpoint, *, initial: dict[str, torch.Tensor], str
         raise ValueError(f"its rule state is a {type(state['strategy']).__name__}, not a dict")
     copy.deepcopy(strategy).load_state_dict(state["strategy"], {c: n for n, c in node_to_client.items()})
     check_rng_state(state["rng"])
+
+
+def _federated_metrics(strategy: UpdateAggregationStrategy, server_round: int) -> dict[str, float]:
+    """The round's federated calibration (``fed_*``), when its evaluate round ran one."""
+    hook = strategy.evaluation
+    return hook.metrics_of(server_round) if isinstance(hook, FederatedCalibration) else {}
 
 
 def _resumed(resume: Checkpoint, strategy: UpdateAggregationStrategy, node_to_client: dict[int, int],
@@ -323,7 +341,7 @@ TASK = register(Task(
     name="train",
     summary="federated training under client poisoning (TSA, noise, label flipping) with a robust strategy",
     run=run_train,
-    handlers={"train": train},
+    handlers={"train": train, EVALUATE: evaluate_heldout},
     rounds=lambda cfg: cfg.num_rounds,
     report="fedcal.reports.taus:task_report",
     preflight=load_images,
