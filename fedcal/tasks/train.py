@@ -211,14 +211,8 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
     if resume is not None:
         set_rng_state(resume.state["rng"])  # last: every stream continues from the checkpoint on
         clock[0] = time.perf_counter()
-    result = strategy.start(
-        grid=grid,
-        initial_arrays=arrays,
-        num_rounds=num_rounds,
-        train_config=config_record(cfg),
-        evaluate_fn=evaluate_fn,
-        first_round=first_round,
-    )
+    result = strategy.start(grid=grid, initial_arrays=arrays, num_rounds=num_rounds, train_config=config_record(cfg),
+                            evaluate_fn=evaluate_fn, first_round=first_round)
     if num_rounds >= 1 and aggregated_before + strategy.rounds_aggregated == 0:
         raise RunFailed(
             f"run {store.dir.name}: no round aggregated anything ({len(rejections)} replies rejected in "
