@@ -28,6 +28,7 @@ from fedcal.cli import main as cli_main
 from fedcal.config import RunConfig
 from fedcal.reports.runs import finished_only
 from fedcal.results import CHECKPOINT_FILE, METRICS_FILE, run_dir_for, run_events, run_state
+from tests.test_lifecycle import crash_in_round
 
 pytestmark = pytest.mark.usefixtures("one_thread_and_tmp_cache")
 
@@ -48,23 +49,10 @@ def _cfg(out: Path) -> RunConfig:
 def runs(tmp_path_factory, one_thread_and_tmp_cache):
     """(the uninterrupted run's folder, the folder of the same run crashed in round 5 with its
     round-4 checkpoint) — each test copies the latter."""
-    import fedcal.app.server as server
-
     base = tmp_path_factory.mktemp("runs")
     ref = simulate(_cfg(base / "ref"), progress=False)
     cfg = _cfg(base / "crashed")
-    real = server.server_app_for
-
-    def crash_in_round_5(cfg_, progress=None, sink=None):
-        def boom(server_round, metrics):
-            if server_round == 5:
-                raise RuntimeError("simulated crash")
-        return real(cfg_, boom)
-
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(server, "server_app_for", crash_in_round_5)
-        with pytest.raises(RuntimeError, match="simulated crash"):
-            simulate(cfg, progress=False)
+    crash_in_round(cfg, 5)
     crashed = run_dir_for(cfg)
     assert torch.load(crashed / CHECKPOINT_FILE, weights_only=True)["round"] == 4
     return ref, crashed
@@ -259,22 +247,10 @@ def test_a_distill_checkpoint_with_a_non_finite_student_starts_over(tmp_path, ca
     through the same mechanism: a NaN in the checkpointed student is one warning, the run starts
     over and finishes with every round logged once."""
     pytest.importorskip("peft")
-    import fedcal.app.server as server
     from tests.test_lifecycle import DISTILL
 
     cfg = RunConfig.from_flower({**DISTILL, "dst-method": "rfd", "dst-rounds": 4, "output-dir": str(tmp_path)})
-    real = server.server_app_for
-
-    def crash_in_round_3(cfg_, progress=None, sink=None):
-        def boom(server_round, metrics):
-            if server_round == 3:
-                raise RuntimeError("simulated crash")
-        return real(cfg_, boom)
-
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(server, "server_app_for", crash_in_round_3)
-        with pytest.raises(RuntimeError, match="simulated crash"):
-            simulate(cfg, progress=False)
+    crash_in_round(cfg, 3)
     run_dir = run_dir_for(cfg)
     saved = torch.load(run_dir / CHECKPOINT_FILE, weights_only=True)
     assert saved["round"] == 2

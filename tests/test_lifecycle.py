@@ -40,6 +40,25 @@ pytestmark = pytest.mark.usefixtures("one_thread_and_tmp_cache")
 RESUMED = re.compile(r"resumed from round (\d+) \(--restart starts over\)")
 
 
+def crash_in_round(cfg, crash_round: int) -> None:
+    """Run ``cfg`` until its ServerApp's progress callback raises in round ``crash_round`` (a crash
+    after that round's metrics are logged, before the next checkpoint), as a real crash would end it."""
+    import fedcal.app.server as server
+
+    real = server.server_app_for
+
+    def crashing(cfg_, progress=None, sink=None):
+        def boom(server_round, metrics):
+            if server_round == crash_round:
+                raise RuntimeError("simulated crash")
+        return real(cfg_, boom)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(server, "server_app_for", crashing)
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            simulate(cfg, progress=False)
+
+
 def _cfg(out: Path, **overrides) -> RunConfig:
     return RunConfig(**{**TRAIN, "output_dir": str(out), **overrides})
 
@@ -205,27 +224,14 @@ def test_a_killed_inference_run_resumes_from_its_collection(tmp_path):
                                       *(pytest.param(s, marks=pytest.mark.slow) for s in
                                         ("fedavg", "foolsgold", "calguard", "trimmed_mean", "median",
                                          "geometric_median"))])
-def test_every_strategy_resumes_after_a_crash_bit_for_bit(tmp_path, monkeypatch, strategy):
+def test_every_strategy_resumes_after_a_crash_bit_for_bit(tmp_path, strategy):
     """A run that crashed in round 5 (an exception, in this process) resumes from its round-4
     checkpoint and ends byte-identical to the uninterrupted run, for every strategy."""
-    import fedcal.app.server as server
-
     extra = {"root_size": 50} if strategy in ("calguard", "fltrust") else {}
     extra.update(num_clients=5, clients_per_round=4)  # MultiKrum's f = 1 needs 4 replies a round
     ref = simulate(_cfg(tmp_path / "ref", strategy=strategy, **extra), progress=False)
     cfg = _cfg(tmp_path / "crashed", strategy=strategy, **extra)
-    real = server.server_app_for
-
-    def crash_in_round_5(cfg_, progress=None, sink=None):
-        def boom(server_round, metrics):
-            if server_round == 5:
-                raise RuntimeError("simulated crash")
-        return real(cfg_, boom)
-
-    with monkeypatch.context() as m:
-        m.setattr(server, "server_app_for", crash_in_round_5)
-        with pytest.raises(RuntimeError, match="simulated crash"):
-            simulate(cfg, progress=False)
+    crash_in_round(cfg, 5)
     run_dir = run_dir_for(cfg)
     assert _last_round(run_dir) == 5 and _checkpoints(run_dir) == [2, 4]
     assert run_events(run_dir)[-1][1] == "failed: RuntimeError: simulated crash"
