@@ -155,6 +155,8 @@ SECTIONS = [
 
 HEADER = """# Results: the Temperature Scaling Attack reproduced
 
+What the attack does, how to run it and how to read a τ table: [tsa.md](tsa.md).
+
 Every number on this page is read from a table that the command above it produced, on this
 project's 2-core CPU machine (the sections whose title says *made on an H100* ran on a lent GPU
 machine), from `../shared/data` (MNIST byte-exact; CIFAR-10 recovered from
