@@ -228,8 +228,8 @@ def _shipped_docs(dest: Path) -> Path:
 
 
 def test_the_built_pages_are_what_their_builder_makes(tmp_path):
-    """docs/results.md and docs/inference.md are written by docs/tools/build_results.py from the
-    committed tables: a page edited by hand, or a builder change never written out, fails here. It runs
+    """docs/results.md, results-archive.md, inference.md, inference-results.md, inference-archive.md and
+    glance.md are written by docs/tools/build_results.py from the committed tables: a page edited by hand, or a builder change never written out, fails here. It runs
     on a copy without git-ignored files (a run's rounds.csv stays out of the repository), so a builder
     that reads one fails here rather than only on a clean clone."""
     docs = _shipped_docs(tmp_path)

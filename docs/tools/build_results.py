@@ -1,4 +1,6 @@
-"""Assemble docs/results.md from the generated tables (docs/results/*/table.md).
+"""Assemble docs/results.md (current TSA tables), docs/results-archive.md (superseded ones) and robust federated
+inference's inference.md (guide), inference-results.md and inference-archive.md from the generated tables
+(docs/results/*/table.md).
 
     python docs/tools/build_results.py [--check]
 
@@ -63,7 +65,7 @@ SECTIONS = [
      "seed=$s engine=inprocess dataset=mnist data-dir=../shared/data local-epochs=1 output-dir=runs/paper; done   # 45 runs\n"
      "fedcal report runs/paper/mnist-mlp-fedavg-* --out docs/results/paper-mnist-mlp-tau-5seeds",
      ["reliability.png", "trajectories.png"],
-     "The paper-scale reading of the table above: every client takes one pass over its own data "
+     "The paper-scale reading of the 5-step MNIST τ table over seeds ([results-archive.md](results-archive.md)): every client takes one pass over its own data "
      "per round (`local-epochs=1`: ⌈n_k / 64⌉ steps, 19 for a client of 1,200 images) instead of 5 steps; "
      "everything else is the same. The benign model now reaches the literature's accuracy level and is far "
      "better calibrated than the 5-step one; the attack's directions are unchanged — τ > 1 over-confident, "
@@ -153,6 +155,8 @@ SECTIONS = [
 
 HEADER = """# Results: the Temperature Scaling Attack reproduced
 
+What the attack does, how to run it and how to read a τ table: [tsa.md](tsa.md).
+
 Every number on this page is read from a table that the command above it produced, on this
 project's 2-core CPU machine (the sections whose title says *made on an H100* ran on a lent GPU
 machine), from `../shared/data` (MNIST byte-exact; CIFAR-10 recovered from
@@ -161,9 +165,27 @@ JPEG, see its README). Tables and figures come from the run store only (`metrics
 final global model (round 100), evaluated at τ = 1 on the full test set; accuracy, ECE and sECE in
 percent (sECE < 0: over-confident, > 0: under-confident); `d_accuracy`/`d_sece` are the changes
 against the benign run. Whether these attacks also change robustness (PGD, CW, corruptions) is
-measured on the same grids in [robustness.md](robustness.md#the-bridge-does-tsa-change-robustness).
+measured on the same grids in [robustness-results.md](robustness-results.md#the-bridge-does-tsa-change-robustness).
 RFD-LoRA's tables (backdoor clients against LoRA text classifiers) are on their own page:
 [distill-results.md](distill-results.md) (the first tables, on a small encoder: [distill-archive.md](distill-archive.md)).
+
+Configuration (SPEC §2, "table" row): K = 50 clients, M = 5 per round, 13 attackers (25%,
+seeded), Dirichlet α = 1, SGD, B = 64, 100 rounds, aggregation weighted by client data size.
+Attackers train with CE(softmax(z/τ), y) and η = β·τ; τ = 1 is the benign run (no attacker at all).
+
+The tables on this page are at *paper scale*: they train to the literature's level with local
+*epochs* per round: one on MNIST (`local-epochs=1`), two with the standard crop-and-flip
+augmentation on CIFAR-10 (`local-epochs=2 augment=crop-flip`, chosen by the probe below). The first,
+literal reading of the protocol, E = 5 local *steps* per round, and its single-seed tables are in
+[results-archive.md](results-archive.md), each under a note naming the table that replaced it.
+
+"""
+
+ARCHIVE_HEADER = """# Results: the Temperature Scaling Attack, superseded tables
+
+Tables a later reading replaced, kept with their commands so their numbers can be traced; each
+section opens with the table that replaced it on [results.md](results.md), which states how to
+read them. The claims checked against the paper read only the tables of results.md.
 
 Configuration (SPEC §2, "table" row): K = 50 clients, M = 5 per round, 13 attackers (25%,
 seeded), Dirichlet α = 1, SGD, B = 64, E = 5 local steps, 100 rounds, seed 0, aggregation weighted
@@ -172,20 +194,68 @@ by client data size. Attackers train with CE(softmax(z/τ), y) and η = β·τ; 
 
 Every table on this page uses this literal reading, E = 5 local *steps* per round (`local-steps=5`,
 no augmentation): 320 samples, a quarter to a third of a client's data, per round, which leaves
-the models less trained than the literature's (see the benign rows below) — except the sections
-whose title says *paper scale*. Those train to the literature's level with local *epochs* per
+the models less trained than the literature's (see the benign rows below). The paper-scale tables
+that replace them train to the literature's level with local *epochs* per
 round: one on MNIST (`local-epochs=1`), two with the standard crop-and-flip augmentation on CIFAR-10
-(`local-epochs=2 augment=crop-flip`, chosen by the probe below): a
+(`local-epochs=2 augment=crop-flip`): a
 different reading of the same protocol, whose runs are named apart (and kept in their own output
 directory); no table mixes the two.
 
 """
 
 
+def anchor(title: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    import re
+
+    return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+
+#: the sections of results-archive.md: the E = 5-step and single-seed tables, each -> the section that replaced it
+SUPERSEDED = {
+    "mnist-mlp-tau": "paper-mnist-mlp-tau-5seeds",
+    "mnist-mlp-tau-5seeds": "paper-mnist-mlp-tau-5seeds",
+    "cifar10-cnn-tau": "paper-cifar10-cnn-tau-3seeds",
+    "cifar10-cnn-tau-5seeds": "paper-cifar10-cnn-tau-3seeds",
+    "cifar10-cnn-tau-grid": "paper-cifar10-cnn-tau-grid",
+    "defenses-mnist": "defense-results.md (MNIST–MLP at paper scale, three seeds)",
+    "defenses-cifar10": "defense-results.md (CIFAR10–CNN at paper scale, three seeds)",
+    "mnist-posthoc": "paper-mnist-posthoc-ovr",
+    "mnist-triage": "paper-mnist-triage",
+    "mnist-similarity": "paper-mnist-similarity",
+    "mnist-stealth": "paper-mnist-stealth-protocols",
+    "cifar10-posthoc": "paper-cifar10-posthoc-ovr",
+    "cifar10-triage": "paper-cifar10-triage",
+    "cifar10-similarity": "paper-cifar10-similarity",
+    "cifar10-stealth": "paper-cifar10-stealth",
+    "mnist-extreme-tau": "paper-mnist-extreme-tau",
+    "mnist-sens-ratio": "paper-cifar10-sens-ratio",
+    "mnist-sens-alpha": "paper-cifar10-sens-alpha",
+    "mnist-sens-beta": "paper-cifar10-sens-beta",
+    "cifar10-extreme-tau": "paper-cifar10-extreme-tau",
+    "cifar10-sens-ratio": "paper-cifar10-sens-ratio",
+    "cifar10-sens-alpha": "paper-cifar10-sens-alpha",
+    "cifar10-sens-beta": "paper-cifar10-sens-beta",
+}
+
+
+def replaced_note(name: str) -> str:
+    """The one line at the top of an archived section: the table that replaced it, linked."""
+    by = SUPERSEDED[name]
+    if by.endswith(")"):  # a page of its own
+        page, what = by.split(" ", 1)
+        return f"*Replaced by [{page}]({page}) {what}.*"
+    titles = {n: t for n, t, *_ in [*SECTIONS, *ANALYSES]}
+    note = f"*Replaced by [{titles[by]}](results.md#{anchor(titles[by])})"
+    if name.startswith("mnist-sens"):
+        note += " (no paper-scale MNIST sensitivity was made; the claims read the CIFAR10–CNN one)"
+    return note + ".*"
+
+
 LITERATURE_INTRO = """## How these results compare with the literature's
 
 Claim by claim, in two tables: the Temperature Scaling Attack's (this page and the pages it names)
-and robust federated inference's ([inference.md](inference.md)). *Paper scale* is the reading that
+and robust federated inference's ([inference-results.md](inference-results.md)). *Paper scale* is the reading that
 trains the models to the literature's accuracy level.
 """
 
@@ -375,7 +445,7 @@ ANALYSES = [
      "fedcal triage runs/paper/mnist-mlp-fedavg-{tsa0.2,tsa5}-s{0,1,2}-* "
      "--benign runs/paper/mnist-mlp-fedavg-none-s{0,1,2}-* --out docs/results/paper-mnist-triage",
      ["triage.png"],
-     "The triage analysis above on the paper-scale runs of the τ grid, each attacked model against the benign "
+     "The triage analysis of [results-archive.md](results-archive.md) on the paper-scale runs of the τ grid, each attacked model against the benign "
      "model of its own seed. The operational cost keeps its direction on models trained to the literature's "
      "level: the over-confident τ = 5 model sends fewer samples to the verifiers and misses more of its errors, "
      "the under-confident τ = 0.2 model sends more correct predictions for verification."),
@@ -615,7 +685,7 @@ ANALYSES = [
      "on one seed the final-round sECE is not monotone in the ratio: the attacker subset changes with the "
      "ratio, and the clients sampled in the last rounds move a single 5-of-50 model's calibration by several "
      "points (see the swings in the τ-grid trajectories). The trend in the ratio needs the seed grid (at "
-     "paper scale over three seeds below: it stays inside the seed spread up to 30 % attackers)."),
+     "paper scale over three seeds on results.md: it stays inside the seed spread up to 30 % attackers)."),
     ("cifar10-sens-alpha", "Sensitivity: Dirichlet α (CIFAR10–CNN, seed 0)",
      "fedcal sweep --grid dirichlet-alpha=0.1,0.5,1.0,10.0 --grid tau=0.2,1,5 --jobs 2 --plot-x dirichlet-alpha "
      "--plot-hue tau --report docs/results/cifar10-sens-alpha " + CIFAR_KEYS,
@@ -624,7 +694,7 @@ ANALYSES = [
      "model's own calibration at round 100 moves with α, so read the gaps to the τ = 1 line. The over-confidence "
      "shift of τ = 5 is smallest under the strongest skew (α = 0.1), where it costs the most accuracy; with "
      "near-IID clients (α = 10) both directions stay wide and τ = 5 costs no accuracy. Over three seeds at "
-     "paper scale (below) the skew reverses this: τ = 5's shift is largest at α ≤ 0.5."),
+     "paper scale (results.md) the skew reverses this: τ = 5's shift is largest at α ≤ 0.5."),
     ("cifar10-sens-beta", "Sensitivity: benign learning rate β (CIFAR10–CNN, seed 0)",
      "fedcal sweep --grid lr=0.025,0.05,0.1 --grid tau=0.2,1,5 --jobs 2 --plot-x lr --plot-hue tau "
      "--report docs/results/cifar10-sens-beta " + CIFAR_KEYS,
@@ -643,7 +713,7 @@ ANALYSES = [
      "was rebuilt here from that run store by the same command, which finds every cell finished). The benign "
      "reference is the α sweep's α = 1, τ = 1 row below (TSA at τ = 1 is the benign computation, made in the "
      "same wave): 65.13 ± 1.65 % accuracy, sECE +2.49 ± 2.78. The single-seed "
-     "5-step reading above saw the trend needing seeds; over seeds the picture is: at every ratio τ = 0.2 "
+     "5-step reading ([results-archive.md](results-archive.md)) saw the trend needing seeds; over seeds the picture is: at every ratio τ = 0.2 "
      "ends above τ = 5 on average, but from 10 % to 30 % attackers the seed-to-seed spread (2–9 points of "
      "sECE) is as wide as the shift itself — at 20 % neither direction leaves the benign range (+2.83 ± 3.62 "
      "and +0.84 ± 2.33) — and only at 40 % do both shifts stand clear of it on every seed (+18.64 ± 10.20 "
@@ -929,8 +999,37 @@ def _inference_claims() -> str:
     return _sibling("inference_audit").claims_table()
 
 
-def inference_results() -> str:
-    """The results section of docs/inference.md, read from the generated tables."""
+INFERENCE_RESULTS_HEAD = """# Robust federated inference: results
+
+The current tables of robust federated inference, with the command behind each. What it does, how to run it and how to read these tables: [inference.md](inference.md); the tables these supersede (the small CNN clients at Dirichlet α = 1): [inference-archive.md](inference-archive.md).
+
+## Against the paper
+
+The robust-inference claims, checked on the tables below by the rules of the claims table ([results.md](results.md), *Robust federated inference, claim by claim*; all claims: [glance.md](glance.md)):
+
+<!-- table: docs/results/literature/verdicts-inference.md -->
+"""
+
+INFERENCE_ARCHIVE_HEAD = """# Robust federated inference: superseded tables
+
+Tables a later reading replaced, kept with their commands so their numbers can be traced: the first setting, small CNN clients at Dirichlet α = 1 (replaced by the ResNet-8 clients at the literature's α = 0.5 of [inference-results.md](inference-results.md)).
+
+"""
+
+
+def inference_results(verdicts: str) -> str:
+    """docs/inference-results.md: the current tables, read from the generated tables, under ``verdicts`` (the
+    claims' verdicts, pasted as docs/tools/include_tables.py pastes them)."""
+    lines = [INFERENCE_RESULTS_HEAD + verdicts + "<!-- /table -->", ""]
+    lines += resnet8_results()
+    lines += _alpha_section()
+    lines += _audit_sections()
+    lines += _text_section()
+    return "\n".join(lines)
+
+
+def inference_archive() -> str:
+    """docs/inference-archive.md: the small CNN clients' tables (α = 1), which the ResNet-8 clients' replace."""
     res = DOCS / "results" / "inference-cifar10"
     if not (res / "cells.csv").exists():
         return ""
@@ -944,8 +1043,11 @@ def inference_results() -> str:
     seed_text = f"seeds {seeds[0]}–{seeds[-1]}" if len(seeds) > 1 else f"seed {seeds[0]}"
     ablation = res / "ablation_n17_f4.md"
     lines = [
+        INFERENCE_ARCHIVE_HEAD.rstrip("\n"), "",
         f"## Results: CIFAR-10, n = 17 clients, f = 4 adversarial, Dirichlet α = {RunConfig().dirichlet_alpha:g}, "
         f"{seed_text}",
+        "", "*Replaced by the ResNet-8 clients at the literature's α = 0.5 "
+        "([inference-results.md](inference-results.md), first table).*",
         "", "```bash", INFERENCE_COMMAND, "```", "",
         f"Accuracy (%) on the first {cells['queries'].iloc[0]:,} CIFAR-10 test images, mean ± std over "
         f"{cells['seed'].nunique()} seeds (a seed changes the partition, the clients' initialisation and "
@@ -976,12 +1078,11 @@ def inference_results() -> str:
                           "(f = 4; first 1,000 test images).")):
         if (res / png).exists():
             lines += [f"![{png}](results/inference-cifar10/{png})", "", caption, ""]
-    lines += resnet8_results()
-    lines += _alpha_section()
-    lines += _audit_sections()
     grid_dir = DOCS / "results" / GRID
     if (grid_dir / "scalability.md").exists():
-        lines += ["## Scalability: (n, f) = (10, 3), (17, 4), (25, 5), seeds 0–2", "", "```bash", GRID_COMMAND, "```", "",
+        lines += ["## Scalability: (n, f) = (10, 3), (17, 4), (25, 5), seeds 0–2", "",
+                  "*Replaced by the ResNet-8 clients' grid over the same (n, f) and seeds "
+                  "([inference-results.md](inference-results.md)).*", "", "```bash", GRID_COMMAND, "```", "",
                   "The same keys as the table above, whose runs are this grid's (17, 4) cell (one run store). Its "
                   "runs were made on 2 CPU cores over two sittings (6–15 minutes a cell) by three commits of fedcal "
                   "(each run's provenance names its own) between which only the defense configuration, the "
@@ -994,7 +1095,6 @@ def inference_results() -> str:
         lines += [f"![acc_vs_f_n25_f5.png](results/{GRID}/acc_vs_f_n25_f5.png)", "",
                   "Worst-case accuracy against the number of adversarial clients, n = 25 (aggregators built for "
                   "f = 5; first 1,000 test images, mean over the three seeds).", ""]
-    lines += _text_section()
     return "\n".join(lines)
 
 
@@ -1040,24 +1140,26 @@ def pages() -> dict[Path, str]:
     """Every page this builder owns, as it would write it."""
     intro = (DOCS / "tools" / "inference_intro.md").read_text()
     parts = [HEADER.rstrip("\n") + "\n", literature_section()]
+    archive = [ARCHIVE_HEADER.rstrip("\n") + "\n"]
     claims = _inference_claims()
     if claims:
         parts.append(claims)
-    for name, title, command, figures, prose in SECTIONS:
-        if not (DOCS / "results" / name / "table.md").exists():
-            continue
-        parts.append(f"## {title}\n\n```bash\n{command}\n```\n\n{table(name)}\n{prose}\n")
-        if name in SAME_RUNS:
-            parts.append(same_runs_note(name, *SAME_RUNS[name]))
-        parts += [f"![{f}](results/{name}/{f})\n" for f in figures if (DOCS / "results" / name / f).exists()]
     tables = analysis_tables()
-    for name, title, command, figures, prose in ANALYSES:
-        if name not in tables:
-            continue
-        parts.append(f"## {title}\n\n```bash\n{command}\n```\n\n{tables[name]}\n{prose}\n")
-        parts += [f"![{f}](results/{name}/{f})\n" for f in figures if (DOCS / "results" / name / f).exists()]
-    return {DOCS / "inference.md": intro + "\n" + inference_results(), DOCS / "results.md": "\n".join(parts),
-            DOCS / "glance.md": _sibling("glance").page(), **_sibling("glance").snippets()}
+    found = [(n, t, c, f, p, table(n)) for n, t, c, f, p in SECTIONS if (DOCS / "results" / n / "table.md").exists()]
+    found += [(n, t, c, f, p, tables[n]) for n, t, c, f, p in ANALYSES if n in tables]
+    for name, title, command, figures, prose, text in found:
+        page = archive if name in SUPERSEDED else parts
+        note = f"{replaced_note(name)}\n\n" if name in SUPERSEDED else ""
+        page.append(f"## {title}\n\n{note}```bash\n{command}\n```\n\n{text}\n{prose}\n")
+        if name in SAME_RUNS:
+            page.append(same_runs_note(name, *SAME_RUNS[name]))
+        page += [f"![{f}](results/{name}/{f})\n" for f in figures if (DOCS / "results" / name / f).exists()]
+    snippets = _sibling("glance").snippets()
+    verdicts = snippets.get(DOCS / "results" / "literature" / "verdicts-inference.md", "")
+    return {DOCS / "inference.md": intro, DOCS / "inference-results.md": inference_results(verdicts),
+            DOCS / "inference-archive.md": inference_archive(), DOCS / "results.md": "\n".join(parts),
+            DOCS / "results-archive.md": "\n".join(archive),
+            DOCS / "glance.md": _sibling("glance").page(), **snippets}
 
 
 def main(argv: list[str]) -> int:

@@ -122,7 +122,10 @@ def rfd_rows() -> pd.DataFrame | None:
 
 #: the verdict excerpts a system's results page pastes at its top (docs/tools/include_tables.py): file -> claims
 SNIPPETS = {"verdicts-defense.md": ("tsa", ("robust aggregation",)),
-            "verdicts-distill.md": ("rfd", None)}
+            "verdicts-distill.md": ("rfd", None),
+            "verdicts-inference.md": ("inference", None),
+            "verdicts-lm.md": ("tsa", ("language model",)),
+            "verdicts-detection.md": ("tsa", ("object detection, τ < 1", "object detection, τ > 1"))}
 
 
 def snippets() -> dict[Path, str]:
@@ -131,7 +134,7 @@ def snippets() -> dict[Path, str]:
 
     out = {}
     for name, (paper, claims) in SNIPPETS.items():
-        rows = tsa_rows() if paper == "tsa" else rfd_rows()
+        rows = {"tsa": tsa_rows, "rfd": rfd_rows, "inference": inference_rows}[paper]()
         if rows is None:
             continue
         if claims:
@@ -154,7 +157,7 @@ def page() -> str:
     if inf is not None:
         parts += ["## Robust federated inference", "",
                   "Rules: [results.md](results.md), *Robust federated inference, claim by claim*; tables in "
-                  "[inference.md](inference.md).", "", markdown_table(inf), ""]
+                  "[inference-results.md](inference-results.md).", "", markdown_table(inf), ""]
     integrity = _tool("table_integrity")
     parts += ["## Re-made runs", "",
               "A run id names a configuration; where a table reports a second make of one (other code, another "

@@ -60,7 +60,7 @@ ROBUST_AVERAGES = ("median", "geometric_median", "trimmed_mean")
 
 
 def alpha_section(results: Path) -> list[str]:
-    """docs/inference.md's section on heterogeneity, once a report of another α than 0.5 exists: the
+    """docs/inference-results.md's section on heterogeneity, once a report of another α than 0.5 exists: the
     commands, the table this tool writes, and per α the best worst case and DeepSet-TM's margin over
     the best robust average, computed from the cells (a constant predictor is never "robust")."""
     from fedcal.reports.inference import without_chance, worst_case

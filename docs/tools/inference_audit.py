@@ -1,4 +1,4 @@
-"""The sections of docs/inference.md on the literature's protocol, read from the tables
+"""The sections of docs/inference-results.md on the literature's protocol, read from the tables
 under docs/results/inference-i35-*; build_results.py appends them. Every number comes from those
 files; the prose states what the numbers say, computed from them, so a re-run cannot leave a stale
 sentence. A section whose results do not exist yet is left out.
@@ -393,7 +393,7 @@ The robust-inference paper's CIFAR-10 claims (Dhasade et al., "Robust Federated 
 Table 2: CIFAR-10, α = 0.5, n = 17, f = 4), each against fedcal's run at the paper's attack protocol (the
 authors' code, point by point in inference.md). The paper's values are its Table 2 (the DeepSet-TM row's
 worst case 48.2 ± 4.2 %; the best static robust average's, CWMed, 27.8 ± 4.7 %: a margin of 20.4 points),
-read in ../shared/seeds; fedcal values from the tables of inference.md's sections on the paper's protocol.
+read in ../shared/seeds; fedcal values from the tables of inference-results.md's sections on the paper's protocol.
 Verdict rules: a value matches when fedcal's lies within ×1.5 of the paper's (direction only when it has
 the paper's sign but not the size), a ranking when it holds in most of the aggregators or seeds; a check
 that cannot fail on fedcal's measurements is **not tested**.
@@ -419,9 +419,9 @@ def claims_table() -> str:
 
 def claims_frame() -> pd.DataFrame | None:
     """:func:`claims_table`'s rows (None until the runs at the paper's protocol exist)."""
-    lit, run = _cells(SETS), "inference.md, *The set aggregators at the literature's protocol*"
+    lit, run = _cells(SETS), "inference-results.md, *The set aggregators at the literature's protocol*"
     if lit is None:
-        lit, run = _cells("inference-i35-literature"), "inference.md, *At the literature's protocol*"
+        lit, run = _cells("inference-i35-literature"), "inference-results.md, *At the literature's protocol*"
     if lit is None:
         return None
     seeds = _seeds_text(lit["seed"].unique())
@@ -532,7 +532,7 @@ def _pgd_claim() -> list[tuple]:
                   "than the literature's: the fall from 20 steps on is fedcal's attack still converging"
                   if verdict == "matches" else "at the code's PGD the accuracy still falls with the steps")
     return [("more test-time PGD steps (from 20) do not hurt DeepSet-TM", "flat", value, _seeds_text(seeds), verdict,
-             difference, "inference.md, *PGD-CW: steps, start, loss and gradient*")]
+             difference, "inference-results.md, *PGD-CW: steps, start, loss and gradient*")]
 
 
 def _copur_claim() -> list[tuple]:
@@ -548,10 +548,10 @@ def _copur_claim() -> list[tuple]:
     return [(f"CoPur on logits falls to chance under logit flipping at a = {a:g}", "≈ 10 % (chance)",
              f"{cl:.2f} % on logits, {cp:.2f} % on probits", _seeds_text(c["seed"].unique()), verdict,
              "" if verdict == "matches" else "fedcal's CoPur is the ℓ2,1 purification with its own autoencoder, "
-             "not the authors' two-stage Adam fit", "inference.md, *CoPur on logits, and logit flipping*")]
+             "not the authors' two-stage Adam fit", "inference-results.md, *CoPur on logits, and logit flipping*")]
 
 
-#: the α reports made at fedcal's attack protocol (docs/inference.md, "Heterogeneity"), three seeds each; the
+#: the α reports made at fedcal's attack protocol (docs/inference-results.md, "Heterogeneity"), three seeds each; the
 #: literature-protocol α runs (inference-i35-alpha) take their place where they exist
 FEDCAL_ALPHA = {0.3: "inference-cifar10-resnet8-alpha0.3", 0.5: "inference-cifar10-resnet8",
                 0.8: "inference-cifar10-resnet8-alpha0.8"}
@@ -562,14 +562,14 @@ def _alpha_claim() -> list[tuple]:
     found = {a: _cells(f"inference-i35-alpha/a{a:g}") for a in (0.3, 0.8)}
     found = {a: c for a, c in found.items() if c is not None}
     if found and lit is not None:
-        cols, difference, run = {0.5: lit, **found}, "as for α = 0.5 (row 1)", "inference.md, *Heterogeneity*"
+        cols, difference, run = {0.5: lit, **found}, "as for α = 0.5 (row 1)", "inference-results.md, *Heterogeneity*"
     else:
         cols = {a: _cells(name) for a, name in FEDCAL_ALPHA.items()}
         if any(c is None for c in cols.values()):
             return []
         difference = ("fedcal's attack protocol (SPEC §7: one-hot SIA white-box, 20 PGD-CW steps), not the authors' "
                       "code's: a literature-protocol run costs about two hours of these 2 cores per seed and α")
-        run = "inference.md, *Heterogeneity: Dirichlet α ∈ {0.3, 0.5, 0.8}*"
+        run = "inference-results.md, *Heterogeneity: Dirichlet α ∈ {0.3, 0.5, 0.8}*"
     cols = {a: c[(c["n"] == 17) & (c["f"] == 4)] for a, c in sorted(cols.items())}
     worst = {a: _worst(c) for a, c in cols.items()}
     best = {a: max((g for g in SET_AGGREGATORS if g in w.index), key=lambda g: w.loc[g, "mean"])
@@ -609,4 +609,4 @@ def _theorem_claim() -> list[tuple]:
              _seeds_text(pd.read_csv(RES / "inference-i35-theorem" / "theorem_runs.csv")["seed"].unique()),
              "not tested", "e ≥ m/√2 on every changed prediction is arithmetic and cannot fail; the paper states no "
              "κ for these aggregators to compare κ_eff with",
-             "inference.md, *Aggregation error against honest dissimilarity and top-2 margin*")]
+             "inference-results.md, *Aggregation error against honest dissimilarity and top-2 margin*")]

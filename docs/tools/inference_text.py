@@ -1,4 +1,4 @@
-"""The section of docs/inference.md on the text domain (the literature's AG-News/DistilBERT
+"""The section of docs/inference-results.md on the text domain (the literature's AG-News/DistilBERT
 analogue), read from docs/results/inference-text-sentiment*; build_results.py appends it. Every number
 comes from those files or from the image tables' CSVs; the prose states what the numbers say, computed
 from them, so a re-run cannot leave a stale sentence. Left out while its results do not exist.
@@ -269,7 +269,7 @@ def text_claim() -> list[tuple]:
              f"tie: {best} ahead by less than one seed-to-seed std" if tie else "contradicts",
              "binary Rotten Tomatoes sentiment against 4-class AG-News; a frozen all-MiniLM-L6-v2 with a linear head "
              "per client against fine-tuned DistilBERT; fedcal's attack protocol; no AG-News value to compare "
-             "levels with", "inference.md, *Text: Rotten Tomatoes sentiment*")]
+             "levels with", "inference-results.md, *Text: Rotten Tomatoes sentiment*")]
 
 
 __all__ = ["text_claim", "text_section"]

@@ -1,5 +1,5 @@
 """The literature's analysis of averaging aggregators checked on a run's saved probits (the Theorem-1
-plot of docs/inference.md; the quantities: :mod:`fedcal.inference.theory`).
+plot of docs/inference-results.md; the quantities: :mod:`fedcal.inference.theory`).
 
 For each finished inference run: its clients' test probits (``probits.pt``), the averaging
 aggregators rebuilt for the run's f (mean, coordinate-wise median, geometric median, trimmed mean:

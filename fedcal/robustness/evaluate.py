@@ -29,7 +29,7 @@ from fedcal.local_training import predict_logits
 
 #: ε (pixel units) by dataset when none is given: CIFAR's standard 8/255; MNIST 0.1, the low end
 #: of its usual 0.1–0.3 — at 0.3 the CW attack takes an MLP to ≤ 0.2 % whatever its training
-#: (docs/robustness.md, last table), which hides any difference between temperatures; digits
+#: (docs/robustness-results.md, last table), which hides any difference between temperatures; digits
 #: (8×8, 17 grey levels) as MNIST.
 DEFAULT_EPS = {"cifar10": 8 / 255, "cifar100": 8 / 255, "mnist": 0.1, "digits": 0.1}
 

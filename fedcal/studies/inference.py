@@ -88,7 +88,7 @@ def add_commands(add: Any) -> None:
             description="From finished inference runs' saved probits: per test query the mean's, medians' and "
                         "trimmed mean's aggregation error, the honest answers' dissimilarity and the honest mean's "
                         "top-2 margin, with no attack and under SIA white-box (the robust-inference literature's "
-                        "Theorem 1; docs/inference.md).")
+                        "Theorem 1; docs/inference-results.md).")
     p.add_argument("run_dirs", nargs="+", help="finished inference runs")
     p.add_argument("--queries", type=int, default=0, help="the first k test queries (0 = all)")
     p.add_argument("--out", default="fedcal-report", help="folder for theorem_*.csv and theorem.png")

@@ -10,7 +10,7 @@ a :class:`fedcal.data.Dataset` of (N, hidden) float tensors, and the whole infer
 server's split, the Dirichlet partition, the clients' training, the queries, the aggregators, the
 attacks on the probits) runs on it unchanged, as on images. What this costs in fidelity to the
 literature (a linear head on frozen features, not a fine-tuned transformer) is said in
-docs/inference.md.
+docs/inference-results.md (the text section).
 
 Why embed once: on 2 CPU cores MiniLM encodes about 86 texts/s at length 64, so 17 clients each
 embedding their share (and the server its queries) every run would spend minutes per run on the
