@@ -381,7 +381,7 @@ ANALYSES = [
      "output-dir=runs/paper",
      [],
      "The question for CIFAR-10: which reading trains the benign CNN to the literature's accuracy "
-     "*and* keeps it about as well calibrated as the literature's benign model. The issue measured five local "
+     "*and* keeps it about as well calibrated as the literature's benign model. An earlier probe measured five local "
      "epochs without augmentation as strongly over-confident; here the standard CIFAR augmentation (random "
      "crop and flip) with two local epochs per round reaches the literature's accuracy level with a small "
      "positive sECE, so it is the paper-scale CIFAR reading (the τ table over three seeds at this reading is "
