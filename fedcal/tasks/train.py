@@ -112,6 +112,8 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
                                        pixel_space(cfg.dataset)) if cfg.attack == "backdoor" else None
 
         estimators = calibration_estimators(cfg.calibration_metrics)
+        # the clients' calibration states and temperatures (its round's temperature rescales the test logits)
+        fed_cal = FederatedCalibration(cfg, store, node_to_client) if cfg.fed_eval_clients else None
 
         def evaluate(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
             import pandas as pd  # lazily: the ClientApp process never loads pandas
@@ -131,6 +133,10 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
                         logits, ds.y_test, estimators, cfg.n_bins, cfg.calibration_bootstrap, cfg.seed)))
             metrics = calibration_metrics(logits, ds.y_test, cfg.n_bins)
             metrics.update(estimator_metrics(logits.softmax(dim=1), ds.y_test, estimators, cfg.n_bins))
+            temperature = fed_cal.temperature(server_round) if fed_cal is not None else float("nan")
+            if math.isfinite(temperature):  # the federated temperature, post hoc (accuracy unchanged)
+                metrics.update({f"fedtemp_{k}": v for k, v in calibration_metrics(
+                    logits.double() / temperature, ds.y_test, cfg.n_bins).items()})
             if triggered is not None:  # the backdoor's success beside the clean accuracy
                 pred = predict_logits(model, triggered.x, cfg.eval_batch_size, device).argmax(1)
                 metrics["asr"] = attack_success_rate(pred, triggered.labels, triggered.target)
@@ -138,7 +144,7 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
 
         initial = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         final, rows = federate(grid, cfg, store, initial, evaluate, progress, node_to_client,
-                               root_train_fn=root_fn, resume=checkpoint, **guard)
+                               root_train_fn=root_fn, resume=checkpoint, evaluation=fed_cal, **guard)
         store.save_model(final)
         store.finish()
     return pd.DataFrame(rows)
@@ -148,7 +154,7 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
              evaluate: Callable[[int, ArrayRecord], dict[str, float]], progress: ProgressFn | None,
              node_to_client: dict[int, int], *, strategy: UpdateAggregationStrategy | None = None,
              num_rounds: int | None = None, resume: Checkpoint | None = None,
-             **strategy_kwargs) -> tuple[dict[str, torch.Tensor], list[dict]]:
+             evaluation: FederatedCalibration | None = None, **strategy_kwargs) -> tuple[dict[str, torch.Tensor], list[dict]]:
     """The rounds of a federated training run, for any model: ``strategy`` (default: the configured
     one, :func:`fedcal.strategies.strategy_from_config` given ``strategy_kwargs``) runs ``num_rounds``
     (default ``num-rounds``) rounds from the ``initial`` state; after each (and before the first)
@@ -177,7 +183,7 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
                                         node_label=node_to_client.get, available=len(node_to_client),
                                         **strategy_kwargs)
     if cfg.fed_eval_clients and strategy.evaluation is None:  # the clients' calibration states, merged
-        strategy.evaluation = FederatedCalibration(cfg, store, node_to_client)
+        strategy.evaluation = evaluation or FederatedCalibration(cfg, store, node_to_client)
     rows: list[dict[str, float]] = []
     rejections: list[dict] = []
     aggregated_before = 0  # rounds that aggregated before the checkpoint this attempt resumed from
