@@ -1,7 +1,8 @@
 """The federated temperature (fedcal.temperature, the evaluate round of
 fedcal.tasks.federated_eval): the server's weighted median by hand, a client's bad report left out
 with its reason, one client's lie moving the median by one neighbour at most, and a tiny Flower run
-that records ``fed_temperature`` and ``fedtemp_*`` (the final model's test logits divided by it)."""
+that records ``fed_temperature`` and ``fedtemp_*`` (the final model's test logits divided by it), which
+the defense table shows as its ``fedavg + TS(fed)`` row."""
 
 from __future__ import annotations
 
@@ -153,3 +154,10 @@ def test_a_flower_run_records_the_federated_temperature_and_the_rescaled_metrics
         assert final[f"fedtemp_{k}"] == pytest.approx(want[k], abs=1e-9), k
     assert final["fedtemp_accuracy"] == pytest.approx(final["accuracy"], abs=1e-12)  # dividing keeps the argmax
     assert "fedtemp_ece" not in set(metrics[metrics["round"] == 0]["metric"])
+    # the defense table's federated-temperature row is the run's final fedtemp_* metrics
+    from fedcal.reports.defense import FEDTEMP, POSTHOC, run_rows
+
+    rows = run_rows([run_dir]).set_index("strategy")
+    assert set(rows.index) == {"fedavg", POSTHOC, FEDTEMP}
+    for k in ("accuracy", "ece", "sece"):
+        assert rows.loc[FEDTEMP, k] == pytest.approx(want[k], abs=1e-9), k

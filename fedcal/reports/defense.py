@@ -1,8 +1,9 @@
 """The defense comparison of docs/defense.md, from the run store only: final accuracy / ECE / sECE
 per strategy and attack setting (mean ± std over seeds), each rule's detection rate on the
 attackers and false-positive rate on benign clients (from every run's ``aggregation.csv``), the
-post-hoc baseline (FedAvg's final model, temperature-scaled on the server's root set), and
-CalGuard's audit plot.
+post-hoc baselines (FedAvg's final model temperature-scaled on the server's root set, and — in runs
+with federated calibration, ``fed-eval-clients`` > 0 — by the federated temperature its clients'
+held-out data gave, :mod:`fedcal.temperature`), and CalGuard's audit plot.
 
 A reply counts as *flagged* when the rule gave it weight 0 (MultiKrum not selecting it, FLTrust
 trust 0, FoolsGold weight 0, CalGuard dropping it) or, for CalGuard in ``audit`` mode, when it
@@ -44,6 +45,8 @@ from fedcal.local_training import predict_logits
 
 #: the post-hoc baseline's name in the tables
 POSTHOC = "fedavg + TS(root)"
+#: the federated-temperature baseline's name: FedAvg's final model divided by the clients' median temperature
+FEDTEMP = "fedavg + TS(fed)"
 #: the attack settings a row is identified by, besides dataset and strategy
 SETTING = ["tau", "attacker_ratio", "dirichlet_alpha", "tsa_step_frac", "tsa_blend", "tsa_duty"]
 #: CalGuard's own parameters (NaN in the rows of other strategies)
@@ -89,7 +92,8 @@ def run_rows(run_dirs: Sequence[str | Path], posthoc: bool = True) -> pd.DataFra
     """One row per finished run (left-out unfinished runs are named in a warning): dataset,
     strategy, the :data:`SETTING` columns (τ = 1 for benign runs), seed, final accuracy / ECE /
     sECE (fractions), detection and false-positive rates; with ``posthoc``, one more row per
-    FedAvg run for :data:`POSTHOC`."""
+    FedAvg run for :data:`POSTHOC` and, where the run recorded a federated temperature (its final
+    ``fedtemp_*`` metrics), one for :data:`FEDTEMP`."""
     from fedcal.reports.runs import final_metrics
 
     rows = []
@@ -115,6 +119,10 @@ def run_rows(run_dirs: Sequence[str | Path], posthoc: bool = True) -> pd.DataFra
             rows.append({**base, **{k: np.nan for k in GUARD}, "strategy": POSTHOC, "accuracy": m["accuracy"],
                          "ece": m["ece"], "sece": m["sece"], "detection": np.nan, "false_positive": np.nan,
                          "attacker_replies": n_att})
+            if pd.notna(last.get("fedtemp_accuracy", np.nan)):
+                rows.append({**base, **{k: np.nan for k in GUARD}, "strategy": FEDTEMP,
+                             **{k: last[f"fedtemp_{k}"] for k in ("accuracy", "ece", "sece")}, "detection": np.nan,
+                             "false_positive": np.nan, "attacker_replies": n_att})
     return pd.DataFrame(rows)
 
 
