@@ -123,7 +123,7 @@ def test_a_flower_run_records_the_federated_temperature_and_the_rescaled_metrics
 
     cfg = RunConfig.from_flower(dict(dataset="digits", model="mlp", num_clients=4, clients_per_round=2, num_rounds=2,
                                      attacker_ratio=0.25, attack="tsa", tau=5.0, lr=0.05, batch_size=16,
-                                     local_steps=2, engine="inprocess", device="cpu", fed_eval_clients=3,
+                                     local_steps=2, engine="inprocess", device="cpu", fed_eval_clients=3, checkpoint_every=1,
                                      output_dir=str(tmp_path)))
     run_dir = simulate(cfg, progress=False)
     metrics = load_metrics(run_dir)
