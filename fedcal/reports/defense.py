@@ -51,7 +51,7 @@ FEDTEMP = "fedavg + TS(fed)"
 SETTING = ["tau", "attacker_ratio", "dirichlet_alpha", "tsa_step_frac", "tsa_blend", "tsa_duty"]
 #: CalGuard's own parameters (NaN in the rows of other strategies)
 GUARD = ["calguard_kappa", "calguard_strikes", "calguard_window", "calguard_cusum", "calguard_cusum_signal",
-         "calguard_cusum_k", "calguard_cusum_h_low", "calguard_cusum_h_high"]
+         "calguard_cusum_k", "calguard_cusum_h_low", "calguard_cusum_h_high", "calguard_signal"]
 #: the target of docs/defense.md: |Δ sECE| (points) and |Δ accuracy| under attack; without attack
 TARGET_SECE, TARGET_ACC, TARGET_BENIGN = 2.0, 1.0, 1.0
 FP_TARGET = 0.05
@@ -287,7 +287,10 @@ def audit_plot(run_dir: str | Path, path: str | Path, kappa: float | None = None
     att = audit["partition_id"].isin(attackers)
     flagged = audit["flagged"].astype(bool)
     z = audit["score"].clip(-4 * kappa, 4 * kappa)
-    for ax, col, label in ((axes[0], None, "robust score z (clipped at ±4κ)"), (axes[1], "scale_shift", "logit-scale shift")):
+    # the signal the rule scored: the root set's logit-scale shift, or the clients' reported confidence shift
+    signal = ("scale_shift", "logit-scale shift") if "scale_shift" in audit.columns else \
+        ("conf_shift", "reported confidence shift")
+    for ax, col, label in ((axes[0], None, "robust score z (clipped at ±4κ)"), (axes[1], *signal)):
         y = z if col is None else audit[col]
         for mask, colour, name in ((~att, "#4C72B0", "benign"), (att, "#C44E52", "attacker")):
             ax.scatter(audit["round"][mask & ~flagged], y[mask & ~flagged], s=9, color=colour, label=f"{name}, kept")
@@ -344,6 +347,7 @@ def worst_lines(table: pd.DataFrame) -> list[str]:
         extra = "" if pd.isna(duty) or duty == 1.0 else f", duty {duty:g}"
         seq = worst.get("calguard_cusum", np.nan)
         extra += ", with the sequential test" if not pd.isna(seq) and bool(seq) else ""
+        extra += ", on the clients' drift (no root set)" if worst.get("calguard_signal") == "clients" else ""
         lines.append(f"- {ds}: the largest |Δ sECE| any attack setting above reaches against CalGuard is "
                      f"{worst['d_sece']:+.2f} points (τ = {worst['tau']:g}, step share {worst['tsa_step_frac']:g}, "
                      f"blend {worst['tsa_blend']:g}{extra}, attackers {worst['attacker_ratio']:g}, "

@@ -38,7 +38,10 @@ from fedcal.tasks.nodes import (CLIENT_RECORD, check_partitions, client_id, clie
 from fedcal.attacks import BENIGN, AttackSpec, LocalRoundSpec, attackers_of, behaviour_for, client_round
 from fedcal.config import RunConfig
 from fedcal.attacks.backdoor import PixelBackdoor, attack_success_rate, triggered_test_set
-from fedcal.data import client_data, load_dataset, pixel_space, root_set
+from fedcal.aggregate.calguard import drift_arrays
+from fedcal.calibration_state import CalibrationState
+from fedcal.data import client_data, client_heldout, load_dataset, pixel_space, root_set
+from fedcal.strategies.calguard import DRIFT_RECORD
 from fedcal.calibration_metrics import (INTERVALS_FILE, bootstrap_intervals, calibration_estimators, estimator_metrics,
                                         recorded_columns)
 from fedcal.metrics import METRIC_KEYS, calibration_metrics, reliability_bins
@@ -104,7 +107,7 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
         log(INFO, "attackers (%s, %d of %d): %s", cfg.attack,
             cfg.num_attackers, cfg.num_clients, sorted(attackers_of(AttackSpec.from_config(cfg))))
         root_fn = root_train_fn_for(cfg, ds, device) if cfg.strategy == "fltrust" else None
-        guard = dict(root_set=root_set(ds, cfg.root_size, cfg.seed),
+        guard = dict(root_set=root_set(ds, cfg.root_size, cfg.seed) if cfg.calguard_signal == "root" else None,
                      model=build_model(cfg.model, ds.input_shape, ds.num_classes).to(device)
                      ) if cfg.strategy == "calguard" else {}
 
@@ -307,6 +310,8 @@ def train(msg: Message, context: Context) -> Message:
     model = shared_model(cfg.model, tuple(data.x.shape[1:]), data.num_classes)
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     behaviour = behaviour_for(AttackSpec.from_config(cfg), cid)
+    drift = cfg.strategy == "calguard" and cfg.calguard_signal == "clients"
+    held = _held_out_state(cfg, cid, model, device) if drift else None
     stats = client_round(model, data.x, data.y, data.num_classes, behaviour, LocalRoundSpec.from_config(cfg),
                          server_round, cid, device)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
@@ -315,7 +320,22 @@ def train(msg: Message, context: Context) -> Message:
         "metrics": MetricRecord({"train-loss": stats.loss, "num-examples": stats.num_examples}),
         CLIENT_RECORD: client_record(cid, behaviour.malicious),
     })
+    if drift:  # CalGuard without a root set: the global model's and the candidate's calibration states
+        content[DRIFT_RECORD] = ArrayRecord(drift_arrays(held[1], _held_out_state(cfg, cid, model, device, held)[1]))
     return Message(content=content, reply_to=msg)
+
+
+def _held_out_state(cfg: RunConfig, cid: int, model: torch.nn.Module, device: torch.device,
+                    held: tuple | None = None) -> tuple:
+    """(held-out data, the calibration state of ``model`` on it) of client ``cid`` (``held``: the
+    data loaded before)."""
+    data = held[0] if held is not None else client_heldout(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.partition,
+                                                           cfg.dirichlet_alpha, cfg.seed, cid)
+    state = CalibrationState.empty(cfg.n_bins)
+    if len(data):
+        state = state.update_probs(predict_logits(model, data.x, cfg.eval_batch_size, device).double().softmax(1),
+                                   data.y)
+    return data, state
 
 
 def progress_label(cfg: RunConfig) -> str:
