@@ -102,6 +102,8 @@ def test_the_key_keeps_earlier_run_names_and_needs_no_root_set():
         RunConfig.from_flower({"strategy": "calguard", "root-size": 1})
     with pytest.raises(ConfigError, match="calguard-signal"):
         RunConfig.from_flower({"strategy": "calguard", "calguard-signal": "server"})
+    with pytest.raises(ConfigError, match="calguard-signal.*not task=lm"):
+        RunConfig.from_flower({"task": "lm", "strategy": "calguard", "calguard-signal": "clients"})
 
 
 def test_a_digits_run_flags_tsa_attackers_more_often_than_benign_clients(tmp_path):

@@ -29,9 +29,12 @@ recorded.
 **Without a root set** (``signal = "clients"``): each client reports, with its train reply, two
 calibration states (:class:`fedcal.calibration_state.CalibrationState`) on its own held-out data —
 of the global model it received and of its candidate (the model it returns) — and the reply's
-signal is its *calibration drift* ``s_k = sECE(candidate) − sECE(global)`` (:func:`client_drift`;
-sECE = accuracy − mean confidence, so a τ > 1 candidate drifts negative, over-confident, and a τ < 1
-one positive). The decision above is unchanged. The states are self-reported: an attacker who
+signal is the candidate's *mean-confidence shift* on that data, ``s_k = conf(candidate) −
+conf(global)`` (:func:`client_drift`; label-free, as the root set's logit-scale shift is: a τ > 1
+candidate gains more confidence than a benign one, a τ < 1 one less). The calibration drift
+sECE(candidate) − sECE(global) = Δaccuracy − Δconfidence is audited beside it, not scored: on a few
+dozen held-out samples its accuracy term swings by tens of points between benign clients and drowns
+the confidence term. The decision above is unchanged. The states are self-reported: an attacker who
 lies about them is not caught (docs/defense.md).
 
 Everything here is tensors and ``nn.Module`` forward passes: the Flower strategy

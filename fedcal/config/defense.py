@@ -43,9 +43,6 @@ def _defense_parameters(c: RunConfig) -> None:
     if c.strategy == "calguard" and c.calguard_signal == "root":
         check("root-size", c.root_size >= CALGUARD_MIN_ROOT, c.root_size,
               f"must be >= {CALGUARD_MIN_ROOT} for CalGuard (its robust signature needs a root set)")
-    if c.strategy == "calguard":
-        check("calguard-signal", c.calguard_signal == "root" or c.task == "train", c.calguard_signal,
-              f"clients is the train task's (its clients report their calibration drift), not task={c.task}")
         check("clients-per-round", m >= 3, m, "must be >= 3 for CalGuard (a reply is compared with the others)")
 
 
@@ -111,9 +108,9 @@ class Defense:
                                                   "(over-confidence)", gt=0, finite=True,
                                            hash_when_set=True, only_with=("strategy", ("calguard",)))
     calguard_signal: str = setting("root", "CalGuard's signal: root (each reply's logit-scale shift on the server's "
-                                           "root set) or clients (no root set: each reply's calibration drift, sECE "
-                                           "of its candidate minus that of the global model on its client's held-out "
-                                           "data, self-reported; docs/defense.md)", choices=CALGUARD_SOURCES,
+                                           "root set) or clients (no root set: each reply's mean-confidence shift "
+                                           "against the global model on its client's held-out data, from the two "
+                                           "calibration states the client reports, self-reported; docs/defense.md)", choices=CALGUARD_SOURCES,
                                    hash_when_set=True, only_with=("strategy", ("calguard",)))
     pre_aggregation: str = setting("", "pre-aggregation steps run on the round's validated updates before the "
                                        "strategy's rule, comma-separated, in order: nnm, clip (static), arc, cclip "

@@ -49,8 +49,9 @@ class CalGuard(UpdateAggregationStrategy):
         Its integer labels, of at least two classes, each below the model's output count.
     signal : str (default "root")
         ``root``: the logit-scale shift of each reply's candidate on the root set; ``clients``: no root
-        set — each reply's own calibration drift, sECE(candidate) − sECE(global model) on its client's
-        held-out data, from the two calibration states the reply carries under :data:`DRIFT_RECORD`
+        set — each reply's candidate's mean-confidence shift against the global model on its client's
+        held-out data (its sECE drift audited beside it), from the two calibration states the reply
+        carries under :data:`DRIFT_RECORD`
         (:func:`fedcal.aggregate.calguard.client_drift`; self-reported, so a lying client is not
         caught). A reply without a valid drift record is flagged, its reason logged and audited.
     kappa : float (default 5.0)
