@@ -224,7 +224,7 @@ def test_every_field_is_declared_with_a_group_and_help():
                                                     "calguard-window", "calguard-strikes", "calguard-mode",
                                                     "calguard-cusum", "calguard-cusum-signal", "calguard-cusum-k",
                                                     "calguard-cusum-h-low", "calguard-cusum-h-high", "pre-aggregation", "pre-f",
-                                                    "clip-c", "cclip-tau", "cclip-iterations"]
+                                                    "clip-c", "cclip-tau", "cclip-iterations", "calguard-signal"]
     assert setting_of("inf-timeout").hashed is False and setting_of("tau").hashed is True
 
 

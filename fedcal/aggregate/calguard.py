@@ -26,6 +26,17 @@ pool follows the model as its signatures shrink or grow over training). A reply 
 with their data sizes (FedAvg); in ``audit`` mode every reply is averaged and the flags are only
 recorded.
 
+**Without a root set** (``signal = "clients"``): each client reports, with its train reply, two
+calibration states (:class:`fedcal.calibration_state.CalibrationState`) on its own held-out data —
+of the global model it received and of its candidate (the model it returns) — and the reply's
+signal is the candidate's *mean-confidence shift* on that data, ``s_k = conf(candidate) −
+conf(global)`` (:func:`client_drift`; label-free, as the root set's logit-scale shift is: a τ > 1
+candidate gains more confidence than a benign one, a τ < 1 one less). The calibration drift
+sECE(candidate) − sECE(global) = Δaccuracy − Δconfidence is audited beside it, not scored: on a few
+dozen held-out samples its accuracy term swings by tens of points between benign clients and drowns
+the confidence term. The decision above is unchanged. The states are self-reported: an attacker who
+lies about them is not caught (docs/defense.md).
+
 Everything here is tensors and ``nn.Module`` forward passes: the Flower strategy
 (:class:`fedcal.strategies.CalGuard`) only translates messages.
 """
@@ -43,10 +54,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedcal.aggregate.median import true_median
+from fedcal.calibration_state import STATE_FIELDS, CalibrationState, from_arrays, state_problem
 from fedcal.local_training import predict_logits
 
 #: the signature columns of the audit table, in order
 SIGNATURE_COLUMNS = ("scale_shift", "conf_shift", "nll_shift", "root_accuracy")
+#: the signature columns with the clients' own calibration drift (``signal = "clients"``)
+DRIFT_COLUMNS = ("sece_drift", "conf_shift", "accuracy_shift", "held_out")
+#: CalGuard's signals: the server's root set, or the clients' reported calibration drift
+CALGUARD_SOURCES = ("root", "clients")
+#: the prefixes of the two states in a reply's drift record
+DRIFT_PARTS = ("global", "candidate")
 #: the smallest root set CalGuard accepts (a robust scale of the signature needs some samples)
 MIN_ROOT_SIZE = 20
 CALGUARD_MODES = ("filter", "audit")
@@ -308,3 +326,36 @@ def replay(rounds, *, kappa: float = 5.0, window: int = 10, strikes: int = 3, se
                          "sequential": bool(d.sequential[i]), "low": stat.low if stat else 0.0,
                          "high": stat.high if stat else 0.0, "flagged": bool(d.flagged[i])})
     return rows
+
+
+def drift_arrays(current: CalibrationState, candidate: CalibrationState) -> dict[str, torch.Tensor]:
+    """A client's drift record: the states of the global model it received (``global.<field>``)
+    and of its candidate (``candidate.<field>``) on its held-out data."""
+    return {f"{part}.{k}": v for part, state in zip(DRIFT_PARTS, (current, candidate))
+            for k, v in state.to_arrays().items()}
+
+
+def client_drift(arrays: Mapping[str, torch.Tensor]) -> tuple[dict[str, float] | None, str]:
+    """(signature, "") of a client's drift record (:func:`drift_arrays`), or (None, why it is not
+    one): both states valid (:func:`fedcal.calibration_state.state_problem`, bins read from the
+    global state's count), over the same number of samples (the same held-out data), at least one.
+    The signature: ``sece_drift`` = sECE(candidate) − sECE(global), the shifts of mean confidence
+    and accuracy, and the held-out count."""
+    expected = {f"{p}.{k}" for p in DRIFT_PARTS for k in STATE_FIELDS}
+    if set(arrays) != expected:
+        return None, f"drift record with fields {sorted(arrays)[:4]}, not {sorted(expected)[:2]}…"
+    n_bins = int(torch.as_tensor(arrays["global.count"]).reshape(-1).shape[0])
+    states = []
+    for part in DRIFT_PARTS:
+        state = {k: torch.as_tensor(arrays[f"{part}.{k}"]) for k in STATE_FIELDS}
+        problem = state_problem(state, n_bins) if n_bins else "calibration state of 0 bins"
+        if problem:
+            return None, f"{part} {problem}"
+        states.append(from_arrays(state))
+    current, candidate = states
+    if current.n != candidate.n or current.n < 1:
+        return None, f"global and candidate states over {current.n} and {candidate.n} samples (need the same, >= 1)"
+    a, b = current.compute(), candidate.compute()
+    conf = lambda s: float(s.conf_sum.sum() / s.n)  # noqa: E731
+    return {"sece_drift": b["sece"] - a["sece"], "conf_shift": conf(candidate) - conf(current),
+            "accuracy_shift": b["accuracy"] - a["accuracy"], "held_out": float(current.n)}, ""

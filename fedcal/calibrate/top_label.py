@@ -8,13 +8,12 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from scipy.optimize import minimize_scalar
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
 from fedcal.calibrate.common import _NotFittedMixin, _fit_inputs, _top_confidence, redistribute_top_confidence
 from fedcal.checks import _check_logits
+from fedcal.temperature import fit_temperature
 from fedcal.metrics import bin_index
 
 
@@ -48,16 +47,7 @@ class TemperatureScaling(_NotFittedMixin):
     def fit(self, logits: Any, labels: Any) -> "TemperatureScaling":
         """Fit T on calibration logits (n, C) and integer labels (n,); returns self."""
         z, y = _fit_inputs(logits, labels)
-
-        def nll(u: float) -> float:
-            return float(F.cross_entropy(z * math.exp(-u), y))
-
-        res = minimize_scalar(
-            nll, bounds=(math.log(self.t_min), math.log(self.t_max)), method="bounded",
-            options={"xatol": self.xatol},
-        )
-        self.temperature_ = float(math.exp(res.x))
-        self.nll_ = float(res.fun)
+        self.temperature_, self.nll_ = fit_temperature(z, y, self.t_min, self.t_max, self.xatol)
         self.num_classes_ = int(z.shape[1])
         return self
 

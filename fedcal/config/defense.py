@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fedcal.config.schema import RunConfig, check, group, setting, tasks_reading
 
-__all__ = ["PRE_AGGREGATIONS", "STRATEGIES", "CALGUARD_MODES", "CALGUARD_SIGNALS", "CALGUARD_MIN_ROOT", "ROOT_SET_STRATEGIES",
-           "CUSUM_CALIBRATED_REPLIES"]
+__all__ = ["PRE_AGGREGATIONS", "STRATEGIES", "CALGUARD_MODES", "CALGUARD_SIGNALS", "CALGUARD_SOURCES", "CALGUARD_MIN_ROOT",
+           "ROOT_SET_STRATEGIES", "CUSUM_CALIBRATED_REPLIES"]
 
 STRATEGIES = ("fedavg", "fltrust", "foolsgold", "multikrum", "trimmed_mean", "median", "geometric_median",
               "median_of_means", "calguard")
@@ -16,6 +16,7 @@ CALGUARD_MODES = ("filter", "audit")  # fedcal.aggregate.calguard.CALGUARD_MODES
 CUSUM_CALIBRATED_REPLIES = 10.0
 CALGUARD_SIGNALS = ("ratio", "scale")  # fedcal.strategies.calguard.SEQUENTIAL_SIGNALS (a test keeps them equal)
 CALGUARD_MIN_ROOT = 20  # fedcal.aggregate.calguard.MIN_ROOT_SIZE
+CALGUARD_SOURCES = ("root", "clients")  # fedcal.aggregate.calguard.CALGUARD_SOURCES (a test keeps them equal)
 # Strategies that need a labelled root set of images (the lm task has none).
 ROOT_SET_STRATEGIES = ("fltrust", "calguard")
 #: pre-aggregation steps of ``pre-aggregation`` (fedcal.strategies.registry.PRE_AGGREGATION; a test keeps
@@ -39,7 +40,7 @@ def _defense_parameters(c: RunConfig) -> None:
         check("krum-m", c.krum_m <= m, c.krum_m, f"must not exceed clients-per-round ({m})")
     if c.strategy == "trimmed_mean":
         check("trim-f", m > 2 * c.trim_f, c.trim_f, f"needs clients-per-round > 2 * trim-f (clients-per-round = {m})")
-    if c.strategy == "calguard":
+    if c.strategy == "calguard" and c.calguard_signal == "root":
         check("root-size", c.root_size >= CALGUARD_MIN_ROOT, c.root_size,
               f"must be >= {CALGUARD_MIN_ROOT} for CalGuard (its robust signature needs a root set)")
         check("clients-per-round", m >= 3, m, "must be >= 3 for CalGuard (a reply is compared with the others)")
@@ -106,6 +107,11 @@ class Defense:
     calguard_cusum_h_high: float = setting(10.89, "CalGuard's sequential test: threshold of the high side "
                                                   "(over-confidence)", gt=0, finite=True,
                                            hash_when_set=True, only_with=("strategy", ("calguard",)))
+    calguard_signal: str = setting("root", "CalGuard's signal: root (each reply's logit-scale shift on the server's "
+                                           "root set) or clients (no root set: each reply's mean-confidence shift "
+                                           "against the global model on its client's held-out data, from the two "
+                                           "calibration states the client reports, self-reported; docs/defense.md)", choices=CALGUARD_SOURCES,
+                                   hash_when_set=True, only_with=("strategy", ("calguard",)))
     pre_aggregation: str = setting("", "pre-aggregation steps run on the round's validated updates before the "
                                        "strategy's rule, comma-separated, in order: nnm, clip (static), arc, cclip "
                                        "(centred clipping)", note='"" = none', hash_when_set=True)

@@ -34,5 +34,5 @@ KEY_ORDER = (
     "calguard_cusum_signal", "calguard_cusum_k", "calguard_cusum_h_low", "calguard_cusum_h_high", "tsa_duty",
     "det_keep", "tracker", "ray_address", "alie_z", "ipm_epsilon", "minmax_direction", "fang_b", "backdoor_target",
     "backdoor_frac", "pre_aggregation", "pre_f", "clip_c", "cclip_tau", "cclip_iterations", "dst_prior_target",
-    "calibration_metrics", "calibration_bootstrap", "fed_eval_clients",
+    "calibration_metrics", "calibration_bootstrap", "fed_eval_clients", "calguard_signal",
 )

@@ -66,6 +66,12 @@ def _byzantine_attacks(c: RunConfig) -> None:
               f"must be a class of dataset={c.dataset}")
 
 
+def _calguard_clients(c: RunConfig) -> None:
+    if c.strategy == "calguard" and c.calguard_signal == "clients":  # only the train task's clients report drift
+        check("calguard-signal", c.task == "train", c.calguard_signal,
+              f"clients needs the train task's clients (they report their calibration drift), not task={c.task}")
+
+
 def _calibration(c: RunConfig) -> None:
     try:
         calibration_estimators(c.calibration_metrics)
@@ -74,7 +80,7 @@ def _calibration(c: RunConfig) -> None:
 
 
 @group("train", "federated training under attack (task = train): rounds, attackers, evaluation",
-       rules=(_round_size, _local_work, _byzantine_attacks, _calibration))
+       rules=(_round_size, _local_work, _byzantine_attacks, _calibration, _calguard_clients))
 class Train:
     clients_per_round: int = setting(5, "M, clients sampled per round (<= num-clients)", ge=1)
     num_rounds: int = setting(100, "federated rounds", ge=1)

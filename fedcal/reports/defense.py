@@ -1,8 +1,9 @@
 """The defense comparison of docs/defense.md, from the run store only: final accuracy / ECE / sECE
 per strategy and attack setting (mean ± std over seeds), each rule's detection rate on the
 attackers and false-positive rate on benign clients (from every run's ``aggregation.csv``), the
-post-hoc baseline (FedAvg's final model, temperature-scaled on the server's root set), and
-CalGuard's audit plot.
+post-hoc baselines (FedAvg's final model temperature-scaled on the server's root set, and — in runs
+with federated calibration, ``fed-eval-clients`` > 0 — by the federated temperature its clients'
+held-out data gave, :mod:`fedcal.temperature`), and CalGuard's audit plot.
 
 A reply counts as *flagged* when the rule gave it weight 0 (MultiKrum not selecting it, FLTrust
 trust 0, FoolsGold weight 0, CalGuard dropping it) or, for CalGuard in ``audit`` mode, when it
@@ -44,11 +45,13 @@ from fedcal.local_training import predict_logits
 
 #: the post-hoc baseline's name in the tables
 POSTHOC = "fedavg + TS(root)"
+#: the federated-temperature baseline's name: FedAvg's final model divided by the clients' median temperature
+FEDTEMP = "fedavg + TS(fed)"
 #: the attack settings a row is identified by, besides dataset and strategy
 SETTING = ["tau", "attacker_ratio", "dirichlet_alpha", "tsa_step_frac", "tsa_blend", "tsa_duty"]
 #: CalGuard's own parameters (NaN in the rows of other strategies)
 GUARD = ["calguard_kappa", "calguard_strikes", "calguard_window", "calguard_cusum", "calguard_cusum_signal",
-         "calguard_cusum_k", "calguard_cusum_h_low", "calguard_cusum_h_high"]
+         "calguard_cusum_k", "calguard_cusum_h_low", "calguard_cusum_h_high", "calguard_signal"]
 #: the target of docs/defense.md: |Δ sECE| (points) and |Δ accuracy| under attack; without attack
 TARGET_SECE, TARGET_ACC, TARGET_BENIGN = 2.0, 1.0, 1.0
 FP_TARGET = 0.05
@@ -89,7 +92,8 @@ def run_rows(run_dirs: Sequence[str | Path], posthoc: bool = True) -> pd.DataFra
     """One row per finished run (left-out unfinished runs are named in a warning): dataset,
     strategy, the :data:`SETTING` columns (τ = 1 for benign runs), seed, final accuracy / ECE /
     sECE (fractions), detection and false-positive rates; with ``posthoc``, one more row per
-    FedAvg run for :data:`POSTHOC`."""
+    FedAvg run for :data:`POSTHOC` and, where the run recorded a federated temperature (its final
+    ``fedtemp_*`` metrics), one for :data:`FEDTEMP`."""
     from fedcal.reports.runs import final_metrics
 
     rows = []
@@ -115,6 +119,10 @@ def run_rows(run_dirs: Sequence[str | Path], posthoc: bool = True) -> pd.DataFra
             rows.append({**base, **{k: np.nan for k in GUARD}, "strategy": POSTHOC, "accuracy": m["accuracy"],
                          "ece": m["ece"], "sece": m["sece"], "detection": np.nan, "false_positive": np.nan,
                          "attacker_replies": n_att})
+            if pd.notna(last.get("fedtemp_accuracy", np.nan)):
+                rows.append({**base, **{k: np.nan for k in GUARD}, "strategy": FEDTEMP,
+                             **{k: last[f"fedtemp_{k}"] for k in ("accuracy", "ece", "sece")}, "detection": np.nan,
+                             "false_positive": np.nan, "attacker_replies": n_att})
     return pd.DataFrame(rows)
 
 
@@ -279,7 +287,10 @@ def audit_plot(run_dir: str | Path, path: str | Path, kappa: float | None = None
     att = audit["partition_id"].isin(attackers)
     flagged = audit["flagged"].astype(bool)
     z = audit["score"].clip(-4 * kappa, 4 * kappa)
-    for ax, col, label in ((axes[0], None, "robust score z (clipped at ±4κ)"), (axes[1], "scale_shift", "logit-scale shift")):
+    # the signal the rule scored: the root set's logit-scale shift, or the clients' reported confidence shift
+    signal = ("scale_shift", "logit-scale shift") if "scale_shift" in audit.columns else \
+        ("conf_shift", "reported confidence shift")
+    for ax, col, label in ((axes[0], None, "robust score z (clipped at ±4κ)"), (axes[1], *signal)):
         y = z if col is None else audit[col]
         for mask, colour, name in ((~att, "#4C72B0", "benign"), (att, "#C44E52", "attacker")):
             ax.scatter(audit["round"][mask & ~flagged], y[mask & ~flagged], s=9, color=colour, label=f"{name}, kept")
@@ -336,6 +347,7 @@ def worst_lines(table: pd.DataFrame) -> list[str]:
         extra = "" if pd.isna(duty) or duty == 1.0 else f", duty {duty:g}"
         seq = worst.get("calguard_cusum", np.nan)
         extra += ", with the sequential test" if not pd.isna(seq) and bool(seq) else ""
+        extra += ", on the clients' drift (no root set)" if worst.get("calguard_signal") == "clients" else ""
         lines.append(f"- {ds}: the largest |Δ sECE| any attack setting above reaches against CalGuard is "
                      f"{worst['d_sece']:+.2f} points (τ = {worst['tau']:g}, step share {worst['tsa_step_frac']:g}, "
                      f"blend {worst['tsa_blend']:g}{extra}, attackers {worst['attacker_ratio']:g}, "

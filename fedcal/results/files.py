@@ -38,11 +38,13 @@ RELIABILITY_FILE = "reliability.csv"  # the final model's reliability bins (trai
 
 
 #: every file a run's checkpoint may record — the store's own and the tables the checkpointed tasks
-#: write through it (lm: generations.csv; detect: kept.csv, example.csv) —, each a plain name inside
+#: write through it (lm: generations.csv; detect: kept.csv, example.csv; train: the federated calibration's
+#: per-client table and reliability diagram, the bootstrap intervals) —, each a plain name inside
 #: the run directory. The store saves no checkpoint recording another name and resumes from none
 #: that names one (a crafted checkpoint must not write or truncate files elsewhere).
 CHECKPOINTED_FILES = frozenset({METRICS_FILE, RELIABILITY_FILE, REJECTIONS_FILE, AUDIT_FILE, POISONING_FILE,
-                                TIMINGS_FILE, "generations.csv", "kept.csv", "example.csv"})
+                                TIMINGS_FILE, "generations.csv", "kept.csv", "example.csv", "federated_calibration.csv",
+                                "federated_reliability.csv", "calibration_intervals.csv"})
 
 
 RUN_LOG = "run.log"  # the run's events, one timestamped line each

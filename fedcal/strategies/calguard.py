@@ -5,6 +5,7 @@ from __future__ import annotations
 from logging import INFO, WARNING
 from typing import Unpack
 
+import numpy as np
 import torch
 from flwr.app import ArrayRecord
 from flwr.supercore import log
@@ -20,6 +21,8 @@ from fedcal.strategies.replies import tensor_of
 
 #: what CalGuard's sequential test may be fed (``sequential_signal``)
 SEQUENTIAL_SIGNALS = ("ratio", "scale")
+#: the reply's record of its client's two calibration states (``signal = "clients"``)
+DRIFT_RECORD = "calibration-drift"
 
 
 class CalGuard(UpdateAggregationStrategy):
@@ -39,11 +42,18 @@ class CalGuard(UpdateAggregationStrategy):
     model : nn.Module (required)
         A model of the federation's architecture (its weights are overwritten); the replies'
         arrays are its ``state_dict``, and its last ``nn.Linear`` must produce the logits.
-    root_x : torch.Tensor (required)
+    root_x : torch.Tensor (required with ``signal = "root"``)
         The inputs of the server's clean root set (at least :data:`fedcal.aggregate.calguard.MIN_ROOT_SIZE`
         samples, finite, the model's input shape; checked here).
-    root_y : torch.Tensor (required)
+    root_y : torch.Tensor (required with ``signal = "root"``)
         Its integer labels, of at least two classes, each below the model's output count.
+    signal : str (default "root")
+        ``root``: the logit-scale shift of each reply's candidate on the root set; ``clients``: no root
+        set — each reply's candidate's mean-confidence shift against the global model on its client's
+        held-out data (its sECE drift audited beside it), from the two calibration states the reply
+        carries under :data:`DRIFT_RECORD`
+        (:func:`fedcal.aggregate.calguard.client_drift`; self-reported, so a lying client is not
+        caught). A reply without a valid drift record is flagged, its reason logged and audited.
     kappa : float (default 5.0)
         Flag a reply whose robust score exceeds κ in absolute value.
     window : int (default 10)
@@ -72,9 +82,10 @@ class CalGuard(UpdateAggregationStrategy):
 
     size_weighting = "capped"
 
-    def __init__(self, *, model: nn.Module, root_x: torch.Tensor, root_y: torch.Tensor, kappa: float = 5.0,
-                 window: int = 10, strikes: int = 3, mode: str = "filter", sequential: sq.ClientCusum | None = None,
-                 sequential_signal: str = "ratio", **options: Unpack[StrategyOptions]) -> None:
+    def __init__(self, *, model: nn.Module, root_x: torch.Tensor | None = None, root_y: torch.Tensor | None = None,
+                 kappa: float = 5.0, window: int = 10, strikes: int = 3, mode: str = "filter",
+                 sequential: sq.ClientCusum | None = None, sequential_signal: str = "ratio", signal: str = "root",
+                 **options: Unpack[StrategyOptions]) -> None:
         super().__init__(**options)
         if not isinstance(model, nn.Module):
             raise TypeError(f"CalGuard needs the federation's nn.Module, got {type(model).__name__}")
@@ -86,8 +97,20 @@ class CalGuard(UpdateAggregationStrategy):
             raise TypeError(f"sequential must be a fedcal.sequential.ClientCusum, got {type(sequential).__name__}")
         if sequential_signal not in SEQUENTIAL_SIGNALS:
             raise ValueError(f"sequential_signal must be one of {SEQUENTIAL_SIGNALS}, got {sequential_signal!r}")
-        self.model = model
+        if signal not in cg.CALGUARD_SOURCES:
+            raise ValueError(f"signal must be one of {cg.CALGUARD_SOURCES}, got {signal!r}")
+        self.model, self.signal = model, signal
         self.root_x, self.root_y = root_x, root_y.long() if isinstance(root_y, torch.Tensor) else root_y
+        if signal == "root":
+            self._check_root(model)
+        self.kappa, self.mode = float(kappa), mode
+        self.scale = cg.DeviationScale(window)
+        self.strikes = cg.Strikes(strikes)
+        self.sequential, self.sequential_signal = sequential, sequential_signal
+        self.signal_scale = cg.DeviationScale(window)  # the robust scale of the ratio signal
+
+    def _check_root(self, model: nn.Module) -> None:
+        """ValueError unless the root set is usable and fits ``model``."""
         cg.check_root_set(self.root_x, self.root_y)
         with torch.no_grad():  # the root set must fit the model: fail at start, not in round 1
             model.eval()
@@ -97,11 +120,6 @@ class CalGuard(UpdateAggregationStrategy):
                 raise ValueError(f"root inputs of shape {tuple(self.root_x.shape)} do not fit the model: {exc}") from exc
         if out.dim() != 2 or int(self.root_y.max()) >= out.shape[1]:
             raise ValueError(f"root labels reach {int(self.root_y.max())} but the model has {out.shape[-1]} outputs")
-        self.kappa, self.mode = float(kappa), mode
-        self.scale = cg.DeviationScale(window)
-        self.strikes = cg.Strikes(strikes)
-        self.sequential, self.sequential_signal = sequential, sequential_signal
-        self.signal_scale = cg.DeviationScale(window)  # the robust scale of the ratio signal
 
     def check_arrays(self, arrays: ArrayRecord) -> None:
         """ValueError naming the first array that does not fit :attr:`model` (a missing or unexpected
@@ -126,7 +144,10 @@ class CalGuard(UpdateAggregationStrategy):
     def summary(self) -> None:
         """Log CalGuard's settings, then the shared ones."""
         log(INFO, "\t├──> CalGuard settings:")
-        log(INFO, "\t│\t├── Root set: %d samples, %d classes", len(self.root_y), len(torch.unique(self.root_y)))
+        if self.signal == "root":
+            log(INFO, "\t│\t├── Root set: %d samples, %d classes", len(self.root_y), len(torch.unique(self.root_y)))
+        else:
+            log(INFO, "\t│\t├── Signal: the clients' own calibration drift on their held-out data (no root set)")
         log(INFO, "\t│\t└── Mode: %s, kappa %.3g, window %d rounds, strikes %d", self.mode, self.kappa,
             self.scale.window, self.strikes.limit)
         if self.sequential is not None:
@@ -136,13 +157,17 @@ class CalGuard(UpdateAggregationStrategy):
         super().summary()
 
     def aggregate_updates(self, server_round, node_ids, updates, weights):
-        sent = self._sent[server_round]
-        keys = self.trainable_keys(sent)
-        base = {k: tensor_of(sent[k]) for k in sent.keys()}
-        current = cg.RootStats.of(cg.root_logits(self.model, base, self.root_x), self.root_y)
-        signatures = [cg.signature(cg.RootStats.of(cg.root_logits(
-            self.model, agg.add_flat_update(base, keys, u), self.root_x), self.root_y), current) for u in updates]
-        shifts = torch.tensor([s["scale_shift"] for s in signatures], dtype=torch.float64)
+        if self.signal == "root":
+            sent = self._sent[server_round]
+            keys = self.trainable_keys(sent)
+            base = {k: tensor_of(sent[k]) for k in sent.keys()}
+            current = cg.RootStats.of(cg.root_logits(self.model, base, self.root_x), self.root_y)
+            signatures = [cg.signature(cg.RootStats.of(cg.root_logits(
+                self.model, agg.add_flat_update(base, keys, u), self.root_x), self.root_y), current) for u in updates]
+            shifts = torch.tensor([s["scale_shift"] for s in signatures], dtype=torch.float64)
+        else:
+            signatures = self._client_drifts(server_round, node_ids)
+            shifts = torch.tensor([s["conf_shift"] for s in signatures], dtype=torch.float64)
         clients = [self._client(n) for n in node_ids]
         # the update's L2 norm: recorded for the audit, and the ratio signal's denominator
         norms = row_norms64(updates)
@@ -184,6 +209,25 @@ class CalGuard(UpdateAggregationStrategy):
                 self.by_node({n: float(s) for n, s, f in zip(node_ids, z, flagged) if f}), self.kappa,
                 self.strikes.limit)
         return delta, node_w
+
+    def _client_drifts(self, server_round: int, node_ids: list[int]) -> list[dict]:
+        """Each accepted reply's calibration drift (:func:`fedcal.aggregate.calguard.client_drift`);
+        a reply without a valid drift record gets a NaN signature (flagged by the rule), its reason
+        logged and in the audit's ``drift_status``."""
+        out = []
+        for node, content in zip(node_ids, self.round_contents or [None] * len(node_ids)):
+            sig, reason = None, f"no {DRIFT_RECORD!r} array record"
+            if content is not None and DRIFT_RECORD in content and isinstance(content[DRIFT_RECORD], ArrayRecord):
+                try:
+                    arrays = {k: torch.from_numpy(np.array(v.numpy())) for k, v in content[DRIFT_RECORD].items()}
+                    sig, reason = cg.client_drift(arrays)
+                except Exception as e:  # noqa: BLE001 — an array that does not decode is the client's fault
+                    sig, reason = None, f"drift record does not decode ({type(e).__name__})"
+            if sig is None:
+                log(WARNING, "CalGuard round %d: %s flagged: %s", server_round, self.who(node), reason)
+                sig = {k: float("nan") for k in cg.DRIFT_COLUMNS}
+            out.append({**sig, "drift_status": reason or "ok"})
+        return out
 
     def state_dict(self):
         """The deviation pool of the last ``window`` rounds and every client's strikes (clients

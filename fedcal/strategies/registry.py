@@ -76,7 +76,8 @@ def _rule_kwargs(cfg: RunConfig) -> dict[str, Any]:
         if sequential is not None:
             _warn_uncalibrated_thresholds(cfg)
         return {"kappa": cfg.calguard_kappa, "window": cfg.calguard_window, "strikes": cfg.calguard_strikes,
-                "mode": cfg.calguard_mode, "sequential": sequential, "sequential_signal": cfg.calguard_cusum_signal}
+                "mode": cfg.calguard_mode, "sequential": sequential, "sequential_signal": cfg.calguard_cusum_signal,
+                "signal": cfg.calguard_signal}
     return {}
 
 
@@ -119,8 +120,8 @@ def strategy_from_config(
     is off (the global model is evaluated centrally). ``krum-f``/``krum-m`` (MultiKrum's
     ``num_malicious_nodes``/``num_nodes_to_select``, 0 → None: n − f), ``trim-f`` (the trimmed
     mean's count ``f``), ``mom-groups`` (grouping seeded by ``seed``) and ``foolsgold-kappa`` set the
-    rule's parameters; FLTrust needs ``root_train_fn``; CalGuard needs ``root_set`` (x, y) and a
-    ``model`` of the federation's architecture (``calguard-*`` keys set the rest). ``node_label`` (node id → partition
+    rule's parameters; FLTrust needs ``root_train_fn``; CalGuard needs a ``model`` of the federation's
+    architecture and, unless ``calguard-signal = clients``, a ``root_set`` (x, y) (``calguard-*`` keys set the rest). ``node_label`` (node id → partition
     id) names each node's client in every warning and rejection; ``message_type`` is the type of
     the training messages (``train.lm`` for the lm task's clients). ``available`` is how many nodes
     identified themselves (default ``num-clients``): with fewer — nodes left out at the handshake —
@@ -136,9 +137,10 @@ def strategy_from_config(
             raise ValueError("strategy 'fltrust' needs a root_train_fn")
         kwargs["root_train_fn"] = root_train_fn
     if cls is CalGuard:
-        if root_set is None or model is None:
-            raise ValueError("strategy 'calguard' needs a root_set (x, y) and a model")
-        kwargs.update(model=model, root_x=root_set[0], root_y=root_set[1])
+        if model is None or (root_set is None and cfg.calguard_signal == "root"):
+            raise ValueError("strategy 'calguard' needs a model and, with calguard-signal = root, a root_set (x, y)")
+        kwargs.update(model=model, root_x=None if root_set is None else root_set[0],
+                      root_y=None if root_set is None else root_set[1])
     return cls(
         fraction_train=cfg.clients_per_round / cfg.num_clients,
         fraction_evaluate=0.0,  # the global model is evaluated centrally, on the test set

@@ -80,7 +80,8 @@ def add_commands(add: Any) -> None:
             description="Every strategy × τ × seed (× each --grid axis) is one Flower run (task = train; τ = 1 is "
                         "the benign run, and the benign FedAvg run of every setting is always added as the "
                         "reference). The table adds FedAvg's final model temperature-scaled on the server's root "
-                        "set. Finished runs are skipped.", epilog=KEYS_EPILOG)
+                        "set and, with fed-eval-clients > 0, by the federated temperature of its clients' held-out "
+                        "data. Finished runs are skipped.", epilog=KEYS_EPILOG)
     add_run_options(p)
     p.add_argument("--strategies", default="fedavg,fltrust,foolsgold,multikrum,calguard", type=names_type("strategies"),
                    help="strategies compared")

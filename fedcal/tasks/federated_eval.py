@@ -11,6 +11,14 @@ computes the federation's accuracy, ECE, sECE, MCE and RMS CE (``fed_*`` metrics
 the central ones), each client's own in ``federated_calibration.csv`` (the run's per-client
 calibration audit), and at the final round the federation's reliability diagram
 (``federated_reliability.csv``).
+
+Each client also fits its own temperature on the same held-out logits and replies with it (metric
+``temperature``); the server's federated temperature is the weighted median of the valid ones
+(:mod:`fedcal.temperature`: counts from the client's validated state, capped at the round's
+median; a missing, non-finite or out-of-bounds temperature is left out with its reason in the
+per-client table's ``temperature_status``), recorded as ``fed_temperature`` with
+``fed_temperature_clients``; the training task divides the global model's test logits by it
+(``fedtemp_*`` metrics).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore import log
 
+from fedcal.temperature import client_temperature, federated_temperature
 from fedcal.calibration_state import CalibrationState, from_arrays, merged, state_problem
 from fedcal.config import RunConfig
 from fedcal.data import client_heldout
@@ -37,6 +46,8 @@ FED_CALIBRATION_FILE = "federated_calibration.csv"
 FED_RELIABILITY_FILE = "federated_reliability.csv"
 #: the federation's metrics a round records (prefixed ``fed_``)
 FED_METRICS = ("n", "accuracy", "ece", "sece", "mce", "rmsce")
+#: the reply's metric carrying the client's own fitted temperature
+TEMPERATURE = "temperature"
 
 
 # ---------------------------------------------------------------------------------- client side
@@ -49,12 +60,15 @@ def evaluate_heldout(msg: Message, context: Context) -> Message:
     model = shared_model(cfg.model, tuple(data.x.shape[1:]), data.num_classes)
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     state = CalibrationState.empty(cfg.n_bins)
+    metrics = {"num-examples": len(data)}
     if len(data):
         logits = predict_logits(model, data.x, cfg.eval_batch_size, resolve_device(cfg.device))
         state = state.update_probs(logits.double().softmax(dim=1), data.y)
+        if len(data) >= 2 and torch.isfinite(logits).all():
+            metrics[TEMPERATURE] = client_temperature(logits.double(), data.y)
     return Message(content=RecordDict({
         STATE_RECORD: ArrayRecord(state.to_arrays()),
-        "metrics": MetricRecord({"num-examples": len(data)}),
+        "metrics": MetricRecord(metrics),
         CLIENT_RECORD: client_record(cid, False),
     }), reply_to=msg)
 
@@ -90,7 +104,7 @@ class FederatedCalibration:
         replies = list(replies)
         if not replies:
             return None
-        states, rows = [], []
+        states, rows, reports = [], [], {}
         for msg in replies:
             node = msg.metadata.src_node_id
             part = self.node_to_client.get(node, -1)
@@ -99,14 +113,25 @@ class FederatedCalibration:
                 log(WARNING, "round %d: calibration state of node %d (partition %d) left out: %s",
                     server_round, node, part, reason)
                 rows.append({"round": server_round, "node_id": node, "partition_id": part,
-                             **CalibrationState.empty(1).compute(), "status": reason})
+                             **CalibrationState.empty(1).compute(), "status": reason, TEMPERATURE: float("nan")})
                 continue
             states.append(state)
+            reports[node] = (_reported_temperature(msg), state.n)
             rows.append({"round": server_round, "node_id": node, "partition_id": part, **state.compute(),
-                         "status": "ok"})
+                         "status": "ok", TEMPERATURE: _as_float(reports[node][0])})
         total = merged(states, self.cfg.n_bins)
         metrics = {f"fed_{k}": v for k, v in total.compute().items() if k in FED_METRICS}
         metrics["fed_clients"] = float(len(states))
+        fed_t = federated_temperature(reports)
+        for row in rows:
+            node = row["node_id"]
+            row["temperature_status"] = ("ok" if node in fed_t.clients else fed_t.left_out[node]
+                                         if node in fed_t.left_out else "no state")
+            if node in fed_t.left_out:
+                log(WARNING, "round %d: temperature of node %d (partition %d) left out: %s", server_round, node,
+                    row["partition_id"], fed_t.left_out[node])
+        metrics["fed_temperature"] = fed_t.temperature
+        metrics["fed_temperature_clients"] = float(len(fed_t.clients))
         self.results[server_round] = metrics
         self.store.append_rows(FED_CALIBRATION_FILE, sorted(rows, key=lambda r: r["partition_id"]))
         if server_round == self.cfg.num_rounds:
@@ -116,9 +141,26 @@ class FederatedCalibration:
                                    pd.DataFrame({k: v.numpy() for k, v in total.reliability().items()}))
         return MetricRecord({k: float(v) for k, v in metrics.items() if np.isfinite(v)})
 
+    def temperature(self, server_round: int) -> float:
+        """The round's federated temperature (NaN when the round had none); keeps the round's metrics."""
+        return float(self.results.get(server_round, {}).get("fed_temperature", float("nan")))
+
     def metrics_of(self, server_round: int) -> dict[str, float]:
         """The round's federated metrics (empty when the round evaluated none)."""
         return self.results.pop(server_round, {})
+
+
+def _reported_temperature(msg: Message) -> object:
+    """The temperature a valid reply reports (None when it reports none; validated by the caller)."""
+    metrics = msg.content["metrics"] if "metrics" in msg.content else None
+    if not isinstance(metrics, MetricRecord) or TEMPERATURE not in metrics:
+        return None
+    return metrics[TEMPERATURE]
+
+
+def _as_float(value: object) -> float:
+    """A reported number for the audit table (NaN for anything else)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("nan")
 
 
 def _read_state(msg: Message, n_bins: int) -> tuple[CalibrationState | None, str]:

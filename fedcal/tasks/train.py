@@ -38,7 +38,10 @@ from fedcal.tasks.nodes import (CLIENT_RECORD, check_partitions, client_id, clie
 from fedcal.attacks import BENIGN, AttackSpec, LocalRoundSpec, attackers_of, behaviour_for, client_round
 from fedcal.config import RunConfig
 from fedcal.attacks.backdoor import PixelBackdoor, attack_success_rate, triggered_test_set
-from fedcal.data import client_data, load_dataset, pixel_space, root_set
+from fedcal.aggregate.calguard import drift_arrays
+from fedcal.calibration_state import CalibrationState
+from fedcal.data import client_data, client_heldout, load_dataset, pixel_space, root_set
+from fedcal.strategies.calguard import DRIFT_RECORD
 from fedcal.calibration_metrics import (INTERVALS_FILE, bootstrap_intervals, calibration_estimators, estimator_metrics,
                                         recorded_columns)
 from fedcal.metrics import METRIC_KEYS, calibration_metrics, reliability_bins
@@ -104,7 +107,7 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
         log(INFO, "attackers (%s, %d of %d): %s", cfg.attack,
             cfg.num_attackers, cfg.num_clients, sorted(attackers_of(AttackSpec.from_config(cfg))))
         root_fn = root_train_fn_for(cfg, ds, device) if cfg.strategy == "fltrust" else None
-        guard = dict(root_set=root_set(ds, cfg.root_size, cfg.seed),
+        guard = dict(root_set=root_set(ds, cfg.root_size, cfg.seed) if cfg.calguard_signal == "root" else None,
                      model=build_model(cfg.model, ds.input_shape, ds.num_classes).to(device)
                      ) if cfg.strategy == "calguard" else {}
 
@@ -112,6 +115,8 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
                                        pixel_space(cfg.dataset)) if cfg.attack == "backdoor" else None
 
         estimators = calibration_estimators(cfg.calibration_metrics)
+        # the clients' calibration states and temperatures (its round's temperature rescales the test logits)
+        fed_cal = FederatedCalibration(cfg, store, node_to_client) if cfg.fed_eval_clients else None
 
         def evaluate(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
             import pandas as pd  # lazily: the ClientApp process never loads pandas
@@ -131,6 +136,10 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
                         logits, ds.y_test, estimators, cfg.n_bins, cfg.calibration_bootstrap, cfg.seed)))
             metrics = calibration_metrics(logits, ds.y_test, cfg.n_bins)
             metrics.update(estimator_metrics(logits.softmax(dim=1), ds.y_test, estimators, cfg.n_bins))
+            temperature = fed_cal.temperature(server_round) if fed_cal is not None else float("nan")
+            if math.isfinite(temperature):  # the federated temperature, post hoc (accuracy unchanged)
+                metrics.update({f"fedtemp_{k}": v for k, v in calibration_metrics(
+                    logits.double() / temperature, ds.y_test, cfg.n_bins).items()})
             if triggered is not None:  # the backdoor's success beside the clean accuracy
                 pred = predict_logits(model, triggered.x, cfg.eval_batch_size, device).argmax(1)
                 metrics["asr"] = attack_success_rate(pred, triggered.labels, triggered.target)
@@ -138,7 +147,7 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
 
         initial = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         final, rows = federate(grid, cfg, store, initial, evaluate, progress, node_to_client,
-                               root_train_fn=root_fn, resume=checkpoint, **guard)
+                               root_train_fn=root_fn, resume=checkpoint, evaluation=fed_cal, **guard)
         store.save_model(final)
         store.finish()
     return pd.DataFrame(rows)
@@ -148,7 +157,7 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
              evaluate: Callable[[int, ArrayRecord], dict[str, float]], progress: ProgressFn | None,
              node_to_client: dict[int, int], *, strategy: UpdateAggregationStrategy | None = None,
              num_rounds: int | None = None, resume: Checkpoint | None = None,
-             **strategy_kwargs) -> tuple[dict[str, torch.Tensor], list[dict]]:
+             evaluation: FederatedCalibration | None = None, **strategy_kwargs) -> tuple[dict[str, torch.Tensor], list[dict]]:
     """The rounds of a federated training run, for any model: ``strategy`` (default: the configured
     one, :func:`fedcal.strategies.strategy_from_config` given ``strategy_kwargs``) runs ``num_rounds``
     (default ``num-rounds``) rounds from the ``initial`` state; after each (and before the first)
@@ -177,7 +186,7 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
                                         node_label=node_to_client.get, available=len(node_to_client),
                                         **strategy_kwargs)
     if cfg.fed_eval_clients and strategy.evaluation is None:  # the clients' calibration states, merged
-        strategy.evaluation = FederatedCalibration(cfg, store, node_to_client)
+        strategy.evaluation = evaluation or FederatedCalibration(cfg, store, node_to_client)
     rows: list[dict[str, float]] = []
     rejections: list[dict] = []
     aggregated_before = 0  # rounds that aggregated before the checkpoint this attempt resumed from
@@ -301,6 +310,8 @@ def train(msg: Message, context: Context) -> Message:
     model = shared_model(cfg.model, tuple(data.x.shape[1:]), data.num_classes)
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     behaviour = behaviour_for(AttackSpec.from_config(cfg), cid)
+    drift = cfg.strategy == "calguard" and cfg.calguard_signal == "clients"
+    held = _held_out_state(cfg, cid, model, device) if drift else None
     stats = client_round(model, data.x, data.y, data.num_classes, behaviour, LocalRoundSpec.from_config(cfg),
                          server_round, cid, device)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
@@ -309,7 +320,22 @@ def train(msg: Message, context: Context) -> Message:
         "metrics": MetricRecord({"train-loss": stats.loss, "num-examples": stats.num_examples}),
         CLIENT_RECORD: client_record(cid, behaviour.malicious),
     })
+    if drift:  # CalGuard without a root set: the global model's and the candidate's calibration states
+        content[DRIFT_RECORD] = ArrayRecord(drift_arrays(held[1], _held_out_state(cfg, cid, model, device, held)[1]))
     return Message(content=content, reply_to=msg)
+
+
+def _held_out_state(cfg: RunConfig, cid: int, model: torch.nn.Module, device: torch.device,
+                    held: tuple | None = None) -> tuple:
+    """(held-out data, the calibration state of ``model`` on it) of client ``cid`` (``held``: the
+    data loaded before)."""
+    data = held[0] if held is not None else client_heldout(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.partition,
+                                                           cfg.dirichlet_alpha, cfg.seed, cid)
+    state = CalibrationState.empty(cfg.n_bins)
+    if len(data):
+        state = state.update_probs(predict_logits(model, data.x, cfg.eval_batch_size, device).double().softmax(1),
+                                   data.y)
+    return data, state
 
 
 def progress_label(cfg: RunConfig) -> str:
