@@ -68,3 +68,16 @@ def test_seed_rows_carry_the_interval_half_width_and_mark_unresolved_seeds(tmp_p
     assert tsa["ece_hw"] == pytest.approx(1.0) and tsa[RESOLVED] == 1 and tsa["sece_compared"] == 2
     md = seeds_markdown(agg).splitlines()
     assert "(CI ±1.00)" in md[3] and "(not resolved in 1/2 seeds)" in md[3]
+
+
+def test_a_runs_final_line_carries_its_bootstrap_intervals(tmp_path):
+    """`fedcal run`'s final summary gains a second line with the ECE and sECE intervals the run
+    recorded (calibration-bootstrap), in percent, ECE unsigned and sECE signed; none without them."""
+    from fedcal.tasks.train import _interval_note
+
+    d = _run(tmp_path, "r", 0.2205, 0.2205, 0.02)
+    frame = pd.read_csv(d / INTERVALS_FILE).assign(level=0.95, resamples=1000)
+    frame.to_csv(d / INTERVALS_FILE, index=False)
+    assert _interval_note(d) == ("\n95 % bootstrap intervals over the test set (1000 resamples): "
+                                 "ECE [20.05, 24.05]%  sECE [+20.05, +24.05]%")
+    assert _interval_note(tmp_path / "none") == ""

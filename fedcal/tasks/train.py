@@ -348,8 +348,28 @@ def final_summary(run_dir: Path) -> str:
     from fedcal.reports.runs import final_metrics  # the reports (pandas) only when a command asks
 
     last = final_metrics(run_dir).iloc[0]
-    return "final round {}: accuracy {:.2f}%  ECE {:.2f}%  sECE {:+.2f}%  Brier {:.4f}  NLL {:.4f}".format(
+    line = "final round {}: accuracy {:.2f}%  ECE {:.2f}%  sECE {:+.2f}%  Brier {:.4f}  NLL {:.4f}".format(
         int(last["round"]), 100 * last["accuracy"], 100 * last["ece"], 100 * last["sece"], last["brier"], last["nll"])
+    return line + _interval_note(Path(run_dir))
+
+
+def _interval_note(run_dir: Path) -> str:
+    """The bootstrap intervals of ECE and sECE (``calibration-bootstrap``), as a second line; ""
+    for a run that recorded none."""
+    import csv
+
+    path = run_dir / INTERVALS_FILE
+    if not path.exists():
+        return ""
+    with open(path, newline="") as f:
+        rows = {r["metric"]: r for r in csv.DictReader(f)}
+    said = [f"{name} [{100 * float(rows[m]['lo']):{sign}.2f}, {100 * float(rows[m]['hi']):{sign}.2f}]%"
+            for m, name, sign in (("ece", "ECE", ""), ("sece", "sECE", "+")) if m in rows]
+    if not said:
+        return ""
+    first = next(iter(rows.values()))
+    level = round(100 * float(first["level"]))
+    return f"\n{level} % bootstrap intervals over the test set ({first['resamples']} resamples): " + "  ".join(said)
 
 
 def load_images(cfg: RunConfig) -> None:
