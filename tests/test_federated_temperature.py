@@ -1,8 +1,9 @@
 """The federated temperature (fedcal.temperature, the evaluate round of
 fedcal.tasks.federated_eval): the server's weighted median by hand, a client's bad report left out
 with its reason, one client's lie moving the median by one neighbour at most, and a tiny Flower run
-that records ``fed_temperature`` and ``fedtemp_*`` (the final model's test logits divided by it), which
-the defense table shows as its ``fedavg + TS(fed)`` row."""
+that records ``fed_temperature`` and ``fedtemp_*`` (the final model's test logits divided by it, on the
+test samples outside the clients' seeded fitting halves), which the defense table shows as its
+``fedavg + TS(fed)`` row."""
 
 from __future__ import annotations
 
