@@ -1,13 +1,16 @@
 """The federated temperature (fedcal.temperature, the evaluate round of
 fedcal.tasks.federated_eval): the server's weighted median by hand, a client's bad report left out
 with its reason, one client's lie moving the median by one neighbour at most, and a tiny Flower run
-that records ``fed_temperature`` and ``fedtemp_*`` (the final model's test logits divided by it), which
-the defense table shows as its ``fedavg + TS(fed)`` row."""
+that records ``fed_temperature`` and ``fedtemp_*`` (the final model's test logits divided by it, on the
+test samples outside the clients' seeded fitting halves), which the defense table shows as its
+``fedavg + TS(fed)`` row."""
 
 from __future__ import annotations
 
 import logging
 import math
+
+import numpy as np
 
 import pandas as pd
 import pytest
@@ -19,7 +22,23 @@ from fedcal.temperature import (T_MAX, client_temperature, federated_temperature
                                         weighted_median)
 from fedcal.calibration_state import CalibrationState
 from fedcal.config import RunConfig
+from fedcal.data import temperature_fit_positions
 from tests.strategy_harness import FakeGrid
+
+
+def _unfitted_by_hand(cfg, partitions, n_test):
+    """The test indices outside the fitting halves of ``partitions``, written out: each share the
+    test labels' partition (as client_heldout splits them), each half the first n // 2 of a
+    permutation seeded by the run's seed, the partition id and the split's tag."""
+    from fedcal.data import load_dataset, partition_indices
+
+    y = load_dataset(cfg.dataset, cfg.data_dir).y_test.numpy()
+    parts = partition_indices(y, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha, cfg.seed)
+    fitted = set()
+    for p in partitions:
+        rng = np.random.default_rng([cfg.seed, p, 0x7E3])
+        fitted |= set(parts[p][rng.permutation(len(parts[p]))[: len(parts[p]) // 2]].tolist())
+    return torch.tensor(sorted(set(range(n_test)) - fitted), dtype=torch.long)
 
 
 def test_the_weighted_median_by_hand():
@@ -132,11 +151,12 @@ def test_a_flower_run_records_the_federated_temperature_and_the_rescaled_metrics
     last = clients[clients["round"] == 2]
     assert (last["temperature_status"] == "ok").all() and final["fed_temperature_clients"] == 3
     _, model, _ = load_model(run_dir)
-    # each client's temperature is temperature scaling on its held-out data; the server's their median
+    # each client's temperature is temperature scaling on the fitting half of its held-out data; the server's their median
     mine = []
     for part in last["partition_id"]:
         shard = client_heldout("digits", cfg.data_dir, 4, cfg.partition, cfg.dirichlet_alpha, cfg.seed, int(part))
-        mine.append(TemperatureScaling().fit(predict_logits(model, shard.x).double(), shard.y).temperature_)
+        fit = torch.from_numpy(temperature_fit_positions(len(shard), cfg.seed, int(part)))
+        mine.append(TemperatureScaling().fit(predict_logits(model, shard.x[fit]).double(), shard.y[fit]).temperature_)
     assert sorted(last["temperature"]) == pytest.approx(sorted(mine), rel=1e-9)
     # the weighted median written out: counts capped at their median, the first T reaching half the weight
     n = sorted(last["n"])[1]
@@ -147,12 +167,17 @@ def test_a_flower_run_records_the_federated_temperature_and_the_rescaled_metrics
         if acc >= half:
             break
     assert final["fed_temperature"] == pytest.approx(t, rel=1e-9)
+    # fedtemp_* are scored on the test samples outside the 3 evaluating clients' fitting halves
     ds = load_dataset("digits", cfg.data_dir)
-    want = calibration_metrics(predict_logits(model, ds.x_test).double() / final["fed_temperature"], ds.y_test,
-                               cfg.n_bins)
+    held = _unfitted_by_hand(cfg, [int(p) for p in last["partition_id"]], len(ds.y_test))
+    assert final["fedtemp_n"] == len(held) < len(ds.y_test)
+    logits = predict_logits(model, ds.x_test)
+    want = calibration_metrics(logits[held].double() / final["fed_temperature"], ds.y_test[held], cfg.n_bins)
     for k in ("accuracy", "ece", "sece", "nll"):
         assert final[f"fedtemp_{k}"] == pytest.approx(want[k], abs=1e-9), k
-    assert final["fedtemp_accuracy"] == pytest.approx(final["accuracy"], abs=1e-12)  # dividing keeps the argmax
+    # dividing keeps the argmax: the accuracy is the plain one on the same samples
+    assert final["fedtemp_accuracy"] == pytest.approx(
+        float((logits[held].argmax(1) == ds.y_test[held]).double().mean()), abs=1e-12)
     assert "fedtemp_ece" not in set(metrics[metrics["round"] == 0]["metric"])
     # the defense table's federated-temperature row is the run's final fedtemp_* metrics
     from fedcal.reports.defense import FEDTEMP, POSTHOC, run_rows
@@ -161,3 +186,41 @@ def test_a_flower_run_records_the_federated_temperature_and_the_rescaled_metrics
     assert set(rows.index) == {"fedavg", POSTHOC, FEDTEMP}
     for k in ("accuracy", "ece", "sece"):
         assert rows.loc[FEDTEMP, k] == pytest.approx(want[k], abs=1e-9), k
+
+
+def test_the_fitting_half_is_seeded_and_half_of_the_share():
+    a = temperature_fit_positions(181, seed=3, partition_id=2)
+    assert (a == temperature_fit_positions(181, seed=3, partition_id=2)).all()  # same seed, same split
+    assert len(a) == 90 and len(set(a.tolist())) == 90 and (np.diff(a) > 0).all() and 0 <= a.min() and a.max() < 181
+    assert (a != temperature_fit_positions(181, seed=4, partition_id=2)).any()
+    assert (a != temperature_fit_positions(181, seed=3, partition_id=1)).any()
+    assert len(temperature_fit_positions(1, 0, 0)) == 0
+
+
+def test_with_every_client_evaluating_the_temperature_is_scored_off_its_fit(tmp_path):
+    """All clients evaluate, so their shares cover the test set: fedtemp_* are scored on exactly
+    the test samples outside the union of their fitting halves, never on a sample a client fitted on."""
+    from fedcal.app.engine import simulate
+    from fedcal.data import client_heldout, load_dataset
+    from fedcal.local_training import predict_logits
+    from fedcal.metrics import calibration_metrics
+    from fedcal.results import load_metrics, load_model
+
+    cfg = RunConfig.from_flower(dict(dataset="digits", model="mlp", num_clients=3, clients_per_round=3, num_rounds=1,
+                                     lr=0.05, batch_size=16, local_steps=2, engine="inprocess", device="cpu",
+                                     fed_eval_clients=3, checkpoint_every=1, output_dir=str(tmp_path)))
+    run_dir = simulate(cfg, progress=False)
+    metrics = load_metrics(run_dir)
+    final = metrics[metrics["round"] == 1].set_index("metric")["value"]
+    assert final["fed_temperature_clients"] == 3
+    ds = load_dataset("digits", cfg.data_dir)
+    shares = [len(client_heldout("digits", cfg.data_dir, 3, cfg.partition, cfg.dirichlet_alpha, cfg.seed, p))
+              for p in range(3)]
+    assert sum(shares) == len(ds.y_test)
+    assert final["fedtemp_n"] == len(ds.y_test) - sum(s // 2 for s in shares)
+    held = _unfitted_by_hand(cfg, [0, 1, 2], len(ds.y_test))
+    _, model, _ = load_model(run_dir)
+    want = calibration_metrics(predict_logits(model, ds.x_test[held]).double() / final["fed_temperature"],
+                               ds.y_test[held], cfg.n_bins)
+    assert final["fedtemp_ece"] == pytest.approx(want["ece"], abs=1e-9)
+    assert final["fedtemp_sece"] == pytest.approx(want["sece"], abs=1e-9)

@@ -13,7 +13,7 @@ from fedcal.data.partition import dirichlet_partition, iid_partition, partition_
 __all__ = [
     "Dataset", "PixelSpace", "pixel_space", "ClientData", "default_data_dir", "load_dataset", "synthetic_dataset",
     "dirichlet_partition", "iid_partition", "partition_indices", "patient_partition", "client_partitions",
-    "client_data", "client_heldout", "root_set",
+    "client_data", "client_heldout", "heldout_indices", "temperature_fit_positions", "root_set",
 ]
 
 
@@ -88,13 +88,29 @@ def client_heldout(
     with the same class proportions, since the draws follow the same seeded stream; ``patient``,
     whose test records have no patient groups here, splits IID). The shares are disjoint and
     cover the test set, so all clients' held-out data together are the central test set."""
+    ds = load_dataset(dataset, data_dir)
+    idx = torch.from_numpy(heldout_indices(ds.y_test.numpy(), num_clients, scheme, alpha, seed, partition_id))
+    return ClientData(ds.x_test[idx], ds.y_test[idx], ds.num_classes)
+
+
+def heldout_indices(y_test: np.ndarray, num_clients: int, scheme: str, alpha: float, seed: int,
+                    partition_id: int) -> np.ndarray:
+    """The test-set indices of client ``partition_id``'s held-out share (:func:`client_heldout`'s
+    rows, in its order): the server computes the same share from the test labels alone."""
     if not 0 <= partition_id < num_clients:
         raise ValueError(f"partition id {partition_id} outside [0, {num_clients})")
-    ds = load_dataset(dataset, data_dir)
-    parts = partition_indices(ds.y_test.numpy(), num_clients, "iid" if scheme == "patient" else scheme, alpha,
-                              seed)
-    idx = torch.from_numpy(parts[partition_id])
-    return ClientData(ds.x_test[idx], ds.y_test[idx], ds.num_classes)
+    parts = partition_indices(y_test, num_clients, "iid" if scheme == "patient" else scheme, alpha, seed)
+    return parts[partition_id]
+
+
+def temperature_fit_positions(n: int, seed: int, partition_id: int) -> np.ndarray:
+    """The positions (sorted, within a held-out share of ``n`` samples) of the share's fitting half:
+    the first ``n // 2`` of a permutation seeded by the run's seed and the client's partition id.
+    The client fits its temperature on these samples only; the server, drawing the same half,
+    scores the federated temperature on the test samples outside every participant's fitting half
+    (fedcal.tasks.federated_eval), so the temperature is never scored on what it was fitted on."""
+    rng = np.random.default_rng([seed, partition_id, 0x7E3])
+    return np.sort(rng.permutation(n)[: n // 2])
 
 
 def root_set(ds: Dataset, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

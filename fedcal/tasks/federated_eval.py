@@ -12,13 +12,17 @@ the central ones), each client's own in ``federated_calibration.csv`` (the run's
 calibration audit), and at the final round the federation's reliability diagram
 (``federated_reliability.csv``).
 
-Each client also fits its own temperature on the same held-out logits and replies with it (metric
-``temperature``); the server's federated temperature is the weighted median of the valid ones
+Each client also fits its own temperature on the fitting half of its held-out share
+(:func:`fedcal.data.temperature_fit_positions`: a fixed half, drawn by a permutation seeded by the run's
+seed and the client's partition id) and replies with it (metric ``temperature``); its calibration
+state covers the whole share (that is evaluation, not fitting). The server's federated temperature is the weighted median of the valid ones
 (:mod:`fedcal.temperature`: counts from the client's validated state, capped at the round's
 median; a missing, non-finite or out-of-bounds temperature is left out with its reason in the
 per-client table's ``temperature_status``), recorded as ``fed_temperature`` with
-``fed_temperature_clients``; the training task divides the global model's test logits by it
-(``fedtemp_*`` metrics).
+``fed_temperature_clients``; the training task divides the global model's test logits by it and
+scores them on the test samples no replying client fitted on (``fedtemp_*`` metrics, their count
+``fedtemp_n``): the server draws each replying client's fitting half itself (same share, same
+seeded permutation) and leaves out their union, so the temperature is never scored on its own fit.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from flwr.supercore import log
 from fedcal.temperature import client_temperature, federated_temperature
 from fedcal.calibration_state import CalibrationState, from_arrays, merged, state_problem
 from fedcal.config import RunConfig
-from fedcal.data import client_heldout
+from fedcal.data import client_heldout, heldout_indices, load_dataset, temperature_fit_positions
 from fedcal.local_training import predict_logits, resolve_device
 from fedcal.results import RunStore
 from fedcal.tasks.nodes import CLIENT_RECORD, client_id, client_record, config_record, message_config, shared_model
@@ -64,8 +68,9 @@ def evaluate_heldout(msg: Message, context: Context) -> Message:
     if len(data):
         logits = predict_logits(model, data.x, cfg.eval_batch_size, resolve_device(cfg.device))
         state = state.update_probs(logits.double().softmax(dim=1), data.y)
-        if len(data) >= 2 and torch.isfinite(logits).all():
-            metrics[TEMPERATURE] = client_temperature(logits.double(), data.y)
+        fit = torch.from_numpy(temperature_fit_positions(len(data), cfg.seed, cid))
+        if len(fit) >= 2 and torch.isfinite(logits[fit]).all():
+            metrics[TEMPERATURE] = client_temperature(logits[fit].double(), data.y[fit])
     return Message(content=RecordDict({
         STATE_RECORD: ArrayRecord(state.to_arrays()),
         "metrics": MetricRecord(metrics),
@@ -80,6 +85,8 @@ class FederatedCalibration:
     def __init__(self, cfg: RunConfig, store: RunStore, node_to_client: dict[int, int]):
         self.cfg, self.store, self.node_to_client = cfg, store, node_to_client
         self.results: dict[int, dict[str, float]] = {}
+        #: per round, the test-set indices the replying clients fitted their temperatures on
+        self.fitted: dict[int, np.ndarray] = {}
 
     def due(self, server_round: int) -> bool:
         return server_round >= 1 and (server_round == self.cfg.num_rounds or server_round % self.cfg.eval_every == 0)
@@ -105,6 +112,8 @@ class FederatedCalibration:
         if not replies:
             return None
         states, rows, reports = [], [], {}
+        self.fitted[server_round] = self.fitted_indices(
+            {self.node_to_client.get(m.metadata.src_node_id, -1) for m in replies})
         for msg in replies:
             node = msg.metadata.src_node_id
             part = self.node_to_client.get(node, -1)
@@ -140,6 +149,24 @@ class FederatedCalibration:
             self.store.write_table(FED_RELIABILITY_FILE,
                                    pd.DataFrame({k: v.numpy() for k, v in total.reliability().items()}))
         return MetricRecord({k: float(v) for k, v in metrics.items() if np.isfinite(v)})
+
+    def fitted_indices(self, partitions: Iterable[int]) -> np.ndarray:
+        """The sorted test-set indices in the fitting halves of the clients ``partitions`` (those
+        outside [0, num-clients) have no share): drawn as each client draws its own."""
+        cfg = self.cfg
+        y_test = load_dataset(cfg.dataset, cfg.data_dir).y_test.numpy()
+        fitted = [np.zeros(0, dtype=np.int64)]
+        for part in sorted(p for p in partitions if 0 <= p < cfg.num_clients):
+            share = heldout_indices(y_test, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha, cfg.seed, part)
+            fitted.append(share[temperature_fit_positions(len(share), cfg.seed, part)])
+        return np.unique(np.concatenate(fitted).astype(np.int64))
+
+    def unfitted(self, server_round: int, n_test: int) -> torch.Tensor:
+        """The test-set indices no client replying in the round fitted its temperature on (the
+        samples the round's ``fedtemp_*`` metrics are scored on)."""
+        keep = np.ones(n_test, dtype=bool)
+        keep[self.fitted.get(server_round, np.zeros(0, dtype=np.int64))] = False
+        return torch.from_numpy(np.flatnonzero(keep))
 
     def temperature(self, server_round: int) -> float:
         """The round's federated temperature (NaN when the round had none); keeps the round's metrics."""

@@ -137,9 +137,12 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
             metrics = calibration_metrics(logits, ds.y_test, cfg.n_bins)
             metrics.update(estimator_metrics(logits.softmax(dim=1), ds.y_test, estimators, cfg.n_bins))
             temperature = fed_cal.temperature(server_round) if fed_cal is not None else float("nan")
-            if math.isfinite(temperature):  # the federated temperature, post hoc (accuracy unchanged)
+            # the federated temperature, post hoc (accuracy unchanged), on the test samples no client fitted on
+            held = fed_cal.unfitted(server_round, len(ds.y_test)) if math.isfinite(temperature) else None
+            if held is not None and len(held):
                 metrics.update({f"fedtemp_{k}": v for k, v in calibration_metrics(
-                    logits.double() / temperature, ds.y_test, cfg.n_bins).items()})
+                    logits[held].double() / temperature, ds.y_test[held], cfg.n_bins).items()})
+                metrics["fedtemp_n"] = float(len(held))
             if triggered is not None:  # the backdoor's success beside the clean accuracy
                 pred = predict_logits(model, triggered.x, cfg.eval_batch_size, device).argmax(1)
                 metrics["asr"] = attack_success_rate(pred, triggered.labels, triggered.target)
