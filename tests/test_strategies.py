@@ -170,7 +170,7 @@ RULE_KWARGS = {"fedavg": (), "fltrust": ("root_train_fn",), "foolsgold": ("kappa
                "trimmed_mean": ("beta", "f"), "median": (), "geometric_median": ("max_iter", "tol"),
                "median_of_means": ("num_groups", "seed"),
                "calguard": ("model", "root_x", "root_y", "kappa", "window", "strikes", "mode",
-                            "sequential", "sequential_signal")}
+                            "sequential", "sequential_signal", "signal")}
 
 
 def _root(arrays: ArrayRecord, server_round: int) -> ArrayRecord:
