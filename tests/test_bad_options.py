@@ -132,6 +132,7 @@ UNREAD_OR_USELESS = [
     (["run", "clip-c=0.5"], ["'clip-c'", "pre-aggregation names clip", 'pre-aggregation = ""']),
     (["run", "alie-z=1.5", "attack=ipm"], ["'alie-z'", "attack names alie", "attack = ipm"]),
     (["run", "tsa-blend=0.5", "attack=none"], ["'tsa-blend'", "attack names tsa"]),
+    (["run", "mimic-target=2", "attack=ipm"], ["'mimic-target'", "attack names mimic", "attack = ipm"]),
     (["sweep", "--grid", "calguard-kappa=3,4"], ["'calguard-kappa'", "strategy = fedavg"]),
     (["defense", "--strategies", "fedavg,median", "calguard-cusum=true"], ["'calguard-cusum'", "fedavg, median"]),
     (["taus", "--strategies", "fedavg,fltrust", "calguard-window=3"], ["'calguard-window'", "fedavg, fltrust"]),

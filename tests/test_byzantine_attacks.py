@@ -1,6 +1,7 @@
-"""The model-poisoning attacks of Byzantine-robust FL (ALIE, IPM, Min-Max, Min-Sum, Fang) and the
+"""The model-poisoning attacks of Byzantine-robust FL (ALIE, IPM, Min-Max, Min-Sum, Fang, and ByzFL's
+sign flipping, Mimic and Inf) and the
 pixel-pattern backdoor: hand-computed values on small updates, invariants, closed forms as second
-implementations, and ByzFL's ALIE / IPM where installed."""
+implementations, and ByzFL's ALIE / IPM / sign flipping / Mimic / Inf where installed."""
 
 from __future__ import annotations
 
@@ -256,10 +257,50 @@ def test_fang_krum_refuses_too_many_attackers():
 
 
 # --------------------------------------------------------------------------------------------
+# ByzFL's baselines: sign flipping, Mimic, Inf
+# --------------------------------------------------------------------------------------------
+BASE = t64([[1.0, -2.0, 0.5], [3.0, 4.0, 0.5], [-1.0, 1.0, 2.0]])  # column means 1, 1, 1
+
+
+def test_sign_flipping_by_hand_is_ipm_at_epsilon_one():
+    assert torch.equal(T.sign_flipping(BASE, 2), t64([[-1.0, -1.0, -1.0]] * 2))
+    h = rand(7, 5, seed=4)
+    assert torch.allclose(T.sign_flipping(h, 3), T.ipm(h, 3, epsilon=1.0), atol=0, rtol=0)
+    assert T.sign_flipping(BASE, 0).shape == (0, 3)
+
+
+@pytest.mark.parametrize("target", [0, 1, 2])
+def test_mimic_copies_the_target_update(target):
+    out = T.mimic(BASE, 2, target=target)
+    assert torch.equal(out, BASE[target].expand(2, 3))
+    out[0, 0] = 99.0  # a copy, not a view of the honest updates
+    assert BASE[target, 0] != 99.0
+
+
+@pytest.mark.parametrize("target, match", [(3, "not one of the round's 3 honest"), (-1, "≥ 0"), (0.5, "integer")])
+def test_mimic_refuses_a_target_outside_the_round(target, match):
+    with pytest.raises(ValueError, match=match):
+        T.mimic(BASE, 1, target=target)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_inf_is_positive_infinity_everywhere_in_the_honest_dtype(dtype):
+    out = T.inf(BASE.to(dtype), 2)
+    assert out.shape == (2, 3) and out.dtype == dtype and bool((out == float("inf")).all())
+
+
+def test_an_inf_reply_makes_the_plain_rules_non_finite():
+    # why the server must drop it before aggregating (fedcal's strategies do: test_byzantine_wiring)
+    rows = torch.cat([BASE, T.inf(BASE, 1)])
+    assert not torch.isfinite(rows.mean(0)).any()
+
+
+# --------------------------------------------------------------------------------------------
 # the registry
 # --------------------------------------------------------------------------------------------
 def test_registry_names_and_dispatch():
-    assert list(T.POISONING) == ["alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum"]
+    assert list(T.POISONING) == ["alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic",
+                                 "inf"]
     assert all(name == attack.name for name, attack in T.POISONING.items())
     h = rand(10, 6, seed=3) + 0.2
     assert torch.equal(T.craft_malicious("alie", h, 3, z=0.7), T.alie(h, 3, z=0.7))
@@ -267,19 +308,25 @@ def test_registry_names_and_dispatch():
     g = torch.Generator().manual_seed(9)
     assert torch.equal(T.craft_malicious("fang-trmean", h, 3, generator=g),
                        T.fang_trimmed_mean(h, 3, generator=torch.Generator().manual_seed(9)))
+    assert torch.equal(T.craft_malicious("mimic", h, 2, generator=g, target=4), T.mimic(h, 2, target=4))
+    assert torch.equal(T.craft_malicious("signflip", h, 2), T.sign_flipping(h, 2))
     with pytest.raises(ValueError, match="unknown model-poisoning attack 'lie'"):
         T.craft_malicious("lie", h, 1)
 
 
-@pytest.mark.parametrize("name", ["alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum"])
+ALL = ["alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic", "inf"]
+
+
+@pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("f", [0, 1, 3])
 def test_every_attack_returns_f_rows_of_the_honest_dtype(name, f):
     h = rand(9, 5, seed=f, dtype=torch.float32) + 0.1
     out = T.craft_malicious(name, h, f, generator=torch.Generator().manual_seed(0))
-    assert out.shape == (f, 5) and out.dtype == torch.float32 and torch.isfinite(out).all()
+    # every attack but Inf (whose point is to be non-finite) crafts finite updates
+    assert out.shape == (f, 5) and out.dtype == torch.float32 and bool(torch.isfinite(out).all()) == (name != "inf" or f == 0)
 
 
-@pytest.mark.parametrize("name", ["alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum"])
+@pytest.mark.parametrize("name", ALL)
 def test_every_attack_validates_the_honest_updates(name):
     with pytest.raises(ValueError, match="NaN or Inf"):
         T.craft_malicious(name, t64([[1.0, float("nan")], [0.0, 1.0], [1.0, 1.0]]), 1)
@@ -287,7 +334,7 @@ def test_every_attack_validates_the_honest_updates(name):
         T.craft_malicious(name, torch.zeros(4), 1)
 
 
-@pytest.mark.parametrize("module", ["alie", "ipm", "minmax", "fang", "backdoor"])
+@pytest.mark.parametrize("module", ["alie", "ipm", "minmax", "fang", "baselines", "backdoor"])
 def test_docstring_examples_run(module):
     mod = importlib.import_module(f"fedcal.attacks.{module}")
     result = doctest.testmod(mod, extraglobs={"torch": torch})
@@ -310,6 +357,16 @@ def test_ipm_matches_byzfl(eps):
     byzfl = pytest.importorskip("byzfl")
     h = rand(12, 30, seed=3, dtype=torch.float32)
     assert torch.allclose(T.ipm(h, 2, epsilon=eps)[0], byzfl.InnerProductManipulation(tau=eps)(h), atol=1e-6)
+
+
+@pytest.mark.parametrize("target", [0, 5])
+def test_sign_flipping_mimic_and_inf_match_byzfl(target):
+    byzfl = pytest.importorskip("byzfl")
+    h = rand(12, 30, seed=target, dtype=torch.float32)
+    assert torch.allclose(T.sign_flipping(h, 3)[0], byzfl.SignFlipping()(h), atol=1e-6)
+    assert torch.equal(T.mimic(h, 2, target=target)[0], byzfl.Mimic(epsilon=target)(h))
+    theirs = byzfl.Inf()(h)
+    assert torch.equal(T.inf(h, 1)[0].double(), torch.as_tensor(theirs).double())
 
 
 # --------------------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ module                 contents
 ``ipm.py``             :func:`ipm` (inner-product manipulation: −ε·μ)
 ``minmax.py``          :func:`min_max`, :func:`min_sum` (+ their γ searches, directions)
 ``fang.py``            :func:`fang_trimmed_mean`, :func:`fang_krum` (directed deviation)
+``baselines.py``       ByzFL's baselines: :func:`sign_flipping` (−μ), :func:`mimic` (a copy of
+                       one honest update), :func:`inf` (+∞ everywhere)
 ``poisoning.py``       :data:`POISONING` (name → :class:`ModelPoisoning`),
                        :func:`craft_malicious`
 ``backdoor.py``        :class:`PixelBackdoor`, :class:`PixelTrigger`, :func:`stamp`,
@@ -50,6 +52,7 @@ from fedcal.attacks.backdoor import (
     stamp,
     triggered_test_set,
 )
+from fedcal.attacks.baselines import inf, mimic, sign_flipping
 from fedcal.attacks.fang import fang_krum, fang_trimmed_mean
 from fedcal.attacks.ipm import ipm
 from fedcal.attacks.labelflip import LabelFlipping, flip_labels
@@ -92,8 +95,10 @@ __all__ = [
     "fang_krum",
     "fang_trimmed_mean",
     "flip_labels",
+    "inf",
     "ipm",
     "kind_for_attack",
+    "mimic",
     "min_max",
     "min_sum",
     "model_poisoning",
@@ -102,5 +107,6 @@ __all__ = [
     "triggered_test_set",
     "round_generator",
     "select_attackers",
+    "sign_flipping",
     "stealth_variants",
 ]

@@ -72,6 +72,7 @@ class AttackSpec(ConfigSpec):
     ipm_epsilon: float
     minmax_direction: str
     fang_b: float
+    mimic_target: int
 
 
 class BehaviourKind:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from fedcal.attacks.alie import alie
+from fedcal.attacks.baselines import inf, mimic, sign_flipping
 from fedcal.attacks.fang import fang_krum, fang_trimmed_mean
 from fedcal.attacks.ipm import ipm
 from fedcal.attacks.minmax import min_max, min_sum
@@ -51,6 +52,9 @@ POISONING: dict[str, ModelPoisoning] = {
         ModelPoisoning("fang-trmean", fang_trimmed_mean, "Fang et al. (USENIX Security 2020)", seeded=True,
                        targets="trimmed mean / median"),
         ModelPoisoning("fang-krum", fang_krum, "Fang et al. (USENIX Security 2020)", targets="krum"),
+        ModelPoisoning("signflip", sign_flipping, "Allen-Zhu et al. (ICLR 2021); ByzFL's SignFlipping"),
+        ModelPoisoning("mimic", mimic, "Karimireddy, He & Jaggi (ICLR 2022); ByzFL's Mimic"),
+        ModelPoisoning("inf", inf, "ByzFL's Inf (a test of the server's input validation)"),
     )
 }
 

@@ -14,9 +14,9 @@ __all__ = ["ATTACKS", "POISONING_ATTACKS", "AUGMENTATIONS", "CALIBRATION_ESTIMAT
 ATTACKS = ("none", "tsa", "noise", "labelflip",
            # the model-poisoning attacks of Byzantine-robust FL (fedcal.attacks.POISONING; a test keeps them
            # equal) and the pixel-pattern image backdoor
-           "alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "backdoor")
+           "alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic", "inf", "backdoor")
 #: ``attack`` values whose replies the server-side colluders craft (fedcal.attacks.POISONING)
-POISONING_ATTACKS = ("alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum")
+POISONING_ATTACKS = ("alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic", "inf")
 AUGMENTATIONS = ("none", "crop-flip")
 #: datasets ``augment=crop-flip`` applies to (digits are not mirror-invariant, CIFAR's objects are)
 CROP_FLIP_DATASETS = ("cifar10", "cifar100")
@@ -124,6 +124,9 @@ class Train:
     fang_b: float = setting(2.0, "Fang's trimmed-mean attack (attack = fang-trmean): values drawn within a factor b "
                                  "beyond the honest extreme", gt=1, finite=True, hash_when_set=True,
                             only_with=("attack", ("fang-trmean",)))
+    mimic_target: int = setting(0, "Mimic (attack = mimic): the attackers copy the honest update of this index "
+                                   "among the round's honest updates in partition-id order", ge=0,
+                                hash_when_set=True, only_with=("attack", ("mimic",)))
     backdoor_target: int = setting(0, "pixel backdoor (attack = backdoor): the target class", ge=0,
                                    hash_when_set=True, only_with=("attack", ("backdoor",)))
     backdoor_frac: float = setting(0.2, "pixel backdoor: share of an attacker's training images stamped and "

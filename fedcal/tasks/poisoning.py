@@ -8,8 +8,8 @@ the strategy's ``aggregate_train`` reads them, so the strategy — any strategy,
 exactly what it would see from such attackers, and validates and aggregates it as any reply.
 
 Each train round: the honest view is the updates Δ_k = reply_k − sent of the round's replies
-from benign clients (error replies and replies that cannot form an update are left out: the
-strategy rejects those too); the f replies of the run's attackers (:func:`fedcal.attacks.attackers_of`)
+from benign clients, in partition-id order (error replies and replies that cannot form an update
+are left out: the strategy rejects those too); the f replies of the run's attackers (:func:`fedcal.attacks.attackers_of`)
 get sent + :func:`fedcal.attacks.craft_malicious` (attack, honest view, f) on the trained arrays,
 their buffers (BatchNorm statistics) kept as they trained them. A round the attack cannot be
 crafted in (fewer than two honest updates, an attack refusing its input) leaves the replies as
@@ -82,7 +82,7 @@ class PoisoningGrid(WrappedGrid):
                 continue
             update = _update(msg, base, keys, self.key)
             if update is not None:
-                honest.append(update)
+                honest.append((part, update))
         if not bad:
             return
         if len(honest) < 2:
@@ -90,7 +90,9 @@ class PoisoningGrid(WrappedGrid):
             log(WARNING, "round %d: %s not crafted: %s", server_round, self.cfg.attack, reason)
             self._record_uncrafted(server_round, bad, len(honest), reason)
             return
-        view = torch.stack(honest)
+        # partition-id order, not arrival order: the view is the same on every engine and run, and
+        # Mimic's mimic-target indexes it
+        view = torch.stack([u for _, u in sorted(honest, key=lambda pu: (pu[0] is None, pu[0] or 0))])
         try:
             rows = craft_malicious(self.cfg.attack, view, len(bad),
                                    generator=round_generator(self.cfg.seed, server_round, -1, stream="poison"),
