@@ -6,6 +6,7 @@ implementations, and ByzFL's ALIE / IPM / sign flipping / Mimic / Inf where inst
 from __future__ import annotations
 
 import doctest
+import functools
 import importlib
 import math
 import statistics
@@ -334,7 +335,7 @@ def test_every_attack_validates_the_honest_updates(name):
         T.craft_malicious(name, torch.zeros(4), 1)
 
 
-@pytest.mark.parametrize("module", ["alie", "ipm", "minmax", "fang", "baselines", "backdoor"])
+@pytest.mark.parametrize("module", ["alie", "ipm", "minmax", "fang", "baselines", "optimal", "backdoor"])
 def test_docstring_examples_run(module):
     mod = importlib.import_module(f"fedcal.attacks.{module}")
     result = doctest.testmod(mod, extraglobs={"torch": torch})
@@ -522,3 +523,99 @@ def test_docs_attacks_md_shows_the_benchmark_output_file():
     page = (root / "docs" / "attacks.md").read_text()
     assert "<!-- output: docs/results/benchmarks/byzantine.txt -->" in page
     assert module.refreshed(page) == page
+
+
+# --------------------------------------------------------------------------------------------
+# ByzFL's line-search ("optimal") ALIE and IPM
+# --------------------------------------------------------------------------------------------
+def test_line_search_by_hand():
+    from fedcal.attacks.optimal import line_search
+
+    seen = []
+
+    def linear(t):
+        seen.append(t)
+        return t
+
+    # an ever-improving objective: 20 expansion steps 0, 10, 30, 70, … (the step doubles each time)
+    assert line_search(linear) == 10.0 * (2 ** 19 - 1) and len(seen) == 20
+    seen.clear()
+    peak = lambda t: -abs(t - 25.0)  # noqa: E731
+    # 0 → 10 → 30 improve, 70 does not (step 40 → 32); contraction from 30 with 32, 25.6, …: all worse
+    assert line_search(peak, evals=6) == 30.0
+    # start below the peak by a negative delta: 40 → 30 improves (−10 → −20), 10 does not
+    # (step −16); contraction 30 − 16 = 14 worse (step −12.8), 17.2 worse
+    assert line_search(peak, start=40.0, delta=-10.0, evals=5) == 30.0
+    assert line_search(peak, evals=1) == 0.0
+
+
+@pytest.mark.parametrize("kwargs, match", [({"evals": 0}, "evals"), ({"delta": 0.0}, "delta"),
+                                           ({"ratio": 0.5}, "ratio"), ({"start": float("inf")}, "start")])
+def test_line_search_refuses_bad_parameters(kwargs, match):
+    from fedcal.attacks.optimal import line_search
+
+    with pytest.raises(ValueError, match=match):
+        line_search(lambda t: t, **kwargs)
+
+
+def test_optimal_ipm_against_the_mean_by_hand():
+    from fedcal.attacks.optimal import optimal_ipm_tau
+
+    honest = t64([[1.0, 2.0], [3.0, 2.0]])  # μ = (2, 2)
+    # mean of 2 honest + 1 copy of −τμ: μ(2 − τ)/3, distance ‖μ‖(1 + τ)/3, growing in τ: pure expansion
+    tau, rows = optimal_ipm_tau(honest, 1, A.fedavg, evals=4)
+    assert tau == 70.0 and torch.equal(rows, t64([[-140.0, -140.0]]))
+
+
+def test_optimal_alie_against_the_median_by_hand():
+    from fedcal.attacks.optimal import optimal_alie_tau
+
+    honest = t64([[0.0, 5.0], [2.0, 5.0], [4.0, 5.0]])  # μ = (2, 5), σ = (2, 0)
+    # median of {0, 2, 4, 2 + 2τ} (and 5s): 2 at τ = 0, 3 for τ ≥ 1: the first step, τ = 10, is kept
+    tau, rows = optimal_alie_tau(honest, 1, A.coordinate_median)
+    assert tau == 10.0 and torch.equal(rows, t64([[22.0, 5.0]]))
+    # two attackers: median of {0, 2, 4, m, m} is 4 once m ≥ 4: again τ = 10
+    tau2, rows2 = optimal_alie_tau(honest, 2, A.coordinate_median)
+    assert tau2 == 10.0 and rows2.shape == (2, 2)
+
+
+def test_optimal_attacks_beat_or_equal_their_fixed_versions_on_their_grid():
+    from fedcal.attacks.optimal import optimal_alie_tau, optimal_ipm_tau
+
+    h = rand(9, 6, seed=5) + 0.3
+    rule = functools.partial(A.trimmed_mean, f=2)
+    mean = h.mean(0)
+
+    def dist(rows):
+        return float((rule(torch.cat([h, rows])) - mean).norm())
+
+    tau, rows = optimal_alie_tau(h, 2, rule)
+    assert dist(rows) >= max(dist(T.alie(h, 2, z=-t)) for t in (0.0, 10.0)) - 1e-12
+    tau, rows = optimal_ipm_tau(h, 2, rule)
+    assert dist(rows) >= dist(T.ipm(h, 2, epsilon=10.0)) - 1e-12
+
+
+def test_optimal_attacks_with_no_attacker_return_no_rows():
+    from fedcal.attacks.optimal import optimal_alie, optimal_ipm
+
+    assert optimal_alie(rand(4, 3), 0, A.fedavg).shape == (0, 3)
+    assert optimal_ipm(rand(4, 3), 0, A.fedavg).shape == (0, 3)
+
+
+@pytest.mark.parametrize("rule", ["mean", "median", "trimmed_mean", "nnm+trimmed_mean"])
+def test_optimal_alie_and_ipm_match_byzfl(rule):
+    byzfl = pytest.importorskip("byzfl")
+    from fedcal.attacks.optimal import optimal_alie, optimal_ipm
+
+    trmean = functools.partial(A.trimmed_mean, f=2)
+    ours = {"mean": A.fedavg, "median": A.coordinate_median, "trimmed_mean": trmean,
+            "nnm+trimmed_mean": A.compose([functools.partial(A.nnm, f=2)], trmean)}[rule]
+    theirs = {"mean": byzfl.Average(), "median": byzfl.Median(), "trimmed_mean": byzfl.TrMean(f=2),
+              "nnm+trimmed_mean": byzfl.TrMean(f=2)}[rule]
+    pre = [byzfl.NNM(f=2)] if rule.startswith("nnm") else []  # ByzFL's default is static clipping
+    h = rand(8, 20, seed=11, dtype=torch.float32) + 0.1  # ByzFL computes in float32
+    for f in (1, 2):
+        a = byzfl.Optimal_ALittleIsEnough(agg=theirs, pre_agg_list=pre, f=f)(h)
+        i = byzfl.Optimal_InnerProductManipulation(agg=theirs, pre_agg_list=pre, f=f)(h)
+        assert torch.allclose(optimal_alie(h, f, ours)[0], torch.as_tensor(a), rtol=1e-5, atol=1e-5)
+        assert torch.allclose(optimal_ipm(h, f, ours)[0], torch.as_tensor(i), rtol=1e-5, atol=1e-5)

@@ -24,6 +24,8 @@ module                 contents
 ``ipm.py``             :func:`ipm` (inner-product manipulation: −ε·μ)
 ``minmax.py``          :func:`min_max`, :func:`min_sum` (+ their γ searches, directions)
 ``fang.py``            :func:`fang_trimmed_mean`, :func:`fang_krum` (directed deviation)
+``optimal.py``         ByzFL's line-search :func:`optimal_alie` (μ + τσ), :func:`optimal_ipm`
+                       (−τμ), τ maximising the rule's distance from μ (:func:`line_search`)
 ``baselines.py``       ByzFL's baselines: :func:`sign_flipping` (−μ), :func:`mimic` (a copy of
                        one honest update), :func:`inf` (+∞ everywhere)
 ``poisoning.py``       :data:`POISONING` (name → :class:`ModelPoisoning`),
@@ -53,6 +55,7 @@ from fedcal.attacks.backdoor import (
     triggered_test_set,
 )
 from fedcal.attacks.baselines import inf, mimic, sign_flipping
+from fedcal.attacks.optimal import line_search, optimal_alie, optimal_ipm
 from fedcal.attacks.fang import fang_krum, fang_trimmed_mean
 from fedcal.attacks.ipm import ipm
 from fedcal.attacks.labelflip import LabelFlipping, flip_labels
@@ -98,10 +101,13 @@ __all__ = [
     "inf",
     "ipm",
     "kind_for_attack",
+    "line_search",
     "mimic",
     "min_max",
     "min_sum",
     "model_poisoning",
+    "optimal_alie",
+    "optimal_ipm",
     "poison_images",
     "stamp",
     "triggered_test_set",
