@@ -301,7 +301,7 @@ def test_an_inf_reply_makes_the_plain_rules_non_finite():
 # --------------------------------------------------------------------------------------------
 def test_registry_names_and_dispatch():
     assert list(T.POISONING) == ["alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic",
-                                 "inf"]
+                                 "inf", "opt-alie", "opt-ipm"]
     assert all(name == attack.name for name, attack in T.POISONING.items())
     h = rand(10, 6, seed=3) + 0.2
     assert torch.equal(T.craft_malicious("alie", h, 3, z=0.7), T.alie(h, 3, z=0.7))
@@ -311,18 +311,23 @@ def test_registry_names_and_dispatch():
                        T.fang_trimmed_mean(h, 3, generator=torch.Generator().manual_seed(9)))
     assert torch.equal(T.craft_malicious("mimic", h, 2, generator=g, target=4), T.mimic(h, 2, target=4))
     assert torch.equal(T.craft_malicious("signflip", h, 2), T.sign_flipping(h, 2))
+    assert torch.equal(T.craft_malicious("opt-alie", h, 2, aggregate=A.coordinate_median),
+                       T.optimal_alie(h, 2, A.coordinate_median))
+    assert torch.equal(T.craft_malicious("ipm", h, 2, aggregate=A.coordinate_median), T.ipm(h, 2))  # ignored
+    with pytest.raises(ValueError, match="give aggregate="):
+        T.craft_malicious("opt-ipm", h, 1)
     with pytest.raises(ValueError, match="unknown model-poisoning attack 'lie'"):
         T.craft_malicious("lie", h, 1)
 
 
-ALL = ["alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic", "inf"]
+ALL = ["alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic", "inf", "opt-alie", "opt-ipm"]
 
 
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("f", [0, 1, 3])
 def test_every_attack_returns_f_rows_of_the_honest_dtype(name, f):
     h = rand(9, 5, seed=f, dtype=torch.float32) + 0.1
-    out = T.craft_malicious(name, h, f, generator=torch.Generator().manual_seed(0))
+    out = T.craft_malicious(name, h, f, generator=torch.Generator().manual_seed(0), aggregate=A.coordinate_median)
     # every attack but Inf (whose point is to be non-finite) crafts finite updates
     assert out.shape == (f, 5) and out.dtype == torch.float32 and bool(torch.isfinite(out).all()) == (name != "inf" or f == 0)
 
@@ -330,9 +335,9 @@ def test_every_attack_returns_f_rows_of_the_honest_dtype(name, f):
 @pytest.mark.parametrize("name", ALL)
 def test_every_attack_validates_the_honest_updates(name):
     with pytest.raises(ValueError, match="NaN or Inf"):
-        T.craft_malicious(name, t64([[1.0, float("nan")], [0.0, 1.0], [1.0, 1.0]]), 1)
+        T.craft_malicious(name, t64([[1.0, float("nan")], [0.0, 1.0], [1.0, 1.0]]), 1, aggregate=A.fedavg)
     with pytest.raises(ValueError, match="2-D"):
-        T.craft_malicious(name, torch.zeros(4), 1)
+        T.craft_malicious(name, torch.zeros(4), 1, aggregate=A.fedavg)
 
 
 @pytest.mark.parametrize("module", ["alie", "ipm", "minmax", "fang", "baselines", "optimal", "backdoor"])

@@ -56,6 +56,10 @@ def test_bad_byzantine_keys_fail_naming_the_key():
     assert RunConfig.from_flower({"pre-aggregation": " nnm , clip "}).pre_aggregations == ("nnm", "clip")
     with pytest.raises(ConfigError, match="'mimic-target'"):
         RunConfig.from_flower({"attack": "mimic", "mimic-target": -1})
+    for strategy in ("fltrust", "foolsgold", "calguard"):  # a rule the line search cannot evaluate
+        with pytest.raises(ConfigError, match="'attack'.*searches against the server's rule"):
+            RunConfig.from_flower({"attack": "opt-alie", "strategy": strategy})
+    assert RunConfig.from_flower({"attack": "opt-ipm", "strategy": "median_of_means"}).attack == "opt-ipm"
 
 
 def test_new_keys_leave_existing_run_names_alone():
@@ -227,6 +231,61 @@ def test_inf_replies_are_dropped_by_the_strategy_naming_the_attackers(strategy):
     assert torch.equal(out["fc.weight"], torch.ones(2, 2)) and torch.equal(out["fc.bias"], torch.ones(2))
 
 
+@pytest.mark.parametrize("strategy, extra", [
+    ("fedavg", {}), ("median", {}), ("trimmed_mean", {"trim_f": 2}), ("trimmed_mean", {"trim_f": 4}),
+    ("multikrum", {"krum_f": 2}), ("multikrum", {"krum_f": 1, "krum_m": 3}), ("geometric_median", {}),
+    ("median_of_means", {"mom_groups": 3}),
+    ("trimmed_mean", {"trim_f": 1, "pre_aggregation": "nnm", "pre_f": 2}),
+    ("median", {"pre_aggregation": "clip", "clip_c": 0.5})])
+def test_the_rule_the_line_search_attacks_evaluate_is_the_strategys(strategy, extra):
+    # the strategy's own aggregate of the same updates (equal weights), its pre-aggregation first
+    from fedcal.tasks.poisoning import attack_rule
+
+    set_task_identity()
+    cfg = RunConfig(dataset="digits", num_clients=8, clients_per_round=8, attack="opt-ipm", strategy=strategy, **extra)
+    x = torch.randn(7, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    s = strategy_from_config(cfg)
+    pre = s.pre_aggregate(x) if s.pre_aggregation else x
+    theirs, _ = s.aggregate_updates(4, list(range(1, 8)), pre, torch.ones(7, dtype=torch.float64))
+    assert torch.allclose(attack_rule(cfg, 4)(x), theirs, atol=1e-10)
+
+
+def test_attack_rule_refuses_a_strategy_it_cannot_evaluate():
+    from fedcal.tasks.poisoning import attack_rule
+
+    with pytest.raises(ValueError, match="fltrust"):
+        attack_rule(RunConfig(dataset="digits", strategy="fltrust"), 1)
+
+
+def test_poisoning_grid_opt_ipm_searches_against_the_runs_rule():
+    from fedcal.tasks.poisoning import PoisoningGrid
+
+    set_task_identity()
+    sent = state(torch.ones(2, 2), torch.zeros(2))
+    node_to_client = {p + 1: p for p in range(6)}
+
+    def respond(node, content):  # update of client p: p on every coordinate
+        p = node - 1
+        return reply(state(torch.full((2, 2), 1.0 + p), torch.full((2,), float(p))))
+
+    for strategy, tau in (("fedavg", 10.0 * (2 ** 19 - 1)), ("median", None)):
+        cfg = RunConfig(dataset="digits", num_clients=6, attacker_ratio=0.34, attack="opt-ipm", strategy=strategy)
+        bad = sorted(attackers_of(AttackSpec.from_config(cfg)))
+        mean = float(np.mean([p for p in range(6) if p not in bad]))
+        grid = PoisoningGrid(FakeGrid(list(node_to_client), respond), cfg, node_to_client)
+        replies = grid.send_and_receive([_train_msg(n, sent) for n in node_to_client])
+        got = {node_to_client[m.metadata.src_node_id]: m.content["arrays"].to_torch_state_dict()["fc.bias"]
+               for m in replies}
+        if tau is None:
+            # honest 1, 3, 4, 5 (attackers 0 and 2), μ = 3.25: two copies of −τμ ≤ 0 sit below every honest
+            # value for every τ ≥ 0, so the median of the six is (1 + 3) / 2 at every τ: no step improves
+            # strictly and τ stays at the start, 0 — against the median IPM's line search sends zero
+            assert bad == [0, 2]
+            tau = 0.0
+        assert all(torch.allclose(got[p], torch.full((2,), -tau * mean), rtol=1e-9) for p in bad)
+        assert all(torch.equal(got[p], torch.full((2,), float(p))) for p in got if p not in bad)
+
+
 def _three_client_round(attack: str, respond, server_round: int = 1) -> tuple[int, list, list[dict]]:
     """One train round of three clients (one of them the attacker) through a PoisoningGrid:
     (the attacker's partition, the replies, the poisoning rows recorded)."""
@@ -273,7 +332,9 @@ def test_crafted_replies_reach_the_aggregation(tmp_path, attack):
     from fedcal.results import AUDIT_FILE
     from fedcal.results import POISONING_FILE
 
-    cfg = _tiny(tmp_path, attack=attack, strategy="fedavg")
+    # the line-search attacks against FedAvg send ~5e6 × the mean (τ unbounded: the run's model is
+    # not finite after round 1, and round 2's replies with it); against the median they stay bounded
+    cfg = _tiny(tmp_path, attack=attack, strategy="median" if attack.startswith("opt-") else "fedavg")
     run_dir = simulate(cfg, progress=False)
     crafted = pd.read_csv(run_dir / POISONING_FILE)
     audit = pd.read_csv(run_dir / AUDIT_FILE)

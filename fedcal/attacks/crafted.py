@@ -2,7 +2,8 @@
 attacks, and the pixel-pattern image backdoor.
 
 - :class:`ModelPoisoningClient` (``attack`` = alie, ipm, minmax, minsum, fang-trmean,
-  fang-krum, signflip, mimic, inf): the client trains benignly; its reply is a crafted update, a function of the
+  fang-krum, signflip, mimic, inf,
+  opt-alie, opt-ipm): the client trains benignly; its reply is a crafted update, a function of the
   round's honest updates (:func:`fedcal.attacks.craft_malicious`). In simulation that crafting is
   the omniscient colluders' server-side step between the honest replies and the aggregation
   (``fedcal.tasks.poisoning``); this kind only marks the client as malicious and keeps its

@@ -24,6 +24,7 @@ from fedcal.attacks.alie import alie
 from fedcal.attacks.baselines import inf, mimic, sign_flipping
 from fedcal.attacks.fang import fang_krum, fang_trimmed_mean
 from fedcal.attacks.ipm import ipm
+from fedcal.attacks.optimal import optimal_alie, optimal_ipm
 from fedcal.attacks.minmax import min_max, min_sum
 
 
@@ -33,13 +34,15 @@ class ModelPoisoning:
 
     ``seeded``: ``craft`` draws random numbers and takes ``generator=`` (give it a seeded one,
     so a round's attack is reproducible). ``targets``: the rule the attack is tailored to, or
-    ``None`` for an attack that ignores the rule."""
+    ``None`` for an attack that ignores the rule. ``needs_rule``: ``craft`` takes the server's
+    rule as ``aggregate=`` (an (n, d) → (d,) function) and searches its parameter against it."""
 
     name: str
     craft: Callable[..., torch.Tensor]
     source: str
     seeded: bool = False
     targets: str | None = None
+    needs_rule: bool = False
 
 
 POISONING: dict[str, ModelPoisoning] = {
@@ -55,6 +58,10 @@ POISONING: dict[str, ModelPoisoning] = {
         ModelPoisoning("signflip", sign_flipping, "Allen-Zhu et al. (ICLR 2021); ByzFL's SignFlipping"),
         ModelPoisoning("mimic", mimic, "Karimireddy, He & Jaggi (ICLR 2022); ByzFL's Mimic"),
         ModelPoisoning("inf", inf, "ByzFL's Inf (a test of the server's input validation)"),
+        ModelPoisoning("opt-alie", optimal_alie, "ByzFL's Optimal_ALittleIsEnough (Allouah et al., AISTATS 2023)",
+                       targets="the run's rule", needs_rule=True),
+        ModelPoisoning("opt-ipm", optimal_ipm, "ByzFL's Optimal_InnerProductManipulation (Allouah et al., AISTATS 2023)",
+                       targets="the run's rule", needs_rule=True),
     )
 }
 
@@ -68,11 +75,16 @@ def model_poisoning(name: str) -> ModelPoisoning:
 
 
 def craft_malicious(name: str, honest: torch.Tensor, f: int, generator: torch.Generator | None = None,
-                    **params) -> torch.Tensor:
+                    aggregate: Callable[[torch.Tensor], torch.Tensor] | None = None, **params) -> torch.Tensor:
     """The (f, d) malicious updates of attack ``name`` against the ``honest`` updates; ``params``
     go to the attack, ``generator`` only to the seeded ones (the deterministic ones draw
-    nothing, so a caller can hand every attack its round's generator alike)."""
+    nothing, so a caller can hand every attack its round's generator alike), ``aggregate`` (the
+    server's rule) only to those that need it (ValueError when one of them gets none)."""
     attack = model_poisoning(name)
+    if attack.needs_rule:
+        if aggregate is None:
+            raise ValueError(f"attack {name!r} searches its parameter against the server's rule: give aggregate=")
+        params = {**params, "aggregate": aggregate}
     if attack.seeded:
         return attack.craft(honest, f, generator=generator, **params)
     return attack.craft(honest, f, **params)

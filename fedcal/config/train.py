@@ -8,15 +8,19 @@ import math
 from fedcal.config.schema import (RunConfig, TaskConfig, check, group, identity_includes, register_task, setting,
                                   setting_of)
 
-__all__ = ["ATTACKS", "POISONING_ATTACKS", "AUGMENTATIONS", "CALIBRATION_ESTIMATORS", "CROP_FLIP_DATASETS",
+__all__ = ["ATTACKS", "POISONING_ATTACKS", "RULE_AWARE_STRATEGIES", "AUGMENTATIONS", "CALIBRATION_ESTIMATORS", "CROP_FLIP_DATASETS",
            "calibration_estimators", "tsa_label"]
 
 ATTACKS = ("none", "tsa", "noise", "labelflip",
            # the model-poisoning attacks of Byzantine-robust FL (fedcal.attacks.POISONING; a test keeps them
            # equal) and the pixel-pattern image backdoor
-           "alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic", "inf", "backdoor")
+           "alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic", "inf", "opt-alie", "opt-ipm", "backdoor")
 #: ``attack`` values whose replies the server-side colluders craft (fedcal.attacks.POISONING)
-POISONING_ATTACKS = ("alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic", "inf")
+POISONING_ATTACKS = ("alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic", "inf",
+                     "opt-alie", "opt-ipm")
+#: the strategies whose rule the line-search attacks (opt-alie, opt-ipm) evaluate: a function of the
+#: round's updates alone (FLTrust needs the server's root update, FoolsGold and CalGuard their history)
+RULE_AWARE_STRATEGIES = ("fedavg", "multikrum", "trimmed_mean", "median", "geometric_median", "median_of_means")
 AUGMENTATIONS = ("none", "crop-flip")
 #: datasets ``augment=crop-flip`` applies to (digits are not mirror-invariant, CIFAR's objects are)
 CROP_FLIP_DATASETS = ("cifar10", "cifar100")
@@ -59,6 +63,10 @@ def _local_work(c: RunConfig) -> None:
 def _byzantine_attacks(c: RunConfig) -> None:
     if c.attack in POISONING_ATTACKS or c.attack == "backdoor":
         check("attack", c.task == "train", c.attack, f"is a train-task attack (task = {c.task})")
+    if c.attack in ("opt-alie", "opt-ipm"):
+        check("attack", c.strategy in RULE_AWARE_STRATEGIES, c.attack,
+              f"searches against the server's rule, which it can evaluate for strategy = "
+              f"{', '.join(RULE_AWARE_STRATEGIES)}, not {c.strategy} (a rule with state or a root set)")
     if c.attack == "backdoor":
         classes = {"digits": 10, "mnist": 10, "cifar10": 10, "cifar100": 100}
         check("attack", c.dataset in classes, c.attack, "is an image backdoor (digits, mnist, cifar10, cifar100)")

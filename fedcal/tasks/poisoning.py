@@ -31,7 +31,7 @@ from flwr.serverapp import Grid
 from flwr.supercore import log
 
 from fedcal.aggregate import add_flat_update
-from fedcal.attacks import AttackSpec, attackers_of, craft_malicious
+from fedcal.attacks import AttackSpec, attackers_of, craft_malicious, model_poisoning
 from fedcal.attacks.behaviour import round_generator
 from fedcal.attacks.crafted import poisoning_params
 from fedcal.config import POISONING_ATTACKS, RunConfig
@@ -51,6 +51,7 @@ class PoisoningGrid(WrappedGrid):
         attack = AttackSpec.from_config(cfg)
         self.attackers = attackers_of(attack)
         self.params = poisoning_params(attack)
+        self.needs_rule = model_poisoning(cfg.attack).needs_rule  # opt-alie, opt-ipm: the rule in use
         self.record = record
         self.key = arrays_key
 
@@ -96,6 +97,7 @@ class PoisoningGrid(WrappedGrid):
         try:
             rows = craft_malicious(self.cfg.attack, view, len(bad),
                                    generator=round_generator(self.cfg.seed, server_round, -1, stream="poison"),
+                                   aggregate=attack_rule(self.cfg, server_round) if self.needs_rule else None,
                                    **self.params)
         except (ValueError, ArithmeticError) as exc:
             log(WARNING, "round %d: %s not crafted (%s); the attackers' replies stay as trained",
@@ -143,6 +145,42 @@ def _update(msg: Message, base: dict[str, torch.Tensor], keys: list[str], key: s
     except Exception:  # noqa: BLE001 — a malformed reply is not part of the honest view
         return None
     return flat if bool(torch.isfinite(flat).all()) else None
+
+
+def attack_rule(cfg: RunConfig, server_round: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The server's rule as the line-search attacks (``opt-alie``, ``opt-ipm``) evaluate it: the
+    run's pre-aggregation steps, then its rule with its parameters as the strategy shrinks them
+    to the round's n (trim-f, krum-f / krum-m; median-of-means with the strategy's seeded groups
+    of this round), every client weighted alike (FedAvg, Multi-Krum's mean and the geometric
+    median weigh by claimed sizes, which the attackers may set themselves; ByzFL's rules are
+    unweighted). ValueError for a strategy outside ``RULE_AWARE_STRATEGIES`` (the config refuses it)."""
+    from functools import partial
+
+    from fedcal import aggregate as agg
+    from fedcal.config import RULE_AWARE_STRATEGIES
+    from fedcal.strategies.registry import pre_aggregation_steps
+
+    name = cfg.strategy
+    if name not in RULE_AWARE_STRATEGIES:
+        raise ValueError(f"strategy {name!r} is not one the line-search attacks can evaluate")
+
+    def rule(x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[0]
+        if name == "fedavg":
+            return agg.fedavg(x)
+        if name == "median" or (name == "multikrum" and n < 3):  # MultiKrum's own fallback
+            return agg.coordinate_median(x)
+        if name == "trimmed_mean":
+            return agg.trimmed_mean(x, agg.trim_for(n, cfg.trim_f))
+        if name == "multikrum":
+            f, m = agg.multikrum_params(n, cfg.krum_f, cfg.krum_m or None)
+            return agg.multikrum(x, f, m)
+        if name == "geometric_median":
+            return agg.geometric_median(x)
+        groups = max(1, min(cfg.mom_groups, n))  # median_of_means, its generator as the strategy seeds it
+        return agg.median_of_means(x, groups, generator=torch.Generator().manual_seed(cfg.seed * 100003 + server_round))
+
+    return agg.compose(pre_aggregation_steps(cfg), rule) if cfg.pre_aggregations else rule
 
 
 def poisoning_grid(grid: Grid, cfg: RunConfig, node_to_client: dict[int, int],
