@@ -93,6 +93,9 @@ GRID_OPTIONS = [
     (["defense", "--strategies", "bogus"], ["strategy", "bogus"]),
     (["taus", "--strategies", "bogus"], ["strategy", "bogus"]),
     (["byzantine", "--attacks", "bogus"], ["attack", "bogus"]),
+    # the line-search attacks need a rule the attackers can evaluate from the round's updates
+    (["run", "attack=opt-alie", "strategy=fltrust"], ["'attack'", "opt-alie", "not fltrust"]),
+    (["byzantine", "--strategies", "fedavg,foolsgold", "--attacks", "opt-ipm"], ["'attack'", "opt-ipm", "not foolsgold"]),
     # --grid axes with an empty value
     (["sweep", "--grid", "tau=1,,2"], ["--grid", "tau=1,,2"]),
     (["sweep", "--grid", "tau=1,"], ["--grid", "tau=1,"]),
