@@ -95,7 +95,8 @@ GRID_OPTIONS = [
     (["byzantine", "--attacks", "bogus"], ["attack", "bogus"]),
     # the line-search attacks need a rule the attackers can evaluate from the round's updates
     (["run", "attack=opt-alie", "strategy=fltrust"], ["'attack'", "opt-alie", "not fltrust"]),
-    (["byzantine", "--strategies", "fedavg,foolsgold", "--attacks", "opt-ipm"], ["'attack'", "opt-ipm", "not foolsgold"]),
+    (["byzantine", "--strategies", "fedavg,foolsgold", "--attacks", "opt-ipm"],
+     ["'attack'", "opt-ipm", "not foolsgold"]),
     # --grid axes with an empty value
     (["sweep", "--grid", "tau=1,,2"], ["--grid", "tau=1,,2"]),
     (["sweep", "--grid", "tau=1,"], ["--grid", "tau=1,"]),

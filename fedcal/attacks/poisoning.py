@@ -60,7 +60,8 @@ POISONING: dict[str, ModelPoisoning] = {
         ModelPoisoning("inf", inf, "ByzFL's Inf (a test of the server's input validation)"),
         ModelPoisoning("opt-alie", optimal_alie, "ByzFL's Optimal_ALittleIsEnough (Allouah et al., AISTATS 2023)",
                        targets="the run's rule", needs_rule=True),
-        ModelPoisoning("opt-ipm", optimal_ipm, "ByzFL's Optimal_InnerProductManipulation (Allouah et al., AISTATS 2023)",
+        ModelPoisoning("opt-ipm", optimal_ipm,
+                       "ByzFL's Optimal_InnerProductManipulation (Allouah et al., AISTATS 2023)",
                        targets="the run's rule", needs_rule=True),
     )
 }

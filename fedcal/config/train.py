@@ -8,13 +8,15 @@ import math
 from fedcal.config.schema import (RunConfig, TaskConfig, check, group, identity_includes, register_task, setting,
                                   setting_of)
 
-__all__ = ["ATTACKS", "POISONING_ATTACKS", "RULE_AWARE_STRATEGIES", "AUGMENTATIONS", "CALIBRATION_ESTIMATORS", "CROP_FLIP_DATASETS",
+__all__ = ["ATTACKS", "POISONING_ATTACKS", "RULE_AWARE_STRATEGIES", "AUGMENTATIONS", "CALIBRATION_ESTIMATORS",
+           "CROP_FLIP_DATASETS",
            "calibration_estimators", "tsa_label"]
 
 ATTACKS = ("none", "tsa", "noise", "labelflip",
            # the model-poisoning attacks of Byzantine-robust FL (fedcal.attacks.POISONING; a test keeps them
            # equal) and the pixel-pattern image backdoor
-           "alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic", "inf", "opt-alie", "opt-ipm", "backdoor")
+           "alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic", "inf", "opt-alie", "opt-ipm",
+           "backdoor")
 #: ``attack`` values whose replies the server-side colluders craft (fedcal.attacks.POISONING)
 POISONING_ATTACKS = ("alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic", "inf",
                      "opt-alie", "opt-ipm")

@@ -9,9 +9,10 @@ exactly what it would see from such attackers, and validates and aggregates it a
 
 Each train round: the honest view is the updates Δ_k = reply_k − sent of the round's replies
 from benign clients, in partition-id order (error replies and replies that cannot form an update
-are left out: the strategy rejects those too); the f replies of the run's attackers (:func:`fedcal.attacks.attackers_of`)
-get sent + :func:`fedcal.attacks.craft_malicious` (attack, honest view, f) on the trained arrays,
-their buffers (BatchNorm statistics) kept as they trained them. A round the attack cannot be
+are left out: the strategy rejects those too); the f replies of the run's attackers
+(:func:`fedcal.attacks.attackers_of`) get sent + :func:`fedcal.attacks.craft_malicious` (attack,
+honest view, f; the line-search attacks also the run's rule, :func:`attack_rule`) on the trained
+arrays, their buffers (BatchNorm statistics) kept as they trained them. A round the attack cannot be
 crafted in (fewer than two honest updates, an attack refusing its input) leaves the replies as
 they are, with a warning naming the round and reason. Every attacker reply is recorded
 (``poisoning.csv``: round, node, partition, attack, honest updates seen, whether it was crafted and
