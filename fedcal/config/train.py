@@ -15,8 +15,8 @@ __all__ = ["ATTACKS", "POISONING_ATTACKS", "RULE_AWARE_STRATEGIES", "AUGMENTATIO
 ATTACKS = ("none", "tsa", "noise", "labelflip",
            # the model-poisoning attacks of Byzantine-robust FL (fedcal.attacks.POISONING; a test keeps them
            # equal) and the pixel-pattern image backdoor
-           "alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic", "inf", "opt-alie", "opt-ipm",
-           "backdoor")
+           "alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic", "inf", "opt-alie",
+           "opt-ipm", "backdoor")
 #: ``attack`` values whose replies the server-side colluders craft (fedcal.attacks.POISONING)
 POISONING_ATTACKS = ("alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic", "inf",
                      "opt-alie", "opt-ipm")
