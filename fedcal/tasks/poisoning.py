@@ -155,8 +155,6 @@ def attack_rule(cfg: RunConfig, server_round: int) -> Callable[[torch.Tensor], t
     of this round), every client weighted alike (FedAvg, Multi-Krum's mean and the geometric
     median weigh by claimed sizes, which the attackers may set themselves; ByzFL's rules are
     unweighted). ValueError for a strategy outside ``RULE_AWARE_STRATEGIES`` (the config refuses it)."""
-    from functools import partial
-
     from fedcal import aggregate as agg
     from fedcal.config import RULE_AWARE_STRATEGIES
     from fedcal.strategies.registry import pre_aggregation_steps
