@@ -122,3 +122,36 @@ def test_no_internal_issue_number_in_docs_or_the_package():
                 if pattern.search(line):
                     hits.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
     assert not hits, "\n".join(hits)
+
+
+def _defense_tables():
+    """The committed defense tables: a summary over seeds (``table.csv``, with its ``target`` column)
+    beside the per-run table it averages (``runs.csv``)."""
+    for path in sorted((ROOT / "docs" / "results").glob("*/table.csv")):
+        runs = path.parent / "runs.csv"
+        if runs.exists() and {"seeds", "target"} <= set(pd.read_csv(path, nrows=0).columns):
+            yield path, runs
+
+
+#: the per-run columns of a defense table that are results, not the setting a row groups by
+DEFENSE_RESULTS = ("seed", "run_dir", "accuracy", "ece", "sece", "detection", "false_positive", "attacker_replies")
+
+
+@pytest.mark.parametrize("summary, runs", list(_defense_tables()), ids=lambda v: v.parent.name)
+def test_every_defense_row_counts_the_seeds_it_averages(summary, runs):
+    """Recounted from ``runs.csv`` with a rule of its own (a run is averaged when its accuracy is a number
+    and more than twice the 10 classes' chance): each row's ``seeds`` is how many of its runs are, and a
+    run left out is named in the row's ``left_out`` — the defense tables' half of the seed-count check."""
+    s, r = pd.read_csv(summary), pd.read_csv(runs)
+    keys = [c for c in s.columns if c in r.columns and c not in DEFENSE_RESULTS]
+    assert "strategy" in keys and "tau" in keys, keys
+    for _, row in s.iterrows():
+        mask = pd.Series(True, index=r.index)
+        for k in keys:
+            mask &= (r[k] == row[k]) | (r[k].isna() & pd.isna(row[k]))
+        group = r[mask]
+        assert len(group), f"{summary.relative_to(ROOT)}: no runs for {row[keys].to_dict()}"
+        averaged = group["accuracy"].notna() & (group["accuracy"] > 0.2)
+        assert int(row["seeds"]) == int(averaged.sum()), f"{summary.relative_to(ROOT)} {row[keys].to_dict()}"
+        for seed in group.loc[~averaged, "seed"]:
+            assert f"seed {int(seed)}: " in str(row.get("left_out", "")), (summary, seed)
