@@ -62,6 +62,14 @@ def test_no_committed_run_id_names_two_values(integrity):
         f"{b.run_id} {b.metric}: {b.values}" for b in bad.itertuples())
 
 
+def _runs_of(runs: pd.DataFrame, row: pd.Series, keys: list[str]) -> pd.DataFrame:
+    """The runs of a summary row: those equal to it on every key (a missing key value matching a missing one)."""
+    mask = pd.Series(True, index=runs.index)
+    for k in keys:
+        mask &= (runs[k] == row[k]) | (runs[k].isna() & pd.isna(row[k]))
+    return runs[mask]
+
+
 # (summary over seeds, the per-run table it averages, the per-run accuracy column and its scale)
 SUMMARIES = (("table_seeds.csv", "table.csv", "accuracy_%", 100), ("robustness.csv", "robustness_runs.csv", "accuracy", 1),
              ("seeds.csv", "cells.csv", "accuracy", 1))
@@ -89,10 +97,7 @@ def test_every_seed_count_is_the_count_averaged_and_every_seed_left_out_is_named
         flagged |= r["stalled"].fillna(False).astype(bool)
     r = r.assign(_in=r[acc].notna() & ~flagged)
     for _, row in s.iterrows():
-        mask = pd.Series(True, index=r.index)
-        for k in keys:
-            mask &= (r[k] == row[k]) | (r[k].isna() & pd.isna(row[k]))
-        group = r[mask]
+        group = _runs_of(r, row, keys)
         assert len(group), f"{summary.relative_to(ROOT)}: no runs for {row[keys].to_dict()}"
         assert int(row["seeds"]) == int(group["_in"].sum()), (
             f"{summary.relative_to(ROOT)} {row[keys].to_dict()}: says {row['seeds']} seeds, averages "
@@ -146,10 +151,7 @@ def test_every_defense_row_counts_the_seeds_it_averages(summary, runs):
     keys = [c for c in s.columns if c in r.columns and c not in DEFENSE_RESULTS]
     assert "strategy" in keys and "tau" in keys, keys
     for _, row in s.iterrows():
-        mask = pd.Series(True, index=r.index)
-        for k in keys:
-            mask &= (r[k] == row[k]) | (r[k].isna() & pd.isna(row[k]))
-        group = r[mask]
+        group = _runs_of(r, row, keys)
         assert len(group), f"{summary.relative_to(ROOT)}: no runs for {row[keys].to_dict()}"
         averaged = group["accuracy"].notna() & (group["accuracy"] > 0.2)
         assert int(row["seeds"]) == int(averaged.sum()), f"{summary.relative_to(ROOT)} {row[keys].to_dict()}"
