@@ -1,25 +1,19 @@
 """Every committed result table (docs/results/**): one run id names one result; every "n seeds" is the count
 averaged, each seed left out named with its reason (docs/tools/table_integrity.py)."""
 
-import importlib.util
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from tests.docs_tools import docs_tool
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _tool(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def integrity():
-    return _tool("table_integrity")
+    return docs_tool("table_integrity")
 
 
 def _write(path: Path, frame: pd.DataFrame) -> Path:
