@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 import fedcal.cli as cli
 from fedcal.config import RunConfig, describe, setting_of
@@ -260,11 +259,9 @@ def test_an_analysis_of_a_distill_run_says_which_runs_it_takes(command, tmp_path
     import fedcal.data.datasets as datasets
 
     monkeypatch.setattr(datasets, "_torchvision", lambda *a: pytest.fail("tried to download a dataset"))
-    cfg = RunConfig.from_flower({"task": "distill", "dst-corpus": "synthetic", "output-dir": str(tmp_path)})
-    store = RunStore(run_dir_for(cfg), cfg)
-    store.start()
-    store.save_model({"w": torch.zeros(1)})
-    store.finish()
+    from tests.test_report_inputs import finished_distill_run
+
+    store = finished_distill_run(tmp_path)
     argv = [a.format(run=store.dir) for a in command]
     code, err = run_cli([argv[0], str(store.dir), *argv[1:], "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and len(err) == 1, err

@@ -221,15 +221,22 @@ def test_a_corrupt_config_or_an_output_file_is_one_line(tmp_path, capsys):
         assert err.splitlines() == [f"fedcal: error: {option} {str(value)!r}: {str(target)!r} is a file, not a folder"]
 
 
-def test_robustness_runs_on_a_distill_run_says_what_it_needs(tmp_path, capsys, monkeypatch):
-    import fedcal.data.datasets as datasets
-
-    monkeypatch.setattr(datasets, "_torchvision", lambda *a: pytest.fail("tried to download a dataset"))
+def finished_distill_run(tmp_path) -> RunStore:
+    """A finished run directory of the distill task (its model a placeholder): what an image analysis
+    must refuse by its task, before it loads any data."""
     cfg = RunConfig.from_flower({"task": "distill", "dst-corpus": "synthetic", "output-dir": str(tmp_path)})
     store = RunStore(run_dir_for(cfg), cfg)
     store.start()
     store.save_model({"w": torch.zeros(1)})
     store.finish()
+    return store
+
+
+def test_robustness_runs_on_a_distill_run_says_what_it_needs(tmp_path, capsys, monkeypatch):
+    import fedcal.data.datasets as datasets
+
+    monkeypatch.setattr(datasets, "_torchvision", lambda *a: pytest.fail("tried to download a dataset"))
+    store = finished_distill_run(tmp_path)
     assert cli_main(["robustness", "--runs", str(store.dir), "--report", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [f"fedcal: error: --runs evaluates image-classifier runs (task = train), not {store.dir} "
