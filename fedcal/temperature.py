@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from scipy.optimize import minimize_scalar
 
+from fedcal.aggregate.claims import cap_at_median
+
 #: the bounds of a valid reported temperature (TemperatureScaling's default search interval)
 T_MIN, T_MAX = 1e-3, 1e3
 
@@ -104,5 +106,4 @@ def federated_temperature(reports: dict[Any, tuple[Any, Any]]) -> FederatedTempe
         return FederatedTemperature(float("nan"), [], left_out)
     t = torch.tensor([v[0] for v in valid.values()], dtype=torch.float64)
     n = torch.tensor([v[1] for v in valid.values()], dtype=torch.float64)
-    cap = float(torch.quantile(n, 0.5, interpolation="lower"))
-    return FederatedTemperature(weighted_median(t, n.clamp(max=cap)), list(valid), left_out)
+    return FederatedTemperature(weighted_median(t, cap_at_median(n)), list(valid), left_out)
