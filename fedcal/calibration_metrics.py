@@ -35,7 +35,7 @@ import math
 import torch
 
 from fedcal.config.train import CALIBRATION_ESTIMATORS as ESTIMATORS, calibration_estimators
-from fedcal.metrics import bin_index
+from fedcal.metrics import binned_sums
 
 __all__ = ["ESTIMATORS", "calibration_estimators", "estimates", "estimator_metrics", "recorded_columns", "smooth_ece",
            "smooth_ece_at", "ks_error", "adaptive_ece", "classwise_ece", "binned_sums", "errors_from_sums",
@@ -50,17 +50,6 @@ _REFLECTIONS = 3
 
 
 # ---------------------------------------------------------------------- binned (equal width)
-def binned_sums(conf: torch.Tensor, correct: torch.Tensor, n_bins: int) -> tuple[torch.Tensor, ...]:
-    """Per-bin count, confidence sum and correct sum of R prediction sets: (R, n_bins) each."""
-    runs = conf.shape[0]
-    b = (bin_index(conf, n_bins) + n_bins * torch.arange(runs).unsqueeze(1)).reshape(-1)
-    size = runs * n_bins
-    count = torch.bincount(b, minlength=size).double().view(runs, n_bins)
-    conf_sum = torch.bincount(b, weights=conf.double().reshape(-1), minlength=size).view(runs, n_bins)
-    acc_sum = torch.bincount(b, weights=correct.double().reshape(-1), minlength=size).view(runs, n_bins)
-    return count, conf_sum, acc_sum
-
-
 def errors_from_sums(count: torch.Tensor, conf_sum: torch.Tensor, acc_sum: torch.Tensor) -> dict[str, torch.Tensor]:
     """ECE, sECE, MCE, signed MCE and RMS CE of R sets from their per-bin sums (R, M): empty bins
     weigh nothing and never hold the maximum."""

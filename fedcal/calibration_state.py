@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from fedcal.calibration_metrics import binned_sums, errors_from_sums
+from fedcal.calibration_metrics import errors_from_sums
+from fedcal.metrics import binned_sums
 
 #: the state's fields, in the order a reply carries them
 STATE_FIELDS = ("count", "conf_sum", "acc_sum")

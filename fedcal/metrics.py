@@ -64,14 +64,20 @@ def _confidence_bins_batch(probs: torch.Tensor, labels: torch.Tensor, n_bins: in
     return _bins_from_confidence(conf, (pred == labels).double(), n_bins)
 
 
-def _bins_from_confidence(conf: torch.Tensor, correct: torch.Tensor, n_bins: int) -> dict[str, torch.Tensor]:
-    """Reliability bins of R prediction sets: confidence and correctness (R, n)."""
+def binned_sums(conf: torch.Tensor, correct: torch.Tensor, n_bins: int) -> tuple[torch.Tensor, ...]:
+    """Per-bin count, confidence sum and correct sum of R prediction sets: (R, n_bins) each."""
     runs = conf.shape[0]
     b = (bin_index(conf, n_bins) + n_bins * torch.arange(runs).unsqueeze(1)).reshape(-1)
     size = runs * n_bins
     count = torch.bincount(b, minlength=size).double().view(runs, n_bins)
     conf_sum = torch.bincount(b, weights=conf.double().reshape(-1), minlength=size).view(runs, n_bins)
-    acc_sum = torch.bincount(b, weights=correct.reshape(-1), minlength=size).view(runs, n_bins)
+    acc_sum = torch.bincount(b, weights=correct.double().reshape(-1), minlength=size).view(runs, n_bins)
+    return count, conf_sum, acc_sum
+
+
+def _bins_from_confidence(conf: torch.Tensor, correct: torch.Tensor, n_bins: int) -> dict[str, torch.Tensor]:
+    """Reliability bins of R prediction sets: confidence and correctness (R, n)."""
+    count, conf_sum, acc_sum = binned_sums(conf, correct, n_bins)
     nan = torch.full_like(count, float("nan"))
     edges = torch.linspace(0, 1, n_bins + 1, dtype=torch.float64)
     return {
