@@ -38,7 +38,7 @@ from fedcal.config.train import CALIBRATION_ESTIMATORS as ESTIMATORS, calibratio
 from fedcal.metrics import binned_sums
 
 __all__ = ["ESTIMATORS", "calibration_estimators", "estimates", "estimator_metrics", "recorded_columns", "smooth_ece",
-           "smooth_ece_at", "ks_error", "adaptive_ece", "classwise_ece", "binned_sums", "errors_from_sums",
+           "smooth_ece_at", "ks_error", "adaptive_ece", "classwise_ece", "errors_from_sums",
            "bootstrap_intervals", "INTERVALS_FILE"]
 
 #: the base metrics every run records, for which intervals are drawn too
