@@ -388,7 +388,7 @@ def test_byzantine_cells_set_f_per_ratio_and_share_f_free_benign_runs():
     base = RunConfig(dataset="digits", num_clients=20, clients_per_round=10)
     cells = byzantine_cells(base, ["fedavg", "nnm+trimmed_mean", "multikrum"], ["alie", "backdoor"], [0.1, 0.25], [0])
     assert len(cells) == 2 * 3 * 3  # ratios × specs × (benign + 2 attacks)
-    by = {(r, c.pre_aggregation, c.strategy, c.attack): c for r, c in cells}
+    by = {(g.ratio, c.pre_aggregation, c.strategy, c.attack): c for g, _, c in cells}
     # f = ceil(ratio · M): 1 of 10 and 3 of 10 (2.5 rounded up)
     assert by[(0.1, "nnm", "trimmed_mean", "alie")].trim_f == 1 and by[(0.1, "nnm", "trimmed_mean", "alie")].pre_f == 1
     assert by[(0.25, "nnm", "trimmed_mean", "alie")].trim_f == 3 and by[(0.25, "nnm", "trimmed_mean", "alie")].pre_f == 3
@@ -411,8 +411,8 @@ def test_a_strategy_switch_is_a_row_of_its_own_and_reads_back_from_the_run():
     assert parse_spec("nnm+trimmed_mean") == ("trimmed_mean", "nnm", {})
     base = RunConfig(dataset="digits", num_clients=20, clients_per_round=10)
     cells = byzantine_cells(base, list(DEFAULT_STRATEGIES), ["alie"], [0.25], [0])
-    assert [spec_of(c) for _, c in cells] == [s for s in DEFAULT_STRATEGIES for _ in range(2)]
-    by = {spec_of(c): c for _, c in cells if c.attack == "alie"}
+    assert [spec_of(c) for _, _, c in cells] == [s for s in DEFAULT_STRATEGIES for _ in range(2)]
+    by = {spec_of(c): c for _, _, c in cells if c.attack == "alie"}
     assert by["calguard:cusum"].calguard_cusum and not by["calguard"].calguard_cusum
     assert config_hash(by["calguard:cusum"]) != config_hash(by["calguard"])
     for bad, key in (("calguard:bogus", "calguard-bogus"), ("calguard:kappa", "calguard-kappa"), ("calguard:", "calguard-")):
@@ -447,8 +447,8 @@ def test_byzantine_report_averages_seeds_and_names_each_strategys_worst_attack(t
     assert row["sece"] == pytest.approx(0.0)
     # the worst attack per strategy: ALIE for FedAvg (51 %), the backdoor for NNM + trimmed mean (71 %)
     # with the spread over the two seeds of the worst cell: sd(0.50, 0.52) = 1.4 points
-    assert "| fedavg | 91.0 | 51.0 | 81.0 | 51.0 ± 1.4 | alie |" in md
-    assert "| nnm+trimmed_mean | 89.0 | 86.0 | 71.0 | 71.0 ± 1.4 | backdoor |" in md
+    assert "| fedavg | 91.0 | 51.0 | 81.0 | 51.0 ± 1.4 | 40.0 | alie | 1.4 |" in md
+    assert "| nnm+trimmed_mean | 89.0 | 86.0 | 71.0 | 71.0 ± 1.4 | 18.0 | backdoor | 1.4 |" in md
     assert "| fedavg | 60.0 ± 0.0 |" in md and "| nnm+trimmed_mean | 10.0 ± 0.0 |" in md  # the ASR table
     # the sECE worst case: the signed cell farthest from 0 (0.05 and -0.05 -> mean 0), sd 7.1 points
     assert "| fedavg | 0.0 | 0.0 | 0.0 | 0.0 ± 7.1 |" in md
@@ -491,10 +491,10 @@ def test_the_table_counts_the_attacker_replies_that_were_crafted(tmp_path):
             pd.DataFrame({"round": range(len(flags)), "crafted": flags}).to_csv(run_dir_for(c) / POISONING_FILE,
                                                                                 index=False)
     rows = byzantine_rows(cells)
-    alie = next(c for _, c in cells if c.strategy == "fedavg" and c.attack == "alie")
+    alie = next(c for _, _, c in cells if c.strategy == "fedavg" and c.attack == "alie")
     assert crafted_share(run_dir_for(alie)) == (2, 3)
     # alie: 2 of 3 (fedavg) + 1 of 1 (median) = 3 of 4; ipm: one run without the record
-    assert crafted_line(rows, 0.25) == ("Attacker replies crafted (%; a reply is left as trained where the round has "
+    assert crafted_line(rows) == ("Attacker replies crafted (%; a reply is left as trained where the round has "
                                         "too few honest updates or the attack refuses them): alie 75.0 (3 of 4); "
                                         "ipm not recorded in 1 of 2 runs.\n")
     assert rows.loc[rows["attack"] == "benign", "crafted"].isna().all()
@@ -520,7 +520,7 @@ def test_a_strategy_with_an_attack_not_run_yet_has_no_worst_case(tmp_path):
                                   "brier": 0.2, "nll": 0.3})
         store.finish()
     md = byzantine_report(cells, tmp_path / "out")
-    assert "| fedavg | 90.0 | 60.0 |  |  | incomplete (1 of 2 attacks) |" in md, md
+    assert "| fedavg | 90.0 | 60.0 |  |  |  | incomplete (1 of 2 attacks) |  |" in md, md
 
 
 def test_table_only_builds_the_table_from_finished_runs_and_starts_none(tmp_path):
@@ -534,7 +534,7 @@ def test_table_only_builds_the_table_from_finished_runs_and_starts_none(tmp_path
             "num-clients=20"]
     base = RunConfig.from_flower(dict(k.split("=", 1) for k in keys))
     cells = byzantine_cells(base.replace(num_rounds=1), ["fedavg"], ["alie"], [0.25], [0])
-    done = next(c for _, c in cells if c.attack == "none")
+    done = next(c for _, _, c in cells if c.attack == "none")
     store = RunStore(run_dir_for(done), done)
     store.start()
     for rnd, acc in ((0, 0.1), (1, 0.9)):
@@ -542,7 +542,7 @@ def test_table_only_builds_the_table_from_finished_runs_and_starts_none(tmp_path
     store.finish()
     assert main(["byzantine", "--table-only", "--strategies", "fedavg", "--attacks", "alie", "--ratios", "0.25",
                  "--seeds", "0", "--report", str(tmp_path / "out"), "--no-progress", *keys]) == 0
-    attacked = next(c for _, c in cells if c.attack == "alie")
+    attacked = next(c for _, _, c in cells if c.attack == "alie")
     assert not run_dir_for(attacked).exists()  # nothing started
     table = pd.read_csv(tmp_path / "out" / "table.csv")
     assert list(table["attack"]) == ["benign"] and table["accuracy"].iloc[0] == pytest.approx(0.9)
@@ -591,8 +591,8 @@ def test_a_cell_whose_model_ended_at_chance_is_marked_where_it_stands_and_in_the
                             accuracy=lambda c: 0.05 if (c.strategy, c.attack, c.seed) == ("fedavg", "ipm", 1) else 0.9)
     md = byzantine_report(cells, tmp_path / "out")
     # the mean of 0.90 and 0.05 = 47.5 %, marked with 1 of its 2 seeds; sd of the two = 60.1 points
-    assert f"| fedavg | 90.0 | 47.5 {MARK} (1 of 2 seeds) | 47.5 ± 60.1 {MARK} (1 of 2 seeds) | ipm |" in md
-    assert "| median | 90.0 | 90.0 | 90.0 ± 0.0 | ipm |" in md  # nothing marked where no seed is at chance
+    assert f"| fedavg | 90.0 | 47.5 {MARK} (1 of 2 seeds) | 47.5 ± 60.1 {MARK} (1 of 2 seeds) | 42.5 | ipm | 60.1 |" in md
+    assert "| median | 90.0 | 90.0 | 90.0 ± 0.0 | 0.0 | ipm | 0.0 |" in md  # nothing marked where no seed is at chance
     assert md.count("within noise of chance") == 1  # the footnote, once under the accuracy table
     rows = pd.read_csv(tmp_path / "out" / "runs.csv")
     assert rows["chance_level"].sum() == 1
@@ -608,7 +608,167 @@ def test_a_stalled_cell_is_marked_where_it_stands_and_in_the_worst_case(tmp_path
     cells = _finished_cells(tmp_path, ["fedavg", "median"], ["ipm"], [0, 1],
                             accuracy=lambda c: 0.6 if broken(c) else 0.9, accepted=lambda c: 0 if broken(c) else 10)
     md = byzantine_report(cells, tmp_path / "out")
-    assert "| fedavg | 90.0 | 75.0 (1 of 2 seeds stalled) | 75.0 ± 21.2 (1 of 2 seeds stalled) | ipm |" in md
-    assert "| median | 90.0 | 90.0 | 90.0 ± 0.0 | ipm |" in md
+    assert "| fedavg | 90.0 | 75.0 (1 of 2 seeds stalled) | 75.0 ± 21.2 (1 of 2 seeds stalled) | 15.0 | ipm | 21.2 |" in md
+    assert "| median | 90.0 | 90.0 | 90.0 ± 0.0 | 0.0 | ipm | 0.0 |" in md
     assert md.count("stalled: the run's last round accepted none") == 1 and "within noise of chance" not in md
     assert pd.read_csv(tmp_path / "out" / "runs.csv")["stalled"].sum() == 1
+
+
+# ---------------------------------------------------------------------------------- ALIE's n and f in a round
+@pytest.mark.parametrize("crashed", [0, 1])
+def test_alies_paper_z_uses_the_rounds_replies_n_and_the_rounds_attackers_f(crashed):
+    """With partial participation the paper's z is computed per round from that round's replies:
+    n = honest updates received + the round's attacker replies, f = the round's attacker replies —
+    not the federation's K and attackers, nor the rules' assumed f. Here K = 20 with 5 attackers
+    (z(20, 5) = Φ⁻¹(0.7)), 7 clients a round (the rules' f would be ⌈0.25 · 7⌉ = 2, z(7, 2) = Φ⁻¹(5/7)),
+    and the round holds 3 attackers and 4 honest clients: z(7, 3), s = ⌊7/2 + 1⌋ − 3 = 1, Φ⁻¹(6/7).
+    A honest client whose reply is an error is no update: with one of them, n = 6, Φ⁻¹(5/6)."""
+    from scipy.stats import norm
+
+    from fedcal.tasks.poisoning import PoisoningGrid
+
+    set_task_identity()
+    cfg = RunConfig(dataset="digits", num_clients=20, clients_per_round=7, attacker_ratio=0.25, attack="alie")
+    bad = sorted(attackers_of(AttackSpec.from_config(cfg)))
+    good = [p for p in range(20) if p not in bad]
+    assert len(bad) == 5
+    in_round = bad[:3] + good[:4]  # partition ids of the round's 7 clients; node i + 1 is partition in_round[i]
+    node_of = {i + 1: p for i, p in enumerate(in_round)}
+    value = {p: float(k + 1) for k, p in enumerate(good[:4])}  # honest updates 1, 2, 3, 4 in every coordinate
+    dead = set(good[:crashed])  # the honest client of update 1 crashes: its reply is an error
+
+    def respond(node, content):
+        p = node_of[node]
+        if p in dead:
+            return None
+        return reply(state(torch.full((2, 2), value.get(p, 99.0)), torch.full((2,), value.get(p, 99.0))))
+
+    grid = PoisoningGrid(FakeGrid(list(node_of), respond), cfg, node_of)
+    replies = grid.send_and_receive([_train_msg(n, state(torch.zeros(2, 2), torch.zeros(2))) for n in node_of])
+    honest = [2.0, 3.0, 4.0] if crashed else [1.0, 2.0, 3.0, 4.0]
+    mu, sd = float(np.mean(honest)), float(np.std(honest, ddof=1))
+    n, f = len(honest) + 3, 3
+    z = norm.ppf((n - 1) / n)  # s = 1 supporter in both cases
+    assert z == pytest.approx(norm.ppf(6 / 7) if not crashed else norm.ppf(5 / 6))
+    for msg in replies:
+        if msg.has_error():
+            continue
+        p = node_of[msg.metadata.src_node_id]
+        got = msg.content["arrays"].to_torch_state_dict()["fc.weight"]
+        expected = mu - z * sd if p in bad else value[p]
+        assert torch.allclose(got.double(), torch.full((2, 2), expected, dtype=torch.float64), atol=1e-5), (p, got)
+    assert f == 3 and not any(node_of[m.metadata.src_node_id] in bad and m.has_error() for m in replies)
+
+
+# ---------------------------------------------------------------------------------- the study's settings and specs
+def test_attack_and_strategy_specs_parse_to_their_keys():
+    from fedcal.studies.byzantine import parse_attack, parse_spec
+
+    assert parse_attack("alie") == ("alie", {})  # alie-z stays 0: the paper's z of each round
+    assert parse_attack("alie:z=1.5") == ("alie", {"alie_z": 1.5})
+    assert parse_attack("alie:z=-2") == ("alie", {"alie_z": -2.0})
+    assert parse_attack("ipm:eps=10") == ("ipm", {"ipm_epsilon": 10.0})
+    assert parse_attack("minmax:std") == ("minmax", {"minmax_direction": "std"})
+    assert parse_attack("minsum:sign") == ("minsum", {"minmax_direction": "sign"})
+    assert parse_attack("minsum:direction=unit") == ("minsum", {"minmax_direction": "unit"})
+    assert parse_attack("fang-trmean:b=3") == ("fang-trmean", {"fang_b": 3.0})
+    assert parse_attack("mimic:target=2") == ("mimic", {"mimic_target": 2})
+    assert parse_attack("backdoor:frac=0.5:target=7") == ("backdoor", {"backdoor_frac": 0.5, "backdoor_target": 7})
+    assert parse_attack("signflip") == ("signflip", {})
+    # krum is Multi-Krum averaging one update; pre-aggregation steps compose with it and with any rule
+    assert parse_spec("krum") == ("multikrum", "", {"krum_m": 1})
+    assert parse_spec("nnm+krum") == ("multikrum", "nnm", {"krum_m": 1})
+    assert parse_spec("cclip+median") == ("median", "cclip", {})
+    assert parse_spec("nnm+cclip+trimmed_mean") == ("trimmed_mean", "nnm,cclip", {})
+
+
+def test_cross_silo_cells_by_hand():
+    """honest 10, f ∈ {1, 3}, α ∈ {inf, 0.5}: n + f clients all every round, exactly f attackers, the
+    rules given f, IID for inf, every attack spec's key set, and the krum row Multi-Krum with m = 1."""
+    import math
+
+    from fedcal.reports.byzantine import spec_of
+    from fedcal.results import config_hash
+    from fedcal.studies.byzantine import byzantine_cells, byzantine_configs
+
+    base = RunConfig(dataset="digits")
+    cells = byzantine_cells(base, ["fedavg", "krum", "nnm+trimmed_mean"], ["alie", "ipm:eps=10", "minmax:std"], [],
+                            [0, 1], setting="cross-silo", honest=10, byzantine=[1, 3], alphas=[math.inf, 0.5])
+    assert len(cells) == 2 * 2 * 3 * 2 * 4  # alphas × f × specs × seeds × (benign + 3 attacks)
+    assert len(byzantine_configs(cells)) == len(cells)  # n + f differs per f: no run serves two cells
+    groups = list(dict.fromkeys(g for g, _, _ in cells))
+    assert [(g.setting, g.alpha, g.f) for g in groups] == [("cross-silo", math.inf, 1), ("cross-silo", math.inf, 3),
+                                                           ("cross-silo", 0.5, 1), ("cross-silo", 0.5, 3)]
+    for g, attack, c in cells:
+        assert c.num_clients == c.clients_per_round == 10 + g.f
+        assert (c.partition, c.dirichlet_alpha) == (("iid", 1.0) if math.isinf(g.alpha) else ("dirichlet", 0.5))
+        if attack == "benign":
+            assert c.attack == "none" and c.num_attackers == 0
+        else:
+            assert len(attackers_of(AttackSpec.from_config(c))) == g.f == c.num_attackers
+        if c.strategy == "multikrum":
+            assert (c.krum_f, c.krum_m, spec_of(c)) == (g.f, 1, "krum")
+        if c.strategy == "trimmed_mean":
+            assert (c.trim_f, c.pre_f, c.pre_aggregation) == (g.f, g.f, "nnm")
+    one = {(g.f, a): c for g, a, c in cells if g.alpha == 0.5 and c.seed == 0 and c.strategy == "fedavg"}
+    assert one[(3, "ipm:eps=10")].ipm_epsilon == 10.0 and one[(3, "minmax:std")].minmax_direction == "std"
+    assert one[(3, "alie")].alie_z == 0.0 and one[(3, "alie")].attacker_ratio == pytest.approx(3 / 13)
+    # the IID runs carry the default alpha, so they are one run whatever alpha the base config had
+    iid = [c for g, _, c in cells if math.isinf(g.alpha)]
+    other = byzantine_cells(base.replace(dirichlet_alpha=0.3), ["fedavg", "krum", "nnm+trimmed_mean"],
+                            ["alie", "ipm:eps=10", "minmax:std"], [], [0, 1], setting="cross-silo", honest=10,
+                            byzantine=[1, 3], alphas=[math.inf])
+    assert [config_hash(c) for c in iid] == [config_hash(c) for _, _, c in other]
+
+
+def test_a_line_search_attack_has_no_cell_against_a_rule_it_cannot_evaluate_and_the_table_says_na(tmp_path):
+    from fedcal.reports.byzantine import NOT_APPLICABLE, byzantine_report
+
+    cells = _finished_cells(tmp_path, ["fedavg", "fltrust"], ["ipm", "opt-ipm"], [0],
+                            accuracy=lambda c: 0.5 if c.attack == "opt-ipm" else 0.9)
+    assert {(c.strategy, a) for _, a, c in cells} == {("fedavg", "benign"), ("fedavg", "ipm"), ("fedavg", "opt-ipm"),
+                                                      ("fltrust", "benign"), ("fltrust", "ipm")}
+    md = byzantine_report(cells, tmp_path / "out")
+    # FLTrust's worst case is over the attacks it met (not "incomplete"); FedAvg's is opt-ipm's 50 %
+    assert f"| fltrust | 90.0 | 90.0 | {NOT_APPLICABLE} | 90.0 | 0.0 | ipm |" in md, md
+    assert "| fedavg | 90.0 | 90.0 | 50.0 | 50.0 | 40.0 | opt-ipm |" in md, md
+
+
+def test_the_worst_case_counts_a_diverged_run_at_chance_and_the_rule_choice_follows_the_numbers(tmp_path):
+    """FedAvg under ipm:eps=10 diverges in both seeds (final accuracy NaN): its cell is the test set's
+    chance rate, marked, its worst case and drop follow from it; the median keeps 85 %; "which rule for
+    which threat" reads these numbers."""
+    from fedcal.data import load_dataset
+    from fedcal.reports.byzantine import byzantine_report, worst_cases
+    from fedcal.reports.chance import MARK
+
+    y = load_dataset("digits", "").y_test.numpy()
+    chance = max(0.1, np.bincount(y).max() / y.size)  # digits' test set: the majority-class rate
+
+    def accuracy(c):
+        if c.attack == "ipm" and c.ipm_epsilon == 10:
+            return float("nan") if c.strategy == "fedavg" else 0.85
+        return 0.9 if c.attack == "none" else 0.88 if c.strategy == "median" else 0.7 + 0.02 * c.seed
+
+    cells = _finished_cells(tmp_path, ["fedavg", "median"], ["ipm:eps=0.1", "ipm:eps=10"], [0, 1], accuracy=accuracy)
+    md = byzantine_report(cells, tmp_path / "out")
+    c = f"{100 * chance:.1f}"
+    drop = f"{100 * (0.9 - chance):.1f}"
+    assert f"| fedavg | 90.0 | 71.0 | {c} {MARK} (2 diverged) | {c} ± 0.0 {MARK} (2 diverged) | {drop} | ipm:eps=10 | 1.4 |" in md, md
+    assert "| median | 90.0 | 88.0 | 85.0 | 85.0 ± 0.0 | 5.0 | ipm:eps=10 | 0.0 |" in md, md
+    assert "diverged: the run's final accuracy is NaN" in md and "within noise of chance" in md
+    assert f"- The attack that bites: ipm:eps=10 costs FedAvg {drop} points (90.0 → {c} %)." in md
+    assert "- Best worst case: median, 85.0 % under ipm:eps=10 (5.0 points below its benign run)." in md
+    assert "- Worst case within 10 points of their benign run: median (5.0)." in md
+    assert "  - ipm:eps=0.1: median (88.0 %)\n" in md  # FedAvg's 71 ± 1.4 is 17 points off: not within the spread
+    assert "| fedavg | 5.0 | 5.0 | diverged |" in md  # no sECE of a model that has none
+    worst = pd.read_csv(tmp_path / "out" / "worst.csv").set_index("strategy")
+    assert worst.loc["fedavg", "worst"] == pytest.approx(chance) and worst.loc["fedavg", "worst_attack"] == "ipm:eps=10"
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv")
+    assert runs["diverged"].sum() == 2 and runs.loc[runs["diverged"], "chance_level"].all()
+    # worst_cases by itself on a hand-made table: a tie goes to the first column, a missing cell leaves no worst case
+    t = pd.DataFrame({"strategy": ["a"] * 3 + ["b"] * 2, "attack": ["benign", "x", "y", "benign", "x"],
+                      "accuracy": [0.9, 0.5, 0.5, 0.8, 0.6], "accuracy_sd": [0.0, 0.1, 0.2, 0.0, 0.0]})
+    w = worst_cases(t, {"a": ["benign", "x", "y"], "b": ["benign", "x", "y"]}).set_index("strategy")
+    assert (w.loc["a", "worst_attack"], w.loc["a", "worst_sd"], w.loc["a", "drop"]) == ("x", 0.1, pytest.approx(0.4))
+    assert not w.loc["b", "complete"] and w.loc["b", "worst_attack"] == "" and w.loc["b", "attacks_run"] == 1

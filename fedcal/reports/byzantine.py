@@ -1,9 +1,18 @@
 """The strategy × attack table (``fedcal byzantine``): every strategy, pre-aggregation
 included, against every attack of Byzantine-robust FL, from finished runs only.
 
-The cells are (attacker ratio, config) pairs built by :mod:`fedcal.studies.byzantine`, which says
-how a strategy spec (``nnm+trimmed_mean``) and the rules' f per ratio (:func:`assumed_f`) are set;
-a row is shown by its spec (:func:`spec_of`) and the f its ratio gave the rules.
+The cells (:class:`fedcal.studies.byzantine.Cell`: table, attack spec, config) are built by
+:mod:`fedcal.studies.byzantine`, which says how a strategy spec (``nnm+trimmed_mean``, ``krum``), an
+attack spec (``ipm:eps=10``) and the rules' f of a table are set; a row is shown by its strategy spec
+(:func:`spec_of`), a column by its attack spec. One table per :class:`~fedcal.studies.byzantine.Group`
+(setting, heterogeneity, f).
+
+A **diverged** run (final accuracy NaN: its model's weights are no longer finite) is an attack that
+won: it counts at its test set's chance rate (:mod:`fedcal.reports.chance`), marked as at chance and
+named as diverged, never blank and never left out of a mean. The **worst case** of a rule is its
+lowest mean accuracy over every attack spec of the table, with the attack that achieves it and its
+drop from the rule's own benign run; "which rule for which threat" (:func:`which_rule`) is derived from
+these numbers.
 """
 
 from __future__ import annotations
@@ -22,30 +31,36 @@ from fedcal.reports.markdown import SECE_SIGN, markdown_table
 from fedcal.reports.runs import STALLED, STALLED_NOTE, final_metrics, run_stalled
 from fedcal.results import DONE_FILE, POISONING_FILE, load_timings, run_dir_for
 
+#: the columns that name a table (:class:`fedcal.studies.byzantine.Group`)
+GROUP = ["setting", "alpha", "ratio", "f"]
+#: "keeps its worst case": a worst-case accuracy within this many points (as a fraction) of the rule's benign run
+TOLERANCE = 0.10
+#: a cell the study does not run (a line-search attack against a rule it cannot evaluate)
+NOT_APPLICABLE = "n/a"
+#: the line under a table with a diverged run
+DIVERGED_NOTE = ("diverged: the run's final accuracy is NaN (its model's weights are no longer finite); it is counted "
+                 "at its test set's chance rate, as a model at chance (the attack won), in the cell's mean.\n")
+
 
 def spec_of(cfg: RunConfig) -> str:
     """The strategy spec of a run (:func:`fedcal.studies.byzantine.parse_spec`'s inverse): its
-    pre-aggregation steps, its strategy, and a ``:name`` for each of the strategy's boolean keys
-    (``<strategy>-<name>``) turned on against its default."""
+    pre-aggregation steps, its strategy (``krum`` for Multi-Krum averaging one update), and a ``:name``
+    for each of the strategy's boolean keys (``<strategy>-<name>``) turned on against its default."""
     from fedcal.config import defaults
 
     prefix = f"{cfg.strategy}_"
     flags = [n[len(prefix):].replace("_", "-") for n, d in defaults().items()
              if n.startswith(prefix) and d is False and getattr(cfg, n) is True]
-    return "+".join([*cfg.pre_aggregations, ":".join([cfg.strategy, *flags])])
+    name = "krum" if cfg.strategy == "multikrum" and cfg.krum_m == 1 else cfg.strategy
+    return "+".join([*cfg.pre_aggregations, ":".join([name, *flags])])
 
 
-def assumed_f(ratio: float, clients_per_round: int) -> int:
-    """f = ⌈ratio · M⌉ (at least 1): the rules' assumed Byzantine replies per round."""
-    return max(1, math.ceil(ratio * clients_per_round - 1e-9))
-
-
-def _run_dirs(cells: Sequence[tuple[float, RunConfig]], with_config: bool = False) -> list:
+def _run_dirs(cells: Sequence, with_config: bool = False) -> list:
     """The distinct run directories of ``cells`` in order (a benign run serves several cells), each
     with its config when ``with_config``."""
     dirs: dict[Path, RunConfig] = {}
-    for _, c in cells:
-        dirs.setdefault(run_dir_for(c), c)
+    for cell in cells:
+        dirs.setdefault(run_dir_for(cell.config), cell.config)
     return list(dirs.items()) if with_config else list(dirs)
 
 
@@ -63,13 +78,14 @@ def crafted_share(run_dir: str | os.PathLike[str]) -> tuple[int, int] | None:
     return int(crafted.sum()), len(table)
 
 
-def byzantine_rows(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
-    """One row per cell whose run finished: spec, attack (``benign`` for none), ratio, the rules'
-    f, seed, accuracy, sECE, ASR (NaN where the attack is not a backdoor), for the crafted
-    attacks the attacker replies crafted and in all (:func:`crafted_share`; NaN where not recorded),
-    and the shares of attacker and of benign replies the rule excluded (``detected``,
+def byzantine_rows(cells: Sequence) -> pd.DataFrame:
+    """One row per cell whose run finished: its table (``setting``, ``alpha``, ``ratio``, ``f``),
+    spec, attack (its spec; ``benign`` for none), seed, accuracy (a diverged run's NaN replaced by its
+    test set's chance rate, ``diverged`` True), sECE, ASR (NaN where the attack is not a backdoor), for
+    the crafted attacks the attacker replies crafted and in all (:func:`crafted_share`; NaN where not
+    recorded), and the shares of attacker and of benign replies the rule excluded (``detected``,
     ``benign_flagged``: :func:`fedcal.reports.defense.flag_rates`; NaN without an aggregation table
-    or without replies of that kind), ``chance_level`` (its model within noise of chance,
+    or without replies of that kind), ``chance_level`` (its model within noise of chance or diverged,
     :mod:`fedcal.reports.chance`) and ``stalled`` (above chance, but its last round accepted no reply:
     :func:`fedcal.reports.runs.stalled_runs`)."""
     from fedcal.config import POISONING_ATTACKS
@@ -77,7 +93,7 @@ def byzantine_rows(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
     final = final_metrics(_run_dirs(cells), "the strategy × attack table")
     by_run = {str(r["run_id"]): r for _, r in final.iterrows()}
     rows = []
-    for ratio, cfg in cells:
+    for group, attack, cfg in cells:
         run_dir = run_dir_for(cfg)
         r = by_run.get(run_dir.name)
         if r is None:
@@ -85,25 +101,28 @@ def byzantine_rows(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
         share = crafted_share(run_dir) if cfg.attack in POISONING_ATTACKS else None
         detected, benign_flagged, _ = flag_rates(run_dir, cfg)
         level = cfg_chance(cfg)
-        rows.append({"strategy": spec_of(cfg), "attack": "benign" if cfg.attack == "none" else cfg.attack,
-                     "ratio": ratio, "f": assumed_f(ratio, cfg.clients_per_round), "seed": cfg.seed,
-                     "accuracy": r["accuracy"], "sece": r["sece"], "asr": r["asr"] if "asr" in r else float("nan"),
+        accuracy = float(r["accuracy"])
+        diverged = math.isnan(accuracy)
+        if diverged and level is not None:
+            accuracy = level.rate
+        at_chance = diverged or bool(level is not None and level.flags(accuracy))
+        rows.append({**group._asdict(), "strategy": spec_of(cfg), "attack": attack, "seed": cfg.seed,
+                     "accuracy": accuracy, "sece": math.nan if diverged else r["sece"],
+                     "asr": math.nan if diverged else (r["asr"] if "asr" in r else math.nan),
                      "crafted": share[0] if share else float("nan"),
                      "attacker_replies": share[1] if share else float("nan"),
                      "detected": detected, "benign_flagged": benign_flagged,
-                     "chance_level": (at_chance := bool(level is not None and level.flags(float(r["accuracy"])))),
+                     "chance_level": at_chance, "diverged": diverged,
                      STALLED: run_stalled(run_dir) and not at_chance})
     return pd.DataFrame(rows).drop_duplicates()
 
 
-def crafted_line(rows: pd.DataFrame, ratio: float) -> str:
-    """One sentence per attacker ratio: per crafted attack, the share of attacker replies that were
-    crafted over all its runs (strategies × seeds), or that some runs did not record it."""
-    from fedcal.config import POISONING_ATTACKS
-
-    r = rows[(rows["ratio"] == ratio) & rows["attack"].isin(POISONING_ATTACKS)]
-    if r.empty:
-        return ""
+def crafted_line(rows: pd.DataFrame, where: pd.Series | None = None) -> str:
+    """One sentence per table (``where``: a boolean mask of ``rows``, all of them by default): per
+    crafted attack spec, the share of attacker replies that were crafted over all its runs (strategies
+    × seeds), or that some runs did not record it."""
+    r = rows if where is None else rows[where]
+    r = r[r["attack"].map(_crafted_attack)]
     parts = []
     for attack, g in r.groupby("attack", sort=False):
         if g["crafted"].isna().any():
@@ -113,19 +132,28 @@ def crafted_line(rows: pd.DataFrame, ratio: float) -> str:
         else:
             parts.append(f"{attack} {100 * g['crafted'].sum() / g['attacker_replies'].sum():.1f} "
                          f"({int(g['crafted'].sum())} of {int(g['attacker_replies'].sum())})")
+    if not parts:
+        return ""
     return ("Attacker replies crafted (%; a reply is left as trained where the round has too few honest "
             "updates or the attack refuses them): " + "; ".join(parts) + ".\n")
 
 
+def _crafted_attack(spec: str) -> bool:
+    from fedcal.config import POISONING_ATTACKS
+
+    return spec.split(":")[0] in POISONING_ATTACKS
+
+
 def byzantine_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """Mean and standard deviation over seeds per (strategy, ratio, attack), and how many of the
-    cell's seeds ended at chance (``chance``) or stalled above it (``stalled``)."""
-    g = rows.groupby(["ratio", "strategy", "attack"], sort=False)
+    """Mean and standard deviation over seeds per (table, strategy, attack), and how many of the
+    cell's seeds ended at chance (``chance``; diverged ones included), diverged (``diverged``) or
+    stalled above chance (``stalled``)."""
+    g = rows.groupby([*GROUP, "strategy", "attack"], sort=False)
     table = g.agg(seeds=("seed", "nunique"), accuracy=("accuracy", "mean"), accuracy_sd=("accuracy", "std"),
                   sece=("sece", "mean"), sece_sd=("sece", "std"), asr=("asr", "mean"),
                   asr_sd=("asr", "std"), detected=("detected", "mean"),
                   benign_flagged=("benign_flagged", "mean"), chance=("chance_level", "sum"),
-                  stalled=(STALLED, "sum")).reset_index()
+                  diverged=("diverged", "sum"), stalled=(STALLED, "sum")).reset_index()
     return table
 
 
@@ -134,10 +162,12 @@ def _pct(v: float) -> str:
     return "" if pd.isna(v) else f"{100 * v:.1f}"
 
 
-def _at_chance(text: str, chance: int, seeds: int, stalled: int = 0) -> str:
+def _at_chance(text: str, chance: int, seeds: int, stalled: int = 0, diverged: int = 0) -> str:
     """A cell's text with the chance marker when ``chance`` of its ``seeds`` ended at chance (and how
-    many, when not all of them), and how many stalled above chance."""
-    return (marked(text, chance > 0) + (f" ({chance} of {seeds} seeds)" if 0 < chance < seeds else "")
+    many, when not all of them), how many of them diverged, and how many stalled above chance."""
+    notes = [f"{chance} of {seeds} seeds"] if 0 < chance < seeds else []
+    notes += [f"{diverged} diverged"] if diverged else []
+    return (marked(text, chance > 0) + (f" ({', '.join(notes)})" if notes else "")
             + (f" ({stalled} of {seeds} seeds stalled)" if stalled else ""))
 
 
@@ -146,7 +176,7 @@ def excluded_table(table: pd.DataFrame, order: Sequence[str], attacks: Sequence[
     excluded (weight 0, or flagged by CalGuard; means over seeds), the benign column benign replies
     only. A strategy that excluded no reply in any of its runs here (FedAvg and the rules that
     combine every reply coordinate-wise never do) is named in one sentence instead of a row of zeros.
-    ``table``: :func:`byzantine_table`'s rows of one attacker ratio."""
+    ``table``: :func:`byzantine_table`'s rows of one table."""
     det, fp = _pivot(table, "detected", order, attacks), _pivot(table, "benign_flagged", order, attacks)
     some = (det.fillna(0) > 0).any(axis=1) | (fp.fillna(0) > 0).any(axis=1)
     if not some.any():
@@ -166,7 +196,72 @@ def _pivot(table: pd.DataFrame, value: str, order: Sequence[str], attacks: Seque
     return wide.reindex(index=[s for s in order if s in wide.index], columns=list(attacks))
 
 
-def byzantine_seconds(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
+def worst_cases(table: pd.DataFrame, expected: dict[str, list[str]]) -> pd.DataFrame:
+    """Per strategy of one table (:func:`byzantine_table`'s rows of one group): ``benign`` (mean
+    accuracy), ``worst`` (its lowest mean accuracy over the attack specs ``expected[strategy]``, a
+    diverged seed counting at chance), ``worst_sd`` (that cell's spread over seeds), ``worst_attack``
+    (the spec achieving it; the first in column order on a tie), ``drop`` (benign − worst, a fraction)
+    and ``complete`` (every expected attack has a finished run; otherwise worst, drop and
+    worst_attack are NaN / "": a worst case over some of the attacks is no worst case)."""
+    out = []
+    for strategy, attacks in expected.items():
+        mine = table[table["strategy"] == strategy].set_index("attack")
+        benign = mine["accuracy"].get("benign", math.nan)
+        attacked = [a for a in attacks if a != "benign"]
+        got = mine["accuracy"].reindex(attacked)
+        complete = bool(attacked) and got.notna().all()
+        low = got.idxmin() if complete else ""
+        worst = float(got[low]) if complete else math.nan
+        out.append({"strategy": strategy, "benign": benign, "worst": worst,
+                    "worst_sd": float(mine["accuracy_sd"].get(low, math.nan)) if complete else math.nan,
+                    "worst_attack": low, "drop": benign - worst, "complete": complete,
+                    "attacks_run": int(got.notna().sum()), "attacks": len(attacked)})
+    return pd.DataFrame(out)
+
+
+def which_rule(table: pd.DataFrame, worst: pd.DataFrame, tolerance: float = TOLERANCE) -> str:
+    """"Which rule for which threat", derived from one table's numbers (:func:`byzantine_table`'s
+    rows of one group, :func:`worst_cases` of them): the largest drop FedAvg suffers (the attack
+    that bites), the rule with the best worst case, the rules whose worst case stays within
+    ``tolerance`` of their own benign run (or that none does), and per attack the rule with the
+    highest mean accuracy, with the rules within the seed spread of it (the difference of the two
+    means no larger than the sum of their standard deviations over seeds)."""
+    lines = []
+    done = worst[worst["complete"]]
+    fedavg = done[done["strategy"] == "fedavg"]
+    if not fedavg.empty:
+        r = fedavg.iloc[0]
+        lines.append(f"- The attack that bites: {r['worst_attack']} costs FedAvg {100 * r['drop']:.1f} points "
+                     f"({_pct(r['benign'])} → {_pct(r['worst'])} %).")
+    if not done.empty:
+        best = done.loc[done["worst"].idxmax()]
+        lines.append(f"- Best worst case: {best['strategy']}, {_pct(best['worst'])} % under {best['worst_attack']} "
+                     f"({100 * best['drop']:.1f} points below its benign run).")
+        keep = done[done["drop"] <= tolerance + 1e-12]
+        lines.append(f"- Worst case within {100 * tolerance:g} points of their benign run: "
+                     + (", ".join(f"{s} ({100 * d:.1f})" for s, d in zip(keep["strategy"], keep["drop"]))
+                        if not keep.empty else "none of the rules") + ".")
+    missing = worst[~worst["complete"]]
+    if not missing.empty:
+        lines.append("- Not ranked (attacks not all run yet): " + ", ".join(
+            f"{s} ({a} of {n})" for s, a, n in zip(missing["strategy"], missing["attacks_run"], missing["attacks"])) + ".")
+    per_attack = []
+    for attack, g in table[table["attack"] != "benign"].groupby("attack", sort=False):
+        g = g.dropna(subset=["accuracy"])
+        if g.empty:
+            continue
+        top = g.loc[g["accuracy"].idxmax()]
+        sd = g["accuracy_sd"].fillna(0.0)
+        near = g[(g["strategy"] != top["strategy"])
+                 & (top["accuracy"] - g["accuracy"] <= sd + (0.0 if pd.isna(top["accuracy_sd"]) else top["accuracy_sd"]))]
+        per_attack.append(f"  - {attack}: {top['strategy']} ({_pct(top['accuracy'])} %)"
+                          + (f"; within the seed spread: {', '.join(near['strategy'])}" if not near.empty else ""))
+    if per_attack:
+        lines.append("- Per attack, the most accurate rule:\n" + "\n".join(per_attack))
+    return ("**Which rule for which threat** (derived from the table above)\n\n" + "\n".join(lines) + "\n") if lines else ""
+
+
+def byzantine_seconds(cells: Sequence) -> pd.DataFrame:
     """What a finished run cost per strategy spec: the runs, and the median and largest sum of their
     rounds' wall-clock seconds (``timings.csv``; set-up before round 0 is not counted)."""
     done = {d.name: spec_of(c) for d, c in _run_dirs(cells, with_config=True) if (d / DONE_FILE).exists()}
@@ -176,18 +271,83 @@ def byzantine_seconds(cells: Sequence[tuple[float, RunConfig]]) -> pd.DataFrame:
     per_run = timings[timings["metric"] == "round_seconds"].groupby("run_id")["value"].sum()
     frame = pd.DataFrame({"strategy": per_run.index.map(done), "seconds": per_run.values})
     g = frame.groupby("strategy", sort=False)["seconds"]
-    order = list(dict.fromkeys(spec_of(c) for _, c in cells))
-    out = pd.DataFrame({"runs": g.size(), "median (s)": g.median(), "most (s)": g.max()})
+    order = list(dict.fromkeys(spec_of(c.config) for c in cells))
+    out = pd.DataFrame({"runs": g.size(), "median (s)": g.median(), "most (s)": g.max(), "total (s)": g.sum()})
     return out.reindex([s for s in order if s in out.index]).rename_axis("strategy").reset_index()
 
 
-def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os.PathLike[str],
-                     title: str = "") -> str:
-    """``table.csv`` (long: mean and sd over seeds), ``runs.csv`` (one row per cell), ``seconds.md``
-    (:func:`byzantine_seconds`) and ``table.md`` (per attacker ratio: accuracy, sECE, ASR and the replies
-    each rule excluded (:func:`excluded_table`), strategy × attack, with each strategy's worst
-    accuracy over the attacks and the attack that gave it; the worst cases and the ASR carry their
-    cell's standard deviation over seeds, where there are several); returns the Markdown."""
+def _group_table(cells: Sequence, group, t: pd.DataFrame, rows: pd.DataFrame) -> list[str]:
+    """The Markdown parts of one table (``group``; ``t``: its rows of :func:`byzantine_table`)."""
+    mine = [c for c in cells if c.group == group]
+    order = list(dict.fromkeys(spec_of(c.config) for c in mine))
+    attacks = list(dict.fromkeys(["benign", *(c.attack for c in mine)]))
+    expected = {s: list(dict.fromkeys(c.attack for c in mine if spec_of(c.config) == s)) for s in order}
+    run = set(zip(t["strategy"], t["attack"]))
+    cfg = mine[0].config
+    seeds = sorted(set(t["seeds"]))
+    head = f"{group.describe(cfg.num_clients, cfg.clients_per_round)}; seeds per cell: {', '.join(map(str, seeds))}"
+    with_sd = lambda v, sd: "" if pd.isna(v) else _pct(v) + ("" if pd.isna(sd) else f" ± {100 * sd:.1f}")  # noqa: E731
+    acc = _pivot(t, "accuracy", order, attacks)
+    piv = {k: _pivot(t, k, order, attacks).fillna(0).astype(int) for k in ("chance", "stalled", "diverged", "seeds")}
+    sd = _pivot(t, "accuracy_sd", order, attacks)
+    worst = worst_cases(t, expected).set_index("strategy").reindex(order)
+
+    def cell(s: str, a: str) -> str:
+        if a not in expected[s]:
+            return NOT_APPLICABLE
+        if (s, a) not in run:
+            return ""
+        return _at_chance(_pct(acc.loc[s, a]), piv["chance"].loc[s, a], piv["seeds"].loc[s, a],
+                          piv["stalled"].loc[s, a], piv["diverged"].loc[s, a])
+
+    shown = pd.DataFrame({a: [cell(s, a) for s in order] for a in attacks}, index=order)
+    shown["worst"] = [_at_chance(with_sd(w["worst"], w["worst_sd"]), piv["chance"].loc[s, w["worst_attack"]],
+                                 piv["seeds"].loc[s, w["worst_attack"]], piv["stalled"].loc[s, w["worst_attack"]],
+                                 piv["diverged"].loc[s, w["worst_attack"]]) if w["complete"] else ""
+                      for s, w in worst.iterrows()]
+    shown["drop"] = [f"{100 * w['drop']:.1f}" if w["complete"] and pd.notna(w["drop"]) else "" for _, w in worst.iterrows()]
+    shown["worst attack"] = [w["worst_attack"] if w["complete"] else f"incomplete ({w['attacks_run']} of {w['attacks']} attacks)"
+                             for _, w in worst.iterrows()]
+    shown["largest seed sd"] = [_pct(sd.loc[s].max()) for s in order]
+    parts = [markdown_table(shown.rename_axis("strategy").reset_index(), f"accuracy (%), {head}")]
+    if piv["chance"].to_numpy().any():
+        parts.append(footnote([cfg_chance(c.config) for c in mine]))
+    if piv["diverged"].to_numpy().any():
+        parts.append(DIVERGED_NOTE)
+    if piv["stalled"].to_numpy().any():
+        parts.append(STALLED_NOTE.rstrip("\n") + " Kept in the cell's mean: the attack broke the training.\n")
+    parts.append(crafted_line(rows, (rows[GROUP] == pd.Series(group._asdict())).all(axis=1)))
+    parts.append(which_rule(t, worst.reset_index()))
+    sece = _pivot(t, "sece", order, attacks)
+    attacked = sece.drop(columns=["benign"], errors="ignore")  # the signed value farthest from 0
+    ssd = _pivot(t, "sece_sd", order, attacks)
+    sece_shown = pd.DataFrame({a: [NOT_APPLICABLE if a not in expected[s] else
+                                   ("diverged" if piv["diverged"].loc[s, a] == piv["seeds"].loc[s, a] > 0 else
+                                    _pct(sece.loc[s, a])) for s in order] for a in attacks}, index=order)
+    sece_shown["worst"] = [with_sd(r.loc[r.abs().idxmax()], ssd.loc[s, r.abs().idxmax()])
+                           if r.notna().any() and worst.loc[s, "complete"] else ""
+                           for s, r in attacked.iterrows()]
+    parts.append(markdown_table(sece_shown.rename_axis("strategy").reset_index(),
+                                f"sECE (%; a diverged seed has none), {head}"))
+    if t["asr"].notna().any():
+        with_asr = t[t["asr"].notna()]
+        cols = [a for a in attacks if a in set(with_asr["attack"])]
+        asr, asd = _pivot(with_asr, "asr", order, cols), _pivot(with_asr, "asr_sd", order, cols)
+        asr = pd.DataFrame({c: [with_sd(m, d) for m, d in zip(asr[c], asd[c])] for c in cols},
+                           index=asr.index).reset_index()
+        parts.append(markdown_table(asr, f"backdoor attack success rate (%), {head}"))
+    parts.append(excluded_table(t, order, attacks, head))
+    return parts
+
+
+def byzantine_report(cells: Sequence, out_dir: str | os.PathLike[str], title: str = "") -> str:
+    """``table.csv`` (long: mean and sd over seeds per table, strategy and attack), ``runs.csv`` (one
+    row per cell), ``worst.csv`` (:func:`worst_cases` per table), ``seconds.md``
+    (:func:`byzantine_seconds`) and ``table.md`` (per table, in the cells' order: accuracy with each
+    strategy's worst case over the attack specs, its drop from benign and the attack achieving it,
+    "which rule for which threat" (:func:`which_rule`), sECE, ASR and the replies each rule excluded
+    (:func:`excluded_table`); the worst cases and the ASR carry their cell's standard deviation over
+    seeds, where there are several); returns the Markdown."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = byzantine_rows(cells)
@@ -196,62 +356,22 @@ def byzantine_report(cells: Sequence[tuple[float, RunConfig]], out_dir: str | os
     rows.to_csv(out / "runs.csv", index=False)
     table = byzantine_table(rows)
     table.to_csv(out / "table.csv", index=False)
-    order = list(dict.fromkeys(spec_of(c) for _, c in cells))
-    # the attacks asked for, run or not: a column nobody has finished yet still counts against the worst case
-    attacks = ["benign", *[a for a in dict.fromkeys(c.attack for _, c in cells) if a != "none"]]
     parts = [f"# {title}\n" if title else ""]
-    # the spread over seeds of the cell a worst case (or the ASR) comes from; none for one seed
-    with_sd = lambda v, sd: "" if pd.isna(v) else _pct(v) + ("" if pd.isna(sd) else f" ± {100 * sd:.1f}")  # noqa: E731
-    for ratio, t in table.groupby("ratio", sort=True):
-        seeds = sorted(set(t["seeds"]))
-        f = sorted(set(rows.loc[rows["ratio"] == ratio, "f"]))
-        acc = _pivot(t, "accuracy", order, attacks)
-        attacked = acc.drop(columns=["benign"], errors="ignore")
-        # a worst case over some of the attacks is no worst case: a row with a cell not run yet (or a
-        # diverged run's NaN) gets none, and says how many of the attacks it has
-        complete = attacked.notna().all(axis=1)
-        sd = _pivot(t, "accuracy_sd", order, attacks)
-        # a cell with seeds at chance or stalled keeps them in its mean (the attack won there) and says so
-        chance = _pivot(t, "chance", order, attacks).fillna(0).astype(int)
-        stalled = _pivot(t, "stalled", order, attacks).fillna(0).astype(int)
-        seeds_of = _pivot(t, "seeds", order, attacks).fillna(0).astype(int)
-        low = {s: r.idxmin() for (s, r), ok in zip(attacked.iterrows(), complete) if ok}  # the worst attack
-        worst = [_at_chance(with_sd(attacked.loc[s, a], sd.loc[s, a]), chance.loc[s, a], seeds_of.loc[s, a],
-                            stalled.loc[s, a]) if (a := low.get(s)) else "" for s in attacked.index]
-        for a in attacks:
-            acc[a] = [_at_chance(_pct(v), chance.loc[s, a], seeds_of.loc[s, a], stalled.loc[s, a])
-                      if pd.notna(v) else ""
-                      for s, v in acc[a].items()]
-        acc["worst"] = worst
-        acc["worst attack"] = [low[s] if s in low else f"incomplete ({int(r.notna().sum())} of {r.size} attacks)"
-                               for s, r in attacked.iterrows()]
-        acc = acc.reset_index()
-        head = f"attacker ratio {ratio:g} (rules' f = {', '.join(map(str, f))}; seeds per cell: {', '.join(map(str, seeds))})"
-        parts.append(markdown_table(acc, f"accuracy (%), {head}"))
-        if chance.to_numpy().any():
-            parts.append(footnote(cfg_chance(c) for r_, c in cells if r_ == ratio))
-        if stalled.to_numpy().any():
-            parts.append(STALLED_NOTE.rstrip("\n") + " Kept in the cell's mean: the attack broke the training.\n")
-        parts.append(crafted_line(rows, ratio))
-        sece = _pivot(t, "sece", order, attacks)
-        attacked = sece.drop(columns=["benign"], errors="ignore")  # the signed value farthest from 0
-        sd = _pivot(t, "sece_sd", order, attacks)
-        sece["worst"] = [with_sd(r.loc[r.abs().idxmax()], sd.loc[s, r.abs().idxmax()]) if r.notna().all() else ""
-                         for s, r in attacked.iterrows()]
-        parts.append(markdown_table(sece.reset_index(), f"sECE (%), {head}",
-                                    {c: _pct for c in sece.columns if c != "worst"}))
-        if t["asr"].notna().any():
-            with_asr = t[t["asr"].notna()]
-            cols = [a for a in attacks if a in set(with_asr["attack"])]
-            asr, sd = _pivot(with_asr, "asr", order, cols), _pivot(with_asr, "asr_sd", order, cols)
-            asr = pd.DataFrame({c: [with_sd(m, d) for m, d in zip(asr[c], sd[c])] for c in cols},
-                               index=asr.index).reset_index()
-            parts.append(markdown_table(asr, f"backdoor attack success rate (%), {head}"))
-        parts.append(excluded_table(t, order, attacks, head))
+    worst_frames = []
+    for group in dict.fromkeys(c.group for c in cells):
+        t = table[(table[GROUP] == pd.Series(group._asdict())).all(axis=1)]
+        if t.empty:
+            continue
+        parts.extend(_group_table(cells, group, t, rows))
+        mine = [c for c in cells if c.group == group]
+        order = list(dict.fromkeys(spec_of(c.config) for c in mine))
+        expected = {s: list(dict.fromkeys(c.attack for c in mine if spec_of(c.config) == s)) for s in order}
+        worst_frames.append(worst_cases(t, expected).assign(**group._asdict()))
+    pd.concat(worst_frames, ignore_index=True).to_csv(out / "worst.csv", index=False)
     md = "\n".join(p for p in parts if p) + f"\n{SECE_SIGN}\n"
     (out / "table.md").write_text(md)
     seconds = byzantine_seconds(cells)
     if not seconds.empty:
         (out / "seconds.md").write_text(markdown_table(seconds, formats={"median (s)": "{:.0f}", "most (s)": "{:.0f}",
-                                                                         "runs": "{:.0f}"}))
+                                                                         "total (s)": "{:.0f}", "runs": "{:.0f}"}))
     return md
