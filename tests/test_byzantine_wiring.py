@@ -772,3 +772,16 @@ def test_the_worst_case_counts_a_diverged_run_at_chance_and_the_rule_choice_foll
     w = worst_cases(t, {"a": ["benign", "x", "y"], "b": ["benign", "x", "y"]}).set_index("strategy")
     assert (w.loc["a", "worst_attack"], w.loc["a", "worst_sd"], w.loc["a", "drop"]) == ("x", 0.1, pytest.approx(0.4))
     assert not w.loc["b", "complete"] and w.loc["b", "worst_attack"] == "" and w.loc["b", "attacks_run"] == 1
+
+
+def test_a_rule_whose_benign_run_is_at_chance_is_not_ranked(tmp_path):
+    """A rule that did not train without attack (benign at chance) loses nothing to any attack: it is
+    named as not ranked, never as keeping its worst case within 10 points."""
+    from fedcal.reports.byzantine import byzantine_report
+
+    cells = _finished_cells(tmp_path, ["fedavg", "median"], ["ipm"], [0],
+                            accuracy=lambda c: 0.05 if c.strategy == "median" else 0.9 if c.attack == "none" else 0.85)
+    md = byzantine_report(cells, tmp_path / "out")
+    assert "- Worst case within 10 points of their benign run: fedavg (5.0)." in md, md
+    assert "- Best worst case: fedavg, 85.0 % under ipm" in md
+    assert "- Not ranked (a seed of its benign run at chance: it did not train in this setting): median." in md

@@ -202,7 +202,9 @@ def worst_cases(table: pd.DataFrame, expected: dict[str, list[str]]) -> pd.DataF
     diverged seed counting at chance), ``worst_sd`` (that cell's spread over seeds), ``worst_attack``
     (the spec achieving it; the first in column order on a tie), ``drop`` (benign − worst, a fraction)
     and ``complete`` (every expected attack has a finished run; otherwise worst, drop and
-    worst_attack are NaN / "": a worst case over some of the attacks is no worst case)."""
+    worst_attack are NaN / "": a worst case over some of the attacks is no worst case), and
+    ``benign_at_chance`` (a seed of its benign run ended at chance: the rule did not train here, so
+    a small drop says nothing of its robustness)."""
     out = []
     for strategy, attacks in expected.items():
         mine = table[table["strategy"] == strategy].set_index("attack")
@@ -215,7 +217,8 @@ def worst_cases(table: pd.DataFrame, expected: dict[str, list[str]]) -> pd.DataF
         out.append({"strategy": strategy, "benign": benign, "worst": worst,
                     "worst_sd": float(mine["accuracy_sd"].get(low, math.nan)) if complete else math.nan,
                     "worst_attack": low, "drop": benign - worst, "complete": complete,
-                    "attacks_run": int(got.notna().sum()), "attacks": len(attacked)})
+                    "attacks_run": int(got.notna().sum()), "attacks": len(attacked),
+                    "benign_at_chance": bool("chance" in mine and mine["chance"].get("benign", 0) > 0)})
     return pd.DataFrame(out)
 
 
@@ -223,11 +226,12 @@ def which_rule(table: pd.DataFrame, worst: pd.DataFrame, tolerance: float = TOLE
     """"Which rule for which threat", derived from one table's numbers (:func:`byzantine_table`'s
     rows of one group, :func:`worst_cases` of them): the largest drop FedAvg suffers (the attack
     that bites), the rule with the best worst case, the rules whose worst case stays within
-    ``tolerance`` of their own benign run (or that none does), and per attack the rule with the
+    ``tolerance`` of their own benign run (or that none does) — of the rules whose every attack ran
+    and whose benign run trained (above chance in every seed) —, and per attack the rule with the
     highest mean accuracy, with the rules within the seed spread of it (the difference of the two
     means no larger than the sum of their standard deviations over seeds)."""
     lines = []
-    done = worst[worst["complete"]]
+    done = worst[worst["complete"] & ~worst["benign_at_chance"]]
     fedavg = done[done["strategy"] == "fedavg"]
     if not fedavg.empty:
         r = fedavg.iloc[0]
@@ -241,7 +245,11 @@ def which_rule(table: pd.DataFrame, worst: pd.DataFrame, tolerance: float = TOLE
         lines.append(f"- Worst case within {100 * tolerance:g} points of their benign run: "
                      + (", ".join(f"{s} ({100 * d:.1f})" for s, d in zip(keep["strategy"], keep["drop"]))
                         if not keep.empty else "none of the rules") + ".")
-    missing = worst[~worst["complete"]]
+    untrained = worst[worst["benign_at_chance"]]
+    if not untrained.empty:
+        lines.append("- Not ranked (a seed of its benign run at chance: it did not train in this setting): "
+                     + ", ".join(untrained["strategy"]) + ".")
+    missing = worst[~worst["complete"] & ~worst["benign_at_chance"]]
     if not missing.empty:
         lines.append("- Not ranked (attacks not all run yet): " + ", ".join(
             f"{s} ({a} of {n})" for s, a, n in zip(missing["strategy"], missing["attacks_run"], missing["attacks"])) + ".")
