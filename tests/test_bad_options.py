@@ -122,6 +122,10 @@ GRID_OPTIONS = [
     (["byzantine", "attacker-ratio=0.3"], ["'attacker-ratio'", "--ratios"]),
     (["byzantine", "--alphas", "inf,0.5", "dirichlet-alpha=0.5"], ["'dirichlet-alpha'", "--alphas"]),
     (["byzantine", "--alphas", "inf", "partition=iid"], ["'partition'", "--alphas"]),
+    # a key a spec or the table's f sets is not also an override (it would be replaced without a word)
+    (["byzantine", "--attacks", "ipm:eps=10", "ipm-epsilon=0.5"], ["'ipm-epsilon'", "'ipm:eps=10'"]),
+    (["byzantine", "--strategies", "krum", "krum-m=3"], ["'krum-m'", "strategy spec 'krum'"]),
+    (["byzantine", "--strategies", "trimmed_mean", "trim-f=2"], ["'trim-f'", "the f of each table"]),
     # Krum needs n >= f + 3 clients a round: 2 honest + 1 Byzantine are too few, named with the spec
     (["byzantine", "--setting", "cross-silo", "--honest", "2", "--byzantine", "1", "--strategies", "krum"],
      ["krum under", "'krum-f'", "f = 1 Byzantine of 3"]),

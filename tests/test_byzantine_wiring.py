@@ -785,3 +785,34 @@ def test_a_rule_whose_benign_run_is_at_chance_is_not_ranked(tmp_path):
     assert "- Worst case within 10 points of their benign run: fedavg (5.0)." in md, md
     assert "- Best worst case: fedavg, 85.0 % under ipm" in md
     assert "- Not ranked (a seed of its benign run at chance: it did not train in this setting): median." in md
+
+
+def test_several_tables_lead_with_each_rules_worst_case_per_table(tmp_path):
+    """Two heterogeneity tables (IID and α = 0.5, cross-silo f = 1 of 4 honest): a summary, per rule and
+    table, of the worst case, its drop and the attack, before the tables themselves."""
+    import math
+
+    from fedcal.reports.byzantine import byzantine_report
+    from fedcal.results import RunStore, run_dir_for
+    from fedcal.studies.byzantine import byzantine_cells, byzantine_configs
+
+    base = RunConfig(dataset="digits", output_dir=str(tmp_path / "runs"), num_rounds=1)
+    cells = byzantine_cells(base, ["fedavg", "median"], ["alie", "ipm:eps=10"], [], [0], setting="cross-silo",
+                            honest=4, byzantine=[1], alphas=[math.inf, 0.5])
+    acc = {("iid", "fedavg", "none"): 0.9, ("iid", "fedavg", "alie"): 0.8, ("iid", "fedavg", "ipm"): 0.6,
+           ("iid", "median", "none"): 0.88, ("iid", "median", "alie"): 0.86, ("iid", "median", "ipm"): 0.87,
+           ("dirichlet", "fedavg", "none"): 0.85, ("dirichlet", "fedavg", "alie"): 0.3,
+           ("dirichlet", "fedavg", "ipm"): 0.5, ("dirichlet", "median", "none"): 0.8,
+           ("dirichlet", "median", "alie"): 0.6, ("dirichlet", "median", "ipm"): 0.79}
+    for c in byzantine_configs(cells):
+        store = RunStore(run_dir_for(c), c)
+        store.start()
+        for rnd in (0, 1):
+            store.log_round(rnd, {"accuracy": acc[(c.partition, c.strategy, c.attack)], "ece": 0.1, "sece": 0.0,
+                                  "brier": 0.2, "nll": 0.3})
+        store.finish()
+    md = byzantine_report(cells, tmp_path / "out")
+    assert "| strategy | IID, f = 1 | α = 0.5, f = 1 |" in md
+    assert "| fedavg | 60.0 (−30.0, ipm:eps=10) | 30.0 (−55.0, alie) |" in md, md
+    assert "| median | 86.0 (−2.0, alie) | 60.0 (−20.0, alie) |" in md, md
+    assert md.index("worst case per rule and table") < md.index("accuracy (%), cross-silo")

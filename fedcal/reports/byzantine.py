@@ -269,6 +269,32 @@ def which_rule(table: pd.DataFrame, worst: pd.DataFrame, tolerance: float = TOLE
     return ("**Which rule for which threat** (derived from the table above)\n\n" + "\n".join(lines) + "\n") if lines else ""
 
 
+def group_label(setting: str, alpha: float, ratio: float, f: int) -> str:
+    """A table's short name in a column head: ``α = 0.5, f = 3`` (cross-silo), ``IID, ratio 0.25`` (partial)."""
+    data = "IID" if math.isinf(alpha) else f"α = {alpha:g}"
+    return f"{data}, f = {f}" if setting == "cross-silo" else f"{data}, ratio {ratio:g}"
+
+
+def worst_summary(worst: pd.DataFrame, order: Sequence[str]) -> str:
+    """Markdown: per strategy (rows, in ``order``) and table (columns, in :func:`worst_cases`' order),
+    the worst-case accuracy, its drop from the rule's benign run and the attack achieving it
+    (``71.0 (−18.0, alie)``); ``incomplete`` where an attack has not run, ``at chance`` marked ``†``
+    where the rule's benign run did not train."""
+    from fedcal.reports.chance import MARK
+
+    cols = {}
+    for key, g in worst.groupby(GROUP, sort=False):
+        g = g.set_index("strategy")
+        cols[group_label(*key)] = [
+            "" if s not in g.index else
+            ("incomplete" if not g.loc[s, "complete"] else
+             f"{_pct(g.loc[s, 'worst'])} (−{100 * g.loc[s, 'drop']:.1f}, {g.loc[s, 'worst_attack']})"
+             + (f" {MARK} benign at chance" if g.loc[s, "benign_at_chance"] else ""))
+            for s in order]
+    frame = pd.DataFrame(cols, index=list(order)).rename_axis("strategy").reset_index()
+    return markdown_table(frame, "worst case per rule and table: accuracy (%) (drop from its benign run, the attack)")
+
+
 def byzantine_seconds(cells: Sequence) -> pd.DataFrame:
     """What a finished run cost per strategy spec: the runs, and the median and largest sum of their
     rounds' wall-clock seconds (``timings.csv``; set-up before round 0 is not counted)."""
@@ -375,7 +401,10 @@ def byzantine_report(cells: Sequence, out_dir: str | os.PathLike[str], title: st
         order = list(dict.fromkeys(spec_of(c.config) for c in mine))
         expected = {s: list(dict.fromkeys(c.attack for c in mine if spec_of(c.config) == s)) for s in order}
         worst_frames.append(worst_cases(t, expected).assign(**group._asdict()))
-    pd.concat(worst_frames, ignore_index=True).to_csv(out / "worst.csv", index=False)
+    worst = pd.concat(worst_frames, ignore_index=True)
+    worst.to_csv(out / "worst.csv", index=False)
+    if len(worst_frames) > 1:  # the tables side by side first: how each rule's worst case moves with the setting
+        parts.insert(1, worst_summary(worst, list(dict.fromkeys(spec_of(c.config) for c in cells))))
     md = "\n".join(p for p in parts if p) + f"\n{SECE_SIGN}\n"
     (out / "table.md").write_text(md)
     seconds = byzantine_seconds(cells)

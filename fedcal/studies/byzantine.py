@@ -312,15 +312,23 @@ def byzantine_configs(cells: Sequence[Cell]) -> list[RunConfig]:
 
 
 def _refuse_set_by_options(overrides: dict, args: argparse.Namespace) -> None:
-    """A run-config key the study's options set per table, given as an override as well: one line."""
-    set_by = {"attacker-ratio": "--ratios" if args.setting == "partial" else "--honest and --byzantine"}
+    """A run-config key the study sets per table or per cell, given as an override as well (it would be
+    replaced without a word): one line naming it and what sets it."""
+    from fedcal.config import key_of
+
+    set_by = {"attacker-ratio": "--ratios" if args.setting == "partial" else "--honest and --byzantine",
+              **{k: "the study (the f of each table)" for k in ("krum-f", "trim-f", "pre-f")}}
+    for spec in parse_names(args.attacks):
+        set_by.update({key_of(k): f"the attack spec {spec!r}" for k in parse_attack(spec)[1]})
+    for spec in parse_names(args.strategies):
+        set_by.update({key_of(k): f"the strategy spec {spec!r}" for k in parse_spec(spec)[2]})
     if args.setting == "cross-silo":
         set_by.update({"num-clients": "--honest and --byzantine", "clients-per-round": "--honest and --byzantine"})
     if args.alphas:
         set_by.update({"partition": "--alphas", "dirichlet-alpha": "--alphas"})
     for key, option in set_by.items():
         if key in overrides or key.replace("-", "_") in overrides:
-            raise ConfigError(f"run-config key {key!r} is set per table by {option} here; leave it out")
+            raise ConfigError(f"run-config key {key!r} is set by {option} here; leave it out")
 
 
 def _options_of(args: argparse.Namespace) -> dict[str, Any]:
@@ -395,7 +403,7 @@ def add_commands(add: Any) -> None:
     p.add_argument("--byzantine", default=None, type=byzantine_type,
                    help="cross-silo: Byzantine clients f, one table each (default 1,2,3,4)")
     p.add_argument("--alphas", default="", type=alphas_type,
-                   help="heterogeneity, one table each: Dirichlet alphas, inf = IID (default: the config's partition)")
+                   help="heterogeneity, one table each: Dirichlet alphas, inf = IID; \"\" = the config's partition")
     p.add_argument("--seeds", default="0-2", type=seeds_type, help="seeds, e.g. 0-2")
     p.add_argument("--jobs", type=jobs_type, default=0, help="runs in parallel")
     p.add_argument("--title", default="", help="title of the table")
