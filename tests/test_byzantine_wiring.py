@@ -816,3 +816,6 @@ def test_several_tables_lead_with_each_rules_worst_case_per_table(tmp_path):
     assert "| fedavg | 60.0 (−30.0, ipm:eps=10) | 30.0 (−55.0, alie) |" in md, md
     assert "| median | 86.0 (−2.0, alie) | 60.0 (−20.0, alie) |" in md, md
     assert md.index("worst case per rule and table") < md.index("accuracy (%), cross-silo")
+    from fedcal.reports.byzantine import _change
+
+    assert (_change(-0.18), _change(0.004), _change(-0.0001)) == ("−18.0", "+0.4", "0.0")  # an attack can help

@@ -275,6 +275,12 @@ def group_label(setting: str, alpha: float, ratio: float, f: int) -> str:
     return f"{data}, f = {f}" if setting == "cross-silo" else f"{data}, ratio {ratio:g}"
 
 
+def _change(v: float) -> str:
+    """A change of accuracy in points, signed: ``−18.0``, ``+0.4``, ``0.0``."""
+    text = f"{abs(100 * v):.1f}"
+    return text if text == "0.0" else ("+" if v > 0 else "−") + text
+
+
 def worst_summary(worst: pd.DataFrame, order: Sequence[str]) -> str:
     """Markdown: per strategy (rows, in ``order``) and table (columns, in :func:`worst_cases`' order),
     the worst-case accuracy, its drop from the rule's benign run and the attack achieving it
@@ -288,7 +294,7 @@ def worst_summary(worst: pd.DataFrame, order: Sequence[str]) -> str:
         cols[group_label(*key)] = [
             "" if s not in g.index else
             ("incomplete" if not g.loc[s, "complete"] else
-             f"{_pct(g.loc[s, 'worst'])} (−{100 * g.loc[s, 'drop']:.1f}, {g.loc[s, 'worst_attack']})"
+             f"{_pct(g.loc[s, 'worst'])} ({_change(-g.loc[s, 'drop'])}, {g.loc[s, 'worst_attack']})"
              + (f" {MARK} benign at chance" if g.loc[s, "benign_at_chance"] else ""))
             for s in order]
     frame = pd.DataFrame(cols, index=list(order)).rename_axis("strategy").reset_index()
