@@ -19,11 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-
-from fedcal.attacks import AttackSpec, attackers_of  # noqa: E402
-from fedcal.data import client_partitions, load_dataset  # noqa: E402
-from fedcal.reports.markdown import markdown_table  # noqa: E402
-from fedcal.results import load_config  # noqa: E402
+from fedcal.attacks import AttackSpec, attackers_of
+from fedcal.data import client_partitions, load_dataset
+from fedcal.reports.markdown import markdown_table
+from fedcal.results import load_config
 
 
 def main(argv: list[str]) -> int:

@@ -33,12 +33,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-
-from fedcal.attacks import AttackSpec, attackers_of  # noqa: E402
-from fedcal.reports.defense import SETTING, defense_report  # noqa: E402
-from fedcal.reports.markdown import markdown_table  # noqa: E402
-from fedcal.reports.runs import finished_only  # noqa: E402
-from fedcal.results import AUDIT_FILE, load_config  # noqa: E402
+from fedcal.attacks import AttackSpec, attackers_of
+from fedcal.reports.defense import SETTING, defense_report
+from fedcal.reports.markdown import markdown_table
+from fedcal.reports.runs import finished_only
+from fedcal.results import AUDIT_FILE, load_config
 
 ROW = ["calguard_cusum", *SETTING]
 
