@@ -16,10 +16,12 @@ REPORTS = Path(__file__).resolve().parents[1] / "fedcal" / "reports"
 #: modules a report never imports: the tensor library and the training / model-building code
 COMPUTING_MODULES = ("torch", "fedcal.local_training", "fedcal.models", "fedcal.reference",
                      "fedcal.robustness.evaluate", "fedcal.robustness.attacks", "fedcal.data.partition")
-#: calls a report never makes: fitting, forward passes, attacks, root sets, partitions, replays, optimiser steps
+#: calls a report never makes: fitting, forward passes, attacks, root sets, partitions, replays, optimiser steps,
+#: tokenising a corpus
 COMPUTING_CALLS = {"fit", "predict_logits", "evaluate_robustness", "adversarial_examples", "root_set", "client_data",
                    "client_partitions", "global_state", "update_cosine_curves", "theorem_frame", "local_train",
-                   "backward", "step", "zero_grad", "no_grad", "set_num_threads", "split_calibration"}
+                   "backward", "step", "zero_grad", "no_grad", "set_num_threads", "split_calibration", "node_model",
+                   "test_windows", "client_windows"}
 
 
 def _computations(source: str, where: str) -> list[str]:
