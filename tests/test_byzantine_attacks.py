@@ -519,13 +519,11 @@ def test_the_snippets_of_docs_attacks_md_run():
 
 def test_docs_attacks_md_shows_the_benchmark_output_file():
     """The cost table on the page is the file the benchmark command above it wrote."""
-    import importlib.util
     from pathlib import Path
 
+    from fedcal.pages import include_tables as module
+
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("include_tables", root / "docs" / "tools" / "include_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     page = (root / "docs" / "attacks.md").read_text()
     assert "<!-- output: docs/results/benchmarks/byzantine.txt -->" in page
     assert module.refreshed(page) == page

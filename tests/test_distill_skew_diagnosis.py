@@ -1,8 +1,7 @@
-"""docs/tools/distill_skew_diagnosis.py: the counting of the label-skew diagnosis on a hand-made
+"""fedcal/pages/distill_skew_diagnosis.py: the counting of the label-skew diagnosis on a hand-made
 upload set (3 clients, 4 anchors, 2 classes, target class 0), every expected value computed by
 hand in the comments."""
 
-import importlib.util
 import math
 from pathlib import Path
 
@@ -15,11 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def tool():
-    spec = importlib.util.spec_from_file_location("distill_skew_diagnosis",
-                                                  ROOT / "docs" / "tools" / "distill_skew_diagnosis.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from fedcal.pages import distill_skew_diagnosis
+
+    return distill_skew_diagnosis
 
 
 LABELS = torch.tensor([0, 0, 1, 1])  # anchors' true labels: target share 0.5

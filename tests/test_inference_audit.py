@@ -1,23 +1,20 @@
-"""docs/tools/inference_audit.py: the robust-inference claims computed from hand-made report files."""
+"""fedcal.pages.inference_claims: the robust-inference claims computed from hand-made report files."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-TOOL = Path(__file__).resolve().parents[1] / "docs" / "tools" / "inference_audit.py"
-
 
 @pytest.fixture()
 def audit(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("inference_audit_under_test", TOOL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    monkeypatch.setattr(mod, "RES", tmp_path)
-    return mod
+    """The claims, reading their report files from ``tmp_path``."""
+    from fedcal.pages import inference_audit, inference_claims
+
+    monkeypatch.setattr(inference_audit, "RES", tmp_path)
+    return inference_claims
 
 
 def _cells(folder: Path, acc: dict[tuple[str, str, int], float]) -> None:

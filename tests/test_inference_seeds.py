@@ -1,18 +1,14 @@
 """One inference table over seeds from reports made by separate commands: fedcal.reports.inference's
-combine_cells / write_inference_tables and docs/tools/inference_seeds.py, by hand."""
+combine_cells / write_inference_tables and fedcal/pages/inference_seeds.py, by hand."""
 
 from __future__ import annotations
-
-import runpy
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from fedcal.pages import inference_seeds
 from fedcal.reports.chance import ChanceLevel
 from fedcal.reports.inference import CHANCE, combine_cells, write_inference_tables
-
-TOOL = Path(__file__).resolve().parents[1] / "docs" / "tools" / "inference_seeds.py"
 
 
 def _cells(acc: dict[tuple[int, int, str, str], float], f: int | None = None) -> pd.DataFrame:
@@ -66,7 +62,7 @@ def test_the_written_scalability_table_is_the_worst_case_per_seed_then_mean(tmp_
 
 
 def test_the_tool_refuses_a_grid_with_a_seed_missing_in_one_cell(tmp_path):
-    main = runpy.run_path(str(TOOL))["main"]
+    main = inference_seeds.main
     for name, acc in (("grid", {(0, 8, "mean", "none"): 0.6, (0, 12, "mean", "none"): 0.5}),
                       ("more", {(1, 8, "mean", "none"): 0.6})):
         (tmp_path / name).mkdir()

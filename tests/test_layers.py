@@ -23,7 +23,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fedcal"
 SHELL = ("fedcal.app", "fedcal.tasks", "fedcal.strategies")  # the Flower shell: may import flwr
-COMMAND = ("fedcal.cli", "fedcal.__main__", "fedcal.studies")  # the command and its studies: drive the shell, import no flwr themselves
+# the command and its studies: drive the shell, import no flwr themselves; and the builders of docs/'s
+# pages, which drive the shell (federated_vs_central) and Flower's own strategies beside fedcal's
+# (flower_vs_fedcal)
+COMMAND = ("fedcal.cli", "fedcal.__main__", "fedcal.studies", "fedcal.pages")
 
 
 def _module_name(path: Path) -> str:
@@ -176,10 +179,10 @@ TASK_NAMED_IN = {
     "fedcal/distill/replay.py": {"distill"},
 }
 # Where the whole RunConfig may be imported: the config itself, the Flower shell (app, tasks,
-# strategies), the commands (studies) and the run store and its readers (results, reports), which
+# strategies), the commands (studies), the run store and its readers (results, reports, pages), which
 # name, hash and group runs by their whole configuration. Everywhere else (the core) a module takes
 # a typed spec (fedcal.config.ConfigSpec, built by the task with Spec.from_config(cfg)) or keywords.
-RUNCONFIG_PACKAGES = ("config", "tasks", "app", "studies", "strategies", "results", "reports")
+RUNCONFIG_PACKAGES = ("config", "tasks", "app", "studies", "strategies", "results", "reports", "pages")
 RUNCONFIG_IN = {
     # a replay is a whole run: it compares run identities (the config hash of the recorded run's
     # client side against the replayed config's) and writes a run directory of its own config, which

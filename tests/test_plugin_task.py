@@ -83,13 +83,11 @@ def test_the_plugin_task_runs_on_the_in_process_engine(tmp_path):
 
 
 def test_design_md_shows_this_test_s_task():
-    import importlib.util
     from pathlib import Path
 
+    from fedcal.pages import include_tables as tool
+
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("include_tables", root / "docs" / "tools" / "include_tables.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
     page = (root / "docs" / "design.md").read_text()
     assert "<!-- example: tests/toy_task.py -->" in page
-    assert tool.refreshed(page) == page, "run python docs/tools/include_tables.py docs/design.md"
+    assert tool.refreshed(page) == page, "run python -m fedcal.pages include_tables docs/design.md"

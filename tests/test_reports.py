@@ -1,7 +1,7 @@
 """fedcal.reports: the one final-metrics reader and the one Markdown table writer."""
 
-import importlib.util
 import json
+import os
 import math
 import re
 import subprocess
@@ -157,10 +157,9 @@ def test_inference_seed_table_markdown():
 
 
 def _build_results():
-    spec = importlib.util.spec_from_file_location("build_results", ROOT / "docs" / "tools" / "build_results.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from fedcal.pages import build_results
+
+    return build_results
 
 
 def test_results_page_tables_go_through_markdown_table():
@@ -180,8 +179,7 @@ def test_one_markdown_writer():
     """No module but fedcal/reports/markdown.py writes a Markdown table's separator or row by hand."""
     writer = ROOT / "fedcal" / "reports" / "markdown.py"
     pattern = re.compile(r"---\||\"\| \"|' \| '|\" \| \"")
-    offenders = [str(p.relative_to(ROOT)) for p in [*(ROOT / "fedcal").rglob("*.py"),
-                                                     *(ROOT / "docs" / "tools").rglob("*.py")]
+    offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "fedcal").rglob("*.py")
                  if p != writer and pattern.search(p.read_text())]
     assert offenders == []
     assert pattern.search(writer.read_text())
@@ -191,9 +189,8 @@ def test_pages_with_included_tables_show_the_generated_files():
     """docs/defense-results.md pastes generated tables, docs/performance.md benchmark printouts, between
     markers; each block equals its file, so no number on the page was typed by hand or left
     behind by an older run."""
-    spec = importlib.util.spec_from_file_location("include_tables", ROOT / "docs" / "tools" / "include_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from fedcal.pages import include_tables as module
+
     for name, marker in (("defense-results.md", "<!-- table: "), ("performance.md", "<!-- output: ")):
         assert marker in (ROOT / "docs" / name).read_text()
     pages = [p for p in sorted((ROOT / "docs").glob("*.md")) if "<!-- table: " in p.read_text()
@@ -201,7 +198,7 @@ def test_pages_with_included_tables_show_the_generated_files():
     assert len(pages) >= 4
     for path in pages:  # every page with included blocks, not only the two named above
         page = path.read_text()
-        assert module.refreshed(page) == page, f"run python docs/tools/include_tables.py docs/{path.name}"
+        assert module.refreshed(page) == page, f"run python -m fedcal.pages include_tables docs/{path.name}"
     out = "docs/results/benchmarks/engine_memory.txt"
     fresh = module.refreshed(f"<!-- output: {out} -->\nstale\n<!-- /output -->\n")
     assert fresh == f"<!-- output: {out} -->\n```\n{(ROOT / out).read_text()}```\n<!-- /output -->\n"
@@ -210,31 +207,33 @@ def test_pages_with_included_tables_show_the_generated_files():
     assert "stale" not in fresh and (ROOT / "docs/results/defense-mnist/table.md").read_text() in fresh
 
 
-def _shipped_docs(dest: Path) -> Path:
-    """A copy of docs/ holding only what git ships (tracked, or new and not ignored): what a clean clone has.
-    The checkout itself is used where it is not a git work tree (an unpacked release) or git is absent."""
+def _shipped_checkout(dest: Path) -> Path:
+    """A copy of docs/ and the package holding only what git ships (tracked, or new and not ignored): what a
+    clean clone has. The checkout itself where it is not a git work tree (an unpacked release) or git is absent."""
     try:
-        listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "docs"], cwd=ROOT,
+        listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "docs", "fedcal"], cwd=ROOT,
                                 capture_output=True, text=True)
     except OSError:  # no git on this machine
-        return ROOT / "docs"
+        return ROOT
     if listed.returncode != 0:
-        return ROOT / "docs"
+        return ROOT
     for name in listed.stdout.splitlines():
         if (ROOT / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             (dest / name).write_bytes((ROOT / name).read_bytes())
-    return dest / "docs"
+    return dest
 
 
 def test_the_built_pages_are_what_their_builder_makes(tmp_path):
     """docs/results.md, results-archive.md, inference.md, inference-results.md, inference-archive.md and
-    glance.md are written by docs/tools/build_results.py from the committed tables: a page edited by hand, or a builder change never written out, fails here. It runs
-    on a copy without git-ignored files (a run's rounds.csv stays out of the repository), so a builder
-    that reads one fails here rather than only on a clean clone."""
-    docs = _shipped_docs(tmp_path)
-    done = subprocess.run([sys.executable, str(docs / "tools" / "build_results.py"), "--check"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    glance.md are written by ``python -m fedcal.pages build_results`` from the committed tables: a page edited
+    by hand, or a builder change never written out, fails here. It runs on a copy without git-ignored files (a
+    run's rounds.csv stays out of the repository), so a builder that reads one fails here rather than only on
+    a clean clone: the copy's package builds the copy's pages."""
+    checkout = _shipped_checkout(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    done = subprocess.run([sys.executable, "-m", "fedcal.pages", "build_results", "--check"],
+                          cwd=checkout, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
 
 

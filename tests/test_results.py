@@ -199,7 +199,7 @@ def _committed_cells():
 
 def test_committed_sweep_cells_keep_their_run_names():
     """Every committed sweep cell (config columns + run_id) maps to the run name it was stored under
-    (a re-made copy's id carries ``@<make>`` after that name: docs/tools/table_integrity.py)."""
+    (a re-made copy's id carries ``@<make>`` after that name: fedcal/pages/table_integrity.py)."""
     cells = list(_committed_cells())
     assert len(cells) >= 78
     for path, run_id, raw in cells:
@@ -315,6 +315,6 @@ def test_committed_defense_tables_keep_their_run_names(table):
     for axis in axes:
         grid.add_axis(axis)
     rebuilt = {run_dir_for(c).name for c in defense_configs(base, strategies, taus, [0, 1, 2], grid.axes)}
-    # a re-made copy's id carries its make after "@" (docs/tools/table_integrity.py); the directory is the name
+    # a re-made copy's id carries its make after "@" (fedcal/pages/table_integrity.py); the directory is the name
     committed = {Path(p).name.split("@")[0] for p in pd.read_csv(ROOT / "docs" / "results" / table / "runs.csv")["run_dir"]}
     assert committed == rebuilt

@@ -14,7 +14,8 @@ from fedcal.cli import main
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset, pixel_space
 from fedcal.models import build_model
-from fedcal.reports.robustness import evaluate_run, training_of
+from fedcal.reports.robustness import training_of
+from fedcal.robustness.runs import evaluate_run
 from fedcal.studies.robustness import temperature_configs
 from fedcal.robustness import (ATTACKS, AttackBudget, MarginLoss, RobustnessSpec, adversarial_examples, corrupt,
                                evaluate_robustness, negative_prototype_spread, predict_pixels, random_targets,
@@ -331,7 +332,7 @@ def test_robustness_command_trains_evaluates_caches_and_bridges(tmp_path, monkey
     assert cached["spec"]["steps"] == 5 and "pgd_acc" in cached["metrics"]
 
     # a second report reuses every cached evaluation (nothing is trained or attacked again)
-    import fedcal.reports.robustness as rob
+    import fedcal.robustness.runs as rob
 
     monkeypatch.setattr(rob, "evaluate_robustness", lambda *a, **k: pytest.fail("re-evaluated a cached model"))
     assert main(["robustness", "--taus", "1,10", "--seeds", "0", "--report", str(out), *STUDY]) == 0

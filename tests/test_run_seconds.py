@@ -1,15 +1,13 @@
-"""docs/tools/run_seconds.py: seconds per run, and grouped by run-config keys and the machine."""
+"""fedcal/pages/run_seconds.py: seconds per run, and grouped by run-config keys and the machine."""
 
 from __future__ import annotations
 
 import json
-import runpy
 from pathlib import Path
 
 from fedcal.config import RunConfig
 from fedcal.results import RunStore, run_dir_for
-
-TOOL = Path(__file__).resolve().parents[1] / "docs" / "tools" / "run_seconds.py"
+from fedcal.pages import run_seconds
 
 
 def _run(tmp_path, seed: int, seconds: list[float], cuda: list[str]) -> Path:
@@ -28,7 +26,7 @@ def _run(tmp_path, seed: int, seconds: list[float], cuda: list[str]) -> Path:
 
 
 def _main(argv, capsys) -> str:
-    main = runpy.run_path(str(TOOL))["main"]
+    main = run_seconds.main
     assert main([str(a) for a in argv]) == 0
     return capsys.readouterr().out
 

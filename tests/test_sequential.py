@@ -307,7 +307,7 @@ def test_calguard_drops_a_persistently_low_client_that_no_single_round_flags(cap
 
 
 def test_the_replay_of_a_recorded_audit_gives_the_strategys_decisions():
-    """docs/tools/detector_replay.py replays recorded signatures through cg.replay: on the audit
+    """fedcal/pages/detector_replay.py replays recorded signatures through cg.replay: on the audit
     of a strategy run, it must reproduce every score, CUSUM and flag the strategy recorded."""
     for signal in ("ratio", "scale"):
         s = _guard(kappa=2.0, strikes=2, sequential=sq.ClientCusum(k=0.3, h_low=2.0, h_high=2.0), mode="audit",

@@ -1,19 +1,19 @@
 """Every committed result table (docs/results/**): one run id names one result; every "n seeds" is the count
-averaged, each seed left out named with its reason (docs/tools/table_integrity.py)."""
+averaged, each seed left out named with its reason (fedcal/pages/table_integrity.py)."""
 
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.docs_tools import docs_tool
+from fedcal.pages import table_integrity
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def integrity():
-    return docs_tool("table_integrity")
+    return table_integrity
 
 
 def _write(path: Path, frame: pd.DataFrame) -> Path:

@@ -1,23 +1,19 @@
-"""docs/tools/tsa_claims.py: the verdict rules by hand, every quote the paper's own words, and the committed
+"""fedcal/pages/tsa_claims.py: the verdict rules by hand, every quote the paper's own words, and the committed
 literature table's invariant (every claim that does not match names its protocol difference and its run)."""
 
-import importlib.util
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.docs_tools import docs_tool
+from fedcal.pages import glance, paper_quotes, tsa_claims
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def claims():
-    spec = importlib.util.spec_from_file_location("tsa_claims", ROOT / "docs" / "tools" / "tsa_claims.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return tsa_claims
 
 
 def test_direction_rule_by_hand(claims):
@@ -70,7 +66,7 @@ def test_every_claim_has_a_stated_rule(claims):
 
 
 def test_plain_reads_the_papers_markdown_and_math_as_a_reader_does():
-    q = docs_tool("paper_quotes")
+    q = paper_quotes
     assert q.plain("overly large  $\\tau$  noticeably (starting around  $\\tau \\approx 10$ ), <b>7.72</b> *x*") == \
         "overly large τ noticeably (starting around τ ≈ 10), 7.72 x"
 
@@ -78,7 +74,7 @@ def test_plain_reads_the_papers_markdown_and_math_as_a_reader_does():
 @pytest.mark.skipif(not (ROOT.parent / "shared" / "seeds").exists(), reason="the source papers are not beside the checkout")
 def test_every_quote_is_the_papers_own_words(claims):
     """A quote that paraphrases (the old "accuracy collapses beyond τ ≈ 10") is not in the paper's text."""
-    q = docs_tool("paper_quotes")
+    q = paper_quotes
     for claim, quote in claims._literature()["literature"].items():
         for part in quote.split(" … "):
             assert q.quoted("tsa", part), f"{claim}: not the paper's words: {part}"
@@ -103,9 +99,8 @@ def test_the_bound_onset_and_level_rules_by_hand(claims):
 
 
 def test_the_glance_page_is_generated_and_lists_every_claim(claims):
-    """docs/glance.md is what docs/tools/glance.py makes (so build_results.py --check covers it) and has a row
+    """docs/glance.md is what fedcal/pages/glance.py makes (so build_results.py --check covers it) and has a row
     for every TSA claim, with the verdict its claims table computes."""
-    glance = docs_tool("glance")
     page = (ROOT / "docs" / "glance.md").read_text()
     assert page == glance.page()
     rows = glance.tsa_rows()

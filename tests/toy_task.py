@@ -1,7 +1,7 @@
 """A toy task defined outside ``fedcal/`` (tests/test_plugin_task.py runs it): its config group
 and configuration facts, its server side, its client side and its report. The marked region is
 docs/design.md's worked example ("Adding a task"), pasted there by
-``python docs/tools/include_tables.py docs/design.md``."""
+``python -m fedcal.pages include_tables docs/design.md``."""
 
 from __future__ import annotations
 

@@ -81,7 +81,7 @@ sweeps() {  # sentiment, IID, rho = 0.3: one LoRA rank for every client, then th
 report() {
   for T in sentiment genre; do
     [ -d "$R-$T" ] && fedcal report "$R-$T"/* --out "docs/results/distill-minilm-$T" \
-      && python docs/tools/run_seconds.py --by machine,dst-method "$R-$T"/* > "docs/results/distill-minilm-$T/seconds.md"
+      && python -m fedcal.pages run_seconds --by machine,dst-method "$R-$T"/* > "docs/results/distill-minilm-$T/seconds.md"
     [ -d "$R-$T-ablation" ] && fedcal report "$R-$T-ablation"/* --out "docs/results/distill-minilm-$T-ablation"
   done
   [ -d "$R-sentiment-attacks" ] && fedcal report "$R-sentiment-attacks"/* --out docs/results/distill-minilm-sentiment-attacks

@@ -93,3 +93,17 @@ def theorem_frame(data: ProbitData, aggregators: Mapping[str, Callable], f_adv: 
     df = pd.concat(rows, ignore_index=True)
     df["kappa_eff"] = df["error"] ** 2 / df["dissimilarity"].clip(lower=1e-12) ** 2
     return df
+
+
+#: the aggregators a run's Theorem-1 analysis covers: the averaging ones (no learned weights)
+AVERAGING = ("mean", "median", "geometric_median", "trimmed_mean")
+
+
+def averaging_frame(probits_path, f_adv: int, attacks: Sequence[str], *, seed: int, queries: int = 0) -> pd.DataFrame:
+    """:func:`theorem_frame` of a finished inference run's saved probits (``probits.pt``) under the
+    :data:`AVERAGING` aggregators (trimmed mean trimming ``f_adv``), ``f_adv`` adversaries per query."""
+    from .aggregators import AGGREGATORS
+
+    data = ProbitData.load(probits_path)
+    aggs = {name: AGGREGATORS[name](f_adv) if name == "trimmed_mean" else AGGREGATORS[name]() for name in AVERAGING}
+    return theorem_frame(data, aggs, f_adv, attacks, seed=seed, queries=queries)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -119,6 +120,20 @@ def test_windows(spec: LMRunSpec) -> torch.Tensor:
     model, tokens = node_model(spec)
     data = windows(tokens, corpus_of(spec).test_texts, context_of(model, spec))
     return data[:spec.lm_eval_windows] if spec.lm_eval_windows else data
+
+
+def cached_test_targets(spec: LMRunSpec):
+    """(every held-out window's next-token targets as a numpy array, the vocabulary size) where the run's
+    small model is already cached or given (its tokenizer makes the windows); None otherwise — nothing is
+    pretrained for it."""
+    from fedcal.lm.model import META_FILE, cache_root
+
+    if spec.lm_model:
+        if not (Path(spec.lm_model) / "tokenizer.json").exists():
+            return None
+    elif not (cache_root() / "lms" / lm_config(spec, corpus_of(spec)).digest() / META_FILE).exists():
+        return None
+    return test_windows(spec)[:, 1:].flatten().numpy(), node_model(spec)[1].vocab_size
 
 
 def prompts_of(spec: LMRunSpec) -> list[str]:

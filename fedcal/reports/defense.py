@@ -31,17 +31,14 @@ import numpy as np
 import pandas as pd
 
 from fedcal.attacks import AttackSpec, attackers_of
-from fedcal.calibrate import TemperatureScaling
+from fedcal.calibrate.posthoc import root_temperature_metrics
 from fedcal.config import RunConfig
-from fedcal.data import root_set
-from fedcal.metrics import calibration_metrics
 from fedcal.reports.chance import cfg_chance, footnote
 from fedcal.reports.groups import CONFIG, config_labels
 from fedcal.reports.markdown import SECE_SIGN, UNITS_NOTE, markdown_table
 from fedcal.reports.runs import STALLED, STALLED_NOTE, finished_only, run_stalled
 from fedcal.reports.sweeps import LEFT_OUT, left_out_names, left_out_reasons
 from fedcal.results import AUDIT_FILE, load_config, load_model
-from fedcal.local_training import predict_logits
 
 #: the post-hoc baseline's name in the tables
 POSTHOC = "fedavg + TS(root)"
@@ -78,16 +75,6 @@ def flag_rates(run_dir: str | os.PathLike[str], cfg: RunConfig) -> tuple[float, 
     return det, fp, int(attacker.sum())
 
 
-def _root_temperature_metrics(run_dir: Path) -> dict[str, float]:
-    """The final model of a run, temperature-scaled on the server's root set (the same seeded draw
-    FLTrust and CalGuard use), evaluated on the test set."""
-    cfg, model, ds = load_model(run_dir)
-    x_root, y_root = root_set(ds, cfg.root_size, cfg.seed)
-    t = TemperatureScaling().fit(predict_logits(model, x_root, cfg.eval_batch_size), y_root).temperature_
-    logits = predict_logits(model, ds.x_test, cfg.eval_batch_size)
-    return {**calibration_metrics(logits / t, ds.y_test, cfg.n_bins), "temperature": t}
-
-
 def run_rows(run_dirs: Sequence[str | Path], posthoc: bool = True) -> pd.DataFrame:
     """One row per finished run (left-out unfinished runs are named in a warning): dataset,
     strategy, the :data:`SETTING` columns (τ = 1 for benign runs), seed, final accuracy / ECE /
@@ -115,7 +102,9 @@ def run_rows(run_dirs: Sequence[str | Path], posthoc: bool = True) -> pd.DataFra
         rows.append({**base, **guard, "strategy": cfg.strategy, "accuracy": last["accuracy"], "ece": last["ece"],
                      "sece": last["sece"], "detection": det, "false_positive": fp, "attacker_replies": n_att})
         if posthoc and cfg.strategy == "fedavg":
-            m = _root_temperature_metrics(Path(d))
+            _, model, ds = load_model(d)
+            m = root_temperature_metrics(model, ds, root_size=cfg.root_size, seed=cfg.seed,
+                                         batch_size=cfg.eval_batch_size, n_bins=cfg.n_bins)
             rows.append({**base, **{k: np.nan for k in GUARD}, "strategy": POSTHOC, "accuracy": m["accuracy"],
                          "ece": m["ece"], "sece": m["sece"], "detection": np.nan, "false_positive": np.nan,
                          "attacker_replies": n_att})

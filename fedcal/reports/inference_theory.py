@@ -23,29 +23,19 @@ from fedcal.reports.markdown import markdown_table
 from fedcal.reports.runs import finished_only
 from fedcal.results import UnfinishedRunError, load_config
 
-__all__ = ["theorem_report", "AVERAGING"]
+__all__ = ["theorem_report"]
 
-#: the aggregators the analysis covers: the averaging ones (no learned weights)
-AVERAGING = ("mean", "median", "geometric_median", "trimmed_mean")
 #: log-spaced bins of σ_H / m (dissimilarity over margin); the ends catch everything outside
 BIN_EDGES = (0.0, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, math.inf)
 
 
 def _frames(run_dirs: Sequence[Path], attacks: Sequence[str], queries: int) -> pd.DataFrame:
-    import torch
-
-    from fedcal.inference.aggregators import AGGREGATORS
-    from fedcal.inference.evaluate import ProbitData
-    from fedcal.inference.theory import theorem_frame
+    from fedcal.inference.theory import averaging_frame  # torch loads where the analysis runs
 
     out = []
     for d in run_dirs:
         cfg = load_config(d)
-        data = ProbitData.load(d / "probits.pt")
-        aggs = {name: AGGREGATORS[name](cfg.inf_f) if name == "trimmed_mean" else AGGREGATORS[name]()
-                for name in AVERAGING}
-        with torch.no_grad():
-            frame = theorem_frame(data, aggs, cfg.inf_f, attacks, seed=cfg.seed, queries=queries)
+        frame = averaging_frame(d / "probits.pt", cfg.inf_f, attacks, seed=cfg.seed, queries=queries)
         out.append(frame.assign(seed=cfg.seed, n=cfg.num_clients, f=cfg.inf_f,
                                 alpha=cfg.dirichlet_alpha, run=d.name))
     return pd.concat(out, ignore_index=True)

@@ -49,21 +49,15 @@ def _label(tau: float) -> str:
 def lm_chance(cfg) -> ChanceLevel | None:
     """The chance level of an lm run's next-token accuracy: the held-out windows' targets (every
     position's next token) over the vocabulary. Read only where the run's small model is cached (its
-    tokenizer makes the windows); None otherwise — a report never pretrains a model."""
-    from fedcal.lm.model import META_FILE, cache_root
-    from fedcal.lm.run_inputs import LMRunSpec, corpus_of, lm_config, node_model, test_windows
+    tokenizer makes the windows, :func:`fedcal.lm.run_inputs.cached_test_targets`); None otherwise — a
+    report never pretrains a model."""
+    from fedcal.lm.run_inputs import LMRunSpec, cached_test_targets
 
-    spec = LMRunSpec.from_config(cfg)
     try:
-        if spec.lm_model:
-            if not (Path(spec.lm_model) / "tokenizer.json").exists():
-                return None
-        elif not (cache_root() / "lms" / lm_config(spec, corpus_of(spec)).digest() / META_FILE).exists():
-            return None
-        targets = test_windows(spec)[:, 1:]
-        return labels_chance(targets.flatten().numpy(), node_model(spec)[1].vocab_size)
+        found = cached_test_targets(LMRunSpec.from_config(cfg))
     except Exception:  # noqa: BLE001 — no corpus or model here: the flag is unknown, the table still stands
         return None
+    return None if found is None else labels_chance(*found)
 
 
 def lm_table(finals: pd.DataFrame) -> pd.DataFrame:

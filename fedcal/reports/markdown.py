@@ -1,4 +1,4 @@
-"""The one Markdown table writer of the package (and of ``docs/tools/build_results.py``).
+"""The one Markdown table writer of the package (and of ``fedcal/pages/build_results.py``).
 
 Every table a report writes goes through :func:`markdown_table`; what differs between tables
 (which columns, how each cell is formatted, whether there is a bold title) is a parameter,

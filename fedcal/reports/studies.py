@@ -13,26 +13,21 @@ within noise of chance (``chance_level``, :mod:`fedcal.reports.chance`).
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
-import torch
 
-from fedcal.analysis import (COMPARED, default_variants, representation_similarity, triage_change, triage_curves,
-                             update_cosine_curves)
-from fedcal.attacks import BENIGN, AttackSpec, behaviour_for
-from fedcal.calibrate import CALIBRATORS, DEFAULT_CALIBRATORS, probs_metrics, split_calibration
+from fedcal.analysis import COMPARED, default_variants, representation_similarity, triage_change, triage_curves
+from fedcal.calibrate import CALIBRATORS, DEFAULT_CALIBRATORS
+from fedcal.calibrate.posthoc import posthoc_scores
 from fedcal.config import ConfigError
-from fedcal.data import client_data
-from fedcal.metrics import calibration_metrics
 from fedcal.reports.chance import labels_chance
 from fedcal.reports.groups import CONFIG, config_labels, require_one_config
 from fedcal.reports.markdown import markdown_table
-from fedcal.results import load_config, load_metrics, load_model
-from fedcal.local_training import predict_logits
+from fedcal.results import load_config, load_model
+from fedcal.run_analysis import stealth_curves, test_logits
 
 N_CALS = (10, 50, 100, 250, 500)
 #: what the analyses' run labels show (``benign`` / ``tsa τ=5``) besides the seed
@@ -40,20 +35,15 @@ SHOWN = ("tau", "attack", "coupled")
 CHANCE = "chance_level"
 
 
-def at_chance(logits: torch.Tensor, y: torch.Tensor) -> bool:
-    """Whether the model's test accuracy is within noise of chance on these labels."""
+def at_chance(logits, y) -> bool:
+    """Whether the model's test accuracy (``logits``, ``y``: torch tensors) is within noise of chance on these
+    labels."""
     acc = float((logits.argmax(1) == y).double().mean())
     return labels_chance(y.numpy(), int(logits.shape[1])).flags(acc)
 
 
 def _label(cfg) -> str:
     return "benign" if cfg.attack == "none" else f"{cfg.attack} τ={cfg.tau:g}"
-
-
-def test_logits(run_dir: str | Path) -> tuple[object, torch.Tensor, torch.Tensor]:
-    """(config, logits of the final global model on the test set, labels)."""
-    cfg, model, ds = load_model(run_dir)
-    return cfg, predict_logits(model, ds.x_test, cfg.eval_batch_size), ds.y_test
 
 
 # --------------------------------------------------------------------------- post-hoc calibration
@@ -77,14 +67,7 @@ def posthoc_table(run_dirs: Sequence[str | Path], n_cals: Sequence[int] | None =
             raise ConfigError(f"{d}: its test set has {len(y)} samples, no more than any default calibration size "
                               f"({', '.join(map(str, N_CALS))}); give sizes below {len(y)} (fedcal posthoc --n-cal)")
         for n_cal in sizes:
-            cal, rest = split_calibration(len(y), n_cal, seed)
-            cal_t, rest_t = torch.from_numpy(cal), torch.from_numpy(rest)
-            base = probs_metrics(logits[rest_t].double().softmax(1), y[rest_t], n_bins)
-            rows.append({**own, "run": _label(cfg), "tau": cfg.tau, "seed": cfg.seed, "strategy": cfg.strategy,
-                         "method": "none", "n_cal": n_cal, **base, "run_dir": str(d), CHANCE: chance})
-            for name in methods:
-                calib = CALIBRATORS[name]().fit(logits[cal_t], y[cal_t])
-                m = probs_metrics(calib.predict_proba(logits[rest_t]), y[rest_t], n_bins)
+            for name, m in posthoc_scores(logits, y, n_cal, methods, seed, n_bins).items():
                 rows.append({**own, "run": _label(cfg), "tau": cfg.tau, "seed": cfg.seed, "strategy": cfg.strategy,
                              "method": name, "n_cal": n_cal, **m, "run_dir": str(d), CHANCE: chance})
     return pd.DataFrame(rows)
@@ -131,9 +114,7 @@ def similarity_table(reference_dirs: Sequence[str | Path], other_dirs: Sequence[
     every = [*reference_dirs, *other_dirs]
     require_one_config([load_config(d) for d in every], SHOWN, "the similarity table", [str(d) for d in every])
     loaded = {str(d): load_model(d) for d in every}
-    chance = {}
-    for d, (_, model, ds) in loaded.items():
-        chance[d] = at_chance(predict_logits(model, ds.x_test, 1000), ds.y_test)
+    chance = {d: at_chance(*test_logits(d)[1:]) for d in loaded}
     rows = []
     refs = [str(d) for d in reference_dirs]
     for i, a in enumerate(refs):
@@ -150,31 +131,6 @@ def similarity_table(reference_dirs: Sequence[str | Path], other_dirs: Sequence[
 # --------------------------------------------------------------------------- update cosine
 #: the benign references of the stealth analysis (fedcal.analysis.update_cosine_curves)
 STEALTH_REFERENCES = ("same", "others")
-
-
-@functools.lru_cache(maxsize=8)
-def _replayed(run_dir: str, server_round: int) -> dict[str, torch.Tensor]:
-    """The run's global state after ``server_round`` rounds, recomputed once per process (a CLI call
-    measuring several protocols from one round replays it once)."""
-    from fedcal.reference import ReferenceSpec, global_state
-    from fedcal.results import load_config
-
-    return global_state(ReferenceSpec.from_config(load_config(run_dir)), server_round)
-
-
-def _start_model(run_dir: str | Path, start_round: int | None):
-    """(cfg, model, dataset, round, accuracy the run logged at that round or NaN) — the run's global
-    model after ``start_round`` rounds: None or num-rounds = its final model (model.pt), otherwise
-    recomputed by :func:`fedcal.reference.global_state` (0 = the initial model)."""
-    cfg, model, ds = load_model(run_dir)
-    rnd = cfg.num_rounds if start_round is None else int(start_round)
-    if not 0 <= rnd <= cfg.num_rounds:
-        raise ValueError(f"start round must lie in [0, num-rounds = {cfg.num_rounds}] of {run_dir}, got {rnd}")
-    if rnd != cfg.num_rounds:
-        model.load_state_dict(_replayed(str(Path(run_dir).resolve()), rnd))
-    logged = load_metrics([run_dir])
-    logged = logged[(logged["metric"] == "accuracy") & (logged["round"] == rnd)]["value"]
-    return cfg, model, ds, rnd, float(logged.iloc[0]) if len(logged) else float("nan")
 
 
 def stealth_table(run_dir: str | Path, client_id: int = 0, steps: int = 10, seed: int = 0,
@@ -208,31 +164,8 @@ def stealth_table(run_dir: str | Path, client_id: int = 0, steps: int = 10, seed
         if unknown:
             raise ValueError(f"unknown stealth variant {unknown[0]!r}; choose from {', '.join(chosen)}")
         chosen = {k: b for k, b in chosen.items() if any(k.startswith(v) for v in variants)}
-    cfg, model, ds, rnd, logged = _start_model(run_dir, start_round)
-    if not 0 <= client_id < cfg.num_clients:
-        raise ValueError(f"client must lie in [0, num-clients = {cfg.num_clients}), got {client_id}")
-
-    def shard(cid: int):
-        return client_data(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha, cfg.seed,
-                           cid)
-
-    data = shard(client_id)
-    reference_data = None
-    if reference == "others":
-        if others < 1:
-            raise ValueError(f"others must be >= 1, got {others}")
-        ids = [j % cfg.num_clients for j in range(client_id + 1, client_id + cfg.num_clients)]
-        ids = [j for j in ids if not behaviour_for(AttackSpec.from_config(cfg), j).malicious][:others]
-        if len(ids) < others:
-            raise ValueError(f"{run_dir} has {len(ids)} benign clients besides client {client_id}, fewer than "
-                             f"others = {others}")
-        reference_data = [(d.x, d.y) for d in map(shard, ids)]
-    table = update_cosine_curves(model, data.x, data.y, data.num_classes, {"benign": BENIGN, **chosen}, steps=steps,
-                                 batch_size=cfg.batch_size, lr=cfg.lr, seed=seed, momentum=cfg.momentum,
-                                 reference_data=reference_data, compare=compare)
-    accuracy = calibration_metrics(predict_logits(model, ds.x_test, cfg.eval_batch_size), ds.y_test)["accuracy"]
-    return table.assign(run=Path(run_dir).name, seed=cfg.seed, client=client_id, start_round=rnd,
-                        reference=reference, compare=compare, start_accuracy=accuracy, logged_accuracy=logged)
+    return stealth_curves(run_dir, chosen, client_id=client_id, steps=steps, seed=seed, start_round=start_round,
+                          reference=reference, others=others, compare=compare)
 
 
 def stealth_summary(table: pd.DataFrame) -> pd.DataFrame:

@@ -2,7 +2,9 @@
 space (:mod:`~fedcal.robustness.attacks`, through the Adversarial Robustness Toolbox), common
 corruptions at CIFAR-10-C's parameters (:mod:`~fedcal.robustness.corruptions`), the
 negative-prototype geometry (:mod:`~fedcal.robustness.geometry`) and one evaluation of a trained
-model at τ = 1 (:mod:`~fedcal.robustness.evaluate`). The τ-trained models themselves come from
+model at τ = 1 (:mod:`~fedcal.robustness.evaluate`), and a finished run's final model evaluated once per
+spec, cached in its run directory (:mod:`~fedcal.robustness.runs`, not imported here: it reads the run
+store). The τ-trained models themselves come from
 the ``train`` task: temperature training is the TSA client code path at every client."""
 
 from fedcal.robustness.attacks import (ATTACKS, AttackBudget, MarginLoss, PixelModel, adversarial_examples,

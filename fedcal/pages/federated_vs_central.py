@@ -1,7 +1,7 @@
 """Federated vs central calibration under TSA: how far the clients' merged estimate lies from the
 central test set's, how noisy it is, at which client counts.
 
-    python docs/tools/federated_vs_central.py OUT_DIR [key=value ...]
+    python -m fedcal.pages federated_vs_central OUT_DIR [key=value ...]
 
 For τ = 0.2 and 5 (TSA, the run-config's other keys as given, digits by default: K = 10 clients,
 M = 5 per round, Dirichlet α = 0.5, 20 rounds) one Flower run (engine=inprocess) with

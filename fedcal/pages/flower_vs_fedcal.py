@@ -1,6 +1,6 @@
 """What one bad reply does to Flower's built-in robust strategies and to fedcal's counterparts.
 
-    python docs/tools/flower_vs_fedcal.py docs/results/flower-vs-fedcal/bad_replies.md
+    python -m fedcal.pages flower_vs_fedcal docs/results/flower-vs-fedcal/bad_replies.md
 
 Seven clients, one round, from a zero model: six honest replies move every weight to 1, the
 seventh is bad in one way. Each strategy is built with its defaults (``fraction_evaluate=0``) and
@@ -20,12 +20,9 @@ import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from flwr.serverapp import strategy as flower
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from fedcal import strategies  # noqa: E402
-from fedcal.reports import markdown_table  # noqa: E402
-from tests.strategy_harness import FakeGrid  # noqa: E402
+from fedcal import strategies
+from fedcal.pages import ROOT
+from fedcal.reports import markdown_table
 
 PAIRS = ["FedAvg", "FedMedian", "FedTrimmedAvg", "MultiKrum", "Krum", "Bulyan"]
 BAD = {  # what the seventh client sends instead of an honest reply
@@ -46,6 +43,10 @@ def _reply(w: torch.Tensor) -> RecordDict:
 def outcome(strategy, bad: str) -> str:
     def respond(node, content):
         return BAD[bad]() if node == 7 else _reply(torch.ones(3))
+
+    if str(ROOT) not in sys.path:  # the checkout's in-process grid (tests/strategy_harness.py)
+        sys.path.insert(0, str(ROOT))
+    from tests.strategy_harness import FakeGrid
 
     try:
         result = strategy.start(grid=FakeGrid(list(range(1, 8)), respond),

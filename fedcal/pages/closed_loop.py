@@ -3,7 +3,7 @@ rounds", "The closed loop").
 
 Input: a folder of finished ``task=train`` runs made by the ``fedcal defense`` commands shown in
 docs/defense-results.md (CalGuard in ``filter`` mode with and without ``calguard-cusum``, the FedAvg
-references). Unlike the offline replay (docs/tools/detector_replay.py), a dropped reply here
+references). Unlike the offline replay (fedcal/pages/detector_replay.py), a dropped reply here
 changed the later global models, so the damage columns are those of the runs that defended.
 
 Writes into ``--out``:
@@ -21,7 +21,7 @@ Writes into ``--out``:
 
 Usage (from the repository root)::
 
-    python docs/tools/closed_loop.py --runs runs/closed --out docs/results/closed-loop
+    python -m fedcal.pages closed_loop --runs runs/closed --out docs/results/closed-loop
 """
 
 from __future__ import annotations
@@ -33,14 +33,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from fedcal.attacks import AttackSpec, attackers_of  # noqa: E402
-from fedcal.reports.defense import SETTING, defense_report  # noqa: E402
-from fedcal.reports.markdown import markdown_table  # noqa: E402
-from fedcal.reports.runs import finished_only  # noqa: E402
-from fedcal.results import AUDIT_FILE, load_config  # noqa: E402
+from fedcal.attacks import AttackSpec, attackers_of
+from fedcal.reports.defense import SETTING, defense_report
+from fedcal.reports.markdown import markdown_table
+from fedcal.reports.runs import finished_only
+from fedcal.results import AUDIT_FILE, load_config
 
 ROW = ["calguard_cusum", *SETTING]
 

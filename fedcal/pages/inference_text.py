@@ -12,7 +12,7 @@ import pandas as pd
 
 from fedcal.reports import without_chance, worst_case
 
-DOCS = Path(__file__).resolve().parents[1]
+from fedcal.pages import DOCS
 RES = DOCS / "results"
 TEXT = RES / "inference-text-sentiment"
 CLIENTS = RES / "inference-text-sentiment-clients"
@@ -92,7 +92,7 @@ def _binary_note(t: dict) -> str:
 
 
 def _block(kind: str, path: Path) -> str:
-    """``path`` pasted between the markers docs/tools/include_tables.py refreshes (its own format), so the
+    """``path`` pasted between the markers fedcal/pages/include_tables.py refreshes (its own format), so the
     page keeps the numbers of the file the command above it wrote."""
     rel = path.resolve().relative_to(DOCS.parent) if path.resolve().is_relative_to(DOCS.parent) else path
     body = path.read_text()
@@ -166,36 +166,48 @@ def text_section() -> list[str]:
         + "; ".join(f"{a}: {t['attacks'][a]}" for a in t["worst"].index) + ".", ""]
     if (TEXT / "ablation_n17_f4.md").exists():
         lines += ["The robust elements of DeepSet-TM on text:", "", _table("ablation_n17_f4.md"), ""]
-    if (IMAGE / "cells.csv").exists():
-        img = _summary(IMAGE)
-        spread = worst_case(without_chance(pd.read_csv(TEXT / "cells.csv")),
-                            by=("seed", "aggregator")).groupby("aggregator")["accuracy"].std()
-        mt, bt = _margin(t)
-        mi, bi = _margin(img)
-        retained = lambda s, a: 100 * s["worst"][a] / s["clean"][a]  # noqa: E731
-        lines += [
-            "**Against the image table** (CIFAR-10, ResNet-8 clients, the same aggregator and attack settings, "
-            f"{len(img['seeds'])} seeds): the best set aggregator by worst case is "
-            + " and ".join(a for a in set_aggs if abs(t["worst"][a] - t["worst"][set_aggs[0]]) < 1e-12)
-            + (" (tied)" if sum(bool(abs(t["worst"][a] - t["worst"][set_aggs[0]]) < 1e-12) for a in set_aggs) > 1
-               else "")
-            + " on text and "
-            f"{[a for a in img['worst'].index if a not in POSITIONAL][0]} on images; DeepSet-TM's margin over the "
-            f"best robust average is {mt:+.2f} points on text (over {bt}"
-            + (f"; the seeds' std of the two worst cases is {100 * spread[bt]:.2f} and {100 * spread['deepset_tm']:.2f}"
-               if len(seeds) > 1 else "")
-            + f") and {mi:+.2f} on images (over {bi}). "
-            "Kept under the worst attack, as a share of the clean accuracy: DeepSet-TM "
-            f"{retained(t, 'deepset_tm'):.0f} % on text, {retained(img, 'deepset_tm'):.0f} % on images; the plain "
-            f"mean {retained(t, 'mean'):.0f} % and {retained(img, 'mean'):.0f} % — but against chance the picture "
-            f"turns: {below} of the {len(t['worst'])} worst cases on text lie below the majority rate, "
-            f"{int((img['worst'] < 0.1).sum())} of the {len(img['worst'])} on images below 1/10. "
-            + (f"The worst attack on text is SIA white-box for {sum('sia_whitebox' in t['attacks'][a] for a in set_aggs)}"
-               f" of the {len(set_aggs)} set aggregators (on images for "
-               f"{sum('sia_whitebox' in img['attacks'][a] for a in img['worst'].index if a not in POSITIONAL)}). ")
-            + _binary_note(t), ""]
+    lines += _against_images(t, seeds, set_aggs, below)
     lines += literature_protocol()
-    lines += [
+    lines += _literature_difference(chance)
+    return lines
+
+
+def _against_images(t: dict, seeds, set_aggs: list[str], below: int) -> list[str]:
+    """The text table against the image table (CIFAR-10, ResNet-8 clients), when the image table exists."""
+    if not (IMAGE / "cells.csv").exists():
+        return []
+    img = _summary(IMAGE)
+    spread = worst_case(without_chance(pd.read_csv(TEXT / "cells.csv")),
+                        by=("seed", "aggregator")).groupby("aggregator")["accuracy"].std()
+    mt, bt = _margin(t)
+    mi, bi = _margin(img)
+    retained = lambda s, a: 100 * s["worst"][a] / s["clean"][a]  # noqa: E731
+    return [
+        "**Against the image table** (CIFAR-10, ResNet-8 clients, the same aggregator and attack settings, "
+        f"{len(img['seeds'])} seeds): the best set aggregator by worst case is "
+        + " and ".join(a for a in set_aggs if abs(t["worst"][a] - t["worst"][set_aggs[0]]) < 1e-12)
+        + (" (tied)" if sum(bool(abs(t["worst"][a] - t["worst"][set_aggs[0]]) < 1e-12) for a in set_aggs) > 1
+           else "")
+        + " on text and "
+        f"{[a for a in img['worst'].index if a not in POSITIONAL][0]} on images; DeepSet-TM's margin over the "
+        f"best robust average is {mt:+.2f} points on text (over {bt}"
+        + (f"; the seeds' std of the two worst cases is {100 * spread[bt]:.2f} and {100 * spread['deepset_tm']:.2f}"
+           if len(seeds) > 1 else "")
+        + f") and {mi:+.2f} on images (over {bi}). "
+        "Kept under the worst attack, as a share of the clean accuracy: DeepSet-TM "
+        f"{retained(t, 'deepset_tm'):.0f} % on text, {retained(img, 'deepset_tm'):.0f} % on images; the plain "
+        f"mean {retained(t, 'mean'):.0f} % and {retained(img, 'mean'):.0f} % — but against chance the picture "
+        f"turns: {below} of the {len(t['worst'])} worst cases on text lie below the majority rate, "
+        f"{int((img['worst'] < 0.1).sum())} of the {len(img['worst'])} on images below 1/10. "
+        + (f"The worst attack on text is SIA white-box for {sum('sia_whitebox' in t['attacks'][a] for a in set_aggs)}"
+           f" of the {len(set_aggs)} set aggregators (on images for "
+           f"{sum('sia_whitebox' in img['attacks'][a] for a in img['worst'].index if a not in POSITIONAL)}). ")
+        + _binary_note(t), ""]
+
+
+def _literature_difference(chance: float) -> list[str]:
+    """Why no AG-News value is compared, and what differs from the literature's text protocol."""
+    return [
         "**Against the literature.** No AG-News value is in this repository to compare with: SPEC §7 lists "
         "none, the paper's text beyond its abstract was not readable from this machine, and the authors' "
         "code (github.com/sacs-epfl/robust-federated-inference, whose `FL/args.py` offers `AG_News` and "
@@ -215,7 +227,6 @@ def text_section() -> list[str]:
         "image tables above, not the authors' code's (the point-by-point table above)"
         + ("; their attack protocol on the same clients is the subsection above, their adversarial training's "
            "volume is not run." if (LIT / "cells.csv").exists() else "."), ""]
-    return lines
 
 
 def literature_protocol() -> list[str]:
@@ -251,7 +262,7 @@ def literature_protocol() -> list[str]:
 
 
 def text_claim() -> list[tuple]:
-    """The claims-table row of the text domain (docs/tools/inference_audit.py), once its runs exist."""
+    """The claims-table row of the text domain (fedcal/pages/inference_audit.py), once its runs exist."""
     if not (TEXT / "cells.csv").exists():
         return []
     t = _summary(TEXT)

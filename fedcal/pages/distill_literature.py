@@ -1,6 +1,6 @@
 """RFD-LoRA's Table-1 claims against fedcal's measured runs (docs/results.md, docs/distill.md).
 
-    python docs/tools/distill_literature.py docs/results/literature/rfd-lora.csv \
+    python -m fedcal.pages distill_literature docs/results/literature/rfd-lora.csv \
         sentiment=docs/results/distill-minilm-sentiment genre=docs/results/distill-minilm-genre > out.md
 
 The literature file has one row per (method, partition, ρ, metric) value the source paper reports.

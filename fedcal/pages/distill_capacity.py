@@ -25,7 +25,7 @@ The trained rows report the best test accuracy over their epochs (every epoch's 
 
 Usage (from the repository root; writes <out>/<corpus>.md and .csv)::
 
-    python docs/tools/distill_capacity.py --corpus sentiment --out docs/results/distill-capacity-minilm \
+    python -m fedcal.pages distill_capacity --corpus sentiment --out docs/results/distill-capacity-minilm \
         data-dir=../shared/data dst-train-size=3000 dst-test-size=500 dst-lora-layers=2
 """
 
@@ -108,12 +108,7 @@ def _lora_curve(base, cfg, batch, labels, test_batch, test_labels, targets, epoc
     return _curve(model, cfg, batch, labels, test_batch, test_labels, epochs, cfg.dst_client_lr)
 
 
-def main(argv=None) -> int:
-    from fedcal.config import RunConfig, parse_override
-    from fedcal.distill.run_data import DistillRunSpec, _encode_batch, base_classifier, distill_data
-    from fedcal.reports.markdown import markdown_table
-    from fedcal.text import backbone_tokenizer
-
+def _arguments() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", required=True, help="dst-corpus (sentiment, genre, synthetic, ...)")
     p.add_argument("--out", required=True, help="folder for <corpus>.md / <corpus>.csv")
@@ -124,7 +119,45 @@ def main(argv=None) -> int:
     p.add_argument("--full-lr", type=float, default=5e-5, help="full fine-tuning's AdamW learning rate")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("overrides", nargs="*", help="run-config key=value (as for fedcal run)")
-    args = p.parse_args(argv)
+    return p
+
+
+def _full_finetuning(data, cfg, args, train, test, n_private: int, add) -> None:
+    """Full fine-tuning's row: the whole classifier on token ids, every weight trainable, trained for
+    ``--full-epochs`` or, with 0, timed over ``--full-steps`` steps."""
+    from fedcal.distill.run_data import base_classifier
+
+    (priv_batch, y_priv), (test_batch, y_test) = train, test
+    whole = copy.deepcopy(base_classifier(data.backbone, data.num_classes, "cpu", 0)).train()
+    for q in whole.parameters():
+        q.requires_grad_(True)
+    ids_batch = {"input_ids": priv_batch["input_ids"], "attention_mask": priv_batch["attention_mask"]}
+    ids_test = {"input_ids": test_batch["input_ids"], "attention_mask": test_batch["attention_mask"]}
+    if args.full_epochs:
+        accs = _curve(whole, cfg, ids_batch, y_priv, ids_test, y_test, args.full_epochs, args.full_lr)
+        add("full fine-tuning (every weight) + head, all private data", max(accs),
+            "per epoch: " + ", ".join(f"{100 * a:.1f}" for a in accs))
+    else:
+        from fedcal.distill.clients import local_train
+
+        n = args.full_steps * cfg.batch_size
+        t0 = time.perf_counter()
+        local_train(whole, ids_batch["input_ids"][:n], ids_batch["attention_mask"][:n],
+                    torch.as_tensor(y_priv[:n], dtype=torch.long), batch_size=cfg.batch_size, lr=args.full_lr)
+        per_step = (time.perf_counter() - t0) / args.full_steps
+        per_epoch = per_step * -(-n_private // cfg.batch_size) / 60
+        add("full fine-tuning (every weight) + head, all private data", None,
+            f"not run: {per_step:.1f} s per step of {cfg.batch_size} texts ({args.threads} thread(s)), "
+            f"{per_epoch:.0f} min per epoch")
+
+
+def main(argv=None) -> int:
+    from fedcal.config import RunConfig, parse_override
+    from fedcal.distill.run_data import DistillRunSpec, _encode_batch, base_classifier, distill_data
+    from fedcal.reports.markdown import markdown_table
+    from fedcal.text import backbone_tokenizer
+
+    args = _arguments().parse_args(argv)
     torch.set_num_threads(args.threads)
     cfg = RunConfig.from_flower(dict(parse_override(o) for o in args.overrides), task="distill",
                                 dst_corpus=args.corpus)
@@ -167,29 +200,7 @@ def main(argv=None) -> int:
         accs = _lora_curve(base, cfg, priv_batch, y_priv, test_batch, y_test, targets, args.epochs)
         add(f"LoRA r=8 on {'+'.join(targets)}{where} + head, all private data", max(accs),
             "per epoch: " + ", ".join(f"{100 * a:.1f}" for a in accs))
-    # full fine-tuning: the whole classifier on token ids, every weight trainable
-    whole = copy.deepcopy(base_classifier(data.backbone, data.num_classes, "cpu", 0)).train()
-    for q in whole.parameters():
-        q.requires_grad_(True)
-    ids_batch = {"input_ids": priv_batch["input_ids"], "attention_mask": priv_batch["attention_mask"]}
-    ids_test = {"input_ids": test_batch["input_ids"], "attention_mask": test_batch["attention_mask"]}
-    if args.full_epochs:
-        accs = _curve(whole, cfg, ids_batch, y_priv, ids_test, y_test, args.full_epochs, args.full_lr)
-        add("full fine-tuning (every weight) + head, all private data", max(accs),
-            "per epoch: " + ", ".join(f"{100 * a:.1f}" for a in accs))
-    else:
-        from fedcal.distill.clients import local_train
-
-        n = args.full_steps * cfg.batch_size
-        t0 = time.perf_counter()
-        local_train(whole, ids_batch["input_ids"][:n], ids_batch["attention_mask"][:n],
-                    torch.as_tensor(y_priv[:n], dtype=torch.long), batch_size=cfg.batch_size, lr=args.full_lr)
-        per_step = (time.perf_counter() - t0) / args.full_steps
-        per_epoch = per_step * -(-len(private) // cfg.batch_size) / 60
-        add("full fine-tuning (every weight) + head, all private data", None,
-            f"not run: {per_step:.1f} s per step of {cfg.batch_size} texts ({args.threads} thread(s)), "
-            f"{per_epoch:.0f} min per epoch")
-    del whole
+    _full_finetuning(data, cfg, args, (priv_batch, y_priv), (test_batch, y_test), len(private), add)
     accs = _lora_curve(base, cfg, anchor_batch, y_anchor, test_batch, y_test, cfg.lora_targets, args.anchor_epochs)
     add(f"LoRA r=8 on {'+'.join(cfg.lora_targets)}{where} + head, the {len(data.anchors)} anchors with true labels",
         max(accs), "per epoch: " + ", ".join(f"{100 * a:.1f}" for a in accs))

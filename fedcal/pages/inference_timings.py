@@ -1,6 +1,6 @@
 """Wall times of finished inference runs, read from their run directories.
 
-    python docs/tools/inference_timings.py RUN_DIR... --out docs/results/inference-i35-timings.csv
+    python -m fedcal.pages inference_timings RUN_DIR... --out docs/results/inference-i35-timings.csv
 
 Per run: when it started (``config.json``), when its probits were on disk (``probits.pt``: collected by
 this run, or copied from an earlier one), when its aggregators were (``aggregators.pt``: trained or

@@ -25,7 +25,7 @@ attack does when nothing is excluded — against the benign run of the same seed
 
 Usage (from the repository root)::
 
-    python docs/tools/detector_replay.py --runs runs/detector --out docs/results/detector
+    python -m fedcal.pages detector_replay --runs runs/detector --out docs/results/detector
 """
 
 from __future__ import annotations
@@ -38,16 +38,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from fedcal.aggregate import calguard as cg  # noqa: E402
-from fedcal import sequential as sq  # noqa: E402
-from fedcal.attacks import AttackSpec, attackers_of  # noqa: E402
-from fedcal.reports.markdown import markdown_table  # noqa: E402
-from fedcal.reports.runs import final_metrics  # noqa: E402
-from fedcal.results import AUDIT_FILE, load_config, load_run_config  # noqa: E402
+from fedcal.aggregate import calguard as cg
+from fedcal import sequential as sq
+from fedcal.attacks import AttackSpec, attackers_of
+from fedcal.reports.markdown import markdown_table
+from fedcal.reports.runs import final_metrics
+from fedcal.results import AUDIT_FILE, load_config, load_run_config
 
 SIGNALS = ("scale", "ratio")
 #: rounds at which the share of attackers alarmed is reported

@@ -1,6 +1,6 @@
 """Refresh the generated tables pasted into a docs page.
 
-    python docs/tools/include_tables.py docs/defense.md
+    python -m fedcal.pages include_tables docs/defense.md
 
 Every block between ``<!-- table: PATH -->`` and ``<!-- /table -->`` is replaced by the file at
 PATH (relative to the repository root), so the numbers on the page are exactly those the command
@@ -19,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from fedcal.pages import ROOT
 BLOCK = re.compile(r"(<!-- (?P<kind>table|output|example): (?P<path>[^ ]+) -->\n)(?P<body>.*?)(<!-- /(?P=kind) -->)",
                    re.S)
 EXAMPLE = re.compile(r"^# --- example: [^\n]* ---\n(?P<code>.*?)^# --- end of example ---$", re.S | re.M)
@@ -63,7 +63,7 @@ def main() -> int:
             else:
                 page.write_text(new)
     for page in stale:
-        print(f"stale tables in {page}: run python docs/tools/include_tables.py {page}", file=sys.stderr)
+        print(f"stale tables in {page}: run python -m fedcal.pages include_tables {page}", file=sys.stderr)
     return 1 if stale else 0
 
 

@@ -2,8 +2,8 @@
 they take: ``docs/results/readme/<name>.md`` holds the command, the wall time, the machine and its
 load, and the tables of ``fedcal report`` on what the command made (chance-level models flagged).
 
-    python docs/tools/readme_runs.py                 # every command below (about an hour on 2 cores)
-    python docs/tools/readme_runs.py flwr-inference  # one of them
+    python -m fedcal.pages readme_runs                 # every command below (about an hour on 2 cores)
+    python -m fedcal.pages readme_runs flwr-inference  # one of them
 
 Each command runs from scratch in a temporary folder (its runs, and the caches of pretrained
 backbones, are new), so the time includes everything a first-time user waits for. ``flwr run``
@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "docs" / "results" / "readme"
-sys.path.insert(0, str(ROOT))
+from fedcal.pages import RESULTS, ROOT
+
+OUT = RESULTS / "readme"
 
 # name → (the command as the README writes it, with {out} for its output folder, a sentence on what it is)
 COMMANDS = {
@@ -53,6 +53,8 @@ def _runs(out: Path) -> list[Path]:
 
 
 def run(name: str) -> Path:
+    if str(ROOT) not in sys.path:  # the checkout's test harnesses: a local SuperLink's ports and its stop
+        sys.path.insert(0, str(ROOT))
     from tests.deploy_harness import free_port
     from tests.test_flwr_run import _stop_local_superlink
 

@@ -2,7 +2,7 @@
 run's recorded uploads — the measured diagnosis of the label-skew collapse (docs/distill.md, "Label
 skew: the diagnosis and a prior-corrected variant").
 
-    python docs/tools/distill_skew_diagnosis.py RUN_DIR [RUN_DIR ...] > diagnosis.md
+    python -m fedcal.pages distill_skew_diagnosis RUN_DIR [RUN_DIR ...] > diagnosis.md
 
 Reads run directories only (``config.json``, ``uploads.npz``); no client trains, nothing is
 written into them. The run's data — anchors, shards, backdoor clients, each client's poisoned

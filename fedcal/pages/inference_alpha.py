@@ -1,7 +1,7 @@
 """Robust federated inference across client heterogeneity: one table of every aggregator's clean
 accuracy and worst case (over the attacks) at each Dirichlet α, from the reports' ``cells.csv``.
 
-    python docs/tools/inference_alpha.py 0.3=docs/results/inference-cifar10-resnet8-alpha0.3 \\
+    python -m fedcal.pages inference_alpha 0.3=docs/results/inference-cifar10-resnet8-alpha0.3 \\
         0.5=docs/results/inference-cifar10-resnet8 0.8=docs/results/inference-cifar10-resnet8-alpha0.8 \\
         > docs/results/inference-cifar10-resnet8-alpha/table.md
 
@@ -73,7 +73,7 @@ def alpha_section(results: Path) -> list[str]:
     span = lambda v: f"{v[0]}" if len(v) == 1 else f"{v[0]}-{v[-1]}"  # noqa: E731
     cmds = [f"fedcal inference --nf 17:4 --seeds {span(sorted(c['seed'].unique()))} --report "
             f"docs/results/{ALPHA_FOLDERS[a]} dirichlet-alpha={a} {ALPHA_KEYS}" for a, c in all_cells.items() if a != "0.5"]
-    cmds.append("python docs/tools/inference_alpha.py " + " ".join(f"{a}=docs/results/{ALPHA_FOLDERS[a]}" for a in have)
+    cmds.append("python -m fedcal.pages inference_alpha " + " ".join(f"{a}=docs/results/{ALPHA_FOLDERS[a]}" for a in have)
                 + " > docs/results/inference-cifar10-resnet8-alpha/table.md")
     prose, by_alpha = [], {}
     for a, cells in all_cells.items():

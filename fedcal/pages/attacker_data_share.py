@@ -8,7 +8,7 @@ all training samples and the smallest share of one class left to the benign clie
 
 Usage (from the repository root)::
 
-    python docs/tools/attacker_data_share.py runs/closed-cifar/*-calguard-tsa5-*
+    python -m fedcal.pages attacker_data_share runs/closed-cifar/*-calguard-tsa5-*
 """
 
 from __future__ import annotations
@@ -19,13 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from fedcal.attacks import AttackSpec, attackers_of  # noqa: E402
-from fedcal.data import client_partitions, load_dataset  # noqa: E402
-from fedcal.reports.markdown import markdown_table  # noqa: E402
-from fedcal.results import load_config  # noqa: E402
+from fedcal.attacks import AttackSpec, attackers_of
+from fedcal.data import client_partitions, load_dataset
+from fedcal.reports.markdown import markdown_table
+from fedcal.results import load_config
 
 
 def main(argv: list[str]) -> int:

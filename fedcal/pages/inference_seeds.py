@@ -1,6 +1,6 @@
 """One robust-inference table over seeds from reports of one configuration made by separate commands.
 
-    python docs/tools/inference_seeds.py --seeds 0-2 --dataset cifar10 --data-dir ../shared/data \\
+    python -m fedcal.pages inference_seeds --seeds 0-2 --dataset cifar10 --data-dir ../shared/data \\
         --out docs/results/inference-cifar10-resnet8-grid-3seeds docs/results/inference-cifar10-resnet8-grid \\
         docs/results/inference-cifar10-resnet8 docs/results/inference-cifar10-resnet8-grid-seeds1-2
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import functools
 import re
-from pathlib import Path
 
-SEEDS = Path(__file__).resolve().parents[3] / "shared" / "seeds"
+from fedcal.pages import ROOT
+
+SEEDS = ROOT.parent / "shared" / "seeds"
 #: a short name per paper -> its text file (SEEDS/README.md names them)
 PAPERS = {"tsa": "000_2011f3a3f0c339d8.txt", "temperature": "001_aa3ed517fb66627f.txt",
           "inference": "002_d9216d78463d7947.txt", "rfd-lora": "003_b3a743978aa28556.txt"}

@@ -1,8 +1,8 @@
 """Checks over every committed result table (docs/results/**): one run id, one number.
 
-    python docs/tools/table_integrity.py           # list the run ids with two values (exit 1 if any)
-    python docs/tools/table_integrity.py --tag     # give the re-made copies named in REMADE their own ids
-    python docs/tools/table_integrity.py --summaries   # rebuild every summary over seeds from its runs' table
+    python -m fedcal.pages table_integrity           # list the run ids with two values (exit 1 if any)
+    python -m fedcal.pages table_integrity --tag     # give the re-made copies named in REMADE their own ids
+    python -m fedcal.pages table_integrity --summaries   # rebuild every summary over seeds from its runs' table
 
 **One run id, one result.** A run id (``<dataset>-<model>-<strategy>-<attack>-s<seed>-<config hash>``)
 names a run's configuration, not a run: the same configuration made again — by other code, on
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+from fedcal.pages import RESULTS
 
 #: a run directory's name, optionally with the make tag this module appends
 RUN_ID = re.compile(r"^(?P<name>[a-z0-9][\w.\-]*-s\d+-[0-9a-f]{8})(?P<make>@[\w.+\-]+)?$")

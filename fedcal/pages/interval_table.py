@@ -1,6 +1,6 @@
 """Every calibration metric of several runs with its bootstrap interval, one column per run.
 
-    python docs/tools/interval_table.py RUN_DIR... > intervals.md
+    python -m fedcal.pages interval_table RUN_DIR... > intervals.md
 
 Reads each run's ``calibration_intervals.csv`` (run-config key ``calibration-bootstrap``) and writes
 a Markdown table: one row per metric (accuracy, ECE, sECE and the estimators the runs recorded, in

@@ -1,9 +1,9 @@
 """Wall-clock seconds each run's rounds took, from the run store (``round_seconds`` in timings.csv).
 
-    python docs/tools/run_seconds.py runs/distill-minilm-first/* > docs/results/distill-minilm-first/seconds.md
-    python docs/tools/run_seconds.py --by dst-method runs/distill-minilm-sentiment/* > seconds-by-method.md
-    python docs/tools/run_seconds.py --by machine,dst-method runs/distill-minilm-genre/* > seconds.md
-    python docs/tools/run_seconds.py --project 100 runs/cifar-timing/* > docs/results/closed-loop/cifar-seconds.md
+    python -m fedcal.pages run_seconds runs/distill-minilm-first/* > docs/results/distill-minilm-first/seconds.md
+    python -m fedcal.pages run_seconds --by dst-method runs/distill-minilm-sentiment/* > seconds-by-method.md
+    python -m fedcal.pages run_seconds --by machine,dst-method runs/distill-minilm-genre/* > seconds.md
+    python -m fedcal.pages run_seconds --project 100 runs/cifar-timing/* > docs/results/closed-loop/cifar-seconds.md
 
 One row per run directory: its name, the rounds recorded, the seconds of round 0 (set-up and the
 first evaluation), of the training rounds, and their total — what a cell of that configuration
