@@ -25,11 +25,18 @@ import dataclasses
 import math
 import tomllib
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 Rule = Callable[["RunConfig"], None]
 
 from fedcal.config.taskconfig import TaskConfig  # noqa: E402  (registered below; its own module)
+
+if TYPE_CHECKING:
+    # the built-in fields and the groups' properties with their types, for type checkers only: a stub
+    # generated from the settings (python -m fedcal.config --write-stub; fedcal/config/stub.py)
+    from fedcal.config.run_config import RunConfigFields as _Fields
+else:
+    _Fields = object
 
 
 class ConfigError(ValueError):
@@ -162,6 +169,7 @@ class Group:
 _GROUPS: dict[str, Group] = {}
 _SETTINGS: dict[str, Setting] = {}  # by field name, in registration order
 _TASKS: dict[str, TaskConfig] = {}
+_PROPERTIES: dict[str, tuple[str, property]] = {}  # a group's RunConfig properties: name → (group, property)
 _KEY_ORDER: list[tuple[str, ...]] = [()]  # the built-in keys' order (set once by fedcal.config)
 _ORDER_CACHE: list[tuple[str, ...]] = []
 
@@ -207,6 +215,7 @@ def group(name: str, help: str, *, rules: Sequence[Rule] = ()) -> Callable[[type
         for attr, value in cls.__dict__.items():
             if isinstance(value, property):
                 setattr(RunConfig, attr, value)
+                _PROPERTIES[attr] = (name, value)
         _GROUPS[name] = Group(name, help, tuple(names), tuple(rules))
         _ORDER_CACHE.clear()
         return _GROUPS[name]
@@ -257,6 +266,12 @@ def field_names() -> tuple[str, ...]:
     return _ordered()
 
 
+def properties_of(group_name: str) -> dict[str, property]:
+    """The :class:`RunConfig` properties ``group_name`` declares (e.g. distill's ``distill_ranks``),
+    in declaration order."""
+    return {attr: prop for attr, (g, prop) in _PROPERTIES.items() if g == group_name}
+
+
 def fields_of(*group_names: str) -> tuple[str, ...]:
     """Field names (snake_case) in the given groups, in declaration order."""
     return tuple(n for n in _ordered() if _SETTINGS[n].group in group_names)
@@ -268,12 +283,16 @@ def defaults() -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- the run config
-class RunConfig:
+class RunConfig(_Fields):
     """Everything one federated run needs: one flat, frozen object. Defaults are SPEC §2's
     MNIST–MLP table row.
 
     ``RunConfig(**fields)`` fills the fields not given with their defaults without validating;
     :meth:`from_flower` parses and validates.
+
+    Its fields are registered by the groups at import, so for a type checker they come from the
+    generated stub ``fedcal/config/run_config.pyi`` (:class:`RunConfigFields`, the base class seen
+    only while type checking): ``cfg.num_roundz`` or ``cfg.tau + "x"`` is a type error in an editor.
     """
 
     def __init__(self, **values: Any) -> None:
@@ -289,11 +308,12 @@ class RunConfig:
             state[n] = v
         object.__setattr__(self, "__dict__", state)
 
-    def __getattr__(self, name: str) -> Any:
-        # a field of a group registered after this object was made: its default
-        if name in _SETTINGS:
-            return _SETTINGS[name].default
-        raise AttributeError(f"RunConfig has no field {name!r}")
+    if not TYPE_CHECKING:  # hidden from type checkers, for which any attribute would then exist
+        def __getattr__(self, name: str) -> Any:
+            # a field of a group registered after this object was made: its default
+            if name in _SETTINGS:
+                return _SETTINGS[name].default
+            raise AttributeError(f"RunConfig has no field {name!r}")
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
