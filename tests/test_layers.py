@@ -238,14 +238,15 @@ METHOD_NAMED_IN = {
 def _method_branches(path: Path) -> list[str]:
     """``path:line: names`` of every comparison with a dst-method name (``x == "ffa"``, ``x in
     ("fedit", "ffa")``) in ``path``."""
-    from fedcal.config import DISTILL_METHODS
+    from fedcal import catalogue
 
+    methods = catalogue.names("lora-method")
     hits = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Compare):
             names = {c.value for side in (node.left, *node.comparators)
                      for c in ([side] if isinstance(side, ast.Constant) else getattr(side, "elts", []))
-                     if isinstance(c, ast.Constant) and c.value in DISTILL_METHODS}
+                     if isinstance(c, ast.Constant) and c.value in methods}
             if names:
                 hits.append((f"{path}:{node.lineno}", names))
     return hits

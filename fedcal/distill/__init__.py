@@ -26,7 +26,7 @@ clients         (peft; import it as ``fedcal.distill.clients``) heterogeneous-ra
 adapters        (peft) the baselines' rules applied to clients' adapter states and written back
                 into peft models: FedIT, FFA-LoRA, FLoRA (merge + fresh adapter), FlexLoRA, LoRA-FAIR
 methods         the ``dst-method`` choices, one object each with its client and server hooks
-                (:data:`~fedcal.distill.methods.LORA_METHODS`), :func:`~fedcal.distill.methods.upload_bytes`
+                (``lora-method`` components of :mod:`fedcal.catalogue`), :func:`~fedcal.distill.methods.upload_bytes`
 student         (peft) the server's student (frozen backbone + own LoRA + head),
                 :func:`build_consensus`, :func:`distill_step`, :func:`predict`, CA / RA / ASR
 ==============  ===================================================================================

@@ -20,8 +20,9 @@ method         its hooks' behaviour
 ``lorafair``   FedIT's (the server's residual refinement is the strategy's)
 =============  ========================================================================================
 
-:data:`LORA_METHODS` (``dst-method`` → method) is the one table of them; :func:`lora_method` looks
-one up. Every hook that builds a model takes the run's :class:`~fedcal.distill.run_data.DistillRunSpec`
+Each is declared once, as a ``lora-method`` component of :mod:`fedcal.catalogue`
+(``fedcal/catalogue/lora.py``: its name, its own keys, this class as its target);
+:func:`lora_method` builds the one a run names. Every hook that builds a model takes the run's :class:`~fedcal.distill.run_data.DistillRunSpec`
 (``dst_alpha``, ``lora_targets``, ``seed``).
 """
 
@@ -38,7 +39,8 @@ from .adapters import flora_update, merge_flora
 from .clients import adapter_state, is_lora_a_key, load_adapter_state, lora_model
 from .run_data import DistillRunSpec, adapted_layers
 
-__all__ = ["LORA_METHODS", "LoraMethod", "base_weights", "load_base_weights", "lora_method", "upload_bytes"]
+__all__ = ["FFALoRAMethod", "FLoRAMethod", "FedITMethod", "FlexLoRAMethod", "LoRAFairMethod", "LoraMethod", "RFDLoRA",
+           "base_weights", "load_base_weights", "lora_method", "upload_bytes"]
 
 State = Mapping[str, torch.Tensor]
 
@@ -209,17 +211,14 @@ class LoRAFairMethod(LoraMethod):
     name, label, one_rank = "lorafair", "LoRA-FAIR", True
 
 
-#: dst-method → its method, in the config's order
-LORA_METHODS: dict[str, LoraMethod] = {m.name: m for m in (RFDLoRA(), FedITMethod(), FFALoRAMethod(), FLoRAMethod(),
-                                                           FlexLoRAMethod(), LoRAFairMethod())}
-
-
 def lora_method(name: str) -> LoraMethod:
-    """The method ``name`` (ValueError naming the known ones)."""
-    try:
-        return LORA_METHODS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown method {name!r}; allowed: {', '.join(LORA_METHODS)}") from None
+    """The method ``name``: its ``lora-method`` component's class, built (ValueError naming the known ones)."""
+    from fedcal import catalogue
+
+    known = catalogue.components("lora-method")
+    if not isinstance(name, str) or name not in known:
+        raise ValueError(f"unknown method {name!r}; allowed: {', '.join(known)}")
+    return known[name].load()()
 
 
 def upload_bytes(
@@ -230,7 +229,7 @@ def upload_bytes(
     num_classes: int | None = None,
     logit_dtype: torch.dtype = torch.float32,
 ) -> int:
-    """Bytes one client uploads per round under ``method`` (one of :data:`LORA_METHODS`).
+    """Bytes one client uploads per round under ``method`` (a ``lora-method`` of the catalogue).
 
     * a method that uploads logits (``"rfd"``): ``num_anchors`` × ``num_classes`` ×
       itemsize(``logit_dtype``) — independent of the rank and of the model's size;
