@@ -43,8 +43,6 @@ class RunConfigFields:
     calibration_bootstrap: int
     fed_eval_clients: int
     mimic_target: int
-    @property
-    def num_attackers(self) -> int: ...
     # defense: the server's aggregation rule and its parameters (task = train)
     strategy: str
     krum_f: int
@@ -68,8 +66,6 @@ class RunConfigFields:
     cclip_tau: float
     cclip_iterations: int
     calguard_signal: str
-    @property
-    def pre_aggregations(self) -> tuple[str, ...]: ...
     # inference: robust federated inference (task = inference, SPEC §7)
     inf_f: int
     inf_server_frac: float
@@ -99,12 +95,6 @@ class RunConfigFields:
     agg_adv_attack: str
     agg_latent: int
     copur_steps: int
-    @property
-    def inference_attacks(self) -> tuple[str, ...]: ...
-    @property
-    def inference_aggregators(self) -> tuple[str, ...]: ...
-    @property
-    def amplification_curve(self) -> tuple[float, ...]: ...
     # distill: RFD-LoRA and the LoRA baselines on text (task = distill, SPEC §8)
     dst_corpus: str
     dst_method: str
@@ -157,12 +147,6 @@ class RunConfigFields:
     dst_min_replies: int
     dst_eval_every: int
     dst_prior_target: str
-    @property
-    def distill_ranks(self) -> tuple[int, ...]: ...
-    @property
-    def lora_targets(self) -> tuple[str, ...]: ...
-    @property
-    def num_backdoor_clients(self) -> int: ...
     # lm: TSA on a federated GPT-2 language model (task = lm, SPEC §10)
     lm_corpus: str
     lm_partition: str
@@ -220,3 +204,20 @@ class RunConfigFields:
     checkpoint_every: int
     tracker: str
     ray_address: str
+    # the groups' properties
+    @property
+    def num_attackers(self) -> int: ...
+    @property
+    def pre_aggregations(self) -> tuple[str, ...]: ...
+    @property
+    def inference_attacks(self) -> tuple[str, ...]: ...
+    @property
+    def inference_aggregators(self) -> tuple[str, ...]: ...
+    @property
+    def amplification_curve(self) -> tuple[float, ...]: ...
+    @property
+    def distill_ranks(self) -> tuple[int, ...]: ...
+    @property
+    def lora_targets(self) -> tuple[str, ...]: ...
+    @property
+    def num_backdoor_clients(self) -> int: ...

@@ -32,8 +32,7 @@ Rule = Callable[["RunConfig"], None]
 from fedcal.config.taskconfig import TaskConfig  # noqa: E402  (registered below; its own module)
 
 if TYPE_CHECKING:
-    # the built-in fields and the groups' properties with their types, for type checkers only: a stub
-    # generated from the settings (python -m fedcal.config --write-stub; fedcal/config/stub.py)
+    # the fields and the groups' properties with their types, for type checkers only (fedcal/config/stub.py)
     from fedcal.config.run_config import RunConfigFields as _Fields
 else:
     _Fields = object
@@ -171,7 +170,6 @@ class Group:
 _GROUPS: dict[str, Group] = {}
 _SETTINGS: dict[str, Setting] = {}  # by field name, in registration order
 _TASKS: dict[str, TaskConfig] = {}
-_PROPERTIES: dict[str, tuple[str, property]] = {}  # a group's RunConfig properties: name → (group, property)
 _KEY_ORDER: list[tuple[str, ...]] = [()]  # the built-in keys' order (set once by fedcal.config)
 _ORDER_CACHE: list[tuple[str, ...]] = []
 
@@ -221,7 +219,6 @@ def group(name: str, help: str, *, rules: Sequence[Rule] = ()) -> Callable[[type
         for attr, value in cls.__dict__.items():
             if isinstance(value, property):
                 setattr(RunConfig, attr, value)
-                _PROPERTIES[attr] = (name, value)
         _GROUPS[name] = Group(name, help, tuple(names), tuple(rules))
         _ORDER_CACHE.clear()
         return _GROUPS[name]
@@ -270,12 +267,6 @@ def config_fields() -> tuple[Setting, ...]:
 def field_names() -> tuple[str, ...]:
     """Every field name (snake_case), in :meth:`RunConfig.to_flower` order."""
     return _ordered()
-
-
-def properties_of(group_name: str) -> dict[str, property]:
-    """The :class:`RunConfig` properties ``group_name`` declares (e.g. distill's ``distill_ranks``),
-    in declaration order."""
-    return {attr: prop for attr, (g, prop) in _PROPERTIES.items() if g == group_name}
 
 
 def fields_of(*group_names: str) -> tuple[str, ...]:

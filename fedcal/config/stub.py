@@ -3,9 +3,9 @@
 :class:`RunConfig` is assembled from the groups at import (:func:`~fedcal.config.schema.group`), so
 its class body declares no field and a type checker sees none: every ``cfg.x`` read would be
 unchecked. The stub declares them: one class, ``RunConfigFields``, with every built-in field and
-its Python type (``int``, ``float``, ``bool``, ``str``, from the setting's annotation) and every
-group's property with its return annotation (``distill_ranks: tuple[int, ...]``), group by group as
-``fedcal run --help`` lists them. :class:`RunConfig` derives from it while type checking only
+its Python type (``int``, ``float``, ``bool``, ``str``, from the setting's annotation), group by
+group as ``fedcal run --help`` lists them, and every group's property with its return annotation
+(``distill_ranks`` → ``tuple[int, ...]``). :class:`RunConfig` derives from it while type checking only
 (``if TYPE_CHECKING`` in :mod:`fedcal.config.schema`, which also hides its ``__getattr__`` from the
 checker), so a mistyped key or a value used as the wrong type is an error in an editor, and at run
 time nothing changes.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedcal.config.schema import fields_of, groups, properties_of, setting_of
+from fedcal.config.schema import RunConfig, fields_of, groups, setting_of
 
 #: where the stub lives: beside :mod:`fedcal.config.schema`, as the module it names
 STUB_PATH = Path(__file__).with_name("run_config.pyi")
@@ -41,12 +41,15 @@ def _return_type(name: str, prop: property) -> str:
 
 def stub_text() -> str:
     """The stub: ``RunConfigFields`` with, per group in registration order, a comment naming the
-    group, its fields (``name: type``) in :meth:`RunConfig.to_flower` order and its properties."""
+    group and its fields (``name: type``) in :meth:`RunConfig.to_flower` order; then the properties
+    the groups gave :class:`RunConfig`, in registration order."""
     lines = []
     for group_name, help_text in groups().items():
         lines.append(f"    # {group_name}: {help_text}")
         lines += [f"    {name}: {setting_of(name).type}" for name in fields_of(group_name)]
-        for name, prop in properties_of(group_name).items():
+    lines.append("    # the groups' properties")
+    for name, prop in vars(RunConfig).items():
+        if isinstance(prop, property):
             lines += ["    @property", f"    def {name}(self) -> {_return_type(name, prop)}: ..."]
     return HEADER + "\n".join(lines) + "\n"
 
