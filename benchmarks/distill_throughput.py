@@ -8,7 +8,7 @@ For the run config given (any ``dst-*`` key), on one CPU thread unless ``--threa
   model (every weight trainable, plain AdamW) — the cost LoRA saves or adds per step;
 * **anchor logits**: seconds for one client to compute its logits on the anchor set (forward only);
 * **bytes uploaded per client per round**: RFD-LoRA's anchor logits against each baseline's adapter
-  tensors (:func:`fedcal.distill.clients.upload_bytes`, the same sizes a run records from its
+  tensors (:func:`fedcal.distill.methods.upload_bytes`, the same sizes a run records from its
   messages), per rank, and their ratio.
 
     python benchmarks/distill_throughput.py data-dir=../shared/data dst-corpus=sentiment dst-train-size=0
@@ -56,7 +56,8 @@ def _anchor_seconds(model, inputs, mask) -> float:
 
 def single(cfg, args) -> None:
     """The table of one backbone: LoRA against full fine-tuning, anchor logits, upload bytes."""
-    from fedcal.distill.clients import adapter_state, lora_model, upload_bytes
+    from fedcal.distill.clients import adapter_state, lora_model
+    from fedcal.distill.methods import upload_bytes
     from fedcal.distill.run_data import DistillRunSpec, base_classifier, client_batch, distill_data, inputs_of
 
     data = distill_data(DistillRunSpec.from_config(cfg))
@@ -95,7 +96,8 @@ def single(cfg, args) -> None:
 
 def against_small(cfg, args) -> None:
     """The config's backbone against the small encoder, both measured here (see the docstring)."""
-    from fedcal.distill.clients import adapter_state, lora_model, upload_bytes
+    from fedcal.distill.clients import adapter_state, lora_model
+    from fedcal.distill.methods import upload_bytes
     from fedcal.distill.run_data import DistillRunSpec, base_classifier, client_batch, distill_data, inputs_of
     from fedcal.text.frozen import num_layers
 

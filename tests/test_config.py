@@ -66,6 +66,80 @@ def test_write_pyproject_rewrites_only_the_block_and_check_names_what_is_stale(t
     assert out.returncode == 1 and "order" in out.stderr
 
 
+def test_the_committed_run_config_stub_is_the_generated_one():
+    """`python -m fedcal.config --check-stub` in a fresh process (built-in groups only) passes on
+    the committed stub."""
+    out = subprocess.run([sys.executable, "-m", "fedcal.config", "--check-stub"], cwd=ROOT, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def _stub_class():
+    import ast
+
+    tree = ast.parse((ROOT / "fedcal" / "config" / "run_config.pyi").read_text())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    assert cls.name == "RunConfigFields"
+    return cls
+
+
+def test_the_stub_lists_every_field_with_its_type_and_every_property_with_its_return_type():
+    """Read back from the committed file: exactly field_names() of the built-in groups, each annotated with the Python type of its setting
+    and of its default; the groups' properties with their return annotations."""
+    import ast
+    import json
+
+    cls = _stub_class()
+    fields = {n.target.id: ast.unparse(n.annotation) for n in cls.body if isinstance(n, ast.AnnAssign)}
+    builtin = json.loads(subprocess.run(  # a fresh process: the built-in groups only (a plug-in test's may be here)
+        [sys.executable, "-c", "import json, fedcal.config as c; print(json.dumps(c.field_names()))"], cwd=ROOT,
+        capture_output=True, text=True, check=True).stdout)
+    assert len(fields) == sum(isinstance(n, ast.AnnAssign) for n in cls.body)  # no field twice
+    assert sorted(fields) == sorted(builtin) and len(builtin) > 150
+    for name, annotation in fields.items():
+        assert annotation == setting_of(name).type and type(setting_of(name).default).__name__ == annotation, name
+    props = {n.name: ast.unparse(n.returns) for n in cls.body if isinstance(n, ast.FunctionDef)}
+    assert props["distill_ranks"] == "tuple[int, ...]" and props["num_backdoor_clients"] == "int"
+    assert props["num_attackers"] == "int" and props["lora_targets"] == "tuple[str, ...]"
+    for name, annotation in props.items():  # each is RunConfig's property, of the value it returns
+        value = getattr(RunConfig(), name)
+        assert isinstance(value, eval(annotation.split("[")[0])), name
+
+
+def test_stale_stub_says_what_to_run(tmp_path):
+    path = tmp_path / "run_config.pyi"
+    run = lambda *a: subprocess.run([sys.executable, "-m", "fedcal.config", *a, str(path)], cwd=ROOT,  # noqa: E731
+                                    capture_output=True, text=True)
+    out = run("--check-stub")
+    assert out.returncode == 1 and out.stderr.strip().endswith("missing: run python -m fedcal.config --write-stub")
+    assert run("--write-stub").returncode == 0 and run("--check-stub").returncode == 0
+    path.write_text(path.read_text().replace("    tau: float\n", "    tau: str\n"))
+    out = run("--check-stub")
+    assert out.returncode == 1 and len(out.stderr.splitlines()) == 1 and "not generated" in out.stderr
+    assert run("--write-stub").stdout.strip().endswith("written") and run("--check-stub").returncode == 0
+
+
+def test_a_wrong_key_or_type_is_a_type_error(tmp_path):
+    """mypy (where installed) on code reading a RunConfig: a mistyped key and a value used as the
+    wrong type are errors, the right reads (a field, a group's property, a method) are not."""
+    pytest.importorskip("mypy")
+    probe = tmp_path / "probe.py"
+    probe.write_text("from fedcal.config import RunConfig\n\n\n"
+                     "def reads(cfg: RunConfig) -> None:\n"
+                     "    rounds: int = cfg.num_rounds\n"
+                     "    ranks: tuple[int, ...] = cfg.distill_ranks\n"
+                     "    again: RunConfig = cfg.replace(tau=2.0)\n"
+                     "    cfg.num_roundz\n"
+                     "    name: int = cfg.dataset\n")
+    out = subprocess.run([sys.executable, "-m", "mypy", "--follow-imports=silent", "--ignore-missing-imports",
+                          "--no-incremental", "--cache-dir", str(tmp_path / "cache"), "--no-error-summary",
+                          str(probe)], cwd=ROOT, capture_output=True, text=True)
+    errors = [line.split(": error: ", 1)[1] for line in out.stdout.splitlines() if ": error: " in line]
+    assert [line.split(":")[1] for line in out.stdout.splitlines() if ": error: " in line] == ["8", "9"], out.stdout
+    assert '"RunConfig" has no attribute "num_roundz"' in errors[0]
+    assert 'expression has type "str", variable has type "int"' in errors[1]
+
+
 @pytest.mark.parametrize("value,type_name", [
     ("plain", "str"), ('say "hi" \\ C:\\x', "str"), ("σ = 0.1, τ ≥ 1\tand\n", "str"), ("", "str"),
     (0.01, "float"), (1e-05, "float"), (1.0, "float"), (3e38, "float"), (float("inf"), "float"), (-0.0, "float"),

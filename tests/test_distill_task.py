@@ -521,6 +521,21 @@ def test_config_errors_are_one_line_naming_the_key(overrides, key, capsys):
     assert len(err) == 1 and err[0].startswith("fedcal: error:") and f"'{key}'" in err[0]
 
 
+def test_the_one_rank_methods_refuse_a_mix_of_ranks_the_others_take_it():
+    """FedIT, FFA-LoRA and LoRA-FAIR average A and B entry-wise (their method's ``one_rank``): several
+    ranks are a config error naming dst-ranks; RFD-LoRA, FLoRA and FlexLoRA take any mix."""
+    from fedcal import catalogue
+
+    assert [m for m in catalogue.names("lora-method") if catalogue.load("lora-method", m).one_rank] == [
+        "fedit", "ffa", "lorafair"]
+    for method in ("fedit", "ffa", "lorafair"):
+        with pytest.raises(ConfigError, match=f"'dst-ranks' must name one rank for dst-method={method}"):
+            RunConfig.from_flower({"task": "distill", "dst-method": method, "dst-ranks": "2,4"})
+        assert RunConfig.from_flower({"task": "distill", "dst-method": method, "dst-ranks": "4,4"}).distill_ranks == (4, 4)
+    for method in ("rfd", "flora", "flexlora"):
+        assert RunConfig.from_flower({"task": "distill", "dst-method": method, "dst-ranks": "2,4"}).dst_method == method
+
+
 def test_the_bounds_of_the_distillation_keys_give_a_finite_run(tmp_path):
     """At the edges of their ranges — the widest clip, the coldest and the hottest CAT temperature
     (T0 · (1 + κ (1 − τ)) with τ = 0), the heaviest moment term — and a scaling attacker pushing

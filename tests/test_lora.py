@@ -12,7 +12,8 @@ transformers = pytest.importorskip("transformers")
 
 from fedcal.distill import clip_logits, distillation_loss, lora_delta  # noqa: E402
 from fedcal.distill.clients import (DEFAULT_RANKS, adapter_state, anchor_logits, assign_ranks,  # noqa: E402
-                                    check_rank, load_adapter_state, local_train, lora_model, upload_bytes)
+                                    check_rank, load_adapter_state, local_train, lora_model)
+from fedcal.distill.methods import upload_bytes  # noqa: E402
 
 HIDDEN, CLASSES, VOCAB, LENGTH = 16, 3, 100, 8
 ALPHA = 8.0

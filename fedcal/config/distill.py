@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import math
 
-from fedcal.config.schema import ConfigError, RunConfig, TaskConfig, check, group, register_task, setting
+from fedcal.config.schema import (ComponentNames, ConfigError, RunConfig, TaskConfig, check, group, register_task,
+                                  setting)
 
-__all__ = ["DISTILL_CORPORA", "DISTILL_CLASSES", "DISTILL_METHODS", "DISTILL_AGGREGATORS", "LORA_TARGETS", "DISTILL_PARTITIONS", "LOGIT_ATTACKS", "ANCHOR_ATTACKS", "ONE_RANK_METHODS", "PRIOR_TARGETS"]
+__all__ = ["DISTILL_CORPORA", "DISTILL_CLASSES", "DISTILL_AGGREGATORS", "LORA_TARGETS", "DISTILL_PARTITIONS", "LOGIT_ATTACKS", "ANCHOR_ATTACKS", "PRIOR_TARGETS"]
 
 DISTILL_CORPORA = ("sentiment", "genre", "sst2", "mnli", "qnli", "qqp", "synthetic")
 # Classes per corpus, for the cross-field check of dst-target (fedcal.text builds the tasks).
 DISTILL_CLASSES = {"sentiment": 2, "genre": 3, "sst2": 2, "mnli": 3, "qnli": 2, "qqp": 2, "synthetic": 2}
-DISTILL_METHODS = ("rfd", "fedit", "ffa", "flora", "flexlora", "lorafair")
 DISTILL_AGGREGATORS = ("mom", "median", "mean")
 # RoBERTa module-name suffixes a LoRA adapter may target (attention projections, the token table)
 LORA_TARGETS = ("query", "key", "value", "word_embeddings")
@@ -24,8 +24,6 @@ ANCHOR_ATTACKS = ("none", "trigger", "target")
 # What fedcal's label-prior correction (dst-prior-correct) shifts each client's mean anchor prediction
 # to: the clients' median one, or the uniform prior (fedcal.distill.consensus.prior_correct).
 PRIOR_TARGETS = ("median", "uniform")
-# Methods that average A and B entry-wise: every client must hold the same shapes.
-ONE_RANK_METHODS = ("fedit", "ffa", "lorafair")
 
 
 def _distill_ranks(c: RunConfig) -> None:
@@ -67,7 +65,8 @@ class Distill:
                                            "GLUE sst2/mnli/qnli/qqp (networked), synthetic (a seeded toy "
                                            "task for tests)", choices=DISTILL_CORPORA)
     dst_method: str = setting("rfd", "rfd: anchor logits + robust distillation; fedit/ffa/flora/flexlora/"
-                                     "lorafair: the adapter-federating baselines", choices=DISTILL_METHODS)
+                                     "lorafair: the adapter-federating baselines",
+                              choices=ComponentNames("lora-method"))
     dst_rounds: int = setting(20, "federated rounds", ge=1)
     dst_local_epochs: int = setting(1, "epochs of local training per round", ge=1)
     dst_client_lr: float = setting(3e-3, "clients' AdamW learning rate (LoRA + head)", gt=0, le=1,
@@ -175,7 +174,10 @@ class Distill:
 
 # ---------------------------------------------------------------------- the distill task
 def _one_rank(c: RunConfig) -> None:
-    if c.dst_method in ONE_RANK_METHODS:
+    # a method that averages A and B entry-wise (its one_rank fact): every client must hold the same shapes
+    from fedcal import catalogue
+
+    if catalogue.load("lora-method", c.dst_method).one_rank:
         check("dst-ranks", len(set(c.distill_ranks)) == 1, c.dst_ranks,
               f"must name one rank for dst-method={c.dst_method} (it averages A and B of one shape)")
 

@@ -25,15 +25,21 @@ import dataclasses
 import math
 import tomllib
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 Rule = Callable[["RunConfig"], None]
 
 from fedcal.config.taskconfig import TaskConfig  # noqa: E402  (registered below; its own module)
 
+if TYPE_CHECKING:
+    # the fields and the groups' properties with their types, for type checkers only (fedcal/config/stub.py)
+    from fedcal.config.run_config import RunConfigFields as _Fields
+else:
+    _Fields = object
 
-class ConfigError(ValueError):
-    """A run-config key is unknown, mistyped or out of range. The message names the key."""
+
+from fedcal.config.components import ComponentNames  # noqa: E402,F401  (re-exported: fedcal.config.ComponentNames)
+from fedcal.config.errors import ConfigError  # noqa: E402,F401  (re-exported: fedcal.config.ConfigError)
 
 
 def key_of(field_name: str) -> str:
@@ -64,8 +70,9 @@ class Setting:
     hash_when_set: bool = False
     aliases: Mapping[Any, Any] | None = None  # values accepted and normalised (an old name of a value)
     # read only when another key names one of these values (("strategy", ("calguard",)): CalGuard's keys;
-    # a comma-separated value such as pre-aggregation's names each of its items); see Setting.read_by
-    only_with: tuple[str, tuple[str, ...]] | None = None
+    # a comma-separated value such as pre-aggregation's names each of its items); see Setting.read_by.
+    # ComponentNames(kind) as the values: the components of the catalogue that declare this key their own
+    only_with: tuple[str, Sequence[str]] | None = None
     name: str = ""
     group: str = ""
     type: str = ""
@@ -134,13 +141,14 @@ def setting(default: Any, help: str, *, ge: float | None = None, gt: float | Non
             le: float | None = None, lt: float | None = None,
             choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None, finite: bool = False,
             hashed: bool | None = None, note: str = "", number_list: bool = False, hash_when_set: bool = False,
-            aliases: Mapping[Any, Any] | None = None, only_with: tuple[str, tuple[str, ...]] | None = None) -> Any:
+            aliases: Mapping[Any, Any] | None = None, only_with: tuple[str, Sequence[str]] | None = None) -> Any:
     """One field of a config group: default, help and bounds/choices, declared together.
 
     ``hashed`` defaults to False in the ``execution`` group and True elsewhere; ``hash_when_set``
     hashes the key only at a value other than its default (a key added to a group whose runs were
     already named). ``only_with`` = (field, values): the key is read only when that field names one
-    of the values (:meth:`Setting.read_by`); a command refuses it, set, where no run reads it
+    of the values (:meth:`Setting.read_by`; ``ComponentNames(kind)``: the catalogue's components of that
+    kind which declare this key among their own); a command refuses it, set, where no run reads it
     (:func:`fedcal.studies.common.refuse_unread_keys`).
     """
     return Setting(help, default, ge, gt, le, lt, choices, finite, hashed, note, number_list, hash_when_set, aliases,
@@ -202,7 +210,11 @@ def group(name: str, help: str, *, rules: Sequence[Rule] = ()) -> Callable[[type
             if field_name in _SETTINGS or hasattr(RunConfig, field_name):
                 raise ValueError(f"run-config field {field_name!r} of group {name!r} is declared twice")
             hashed = name != "execution" if decl.hashed is None else decl.hashed
-            _SETTINGS[field_name] = dataclasses.replace(decl, name=field_name, group=name, type=typ, hashed=hashed)
+            only_with = decl.only_with
+            if only_with is not None and isinstance(only_with[1], ComponentNames) and only_with[1].key is None:
+                only_with = (only_with[0], ComponentNames(only_with[1].kind, field_name))  # the components owning it
+            _SETTINGS[field_name] = dataclasses.replace(decl, name=field_name, group=name, type=typ, hashed=hashed,
+                                                        only_with=only_with)
             names.append(field_name)
         for attr, value in cls.__dict__.items():
             if isinstance(value, property):
@@ -268,12 +280,16 @@ def defaults() -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- the run config
-class RunConfig:
+class RunConfig(_Fields):
     """Everything one federated run needs: one flat, frozen object. Defaults are SPEC §2's
     MNIST–MLP table row.
 
     ``RunConfig(**fields)`` fills the fields not given with their defaults without validating;
     :meth:`from_flower` parses and validates.
+
+    Its fields are registered by the groups at import, so for a type checker they come from the
+    generated stub ``fedcal/config/run_config.pyi`` (:class:`RunConfigFields`, the base class seen
+    only while type checking): ``cfg.num_roundz`` or ``cfg.tau + "x"`` is a type error in an editor.
     """
 
     def __init__(self, **values: Any) -> None:
@@ -289,11 +305,12 @@ class RunConfig:
             state[n] = v
         object.__setattr__(self, "__dict__", state)
 
-    def __getattr__(self, name: str) -> Any:
-        # a field of a group registered after this object was made: its default
-        if name in _SETTINGS:
-            return _SETTINGS[name].default
-        raise AttributeError(f"RunConfig has no field {name!r}")
+    if not TYPE_CHECKING:  # hidden from type checkers, for which any attribute would then exist
+        def __getattr__(self, name: str) -> Any:
+            # a field of a group registered after this object was made: its default
+            if name in _SETTINGS:
+                return _SETTINGS[name].default
+            raise AttributeError(f"RunConfig has no field {name!r}")
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")

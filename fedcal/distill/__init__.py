@@ -22,10 +22,11 @@ anchor_attack   anchor-set poisoning by clients that know the public anchors: th
                 the trigger or that an adversary chooses, and its crafted target-class logits
 clients         (peft; import it as ``fedcal.distill.clients``) heterogeneous-rank LoRA clients on a
                 frozen HF sequence classifier: :func:`lora_model`, :func:`adapter_state` /
-                :func:`load_adapter_state`, :func:`local_train`, :func:`anchor_logits`,
-                :func:`upload_bytes`
+                :func:`load_adapter_state`, :func:`local_train`, :func:`anchor_logits`
 adapters        (peft) the baselines' rules applied to clients' adapter states and written back
                 into peft models: FedIT, FFA-LoRA, FLoRA (merge + fresh adapter), FlexLoRA, LoRA-FAIR
+methods         the ``dst-method`` choices, one object each with its client and server hooks
+                (``lora-method`` components of :mod:`fedcal.catalogue`), :func:`~fedcal.distill.methods.upload_bytes`
 student         (peft) the server's student (frozen backbone + own LoRA + head),
                 :func:`build_consensus`, :func:`distill_step`, :func:`predict`, CA / RA / ASR
 ==============  ===================================================================================

@@ -52,7 +52,10 @@ from .clients import (ADAPTER, LORA_A_TAGS, LORA_B_TAGS, _seeded, is_embedding_l
 from .lora import fedit_average, ffa_average, flexlora_redistribute, flora_stack, lora_fair_refine
 
 __all__ = [
+    "STACKED_A",
+    "STACKED_B",
     "FloraUpdate",
+    "flora_update",
     "lora_layers",
     "lora_pairs",
     "head_state",
@@ -182,6 +185,10 @@ def ffa_aggregate(states, weights=None) -> "OrderedDict[str, torch.Tensor]":
     return _ordered_like(states[0], out)
 
 
+#: FLoRA's global state keys: ``<layer>.stacked_A`` / ``<layer>.stacked_B`` (the stacked pair of a layer)
+STACKED_A, STACKED_B = ".stacked_A", ".stacked_B"
+
+
 @dataclass(frozen=True, eq=False)  # eq=False: tensors have no single truth value
 class FloraUpdate:
     """FLoRA's round result.
@@ -199,6 +206,18 @@ class FloraUpdate:
         """The global update ΔW = B_s A_s of one layer (d_out, d_in)."""
         A_s, B_s = self.stacked[layer]
         return B_s @ A_s
+
+
+def flora_update(state: Mapping[str, torch.Tensor]) -> "FloraUpdate | None":
+    """The :class:`FloraUpdate` a FLoRA global state carries (keys ``<layer>.stacked_A`` /
+    ``<layer>.stacked_B`` and the averaged head); None for a state without stacked layers (e.g.
+    round 1's empty one, with nothing to merge)."""
+    layers = [k[: -len(STACKED_A)] for k in state if k.endswith(STACKED_A)]
+    if not layers:
+        return None
+    stacked = OrderedDict((layer, (state[layer + STACKED_A], state[layer + STACKED_B])) for layer in layers)
+    head = OrderedDict((k, v) for k, v in state.items() if not k.endswith((STACKED_A, STACKED_B)))
+    return FloraUpdate(stacked=stacked, head=head)
 
 
 def flora_aggregate(states, weights=None, *, alpha: float = 8.0) -> FloraUpdate:

@@ -63,7 +63,6 @@ from .consensus import clip_logits
 
 __all__ = [
     "DEFAULT_RANKS",
-    "UPLOAD_METHODS",
     "TrainStats",
     "assign_ranks",
     "check_rank",
@@ -82,12 +81,9 @@ __all__ = [
     "local_train",
     "forward_logits",
     "anchor_logits",
-    "upload_bytes",
 ]
 
 DEFAULT_RANKS = (2, 4, 8, 16)
-#: What a client uploads per round: RFD-LoRA's anchor logits, or one baseline's adapter tensors.
-UPLOAD_METHODS = ("rfd", "fedit", "ffa", "flora", "flexlora", "lorafair")
 ADAPTER = "default"  # peft's name of the (single) adapter every wrapper here carries
 # peft's parameter-name tags of the A and B factors: linear layers, then embedding layers
 LORA_A_TAGS = (".lora_A.", ".lora_embedding_A.")
@@ -444,33 +440,3 @@ def anchor_logits(model, input_ids, attention_mask, *, clip: float = 10.0, batch
     ids, mask = _check_batch(input_ids, attention_mask)
     batch_size = check_int("batch_size", batch_size, 1)
     return clip_logits(_logits(model, ids, mask, batch_size), clip)
-
-
-def upload_bytes(
-    method: str,
-    *,
-    state: Mapping[str, torch.Tensor] | None = None,
-    num_anchors: int | None = None,
-    num_classes: int | None = None,
-    logit_dtype: torch.dtype = torch.float32,
-) -> int:
-    """Bytes one client uploads per round under ``method`` (one of :data:`UPLOAD_METHODS`).
-
-    * ``"rfd"``: the anchor logits, ``num_anchors`` × ``num_classes`` × itemsize(``logit_dtype``)
-      — independent of the rank and of the model's size;
-    * ``"fedit"``, ``"flora"``, ``"flexlora"``, ``"lorafair"``: every tensor of the client's ``state``
-      (:func:`adapter_state`: A and B of every adapted layer, and the head if trainable), at
-      their own dtypes — FlexLoRA's clients upload the factors, the server forms B·A;
-    * ``"ffa"``: the same without the A matrices, which stay frozen at their shared
-      initialisation and are never sent.
-    """
-    if method not in UPLOAD_METHODS:
-        raise ValueError(f"unknown method {method!r}; allowed: {', '.join(UPLOAD_METHODS)}")
-    if method == "rfd":
-        a = check_int("num_anchors", num_anchors, 1)
-        c = check_int("num_classes", num_classes, 1)
-        return a * c * torch.empty((), dtype=logit_dtype).element_size()
-    if state is None or len(state) == 0:
-        raise ValueError(f"method {method!r} uploads adapter tensors: pass the client's adapter_state")
-    keys = [k for k in state if not (method == "ffa" and is_lora_a_key(k))]
-    return sum(torch.as_tensor(state[k]).numel() * torch.as_tensor(state[k]).element_size() for k in keys)

@@ -28,6 +28,8 @@ import torch
 
 from fedcal.config import RunConfig
 
+from .methods import lora_method
+
 __all__ = ["SERVER_KEYS", "UPLOADS_FILE", "REPLAY_FILE", "UploadLog", "load_uploads", "client_side",
            "source_index", "find_source", "replay"]
 
@@ -93,7 +95,7 @@ def source_index(candidates) -> dict[str, Path]:
         if not (run_dir / UPLOADS_FILE).exists() or not is_finished(run_dir):
             continue
         src = load_config(run_dir)
-        if src.task == "distill" and src.dst_method == "rfd":
+        if src.task == "distill" and lora_method(src.dst_method).uploads_logits:
             index.setdefault(config_hash(client_side(src)), run_dir)
     return index
 
@@ -120,7 +122,7 @@ def replay(source_dir: str | os.PathLike[str], cfg: RunConfig, device: str = "cp
     if not is_finished(source_dir):
         raise ValueError(f"{source_dir}: not a finished run (no DONE matching its config)")
     src = load_config(source_dir)
-    if cfg.task != "distill" or cfg.dst_method != "rfd":
+    if cfg.task != "distill" or not lora_method(cfg.dst_method).uploads_logits:
         raise ValueError("only RFD-LoRA runs (task=distill, dst-method=rfd) can be replayed")
     if config_hash(client_side(src)) != config_hash(client_side(cfg)):
         semantic = hashed_keys("distill") - set(SERVER_KEYS)

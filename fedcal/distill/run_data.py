@@ -368,13 +368,6 @@ def _client_batch(cfg: DistillRunSpec, cid: int) -> tuple[dict, torch.Tensor, in
     return batch, torch.as_tensor(labels, dtype=torch.long), poisoned
 
 
-def init_seed(cfg: DistillRunSpec, cid: int) -> int:
-    """The seed of client ``cid``'s first adapter."""
-    # FedIT, LoRA-FAIR and FFA-LoRA start every client from one adapter (FFA's A must be shared
-    # and frozen); the other methods give each client its own initialisation.
-    return cfg.seed if cfg.dst_method in ("fedit", "ffa", "lorafair") else cfg.seed * 1000 + cid + 1
-
-
 def adapted_layers(model) -> list[str]:
     """Names of the modules that carry the ``default`` LoRA adapter (linear and embedding layers)."""
     from fedcal.distill.clients import is_lora_layer

@@ -48,7 +48,7 @@ from flwr.serverapp.strategy import FedAvg as _FlowerFedAvg
 from flwr.supercore import log
 
 from fedcal.aggregate import fit_weights
-from fedcal.distill.adapters import lora_layers
+from fedcal.distill.adapters import STACKED_A, STACKED_B, lora_layers
 from fedcal.distill.clients import is_lora_b_key
 from fedcal.strategies.naming import NodeNaming
 from fedcal.strategies.replies import RoundReplies, counted_replies, reply_weight
@@ -56,7 +56,6 @@ from fedcal.strategies.replies import RoundReplies, counted_replies, reply_weigh
 __all__ = ["STACKED_A", "STACKED_B", "LoraStrategy", "compare_shapes", "head_range_problem", "tensor_of", "to_record",
            "to_state", "update_range_problem"]
 
-STACKED_A, STACKED_B = ".stacked_A", ".stacked_B"  # FLoRA's record keys: <layer>.stacked_A / .stacked_B
 _F32_MAX = float(torch.finfo(torch.float32).max)
 _F32_SQRT_MAX = math.sqrt(_F32_MAX)  # 1.84e19: half of float32's exponent range
 
@@ -166,6 +165,12 @@ class LoraStrategy(NodeNaming, _FlowerFedAvg):
         """Put back :meth:`state_dict`; ``node_of`` maps a partition id to this run's node id
         (a partition without a node in this run is left out)."""
         self.node_ranks = {node_of[k]: int(r) for k, r in state["node_ranks"].items() if k in node_of}
+
+    def final_state(self, global_state: dict[str, torch.Tensor], arrays: ArrayRecord) -> dict[str, torch.Tensor]:
+        """What a run of this rule saves as its model (``model.pt``) from the global adapter model's
+        state and the last global record (default: the global model's state; FLoRA: its merged
+        updates)."""
+        return global_state
 
     # ------------------------------------------------------------------ configure
     def arrays_for(self, node: int, arrays: ArrayRecord) -> ArrayRecord:

@@ -29,13 +29,13 @@ import torch
 from flwr.app import ArrayRecord
 from flwr.supercore import log
 
-from fedcal.distill.adapters import (FloraUpdate, fedit_aggregate, ffa_aggregate, flexlora_aggregate, flora_aggregate,
+from fedcal.distill.adapters import (fedit_aggregate, ffa_aggregate, flexlora_aggregate, flora_aggregate,
                                      lora_fair_aggregate, lora_layers)
 from fedcal.distill.clients import is_lora_a_key
 from fedcal.strategies.lora import (STACKED_A, STACKED_B, LoraStrategy, compare_shapes, head_range_problem, tensor_of,
                                     to_record, to_state, update_range_problem)
 
-__all__ = ["LORA_STRATEGIES", "FFALoRA", "FLoRA", "FedIT", "FlexLoRA", "LoRAFair", "flora_update"]
+__all__ = ["LORA_STRATEGIES", "FFALoRA", "FLoRA", "FedIT", "FlexLoRA", "LoRAFair"]
 
 
 class FedIT(LoraStrategy):
@@ -105,6 +105,13 @@ class FLoRA(LoraStrategy):
         super().load_state_dict(state, node_of)
         self.merged = dict(state["merged"])
 
+    def final_state(self, global_state, arrays):
+        """The merged updates (``<layer>.merged``, what a model built from the base must add) and
+        the averaged head (what every client's model holds)."""
+        final = {f"{layer}.merged": d for layer, d in self.merged.items()}
+        final.update((k, v) for k, v in to_state(arrays).items() if not k.endswith((STACKED_A, STACKED_B)))
+        return final
+
     def aggregate_states(self, server_round, nodes, states, weights):
         update = flora_aggregate(states, weights, alpha=self.alpha)
         out, merged = OrderedDict(), {}
@@ -127,18 +134,6 @@ class FLoRA(LoraStrategy):
             return f"the new stacked adapter's array '{bad}' is not finite"
         head = OrderedDict((k, v) for k, v in state.items() if not k.endswith((STACKED_A, STACKED_B)))
         return head_range_problem(head, "the new global adapter's")
-
-
-def flora_update(record: ArrayRecord) -> FloraUpdate | None:
-    """The :class:`~fedcal.distill.adapters.FloraUpdate` a FLoRA record carries (None: an empty
-    record, e.g. round 1's, with nothing to merge)."""
-    state = to_state(record)
-    layers = [k[: -len(STACKED_A)] for k in state if k.endswith(STACKED_A)]
-    if not layers:
-        return None
-    stacked = OrderedDict((layer, (state[layer + STACKED_A], state[layer + STACKED_B])) for layer in layers)
-    head = OrderedDict((k, v) for k, v in state.items() if not k.endswith((STACKED_A, STACKED_B)))
-    return FloraUpdate(stacked=stacked, head=head)
 
 
 class FlexLoRA(LoraStrategy):

@@ -48,7 +48,6 @@ from typing import TYPE_CHECKING
 import copy
 import functools
 import time
-from collections import OrderedDict
 from logging import INFO, WARNING
 
 import torch
@@ -67,8 +66,8 @@ from fedcal.config import RunConfig
 from fedcal.checkpoint import (check_finite, check_history, check_rng_state, check_tensors_like, require, rng_state,
                                set_rng_state)
 from fedcal.results import REJECTIONS_FILE, Checkpoint, RunFailed, RunStore, run_dir_for
-from fedcal.strategies.lora import STACKED_A, to_state
-from fedcal.strategies.lora_baselines import LORA_STRATEGIES, flora_update
+from fedcal.strategies.lora import to_state
+from fedcal.strategies.lora_baselines import LORA_STRATEGIES
 from fedcal.tasks.client_state import collect_states, from_plain, restore_states
 from fedcal.tasks.distill_replies import upload_bytes, valid_uploads
 from fedcal.tasks.nodes import (
@@ -80,9 +79,10 @@ from fedcal.tasks.nodes import (
     message_config,
 )
 from fedcal.distill.clients import is_lora_a_key
-from fedcal.distill.run_data import (DistillRunSpec, adapted_layers, base_classifier, client_batch, distill_data,
-                                  evaluate_backdoor, init_seed, inputs_of, is_eval_round, is_finite_evaluation,
-                                  server_round, student_and_optimizer)
+from fedcal.distill.methods import LoraMethod, load_base_weights, lora_method
+from fedcal.distill.run_data import (DistillRunSpec, base_classifier, client_batch, distill_data, evaluate_backdoor,
+                                  inputs_of, is_eval_round, is_finite_evaluation, server_round,
+                                  student_and_optimizer)
 from fedcal.tasks.registry import ProgressFn, Task, register
 from fedcal.tasks.train import record_rejections
 from fedcal.local_training import resolve_device
@@ -92,7 +92,7 @@ if TYPE_CHECKING:
 
 MESSAGE_TYPE = "train.distill"
 ADAPTER_KEY = "distill-adapter"  # a client's adapter state between rounds (its Context state)
-BASE_KEY = "distill-base"  # FLoRA: the client's adapted layers' base weights, with the merged updates
+BASE_KEY = "distill-base"  # what a client keeps besides its adapter (FLoRA: its base weights, updates merged)
 RANK_KEY = "lora-rank"  # optional node config: the node's own LoRA rank (a real SuperNode's resources)
 
 
@@ -109,13 +109,11 @@ def client_rank(cfg: RunConfig, context: Context, cid: int) -> int:
 
 # ---------------------------------------------------------------------------------- client side
 def distill_round(msg: Message, context: Context) -> Message:
-    """One client round: restore the adapter, apply the server's arrays (baselines), train
-    locally, store the adapter, reply with anchor logits (rfd) or adapter arrays."""
-    from fedcal.distill import clip_logits
-    from fedcal.distill.adapters import merge_flora
+    """One client round: restore the adapter, apply the server's arrays (the method's
+    :meth:`~fedcal.distill.methods.LoraMethod.receive`), train locally, store the adapter, reply
+    with anchor logits (:func:`_logits_reply`) or the adapter arrays the method uploads."""
     from fedcal.distill.clients import (
         adapter_state,
-        anchor_logits,
         load_adapter_state,
         lora_model,
     )
@@ -125,27 +123,22 @@ def distill_round(msg: Message, context: Context) -> Message:
     cid = client_id(context)
     rank = client_rank(cfg, context, cid)
     spec = DistillRunSpec.from_config(cfg)
+    method = lora_method(spec.dst_method)
     data = distill_data(spec)
     device = str(resolve_device(cfg.device))
     base = base_classifier(data.backbone, data.num_classes, device, data.lora_layers)
     # lora_model refuses a rank outside dst-ranks with "client k: LoRA rank r is not in the allowed
     # set [...]": an error reply, which the server drops naming the node and this reason.
     model = lora_model(base, rank, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets,
-                       seed=init_seed(spec, cid),
-                       allowed_ranks=cfg.distill_ranks, client=cid, freeze_a=cfg.dst_method == "ffa")
-    if BASE_KEY in context.state:  # FLoRA: the global updates merged into this client's base so far
-        with torch.no_grad():
-            for layer, w in to_state(context.state[BASE_KEY]).items():
-                model.get_submodule(layer).get_base_layer().weight.copy_(w)
+                       seed=method.init_seed(spec.seed, cid),
+                       allowed_ranks=cfg.distill_ranks, client=cid, freeze_a=method.freeze_a)
+    if BASE_KEY in context.state:  # the weights the method keeps beside the adapter (FLoRA's merged base)
+        load_base_weights(model, to_state(context.state[BASE_KEY]))
     if ADAPTER_KEY in context.state:
         load_adapter_state(model, to_state(context.state[ADAPTER_KEY]))
     sent = msg.content.get("arrays", None)
-    if cfg.dst_method in ("fedit", "ffa", "flexlora", "lorafair") and sent is not None and len(sent.keys()):
-        load_adapter_state(model, to_state(sent))  # the global adapter (FlexLoRA: at this client's rank)
-    elif cfg.dst_method == "flora" and sent is not None:
-        update = flora_update(sent)
-        if update is not None:  # merge Σ p_k ΔW_k into the base and start a fresh adapter
-            merge_flora(model, update, seed=(cfg.seed * 1000 + cid) * 10007 + server_round)
+    if sent is not None:
+        method.receive(model, to_state(sent), seed=cfg.seed, cid=cid, server_round=server_round)
     batch, labels, poisoned = client_batch(spec, cid)
     gen = torch.Generator().manual_seed(int(cfg.seed) * 1_000_003 + cid * 1009 + server_round)
     stats = local_train(model, inputs_of(batch), batch["attention_mask"], labels, epochs=cfg.dst_local_epochs,
@@ -153,33 +146,40 @@ def distill_round(msg: Message, context: Context) -> Message:
                         warmup_frac=cfg.dst_warmup, generator=gen)
     state = adapter_state(model)
     context.state[ADAPTER_KEY] = ArrayRecord(state)
-    if cfg.dst_method == "flora":
-        context.state[BASE_KEY] = ArrayRecord(OrderedDict(
-            (layer, model.get_submodule(layer).get_base_layer().weight.detach().cpu().clone())
-            for layer in adapted_layers(model)))
+    kept = method.kept_weights(model)
+    if kept is not None:
+        context.state[BASE_KEY] = ArrayRecord(kept)
     malicious = cid in data.backdoor
     metrics = MetricRecord({"num-examples": int(labels.numel()), "partition-id": cid, "rank": rank,
                             "train-loss": float(stats.mean_loss), "malicious": int(malicious),
                             "poisoned": int(poisoned)})
     content = RecordDict({"metrics": metrics, "anchor": ConfigRecord({"anchor-set": data.anchor_id})})
-    if cfg.dst_method == "rfd":
-        attack = cfg.dst_logit_attack if malicious else "none"
-        z = anchor_logits(model, inputs_of(data.anchor_batch), data.anchor_batch["attention_mask"],
-                          clip=cfg.dst_clip if attack == "none" else 3e38, batch_size=cfg.eval_batch_size)
-        if attack != "none":  # the logit-energy attack acts before the client's clipping
-            z = clip_logits(z * (cfg.dst_attack_factor if attack == "scale" else -cfg.dst_attack_factor), cfg.dst_clip)
-        if malicious and cfg.dst_anchor_attack != "none":  # anchor-set poisoning (fedcal.distill.anchor_attack)
-            from fedcal.distill.anchor_attack import chosen_anchor_rows, crafted_logits
-
-            rows = data.anchor_attack_rows if cfg.dst_anchor_attack == "trigger" else \
-                chosen_anchor_rows(z, cfg.dst_anchor_attack_frac, cfg.dst_target)
-            z = crafted_logits(z, rows, cfg.dst_target, cfg.dst_clip)
-        content["logits"] = ArrayRecord({"z": z})
+    if method.uploads_logits:
+        content["logits"] = ArrayRecord({"z": _logits_reply(model, cfg, data, malicious)})
     else:
-        if cfg.dst_method == "ffa":  # A stays frozen at the shared initialisation: never uploaded
-            state = OrderedDict((k, v) for k, v in state.items() if not is_lora_a_key(k))
-        content["arrays"] = ArrayRecord(state)
+        content["arrays"] = ArrayRecord(method.upload(state))
     return Message(content=content, reply_to=msg)
+
+
+def _logits_reply(model, cfg: RunConfig, data, malicious: bool) -> torch.Tensor:
+    """A logit-uploading client's clipped anchor logits; a backdoor client under
+    ``dst-logit-attack`` scales or flips them before clipping, under ``dst-anchor-attack`` uploads
+    the target class on the anchors it attacks (:mod:`fedcal.distill.anchor_attack`)."""
+    from fedcal.distill import clip_logits
+    from fedcal.distill.clients import anchor_logits
+
+    attack = cfg.dst_logit_attack if malicious else "none"
+    z = anchor_logits(model, inputs_of(data.anchor_batch), data.anchor_batch["attention_mask"],
+                      clip=cfg.dst_clip if attack == "none" else 3e38, batch_size=cfg.eval_batch_size)
+    if attack != "none":  # the logit-energy attack acts before the client's clipping
+        z = clip_logits(z * (cfg.dst_attack_factor if attack == "scale" else -cfg.dst_attack_factor), cfg.dst_clip)
+    if malicious and cfg.dst_anchor_attack != "none":  # anchor-set poisoning (fedcal.distill.anchor_attack)
+        from fedcal.distill.anchor_attack import chosen_anchor_rows, crafted_logits
+
+        rows = data.anchor_attack_rows if cfg.dst_anchor_attack == "trigger" else \
+            chosen_anchor_rows(z, cfg.dst_anchor_attack_frac, cfg.dst_target)
+        z = crafted_logits(z, rows, cfg.dst_target, cfg.dst_clip)
+    return z
 
 
 def local_train(*args, **kwargs):
@@ -202,31 +202,6 @@ def run_distill(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) 
     store = RunStore(run_dir_for(cfg), cfg)
     with store.session(rounds=cfg.dst_rounds) as checkpoint:
         return _distill_rounds(grid, cfg, data, store, checkpoint, progress)
-
-
-def _server_state(model, method: str) -> dict[str, torch.Tensor]:
-    """The tensors of the server's student / global adapter model that rounds change: its LoRA
-    adapter and head (:func:`~fedcal.distill.clients.adapter_state`) and, under FLoRA, the base
-    weights of its adapted layers (the global updates are merged into them)."""
-    from fedcal.distill.clients import adapter_state
-
-    state = dict(adapter_state(model))
-    if method == "flora":
-        state.update((f"{layer}.base_layer.weight",
-                      model.get_submodule(layer).get_base_layer().weight.detach().cpu().clone())
-                     for layer in adapted_layers(model))
-    return state
-
-
-def _load_server_state(model, method: str, state: dict[str, torch.Tensor]) -> None:
-    """:func:`_server_state` put back into ``model``."""
-    from fedcal.distill.clients import load_adapter_state
-
-    if method == "flora":
-        with torch.no_grad():
-            for layer in adapted_layers(model):
-                model.get_submodule(layer).get_base_layer().weight.copy_(state[f"{layer}.base_layer.weight"])
-    load_adapter_state(model, {k: v for k, v in state.items() if not k.endswith(".base_layer.weight")})
 
 
 def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoint: Checkpoint | None,
@@ -268,14 +243,14 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
             progress(server_round, metrics)
 
     aggregated, first_round = 0, 1
-    checkpoint = store.resumable(checkpoint, functools.partial(server.check_resumable, base=base, cfg=cfg,
+    checkpoint = store.resumable(checkpoint, functools.partial(server.check_resumable, base=base,
                                                                node_to_client=node_to_client))
     if checkpoint is None:
         finish_round(0, {})
     else:
         state = checkpoint.state
         first_round = checkpoint.round + 1
-        rows, rejections, aggregated = server.restore(state, base, cfg, node_to_client)
+        rows, rejections, aggregated = server.restore(state, base, node_to_client)
         restore_states(grid, node_to_client, state["clients"])
         if progress is not None:  # the rounds done before: a progress bar starts where the run is
             for row in rows:
@@ -286,9 +261,8 @@ def _distill_rounds(grid: Grid, cfg: RunConfig, data, store: RunStore, checkpoin
     for rnd in range(first_round, cfg.dst_rounds + 1):
         replies = list(grid.send_and_receive(server.messages(rnd, cfg, data, grid, node_to_client)))
         metrics: dict[str, float] = {"replies_received": len(replies)}
-        kept, accepted, rejected, bytes_by_node = server.aggregate(rnd, replies, metrics, base=base, cfg=cfg,
-                                                                   data=data, ranks=ranks,
-                                                                   node_to_client=node_to_client)
+        kept, accepted, rejected, bytes_by_node = server.aggregate(rnd, replies, metrics, base=base, data=data,
+                                                                   ranks=ranks, node_to_client=node_to_client)
         if kept:
             log(WARNING, "round %d: %d valid replies (< dst-min-replies = %d): the %s is kept", rnd, accepted,
                 cfg.dst_min_replies, "student" if server.strategy is None else "global adapter")
@@ -323,15 +297,17 @@ def _check_result(store: RunStore, cfg: RunConfig, *, aggregated: int, rejected:
 
 
 class _DistillServer:
-    """What a distill run's server holds and its rounds change: ``rfd``'s student, optimiser and
-    upload log, or a baseline's global adapter model, record and strategy; and the rank of every
-    node, read from a checked reply. One object, so each step of :func:`_distill_rounds` is a
-    method that says what it touches (the global model is rebuilt, not only updated, by FlexLoRA)."""
+    """What a distill run's server holds and its rounds change: a logit-uploading method's
+    (``rfd``'s) student, optimiser and upload log, or a baseline's global adapter model, record and
+    strategy; and the rank of every node, read from a checked reply. One object, so each step of
+    :func:`_distill_rounds` is a method that says what it touches; what differs by ``dst-method``
+    are the method's hooks (:mod:`fedcal.distill.methods`: the global model may be rebuilt, not
+    only updated)."""
 
-    def __init__(self, method: str, model, spec: DistillRunSpec, *, optimizer=None, upload_log=None, strategy=None,
-                 arrays=None):
+    def __init__(self, method: LoraMethod, model, spec: DistillRunSpec, *, optimizer=None, upload_log=None,
+                 strategy=None, arrays=None):
         self.method, self.model, self.spec = method, model, spec
-        self.optimizer, self.upload_log = optimizer, upload_log  # rfd
+        self.optimizer, self.upload_log = optimizer, upload_log  # a student (rfd)
         self.strategy, self.arrays = strategy, arrays  # the baselines
         self.rank_of: dict[int, int] = {}  # node → rank: rfd from its checked metric, a baseline from its adapter
 
@@ -340,12 +316,13 @@ class _DistillServer:
               store: RunStore) -> "_DistillServer":
         from fedcal.distill.replay import UploadLog
 
-        method, spec = cfg.dst_method, DistillRunSpec.from_config(cfg)
-        if method == "rfd":
+        spec = DistillRunSpec.from_config(cfg)
+        method = lora_method(spec.dst_method)
+        if method.uploads_logits:
             model, optimizer = student_and_optimizer(base, spec)
             # every round's valid uploads, for server-side replays
             return cls(method, model, spec, optimizer=optimizer, upload_log=UploadLog(store.dir))
-        model, arrays, strategy = _baseline_start(base, cfg, ranks, node_to_client)
+        model, arrays, strategy = _baseline_start(method, base, spec, cfg, ranks, node_to_client)
         return cls(method, model, spec, strategy=strategy, arrays=arrays)
 
     def messages(self, rnd: int, cfg: RunConfig, data, grid: Grid, node_to_client: dict[int, int]) -> list[Message]:
@@ -360,7 +337,7 @@ class _DistillServer:
         # the strategy sees only the nodes that identified themselves
         return list(self.strategy.configure_train(rnd, self.arrays, rec, identified_grid(grid, node_to_client)))
 
-    def aggregate(self, rnd: int, replies: list[Message], metrics: dict, *, base, cfg: RunConfig, data,
+    def aggregate(self, rnd: int, replies: list[Message], metrics: dict, *, base, data,
                   ranks: list[int], node_to_client: dict[int, int]) -> tuple[bool, int, list, dict[int, int]]:
         """The round's valid replies into the student (a distillation step, its metrics into
         ``metrics``) or the global adapter model; returns (model kept, replies accepted,
@@ -379,32 +356,15 @@ class _DistillServer:
         self.rank_of.update(self.strategy.node_ranks)  # read from the adapters' shapes, checked
         if new is not None:
             self.arrays = new
-            self.apply_global(new, base, cfg)
+            self.model = self.method.apply_global(self.model, to_state(new), base, self.spec)
         return new is None, len(account.accepted), list(account.rejections), dict(self.strategy.last_bytes)
-
-    def apply_global(self, record: ArrayRecord, base, cfg: RunConfig) -> None:
-        """The global adapter model of a baseline from the strategy's new record."""
-        from fedcal.distill.adapters import merge_flora
-        from fedcal.distill.clients import load_adapter_state, lora_model
-
-        if self.method in ("fedit", "ffa", "lorafair"):
-            load_adapter_state(self.model, to_state(record))
-        elif self.method == "flora":
-            merge_flora(self.model, flora_update(record), seed=cfg.seed)
-        else:
-            state = to_state(record)
-            full = next(v for k, v in state.items() if is_lora_a_key(k)).shape[0]
-            if next(p for n, p in self.model.named_parameters() if is_lora_a_key(n)).shape[0] != full:
-                self.model = lora_model(base, full, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets,
-                                        seed=cfg.seed, allowed_ranks=None, client="global")
-            load_adapter_state(self.model, state)
 
     def checkpoint_state(self, *, rows: list, rejections: list, aggregated: int, grid: Grid,
                          node_to_client: dict[int, int]) -> dict:
         """The checkpoint's content (see :func:`_distill_rounds`), built when the store saves it."""
         part = {n: c for n, c in node_to_client.items()}
         return {
-            "model": _server_state(self.model, self.method),
+            "model": self.method.server_state(self.model),
             "model_rank": int(next(p for n, p in self.model.named_parameters() if is_lora_a_key(n)).shape[0]),
             "ranks": {part[n]: r for n, r in self.rank_of.items() if n in part},
             "rows": rows, "rejections": rejections, "aggregated": aggregated,
@@ -414,7 +374,7 @@ class _DistillServer:
             "clients": collect_states(grid, node_to_client),
             "rng": rng_state()}
 
-    def check_resumable(self, checkpoint: Checkpoint, *, base, cfg: RunConfig, node_to_client: dict[int, int]) -> None:
+    def check_resumable(self, checkpoint: Checkpoint, *, base, node_to_client: dict[int, int]) -> None:
         """Raise (ValueError, saying what) unless the run can continue from ``checkpoint``'s state:
         every key present, one row per round up to its round, the tensors finite, each client's
         state readable, the server's state taken by a copy of this server and shaped like its
@@ -429,18 +389,14 @@ class _DistillServer:
         trial = copy.copy(self)
         trial.model, trial.optimizer, trial.upload_log, trial.strategy, trial.rank_of = copy.deepcopy(
             (self.model, self.optimizer, self.upload_log, self.strategy, dict(self.rank_of)))
-        trial.restore(state, base, cfg, node_to_client)
-        check_tensors_like(state["model"], _server_state(trial.model, self.method), "model")
+        trial.restore(state, base, node_to_client)
+        check_tensors_like(state["model"], self.method.server_state(trial.model), "model")
         check_rng_state(state["rng"])
 
-    def restore(self, state: dict, base, cfg: RunConfig, node_to_client: dict[int, int]) -> tuple[list, list, int]:
+    def restore(self, state: dict, base, node_to_client: dict[int, int]) -> tuple[list, list, int]:
         """A checkpoint's server side put back; returns its rows, rejections and rounds aggregated."""
-        from fedcal.distill.clients import lora_model
-
-        if self.method == "flexlora" and state["model_rank"] != 1:  # the global model is rebuilt at full rank
-            self.model = lora_model(base, state["model_rank"], alpha=cfg.dst_alpha, target_modules=cfg.lora_targets,
-                                    seed=cfg.seed, allowed_ranks=None, client="global")
-        _load_server_state(self.model, self.method, state["model"])
+        self.model = self.method.restored_model(self.model, base, state["model_rank"], self.spec)
+        self.method.load_server_state(self.model, state["model"])
         node_of = {c: n for n, c in node_to_client.items()}
         self.rank_of.update((node_of[c], r) for c, r in state["ranks"].items() if c in node_of)
         if self.strategy is None:
@@ -452,37 +408,29 @@ class _DistillServer:
         return list(state["rows"]), list(state["rejections"]), int(state["aggregated"])
 
     def final_state(self) -> dict[str, torch.Tensor]:
-        """``model.pt``: FLoRA's merged updates and averaged head (what the clients' models hold),
-        else the student's / global model's adapter state."""
+        """``model.pt``: the student's adapter state, or what the strategy saves of the global
+        model (:meth:`~fedcal.strategies.lora.LoraStrategy.final_state`: FLoRA's merged updates)."""
         from fedcal.distill.clients import adapter_state
 
-        if self.method == "flora":
-            final = {f"{layer}.merged": d for layer, d in self.strategy.merged.items()}
-            final.update((k, v) for k, v in to_state(self.arrays).items() if not k.endswith((STACKED_A, ".stacked_B")))
-            return final
-        return adapter_state(self.model)
+        state = adapter_state(self.model)
+        return state if self.strategy is None else self.strategy.final_state(state, self.arrays)
 
 
-def _baseline_start(base, cfg: RunConfig, ranks: list[int], node_to_client: dict[int, int]):
-    """(global adapter model, its first record, strategy) of an adapter-federating baseline."""
-    from fedcal.distill.clients import adapter_state, lora_model
+def _baseline_start(method: LoraMethod, base, spec: DistillRunSpec, cfg: RunConfig, ranks: list[int],
+                    node_to_client: dict[int, int]):
+    """(global adapter model, its first record, strategy) of an adapter-federating baseline: the
+    method's :meth:`~fedcal.distill.methods.LoraMethod.global_start` and its strategy
+    (:data:`~fedcal.strategies.lora_baselines.LORA_STRATEGIES`)."""
+    from fedcal.distill.clients import adapter_state
 
-    method = cfg.dst_method
-    if method in ("fedit", "ffa", "lorafair"):  # the shared initial adapter every client starts from
-        model = lora_model(base, ranks[0], alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, seed=cfg.seed,
-                           allowed_ranks=None, client="global", freeze_a=method == "ffa")
-        arrays = ArrayRecord(adapter_state(model))
-    else:  # FLoRA: base + merged updates (own adapter B = 0); FlexLoRA: built at full rank later
-        model = lora_model(base, 1, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, seed=cfg.seed,
-                           allowed_ranks=None, client="global")
-        arrays = ArrayRecord()
+    model, first = method.global_start(base, ranks, spec)
     # every reply's rank checked against dst-ranks and its layers against the model's (template)
-    strategy = LORA_STRATEGIES[method](alpha=cfg.dst_alpha, min_replies=cfg.dst_min_replies,
-                                       node_label=node_to_client.get, message_type=MESSAGE_TYPE,
-                                       node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
-                                       allowed_ranks=ranks, template=adapter_state(model),
-                                       **({"ranks": ranks} if method == "flexlora" else {}))
-    return model, arrays, strategy
+    strategy = LORA_STRATEGIES[method.name](alpha=cfg.dst_alpha, min_replies=cfg.dst_min_replies,
+                                            node_label=node_to_client.get, message_type=MESSAGE_TYPE,
+                                            node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
+                                            allowed_ranks=ranks, template=adapter_state(model),
+                                            **method.strategy_options(ranks))
+    return model, ArrayRecord(first), strategy
 
 
 TASK = register(Task(
