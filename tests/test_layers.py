@@ -235,6 +235,8 @@ METHOD_NAMED_IN = {
     "fedcal/studies/distill.py": {"rfd"},
     # the report's tables: RFD-LoRA's own columns (aggregator, variant) beside the baselines'
     "fedcal/reports/distill.py": {"rfd"},
+    # the page quoting the paper's Table 1: RFD-LoRA's cell is its full variant, the ablation's aside
+    "fedcal/pages/distill_literature.py": {"rfd"},
 }
 
 
