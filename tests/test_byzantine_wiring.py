@@ -818,3 +818,23 @@ def test_several_tables_lead_with_each_rules_worst_case_per_table(tmp_path):
     from fedcal.reports.byzantine import _change
 
     assert (_change(-0.18), _change(0.004), _change(-0.0001)) == ("−18.0", "+0.4", "0.0")  # an attack can help
+
+
+def test_a_store_still_filling_gives_a_table_with_the_unrun_rule_blank_and_incomplete(tmp_path):
+    """The table of a store whose runs are still going: a rule with no finished run yet is a blank
+    row marked incomplete (it once failed the whole table with a KeyError), the finished rule's cells
+    are as run."""
+    import shutil
+
+    from fedcal.reports.byzantine import byzantine_report
+    from fedcal.results import run_dir_for
+    from fedcal.studies.byzantine import byzantine_configs
+
+    cells = _finished_cells(tmp_path, ["fedavg", "median"], ["ipm"], [0],
+                            accuracy=lambda c: 0.9 if c.attack == "none" else 0.7)
+    for c in byzantine_configs(cells):
+        if c.strategy == "median":
+            shutil.rmtree(run_dir_for(c))
+    md = byzantine_report(cells, tmp_path / "out")
+    assert "| fedavg | 90.0 | 70.0 | 70.0 | 20.0 | ipm |" in md, md
+    assert "| median |  |  |  |  | incomplete (0 of 1 attacks) |" in md, md
