@@ -266,7 +266,8 @@ def cache_on_off(cfg, args) -> None:
     n_layers = frozen.num_layers(base_classifier(data.backbone, data.num_classes, "cpu", 0))
     print(f"\n{len(labels)} texts in client 0's shard, batch {cfg.batch_size} × at most {cfg.dst_max_length} tokens, "
           f"{steps} timed client steps and {args.steps} server steps "
-          f"({min(cfg.dst_distill_batch or len(data.anchors), len(data.anchors))} of {len(data.anchors)} anchors each), LoRA r={rank} (student r={cfg.dst_student_rank}) on "
+          f"({min(cfg.dst_distill_batch or len(data.anchors), len(data.anchors))} of {len(data.anchors)} anchors each), "
+          f"LoRA r={rank} (student r={cfg.dst_student_rank}) on "
           f"{'+'.join(cfg.lora_targets)} of the top {cfg.dst_lora_layers} of {n_layers} layers, "
           f"{args.threads} torch thread(s)\n")
     print("| setting | client round steps/s | × cache off | server distillation steps/s | × cache off |")

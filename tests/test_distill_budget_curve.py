@@ -16,7 +16,8 @@ def _rows(method, n, e, cas, steps_per):
 
 def test_the_smallest_budget_is_the_fewest_client_steps_where_both_reach_the_goal():
     tool = docs_tool("distill_budget_curve")
-    runs = pd.DataFrame(_rows("central", 150, 0, [60.0, 75.0, 76.0], 15) + _rows("fedit", 150, 1, [55.0, 70.0, 75.0], 18)
+    runs = pd.DataFrame(_rows("central", 150, 0, [60.0, 75.0, 76.0], 15)
+                        + _rows("fedit", 150, 1, [55.0, 70.0, 75.0], 18)
                         + _rows("fedit", 150, 2, [74.7, 76.0], 36) + _rows("central", 300, 0, [76.0], 29)
                         + _rows("fedit", 300, 1, [74.0, 74.5], 30) + _rows("central", 600, 0, [70.0], 58)
                         + _rows("fedit", 600, 1, [75.0], 60))

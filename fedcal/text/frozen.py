@@ -110,8 +110,8 @@ def prefix_features(prefix, input_ids: torch.Tensor, attention_mask: torch.Tenso
                 # last attended position, and the holes stay masked)
                 attended = torch.nonzero(m.any(0)).flatten()
                 width = int(attended.max()) + 1 if len(attended) else 1
-                h = prefix(input_ids=ids[r, :width].to(device), attention_mask=m[:, :width].to(device)).last_hidden_state
-                out[r, :width] = h.float().cpu()
+                h = prefix(input_ids=ids[r, :width].to(device), attention_mask=m[:, :width].to(device))
+                out[r, :width] = h.last_hidden_state.float().cpu()
     finally:
         prefix.train(was_training)
     return out
@@ -135,7 +135,8 @@ def backbone_id(backbone: str | os.PathLike[str]) -> str:
     local = Path(backbone).expanduser()
     if not local.is_dir():
         return str(backbone)
-    files = sorted(f for f in local.iterdir() if f.is_file() and (f.suffix in _WEIGHT_SUFFIXES or f.name == "config.json"))
+    files = sorted(f for f in local.iterdir()
+                   if f.is_file() and (f.suffix in _WEIGHT_SUFFIXES or f.name == "config.json"))
     stats = [(f.name, f.stat()) for f in files]
     # a rewrite changes the inode's change time even when the size and modification time are kept
     state = (str(local.resolve()), *((n, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for n, st in stats))
