@@ -149,9 +149,8 @@ def main(argv=None) -> int:
     for n in (int(v) for v in args.per_client.split(",")):
         size = math.ceil(n * base.num_clients / (1 - base.dst_anchor_frac))
         cfg = base.replace(dst_train_size=size)
-        central = _central(cfg, args.epochs, Path(base.output_dir) / f"central-n{n}-s{base.seed}.csv", not args.no_run)
-        rows += [{"method": "central", "per_client": n, "local_epochs": 0, "rounds": 0, **r}
-                 for r in central.to_dict("records")]
+        # FedIT first: of the two curves it is the one that needs the budget (the centralised LoRA
+        # reaches capacity sooner), so an interrupted grid has measured the informative one
         for e in (int(v) for v in args.local_epochs.split(",")):
             c = cfg.replace(dst_local_epochs=e, dst_rounds=math.ceil(args.epochs / e))
             if not args.no_run:
@@ -161,6 +160,9 @@ def main(argv=None) -> int:
                     return 1
             private = size - round(base.dst_anchor_frac * size)  # what anchor_split leaves private
             rows += _fedit_rows(c, run_dir_for(c), private / base.num_clients)
+        central = _central(cfg, args.epochs, Path(base.output_dir) / f"central-n{n}-s{base.seed}.csv", not args.no_run)
+        rows += [{"method": "central", "per_client": n, "local_epochs": 0, "rounds": 0, **r}
+                 for r in central.to_dict("records")]
     runs = pd.DataFrame(rows)
     if runs.empty:
         print("fedcal: error: nothing recorded yet under " + base.output_dir)
