@@ -99,7 +99,7 @@ def budget_table(runs: pd.DataFrame, capacity: float, within: float) -> str:
                                 for m, n, e in zip(runs["method"], runs["per_client"], runs["local_epochs"])])
     wide = runs.pivot_table(index="setting", columns="epochs_seen", values="ca", sort=False)
     wide.columns = [f"{c} ep." for c in wide.columns]
-    shown = wide.reset_index().fillna("–")
+    shown = wide.reset_index().astype(object).fillna("–")
     goal = capacity - within
     lines = [f"**CA (%) against epochs of the private data seen** (FedIT: rounds × local epochs E; n private texts "
              f"per client); capacity {capacity:.1f} %, goal ≥ {goal:.1f} %\n", markdown_table(shown), ""]
@@ -115,8 +115,8 @@ def budget_table(runs: pd.DataFrame, capacity: float, within: float) -> str:
     if hits:
         steps, n, e, rounds, ca, c_ep, c_ca = min(hits)
         lines.append(f"Smallest budget with both within {within:g} points of capacity: **n = {n} private texts per "
-                     f"client, E = {e}, {rounds} rounds** ({steps} client steps; FedIT CA {ca:.2f} %), the "
-                     f"centralised LoRA on the same texts there after {c_ep} epoch(s) ({c_ca:.2f} %).")
+                     f"client, E = {e}, {rounds} rounds** ({steps} client steps; FedIT CA {ca:.2f} %); the "
+                     f"centralised LoRA on the same texts reaches the goal after {c_ep} epoch(s) ({c_ca:.2f} %).")
     else:
         lines.append(f"No budget of this grid brings both FedIT and the centralised LoRA within {within:g} points "
                      "of capacity.")
