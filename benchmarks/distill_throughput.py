@@ -23,12 +23,25 @@ client per round at every rank of ``dst-ranks`` — each as a ratio to the small
 
     python benchmarks/distill_throughput.py --against-small --steps 4 --top-layers 1,2 --small-steps 1 \\
         data-dir=../shared/data dst-corpus=sentiment dst-train-size=1200 dst-test-size=100
+
+``--cache`` times what the frozen-layer cache saves at the config's ``dst-lora-layers`` = k (k > 0),
+both sides measured in this run on the same texts, each as before (cache off: the frozen lower layers
+run in every step, as a whole classifier with LoRA on its top k layers computes them) → after (cache
+on: the top k layers over the lower layers' cached hidden states): **client round** steps/s (local
+training on the first client's shard), **server distillation** steps/s (the student's
+``dst-distill-steps`` on the anchors), and their ratios; beside them the one-off cost of the cache per
+text (filling it, and reading it back in a new process).
+
+    python benchmarks/distill_throughput.py --cache --steps 4 data-dir=../shared/data dst-corpus=sentiment \
+        dst-train-size=2000 dst-test-size=300 num-clients=6 dst-lora-layers=2
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import os
+import tempfile
 import time
 
 import torch
@@ -167,6 +180,108 @@ def against_small(cfg, args) -> None:
                   f"{full_b / small_bytes[rank]:.2f} |")
 
 
+class _Uncached(torch.nn.Module):
+    """A top-layers model that runs the frozen lower layers itself in every forward (no cache): what
+    the whole classifier with LoRA on its top k layers computes, lower layers in eval mode and
+    without gradient (nothing below the adapters needs one)."""
+
+    def __init__(self, prefix, top):
+        super().__init__()
+        self.prefix, self.top = prefix, top
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.prefix.eval()  # frozen lower layers: no dropout, in either setting
+        return self
+
+    def forward(self, input_ids=None, attention_mask=None, **_):
+        with torch.no_grad():
+            h = self.prefix(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.top(inputs_embeds=h, attention_mask=attention_mask)
+
+
+def _distill_steps_per_second(student, ids, mask, cfg, steps: int) -> float:
+    from fedcal.distill.student import build_consensus, distill_step
+
+    n = ids.shape[0]
+    gen = torch.Generator().manual_seed(0)
+    uploads = [torch.randn(n, 2, generator=gen) for _ in range(3)]  # the consensus's values do not change its cost
+    consensus = build_consensus(uploads, clip=cfg.dst_clip, method="mean")
+    opt = torch.optim.AdamW([p for p in student.parameters() if p.requires_grad], lr=cfg.dst_distill_lr)
+    kw = dict(batch_size=cfg.dst_distill_batch or None, cat=cfg.dst_cat, mmd=cfg.dst_mmd, dis=cfg.dst_dis,
+              t0=cfg.dst_t0, kappa=cfg.dst_kappa, tau=cfg.dst_tau, lam=cfg.dst_lambda, rho=cfg.dst_rho)
+    distill_step(student, ids, mask, consensus, opt, steps=1, generator=gen, **kw)  # warm-up
+    t0 = time.perf_counter()
+    distill_step(student, ids, mask, consensus, opt, steps=steps, generator=gen, **kw)
+    return steps / (time.perf_counter() - t0)
+
+
+def cache_on_off(cfg, args) -> None:
+    """Client-round and server-distillation steps/s with the frozen-layer cache off and on (see the
+    docstring), and the cache's one-off cost per text."""
+    from fedcal.distill.clients import lora_model
+    from fedcal.distill.run_data import (DistillRunSpec, _encode_batch, base_classifier, client_batch, distill_data,
+                                         frozen_prefix)
+    from fedcal.distill.student import student_model
+    from fedcal.text import backbone_tokenizer, frozen
+
+    if not cfg.dst_lora_layers:
+        raise SystemExit("distill_throughput.py: error: --cache needs dst-lora-layers=k > 0 (LoRA on the top k layers)")
+    spec = DistillRunSpec.from_config(cfg)
+    data = distill_data(spec)
+    batch, labels, _ = client_batch(spec, 0)
+    prefix = frozen_prefix(data.backbone, data.num_classes, "cpu", cfg.dst_lora_layers)
+    top = base_classifier(data.backbone, data.num_classes, "cpu", cfg.dst_lora_layers)
+    rank = args.rank
+    steps = max(1, min(args.steps, len(labels) // cfg.batch_size))
+    rows = []
+    for label, cached in (("cache off (lower layers run every step)", False),
+                          ("cache on (top layers over cached states)", True)):
+        client = lora_model(top, rank, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, allowed_ranks=None)
+        student = student_model(top, cfg.dst_student_rank, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets,
+                                seed=cfg.seed)
+        if cached:
+            x, anchors = batch["inputs_embeds"], data.anchor_batch["inputs_embeds"]
+        else:
+            client, student = _Uncached(prefix, client), _Uncached(prefix, student)
+            x, anchors = batch["input_ids"], data.anchor_batch["input_ids"]
+        c_sps = _steps_per_second(client, x, batch["attention_mask"], labels, steps, cfg.batch_size)
+        s_sps = _distill_steps_per_second(student, anchors, data.anchor_batch["attention_mask"], cfg, args.steps)
+        rows.append((label, c_sps, s_sps))
+        print(f"{label}: client {c_sps:.3f} steps/s, server {s_sps:.3f} steps/s", flush=True)
+    # the cache's one-off cost: filled in an empty folder, then read back as a new process would
+    texts = [data.train_texts[i] for i in data.shards[0]]
+    tok = backbone_tokenizer(data.backbone)
+    old = os.environ.get("FEDCAL_CACHE_DIR")
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["FEDCAL_CACHE_DIR"] = tmp
+        try:
+            t0 = time.perf_counter()
+            _encode_batch(spec, data.backbone, data.num_classes, tok, texts)
+            fill = time.perf_counter() - t0
+            frozen._SEGMENTS.clear()
+            t0 = time.perf_counter()
+            _encode_batch(spec, data.backbone, data.num_classes, tok, texts)
+            read = time.perf_counter() - t0
+        finally:
+            os.environ.pop("FEDCAL_CACHE_DIR") if old is None else os.environ.__setitem__("FEDCAL_CACHE_DIR", old)
+    n_layers = frozen.num_layers(base_classifier(data.backbone, data.num_classes, "cpu", 0))
+    print(f"\n{len(labels)} texts in client 0's shard, batch {cfg.batch_size} × at most {cfg.dst_max_length} tokens, "
+          f"{steps} timed client steps and {args.steps} server steps "
+          f"({min(cfg.dst_distill_batch or len(data.anchors), len(data.anchors))} of {len(data.anchors)} anchors each), "
+          f"LoRA r={rank} (student r={cfg.dst_student_rank}) on "
+          f"{'+'.join(cfg.lora_targets)} of the top {cfg.dst_lora_layers} of {n_layers} layers, "
+          f"{args.threads} torch thread(s)\n")
+    print("| setting | client round steps/s | × cache off | server distillation steps/s | × cache off |")
+    print("|---|---|---|---|---|")
+    for label, c_sps, s_sps in rows:
+        print(f"| {label} | {c_sps:.3f} | {c_sps / rows[0][1]:.2f} | {s_sps:.3f} | {s_sps / rows[0][2]:.2f} |")
+    print(f"\nthe cache's one-off cost, {len(texts)} texts: filling it (tokenising and the lower "
+          f"{n_layers - cfg.dst_lora_layers} layers' forward, batches of equal-length texts) "
+          f"{1000 * fill / len(texts):.1f} ms per text; reading it back in a new process "
+          f"(tokenising and the file read) {1000 * read / len(texts):.2f} ms per text")
+
+
 def main() -> None:
     from fedcal.config import RunConfig, parse_override
 
@@ -174,15 +289,17 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20, help="timed optimiser steps per configuration")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--against-small", action="store_true", help="compare with the small encoder (see above)")
+    ap.add_argument("--cache", action="store_true", help="the frozen-layer cache off and on (see above)")
     ap.add_argument("--top-layers", default="1,2", help="--against-small: the k of dst-lora-layers to time")
-    ap.add_argument("--rank", type=int, default=8, help="--against-small: the LoRA rank timed")
+    ap.add_argument("--rank", type=int, default=8, help="--against-small, --cache: the clients' LoRA rank timed")
     ap.add_argument("--small-steps", type=int, default=2000,
                     help="--against-small: MLM steps of the small encoder (1: untrained weights, same speed)")
     ap.add_argument("overrides", nargs="*", help="run-config key=value")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    cfg = RunConfig.from_flower(dict(parse_override(o) for o in args.overrides), task="distill", num_clients=1)
-    (against_small if args.against_small else single)(cfg, args)
+    one_client = {} if args.cache else {"num_clients": 1}  # --cache: client 0's shard of num-clients
+    cfg = RunConfig.from_flower(dict(parse_override(o) for o in args.overrides), task="distill", **one_client)
+    (cache_on_off if args.cache else against_small if args.against_small else single)(cfg, args)
 
 
 if __name__ == "__main__":

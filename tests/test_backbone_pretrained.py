@@ -310,6 +310,26 @@ def test_a_tiny_rfd_lora_run_on_the_real_backbone(tmp_path):
     assert got.loc[1, "replies_accepted"] == 2 and got.loc[1, "replies_rejected"] == 0
     assert got.loc[[0, 1], "ca"].between(0, 1).all()
     assert got.loc[1, "upload_bytes"] > 8 * 2 * 4  # 8 anchors × 2 classes × float32 + the header
+    # the same run again as a new process would (every text's lower layers now read from the cache):
+    # the same run name and the same results — the cache is an execution detail, not a run key
+    import os
+    from pathlib import Path
+
+    from fedcal.distill import run_data
+    from fedcal.results import load_metrics as metrics_of
+
+    assert list((Path(os.environ["FEDCAL_CACHE_DIR"]) / "hidden").glob("*/*.pt"))
+    run_data._DATA_CACHE.clear()
+    run_data._BATCH_CACHE.clear()
+    _forget_segments()
+    again = simulate(cfg.replace(output_dir=str(tmp_path / "again")))
+    assert again.name == run_dir.name
+    a = metrics_of(run_dir).set_index(["round", "metric"])["value"]
+    b = metrics_of(again).set_index(["round", "metric"])["value"]
+    keys = [k for k in a.index if k[1] in ("ca", "ra", "asr", "flip", "distill_loss", "replies_accepted")]
+    assert keys
+    for k in keys:
+        assert b[k] == pytest.approx(a[k], abs=1e-6), k
 
 
 def test_a_wordpiece_tokenizer_pads_with_its_own_pad_token():
@@ -331,29 +351,150 @@ def test_a_wordpiece_tokenizer_pads_with_its_own_pad_token():
     assert tok.padding["length"] == 12  # the tokenizer's own settings are restored
 
 
-def test_cached_features_are_kept_on_disk_and_keyed_by_their_inputs(tmp_path, monkeypatch):
-    from fedcal.text.frozen import cached_prefix_features
+def _batch(rows, width):
+    """Token ids (ids ≥ 3) and a right-padded mask: one row per length in ``rows``."""
+    ids = torch.randint(3, 99, (len(rows), width), generator=torch.Generator().manual_seed(len(rows)))
+    mask = torch.zeros_like(ids)
+    for i, n in enumerate(rows):
+        mask[i, :n] = 1
+    ids[mask == 0] = 0
+    return ids, mask
+
+
+def _count_prefix_rows(prefix):
+    """A list that collects the (rows, width) and the mask of every batch the prefix computes."""
+    calls = []
+    prefix.register_forward_pre_hook(
+        lambda mod, args, kwargs: calls.append((tuple(kwargs["input_ids"].shape), kwargs["attention_mask"].clone())),
+        with_kwargs=True)
+    return calls
+
+
+def _forget_segments():
+    """A new process's view of the cache: nothing read yet."""
+    from fedcal.text import frozen
+
+    frozen._SEGMENTS.clear()
+
+
+def test_cached_features_equal_the_uncached_forward_and_are_computed_once_per_text(tmp_path, monkeypatch):
+    """The per-text cache against the whole prefix run on the padded batch at once (the uncached
+    forward): equal to float tolerance on every attended position, padding zero; a later call (a
+    new process, other texts beside, another padding width) reads each known text back instead of
+    computing it, and computes only the new ones, in batches of equal-length texts (no mask zero)."""
+    from fedcal.text.frozen import cached_prefix_features, hidden_store
 
     monkeypatch.setenv("FEDCAL_CACHE_DIR", str(tmp_path / "cache"))
     prefix, _ = split_classifier(_tiny_classifiers()["bert"], 2)
-    ids = torch.randint(3, 99, (4, 10))
-    mask = torch.ones_like(ids)
-    mask[2, 6:] = 0
-    first = cached_prefix_features(prefix, ids, mask, backbone="tiny", top=2)
-    torch.testing.assert_close(first, prefix_features(prefix, ids, mask), rtol=0, atol=0)
-    files = list((tmp_path / "cache" / "features").iterdir())
-    assert len(files) == 1
-    with torch.no_grad():  # a changed prefix is not seen through the same key: the file is read back
-        for p in prefix.parameters():
-            p.add_(1.0)
-    again = cached_prefix_features(prefix, ids, mask, backbone="tiny", top=2)
+    calls = _count_prefix_rows(prefix)
+    ids, mask = _batch([10, 6, 10, 3, 6, 8], 12)
+    with torch.no_grad():
+        uncached = prefix(input_ids=ids, attention_mask=mask).last_hidden_state
+    calls.clear()
+    key = dict(backbone="tiny", tokenizer="tok-a", max_length=12)
+    first = cached_prefix_features(prefix, ids, mask, batch_size=2, **key)
     keep = mask.bool()
-    torch.testing.assert_close(again[keep], first[keep], rtol=0, atol=0)
-    assert float(again[~keep].abs().sum()) == 0.0  # padding (never read above) is zero-filled back
-    other = cached_prefix_features(prefix, ids[:, :9], mask[:, :9], backbone="tiny", top=2)  # other inputs
-    assert other.shape == (4, 9, first.shape[-1]) and not torch.allclose(other, first[:, :9])
-    cached_prefix_features(prefix, ids, mask, backbone="tiny", top=1)  # another split
-    assert len(list((tmp_path / "cache" / "features").iterdir())) == 3
-    files[0].write_bytes(b"garbage")  # an unreadable file is computed again (by the changed prefix now)
-    torch.testing.assert_close(cached_prefix_features(prefix, ids, mask, backbone="tiny", top=2)[keep],
-                               prefix_features(prefix, ids, mask)[keep], rtol=0, atol=0)
+    torch.testing.assert_close(first[keep], uncached[keep], rtol=1e-5, atol=1e-5)
+    assert float(first[~keep].abs().sum()) == 0.0
+    assert all(bool(m.all()) for _, m in calls)  # batches of equal-length texts: no padding computed
+    assert sorted(shape for shape, _ in calls) == [(1, 3), (1, 8), (2, 6), (2, 10)]
+    assert len(list(hidden_store("tiny", 2, "tok-a", 12).glob("*.pt"))) == 1
+
+    _forget_segments()
+    calls.clear()
+    more_ids, more_mask = _batch([4, 5], 9)
+    ids2 = torch.cat([ids[[3, 1], :9], more_ids])  # two known texts in a batch of another width, two new ones
+    mask2 = torch.cat([mask[[3, 1], :9], more_mask])
+    again = cached_prefix_features(prefix, ids2, mask2, **key)
+    assert sorted(shape for shape, _ in calls) == [(1, 4), (1, 5)]  # only the two new texts ran
+    torch.testing.assert_close(again[:2], first[[3, 1], :9], rtol=0, atol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(again[2:][more_mask.bool()],
+                                   prefix(input_ids=more_ids, attention_mask=more_mask).last_hidden_state[
+                                       more_mask.bool()], rtol=1e-5, atol=1e-5)
+
+
+def test_the_cache_key_changes_with_backbone_weights_layer_tokenizer_and_length(tmp_path, monkeypatch):
+    """Each of the backbone's weight bytes (even rewritten with size and time kept), the layer
+    whose output is kept, the tokenizer and the length limit names another cache folder; the
+    same inputs name the same one."""
+    import os
+
+    from fedcal.text.frozen import hidden_store, store_key, tokenizer_id
+
+    monkeypatch.setenv("FEDCAL_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "bb"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    weights = folder / "model.safetensors"
+    weights.write_bytes(b"\x00" * 64)
+    base = store_key(folder, 4, "tok-a", 64)
+    assert store_key(folder, 4, "tok-a", 64) == base
+    assert hidden_store(folder, 4, "tok-a", 64).parent == tmp_path / "cache" / "hidden"
+    st = weights.stat()
+    weights.write_bytes(b"\x01" + b"\x00" * 63)  # same size, same modification time: other weights
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
+    other_weights = store_key(folder, 4, "tok-a", 64)
+    keys = {base, other_weights, store_key(folder, 3, "tok-a", 64), store_key(folder, 4, "tok-b", 64),
+            store_key(folder, 4, "tok-a", 32), store_key("some/hub-model", 4, "tok-a", 64)}
+    assert len(keys) == 6
+
+    from tokenizers import Tokenizer, models
+
+    a = Tokenizer(models.WordLevel({"[UNK]": 0, "good": 1}, unk_token="[UNK]"))
+    b = Tokenizer(models.WordLevel({"[UNK]": 0, "good": 1, "bad": 2}, unk_token="[UNK]"))
+    assert tokenizer_id(a) == tokenizer_id(Tokenizer.from_str(a.to_str())) != tokenizer_id(b)
+
+
+def test_cached_features_of_another_layer_or_tokenizer_are_never_read(tmp_path, monkeypatch):
+    """The same token ids under another split or tokenizer are computed afresh (a changed prefix
+    shows it), while the same key reads the file back even when the prefix changed since."""
+    from fedcal.text.frozen import cached_prefix_features
+
+    monkeypatch.setenv("FEDCAL_CACHE_DIR", str(tmp_path / "cache"))
+    model = _tiny_classifiers()["bert"]
+    prefix, _ = split_classifier(model, 2)
+    ids, mask = _batch([7, 4, 9], 9)
+    keep = mask.bool()
+    first = cached_prefix_features(prefix, ids, mask, backbone="tiny", tokenizer="t", max_length=9)
+    with torch.no_grad():
+        for p in prefix.parameters():
+            p.add_(0.5)
+    _forget_segments()
+    same = cached_prefix_features(prefix, ids, mask, backbone="tiny", tokenizer="t", max_length=9)
+    torch.testing.assert_close(same, first, rtol=0, atol=0)  # read back, not recomputed
+    changed = prefix_features(prefix, ids, mask)
+    for key in ({"tokenizer": "u", "max_length": 9}, {"tokenizer": "t", "max_length": 8}):
+        got = cached_prefix_features(prefix, ids, mask, backbone="tiny", **key)
+        torch.testing.assert_close(got[keep], changed[keep], rtol=1e-5, atol=1e-5)
+    lower, _ = split_classifier(model, 3)  # another layer: its own folder and its own values
+    with torch.no_grad():
+        want = lower(input_ids=ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(cached_prefix_features(lower, ids, mask, backbone="tiny", tokenizer="t",
+                                                      max_length=9)[keep], want[keep], rtol=1e-5, atol=1e-5)
+
+
+def test_a_torn_or_foreign_cache_file_is_ignored_and_its_texts_computed_again(tmp_path, monkeypatch):
+    """Concurrent writers leave only whole segments (temporary file, then a rename); a leftover
+    temporary file, an unreadable segment or one of another width is skipped, never trusted."""
+    from fedcal.text.frozen import FORMAT, cached_prefix_features, hidden_store
+
+    monkeypatch.setenv("FEDCAL_CACHE_DIR", str(tmp_path / "cache"))
+    prefix, _ = split_classifier(_tiny_classifiers()["bert"], 2)
+    ids, mask = _batch([5, 8], 8)
+    folder = hidden_store("tiny", 2, "t", 8)
+    cached_prefix_features(prefix, ids, mask, backbone="tiny", tokenizer="t", max_length=8)
+    (seg,) = folder.glob("*.pt")
+    assert not list(folder.glob(".*"))  # no temporary file left behind
+    seg.write_bytes(b"garbage")
+    (folder / ".half-written.tmp").write_bytes(b"\x80")
+    from fedcal.text.frozen import text_keys
+
+    torch.save({"format": FORMAT, "keys": text_keys(ids, mask), "offsets": torch.tensor([0, 5, 13]),
+                "h": torch.ones(13, 7)}, folder / "wrong-width.pt")
+    _forget_segments()
+    with torch.no_grad():
+        prefix.encoder.layer[0].output.dense.bias.add_(1.0)  # what is computed now differs from the old file
+    got = cached_prefix_features(prefix, ids, mask, backbone="tiny", tokenizer="t", max_length=8)
+    keep = mask.bool()
+    torch.testing.assert_close(got[keep], prefix_features(prefix, ids, mask)[keep], rtol=1e-5, atol=1e-5)

@@ -47,6 +47,39 @@ def metrics_of(run_dir) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------------ end to end
+def test_texts_are_tokenised_and_their_frozen_layers_computed_once_not_every_round(tmp_path, monkeypatch):
+    """With LoRA on the top layer (dst-lora-layers=1), a run tokenises each of its text sets once
+    however many rounds it has, and a second run on the same machine (other rounds, other client
+    shards of the same texts, a new process's empty memory) computes no text's lower layers again:
+    the per-text cache serves them."""
+    from fedcal.app.engine import simulate
+    from fedcal.distill import run_data
+    from fedcal.text import frozen
+
+    encoded, computed = [], []
+    real_encode, real_prefix = run_data._encode_batch, frozen.prefix_features
+    monkeypatch.setattr(run_data, "_encode_batch", lambda *a, **k: encoded.append(1) or real_encode(*a, **k))
+    monkeypatch.setattr(frozen, "prefix_features",
+                        lambda p, ids, *a, **k: computed.append(len(ids)) or real_prefix(p, ids, *a, **k))
+
+    def run(rounds: int, clients: int) -> tuple[int, int]:
+        for cache in (run_data._DATA_CACHE, run_data._BATCH_CACHE, frozen._SEGMENTS):
+            cache.clear()
+        encoded.clear()
+        computed.clear()
+        simulate(tiny(tmp_path, **{"dst-rounds": rounds, "num-clients": clients, "dst-groups": 2,
+                                   "dst-backdoor-ratio": 0.0, "dst-bb-layers": 2, "dst-lora-layers": 1,
+                                   "dst-lora-targets": "query,value", "output-dir": str(tmp_path / f"r{rounds}")}))
+        return len(encoded), sum(computed)
+
+    once, cold = run(1, clients=3)
+    thrice, warm = run(3, clients=3)
+    assert once == thrice > 0  # the anchors, test sets and each client's shard: once per run, not per round
+    assert cold > 0 and warm == 0
+    _, reshuffled = run(2, clients=2)  # the same private texts cut into other shards
+    assert reshuffled == 0
+
+
 def test_rfd_end_to_end_finishes_and_clients_keep_their_adapter_across_rounds(tmp_path, monkeypatch):
     """3 clients of ranks 2, 4, 8 (one a backdoor client), 2 rounds: metrics every round, DONE,
     model.pt; the adapter a client starts round 2 from is the one it ended round 1 with."""

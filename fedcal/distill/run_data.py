@@ -289,13 +289,13 @@ def _encode_batch(cfg: DistillRunSpec, path: str, num_classes: int, tok, texts: 
 
     batch = encode(tok, texts, max_length=cfg.dst_max_length)
     if cfg.dst_lora_layers:
-        from fedcal.text.frozen import cached_prefix_features
+        from fedcal.text.frozen import cached_prefix_features, tokenizer_id
         from fedcal.local_training import resolve_device
 
         prefix = frozen_prefix(path, num_classes, str(resolve_device(cfg.device)), cfg.dst_lora_layers)
         batch["inputs_embeds"] = cached_prefix_features(prefix, batch["input_ids"], batch["attention_mask"],
-                                                        backbone=path, top=cfg.dst_lora_layers,
-                                                        batch_size=cfg.eval_batch_size)
+                                                        backbone=path, tokenizer=tokenizer_id(tok),
+                                                        max_length=cfg.dst_max_length, batch_size=cfg.eval_batch_size)
     return batch
 
 
