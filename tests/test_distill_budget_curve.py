@@ -1,11 +1,11 @@
-"""docs/tools/distill_budget_curve.py: the budget table names the cheapest setting (client steps) at
+"""fedcal/pages/distill_budget_curve.py: the budget table names the cheapest setting (client steps) at
 which FedIT and the centralised LoRA on the same texts both come within the margin of capacity."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from tests.docs_tools import docs_tool
+from fedcal.pages import distill_budget_curve
 
 
 def _rows(method, n, e, cas, steps_per):
@@ -15,7 +15,7 @@ def _rows(method, n, e, cas, steps_per):
 
 
 def test_the_smallest_budget_is_the_fewest_client_steps_where_both_reach_the_goal():
-    tool = docs_tool("distill_budget_curve")
+    tool = distill_budget_curve
     runs = pd.DataFrame(_rows("central", 150, 0, [60.0, 75.0, 76.0], 15)
                         + _rows("fedit", 150, 1, [55.0, 70.0, 75.0], 18)
                         + _rows("fedit", 150, 2, [74.7, 76.0], 36) + _rows("central", 300, 0, [76.0], 29)

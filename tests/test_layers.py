@@ -237,6 +237,8 @@ METHOD_NAMED_IN = {
     "fedcal/reports/distill.py": {"rfd"},
     # the page quoting the paper's Table 1: RFD-LoRA's cell is its full variant, the ablation's aside
     "fedcal/pages/distill_literature.py": {"rfd"},
+    # the budget curve: its two arms are FedIT's runs and the centralised LoRA on the same texts
+    "fedcal/pages/distill_budget_curve.py": {"fedit"},
 }
 
 

@@ -7,8 +7,8 @@ import runpy
 import sys
 
 #: the modules of fedcal.pages that write a page or a table when run
-BUILDERS = ("attacker_data_share", "build_results", "closed_loop", "detector_replay", "distill_capacity",
-            "distill_literature", "distill_skew_diagnosis", "federated_vs_central", "flower_vs_fedcal",
+BUILDERS = ("attacker_data_share", "build_results", "closed_loop", "detector_replay", "distill_budget_curve",
+            "distill_capacity", "distill_literature", "distill_skew_diagnosis", "federated_vs_central", "flower_vs_fedcal",
             "include_tables", "inference_alpha", "inference_seeds", "inference_timings", "interval_table",
             "readme_runs", "run_seconds", "table_integrity")
 

@@ -17,7 +17,7 @@ epochs of the private data seen (rounds × E; the centralised run's epoch), the 
 spent, CA, and the wall seconds up to it; ``table.md`` has CA per epochs seen, and names the smallest
 budget at which FedIT and the centralised LoRA are both within ``--within`` points of ``--capacity``.
 
-    python docs/tools/distill_budget_curve.py --out docs/results/distill-minilm-budget-curve \\
+    python -m fedcal.pages distill_budget_curve --out docs/results/distill-minilm-budget-curve \\
         --per-client 150,300 --local-epochs 1,2 --epochs 6 output-dir=runs/distill-minilm-budget-curve \\
         data-dir=../shared/data dst-corpus=sentiment dst-test-size=500 dst-lora-layers=2 num-clients=6
 """
