@@ -136,6 +136,19 @@ def test_an_installed_packages_components_are_known_in_a_fresh_process(tmp_path)
     assert out.stdout.split() == ["toy_mean", "toy_attack", "True"]
 
 
+def test_a_plugin_that_fails_to_import_is_named_in_one_line_at_every_read(tmp_path):
+    path = _plugin(tmp_path, """
+        raise ImportError("no module named 'torch_geometric'")
+    """)
+    out = _run_with(path, "from fedcal import catalogue as c\n"
+                          "for _ in range(2):\n"
+                          "    try: c.names('rule')\n"
+                          "    except c.ConfigError as e: print(e)")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2 and all("entry point 'toy'" in line and "torch_geometric" in line for line in lines)
+
+
 def test_a_plugin_that_redeclares_a_builtin_name_is_refused(tmp_path):
     path = _plugin(tmp_path, """
         from fedcal.catalogue import Component
