@@ -95,13 +95,13 @@ _STATE = {"loaded": False}
 
 
 def register(component: Component) -> Component:
-    """Add ``component`` to the catalogue; a second one of the same kind and name is refused (ValueError,
-    one line), the same declaration twice is a no-op (a module imported again)."""
+    """Add ``component`` to the catalogue; a second one of the same kind and name is refused (ConfigError,
+    one line: the commands print it as such), the same declaration twice is a no-op (a module imported again)."""
     if not isinstance(component, Component):
         raise TypeError(f"register takes a Component, got {type(component).__name__}")
     known = _REGISTRY[component.kind]
     if component.name in known and known[component.name] != component:
-        raise ValueError(f"{component.kind} {component.name!r} is declared twice ({known[component.name].target} "
+        raise ConfigError(f"{component.kind} {component.name!r} is declared twice ({known[component.name].target} "
                          f"and {component.target})")
     known[component.name] = component
     return component
@@ -110,10 +110,14 @@ def register(component: Component) -> Component:
 def _ensure_loaded() -> None:
     if _STATE["loaded"]:
         return
-    _STATE["loaded"] = True
-    for module in _BUILTIN:
-        importlib.import_module(module)
-    _load_entry_points()
+    _STATE["loaded"] = True  # first: a plug-in's module may read the catalogue while it loads
+    try:
+        for module in _BUILTIN:
+            importlib.import_module(module)
+        _load_entry_points()
+    except BaseException:
+        _STATE["loaded"] = False  # a broken plug-in fails every read, not only the first
+        raise
 
 
 def _load_entry_points() -> None:
@@ -123,11 +127,11 @@ def _load_entry_points() -> None:
         try:
             loaded = ep.load()
         except Exception as e:  # a broken plug-in names itself instead of failing every run config
-            raise ValueError(f"entry point {ep.name!r} of group {ENTRY_POINT_GROUP!r} ({ep.value}) failed to "
+            raise ConfigError(f"entry point {ep.name!r} of group {ENTRY_POINT_GROUP!r} ({ep.value}) failed to "
                              f"load: {type(e).__name__}: {e}") from None
         items = [loaded] if isinstance(loaded, Component) else list(loaded) if isinstance(loaded, Iterable) else None
         if items is None or not all(isinstance(c, Component) for c in items):
-            raise ValueError(f"entry point {ep.name!r} of group {ENTRY_POINT_GROUP!r} ({ep.value}) must load to a "
+            raise ConfigError(f"entry point {ep.name!r} of group {ENTRY_POINT_GROUP!r} ({ep.value}) must load to a "
                              f"Component or an iterable of them, got {type(loaded).__name__}")
         for c in items:
             register(c)
