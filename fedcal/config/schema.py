@@ -6,10 +6,10 @@ snake_case attributes of :class:`RunConfig`, one flat namespace (Flower's run co
 
 Keys come in *groups* (``common``, ``train``, ``defense``, …), each declared in its own module of
 this package with :func:`group`: its fields (each with :func:`setting`: default, help, bounds or
-choices) and its own cross-field rules. A task's configuration facts — the groups its run hash
-covers, its run-directory name, the rules that hold only for it — are a :class:`TaskConfig` the
-task's group module registers with :func:`register_task`. A task defined outside ``fedcal``
-registers its group and its :class:`TaskConfig` the same way, so the field set is a registry, not
+choices) and its own cross-field rules. A task is declared once, as a :class:`Task` its group
+module registers with :func:`register_task`: the groups its run hash covers, its run-directory
+name, the rules that hold only for it, and by name its Flower side. A task defined outside
+``fedcal`` registers its group and its :class:`Task` the same way, so the field set is a registry, not
 a class body fixed at import: :class:`RunConfig` instances hold their values as plain attributes
 (writes blocked) and list their fields from the registry.
 
@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 Rule = Callable[["RunConfig"], None]
 
-from fedcal.config.taskconfig import TaskConfig  # noqa: E402  (registered below; its own module)
+from fedcal.config.task import Task  # noqa: E402  (registered below; its own module)
 
 
 class ConfigError(ValueError):
@@ -161,7 +161,7 @@ class Group:
 
 _GROUPS: dict[str, Group] = {}
 _SETTINGS: dict[str, Setting] = {}  # by field name, in registration order
-_TASKS: dict[str, TaskConfig] = {}
+_TASKS: dict[str, Task] = {}
 _KEY_ORDER: list[tuple[str, ...]] = [()]  # the built-in keys' order (set once by fedcal.config)
 _ORDER_CACHE: list[tuple[str, ...]] = []
 
@@ -214,22 +214,34 @@ def group(name: str, help: str, *, rules: Sequence[Rule] = ()) -> Callable[[type
     return register
 
 
-def register_task(task: TaskConfig) -> TaskConfig:
-    """Register a task's configuration facts (its name becomes a value of the ``task`` key). Its groups
-    may register after it (the train task names the defense group, declared in a later module)."""
+def register_task(task: Task) -> Task:
+    """Register a task (its name becomes a value of the ``task`` key; its message types must be
+    unclaimed). Its groups may register after it (the train task names the defense group, declared
+    in a later module). Returns it, so a module can write ``TASK = register_task(Task(...))``."""
+    if not isinstance(task, Task):
+        raise TypeError(f"register_task takes a fedcal.config.Task, got {type(task).__name__}")
     if task.name in _TASKS and _TASKS[task.name] != task:
         raise ValueError(f"task {task.name!r} is registered twice")
+    for other in _TASKS.values():
+        clash = set(other.handlers) & set(task.handlers)
+        if other.name != task.name and clash:
+            raise ValueError(f"tasks {other.name!r} and {task.name!r} both handle message type(s) {sorted(clash)}")
     _TASKS[task.name] = task
     return task
 
 
-def task_config(name: str) -> TaskConfig:
-    """The registered :class:`TaskConfig` called ``name``."""
+def get_task(name: str) -> Task:
+    """The registered :class:`Task` called ``name`` (a ConfigError naming the known ones otherwise)."""
     try:
         return _TASKS[name]
     except KeyError:
         raise ConfigError(f"run-config key 'task': unknown value {name!r}; choose one of "
                           f"{', '.join(_TASKS)}") from None
+
+
+def all_tasks() -> tuple[Task, ...]:
+    """Every registered task, in registration order."""
+    return tuple(_TASKS.values())
 
 
 def task_names() -> tuple[str, ...]:
@@ -359,7 +371,7 @@ class RunConfig:
         for g in _GROUPS.values():
             for rule in g.rules:
                 rule(self)
-        for rule in task_config(self.task).rules:
+        for rule in get_task(self.task).rules:
             rule(self)
 
     # ------------------------------------------------------------------ output
@@ -395,7 +407,7 @@ def tasks_reading(group_name: str) -> tuple[str, ...]:
 def identity_includes(cfg: RunConfig, group_name: str) -> bool:
     """Whether the hash of ``cfg``'s task covers ``group_name`` (a group's rule that holds only for
     the tasks that read the group)."""
-    return group_name in task_config(cfg.task).identity_groups
+    return group_name in get_task(cfg.task).identity_groups
 
 
 # ---------------------------------------------------------------------- description

@@ -83,14 +83,14 @@ from fedcal.distill.clients import is_lora_a_key
 from fedcal.distill.run_data import (DistillRunSpec, adapted_layers, base_classifier, client_batch, distill_data,
                                   evaluate_backdoor, init_seed, inputs_of, is_eval_round, is_finite_evaluation,
                                   server_round, student_and_optimizer)
-from fedcal.tasks.registry import ProgressFn, Task, register
+from fedcal.config.distill import MESSAGE_TYPE  # the task's declaration names its message type
+from fedcal.tasks.registry import ProgressFn
 from fedcal.tasks.train import record_rejections
 from fedcal.local_training import resolve_device
 
 if TYPE_CHECKING:
     import pandas as pd
 
-MESSAGE_TYPE = "train.distill"
 ADAPTER_KEY = "distill-adapter"  # a client's adapter state between rounds (its Context state)
 BASE_KEY = "distill-base"  # FLoRA: the client's adapted layers' base weights, with the merged updates
 RANK_KEY = "lora-rank"  # optional node config: the node's own LoRA rank (a real SuperNode's resources)
@@ -483,16 +483,5 @@ def _baseline_start(base, cfg: RunConfig, ranks: list[int], node_to_client: dict
                                        allowed_ranks=ranks, template=adapter_state(model),
                                        **({"ranks": ranks} if method == "flexlora" else {}))
     return model, arrays, strategy
-
-
-TASK = register(Task(
-    name="distill",
-    summary="RFD-LoRA: robust distillation of heterogeneous-rank LoRA clients' anchor logits, and the LoRA baselines",
-    run=run_distill,
-    handlers={MESSAGE_TYPE: distill_round},
-    rounds=lambda cfg: cfg.dst_rounds,
-    report="fedcal.reports.distill:distill_report",
-    extras=("text",),
-))
 
 __all__ = ["ADAPTER_KEY", "MESSAGE_TYPE", "client_rank", "distill_round", "run_distill"]
