@@ -135,12 +135,16 @@ def test_an_installed_packages_components_are_known_in_a_fresh_process(tmp_path)
     assert out.stdout.split() == ["toy_mean", "toy_attack"]
 
 
-def test_a_plugin_that_redeclares_a_builtin_name_is_refused(tmp_path):
+def test_a_plugin_that_redeclares_a_builtin_name_is_left_out_with_one_warning(tmp_path):
     path = _plugin(tmp_path, """
         from fedcal.catalogue import Component
-        COMPONENTS = Component("rule", "median", "toyplug:Mine")
+        COMPONENTS = [Component("rule", "toy_mean", "toyplug:Mine"), Component("rule", "median", "toyplug:Mine")]
     """)
-    out = _run_with(path, "from fedcal import catalogue as c; c.names('rule')")
-    assert out.returncode != 0
-    assert "rule 'median' is declared twice" in out.stderr.strip().splitlines()[-1]
+    out = _run_with(path, "from fedcal import catalogue as c; print(c.get('rule', 'median').target, "
+                          "'toy_mean' in c.names('rule'))")
+    assert out.returncode == 0, out.stderr
+    # the built-in stays, and the whole entry point is left out (not half of it)
+    assert out.stdout.split() == ["fedcal.strategies.median:Median", "False"]
+    (warning,) = out.stderr.strip().splitlines()
+    assert "toyplug" in warning and "rule 'median' is declared already" in warning
 

@@ -20,9 +20,12 @@ from fedcal.results import load_metrics, run_dir_for
 @pytest.fixture(scope="module", autouse=True)
 def toy():
     """Import (and so register) the toy task into copies of the registries; restore them after."""
+    from fedcal import catalogue
+
     with pytest.MonkeyPatch.context() as mp:
-        for name in ("_GROUPS", "_SETTINGS", "_TASKS"):
+        for name in ("_GROUPS", "_SETTINGS"):
             mp.setattr(schema, name, dict(getattr(schema, name)))
+        mp.setitem(catalogue._REGISTRY, "task", dict(catalogue.components("task")))
         mp.setattr(schema, "_ORDER_CACHE", [])
         yield importlib.import_module("toy_task")
         sys.modules.pop("toy_task", None)

@@ -64,8 +64,13 @@ def build_client_app() -> ClientApp:
     _register(client, IDENTITY, identity)
     for message_type, handler in STATE_HANDLERS.items():
         _register(client, message_type, handler)
-    for task in all_tasks():
+    claimed: dict[str, str] = {}
+    for task in all_tasks():  # fedcal's and the installed plug-ins' (fedcal.catalogue)
         for message_type in task.handlers:
+            if message_type in claimed:
+                raise ValueError(f"tasks {claimed[message_type]!r} and {task.name!r} both handle message type "
+                                 f"{message_type!r}")
+            claimed[message_type] = task.name
             _register(client, message_type, _named(task, message_type))
     return client
 

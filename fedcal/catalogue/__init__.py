@@ -21,6 +21,7 @@ attack or task is known to every process of a federation (``flwr run``, SuperNod
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -45,9 +46,10 @@ KINDS = ("rule", "pre-aggregation", "attack", "inference-attack", "inference-agg
 NEEDS = ("root-set", "server-model", "batchable", "omniscient", "history", "rule-aware")
 #: the entry-point group an installed package declares its components in
 ENTRY_POINT_GROUP = "fedcal.components"
-#: the modules declaring fedcal's own components (imported when the catalogue is first read)
+#: the modules declaring fedcal's own components (imported when the catalogue is first read); the tasks
+#: are declared by their config group modules (:class:`fedcal.config.Task`), registered by fedcal.config
 _BUILTIN = ("fedcal.catalogue.rules", "fedcal.catalogue.attacks", "fedcal.catalogue.inference",
-            "fedcal.catalogue.trackers")
+            "fedcal.catalogue.trackers", "fedcal.config")
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,7 @@ class Component:
 
 
 _REGISTRY: dict[str, dict[str, Component]] = {k: {} for k in KINDS}
+_log = logging.getLogger("fedcal.catalogue")
 _STATE = {"loaded": False}
 
 
@@ -116,20 +119,29 @@ def _ensure_loaded() -> None:
 
 
 def _load_entry_points() -> None:
+    """Register the components of every installed package's entry points (group
+    :data:`ENTRY_POINT_GROUP`). A broken one — it fails to import, loads to something else than
+    components, or redeclares a known name — is left out with one warning naming its distribution
+    and the error; the others still load, so one bad plug-in breaks no run that does not use it."""
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
+        where = f"{ep.dist.name if ep.dist is not None else 'an unknown distribution'} (entry point {ep.name!r} = {ep.value!r})"
         try:
             loaded = ep.load()
+            items = ([loaded] if isinstance(loaded, Component)
+                     else list(loaded) if isinstance(loaded, Iterable) and not isinstance(loaded, (str, bytes)) else None)
+            if items is None or not all(isinstance(c, Component) for c in items):
+                raise TypeError(f"it must load to a Component or an iterable of them, got {type(loaded).__name__}")
+            for c in items:  # all or none: a clash leaves the whole entry point out
+                known = _REGISTRY[c.kind].get(c.name)
+                if known is not None and known != c:
+                    raise ValueError(f"{c.kind} {c.name!r} is declared already ({known.target})")
+            for c in items:
+                register(c)
         except Exception as e:  # a broken plug-in names itself instead of failing every run config
-            raise ValueError(f"entry point {ep.name!r} of group {ENTRY_POINT_GROUP!r} ({ep.value}) failed to "
-                             f"load: {type(e).__name__}: {e}") from None
-        items = [loaded] if isinstance(loaded, Component) else list(loaded) if isinstance(loaded, Iterable) else None
-        if items is None or not all(isinstance(c, Component) for c in items):
-            raise ValueError(f"entry point {ep.name!r} of group {ENTRY_POINT_GROUP!r} ({ep.value}) must load to a "
-                             f"Component or an iterable of them, got {type(loaded).__name__}")
-        for c in items:
-            register(c)
+            _log.warning("fedcal: plug-in %s of group %r left out: %s: %s", where, ENTRY_POINT_GROUP,
+                         type(e).__name__, " ".join(str(e).split()))
 
 
 def _check_kind(kind: str) -> None:

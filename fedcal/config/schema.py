@@ -189,7 +189,6 @@ class Group:
 
 _GROUPS: dict[str, Group] = {}
 _SETTINGS: dict[str, Setting] = {}  # by field name, in registration order
-_TASKS: dict[str, Task] = {}
 _KEY_ORDER: list[tuple[str, ...]] = [()]  # the built-in keys' order (set once by fedcal.config)
 _ORDER_CACHE: list[tuple[str, ...]] = []
 
@@ -247,38 +246,48 @@ def group(name: str, help: str, *, rules: Sequence[Rule] = ()) -> Callable[[type
 
 
 def register_task(task: Task) -> Task:
-    """Register a task (its name becomes a value of the ``task`` key; its message types must be
-    unclaimed). Its groups may register after it (the train task names the defense group, declared
-    in a later module). Returns it, so a module can write ``TASK = register_task(Task(...))``."""
+    """Register a task in the catalogue (:mod:`fedcal.catalogue`, kind ``task``): its name becomes a
+    value of the ``task`` key; its message types must be unclaimed. Its groups may register after it
+    (the train task names the defense group, declared in a later module). Returns it, so a module
+    can write ``TASK = register_task(Task(...))``."""
+    from fedcal import catalogue
+
     if not isinstance(task, Task):
         raise TypeError(f"register_task takes a fedcal.config.Task, got {type(task).__name__}")
-    if task.name in _TASKS and _TASKS[task.name] != task:
+    known = catalogue._REGISTRY["task"]  # not components(): no plug-in is loaded while fedcal.config imports
+    if task.name in known and known[task.name] != task:
         raise ValueError(f"task {task.name!r} is registered twice")
-    for other in _TASKS.values():
+    for other in known.values():
         clash = set(other.handlers) & set(task.handlers)
         if other.name != task.name and clash:
             raise ValueError(f"tasks {other.name!r} and {task.name!r} both handle message type(s) {sorted(clash)}")
-    _TASKS[task.name] = task
-    return task
+    return catalogue.register(task)
+
+
+def _tasks() -> dict[str, Task]:
+    from fedcal import catalogue
+
+    return catalogue.components("task")  # type: ignore[return-value]
 
 
 def get_task(name: str) -> Task:
     """The registered :class:`Task` called ``name`` (a ConfigError naming the known ones otherwise)."""
+    tasks = _tasks()
     try:
-        return _TASKS[name]
+        return tasks[name]
     except KeyError:
         raise ConfigError(f"run-config key 'task': unknown value {name!r}; choose one of "
-                          f"{', '.join(_TASKS)}") from None
+                          f"{', '.join(tasks)}") from None
 
 
 def all_tasks() -> tuple[Task, ...]:
-    """Every registered task, in registration order."""
-    return tuple(_TASKS.values())
+    """Every registered task, in registration order (fedcal's, then the plug-ins')."""
+    return tuple(_tasks().values())
 
 
 def task_names() -> tuple[str, ...]:
     """The registered tasks, in registration order (the ``task`` key's choices)."""
-    return tuple(_TASKS)
+    return tuple(_tasks())
 
 
 def groups() -> dict[str, str]:
@@ -321,6 +330,7 @@ class RunConfig:
     """
 
     def __init__(self, **values: Any) -> None:
+        _tasks()  # the catalogue, with the plug-ins' components: their groups' keys are fields too
         unknown = sorted(set(values) - set(_SETTINGS))
         if unknown:
             raise TypeError(f"RunConfig got unknown field(s) {', '.join(unknown)}")
@@ -374,6 +384,7 @@ class RunConfig:
 
         Keyword overrides may use either snake_case or kebab-case names.
         """
+        _tasks()  # the catalogue, with the plug-ins' components: their groups' keys are known keys too
         raw: dict[str, Any] = {}
         for source in (run_config or {}), overrides:
             for k, v in source.items():
@@ -433,7 +444,7 @@ def check(key: str, ok: bool, value: Any, why: str) -> None:
 
 def tasks_reading(group_name: str) -> tuple[str, ...]:
     """The registered tasks that read ``group_name`` (a group's rule that names where its keys apply)."""
-    return tuple(t.name for t in _TASKS.values() if group_name in t.groups)
+    return tuple(t.name for t in all_tasks() if group_name in t.groups)
 
 
 def identity_includes(cfg: RunConfig, group_name: str) -> bool:

@@ -1,8 +1,9 @@
 """A task, declared once (:class:`Task`): its configuration facts and, by name, its Flower side.
 
 A task's group module (``fedcal/config/<task>.py``) declares it with
-:func:`fedcal.config.schema.register_task`; nothing else declares it again. The declaration is
-flwr-free: the server side, the ClientApp handlers, the preflight, the report and the progress
+:func:`fedcal.config.schema.register_task`; nothing else declares it again. A task is a component of
+the catalogue (:mod:`fedcal.catalogue`, kind ``task``), so an installed package's task comes in
+through the catalogue's entry points like its rules and attacks. The declaration is flwr-free: the server side, the ClientApp handlers, the preflight, the report and the progress
 texts are lazy references (``"package.module:function"``), imported only by the process that
 calls them (:mod:`fedcal.tasks` does, for the ServerApp, the ClientApp and the commands). So
 the config knows every task (its ``task`` key's choices, its groups, its hash, its rules) without
@@ -17,8 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from fedcal.catalogue import Component
+
 # The RunConfig type lives in fedcal.config.schema, which imports this module: the annotations
-# name it as Any so that this module imports nothing of fedcal.
+# name it as Any so that this module imports nothing else of fedcal.
 RunConfig = Any
 Rule = Callable[[Any], None]
 
@@ -34,11 +37,12 @@ def resolve(ref: str) -> Any:
     return obj
 
 
-@dataclass(frozen=True)
-class Task:
+@dataclass(frozen=True, kw_only=True)
+class Task(Component):
     """One kind of federated job of the Flower App, declared once: everything the config, the
     engines, the ServerApp, the ClientApp and the commands need to know about it, so that none of
-    them names a task.
+    them names a task. It is the catalogue's component of kind ``task`` (``name`` and ``target``
+    positional, the rest by keyword).
 
     Attributes
     ----------
@@ -85,8 +89,8 @@ class Task:
         config rules (its data is there, a model name resolves); raises
         :class:`fedcal.config.ConfigError` naming the key. Every entry point runs it
         (:func:`fedcal.tasks.preflight`) before any engine starts.
-    batched : bool
-        Whether the batched engine (:mod:`fedcal.app.batched`) can run it.
+    needs : frozenset of str
+        ``{"batchable"}``: the batched engine (:mod:`fedcal.app.batched`) can run it (:attr:`batched`).
     label : str, optional
         ``"module:function"`` of ``label(cfg) -> str``: the progress bar's label of a run (None: the
         run directory's name).
@@ -98,9 +102,7 @@ class Task:
         point checks them before starting, so a missing one fails at once in one line.
     """
 
-    name: str
-    target: str
-    summary: str = ""
+    kind: str = "task"
     groups: tuple[str, ...] = ()
     hash_groups: tuple[str, ...] | None = None
     hash_task_key: bool = True
@@ -113,12 +115,13 @@ class Task:
     rounds: Callable[[RunConfig], int | None] = lambda cfg: None
     report: str | None = None
     preflight: str | None = None
-    batched: bool = False
     label: str | None = None
     final_summary: str | None = None
     extras: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.kind != "task":
+            raise ValueError(f"task {self.name!r}: a Task is a component of kind 'task', not {self.kind!r}")
         refs = [("target", self.target)] + [(f"handlers[{t!r}]", r) for t, r in self.handlers.items()] + [
             (n, getattr(self, n)) for n in ("report", "preflight", "label", "final_summary")
             if getattr(self, n) is not None]
@@ -131,8 +134,14 @@ class Task:
             if message_type.partition(".")[0] not in ("train", "evaluate", "query"):
                 raise ValueError(f"task {self.name!r}: message type {message_type!r} must start with train, "
                                  "evaluate or query")
+        super().__post_init__()
 
     # ------------------------------------------------------------------ configuration facts
+    @property
+    def batched(self) -> bool:
+        """Whether the batched engine can run it (it declares the need ``batchable``)."""
+        return "batchable" in self.needs
+
     @property
     def identity_groups(self) -> tuple[str, ...]:
         """The groups a run's hash covers."""
@@ -146,7 +155,7 @@ class Task:
     # ------------------------------------------------------------------ the Flower side, by name
     def run(self, grid: Any, cfg: RunConfig, progress: Callable[[int, dict[str, float]], None] | None) -> Any:
         """Run the server side (imports :attr:`target` now)."""
-        return resolve(self.target)(grid, cfg, progress)
+        return self.load()(grid, cfg, progress)
 
     def handler(self, message_type: str) -> Callable[[Any, Any], Any]:
         """The ClientApp handler of ``message_type`` (imported now)."""

@@ -189,5 +189,5 @@ TASK = register_task(Task(
     # Flower's message types: the strategy's train round, and the federated calibration's evaluate round
     handlers={"train": "fedcal.tasks.train:train", "evaluate": "fedcal.tasks.federated_eval:evaluate_heldout"},
     rounds=lambda cfg: cfg.num_rounds, report="fedcal.reports.taus:task_report",
-    preflight="fedcal.tasks.train:load_images", batched=True, label="fedcal.tasks.train:progress_label",
+    preflight="fedcal.tasks.train:load_images", needs={"batchable"}, label="fedcal.tasks.train:progress_label",
     final_summary="fedcal.tasks.train:final_summary"))
