@@ -24,10 +24,9 @@ import importlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from fedcal.config import RunConfig
+from fedcal.config.errors import ConfigError
 
 __all__ = ["Component", "ENTRY_POINT_GROUP", "KINDS", "NEEDS", "components", "get", "load", "names", "needing",
            "register"]
@@ -60,7 +59,9 @@ class Component:
     name: str  # the run-config value, e.g. "trimmed_mean", "alie", "rfd"
     target: str  # lazy reference "package.module:attribute" to the implementation
     keys: tuple[str, ...] = ()  # its own run-config keys (field names), e.g. ("trim_f",)
-    params: Callable[[RunConfig], dict[str, Any]] | None = None  # its keyword arguments from a run config
+    # its keyword arguments from a run config (a fedcal.config.RunConfig, or a spec holding its keys: the
+    # catalogue names no config type, which imports it)
+    params: Callable[[Any], dict[str, Any]] | None = None
     needs: frozenset[str] = frozenset()  # of NEEDS
     summary: str = ""  # one line for --help and docs
 
@@ -168,8 +169,6 @@ def get(kind: str, name: str) -> Component:
     try:
         return known[name]
     except (KeyError, TypeError):
-        from fedcal.config.schema import ConfigError
-
         raise ConfigError(f"unknown {kind} {name!r}; choose one of {', '.join(known)}") from None
 
 

@@ -26,6 +26,30 @@ from fedcal.config.order import KEY_ORDER  # noqa: E402
 
 set_key_order(KEY_ORDER)
 
+
+def _names(kind: str, need: str | None = None, without: tuple[str, ...] = ()):
+    def names() -> tuple[str, ...]:
+        from fedcal import catalogue
+
+        chosen = catalogue.names(kind) if need is None else catalogue.needing(kind, need)
+        return tuple(n for n in chosen if not set(without) & catalogue.get(kind, n).needs)
+    return names
+
+
+#: names kept importable from earlier versions: each the catalogue's answer to a question, asked when read
+#: (never a second list of names)
+_FROM_CATALOGUE = {
+    "STRATEGIES": _names("rule"),
+    "ROOT_SET_STRATEGIES": _names("rule", "root-set"),
+    "PRE_AGGREGATIONS": _names("pre-aggregation"),
+}
+
+
+def __getattr__(name: str):
+    if name in _FROM_CATALOGUE:
+        return _FROM_CATALOGUE[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = ["ConfigError", "ConfigSpec", "FieldInfo", "Group", "RunConfig", "Setting", "Task", "all_tasks", "check",
            "config_fields", "defaults", "describe", "field_names", "fields_of", "get_task", "group", "groups", "key_of",
            "parse_override", "check_spec", "register_task", "set_key_order", "setting", "setting_of", "task_names"]

@@ -77,7 +77,7 @@ def _byzantine_attacks(c: RunConfig) -> None:
 
 
 def _calguard_clients(c: RunConfig) -> None:
-    if c.strategy == "calguard" and c.calguard_signal == "clients":  # only the train task's clients report drift
+    if setting_of("calguard_signal").read_by(c) and c.calguard_signal == "clients":  # only the train task's clients report drift
         check("calguard-signal", c.task == "train", c.calguard_signal,
               f"clients needs the train task's clients (they report their calibration drift), not task={c.task}")
 

@@ -304,6 +304,14 @@ class UpdateAggregationStrategy(TaskEvaluation, NodeNaming, _FlowerFedAvg):
                 for node_id in node_ids]
 
     # ------------------------------------------------------------------ aggregate
+    @classmethod
+    def unweighted(cls, server_round: int, **params: Any) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """The rule of round ``server_round`` with its own keyword arguments ``params`` as a function of the
+        round's (n, d) updates alone, every client weighted alike: what the attacks that search against the
+        server's rule evaluate (opt-alie, opt-ipm). None for a rule that also depends on earlier rounds or
+        on the server's own data."""
+        return None
+
     def aggregate_updates(self, server_round: int, node_ids: list[int], updates: torch.Tensor,
                           weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Aggregate an (n, d) float32 update matrix; return (Δ (d,), per-node weights (n,)).

@@ -35,6 +35,7 @@ from fedcal.aggregate import add_flat_update
 from fedcal.attacks import AttackSpec, attackers_of, craft_malicious, model_poisoning
 from fedcal.attacks.behaviour import round_generator
 from fedcal.attacks.crafted import poisoning_params
+from fedcal import catalogue
 from fedcal.config import POISONING_ATTACKS, RunConfig
 from fedcal.strategies.replies import is_buffer_key
 from fedcal.tasks.nodes import WrappedGrid
@@ -151,34 +152,17 @@ def _update(msg: Message, base: dict[str, torch.Tensor], keys: list[str], key: s
 def attack_rule(cfg: RunConfig, server_round: int) -> Callable[[torch.Tensor], torch.Tensor]:
     """The server's rule as the line-search attacks (``opt-alie``, ``opt-ipm``) evaluate it: the
     run's pre-aggregation steps, then its rule with its parameters as the strategy shrinks them
-    to the round's n (trim-f, krum-f / krum-m; median-of-means with the strategy's seeded groups
-    of this round), every client weighted alike (FedAvg, Multi-Krum's mean and the geometric
-    median weigh by claimed sizes, which the attackers may set themselves; ByzFL's rules are
-    unweighted). ValueError for a strategy outside ``RULE_AWARE_STRATEGIES`` (the config refuses it)."""
+    to the round's n (its class's :meth:`~fedcal.strategies.base.UpdateAggregationStrategy.unweighted`),
+    every client weighted alike (FedAvg, Multi-Krum's mean and the geometric median weigh by claimed
+    sizes, which the attackers may set themselves; ByzFL's rules are unweighted). ValueError for a rule
+    that has no such view (the config refuses it: a rule with history or a root set)."""
     from fedcal import aggregate as agg
-    from fedcal.config import RULE_AWARE_STRATEGIES
     from fedcal.strategies.registry import pre_aggregation_steps
 
-    name = cfg.strategy
-    if name not in RULE_AWARE_STRATEGIES:
-        raise ValueError(f"strategy {name!r} is not one the line-search attacks can evaluate")
-
-    def rule(x: torch.Tensor) -> torch.Tensor:
-        n = x.shape[0]
-        if name == "fedavg":
-            return agg.fedavg(x)
-        if name == "median" or (name == "multikrum" and n < 3):  # MultiKrum's own fallback
-            return agg.coordinate_median(x)
-        if name == "trimmed_mean":
-            return agg.trimmed_mean(x, agg.trim_for(n, cfg.trim_f))
-        if name == "multikrum":
-            f, m = agg.multikrum_params(n, cfg.krum_f, cfg.krum_m or None)
-            return agg.multikrum(x, f, m)
-        if name == "geometric_median":
-            return agg.geometric_median(x)
-        groups = max(1, min(cfg.mom_groups, n))  # median_of_means, its generator as the strategy seeds it
-        return agg.median_of_means(x, groups, generator=torch.Generator().manual_seed(cfg.seed * 100003 + server_round))
-
+    component = catalogue.get("rule", cfg.strategy)
+    rule = component.load().unweighted(server_round, **component.kwargs(cfg))
+    if rule is None:
+        raise ValueError(f"strategy {cfg.strategy!r} is not one the line-search attacks can evaluate")
     return agg.compose(pre_aggregation_steps(cfg), rule) if cfg.pre_aggregations else rule
 
 
