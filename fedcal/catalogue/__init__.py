@@ -26,8 +26,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from fedcal.config.errors import ConfigError
-
 __all__ = ["Component", "ENTRY_POINT_GROUP", "KINDS", "NEEDS", "components", "get", "load", "names", "needing",
            "register"]
 
@@ -169,6 +167,10 @@ def get(kind: str, name: str) -> Component:
     try:
         return known[name]
     except (KeyError, TypeError):
+        # imported here, not at the top: fedcal.config imports the catalogue (a Task is a Component), so
+        # the catalogue imports nothing of fedcal.config while it is itself imported
+        from fedcal.config.errors import ConfigError
+
         raise ConfigError(f"unknown {kind} {name!r}; choose one of {', '.join(known)}") from None
 
 
