@@ -8,10 +8,10 @@ package registers the built-in groups in the order ``fedcal run --help`` and
 docs/configuration.md list them.
 """
 
-from fedcal.config.schema import (ConfigError, FieldInfo, Group, RunConfig, Setting, Task, all_tasks, check,
-                                  config_fields, defaults, describe, field_names, fields_of, get_task, group, groups,
-                                  key_of, parse_override, register_task, set_key_order, setting, setting_of,
-                                  task_names)
+from fedcal.config.schema import (ConfigError, FieldInfo, Group, RunConfig, Setting, check, config_fields, defaults,
+                                  describe, field_names, fields_of, group, groups, key_of, parse_override, set_key_order,
+                                  setting, setting_of)
+from fedcal.config.task import Task, all_tasks, get_task, register_task, task_names
 from fedcal.config.spec import ConfigSpec, check_spec
 
 from fedcal.config.common import *  # noqa: E402,F401,F403,I001 — each module registers its group

@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 Rule = Callable[["RunConfig"], None]
 
-from fedcal.config.task import Task  # noqa: E402  (registered below; its own module)
+from fedcal.config.task import Task, all_tasks, get_task, register_task, task_names  # noqa: E402,F401  (the task modules import them from here)
 
 
 from fedcal.config.components import ComponentNames  # noqa: E402,F401  (re-exported: fedcal.config.ComponentNames)
@@ -219,51 +219,6 @@ def group(name: str, help: str, *, rules: Sequence[Rule] = ()) -> Callable[[type
     return register
 
 
-def register_task(task: Task) -> Task:
-    """Register a task in the catalogue (:mod:`fedcal.catalogue`, kind ``task``): its name becomes a
-    value of the ``task`` key; its message types must be unclaimed. Its groups may register after it
-    (the train task names the defense group, declared in a later module). Returns it, so a module
-    can write ``TASK = register_task(Task(...))``."""
-    from fedcal import catalogue
-
-    if not isinstance(task, Task):
-        raise TypeError(f"register_task takes a fedcal.config.Task, got {type(task).__name__}")
-    known = catalogue._REGISTRY["task"]  # not components(): no plug-in is loaded while fedcal.config imports
-    if task.name in known and known[task.name] != task:
-        raise ValueError(f"task {task.name!r} is registered twice")
-    for other in known.values():
-        clash = set(other.handlers) & set(task.handlers)
-        if other.name != task.name and clash:
-            raise ValueError(f"tasks {other.name!r} and {task.name!r} both handle message type(s) {sorted(clash)}")
-    return catalogue.register(task)
-
-
-def _tasks() -> dict[str, Task]:
-    from fedcal import catalogue
-
-    return catalogue.components("task")  # type: ignore[return-value]
-
-
-def get_task(name: str) -> Task:
-    """The registered :class:`Task` called ``name`` (a ConfigError naming the known ones otherwise)."""
-    tasks = _tasks()
-    try:
-        return tasks[name]
-    except KeyError:
-        raise ConfigError(f"run-config key 'task': unknown value {name!r}; choose one of "
-                          f"{', '.join(tasks)}") from None
-
-
-def all_tasks() -> tuple[Task, ...]:
-    """Every registered task, in registration order (fedcal's, then the plug-ins')."""
-    return tuple(_tasks().values())
-
-
-def task_names() -> tuple[str, ...]:
-    """The registered tasks, in registration order (the ``task`` key's choices)."""
-    return tuple(_tasks())
-
-
 def groups() -> dict[str, str]:
     """Every registered group's name and help, in registration order."""
     return {g.name: g.help for g in _GROUPS.values()}
@@ -304,7 +259,7 @@ class RunConfig:
     """
 
     def __init__(self, **values: Any) -> None:
-        _tasks()  # the catalogue, with the plug-ins' components: their groups' keys are fields too
+        all_tasks()  # the catalogue, with the plug-ins' components: their groups' keys are fields too
         unknown = sorted(set(values) - set(_SETTINGS))
         if unknown:
             raise TypeError(f"RunConfig got unknown field(s) {', '.join(unknown)}")
@@ -358,7 +313,7 @@ class RunConfig:
 
         Keyword overrides may use either snake_case or kebab-case names.
         """
-        _tasks()  # the catalogue, with the plug-ins' components: their groups' keys are known keys too
+        all_tasks()  # the catalogue, with the plug-ins' components: their groups' keys are known keys too
         raw: dict[str, Any] = {}
         for source in (run_config or {}), overrides:
             for k, v in source.items():

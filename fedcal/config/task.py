@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from fedcal import catalogue
 from fedcal.catalogue import Component
+from fedcal.config.errors import ConfigError
 
 # The RunConfig type lives in fedcal.config.schema, which imports this module: the annotations
-# name it as Any so that this module imports nothing else of fedcal.
+# name it as Any.
 RunConfig = Any
 Rule = Callable[[Any], None]
 
@@ -179,3 +181,45 @@ class Task(Component):
         if self.final_summary is not None:
             return resolve(self.final_summary)(run_dir)
         return "files: " + ", ".join(sorted(p.name for p in Path(run_dir).iterdir()))
+
+
+# ---------------------------------------------------------------------- the registered tasks
+def register_task(task: Task) -> Task:
+    """Register a task in the catalogue (:mod:`fedcal.catalogue`, kind ``task``): its name becomes a
+    value of the ``task`` key; its message types must be unclaimed. Its groups may register after it
+    (the train task names the defense group, declared in a later module). Returns it, so a module
+    can write ``TASK = register_task(Task(...))``."""
+    if not isinstance(task, Task):
+        raise TypeError(f"register_task takes a fedcal.config.Task, got {type(task).__name__}")
+    known = catalogue._REGISTRY["task"]  # not components(): no plug-in is loaded while fedcal.config imports
+    if task.name in known and known[task.name] != task:
+        raise ValueError(f"task {task.name!r} is registered twice")
+    for other in known.values():
+        clash = set(other.handlers) & set(task.handlers)
+        if other.name != task.name and clash:
+            raise ValueError(f"tasks {other.name!r} and {task.name!r} both handle message type(s) {sorted(clash)}")
+    return catalogue.register(task)
+
+
+def _tasks() -> dict[str, Task]:
+    return catalogue.components("task")  # type: ignore[return-value]
+
+
+def get_task(name: str) -> Task:
+    """The registered :class:`Task` called ``name`` (a ConfigError naming the known ones otherwise)."""
+    tasks = _tasks()
+    try:
+        return tasks[name]
+    except KeyError:
+        raise ConfigError(f"run-config key 'task': unknown value {name!r}; choose one of "
+                          f"{', '.join(tasks)}") from None
+
+
+def all_tasks() -> tuple[Task, ...]:
+    """Every registered task, in registration order (fedcal's, then the plug-ins')."""
+    return tuple(_tasks().values())
+
+
+def task_names() -> tuple[str, ...]:
+    """The registered tasks, in registration order (the ``task`` key's choices)."""
+    return tuple(_tasks())
