@@ -128,3 +128,106 @@ def test_a_plug_in_redeclaring_a_name_is_left_out_whole(fresh, monkeypatch, tmp_
     assert "eptoy_attack" not in catalogue.names("attack")  # none of the entry point, not half of it
     assert "clash-dist" in caplog.text and "rule 'median' is declared already" in caplog.text
     sys.modules.pop("eptoy_clash", None)
+
+
+# ---------------------------------------------------------------------- an installed package, fresh processes
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
+
+
+def _example(path) -> str:
+    """The marked example region of a test module (docs/design.md shows the same code)."""
+    import re
+
+    return re.search(r"^# --- example: [^\n]* ---\n(.*?)^# --- end of example ---$", path.read_text(),
+                     re.S | re.M).group(1)
+
+
+def _install_toy_package(tmp_path):
+    """tests/toy_rule.py's rule and tests/toy_attack.py's attack as the package ``fedcal-toyplug``,
+    declared in the entry-point group, installed (offline: no dependencies, no build isolation) into a
+    virtual environment that sees this interpreter's packages. Returns the environment's python."""
+    import subprocess
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "fedcal_toyplug.py").write_text(
+        '"""A package of fedcal components: a rule and an attack."""\n\n'
+        + _example(TESTS / "toy_rule.py") + "\n" + _example(TESTS / "toy_attack.py")
+        + "\nCOMPONENTS = [CLOSEST_PAIR, MIRROR]\n")
+    (src / "pyproject.toml").write_text(textwrap.dedent(f'''
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "fedcal-toyplug"
+        version = "0.1"
+
+        [project.entry-points."{catalogue.ENTRY_POINT_GROUP}"]
+        toy = "fedcal_toyplug:COMPONENTS"
+
+        [tool.setuptools]
+        py-modules = ["fedcal_toyplug"]
+    '''))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    # this interpreter's pip (seen through the system site), installing into the environment
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--no-index", str(src)], check=True, cwd=tmp_path, capture_output=True)
+    return python
+
+
+def _fedcal_run(python, tmp_path, engine: str, **env_more):
+    """``python -m fedcal run`` of the plug-in rule and attack on digits, in a fresh process whose only
+    way to know them is the installed package's entry point. Returns (the process, its run directory)."""
+    import os
+    import subprocess
+
+    overrides = {"strategy": "closest_pair", "attack": "none", "dataset": "digits", "num-rounds": 2,
+                 "num-clients": 6, "clients-per-round": 6, "attacker-ratio": 0.34, "engine": engine,
+                 "output-dir": str(tmp_path / f"runs-{engine}")}
+    args = [f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in overrides.items()]
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
+    env.update(PYTHONPATH=str(ROOT), **env_more)  # this checkout's fedcal; not tests/ (no toy_rule there)
+    proc = subprocess.run([str(python), "-m", "fedcal", "run", "--no-progress", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    return proc, tmp_path / f"runs-{engine}"
+
+
+def _check_toy_run(proc, runs) -> None:
+    import pandas as pd
+
+    from fedcal.results import AUDIT_FILE, load_metrics
+
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
+    assert (run_dir / "DONE").exists()
+    assert sorted(load_metrics(run_dir)["round"].unique().tolist()) == [0, 1, 2]
+    audit = pd.read_csv(run_dir / AUDIT_FILE)  # the rule: two of the six replies aggregated each round
+    assert audit[audit["weight"] > 0].groupby("round").size().tolist() == [2, 2]
+
+
+@pytest.fixture(scope="module")
+def toy_python(tmp_path_factory):
+    """The python of a virtual environment with tests/toy_rule.py's rule and tests/toy_attack.py's
+    attack installed as the package fedcal-toyplug."""
+    return _install_toy_package(tmp_path_factory.mktemp("toyplug"))
+
+
+@pytest.mark.slow  # about 15 s of CPU: the install, and a 2-round digits run
+def test_an_installed_packages_rule_runs_in_a_fresh_fedcal_run(toy_python, tmp_path):
+    """The package's rule is a choice of a fresh ``fedcal run`` process, which has nothing
+    but the entry point to find them (tests/ is not on its path)."""
+    _check_toy_run(*_fedcal_run(toy_python, tmp_path, "inprocess"))
+
+
+@pytest.mark.slow  # about 15 s of CPU, over a minute of wall time: Ray's start
+def test_an_installed_packages_rule_reaches_the_ray_workers(toy_python, tmp_path):
+    """Under the Ray engine each ClientApp runs in a Ray worker process, which rebuilds the run config
+    from its messages (``strategy=closest_pair`` among its keys) and so must know the plug-in too."""
+    import tempfile
+
+    ray_tmp = tempfile.mkdtemp(prefix="fcp", dir="/tmp")  # Ray's own temp dir: short, and this test's alone
+    _check_toy_run(*_fedcal_run(toy_python, tmp_path, "ray", RAY_TMPDIR=ray_tmp))
