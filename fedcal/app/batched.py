@@ -48,9 +48,10 @@ from torch.func import functional_call, vmap
 
 from fedcal import aggregate as agg
 from fedcal.app.quiet import quiet_flower
-from fedcal.attacks import AttackSpec, behaviour_for
+from fedcal.attacks import AttackSpec, behaviour_for, behaviour_kind
 from fedcal.attacks.behaviour import round_generator
-from fedcal.config import RunConfig
+from fedcal import catalogue
+from fedcal.config import RunConfig, setting_of
 from fedcal.data import client_partitions, load_dataset
 from fedcal.calibration_metrics import (INTERVALS_FILE, bootstrap_intervals, calibration_estimators, estimator_metrics,
                                         recorded_columns)
@@ -70,8 +71,6 @@ log = logging.getLogger("fedcal.batched")
 #: weight decay, strategy and its parameters, partition) may differ from run to run.
 GROUP_KEYS = ("dataset", "data_dir", "model", "num_clients", "clients_per_round", "local_steps", "batch_size",
               "num_rounds", "eval_every", "eval_batch_size", "n_bins", "device")
-#: Strategies that need the server to train or evaluate a model (not batched).
-SERVER_MODEL_STRATEGIES = ("fltrust", "calguard")
 #: Upper bound on the stacked client parameters of one batch (floats); larger groups are split.
 MAX_BATCH_FLOATS = 60_000_000
 REJECTION_COLUMNS = ["round", "node_id", "partition_id", "reason"]
@@ -82,13 +81,15 @@ def batched_unsupported(cfg: RunConfig) -> str | None:
     if not get_task(cfg.task).batched:
         batched = ", ".join(repr(t.name) for t in all_tasks() if t.batched)
         return f"task {cfg.task!r} (only {batched} is batched)"
-    if cfg.strategy in SERVER_MODEL_STRATEGIES:
-        return f"strategy {cfg.strategy!r} trains or evaluates a model on the server"
-    if cfg.attack not in ("none", "tsa"):
-        return f"attack {cfg.attack!r} (only TSA is batched)"
+    rule = catalogue.get("rule", cfg.strategy)
+    if "batchable" not in rule.needs:
+        why = "trains or evaluates a model on the server" if "server-model" in rule.needs else "is not batchable"
+        return f"strategy {cfg.strategy!r} {why}"
+    if "batchable" not in catalogue.get("attack", cfg.attack).needs:
+        return f"attack {cfg.attack!r} (only {', '.join(catalogue.needing('attack', 'batchable'))} are batched)"
     if cfg.pre_aggregation:
         return f"pre-aggregation {cfg.pre_aggregation!r} (the batched rules take none)"
-    if cfg.attack == "tsa" and (cfg.tsa_step_frac != 1 or cfg.tsa_blend != 1 or cfg.tsa_duty != 1):
+    if setting_of("tsa_duty").read_by(cfg) and (cfg.tsa_step_frac != 1 or cfg.tsa_blend != 1 or cfg.tsa_duty != 1):
         return "the adaptive TSA attacker (tsa-step-frac / tsa-blend / tsa-duty)"
     if cfg.local_epochs:  # the clients' step counts then differ: no common (E, B) batch shape to stack
         return "local-epochs (clients take different numbers of steps)"
@@ -298,7 +299,7 @@ def _train_round(runs: list[_Run], server_round: int, names: list[str], x_train,
         for cid in sorted(sampled_clients(server_round, seed=cfg.seed, num_clients=cfg.num_clients,
                                           clients_per_round=cfg.clients_per_round)):
             behaviour = run.behaviours[cid]
-            tau, coupled = (behaviour.tau, behaviour.coupled) if behaviour.kind == "tsa" else (1.0, True)
+            tau, coupled = behaviour_kind(behaviour.kind).loss_temperature(behaviour)
             part = torch.from_numpy(run.parts[cid])
             steps = batch_schedule(len(part), cfg.local_steps, cfg.batch_size,
                                    round_generator(cfg.seed, server_round, cid))

@@ -27,12 +27,11 @@ from fedcal.config.order import KEY_ORDER  # noqa: E402
 set_key_order(KEY_ORDER)
 
 
-def _names(kind: str, need: str | None = None, without: tuple[str, ...] = ()):
+def _names(kind: str, need: str | None = None):
     def names() -> tuple[str, ...]:
         from fedcal import catalogue
 
-        chosen = catalogue.names(kind) if need is None else catalogue.needing(kind, need)
-        return tuple(n for n in chosen if not set(without) & catalogue.get(kind, n).needs)
+        return catalogue.names(kind) if need is None else catalogue.needing(kind, need)
     return names
 
 
@@ -42,6 +41,11 @@ _FROM_CATALOGUE = {
     "STRATEGIES": _names("rule"),
     "ROOT_SET_STRATEGIES": _names("rule", "root-set"),
     "PRE_AGGREGATIONS": _names("pre-aggregation"),
+    "ATTACKS": _names("attack"),
+    "POISONING_ATTACKS": _names("attack", "omniscient"),
+    "INFERENCE_ATTACKS": _names("inference-attack"),
+    "INFERENCE_AGGREGATORS": _names("inference-aggregator"),
+    "RULE_AWARE_STRATEGIES": evaluable_rules,  # noqa: F405 (fedcal.config.train's)
 }
 
 

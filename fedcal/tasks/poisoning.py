@@ -34,9 +34,8 @@ from flwr.supercore import log
 from fedcal.aggregate import add_flat_update
 from fedcal.attacks import AttackSpec, attackers_of, craft_malicious, model_poisoning
 from fedcal.attacks.behaviour import round_generator
-from fedcal.attacks.crafted import poisoning_params
 from fedcal import catalogue
-from fedcal.config import POISONING_ATTACKS, RunConfig
+from fedcal.config import RunConfig
 from fedcal.strategies.replies import is_buffer_key
 from fedcal.tasks.nodes import WrappedGrid
 
@@ -47,13 +46,16 @@ class PoisoningGrid(WrappedGrid):
 
     def __init__(self, grid: Grid, cfg: RunConfig, node_to_client: dict[int, int],
                  record: Callable[[list[dict]], None] | None = None, arrays_key: str = "arrays"):
-        if cfg.attack not in POISONING_ATTACKS:
-            raise ValueError(f"attack {cfg.attack!r} is not a model-poisoning attack ({', '.join(POISONING_ATTACKS)})")
+        crafted = catalogue.needing("attack", "omniscient")
+        if cfg.attack not in crafted:
+            raise ValueError(f"attack {cfg.attack!r} is not a model-poisoning attack ({', '.join(crafted)})")
         self.grid, self.cfg, self.node_to_client = grid, cfg, node_to_client
         attack = AttackSpec.from_config(cfg)
         self.attackers = attackers_of(attack)
-        self.params = poisoning_params(attack)
+        self.params = catalogue.get("attack", cfg.attack).kwargs(attack)  # its own keys (alie-z, ipm-epsilon, ...)
         self.needs_rule = model_poisoning(cfg.attack).needs_rule  # opt-alie, opt-ipm: the rule in use
+        if self.needs_rule:
+            attack_rule(cfg, 0)  # a rule without an unweighted view is refused before any round, not in one
         self.record = record
         self.key = arrays_key
 
@@ -170,6 +172,6 @@ def poisoning_grid(grid: Grid, cfg: RunConfig, node_to_client: dict[int, int],
                    record: Callable[[list[dict]], None] | None = None) -> Grid:
     """``grid`` wrapped in :class:`PoisoningGrid` when ``cfg.attack`` is a model-poisoning attack;
     ``grid`` itself otherwise."""
-    if cfg.attack not in POISONING_ATTACKS:
+    if "omniscient" not in catalogue.get("attack", cfg.attack).needs:
         return grid
     return PoisoningGrid(grid, cfg, node_to_client, record)

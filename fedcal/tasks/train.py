@@ -114,7 +114,7 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
                      ) if "model" in takes else {}
 
         triggered = triggered_test_set(ds.x_test, ds.y_test, PixelBackdoor(cfg.backdoor_target, cfg.backdoor_frac),
-                                       pixel_space(cfg.dataset)) if cfg.attack == "backdoor" else None
+                                       pixel_space(cfg.dataset)) if setting_of("backdoor_target").read_by(cfg) else None
 
         estimators = calibration_estimators(cfg.calibration_metrics)
         # the clients' calibration states and temperatures (its round's temperature rescales the test logits)
