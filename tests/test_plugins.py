@@ -185,7 +185,7 @@ def _fedcal_run(python, tmp_path, engine: str, **env_more):
     import os
     import subprocess
 
-    overrides = {"strategy": "closest_pair", "attack": "none", "dataset": "digits", "num-rounds": 2,
+    overrides = {"strategy": "closest_pair", "attack": "mirror_median", "dataset": "digits", "num-rounds": 2,
                  "num-clients": 6, "clients-per-round": 6, "attacker-ratio": 0.34, "engine": engine,
                  "output-dir": str(tmp_path / f"runs-{engine}")}
     args = [f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in overrides.items()]
@@ -199,7 +199,7 @@ def _fedcal_run(python, tmp_path, engine: str, **env_more):
 def _check_toy_run(proc, runs) -> None:
     import pandas as pd
 
-    from fedcal.results import AUDIT_FILE, load_metrics
+    from fedcal.results import AUDIT_FILE, POISONING_FILE, load_metrics
 
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
@@ -207,6 +207,9 @@ def _check_toy_run(proc, runs) -> None:
     assert sorted(load_metrics(run_dir)["round"].unique().tolist()) == [0, 1, 2]
     audit = pd.read_csv(run_dir / AUDIT_FILE)  # the rule: two of the six replies aggregated each round
     assert audit[audit["weight"] > 0].groupby("round").size().tolist() == [2, 2]
+    poisoning = pd.read_csv(run_dir / POISONING_FILE)  # the attack: both colluders crafted each round
+    assert poisoning.groupby("round").size().tolist() == [2, 2]
+    assert set(poisoning["attack"]) == {"mirror_median"} and poisoning["crafted"].all()
 
 
 @pytest.fixture(scope="module")
@@ -217,14 +220,14 @@ def toy_python(tmp_path_factory):
 
 
 @pytest.mark.slow  # about 15 s of CPU: the install, and a 2-round digits run
-def test_an_installed_packages_rule_runs_in_a_fresh_fedcal_run(toy_python, tmp_path):
-    """The package's rule is a choice of a fresh ``fedcal run`` process, which has nothing
+def test_an_installed_packages_rule_and_attack_run_in_a_fresh_fedcal_run(toy_python, tmp_path):
+    """The package's rule and attack are choices of a fresh ``fedcal run`` process, which has nothing
     but the entry point to find them (tests/ is not on its path)."""
     _check_toy_run(*_fedcal_run(toy_python, tmp_path, "inprocess"))
 
 
 @pytest.mark.slow  # about 15 s of CPU, over a minute of wall time: Ray's start
-def test_an_installed_packages_rule_reaches_the_ray_workers(toy_python, tmp_path):
+def test_an_installed_packages_rule_and_attack_reach_the_ray_workers(toy_python, tmp_path):
     """Under the Ray engine each ClientApp runs in a Ray worker process, which rebuilds the run config
     from its messages (``strategy=closest_pair`` among its keys) and so must know the plug-in too."""
     import tempfile

@@ -18,9 +18,8 @@ def mirror_median(honest: torch.Tensor, f: int) -> torch.Tensor:
     return (-honest.median(dim=0).values).expand(f, -1).clone()
 
 
-# 2. Its declaration: the run-config value (attack=mirror_median) and where it lives; "omniscient":
-#    crafted from the honest updates (an attack with keys of its own names them in keys= and maps them
-#    to the function's keyword arguments in params=).
+# 2. Its declaration: the run-config value (attack=mirror_median), where it lives (imported only when
+#    a run uses it) and "omniscient": crafted from the round's honest updates.
 MIRROR = Component("attack", "mirror_median", f"{__name__}:mirror_median", needs={"omniscient"},
                    summary="the honest median reflected through the origin")
 # --- end of example ---
