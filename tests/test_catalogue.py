@@ -136,6 +136,19 @@ def test_an_installed_packages_components_are_known_in_a_fresh_process(tmp_path)
     assert out.stdout.split() == ["toy_mean", "toy_attack", "True"]
 
 
+def test_a_plugin_that_fails_to_import_is_one_warning_naming_it_and_every_read_goes_on(tmp_path):
+    path = _plugin(tmp_path, """
+        raise ImportError("no module named 'torch_geometric'")
+    """)
+    out = _run_with(path, "from fedcal import catalogue as c\n"
+                          "for _ in range(2):\n"
+                          "    print(c.names('rule')[0])")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["fedavg", "fedavg"]  # fedcal's own components, at every read
+    (warning,) = out.stderr.strip().splitlines()  # once per process, on one line
+    assert "toyplug" in warning and "entry point 'toy'" in warning and "torch_geometric" in warning
+
+
 def test_a_plugin_that_redeclares_a_builtin_name_is_left_out_with_one_warning(tmp_path):
     path = _plugin(tmp_path, """
         from fedcal.catalogue import Component

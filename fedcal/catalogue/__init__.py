@@ -96,13 +96,15 @@ _STATE = {"loaded": False}
 
 
 def register(component: Component) -> Component:
-    """Add ``component`` to the catalogue; a second one of the same kind and name is refused (ValueError,
-    one line), the same declaration twice is a no-op (a module imported again)."""
+    """Add ``component`` to the catalogue; a second one of the same kind and name is refused (ConfigError,
+    one line: the commands print it as such), the same declaration twice is a no-op (a module imported again)."""
     if not isinstance(component, Component):
         raise TypeError(f"register takes a Component, got {type(component).__name__}")
     known = _REGISTRY[component.kind]
     if component.name in known and known[component.name] != component:
-        raise ValueError(f"{component.kind} {component.name!r} is declared twice ({known[component.name].target} "
+        from fedcal.config.errors import ConfigError  # here: see get()
+
+        raise ConfigError(f"{component.kind} {component.name!r} is declared twice ({known[component.name].target} "
                          f"and {component.target})")
     known[component.name] = component
     return component
@@ -111,10 +113,14 @@ def register(component: Component) -> Component:
 def _ensure_loaded() -> None:
     if _STATE["loaded"]:
         return
-    _STATE["loaded"] = True
-    for module in _BUILTIN:
-        importlib.import_module(module)
-    _load_entry_points()
+    _STATE["loaded"] = True  # first: a plug-in's module may read the catalogue while it loads
+    try:
+        for module in _BUILTIN:
+            importlib.import_module(module)
+        _load_entry_points()
+    except BaseException:
+        _STATE["loaded"] = False  # what failed here (a built-in module) fails every read, not only the first
+        raise
 
 
 def _load_entry_points() -> None:
