@@ -57,7 +57,8 @@ def test_federated_inference_round_trip(monkeypatch, tmp_path):
     """The main ClientApp answers inference queries; a client answering NaN is left out of every
     answer; the run directory holds the tables; a re-run resumes from the saved probits."""
     cfg = RunConfig.from_flower(dict(CFG, output_dir=str(tmp_path)))
-    monkeypatch.setitem(inference.TASK.handlers, "query.probits", _garbage_from_client_4(inference.probits))
+    # the handler the inference task's declaration names, swapped
+    monkeypatch.setattr(inference, "probits", _garbage_from_client_4(inference.probits))
     garbage_app = build_client_app()  # the one ClientApp, with the task's handler swapped
     sink = []
     run_inprocess(server_app_for(cfg, sink=sink), garbage_app, num_supernodes=5, seed=0)

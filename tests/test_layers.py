@@ -127,26 +127,25 @@ def test_task_registry_matches_the_config():
     from fedcal.tasks import all_tasks, get_task
 
     assert [t.name for t in all_tasks()] == list(task_names())
-    with pytest.raises(ValueError, match="unknown task 'serve'"):
+    with pytest.raises(ValueError, match="unknown value 'serve'; choose one of train, inference"):
         get_task("serve")
     types = [t for task in all_tasks() for t in task.handlers]
     assert len(types) == len(set(types)), "two tasks claim one message type"
 
 
-def test_registering_a_clashing_task_is_refused(monkeypatch):
-    import fedcal.tasks.registry as registry
-    from fedcal.tasks import Task, get_task, register
+def test_registering_a_clashing_task_is_refused():
+    from fedcal.config import Task, all_tasks, get_task, register_task
 
     train = get_task("train")
-    names = registry.task_names()
-    monkeypatch.setattr(registry, "task_names", lambda: (*names, "extra"))
     with pytest.raises(ValueError, match="both handle"):
-        register(Task(name="extra", summary="x", run=train.run, handlers={"train": train.handlers["train"]}))
-    assert "extra" not in [t.name for t in registry.all_tasks()]  # nothing half-registered
+        register_task(Task("extra", train.target, handlers={"train": train.handlers["train"]}))
+    assert "extra" not in [t.name for t in all_tasks()]  # nothing half-registered
     with pytest.raises(ValueError, match="registered twice"):
-        register(Task(name="train", summary="x", run=train.run))
-    with pytest.raises(ValueError, match="not a value of run-config key 'task'"):
-        register(Task(name="nonexistent", summary="x", run=train.run))
+        register_task(Task("train", train.target, summary="x"))
+    with pytest.raises(ValueError, match="'package.module:function'"):
+        Task("extra", "run_train")  # the Flower side is named, not imported
+    with pytest.raises(ValueError, match="must start with train, evaluate or query"):
+        Task("extra", train.target, handlers={"probits": "fedcal.tasks.inference:probits"})
 
 
 def test_the_client_app_answers_every_task():
@@ -201,7 +200,7 @@ def _task_branches(path: Path) -> list[str]:
 
 def test_no_task_name_is_branched_on_outside_the_tasks_own_modules():
     """The run store, the engines, the config machinery, the command and the studies know no task by
-    name: what differs per task is a fact of its Task / TaskConfig."""
+    name: what differs per task is a fact of its one declaration, its fedcal.config.Task."""
     from fedcal.config import task_names
 
     root = PACKAGE.parent
@@ -390,7 +389,7 @@ MAX_MODULE_LINES = 500
 
 def test_no_module_is_over_the_line_limit():
     """A module past MAX_MODULE_LINES is split by role (the config package's schema lost its task
-    facts to config/taskconfig.py this way)."""
+    declaration to config/task.py this way)."""
     long = {str(p.relative_to(PACKAGE.parent)): n for p in MODULES.values()
             if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"

@@ -1,7 +1,7 @@
 """A task is a plug-in: the toy task of tests/toy_task.py, defined outside ``fedcal/``, parses,
 validates, hashes, runs end to end through ``fedcal run`` and the in-process engine, and reports.
 
-Its registration (config group, TaskConfig, Task) lasts for this module's tests only: the
+Its registration (config group and Task) lasts for this module's tests only: the
 registries are copied before it is imported and put back after, so that the other tests see the
 built-in tasks alone.
 """
@@ -20,12 +20,12 @@ from fedcal.results import load_metrics, run_dir_for
 @pytest.fixture(scope="module", autouse=True)
 def toy():
     """Import (and so register) the toy task into copies of the registries; restore them after."""
-    import fedcal.tasks.registry as registry
+    from fedcal import catalogue
 
     with pytest.MonkeyPatch.context() as mp:
-        for module, names in ((schema, ("_GROUPS", "_SETTINGS", "_TASKS")), (registry, ("_REGISTRY",))):
-            for name in names:
-                mp.setattr(module, name, dict(getattr(module, name)))
+        for name in ("_GROUPS", "_SETTINGS"):
+            mp.setattr(schema, name, dict(getattr(schema, name)))
+        mp.setitem(catalogue._REGISTRY, "task", dict(catalogue.components("task")))
         mp.setattr(schema, "_ORDER_CACHE", [])
         yield importlib.import_module("toy_task")
         sys.modules.pop("toy_task", None)

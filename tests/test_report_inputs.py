@@ -475,10 +475,10 @@ def test_every_task_has_an_evaluation_schedule_and_real_runs_pass_it(tmp_path):
     """The schedule the run checks hold a run to is listed per task (the reports cannot read the
     task registry): every task must be listed, and a real run of each round-based schedule passes."""
     from fedcal.app.engine import simulate
-    from fedcal.config import field_names, task_config, task_names
+    from fedcal.config import field_names, get_task, task_names
     from fedcal.reports.runs import check_run
 
-    schedules = {t: task_config(t).schedule for t in task_names()}
+    schedules = {t: get_task(t).schedule for t in task_names()}
     assert schedules["inference"] is None and schedules["train"] == ("accuracy", "num_rounds", "eval_every")
     assert all(set(s[1:]) <= set(field_names()) for s in schedules.values() if s is not None)
     cfg = RunConfig.from_flower({**BASE, "num-rounds": 5, "eval-every": 2, "engine": "inprocess",

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 import fedcal.results as results
-from fedcal.config import ConfigError, RunConfig, TaskConfig, field_names, fields_of, key_of, schema
+from fedcal.config import ConfigError, RunConfig, Task, field_names, fields_of, key_of
 from fedcal.reports import summarise, to_markdown
 from fedcal.studies.taus import tau_configs
 from fedcal.results import (RunStore, collection_hash, config_hash, default_run_name, hashed_keys, load_config,
@@ -178,7 +178,11 @@ def test_hashed_keys_by_group_equal_the_old_key_sets():
 def test_a_new_task_hashes_common_keys_its_group_and_task(monkeypatch):
     """A later task's hash covers the common group (task included) and its own groups only, so
     adding it leaves train and inference hashes alone."""
-    monkeypatch.setitem(schema._TASKS, "distill", TaskConfig("distill", groups=("defense",)))  # a stand-in new task
+    from fedcal import catalogue
+
+    catalogue.components("task")  # the catalogue loaded, then a stand-in new task put in it
+    monkeypatch.setitem(catalogue._REGISTRY["task"], "distill",
+                        Task("distill", "fedcal.tasks.distill:run_distill", groups=("defense",)))  # a stand-in new task
     keys = hashed_keys("distill")
     assert "task" in keys and "krum_f" in keys and "seed" in keys
     assert not keys & {"tau", "inf_f", "device", "data_dir"}

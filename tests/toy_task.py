@@ -1,5 +1,5 @@
-"""A toy task defined outside ``fedcal/`` (tests/test_plugin_task.py runs it): its config group
-and configuration facts, its server side, its client side and its report. The marked region is
+"""A toy task defined outside ``fedcal/`` (tests/test_plugin_task.py runs it): its config group,
+its server side, its client side, its report, and its one declaration. The marked region is
 docs/design.md's worked example ("Adding a task"), pasted there by
 ``python -m fedcal.pages include_tables docs/design.md``."""
 
@@ -8,9 +8,8 @@ from __future__ import annotations
 # --- example: a plug-in task ---
 from flwr.app import Message, MetricRecord, RecordDict
 
-from fedcal.config import RunConfig, TaskConfig, check, group, register_task, setting
+from fedcal.config import RunConfig, Task, check, group, register_task, setting
 from fedcal.results import RunStore, load_metrics, run_dir_for
-from fedcal.tasks import Task, register
 from fedcal.tasks.nodes import client_id, config_record, discover_clients, message_config
 
 
@@ -25,15 +24,10 @@ class Toy:
     toy_scale: float = setting(1.0, "what each client multiplies its id by", gt=0, finite=True)
 
 
-# 2. The task's configuration facts: the groups it reads (its run hash: common + toy + the task
-#    key), the rules that hold for it only, its run-directory name.
-register_task(TaskConfig("toy", groups=("toy",), rules=(_scale_below_rounds,),
-                         run_name=lambda cfg, h: f"toy-x{cfg.toy_scale:g}-s{cfg.seed}-{h}"))
-
 MESSAGE_TYPE = "query.toy"
 
 
-# 3. The server side, on a Flower Grid: ask every client each round, log the mean answer.
+# 2. The server side, on a Flower Grid: ask every client each round, log the mean answer.
 def run_toy(grid, cfg: RunConfig, progress=None) -> None:
     store = RunStore(run_dir_for(cfg), cfg)
     with store.session(rounds=cfg.toy_rounds):
@@ -49,21 +43,25 @@ def run_toy(grid, cfg: RunConfig, progress=None) -> None:
         store.finish()
 
 
-# 4. The client side: a ClientApp handler for the task's message type.
+# 3. The client side: a ClientApp handler for the task's message type.
 def answer(msg: Message, context) -> Message:
     cfg, _ = message_config(msg, context)
     return Message(RecordDict({"metrics": MetricRecord({"answer": client_id(context) * cfg.toy_scale})}),
                    reply_to=msg)
 
 
-# 5. The report: a table from finished run directories (the run store only).
+# 4. The report: a table from finished run directories (the run store only).
 def toy_report(run_dirs, out_dir, title: str = "") -> str:
     frame = load_metrics(list(run_dirs))
     last = frame.groupby("run_id")["value"].last()
     return (f"## {title}\n\n" if title else "") + "\n".join(f"{run}: mean {v:g}" for run, v in last.items())
 
 
-# 6. The task: referenced by name from the run config's `task` key.
-TASK = register(Task(name="toy", summary="a toy task", run=run_toy, handlers={MESSAGE_TYPE: answer},
-                     rounds=lambda cfg: cfg.toy_rounds, report=f"{__name__}:toy_report"))
+# 5. The task, declared once: its config facts (the groups it reads: its run hash is common + toy + the
+#    task key; the rules that hold for it only; its run-directory name) and, by name, its server side,
+#    its client handlers by message type and its report.
+TASK = register_task(Task(
+    "toy", f"{__name__}:run_toy", summary="a toy task", groups=("toy",), rules=(_scale_below_rounds,),
+    run_name=lambda cfg, h: f"toy-x{cfg.toy_scale:g}-s{cfg.seed}-{h}", handlers={MESSAGE_TYPE: f"{__name__}:answer"},
+    rounds=lambda cfg: cfg.toy_rounds, report=f"{__name__}:toy_report"))
 # --- end of example ---

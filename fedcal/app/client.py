@@ -21,7 +21,7 @@ os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
 from flwr.clientapp import ClientApp  # noqa: E402 - after the environment Ray reads
 
-from fedcal.tasks import Handler, all_tasks  # noqa: E402
+from fedcal.tasks import Handler, Task, all_tasks  # noqa: E402
 from fedcal.tasks.client_state import HANDLERS as STATE_HANDLERS  # noqa: E402
 from fedcal.tasks.nodes import IDENTITY, identity  # noqa: E402
 
@@ -46,6 +46,17 @@ def _placed(handler: Handler) -> Handler:
     return wrapped
 
 
+def _named(task: Task, message_type: str) -> Handler:
+    """The handler ``task`` names for ``message_type``, imported when its first message arrives (a
+    node imports the modules of the tasks it runs only)."""
+
+    def handler(msg, context):
+        return task.handler(message_type)(msg, context)
+
+    handler.__name__ = handler.__qualname__ = f"{task.name}:{message_type}"
+    return handler
+
+
 def build_client_app() -> ClientApp:
     """A ClientApp with the handshake, the checkpoint's state transfer
     (:mod:`fedcal.tasks.client_state`) and the handlers of every registered task."""
@@ -53,9 +64,14 @@ def build_client_app() -> ClientApp:
     _register(client, IDENTITY, identity)
     for message_type, handler in STATE_HANDLERS.items():
         _register(client, message_type, handler)
-    for task in all_tasks():
-        for message_type, handler in task.handlers.items():
-            _register(client, message_type, handler)
+    claimed: dict[str, str] = {}
+    for task in all_tasks():  # fedcal's and the installed plug-ins' (fedcal.catalogue)
+        for message_type in task.handlers:
+            if message_type in claimed:
+                raise ValueError(f"tasks {claimed[message_type]!r} and {task.name!r} both handle message type "
+                                 f"{message_type!r}")
+            claimed[message_type] = task.name
+            _register(client, message_type, _named(task, message_type))
     return client
 
 

@@ -12,7 +12,7 @@ questions "which rules need a root set" (:func:`needing`).
 
 This module is flwr-free and torch-free at import: the config imports it to list its choices. The
 built-in components are declared in this package's other modules (``rules``, ``attacks``,
-``inference``, ``trackers``, ``lora``) and registered when the catalogue is first read; an installed
+``inference``, ``trackers``) and registered when the catalogue is first read; an installed
 package adds its own through the entry-point group :data:`ENTRY_POINT_GROUP` (each entry point
 loads to a :class:`Component` or an iterable of them), loaded once per process, so that its rule,
 attack or task is known to every process of a federation (``flwr run``, SuperNodes, Ray workers).
@@ -21,11 +21,10 @@ attack or task is known to every process of a federation (``flwr run``, SuperNod
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
-
-from fedcal.config.errors import ConfigError
 
 __all__ = ["Component", "ENTRY_POINT_GROUP", "KINDS", "NEEDS", "components", "get", "load", "names", "needing",
            "register"]
@@ -44,9 +43,10 @@ KINDS = ("rule", "pre-aggregation", "attack", "inference-attack", "inference-agg
 NEEDS = ("root-set", "server-model", "batchable", "omniscient", "history", "rule-aware")
 #: the entry-point group an installed package declares its components in
 ENTRY_POINT_GROUP = "fedcal.components"
-#: the modules declaring fedcal's own components (imported when the catalogue is first read)
+#: the modules declaring fedcal's own components (imported when the catalogue is first read); the tasks
+#: are declared by their config group modules (:class:`fedcal.config.Task`), registered by fedcal.config
 _BUILTIN = ("fedcal.catalogue.rules", "fedcal.catalogue.attacks", "fedcal.catalogue.inference",
-            "fedcal.catalogue.trackers", "fedcal.catalogue.lora")
+            "fedcal.catalogue.trackers", "fedcal.config")
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,7 @@ class Component:
 
 
 _REGISTRY: dict[str, dict[str, Component]] = {k: {} for k in KINDS}
+_log = logging.getLogger("fedcal.catalogue")
 _STATE = {"loaded": False}
 
 
@@ -101,6 +102,8 @@ def register(component: Component) -> Component:
         raise TypeError(f"register takes a Component, got {type(component).__name__}")
     known = _REGISTRY[component.kind]
     if component.name in known and known[component.name] != component:
+        from fedcal.config.errors import ConfigError  # here: see get()
+
         raise ConfigError(f"{component.kind} {component.name!r} is declared twice ({known[component.name].target} "
                          f"and {component.target})")
     known[component.name] = component
@@ -116,25 +119,34 @@ def _ensure_loaded() -> None:
             importlib.import_module(module)
         _load_entry_points()
     except BaseException:
-        _STATE["loaded"] = False  # a broken plug-in fails every read, not only the first
+        _STATE["loaded"] = False  # what failed here (a built-in module) fails every read, not only the first
         raise
 
 
 def _load_entry_points() -> None:
+    """Register the components of every installed package's entry points (group
+    :data:`ENTRY_POINT_GROUP`). A broken one — it fails to import, loads to something else than
+    components, or redeclares a known name — is left out with one warning naming its distribution
+    and the error; the others still load, so one bad plug-in breaks no run that does not use it."""
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
+        where = f"{ep.dist.name if ep.dist is not None else 'an unknown distribution'} (entry point {ep.name!r} = {ep.value!r})"
         try:
             loaded = ep.load()
+            items = ([loaded] if isinstance(loaded, Component)
+                     else list(loaded) if isinstance(loaded, Iterable) and not isinstance(loaded, (str, bytes)) else None)
+            if items is None or not all(isinstance(c, Component) for c in items):
+                raise TypeError(f"it must load to a Component or an iterable of them, got {type(loaded).__name__}")
+            for c in items:  # all or none: a clash leaves the whole entry point out
+                known = _REGISTRY[c.kind].get(c.name)
+                if known is not None and known != c:
+                    raise ValueError(f"{c.kind} {c.name!r} is declared already ({known.target})")
+            for c in items:
+                register(c)
         except Exception as e:  # a broken plug-in names itself instead of failing every run config
-            raise ConfigError(f"entry point {ep.name!r} of group {ENTRY_POINT_GROUP!r} ({ep.value}) failed to "
-                             f"load: {type(e).__name__}: {e}") from None
-        items = [loaded] if isinstance(loaded, Component) else list(loaded) if isinstance(loaded, Iterable) else None
-        if items is None or not all(isinstance(c, Component) for c in items):
-            raise ConfigError(f"entry point {ep.name!r} of group {ENTRY_POINT_GROUP!r} ({ep.value}) must load to a "
-                             f"Component or an iterable of them, got {type(loaded).__name__}")
-        for c in items:
-            register(c)
+            _log.warning("fedcal: plug-in %s of group %r left out: %s: %s", where, ENTRY_POINT_GROUP,
+                         type(e).__name__, " ".join(str(e).split()))
 
 
 def _check_kind(kind: str) -> None:
@@ -161,6 +173,10 @@ def get(kind: str, name: str) -> Component:
     try:
         return known[name]
     except (KeyError, TypeError):
+        # imported here, not at the top: fedcal.config imports the catalogue (a Task is a Component), so
+        # the catalogue imports nothing of fedcal.config while it is itself imported
+        from fedcal.config.errors import ConfigError
+
         raise ConfigError(f"unknown {kind} {name!r}; choose one of {', '.join(known)}") from None
 
 

@@ -1,16 +1,17 @@
 """One typed, validated run configuration, declared group by group.
 
 :mod:`fedcal.config.schema` holds the machinery (:func:`setting`, :func:`group`,
-:class:`RunConfig`, :class:`TaskConfig`, the generic validator); each other module of this package
+:class:`RunConfig`, :class:`Task`, the generic validator); each other module of this package
 is one config group — its fields and its own cross-field rules — and, for a task's own group, the
-task's configuration facts (the groups its hash covers, its run name, its rules). Importing this
+task's one declaration (the groups its hash covers, its run name, its rules, its Flower side by name). Importing this
 package registers the built-in groups in the order ``fedcal run --help`` and
 docs/configuration.md list them.
 """
 
-from fedcal.config.schema import (ConfigError, FieldInfo, Group, RunConfig, Setting, TaskConfig, check, config_fields,
-                                  defaults, describe, field_names, fields_of, group, groups, key_of, parse_override,
-                                  register_task, set_key_order, setting, setting_of, task_config, task_names)
+from fedcal.config.schema import (ConfigError, FieldInfo, Group, RunConfig, Setting, check, config_fields, defaults,
+                                  describe, field_names, fields_of, group, groups, key_of, parse_override, set_key_order,
+                                  setting, setting_of)
+from fedcal.config.task import Task, all_tasks, get_task, register_task, task_names
 from fedcal.config.spec import ConfigSpec, check_spec
 
 from fedcal.config.common import *  # noqa: E402,F401,F403,I001 — each module registers its group
@@ -53,6 +54,6 @@ def __getattr__(name: str):
         return _FROM_CATALOGUE[name]()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-__all__ = ["ConfigError", "ConfigSpec", "FieldInfo", "Group", "RunConfig", "Setting", "TaskConfig", "check",
-           "config_fields", "defaults", "describe", "field_names", "fields_of", "group", "groups", "key_of", "parse_override",
-           "check_spec", "register_task", "set_key_order", "setting", "setting_of", "task_config", "task_names"]
+__all__ = ["ConfigError", "ConfigSpec", "FieldInfo", "Group", "RunConfig", "Setting", "Task", "all_tasks", "check",
+           "config_fields", "defaults", "describe", "field_names", "fields_of", "get_task", "group", "groups", "key_of",
+           "parse_override", "check_spec", "register_task", "set_key_order", "setting", "setting_of", "task_names"]

@@ -5,7 +5,7 @@ drive the attackers."""
 
 from __future__ import annotations
 
-from fedcal.config.schema import ConfigError, RunConfig, TaskConfig, check, group, register_task, setting
+from fedcal.config.schema import ConfigError, RunConfig, Task, check, group, register_task, setting
 from fedcal.config.train import tsa_label
 
 __all__ = []
@@ -79,5 +79,13 @@ def _run_name(cfg: RunConfig, short_hash: str) -> str:
     return f"detect-{cfg.det_model.replace('/', '_')}{data}-{what}-s{cfg.seed}-{short_hash}"
 
 
-TASK = register_task(TaskConfig("detect", groups=("train", "detect"), run_name=_run_name, rules=(_attackers, _detr_width),
-                                schedule=("map50", "det_rounds", "det_eval_every")))
+MESSAGE_TYPE = "train.detect"  # a client's round on its detection scenes (fedcal.tasks.detect sends it)
+
+TASK = register_task(Task(
+    "detect", "fedcal.tasks.detect:run_detect",
+    summary="TSA on federated object detection (DETR / grid detector on MNIST scenes): calibration decides "
+            "which boxes survive",
+    groups=("train", "detect"), run_name=_run_name, rules=(_attackers, _detr_width),
+    schedule=("map50", "det_rounds", "det_eval_every"), handlers={MESSAGE_TYPE: "fedcal.tasks.detect:detect_round"},
+    rounds=lambda cfg: cfg.det_rounds, report="fedcal.reports.detect:detect_report",
+    preflight="fedcal.tasks.detect:check_detect_config", extras=("detect",)))

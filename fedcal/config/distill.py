@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import math
 
-from fedcal.config.schema import (ComponentNames, ConfigError, RunConfig, TaskConfig, check, group, register_task,
-                                  setting)
+from fedcal.config.schema import ComponentNames, ConfigError, RunConfig, Task, check, group, register_task, setting
 
 __all__ = ["DISTILL_CORPORA", "DISTILL_CLASSES", "DISTILL_AGGREGATORS", "LORA_TARGETS", "DISTILL_PARTITIONS", "LOGIT_ATTACKS", "ANCHOR_ATTACKS", "PRIOR_TARGETS"]
 
@@ -203,5 +202,11 @@ def _run_name(cfg: RunConfig, short_hash: str) -> str:
     return f"distill-{cfg.dst_corpus}-{cfg.dst_method}-{cfg.dst_partition}{attack}-s{cfg.seed}-{short_hash}"
 
 
-TASK = register_task(TaskConfig("distill", groups=("distill",), run_name=_run_name,
-                                rules=(_one_rank, _distill_replies, _prior_target), schedule=("ca", "dst_rounds", "dst_eval_every")))
+MESSAGE_TYPE = "train.distill"  # a client's distillation round (fedcal.tasks.distill sends it)
+
+TASK = register_task(Task(
+    "distill", "fedcal.tasks.distill:run_distill",
+    summary="RFD-LoRA: robust distillation of heterogeneous-rank LoRA clients' anchor logits, and the LoRA baselines",
+    groups=("distill",), run_name=_run_name, rules=(_one_rank, _distill_replies, _prior_target),
+    schedule=("ca", "dst_rounds", "dst_eval_every"), handlers={MESSAGE_TYPE: "fedcal.tasks.distill:distill_round"},
+    rounds=lambda cfg: cfg.dst_rounds, report="fedcal.reports.distill:distill_report", extras=("text",)))

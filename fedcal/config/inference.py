@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from fedcal import catalogue
-from fedcal.config.schema import ConfigError, RunConfig, TaskConfig, check, group, register_task, setting
+from fedcal.config.schema import ConfigError, RunConfig, Task, check, group, register_task, setting
 from fedcal.config.train import AUGMENTATIONS
 
 __all__ = ["CLIENT_OUTPUTS", "DEFAULT_INFERENCE_ATTACKS", "PGD_STARTS", "PGD_LOSSES", "PGD_GRADS", "ADV_ATTACKS"]
@@ -156,7 +156,11 @@ def _run_name(cfg: RunConfig, short_hash: str) -> str:
 
 # Its hash covers the train and defense groups too, which it barely reads: the key set its runs
 # (and their cached client probits) were named by.
-TASK = register_task(TaskConfig("inference", groups=("inference",),
-                                hash_groups=("common", "train", "defense", "inference"), run_name=_run_name,
-                                rules=(_inference_f, _logit_aggregators, _adversarial_training),
-                                tables=(("accuracy.csv", ("aggregator", "attack", "accuracy")),)))
+TASK = register_task(Task(
+    "inference", "fedcal.tasks.inference:run_inference",
+    summary="robust federated inference: aggregators of client probits under probit-space attacks",
+    groups=("inference",), hash_groups=("common", "train", "defense", "inference"), run_name=_run_name,
+    rules=(_inference_f, _logit_aggregators, _adversarial_training),
+    tables=(("accuracy.csv", ("aggregator", "attack", "accuracy")),),
+    handlers={"train.local": "fedcal.tasks.inference:train_local", "query.probits": "fedcal.tasks.inference:probits"},
+    report="fedcal.reports.inference:inference_report", preflight="fedcal.tasks.train:load_images"))

@@ -6,7 +6,7 @@ n-bins."""
 from __future__ import annotations
 
 from fedcal import catalogue
-from fedcal.config.schema import RunConfig, TaskConfig, check, group, register_task, setting
+from fedcal.config.schema import RunConfig, Task, check, group, register_task, setting
 from fedcal.config.train import tsa_label
 
 __all__ = ["LM_CORPORA", "LM_PARTITIONS", "LM_TOKENIZERS"]
@@ -62,5 +62,11 @@ def _run_name(cfg: RunConfig, short_hash: str) -> str:
     return f"lm-{cfg.lm_corpus}-{cfg.strategy}-{what}-s{cfg.seed}-{short_hash}"
 
 
-TASK = register_task(TaskConfig("lm", groups=("train", "defense", "lm"), run_name=_run_name, rules=(_lm,),
-                                schedule=("accuracy", "num_rounds", "eval_every")))
+MESSAGE_TYPE = "train.lm"  # a client's round on next-token windows (fedcal.tasks.lm sends it)
+
+TASK = register_task(Task(
+    "lm", "fedcal.tasks.lm:run_lm",
+    summary="TSA on a federated GPT-2 language model (Shakespeare roles): calibration drives top-p decoding",
+    groups=("train", "defense", "lm"), run_name=_run_name, rules=(_lm,),
+    schedule=("accuracy", "num_rounds", "eval_every"), handlers={MESSAGE_TYPE: "fedcal.tasks.lm:train_lm"},
+    rounds=lambda cfg: cfg.num_rounds, report="fedcal.reports.lm:lm_report", extras=("text",)))

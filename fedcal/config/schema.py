@@ -6,10 +6,10 @@ snake_case attributes of :class:`RunConfig`, one flat namespace (Flower's run co
 
 Keys come in *groups* (``common``, ``train``, ``defense``, …), each declared in its own module of
 this package with :func:`group`: its fields (each with :func:`setting`: default, help, bounds or
-choices) and its own cross-field rules. A task's configuration facts — the groups its run hash
-covers, its run-directory name, the rules that hold only for it — are a :class:`TaskConfig` the
-task's group module registers with :func:`register_task`. A task defined outside ``fedcal``
-registers its group and its :class:`TaskConfig` the same way, so the field set is a registry, not
+choices) and its own cross-field rules. A task is declared once, as a :class:`Task` its group
+module registers with :func:`register_task`: the groups its run hash covers, its run-directory
+name, the rules that hold only for it, and by name its Flower side. A task defined outside
+``fedcal`` registers its group and its :class:`Task` the same way, so the field set is a registry, not
 a class body fixed at import: :class:`RunConfig` instances hold their values as plain attributes
 (writes blocked) and list their fields from the registry.
 
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 Rule = Callable[["RunConfig"], None]
 
-from fedcal.config.taskconfig import TaskConfig  # noqa: E402  (registered below; its own module)
+from fedcal.config.task import Task, all_tasks, get_task, register_task, task_names  # noqa: E402,F401  (the task modules import them from here)
 
 if TYPE_CHECKING:
     # the fields and the groups' properties with their types, for type checkers only (fedcal/config/stub.py)
@@ -169,7 +169,6 @@ class Group:
 
 _GROUPS: dict[str, Group] = {}
 _SETTINGS: dict[str, Setting] = {}  # by field name, in registration order
-_TASKS: dict[str, TaskConfig] = {}
 _KEY_ORDER: list[tuple[str, ...]] = [()]  # the built-in keys' order (set once by fedcal.config)
 _ORDER_CACHE: list[tuple[str, ...]] = []
 
@@ -226,29 +225,6 @@ def group(name: str, help: str, *, rules: Sequence[Rule] = ()) -> Callable[[type
     return register
 
 
-def register_task(task: TaskConfig) -> TaskConfig:
-    """Register a task's configuration facts (its name becomes a value of the ``task`` key). Its groups
-    may register after it (the train task names the defense group, declared in a later module)."""
-    if task.name in _TASKS and _TASKS[task.name] != task:
-        raise ValueError(f"task {task.name!r} is registered twice")
-    _TASKS[task.name] = task
-    return task
-
-
-def task_config(name: str) -> TaskConfig:
-    """The registered :class:`TaskConfig` called ``name``."""
-    try:
-        return _TASKS[name]
-    except KeyError:
-        raise ConfigError(f"run-config key 'task': unknown value {name!r}; choose one of "
-                          f"{', '.join(_TASKS)}") from None
-
-
-def task_names() -> tuple[str, ...]:
-    """The registered tasks, in registration order (the ``task`` key's choices)."""
-    return tuple(_TASKS)
-
-
 def groups() -> dict[str, str]:
     """Every registered group's name and help, in registration order."""
     return {g.name: g.help for g in _GROUPS.values()}
@@ -293,6 +269,7 @@ class RunConfig(_Fields):
     """
 
     def __init__(self, **values: Any) -> None:
+        all_tasks()  # the catalogue, with the plug-ins' components: their groups' keys are fields too
         unknown = sorted(set(values) - set(_SETTINGS))
         if unknown:
             raise TypeError(f"RunConfig got unknown field(s) {', '.join(unknown)}")
@@ -347,6 +324,7 @@ class RunConfig(_Fields):
 
         Keyword overrides may use either snake_case or kebab-case names.
         """
+        all_tasks()  # the catalogue, with the plug-ins' components: their groups' keys are known keys too
         raw: dict[str, Any] = {}
         for source in (run_config or {}), overrides:
             for k, v in source.items():
@@ -376,7 +354,7 @@ class RunConfig(_Fields):
         for g in _GROUPS.values():
             for rule in g.rules:
                 rule(self)
-        for rule in task_config(self.task).rules:
+        for rule in get_task(self.task).rules:
             rule(self)
 
     # ------------------------------------------------------------------ output
@@ -406,13 +384,13 @@ def check(key: str, ok: bool, value: Any, why: str) -> None:
 
 def tasks_reading(group_name: str) -> tuple[str, ...]:
     """The registered tasks that read ``group_name`` (a group's rule that names where its keys apply)."""
-    return tuple(t.name for t in _TASKS.values() if group_name in t.groups)
+    return tuple(t.name for t in all_tasks() if group_name in t.groups)
 
 
 def identity_includes(cfg: RunConfig, group_name: str) -> bool:
     """Whether the hash of ``cfg``'s task covers ``group_name`` (a group's rule that holds only for
     the tasks that read the group)."""
-    return group_name in task_config(cfg.task).identity_groups
+    return group_name in get_task(cfg.task).identity_groups
 
 
 # ---------------------------------------------------------------------- description

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from fedcal import catalogue
-from fedcal.config.schema import (ComponentNames, RunConfig, TaskConfig, check, group, identity_includes,
-                                  register_task, setting, setting_of)
+from fedcal.config.schema import (ComponentNames, RunConfig, Task, check, group, identity_includes, register_task,
+                                  setting, setting_of)
 
 __all__ = ["AUGMENTATIONS", "CALIBRATION_ESTIMATORS", "CROP_FLIP_DATASETS", "calibration_estimators",
            "evaluable_rules", "tsa_label"]
@@ -181,6 +181,13 @@ def _run_name(cfg: RunConfig, short_hash: str) -> str:
 
 # The train task's hash covers common, train and defense without the task key: the key set its
 # runs were named by before any other task existed, so those run directories keep their names.
-TASK = register_task(TaskConfig("train", groups=("train", "defense"), hash_groups=("common", "train", "defense"),
-                                hash_task_key=False, run_name=_run_name,
-                                schedule=("accuracy", "num_rounds", "eval_every"), image_classifier=True))
+TASK = register_task(Task(
+    "train", "fedcal.tasks.train:run_train",
+    summary="federated training under client poisoning (TSA, noise, label flipping) with a robust strategy",
+    groups=("train", "defense"), hash_groups=("common", "train", "defense"), hash_task_key=False, run_name=_run_name,
+    schedule=("accuracy", "num_rounds", "eval_every"), image_classifier=True,
+    # Flower's message types: the strategy's train round, and the federated calibration's evaluate round
+    handlers={"train": "fedcal.tasks.train:train", "evaluate": "fedcal.tasks.federated_eval:evaluate_heldout"},
+    rounds=lambda cfg: cfg.num_rounds, report="fedcal.reports.taus:task_report",
+    preflight="fedcal.tasks.train:load_images", needs={"batchable"}, label="fedcal.tasks.train:progress_label",
+    final_summary="fedcal.tasks.train:final_summary"))

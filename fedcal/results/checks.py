@@ -16,15 +16,15 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from fedcal.config import RunConfig, key_of, task_config
+from fedcal.config import RunConfig, key_of, get_task
 from fedcal.results.files import COLUMNS, CONFIG_FILE, METRICS_FILE
 from fedcal.results.identity import load_config
 
 
 def evaluated_rounds(cfg: RunConfig) -> tuple[str, list[int]] | None:
     """(metric, rounds) a finished run of ``cfg`` has evaluated: round 0, every ``eval-every``-th round
-    and the last (the task's own keys: its :attr:`fedcal.config.TaskConfig.schedule`); None for a task without rounds."""
-    schedule = task_config(cfg.task).schedule
+    and the last (the task's own keys: its :attr:`fedcal.config.Task.schedule`); None for a task without rounds."""
+    schedule = get_task(cfg.task).schedule
     if schedule is None:
         return None
     metric, last_key, every_key = schedule
@@ -103,7 +103,7 @@ def check_rounds(rows: Sequence[tuple[int, str, float]], cfg: RunConfig) -> str:
     metric, want = schedule
     have = {r for (r, m) in seen if m == metric}
     missing, extra = sorted(set(want) - have), sorted(have - set(want))
-    _, last_key, every_key = task_config(cfg.task).schedule  # type: ignore[misc]
+    _, last_key, every_key = get_task(cfg.task).schedule  # type: ignore[misc]
     plan = f"{key_of(last_key)} = {getattr(cfg, last_key)}, {key_of(every_key)} = {getattr(cfg, every_key)}"
     if missing:
         return f"its {METRICS_FILE} lacks the evaluation ({metric}) of {_rounds(missing)} ({plan})"
@@ -115,7 +115,7 @@ def check_rounds(rows: Sequence[tuple[int, str, float]], cfg: RunConfig) -> str:
 def damage(run_dir: str | os.PathLike[str]) -> tuple[RunConfig | None, str]:
     """(its config, "") when what a ``DONE`` run left is whole: ``config.json`` readable,
     ``metrics.csv`` whole, rounds unique and complete, and the task's own tables readable with
-    their columns (:attr:`fedcal.config.TaskConfig.tables`: the inference task's ``accuracy.csv``);
+    their columns (:attr:`fedcal.config.Task.tables`: the inference task's ``accuracy.csv``);
     else (its config or None, why not: ``its metrics.csv is torn (line 7 has 3 of 5 fields)``)."""
     d = Path(run_dir)
     try:
@@ -126,7 +126,7 @@ def damage(run_dir: str | os.PathLike[str]) -> tuple[RunConfig | None, str]:
     rows, why = read_metrics_strict(d)
     if not why:
         why = check_rounds(rows, cfg)
-    for name, columns in task_config(cfg.task).tables:
+    for name, columns in get_task(cfg.task).tables:
         if why:
             break
         why = _check_table(d / name, columns)

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fedcal.config import ConfigError, RunConfig, config_fields, fields_of, key_of, setting_of, task_config
+from fedcal.config import ConfigError, RunConfig, config_fields, fields_of, key_of, setting_of, get_task
 from fedcal.results.files import CONFIG_FILE, RunNameConflict
 
 
@@ -30,9 +30,9 @@ _COLLECTION_KEYS = ("dataset", "model", "num_clients", "dirichlet_alpha", "lr", 
 
 def hashed_keys(task: str) -> frozenset[str]:
     """Field names whose values make up the hash of a run of ``task``: the hashed keys of the groups
-    its :class:`fedcal.config.TaskConfig` names (``identity_groups``), with or without the ``task``
+    its :class:`fedcal.config.Task` names (``identity_groups``), with or without the ``task``
     key itself as the task declares (see the task's config module for why it chose them)."""
-    tc = task_config(task)
+    tc = get_task(task)
     keys = frozenset(fields_of(*tc.identity_groups)) - _non_semantic()
     return keys if tc.hash_task_key else keys - {"task"}
 
@@ -79,7 +79,7 @@ def aggregator_hash(cfg: RunConfig, component: str) -> str:
 def default_run_name(cfg: RunConfig) -> str:
     """Readable, unique-per-config directory name: the task's own name parts (its config module's
     ``run_name``) and the config hash's first 8 hex digits."""
-    return task_config(cfg.task).default_run_name(cfg, config_hash(cfg)[:8])
+    return get_task(cfg.task).default_run_name(cfg, config_hash(cfg)[:8])
 
 
 def run_dir_for(cfg: RunConfig) -> Path:

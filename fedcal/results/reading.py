@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
-from fedcal.config import RunConfig, task_config
+from fedcal.config import RunConfig, get_task
 from fedcal.provenance import provenance
 from fedcal.results.files import (CHECKPOINT_FILE, CODE, COLUMNS, CONFIG_FILE, DONE_FILE, FINISHED, LOCK_FILE,
                                   METRICS_FILE, MODEL_FILE, RUN_LOG, TIMINGS_FILE, TIMING_COLUMNS, UNRECORDED,
@@ -64,7 +64,7 @@ def run_status(run_dir: str | os.PathLike[str]) -> RunStatus:
     it get (its last logged round)."""
     d = Path(run_dir)
     cfg, why = _done_state(d)
-    schedule = task_config(cfg.task).schedule if cfg is not None else None
+    schedule = get_task(cfg.task).schedule if cfg is not None else None
     num_rounds = getattr(cfg, schedule[1]) if cfg is not None and schedule is not None else None
     last = None if why.startswith("not started") else _last_round(d)
     return RunStatus(d, not why, last, num_rounds, why)

@@ -257,7 +257,7 @@ def simulator(args: argparse.Namespace, force: bool | None = None):
     from fedcal.tasks import get_task
 
     def run(cfg: RunConfig):  # simulate refuses a run-name reused for another config itself
-        label = get_task(cfg.task).label(cfg)  # "": the bar shows the run directory's name
+        label = get_task(cfg.task).progress_label(cfg)  # "": the bar shows the run directory's name
         return simulate(cfg, progress=not args.no_progress, verbose=args.verbose,
                         force=args.force if force is None else force, desc=label, restart=args.restart)
 
@@ -312,7 +312,7 @@ def image_classifier_runs(dirs: Sequence[Path], what: str) -> dict[Path, RunConf
     model is an image classifier of its ``model`` key on its ``dataset`` key (the train task: a run
     of another task leaves its dataset key at the image default, and reading it would fetch MNIST
     for nothing). ``what`` starts the line: "--runs evaluates", "fedcal posthoc calibrates"."""
-    from fedcal.config import task_config, task_names
+    from fedcal.config import get_task, task_names
     from fedcal.results import load_config
 
     configs = {}
@@ -321,9 +321,9 @@ def image_classifier_runs(dirs: Sequence[Path], what: str) -> dict[Path, RunConf
             configs[d] = load_config(d)
         except (OSError, ValueError, KeyError, TypeError) as exc:  # corrupt JSON, unknown keys, bad values
             raise ConfigError(f"{d}: its config.json cannot be read ({str(exc).split('; known keys')[0]})") from None
-    others = [f"{d} (task {c.task})" for d, c in configs.items() if not task_config(c.task).image_classifier]
+    others = [f"{d} (task {c.task})" for d, c in configs.items() if not get_task(c.task).image_classifier]
     if others:
-        tasks = ", ".join(t for t in task_names() if task_config(t).image_classifier)
+        tasks = ", ".join(t for t in task_names() if get_task(t).image_classifier)
         raise ConfigError(f"{what} image-classifier runs (task = {tasks}), not " + ", ".join(others[:3])
                           + (f" and {len(others) - 3} more" if len(others) > 3 else ""))
     return configs

@@ -53,14 +53,14 @@ from fedcal.results import RunStore, run_dir_for
 from fedcal.strategies import FedAvg
 from fedcal.tasks.nodes import (CLIENT_RECORD, check_partitions, client_id, client_record, discover_clients,
                                 message_config)
-from fedcal.tasks.registry import ProgressFn, Task, register
+from fedcal.config.detect import MESSAGE_TYPE  # the task's declaration names its message type
+from fedcal.tasks.registry import ProgressFn
 from fedcal.tasks.train import federate
 from fedcal.local_training import resolve_device
 
 if TYPE_CHECKING:
     import pandas as pd
 
-MESSAGE_TYPE = "train.detect"
 #: the test scene drawn with its kept boxes
 EXAMPLE_SCENE = 0
 
@@ -214,19 +214,6 @@ def _run_detect(grid: Grid, cfg: RunConfig, store: RunStore, checkpoint, progres
     store.save_model(final)
     store.finish()
     return pd.DataFrame(rows)
-
-
-TASK = register(Task(
-    name="detect",
-    summary="TSA on federated object detection (DETR / grid detector on MNIST scenes): calibration decides "
-            "which boxes survive",
-    run=run_detect,
-    handlers={MESSAGE_TYPE: detect_round},
-    rounds=lambda cfg: cfg.det_rounds,
-    report="fedcal.reports.detect:detect_report",
-    preflight=check_detect_config,
-    extras=("detect",),
-))
 
 __all__ = ["MESSAGE_TYPE", "check_detect_config", "client_scenes", "detect_round", "run_detect",
            "eval_scenes"]

@@ -83,14 +83,14 @@ from fedcal.distill.methods import LoraMethod, load_base_weights, lora_method
 from fedcal.distill.run_data import (DistillRunSpec, base_classifier, client_batch, distill_data, evaluate_backdoor,
                                   inputs_of, is_eval_round, is_finite_evaluation, server_round,
                                   student_and_optimizer)
-from fedcal.tasks.registry import ProgressFn, Task, register
+from fedcal.config.distill import MESSAGE_TYPE  # the task's declaration names its message type
+from fedcal.tasks.registry import ProgressFn
 from fedcal.tasks.train import record_rejections
 from fedcal.local_training import resolve_device
 
 if TYPE_CHECKING:
     import pandas as pd
 
-MESSAGE_TYPE = "train.distill"
 ADAPTER_KEY = "distill-adapter"  # a client's adapter state between rounds (its Context state)
 BASE_KEY = "distill-base"  # what a client keeps besides its adapter (FLoRA: its base weights, updates merged)
 RANK_KEY = "lora-rank"  # optional node config: the node's own LoRA rank (a real SuperNode's resources)
@@ -431,16 +431,5 @@ def _baseline_start(method: LoraMethod, base, spec: DistillRunSpec, cfg: RunConf
                                             allowed_ranks=ranks, template=adapter_state(model),
                                             **method.strategy_options(ranks))
     return model, ArrayRecord(first), strategy
-
-
-TASK = register(Task(
-    name="distill",
-    summary="RFD-LoRA: robust distillation of heterogeneous-rank LoRA clients' anchor logits, and the LoRA baselines",
-    run=run_distill,
-    handlers={MESSAGE_TYPE: distill_round},
-    rounds=lambda cfg: cfg.dst_rounds,
-    report="fedcal.reports.distill:distill_report",
-    extras=("text",),
-))
 
 __all__ = ["ADAPTER_KEY", "MESSAGE_TYPE", "client_rank", "distill_round", "run_distill"]

@@ -36,8 +36,7 @@ from fedcal.inference.federated import (InferenceClientSpec, assemble, assemble_
                                         train_client)
 from fedcal.progress import phase
 from fedcal.results import RunStore, aggregator_hash, collection_hash, load_config, run_dir_for
-from fedcal.tasks.registry import ProgressFn, Task, register
-from fedcal.tasks.train import load_images
+from fedcal.tasks.registry import ProgressFn
 from fedcal.local_training import resolve_device
 
 if TYPE_CHECKING:
@@ -336,13 +335,3 @@ def probits(msg: Message, context: Context) -> Message:
     if cfg.inf_client_output == "logits":
         return Message(content=RecordDict({"logits": ArrayRecord({"z": z})}), reply_to=msg)
     return Message(content=RecordDict({"probits": ArrayRecord({"p": z.softmax(dim=1)})}), reply_to=msg)
-
-
-TASK = register(Task(
-    name="inference",
-    summary="robust federated inference: aggregators of client probits under probit-space attacks",
-    run=run_inference,
-    handlers={"train.local": train_local, "query.probits": probits},
-    report="fedcal.reports.inference:inference_report",
-    preflight=load_images,
-))

@@ -34,14 +34,14 @@ from fedcal.lm.run_inputs import LMEvaluator, LMRunSpec, client_windows, node_mo
 from fedcal.results import RunStore, run_dir_for
 from fedcal.tasks.nodes import (CLIENT_RECORD, check_partitions, client_id, client_record, discover_clients,
                                 message_config)
-from fedcal.tasks.registry import ProgressFn, Task, register
+from fedcal.config.lm import MESSAGE_TYPE  # the task's declaration names its message type
+from fedcal.tasks.registry import ProgressFn
 from fedcal.tasks.train import federate
 from fedcal.local_training import resolve_device
 
 if TYPE_CHECKING:
     import pandas as pd
 
-MESSAGE_TYPE = "train.lm"
 
 
 def run_lm(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) -> pd.DataFrame:
@@ -96,14 +96,3 @@ def train_lm(msg: Message, context: Context) -> Message:
         "metrics": MetricRecord({"train-loss": stats.loss, "num-examples": stats.num_examples}),
         CLIENT_RECORD: client_record(cid, behaviour.malicious),
     }), reply_to=msg)
-
-
-TASK = register(Task(
-    name="lm",
-    summary="TSA on a federated GPT-2 language model (Shakespeare roles): calibration drives top-p decoding",
-    run=run_lm,
-    handlers={MESSAGE_TYPE: train_lm},
-    rounds=lambda cfg: cfg.num_rounds,
-    report="fedcal.reports.lm:lm_report",
-    extras=("text",),
-))

@@ -52,9 +52,9 @@ from fedcal.results import AUDIT_FILE, POISONING_FILE, REJECTIONS_FILE, Checkpoi
 from fedcal.strategies import strategy_from_config
 from fedcal.strategies.registry import server_arguments
 from fedcal.strategies.base import UpdateAggregationStrategy
-from fedcal.tasks.federated_eval import MESSAGE_TYPE as EVALUATE, FederatedCalibration, evaluate_heldout
+from fedcal.tasks.federated_eval import FederatedCalibration
 from fedcal.tasks.poisoning import poisoning_grid
-from fedcal.tasks.registry import ProgressFn, Task, register
+from fedcal.tasks.registry import ProgressFn
 from fedcal.local_training import predict_logits, resolve_device
 
 if TYPE_CHECKING:
@@ -381,17 +381,3 @@ def _interval_note(run_dir: Path) -> str:
 def load_images(cfg: RunConfig) -> None:
     """The image tasks' preflight: the dataset loads (a missing file fails naming the key, before Ray starts)."""
     load_dataset(cfg.dataset, cfg.data_dir)
-
-
-TASK = register(Task(
-    name="train",
-    summary="federated training under client poisoning (TSA, noise, label flipping) with a robust strategy",
-    run=run_train,
-    handlers={"train": train, EVALUATE: evaluate_heldout},
-    rounds=lambda cfg: cfg.num_rounds,
-    report="fedcal.reports.taus:task_report",
-    preflight=load_images,
-    batched=True,
-    label=progress_label,
-    final_summary=final_summary,
-))

@@ -1,0 +1,25 @@
+"""A toy model-poisoning attack defined outside ``fedcal/`` (tests/test_plugin_attack.py registers and
+runs it; tests/test_plugins.py installs it as a package). The marked region is docs/design.md's worked
+example ("Adding an attack"), pasted there by ``python docs/tools/include_tables.py docs/design.md``."""
+
+from __future__ import annotations
+
+# --- example: a plug-in attack ---
+import torch
+
+from fedcal.catalogue import Component
+
+
+# 1. The crafting function of an omniscient attack: from the round's (n, d) honest updates and the
+#    number f of colluders, the f crafted updates (f, d). In simulation the colluders' replies are
+#    replaced by these before aggregation (fedcal.tasks.poisoning), their own training kept benign.
+def mirror_median(honest: torch.Tensor, f: int) -> torch.Tensor:
+    """f copies of the honest updates' coordinate-wise median, reflected through the origin."""
+    return (-honest.median(dim=0).values).expand(f, -1).clone()
+
+
+# 2. Its declaration: the run-config value (attack=mirror_median), where it lives (imported only when
+#    a run uses it) and "omniscient": crafted from the round's honest updates.
+MIRROR = Component("attack", "mirror_median", f"{__name__}:mirror_median", needs={"omniscient"},
+                   summary="the honest median reflected through the origin")
+# --- end of example ---
