@@ -196,6 +196,22 @@ NAMED_IN: dict[str, set[str]] = {
     # the theory page checks the trimmed mean's bound; the plots draw DeepSet-TM's curve in its own style
     "fedcal/reports/inference_theory.py": {"trimmed_mean"},
     "fedcal/reports/plots.py": {"deepset_tm"},
+    "fedcal/inference/theory.py": {"trimmed_mean"},
+    # the Byzantine table: FedAvg is its reference row ("the attack that costs FedAvg most"), and Multi-Krum
+    # keeping one update is labelled krum
+    "fedcal/reports/byzantine.py": {"fedavg", "multikrum"},
+    # the result pages quote particular cells of the papers' tables and of fedcal's (CalGuard's closed loop
+    # and replay, the Table-1 RFD-LoRA cell, the budget curve's FedIT arm, the inference audit's PGD-CW,
+    # white-box SIA and trimmed-mean rows)
+    "fedcal/pages/closed_loop.py": {"calguard"},
+    "fedcal/pages/detector_replay.py": {"calguard"},
+    "fedcal/pages/distill_budget_curve.py": {"fedit"},
+    "fedcal/pages/distill_literature.py": {"rfd"},
+    "fedcal/pages/inference_audit.py": {"trimmed_mean", "sia_whitebox", "pgd_cw"},
+    "fedcal/pages/inference_claims.py": {"sia_whitebox"},
+    "fedcal/pages/inference_pages.py": {"pgd_cw"},
+    # the distill grid: RFD-LoRA's cells also vary its server's keys and are the ones replayed
+    "fedcal/studies/distill.py": {"rfd"},
 }
 
 

@@ -12,7 +12,7 @@ questions "which rules need a root set" (:func:`needing`).
 
 This module is flwr-free and torch-free at import: the config imports it to list its choices. The
 built-in components are declared in this package's other modules (``rules``, ``attacks``,
-``inference``, ``trackers``) and registered when the catalogue is first read; an installed
+``inference``, ``trackers``, ``lora``) and registered when the catalogue is first read; an installed
 package adds its own through the entry-point group :data:`ENTRY_POINT_GROUP` (each entry point
 loads to a :class:`Component` or an iterable of them), loaded once per process, so that its rule,
 attack or task is known to every process of a federation (``flwr run``, SuperNodes, Ray workers).
@@ -46,7 +46,7 @@ ENTRY_POINT_GROUP = "fedcal.components"
 #: the modules declaring fedcal's own components (imported when the catalogue is first read); the tasks
 #: are declared by their config group modules (:class:`fedcal.config.Task`), registered by fedcal.config
 _BUILTIN = ("fedcal.catalogue.rules", "fedcal.catalogue.attacks", "fedcal.catalogue.inference",
-            "fedcal.catalogue.trackers", "fedcal.config")
+            "fedcal.catalogue.trackers", "fedcal.catalogue.lora", "fedcal.config")
 
 
 @dataclass(frozen=True)

@@ -252,9 +252,10 @@ def _rules_f(strategy: str, pre: str, f: int) -> dict[str, int]:
 def not_applicable(strategy: str, attack: str) -> bool:
     """Whether ``attack`` cannot run against ``strategy`` (the line-search attacks evaluate the rule from
     the round's updates alone: FLTrust, FoolsGold and CalGuard keep state or a root set): no such cell."""
+    from fedcal import catalogue
     from fedcal.config import RULE_AWARE_STRATEGIES
 
-    return attack in ("opt-alie", "opt-ipm") and strategy not in RULE_AWARE_STRATEGIES
+    return attack in catalogue.needing("attack", "rule-aware") and strategy not in RULE_AWARE_STRATEGIES
 
 
 def byzantine_cells(base: RunConfig, strategies: Sequence[str], attacks: Sequence[str], ratios: Sequence[float],
