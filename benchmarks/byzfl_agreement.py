@@ -335,10 +335,11 @@ def main(argv: list[str] | None = None) -> int:
                 w.writerow([side, r, a, args.probe_steps, f"{v:.3f}"])
         print(f"steps = {steps} (budget {args.budget_cpu_min:g} CPU-min, {args.seeds} seeds, {len(cells)} cells)")
 
-    done = {(r["side"], r["rule"], r["attack"], int(r["seed"]), int(r["steps"])) for r in read_runs(runs_csv)}
     for rule, attack in cells:
         for seed in range(args.seeds):
             for side in sides:
+                # read before each run: another process (the other side, other cells) may append meanwhile
+                done = {(r["side"], r["rule"], r["attack"], int(r["seed"]), int(r["steps"])) for r in read_runs(runs_csv)}
                 if (side, rule.key, attack.key, seed, steps) in done:
                     continue
                 acc, cpu = SIDES[side](rule, attack, seed, steps, work, data_dir)
