@@ -71,3 +71,25 @@ def test_client_momentum_is_hashed_only_when_set():
     assert run_dir_for(RunConfig(**ONE_CLIENT, client_momentum=0.9)) != run_dir_for(base)
     with pytest.raises(ConfigError, match="client-momentum"):
         RunConfig(**ONE_CLIENT, client_momentum=1.0).validate()
+
+
+def test_a_buffer_not_shaped_like_the_model_restarts_from_zero_with_a_warning(caplog):
+    """A node whose Context.state holds a momentum buffer of another shape (a tampered or foreign
+    checkpoint) names itself in a warning and sends the plain (1 - beta) * u step, not a crash."""
+    from flwr.app import ArrayRecord, Context, RecordDict
+
+    from fedcal.tasks.train import MOMENTUM_KEY, _momentum_reply
+
+    model = torch.nn.Linear(2, 1)
+    sent = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)  # the round's update u = 1 everywhere
+    context = Context(run_id=1, node_id=7, node_config={"partition-id": 4}, run_config={},
+                      state=RecordDict({MOMENTUM_KEY: ArrayRecord({"w": torch.zeros(3)})}))
+    reply = _momentum_reply(sent, context, model, 0.5)
+    assert "client 4: its momentum buffer is not shaped like the model" in caplog.text
+    buffer = context.state[MOMENTUM_KEY].to_torch_state_dict()
+    for k in sent:
+        assert torch.allclose(buffer[k], torch.full_like(sent[k], 0.5))  # (1 - 0.5) * 1 from a zero buffer
+        assert torch.allclose(reply[k], sent[k] + 0.5)

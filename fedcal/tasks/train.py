@@ -329,7 +329,8 @@ def train(msg: Message, context: Context) -> Message:
                          server_round, cid, device)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     if cfg.client_momentum and not behaviour.malicious:
-        state.update(_momentum_reply(msg, context, model, cfg.client_momentum))
+        state.update(_momentum_reply(msg.content["arrays"].to_torch_state_dict(), context, model,
+                                     cfg.client_momentum))
     content = RecordDict({
         "arrays": ArrayRecord(state),
         "metrics": MetricRecord({"train-loss": stats.loss, "num-examples": stats.num_examples}),
@@ -344,14 +345,20 @@ def train(msg: Message, context: Context) -> Message:
 MOMENTUM_KEY = "client-momentum"
 
 
-def _momentum_reply(msg: Message, context: Context, model: torch.nn.Module, beta: float) -> dict[str, torch.Tensor]:
-    """The momentum-smoothed parameters this client sends (:func:`fedcal.local_training.momentum_reply`),
-    its buffer read from and written back to ``context.state`` (kept across rounds on its node, and
-    checkpointed with the run)."""
-    sent = msg.content["arrays"].to_torch_state_dict()
+def _momentum_reply(sent: dict[str, torch.Tensor], context: Context, model: torch.nn.Module,
+                    beta: float) -> dict[str, torch.Tensor]:
+    """The momentum-smoothed parameters this client sends after training ``model`` from the
+    server's ``sent`` state (:func:`fedcal.local_training.momentum_reply`), its buffer read from
+    and written back to ``context.state`` (kept across rounds on its node, and checkpointed with
+    the run). A buffer not shaped like the model is named in a warning and restarted from zero."""
     names = [name for name, _ in model.named_parameters()]
     held = context.state.get(MOMENTUM_KEY)
     buffer = held.to_torch_state_dict() if isinstance(held, ArrayRecord) else None
+    if held is not None and (buffer is None or set(buffer) != set(names)
+                             or any(buffer[k].shape != sent[k].shape for k in names)):
+        log(WARNING, "client %s: its momentum buffer is not shaped like the model; it starts again from zero",
+            client_id(context))
+        buffer = None
     reply, buffer = momentum_reply({k: sent[k] for k in names},
                                    {k: p.detach().cpu() for k, p in model.named_parameters()}, buffer, beta)
     context.state[MOMENTUM_KEY] = ArrayRecord(buffer)
