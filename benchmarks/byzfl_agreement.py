@@ -20,7 +20,8 @@ spread" when the two sides' seed ranges overlap, else "differs" with the gap in 
 ``--out`` (default docs/results/byzfl-agreement). Finished runs are kept in runs.csv and skipped
 when the command is run again (a stopped comparison resumes).
 
-The cells: ByzFL's ``Average`` (fedcal: the unweighted mean — ``trimmed_mean`` with ``trim-f = 0``;
+The cells: the benign reference — ByzFL's ``Average`` with f = 0 against fedcal's mean over the 10
+clients without attack: what the two trainings differ by before any attack —, then ByzFL's ``Average`` (fedcal: the unweighted mean — ``trimmed_mean`` with ``trim-f = 0``;
 fedcal's ``fedavg`` weights by the clients' sample counts, ByzFL's average does not), ``TrMean``
 (``trim-f = 3``) and ``NNM`` + ``TrMean`` (``pre-aggregation = nnm``, ``pre-f = 3``), under
 ``SignFlipping`` (``signflip``), ``ALittleIsEnough`` τ = 1.5 (``alie``, ``alie-z = 1.5``: fedcal
@@ -77,6 +78,7 @@ class Attack:
     label: str
     byzfl: tuple[str, dict]  # (ByzFL attack name, its parameters)
     fedcal: dict
+    f: int = F  # Byzantine clients (0: the benign reference, 10 honest clients alone)
 
 
 RULES = (
@@ -86,12 +88,14 @@ RULES = (
          {"strategy": "trimmed_mean", "trim_f": F, "pre_aggregation": "nnm", "pre_f": F}),
 )
 ATTACKS = (
+    Attack("none", "no attack (f=0)", ("SignFlipping", {}), {"attack": "none"}, f=0),
     Attack("signflip", "SignFlipping", ("SignFlipping", {}), {"attack": "signflip"}),
     Attack("alie", "ALIE (tau=1.5)", ("ALittleIsEnough", {"tau": 1.5}), {"attack": "alie", "alie_z": 1.5}),
     Attack("opt-alie", "Optimal ALIE", ("Optimal_ALittleIsEnough", {}), {"attack": "opt-alie"}),
     Attack("opt-ipm", "Optimal IPM", ("Optimal_InnerProductManipulation", {}), {"attack": "opt-ipm"}),
 )
-CELLS = tuple((r, a) for r in RULES for a in ATTACKS)
+#: the comparison's cells: the benign reference (the mean without attack) and every rule × attack
+CELLS = ((RULES[0], ATTACKS[0]), *((r, a) for r in RULES for a in ATTACKS[1:]))
 
 
 def byzfl_missing() -> str | None:
@@ -131,7 +135,7 @@ def byzfl_setting(rule: Rule, attack: Attack, seed: int, steps: int, data: Path,
     config = {
         "benchmark_config": {"training_algorithm": {"name": "DSGD", "parameters": {}}, "nb_steps": steps,
                              "device": "cpu", "training_seed": seed, "nb_training_seeds": 1,
-                             "nb_honest_clients": HONEST, "f": F, "data_distribution_seed": seed,
+                             "nb_honest_clients": HONEST, "f": attack.f, "data_distribution_seed": seed,
                              "nb_data_distribution_seeds": 1, "size_train_set": 1.0,
                              "set_honest_clients_as_clients": False,
                              "data_distribution": {"name": "dirichlet_niid", "distribution_parameter": ALPHA}},
@@ -175,9 +179,9 @@ def run_byzfl(rule: Rule, attack: Attack, seed: int, steps: int, work: Path, dat
 def fedcal_config(rule: Rule, attack: Attack, seed: int, steps: int, out: Path, data_dir: Path):
     from fedcal.config import RunConfig
 
-    n = HONEST + F
+    n = HONEST + attack.f
     return RunConfig(dataset="mnist", data_dir=str(data_dir), model="cnn", num_clients=n, clients_per_round=n,
-                     attacker_ratio=F / n, partition="dirichlet", dirichlet_alpha=ALPHA, lr=LR, batch_size=BATCH,
+                     attacker_ratio=attack.f / n, partition="dirichlet", dirichlet_alpha=ALPHA, lr=LR, batch_size=BATCH,
                      local_steps=1, client_momentum=MOMENTUM, weight_decay=WD, num_rounds=steps,
                      eval_every=steps, seed=seed, engine="inprocess", device="cpu", output_dir=str(out),
                      **rule.fedcal, **attack.fedcal)
@@ -294,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=0, help="D-SGD steps (0: chosen from --budget-cpu-min)")
     p.add_argument("--budget-cpu-min", type=float, default=40.0)
     p.add_argument("--probe-steps", type=int, default=3)
-    p.add_argument("--cells", default="", help="rule:attack,... (default: all 12)")
+    p.add_argument("--cells", default="", help="rule:attack,... (default: all 13, mean:none the benign reference)")
     p.add_argument("--sides", default="byzfl,fedcal")
     args = p.parse_args(argv)
 
