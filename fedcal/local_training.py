@@ -254,6 +254,33 @@ def _round_on_device(x: torch.Tensor, y: torch.Tensor, batches: list[torch.Tenso
 
 
 @torch.no_grad()
+def momentum_reply(global_params: dict[str, torch.Tensor], local_params: dict[str, torch.Tensor],
+                   buffer: dict[str, torch.Tensor] | None, beta: float
+                   ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Client momentum as ByzFL's honest clients keep it (``byzfl/fed_framework/client.py``,
+    ``Client.get_flat_gradients_with_momentum``: ``m ← β·m + (1 − β)·g``, the buffer starting at
+    zero and kept across rounds), on this round's update ``u = local − global`` instead of the
+    gradient: ``m ← β·m + (1 − β)·u`` and the reply is ``global + m``.
+
+    With one local SGD step at learning rate η and no weight decay, ``u = −η·g``, so ``m`` is
+    −η times ByzFL's buffer and a server that adds the aggregate of the replies' updates takes
+    ByzFL's D-SGD step ``w ← w − η·F(m_1, …, m_n)`` for every rule F that commutes with scaling
+    (mean, trimmed mean, median, Krum, NNM, …). Only ``global_params``' entries (the model's
+    parameters) are smoothed; returns (reply parameters, new buffer), both float32 like the
+    parameters. ``buffer`` None (or not shaped like the parameters) starts from zero."""
+    if not 0 <= beta < 1:
+        raise ValueError(f"momentum beta must be in [0, 1), got {beta}")
+    fresh = buffer is None or set(buffer) != set(global_params) or any(
+        buffer[k].shape != v.shape for k, v in global_params.items())
+    reply, new = {}, {}
+    for k, g in global_params.items():
+        u = local_params[k].detach() - g
+        m = u.mul(1 - beta) if fresh else buffer[k].to(u).mul(beta).add_(u, alpha=1 - beta)
+        new[k], reply[k] = m, g + m
+    return reply, new
+
+
+@torch.no_grad()
 def predict_logits(model: nn.Module, x: torch.Tensor, batch_size: int = 1000,
                    device: torch.device | str = "cpu") -> torch.Tensor:
     """Logits at temperature 1 for all of ``x`` (returned on the CPU, float32)."""

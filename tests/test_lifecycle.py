@@ -242,6 +242,22 @@ def test_every_strategy_resumes_after_a_crash_bit_for_bit(tmp_path, strategy):
         assert (run_dir / name).read_bytes() == (ref / name).read_bytes(), name
 
 
+def test_a_crashed_run_with_client_momentum_resumes_the_clients_buffers_bit_for_bit(tmp_path):
+    """With client-momentum each benign client keeps its buffer in its node's Context.state; a run
+    that crashed in round 5 resumes from its round-4 checkpoint in new node contexts, the buffers
+    taken from the checkpoint (a buffer restarted from zero would change every later round)."""
+    extra = dict(client_momentum=0.9, local_steps=1)
+    ref = simulate(_cfg(tmp_path / "ref", **extra), progress=False)
+    cfg = _cfg(tmp_path / "crashed", **extra)
+    crash_in_round(cfg, 5)
+    run_dir = run_dir_for(cfg)
+    assert _checkpoints(run_dir) == [2, 4]
+    simulate(cfg, progress=False)
+    assert [e for _, e in run_events(run_dir) if e.startswith("resumed")][0].startswith("resumed from round 4")
+    for name in ("metrics.csv", "model.pt"):
+        assert (run_dir / name).read_bytes() == (ref / name).read_bytes(), name
+
+
 @pytest.mark.slow
 def test_a_crashed_ray_run_resumes(tmp_path, monkeypatch):
     """On Ray's Simulation Engine (the default engine; every client actor of the resumed run is a

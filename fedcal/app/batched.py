@@ -93,6 +93,8 @@ def batched_unsupported(cfg: RunConfig) -> str | None:
         return "the adaptive TSA attacker (tsa-step-frac / tsa-blend / tsa-duty)"
     if cfg.local_epochs:  # the clients' step counts then differ: no common (E, B) batch shape to stack
         return "local-epochs (clients take different numbers of steps)"
+    if cfg.client_momentum:
+        return "client-momentum (each client keeps a buffer across rounds)"
     if cfg.augment != "none":
         return f"augment {cfg.augment!r}"
     if cfg.fed_eval_clients:

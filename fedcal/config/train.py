@@ -60,6 +60,12 @@ def _local_work(c: RunConfig) -> None:
                   f"is CIFAR's augmentation ({', '.join(CROP_FLIP_DATASETS)}), not for dataset {c.dataset!r}")
 
 
+def _client_momentum(c: RunConfig) -> None:
+    if c.client_momentum:  # only the train task's clients keep the buffer
+        check("client-momentum", c.task == "train", c.client_momentum,
+              f"is kept by the train task's clients, not task={c.task}")
+
+
 def _byzantine_attacks(c: RunConfig) -> None:
     needs = catalogue.get("attack", c.attack).needs
     backdoor = setting_of("backdoor_target").read_by(c)  # the image backdoor's own keys are read
@@ -90,7 +96,7 @@ def _calibration(c: RunConfig) -> None:
 
 
 @group("train", "federated training under attack (task = train): rounds, attackers, evaluation",
-       rules=(_round_size, _local_work, _byzantine_attacks, _calibration, _calguard_clients))
+       rules=(_round_size, _local_work, _client_momentum, _byzantine_attacks, _calibration, _calguard_clients))
 class Train:
     clients_per_round: int = setting(5, "M, clients sampled per round (<= num-clients)", ge=1)
     num_rounds: int = setting(100, "federated rounds", ge=1)
@@ -106,6 +112,10 @@ class Train:
                               only_with=("attack", _ATTACKS))
     local_steps: int = setting(5, "E, local SGD steps per round", ge=1)
     eval_every: int = setting(1, "central evaluation every k rounds (always round 0 and the last)", ge=1)
+    client_momentum: float = setting(0.0, "client momentum as ByzFL's honest clients keep it: each benign client "
+                                          "keeps a buffer m <- beta * m + (1 - beta) * update across its rounds and "
+                                          "sends global + m (with local-steps = 1: ByzFL's D-SGD momentum)", ge=0,
+                                     lt=1, note="0 = off", hash_when_set=True)
     tsa_step_frac: float = setting(1.0, "adaptive TSA: share of the local steps trained at tau (the first "
                                         "round(frac * E), at least one; the rest benign)", gt=0, le=1,
                                    hash_when_set=True, only_with=("attack", _ATTACKS))

@@ -53,9 +53,10 @@ from fedcal.strategies import strategy_from_config
 from fedcal.strategies.registry import server_arguments
 from fedcal.strategies.base import UpdateAggregationStrategy
 from fedcal.tasks.federated_eval import FederatedCalibration
+from fedcal.tasks.client_state import collect_states, restore_states
 from fedcal.tasks.poisoning import poisoning_grid
 from fedcal.tasks.registry import ProgressFn
-from fedcal.local_training import predict_logits, resolve_device
+from fedcal.local_training import momentum_reply, predict_logits, resolve_device
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -176,14 +177,18 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
     the process's random streams, the rows and rejections so far. Given ``resume`` (the
     checkpoint :meth:`RunStore.session` found), the run continues after its round with all of
     them restored — the random streams last, right before the first resumed round — and ends as
-    the uninterrupted run would have. The clients keep no state between rounds (their draws are
-    seeded by seed, round and client), so nothing of theirs is checkpointed.
+    the uninterrupted run would have. The clients' draws are seeded by seed, round and client; the
+    only state a client keeps between rounds is its momentum buffer (``client-momentum``), and
+    with it on every node's ``Context.state`` is checkpointed too (``"clients"``:
+    :func:`fedcal.tasks.client_state.collect_states`) and sent back to its node on resume.
 
     Returns (final state, rows of per-round metrics). Raises :class:`RunFailed` — the run is not
     finished — when no round aggregated anything. The caller saves the model and finishes the run.
     """
     num_rounds = cfg.num_rounds if num_rounds is None else num_rounds
     grid = identified_grid(grid, node_to_client)  # nodes left out at the handshake are never sampled
+    nodes_grid = grid  # the nodes' own state queries go around the poisoning colluders
+    stateful = bool(cfg.client_momentum)  # the clients keep state across rounds: it is checkpointed
     # the model-poisoning attacks' omniscient colluders craft the attackers' replies (fedcal.tasks.poisoning)
     grid = poisoning_grid(grid, cfg, node_to_client, lambda rows: store.append_rows(POISONING_FILE, rows))
     if strategy is None:
@@ -197,7 +202,7 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
     aggregated_before = 0  # rounds that aggregated before the checkpoint this attempt resumed from
     arrays, first_round = ArrayRecord(initial), 1
     resume = store.resumable(resume, functools.partial(check_resumable, initial=initial, strategy=strategy,
-                                                       node_to_client=node_to_client))
+                                                       node_to_client=node_to_client, client_states=stateful))
     if resume is not None:
         arrays, first_round, rows, rejections, aggregated_before = _resumed(resume, strategy, node_to_client,
                                                                             progress, num_rounds)
@@ -217,12 +222,14 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
             store.save_checkpoint(server_round, lambda: {
                 "arrays": arrays.to_torch_state_dict(), "strategy": strategy.state_dict(), "rows": rows,
                 "rejections": rejections, "aggregated": aggregated_before + strategy.rounds_aggregated,
-                "rng": rng_state()})
+                "rng": rng_state(), **({"clients": collect_states(nodes_grid, node_to_client)} if stateful else {})})
         if progress is not None:
             progress(server_round, metrics)
         return MetricRecord({k: float(v) for k, v in metrics.items()})
 
     if resume is not None:
+        if stateful:
+            restore_states(nodes_grid, node_to_client, resume.state["clients"])
         set_rng_state(resume.state["rng"])  # last: every stream continues from the checkpoint on
         clock[0] = time.perf_counter()
     result = strategy.start(grid=grid, initial_arrays=arrays, num_rounds=num_rounds, train_config=config_record(cfg),
@@ -236,14 +243,17 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
 
 
 def check_resumable(resume: Checkpoint, *, initial: dict[str, torch.Tensor], strategy: UpdateAggregationStrategy,
-                    node_to_client: dict[int, int]) -> None:
+                    node_to_client: dict[int, int], client_states: bool = False) -> None:
     """Raise (ValueError, saying what) unless :func:`federate` can continue from ``resume``'s state:
-    every key present, the global model shaped like ``initial`` and finite, one row per round up to
+    every key present (``clients``, the nodes' states, when ``client_states``), the global model shaped like ``initial`` and finite, one row per round up to
     the checkpoint's, the rule's state taken by a copy of ``strategy``, the random streams
     restorable. Changes nothing (the run store starts the run over when it raises:
     :meth:`RunStore.resumable`)."""
     state = resume.state
-    require(state, ("arrays", "strategy", "rows", "rejections", "aggregated", "rng"))
+    require(state, ("arrays", "strategy", "rows", "rejections", "aggregated", "rng",
+                    *(("clients",) if client_states else ())))
+    if client_states and not isinstance(state["clients"], dict):
+        raise ValueError(f"its client states are a {type(state['clients']).__name__}, not a dict")
     check_tensors_like(state["arrays"], initial, "global model")
     check_history(state, resume.round)
     if not isinstance(state["strategy"], dict):
@@ -321,6 +331,9 @@ def train(msg: Message, context: Context) -> Message:
     stats = client_round(model, data.x, data.y, data.num_classes, behaviour, LocalRoundSpec.from_config(cfg),
                          server_round, cid, device)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    if cfg.client_momentum and not behaviour.malicious:
+        state.update(_momentum_reply(msg.content["arrays"].to_torch_state_dict(), context, model,
+                                     cfg.client_momentum))
     content = RecordDict({
         "arrays": ArrayRecord(state),
         "metrics": MetricRecord({"train-loss": stats.loss, "num-examples": stats.num_examples}),
@@ -329,6 +342,30 @@ def train(msg: Message, context: Context) -> Message:
     if drift:  # CalGuard without a root set: the global model's and the candidate's calibration states
         content[DRIFT_RECORD] = ArrayRecord(drift_arrays(held[1], _held_out_state(cfg, cid, model, device, held)[1]))
     return Message(content=content, reply_to=msg)
+
+
+#: the ``Context.state`` record of a client's momentum buffer (``client-momentum``)
+MOMENTUM_KEY = "client-momentum"
+
+
+def _momentum_reply(sent: dict[str, torch.Tensor], context: Context, model: torch.nn.Module,
+                    beta: float) -> dict[str, torch.Tensor]:
+    """The momentum-smoothed parameters this client sends after training ``model`` from the
+    server's ``sent`` state (:func:`fedcal.local_training.momentum_reply`), its buffer read from
+    and written back to ``context.state`` (kept across rounds on its node, and checkpointed with
+    the run). A buffer not shaped like the model is named in a warning and restarted from zero."""
+    names = [name for name, _ in model.named_parameters()]
+    held = context.state.get(MOMENTUM_KEY)
+    buffer = held.to_torch_state_dict() if isinstance(held, ArrayRecord) else None
+    if held is not None and (buffer is None or set(buffer) != set(names)
+                             or any(buffer[k].shape != sent[k].shape for k in names)):
+        log(WARNING, "client %s: its momentum buffer is not shaped like the model; it starts again from zero",
+            client_id(context))
+        buffer = None
+    reply, buffer = momentum_reply({k: sent[k] for k in names},
+                                   {k: p.detach().cpu() for k, p in model.named_parameters()}, buffer, beta)
+    context.state[MOMENTUM_KEY] = ArrayRecord(buffer)
+    return reply
 
 
 def _held_out_state(cfg: RunConfig, cid: int, model: torch.nn.Module, device: torch.device,
