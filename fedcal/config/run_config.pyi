@@ -42,6 +42,7 @@ class RunConfigFields:
     calibration_metrics: str
     calibration_bootstrap: int
     fed_eval_clients: int
+    client_momentum: float
     mimic_target: int
     # defense: the server's aggregation rule and its parameters (task = train)
     strategy: str

@@ -191,12 +191,7 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
     stateful = bool(cfg.client_momentum)  # the clients keep state across rounds: it is checkpointed
     # the model-poisoning attacks' omniscient colluders craft the attackers' replies (fedcal.tasks.poisoning)
     grid = poisoning_grid(grid, cfg, node_to_client, lambda rows: store.append_rows(POISONING_FILE, rows))
-    if strategy is None:
-        strategy = strategy_from_config(cfg, node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
-                                        node_label=node_to_client.get, available=len(node_to_client),
-                                        **strategy_kwargs)
-    if cfg.fed_eval_clients and strategy.evaluation is None:  # the clients' calibration states, merged
-        strategy.evaluation = evaluation or FederatedCalibration(cfg, store, node_to_client)
+    strategy = _round_strategy(cfg, store, node_to_client, strategy, evaluation, strategy_kwargs)
     rows: list[dict[str, float]] = []
     rejections: list[dict] = []
     aggregated_before = 0  # rounds that aggregated before the checkpoint this attempt resumed from
@@ -240,6 +235,20 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
             f"{num_rounds} round(s), reasons in {REJECTIONS_FILE}); the model is untrained and the run is "
             "not marked DONE")
     return result.arrays.to_torch_state_dict(), rows
+
+
+def _round_strategy(cfg: RunConfig, store: RunStore, node_to_client: dict[int, int],
+                    strategy: UpdateAggregationStrategy | None, evaluation: FederatedCalibration | None,
+                    strategy_kwargs: dict) -> UpdateAggregationStrategy:
+    """The run's strategy (the configured one unless given), with the clients' merged calibration
+    states as its federated evaluation when ``fed-eval-clients`` asks for them."""
+    if strategy is None:
+        strategy = strategy_from_config(cfg, node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
+                                        node_label=node_to_client.get, available=len(node_to_client),
+                                        **strategy_kwargs)
+    if cfg.fed_eval_clients and strategy.evaluation is None:  # the clients' calibration states, merged
+        strategy.evaluation = evaluation or FederatedCalibration(cfg, store, node_to_client)
+    return strategy
 
 
 def check_resumable(resume: Checkpoint, *, initial: dict[str, torch.Tensor], strategy: UpdateAggregationStrategy,
