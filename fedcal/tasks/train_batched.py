@@ -358,6 +358,12 @@ def _poison(run: _Run, server_round: int, cids: list[int], replies: dict[str, to
         update = torch.cat([(replies[n][i].cpu().double() - base[n].double()).reshape(-1) for n in names])
         if bool(torch.isfinite(update).all()):
             honest.append((cid, update))
+    # the attackers in the order their replies reach the colluders in-process (the round's sample
+    # order), so each gets the row it gets there (only Fang's trimmed-mean attack draws one per attacker)
+    cfg = run.cfg
+    sample = sampled_clients(server_round, seed=cfg.seed, num_clients=cfg.num_clients,
+                             clients_per_round=cfg.clients_per_round)
+    bad.sort(key=lambda ic: sample.index(ic[1]))
     rows = colluders.craft(server_round, honest, [(cid, cid) for _, cid in bad])
     if rows is None:
         return
