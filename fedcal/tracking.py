@@ -40,9 +40,9 @@ import warnings
 from pathlib import Path
 from typing import Any, Mapping, Protocol
 
+from fedcal import catalogue
 from fedcal.config import ConfigError
 
-TRACKERS = ("none", "tensorboard", "mlflow", "wandb")
 #: the package each tracker needs (import name)
 PACKAGES = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}
 TENSORBOARD_DIR = "tensorboard"  # under the run directory
@@ -71,8 +71,9 @@ class Tracker(Protocol):
 def check_tracker(name: str) -> None:
     """Raise :class:`TrackerUnavailable` (one line, naming the extra) when ``name``'s package is
     missing; a no-op for ``none``. Called before a run starts, so it fails before any training."""
-    if name not in TRACKERS:
-        raise ConfigError(f"run-config key 'tracker': unknown tracker {name!r}; choose one of {', '.join(TRACKERS)}")
+    if name not in catalogue.names("tracker"):
+        raise ConfigError(f"run-config key 'tracker': unknown tracker {name!r}; choose one of "
+                          f"{', '.join(catalogue.names('tracker'))}")
     package = PACKAGES.get(name)
     if package is not None and importlib.util.find_spec(package) is None:
         raise TrackerUnavailable(f"run-config key 'tracker': {name} needs the {package!r} package: "
@@ -84,14 +85,12 @@ def open_tracker(name: str, run_dir: str | Path, run_id: str, *, resumed_from: i
     (``resumed_from`` None) starts its tracker's files over; a resumed one continues them after
     round ``resumed_from``."""
     check_tracker(name)
-    run_dir = Path(run_dir)
-    if name == "none":
-        return None
-    if name == "tensorboard":
-        return TensorBoardTracker(run_dir, resumed_from=resumed_from)
-    if name == "mlflow":
-        return MlflowTracker(run_dir, run_id, resumed_from=resumed_from)
-    return WandbTracker(run_dir, run_id, resumed_from=resumed_from)
+    return catalogue.load("tracker", name)(Path(run_dir), run_id, resumed_from=resumed_from)
+
+
+def no_tracker(run_dir: Path, run_id: str, *, resumed_from: int | None = None) -> None:
+    """``tracker = none``: nothing tracks the run."""
+    return None
 
 
 def _finite(metrics: Mapping[str, float]) -> dict[str, float]:
@@ -104,7 +103,7 @@ class TensorBoardTracker:
     """Event files under ``<run dir>/tensorboard``: one scalar series per metric (step = round)
     and the run config as a text summary (a JSON block)."""
 
-    def __init__(self, run_dir: Path, *, resumed_from: int | None = None):
+    def __init__(self, run_dir: Path, run_id: str = "", *, resumed_from: int | None = None):
         from torch.utils.tensorboard import SummaryWriter
 
         log_dir = run_dir / TENSORBOARD_DIR

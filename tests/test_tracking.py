@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 
-from fedcal.config import ConfigError, RunConfig, TRACKERS
+from fedcal.config import ConfigError, RunConfig
 from fedcal.results import RunStore, config_hash, load_metrics, run_dir_for
 from fedcal import tracking
 
@@ -37,10 +37,6 @@ def tensorboard_scalars(run_dir) -> pd.DataFrame:
 def metrics_table(run_dir) -> pd.Series:
     df = load_metrics(run_dir)
     return df.set_index(["round", "metric"])["value"].sort_index()
-
-
-def test_trackers_are_the_config_choices():
-    assert tracking.TRACKERS == TRACKERS
 
 
 def test_tracker_is_an_execution_key_that_changes_no_hash(tmp_path):

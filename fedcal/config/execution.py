@@ -5,13 +5,12 @@ from __future__ import annotations
 import math
 import os
 
-from fedcal.config.schema import ConfigError, RunConfig, check, group, setting
+from fedcal.config.schema import ComponentNames, ConfigError, RunConfig, check, group, setting
 
-__all__ = ["DEVICES", "ENGINES", "TRACKERS", "ray_address_parts"]
+__all__ = ["DEVICES", "ENGINES", "ray_address_parts"]
 
 DEVICES = ("auto", "cpu", "cuda")  # the common values; `device` takes any torch device string (_device)
 ENGINES = ("ray", "inprocess", "batched")
-TRACKERS = ("none", "tensorboard", "mlflow", "wandb")  # fedcal.tracking.TRACKERS (a test keeps them equal)
 
 
 def _run_name(c: RunConfig) -> None:
@@ -89,7 +88,7 @@ class Execution:
     tracker: str = setting("none", "stream every round's metrics and the run config to a tracker as the run goes: "
                                    "tensorboard (event files in the run directory), mlflow (one SQLite store for the "
                                    "runs of an output folder: <output-dir>/mlruns.db), wandb (offline unless WANDB_MODE says otherwise); pip install "
-                                   "'fedcal[track]'", choices=TRACKERS)
+                                   "'fedcal[track]'", choices=ComponentNames("tracker"))
     ray_address: str = setting("", 'engine=ray: the Ray cluster to attach to (host:port, "auto"); "" = $RAY_ADDRESS, '
                                    "else the cluster `ray start` left on this machine, else a Ray instance started "
                                    "for the run")

@@ -42,6 +42,32 @@ def key_of(field_name: str) -> str:
 
 
 # ---------------------------------------------------------------------- field declarations
+class ComponentNames(Sequence):
+    """The names of a kind of component of :mod:`fedcal.catalogue`, read when asked (the catalogue
+    loads plug-ins' components once, after the config is imported): as a setting's ``choices``, every
+    name of ``kind``; as the values of its ``only_with``, the components that declare the setting
+    among their own keys (``key``, filled in when the setting's group registers)."""
+
+    def __init__(self, kind: str, key: str | None = None) -> None:
+        self.kind, self.key = kind, key
+
+    def __call__(self) -> tuple[str, ...]:
+        from fedcal import catalogue
+
+        if self.key is None:
+            return catalogue.names(self.kind)
+        return tuple(n for n, c in catalogue.components(self.kind).items() if self.key in c.keys)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self()[i]
+
+    def __len__(self) -> int:
+        return len(self())
+
+    def __repr__(self) -> str:
+        return f"ComponentNames({self.kind!r}{'' if self.key is None else f', key={self.key!r}'})"
+
+
 @dataclass(frozen=True)
 class Setting:
     """What :func:`setting` declares about one run-config field (name, group and type are filled
@@ -64,8 +90,9 @@ class Setting:
     hash_when_set: bool = False
     aliases: Mapping[Any, Any] | None = None  # values accepted and normalised (an old name of a value)
     # read only when another key names one of these values (("strategy", ("calguard",)): CalGuard's keys;
-    # a comma-separated value such as pre-aggregation's names each of its items); see Setting.read_by
-    only_with: tuple[str, tuple[str, ...]] | None = None
+    # a comma-separated value such as pre-aggregation's names each of its items); see Setting.read_by.
+    # ComponentNames(kind) as the values: the components of the catalogue that declare this key their own
+    only_with: tuple[str, Sequence[str]] | None = None
     name: str = ""
     group: str = ""
     type: str = ""
@@ -134,13 +161,14 @@ def setting(default: Any, help: str, *, ge: float | None = None, gt: float | Non
             le: float | None = None, lt: float | None = None,
             choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None, finite: bool = False,
             hashed: bool | None = None, note: str = "", number_list: bool = False, hash_when_set: bool = False,
-            aliases: Mapping[Any, Any] | None = None, only_with: tuple[str, tuple[str, ...]] | None = None) -> Any:
+            aliases: Mapping[Any, Any] | None = None, only_with: tuple[str, Sequence[str]] | None = None) -> Any:
     """One field of a config group: default, help and bounds/choices, declared together.
 
     ``hashed`` defaults to False in the ``execution`` group and True elsewhere; ``hash_when_set``
     hashes the key only at a value other than its default (a key added to a group whose runs were
     already named). ``only_with`` = (field, values): the key is read only when that field names one
-    of the values (:meth:`Setting.read_by`); a command refuses it, set, where no run reads it
+    of the values (:meth:`Setting.read_by`; ``ComponentNames(kind)``: the catalogue's components of that
+    kind which declare this key among their own); a command refuses it, set, where no run reads it
     (:func:`fedcal.studies.common.refuse_unread_keys`).
     """
     return Setting(help, default, ge, gt, le, lt, choices, finite, hashed, note, number_list, hash_when_set, aliases,
@@ -202,7 +230,11 @@ def group(name: str, help: str, *, rules: Sequence[Rule] = ()) -> Callable[[type
             if field_name in _SETTINGS or hasattr(RunConfig, field_name):
                 raise ValueError(f"run-config field {field_name!r} of group {name!r} is declared twice")
             hashed = name != "execution" if decl.hashed is None else decl.hashed
-            _SETTINGS[field_name] = dataclasses.replace(decl, name=field_name, group=name, type=typ, hashed=hashed)
+            only_with = decl.only_with
+            if only_with is not None and isinstance(only_with[1], ComponentNames) and only_with[1].key is None:
+                only_with = (only_with[0], ComponentNames(only_with[1].kind, field_name))  # the components owning it
+            _SETTINGS[field_name] = dataclasses.replace(decl, name=field_name, group=name, type=typ, hashed=hashed,
+                                                        only_with=only_with)
             names.append(field_name)
         for attr, value in cls.__dict__.items():
             if isinstance(value, property):

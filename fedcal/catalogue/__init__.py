@@ -1,0 +1,173 @@
+"""The component catalogue: every named choice of a run config, declared once.
+
+A *component* is one value of a run-config key that selects an implementation — an aggregation
+rule (``strategy``), a pre-aggregation step, an attack, an inference attack or aggregator, a LoRA
+method, a tracker, a task. Each is declared once, as a :class:`Component`: its kind and name (the
+run-config value), a lazy reference to its implementation (``"package.module:attribute"``, imported
+only by :func:`load`), its own run-config keys, how its keyword arguments come from a run config
+(``params``), what it needs of the federation (:data:`NEEDS`: a root set, the server's model, …) and
+a one-line summary. Everything else is derived from the declarations: the config's ``choices``
+(:func:`names`), the registries that build an implementation (:func:`load` and ``params``), and the
+questions "which rules need a root set" (:func:`needing`).
+
+This module is flwr-free and torch-free at import: the config imports it to list its choices. The
+built-in components are declared in this package's other modules (``rules``, ``attacks``,
+``inference``, ``trackers``) and registered when the catalogue is first read; an installed
+package adds its own through the entry-point group :data:`ENTRY_POINT_GROUP` (each entry point
+loads to a :class:`Component` or an iterable of them), loaded once per process, so that its rule,
+attack or task is known to every process of a federation (``flwr run``, SuperNodes, Ray workers).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fedcal.config import RunConfig
+
+__all__ = ["Component", "ENTRY_POINT_GROUP", "KINDS", "NEEDS", "components", "get", "load", "names", "needing",
+           "register"]
+
+#: the kinds of component, each the values of one run-config key (or a list key's items)
+KINDS = ("rule", "pre-aggregation", "attack", "inference-attack", "inference-aggregator", "lora-method", "tracker",
+         "task")
+#: what a component may need or offer, in words:
+#: ``root-set`` — a labelled root set of the server's (FLTrust, CalGuard on its root signal);
+#: ``server-model`` — a model of the federation's architecture on the server;
+#: ``batchable`` — runs in the batched engine (its client step is the benign one, or one the engine batches);
+#: ``omniscient`` — an attack crafted from the round's honest updates (a server-side colluders' step);
+#: ``history`` — a rule whose result depends on earlier rounds (FoolsGold, CalGuard), not the round's updates alone;
+#: ``rule-aware`` — an attack that evaluates the server's rule on candidate updates (it needs a rule
+#: without ``history`` or ``root-set``)
+NEEDS = ("root-set", "server-model", "batchable", "omniscient", "history", "rule-aware")
+#: the entry-point group an installed package declares its components in
+ENTRY_POINT_GROUP = "fedcal.components"
+#: the modules declaring fedcal's own components (imported when the catalogue is first read)
+_BUILTIN = ("fedcal.catalogue.rules", "fedcal.catalogue.attacks", "fedcal.catalogue.inference",
+            "fedcal.catalogue.trackers")
+
+
+@dataclass(frozen=True)
+class Component:
+    """One named choice: see the module docstring."""
+
+    kind: str  # one of KINDS
+    name: str  # the run-config value, e.g. "trimmed_mean", "alie", "rfd"
+    target: str  # lazy reference "package.module:attribute" to the implementation
+    keys: tuple[str, ...] = ()  # its own run-config keys (field names), e.g. ("trim_f",)
+    params: Callable[[RunConfig], dict[str, Any]] | None = None  # its keyword arguments from a run config
+    needs: frozenset[str] = frozenset()  # of NEEDS
+    summary: str = ""  # one line for --help and docs
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"component {self.name!r}: unknown kind {self.kind!r}; choose one of {', '.join(KINDS)}")
+        if not self.name or self.name != self.name.strip() or "," in self.name:
+            raise ValueError(f"{self.kind} component: name {self.name!r} must be a non-empty word without commas")
+        module, sep, attr = self.target.partition(":")
+        if not (module and sep and attr):
+            raise ValueError(f"{self.kind} {self.name!r}: target {self.target!r} is not 'package.module:attribute'")
+        object.__setattr__(self, "keys", tuple(self.keys))
+        object.__setattr__(self, "needs", frozenset(self.needs))
+        unknown = sorted(self.needs - set(NEEDS))
+        if unknown:
+            raise ValueError(f"{self.kind} {self.name!r}: unknown need {unknown[0]!r}; choose from {', '.join(NEEDS)}")
+
+    def kwargs(self, cfg: Any) -> dict[str, Any]:
+        """Its keyword arguments from run config ``cfg`` (or a spec holding its keys); {} without ``params``."""
+        return dict(self.params(cfg)) if self.params is not None else {}
+
+    def load(self) -> Any:
+        """Its implementation (imports ``target``)."""
+        module, _, attr = self.target.partition(":")
+        obj: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+
+_REGISTRY: dict[str, dict[str, Component]] = {k: {} for k in KINDS}
+_STATE = {"loaded": False}
+
+
+def register(component: Component) -> Component:
+    """Add ``component`` to the catalogue; a second one of the same kind and name is refused (ValueError,
+    one line), the same declaration twice is a no-op (a module imported again)."""
+    if not isinstance(component, Component):
+        raise TypeError(f"register takes a Component, got {type(component).__name__}")
+    known = _REGISTRY[component.kind]
+    if component.name in known and known[component.name] != component:
+        raise ValueError(f"{component.kind} {component.name!r} is declared twice ({known[component.name].target} "
+                         f"and {component.target})")
+    known[component.name] = component
+    return component
+
+
+def _ensure_loaded() -> None:
+    if _STATE["loaded"]:
+        return
+    _STATE["loaded"] = True
+    for module in _BUILTIN:
+        importlib.import_module(module)
+    _load_entry_points()
+
+
+def _load_entry_points() -> None:
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = ep.load()
+        except Exception as e:  # a broken plug-in names itself instead of failing every run config
+            raise ValueError(f"entry point {ep.name!r} of group {ENTRY_POINT_GROUP!r} ({ep.value}) failed to "
+                             f"load: {type(e).__name__}: {e}") from None
+        items = [loaded] if isinstance(loaded, Component) else list(loaded) if isinstance(loaded, Iterable) else None
+        if items is None or not all(isinstance(c, Component) for c in items):
+            raise ValueError(f"entry point {ep.name!r} of group {ENTRY_POINT_GROUP!r} ({ep.value}) must load to a "
+                             f"Component or an iterable of them, got {type(loaded).__name__}")
+        for c in items:
+            register(c)
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"unknown component kind {kind!r}; choose one of {', '.join(KINDS)}")
+
+
+def components(kind: str) -> dict[str, Component]:
+    """The components of ``kind`` by name, in declaration order (built-ins, then entry points')."""
+    _check_kind(kind)
+    _ensure_loaded()
+    return dict(_REGISTRY[kind])
+
+
+def names(kind: str) -> tuple[str, ...]:
+    """The names of ``kind``'s components, in declaration order (the config's choices)."""
+    return tuple(components(kind))
+
+
+def get(kind: str, name: str) -> Component:
+    """The component ``name`` of ``kind``; an unknown name is a ConfigError naming the kind, the name
+    and the known names."""
+    known = components(kind)
+    try:
+        return known[name]
+    except (KeyError, TypeError):
+        from fedcal.config.schema import ConfigError
+
+        raise ConfigError(f"unknown {kind} {name!r}; choose one of {', '.join(known)}") from None
+
+
+def load(kind: str, name: str) -> Any:
+    """The implementation of component ``name`` of ``kind`` (its target, imported now)."""
+    return get(kind, name).load()
+
+
+def needing(kind: str, need: str) -> tuple[str, ...]:
+    """The names of ``kind``'s components that need (or declare) ``need``, in declaration order."""
+    if need not in NEEDS:
+        raise ValueError(f"unknown need {need!r}; choose one of {', '.join(NEEDS)}")
+    return tuple(n for n, c in components(kind).items() if need in c.needs)

@@ -1,0 +1,60 @@
+"""fedcal's attacks (``attack``), declared once: the client behaviours (TSA, noise, label flipping, the
+pixel backdoor) and the model-poisoning attacks of Byzantine-robust FL, whose replies the omniscient
+colluders craft from the round's honest updates (``needs`` ``omniscient``; the line searches among them
+evaluate the server's rule: ``rule-aware``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedcal.catalogue import Component, register
+
+_A = "fedcal.attacks"
+_OMNISCIENT = frozenset({"omniscient"})
+
+
+def _alie(spec: Any) -> dict[str, Any]:
+    return {"z": spec.alie_z or None}  # alie-z 0 → the paper's z from the round's n and f
+
+
+for _c in (
+    Component("attack", "none", f"{_A}.behaviour:BehaviourKind", needs=frozenset({"batchable"}),
+              summary="every client benign"),
+    Component("attack", "tsa", f"{_A}.tsa:TemperatureScalingAttack",
+              keys=("tau", "coupled", "tsa_step_frac", "tsa_blend", "tsa_duty"), needs=frozenset({"batchable"}),
+              summary="Temperature Scaling Attack: the attackers train at temperature tau"),
+    Component("attack", "noise", f"{_A}.noise:NoiseInjection", keys=("noise_sigma",),
+              summary="Gaussian noise added to the update"),
+    Component("attack", "labelflip", f"{_A}.labelflip:LabelFlipping", keys=("flip_shift",),
+              summary="labels shifted by k modulo the classes"),
+    Component("attack", "alie", f"{_A}.alie:alie", keys=("alie_z",), params=_alie, needs=_OMNISCIENT,
+              summary="A Little Is Enough: mean - z * std of the honest updates"),
+    Component("attack", "ipm", f"{_A}.ipm:ipm", keys=("ipm_epsilon",),
+              params=lambda spec: {"epsilon": spec.ipm_epsilon}, needs=_OMNISCIENT,
+              summary="inner-product manipulation: -epsilon * the honest mean"),
+    Component("attack", "minmax", f"{_A}.minmax:min_max", keys=("minmax_direction",),
+              params=lambda spec: {"direction": spec.minmax_direction}, needs=_OMNISCIENT,
+              summary="Min-Max: the farthest update within the honest updates' largest distance"),
+    Component("attack", "minsum", f"{_A}.minmax:min_sum", keys=("minmax_direction",),
+              params=lambda spec: {"direction": spec.minmax_direction}, needs=_OMNISCIENT,
+              summary="Min-Sum: the farthest update within the honest updates' largest distance sum"),
+    Component("attack", "fang-trmean", f"{_A}.fang:fang_trimmed_mean", keys=("fang_b",),
+              params=lambda spec: {"b": spec.fang_b}, needs=_OMNISCIENT,
+              summary="Fang et al.'s attack on the trimmed mean and median"),
+    Component("attack", "fang-krum", f"{_A}.fang:fang_krum", needs=_OMNISCIENT,
+              summary="Fang et al.'s attack on Krum"),
+    Component("attack", "signflip", f"{_A}.baselines:sign_flipping", needs=_OMNISCIENT,
+              summary="sign flipping: minus the honest mean"),
+    Component("attack", "mimic", f"{_A}.baselines:mimic", keys=("mimic_target",),
+              params=lambda spec: {"target": spec.mimic_target}, needs=_OMNISCIENT,
+              summary="Mimic: copies one honest update"),
+    Component("attack", "inf", f"{_A}.baselines:inf", needs=_OMNISCIENT,
+              summary="Inf: infinite updates (a test of the server's input validation)"),
+    Component("attack", "opt-alie", f"{_A}.optimal:optimal_alie", needs=frozenset({"omniscient", "rule-aware"}),
+              summary="ALIE with z searched against the server's rule"),
+    Component("attack", "opt-ipm", f"{_A}.optimal:optimal_ipm", needs=frozenset({"omniscient", "rule-aware"}),
+              summary="IPM with epsilon searched against the server's rule"),
+    Component("attack", "backdoor", f"{_A}.crafted:ImageBackdoor", keys=("backdoor_target", "backdoor_frac"),
+              summary="pixel-pattern image backdoor"),
+):
+    register(_c)
