@@ -58,7 +58,7 @@ class Task:
         data is there, a model name resolves); raises :class:`fedcal.config.ConfigError` naming the
         key. Every entry point runs it (:func:`preflight`) before any engine starts.
     batched : bool
-        Whether the batched engine (:mod:`fedcal.app.batched`) can run it.
+        Whether the batched engine (:mod:`fedcal.tasks.train_batched`) can run it.
     label : callable, optional
         ``label(cfg) -> str``: the progress bar's label of a run ("" = the run directory's name).
     final_summary : callable, optional

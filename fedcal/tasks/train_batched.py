@@ -52,6 +52,7 @@ from torch.func import functional_call, vmap
 from fedcal.aggregate import add_flat_update
 from fedcal.attacks import AttackSpec, behaviour_for, behaviour_kind
 from fedcal.attacks.behaviour import round_generator
+from fedcal.catalogue import needing
 from fedcal.config import RunConfig, setting_of
 from fedcal.data import client_partitions, load_dataset
 from fedcal.metrics import calibration_metrics_batch
@@ -59,6 +60,7 @@ from fedcal.models import build_model
 from fedcal.reference import sampled_clients
 from fedcal.results import POISONING_FILE, REJECTIONS_FILE, RunStore, run_dir_for
 from fedcal.strategies import strategy_from_config
+from fedcal.tasks import all_tasks
 from fedcal.tasks.poisoning import Colluders, colluders_for
 from fedcal.tasks.train import central_metrics, record_replies
 from fedcal.local_training import batch_schedule, effective_lr, resolve_device
@@ -90,7 +92,7 @@ def batched_unsupported(cfg: RunConfig) -> str | None:
     a model with buffers (BatchNorm statistics), a client holding fewer samples than a batch."""
     for kind, name in chosen_components(cfg):
         if not batchable(kind, name):
-            return f"{kind} {name!r} (not batchable: {', '.join(batchable_names(kind)) or 'none is'} {kind}s are)"
+            return f"{kind} {name!r} is not batchable (batchable {kind}s: {', '.join(batchable_names(kind)) or 'none'})"
     for key, why in UNBATCHED_SETTINGS.items():
         if getattr(cfg, key) != setting_of(key).default:
             return f"{key.replace('_', '-')} ({why})"
@@ -117,11 +119,11 @@ def batchable(kind: str, name: str) -> bool:
 
 
 def batchable_names(kind: str) -> tuple[str, ...]:
-    """The components of ``kind`` that declare themselves batchable."""
-    from fedcal.config import POISONING_ATTACKS  # TEMPORARY until the catalogue lands
-    return {"task": ("train",), "rule": ("fedavg", "foolsgold", "multikrum", "trimmed_mean", "median",
-                                         "geometric_median", "median_of_means"),
-            "attack": ("none", "tsa", *POISONING_ATTACKS), "pre-aggregation": ("nnm", "clip", "arc", "cclip")}[kind]
+    """The components of ``kind`` that declare themselves ``batchable`` in the catalogue
+    (:func:`fedcal.catalogue.needing`); a task declares it on its :class:`~fedcal.tasks.registry.Task`."""
+    if kind == "task":
+        return tuple(t.name for t in all_tasks() if t.batched)
+    return needing(kind, "batchable")
 
 
 def group_key(cfg: RunConfig) -> tuple:
