@@ -147,7 +147,8 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
 
 
 def central_metrics(cfg: RunConfig, store: RunStore, server_round: int, logits: torch.Tensor, labels: torch.Tensor,
-                    scores: dict[str, float] | None = None, also_nan: tuple[str, ...] = ()) -> tuple[dict[str, float], bool]:
+                    scores: dict[str, float] | None = None,
+                    also_nan: tuple[str, ...] = ()) -> tuple[dict[str, float], bool]:
     """(metrics, finite) of one round's central evaluation from the global model's test ``logits``,
     shared by both ways of running the task (Flower's rounds, the batched train task): accuracy,
     ECE, sECE, Brier, NLL (``scores`` when already computed: the batched task scores every run at
