@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import torch
 
 from fedcal.attacks import AttackSpec, LocalRoundSpec, behaviour_for, client_round
-from fedcal.config import POISONING_ATTACKS, ConfigSpec
+from fedcal import catalogue
+from fedcal.config import ConfigSpec
 from fedcal.data import client_data, load_dataset
 from fedcal.metrics import calibration_metrics
 from fedcal.models import build_model
@@ -56,7 +57,7 @@ def sampled_clients(server_round: int, *, seed: int, num_clients: int, clients_p
 
 def _states(cfg: ReferenceSpec, num_rounds: int) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
     """(round, global state dict) for rounds 0 (the initial model) .. ``num_rounds``."""
-    if cfg.attack.attack in POISONING_ATTACKS:  # the simulation's colluders craft its replies; they are not trained
+    if "omniscient" in catalogue.get("attack", cfg.attack.attack).needs:  # the simulation's colluders craft its replies; they are not trained
         raise ValueError(f"attack {cfg.attack.attack!r}: the reference loop has no server-side crafting of replies "
                          "(fedcal.tasks.poisoning); it runs the training-time attacks only")
     ds = load_dataset(cfg.dataset, cfg.data_dir)

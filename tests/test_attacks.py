@@ -20,7 +20,8 @@ from fedcal.attacks import (
     select_attackers,
     stealth_variants,
 )
-from fedcal.config import ATTACKS, RunConfig
+from fedcal import catalogue
+from fedcal.config import RunConfig
 from fedcal.data import synthetic_dataset
 from fedcal.models import build_model
 
@@ -91,6 +92,7 @@ def test_random_streams_are_pinned():
 
 # ---------------------------------------------------------------------------- the behaviour registry
 def test_every_config_attack_has_one_behaviour():
+    ATTACKS = catalogue.names("attack")
     assert {kind.attack for kind in BEHAVIOURS.values()} == set(ATTACKS)
     assert len({kind.attack for kind in BEHAVIOURS.values()}) == len(BEHAVIOURS)  # one kind per attack name
     assert all(key == kind.kind for key, kind in BEHAVIOURS.items())

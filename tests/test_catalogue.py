@@ -130,9 +130,23 @@ def test_an_installed_packages_components_are_known_in_a_fresh_process(tmp_path)
                       Component("attack", "toy_attack", "fedcal.attacks.baselines:inf", needs={"omniscient"})]
     """)
     out = _run_with(path, "from fedcal import catalogue as c; print(c.names('rule')[-1], c.needing('attack', "
-                          "'omniscient')[-1])")
+                          "'omniscient')[-1]); from fedcal.config import setting_of; "
+                          "print('toy_mean' in setting_of('strategy').options)")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["toy_mean", "toy_attack"]
+    assert out.stdout.split() == ["toy_mean", "toy_attack", "True"]
+
+
+def test_a_plugin_that_fails_to_import_is_named_in_one_line_at_every_read(tmp_path):
+    path = _plugin(tmp_path, """
+        raise ImportError("no module named 'torch_geometric'")
+    """)
+    out = _run_with(path, "from fedcal import catalogue as c\n"
+                          "for _ in range(2):\n"
+                          "    try: c.names('rule')\n"
+                          "    except c.ConfigError as e: print(e)")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2 and all("entry point 'toy'" in line and "torch_geometric" in line for line in lines)
 
 
 def test_a_plugin_that_redeclares_a_builtin_name_is_refused(tmp_path):
@@ -143,4 +157,164 @@ def test_a_plugin_that_redeclares_a_builtin_name_is_refused(tmp_path):
     out = _run_with(path, "from fedcal import catalogue as c; c.names('rule')")
     assert out.returncode != 0
     assert "rule 'median' is declared twice" in out.stderr.strip().splitlines()[-1]
+
+
+
+# ---------------------------------------------------------------------- no branch on a component's name
+PACKAGE = ROOT / "fedcal"
+#: the last name of an expression holding a config value of each kind (``cfg.attack``, ``row["strategy"]``);
+#: a bare ``name`` or ``kind`` is compared with every kind's names
+KIND_WORDS = {"rule": {"strategy", "rule"}, "pre-aggregation": {"pre_aggregation", "step"},
+              "attack": {"attack"}, "inference-attack": {"attack", "inf_attack"},
+              "inference-aggregator": {"aggregator", "agg"}, "tracker": {"tracker"},
+              "lora-method": {"method", "dst_method"}}
+#: ``none`` (attack, inference attack, tracker) is no component's behaviour but the absence of one: asking
+#: whether a run has an attack at all is no branch on a component
+ABSENT = "none"
+#: modules allowed to name a component in a branch besides its own module(s) and the catalogue, each with why
+NAMED_IN: dict[str, set[str]] = {
+    # the run-directory names spell TSA's temperature (tsa<tau>): names of committed runs, which must not change
+    "fedcal/config/train.py": {"tsa"},
+    # the lm and detect tasks' clients implement the benign and the TSA step only (their own config modules
+    # refuse the rest), and name their runs after TSA's temperature
+    "fedcal/config/lm.py": {"tsa"},
+    "fedcal/config/detect.py": {"tsa"},
+    # the logit-space forms of the inference attacks: a sibling of their own module (probit_attacks.py)
+    "fedcal/inference/logit_attacks.py": {"logit_flip", "pgd_cw", "sia_whitebox_raise"},
+    # the CalGuard study (its command and report) compares CalGuard against FedAvg under TSA
+    "fedcal/studies/defense.py": {"calguard", "fedavg"},
+    "fedcal/reports/defense.py": {"calguard", "fedavg", "tsa"},
+    # the Byzantine study's grid sets each rule's own f (krum-f, trim-f) from the ratio of attackers
+    "fedcal/studies/byzantine.py": {"multikrum", "trimmed_mean"},
+    # the TSA reports: the temperature sweeps and the robustness of TSA-trained models
+    "fedcal/reports/taus.py": {"tsa"},
+    "fedcal/reports/robustness.py": {"tsa"},
+    # the theory page checks the trimmed mean's bound; the plots draw DeepSet-TM's curve in its own style
+    "fedcal/reports/inference_theory.py": {"trimmed_mean"},
+    "fedcal/reports/plots.py": {"deepset_tm"},
+}
+
+
+def _literals(node) -> list[str]:
+    import ast
+
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return []
+
+
+def _last_name(node) -> str | None:
+    import ast
+
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+        return node.slice.value
+    return None
+
+
+def _own_names(kind: str, rel: str) -> set[str]:
+    """The components of ``kind`` whose implementation lives in module ``rel`` (their own module)."""
+    def module_file(c: Component) -> tuple[str, str]:
+        base = c.target.partition(":")[0].replace(".", "/")
+        return base + ".py", base + "/__init__.py"
+    return {n for n, c in catalogue.components(kind).items() if rel in module_file(c)}
+
+
+def component_branches(path: Path, root: Path = PACKAGE.parent) -> list[str]:
+    """``file:line: names: code`` for each comparison in ``path`` of an expression holding a kind's
+    config value (KIND_WORDS) with literal names of that kind's components (``cfg.attack == "alie"``,
+    ``strategy in ("fedavg", "median")``), outside those components' own modules."""
+    import ast
+
+    rel = str(path.relative_to(root))
+    hits = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Compare) or not all(
+                isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops):
+            continue
+        operands = [node.left, *node.comparators]
+        held = {_last_name(o) for o in operands} - {None}
+        literals = [lit for o in operands for lit in _literals(o)]
+        own = {n for kind in KIND_WORDS for n in _own_names(kind, rel)}
+        named = sorted({lit for kind, words in KIND_WORDS.items() if held & (words | {"name", "kind"})
+                        for lit in literals if lit in catalogue.names(kind) and lit not in own | {ABSENT}})
+        if named:
+            hits.append(f"{rel}:{node.lineno}: {', '.join(named)}: {ast.unparse(node)}")
+    return hits
+
+
+def _scanned(root: Path) -> list[Path]:
+    return [p for p in sorted(root.rglob("*.py")) if p.relative_to(root).parts[0] not in ("catalogue",)]
+
+
+def test_no_component_is_branched_on_outside_its_own_modules():
+    """What differs per rule, step, attack, inference attack or aggregator and tracker is a fact of its
+    Component or a method of its implementation, not a branch on its name elsewhere."""
+    hits = []
+    for path in _scanned(PACKAGE):
+        rel = str(path.relative_to(ROOT))
+        allowed = NAMED_IN.get(rel, set())
+        hits += [h for h in component_branches(path) if not set(h.split(": ")[1].split(", ")) <= allowed]
+    assert not hits, f"{len(hits)} branches on a component's name outside its own modules:\n" + "\n".join(hits)
+
+
+def test_the_exceptions_are_still_needed():
+    """An exception listed above whose module no longer names the component is stale: remove it."""
+    for rel, allowed in NAMED_IN.items():
+        named = {n for h in component_branches(ROOT / rel) for n in h.split(": ")[1].split(", ")}
+        assert allowed <= named, (rel, allowed - named)
+
+
+def test_the_branch_scan_finds_its_forms(tmp_path):
+    """The scan catches a comparison of a config value with a component's name in its forms, and leaves
+    alone a value of another key, the absence of a component and a name's own module."""
+    for code in ('if cfg.attack == "alie": pass', 'if cfg.strategy in ("fedavg", "median"): pass',
+                 'x = row["strategy"] != "calguard"', 'if name == "trimmed_mean": pass',
+                 'if "tsa" == spec.attack: pass'):
+        (tmp_path / "m.py").write_text(code)
+        assert component_branches(tmp_path / "m.py", tmp_path), code
+    for code in ('if cfg.attack == "none": pass', 'if cfg.augment == "crop-flip": pass', 'if direction == "sign": pass',
+                 'attack = cfg.attack'):
+        (tmp_path / "m.py").write_text(code)
+        assert not component_branches(tmp_path / "m.py", tmp_path), code
+
+
+# ---------------------------------------------------------------------- a new rule, declared outside fedcal/
+def test_a_rule_declared_outside_fedcal_is_a_choice_and_is_built(scratch):
+    """What a new rule takes: its class and its Component (here in this file; in a package, the same two
+    plus an entry point). The config accepts it, the builder builds it, the batched gate and the
+    line-search attacks ask its needs and its class, and nothing else names it."""
+    import torch
+
+    from fedcal.config import ConfigError, RunConfig
+    from fedcal.strategies import UpdateAggregationStrategy, strategy_from_config
+
+    class CoordinateMax(UpdateAggregationStrategy):  # a toy rule: the coordinate-wise maximum
+        def aggregate_updates(self, server_round, node_ids, updates, weights):
+            return updates.max(0).values, torch.ones(updates.shape[0])
+
+    module = sys.modules[__name__]
+    module.CoordinateMax = CoordinateMax
+    with pytest.raises(ConfigError, match="'strategy'"):
+        RunConfig.from_flower({"strategy": "toy_max", "dataset": "digits"})
+    catalogue.register(Component("rule", "toy_max", f"{__name__}:CoordinateMax", needs={"batchable"}))
+    cfg = RunConfig.from_flower({"strategy": "toy_max", "dataset": "digits", "num-clients": 5, "batch-size": 16})
+    from fedcal import strategies
+
+    assert strategies.STRATEGIES["toy_max"] is CoordinateMax  # read from the catalogue when asked
+    s = strategy_from_config(cfg)
+    x = torch.tensor([[1.0, -2.0], [3.0, 0.0], [2.0, 5.0]])
+    assert torch.equal(s.aggregate_updates(1, [1, 2, 3], x, torch.ones(3))[0], torch.tensor([3.0, 5.0]))
+    from fedcal.app.batched import batched_unsupported
+
+    assert batched_unsupported(cfg) is None
+    with pytest.raises(ValueError, match="'toy_max' is not one the line-search attacks can evaluate"):
+        from fedcal.tasks.poisoning import attack_rule
+
+        attack_rule(cfg, 1)  # no unweighted() view of its own
 

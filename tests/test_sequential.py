@@ -413,14 +413,14 @@ def test_calguard_refuses_a_sequential_test_of_another_type_and_records_update_n
 def test_calguard_cusum_keys_build_the_sequential_test_and_enter_the_hash_only_when_set():
     from fedcal.config import CALGUARD_SIGNALS
     from fedcal.strategies.calguard import SEQUENTIAL_SIGNALS
-    from fedcal.strategies.registry import _rule_kwargs
+    from fedcal import catalogue
 
     assert CALGUARD_SIGNALS == SEQUENTIAL_SIGNALS
     base = RunConfig.from_flower({"strategy": "calguard", "tau": 0.2})
-    assert _rule_kwargs(base)["sequential"] is None
+    assert catalogue.get("rule", "calguard").kwargs(base)["sequential"] is None
     on = RunConfig.from_flower({"strategy": "calguard", "tau": 0.2, "calguard-cusum": True, "calguard-cusum-k": 1.0,
                                 "calguard-cusum-h-high": 1e300, "calguard-cusum-signal": "scale"})
-    kw = _rule_kwargs(on)
+    kw = catalogue.get("rule", "calguard").kwargs(on)
     det = kw["sequential"]
     assert isinstance(det, sq.ClientCusum) and kw["sequential_signal"] == "scale"
     assert (det.k, det.h_low, det.h_high) == (1.0, RunConfig().calguard_cusum_h_low, 1e300)
@@ -556,11 +556,11 @@ def test_calguard_with_the_sequential_test_resumes_from_its_state_dict_as_if_nev
 def test_default_thresholds_at_another_participation_rate_are_warned_about(caplog, overrides, warned):
     import logging
 
-    from fedcal.strategies.registry import _rule_kwargs
+    from fedcal import catalogue
 
     cfg = RunConfig(strategy="calguard", calguard_cusum=True, **overrides)
     with caplog.at_level(logging.WARNING, logger="flwr"):
-        _rule_kwargs(cfg)
+        catalogue.get("rule", "calguard").kwargs(cfg)
     said = [r.getMessage() for r in caplog.records if "calguard-cusum: the default thresholds" in r.getMessage()]
     assert bool(said) == warned
     if warned:

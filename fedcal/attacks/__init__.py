@@ -61,9 +61,8 @@ from fedcal.attacks.ipm import ipm
 from fedcal.attacks.labelflip import LabelFlipping, flip_labels
 from fedcal.attacks.minmax import min_max, min_sum
 from fedcal.attacks.noise import NoiseInjection
-from fedcal.attacks.poisoning import POISONING, ModelPoisoning, craft_malicious, model_poisoning
+from fedcal.attacks.poisoning import ModelPoisoning, craft_malicious, model_poisoning
 from fedcal.attacks.registry import (
-    BEHAVIOURS,
     LocalRoundSpec,
     behaviour_for,
     behaviour_kind,
@@ -116,3 +115,16 @@ __all__ = [
     "sign_flipping",
     "stealth_variants",
 ]
+
+
+def __getattr__(name: str):
+    # BEHAVIOURS and POISONING are read from the catalogue's attacks when asked
+    if name == "BEHAVIOURS":
+        from fedcal.attacks import registry
+
+        return registry.BEHAVIOURS
+    if name == "POISONING":
+        from fedcal.attacks import poisoning
+
+        return poisoning.POISONING
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -58,19 +58,3 @@ class ImageBackdoor(BehaviourKind):
         poisoned = poison_images(x, y, backdoor, pixel_space(dataset),
                                  generator=round_generator(seed, 0, client_id, stream="backdoor"))
         return poisoned.x, poisoned.y
-
-
-def poisoning_params(spec: AttackSpec) -> dict[str, object]:
-    """The keyword parameters of ``spec.attack``'s crafting function from the run's attack settings
-    (``alie-z`` 0 → the paper's z from the round's n and f)."""
-    if spec.attack == "alie":
-        return {"z": spec.alie_z or None}
-    if spec.attack == "ipm":
-        return {"epsilon": spec.ipm_epsilon}
-    if spec.attack in ("minmax", "minsum"):
-        return {"direction": spec.minmax_direction}
-    if spec.attack == "fang-trmean":
-        return {"b": spec.fang_b}
-    if spec.attack == "mimic":
-        return {"target": spec.mimic_target}
-    return {}

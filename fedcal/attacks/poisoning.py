@@ -15,17 +15,14 @@ know the rule and its f.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from fedcal.attacks.alie import alie
-from fedcal.attacks.baselines import inf, mimic, sign_flipping
-from fedcal.attacks.fang import fang_krum, fang_trimmed_mean
-from fedcal.attacks.ipm import ipm
-from fedcal.attacks.optimal import optimal_alie, optimal_ipm
-from fedcal.attacks.minmax import min_max, min_sum
+from fedcal import catalogue
 
 
 @dataclass(frozen=True)
@@ -33,46 +30,38 @@ class ModelPoisoning:
     """One model-poisoning attack: ``craft(honest, f, **params) → (f, d)``.
 
     ``seeded``: ``craft`` draws random numbers and takes ``generator=`` (give it a seeded one,
-    so a round's attack is reproducible). ``targets``: the rule the attack is tailored to, or
-    ``None`` for an attack that ignores the rule. ``needs_rule``: ``craft`` takes the server's
-    rule as ``aggregate=`` (an (n, d) → (d,) function) and searches its parameter against it."""
+    so a round's attack is reproducible). ``needs_rule``: ``craft`` takes the server's rule as
+    ``aggregate=`` (an (n, d) → (d,) function) and searches its parameter against it. ``source``:
+    the paper (the component's summary)."""
 
     name: str
     craft: Callable[..., torch.Tensor]
     source: str
     seeded: bool = False
-    targets: str | None = None
     needs_rule: bool = False
 
 
-POISONING: dict[str, ModelPoisoning] = {
-    p.name: p
-    for p in (
-        ModelPoisoning("alie", alie, "Baruch et al., A Little Is Enough (NeurIPS 2019)"),
-        ModelPoisoning("ipm", ipm, "Xie et al., inner-product manipulation (UAI 2019)"),
-        ModelPoisoning("minmax", min_max, "Shejwalkar & Houmansadr, Min-Max (NDSS 2021)"),
-        ModelPoisoning("minsum", min_sum, "Shejwalkar & Houmansadr, Min-Sum (NDSS 2021)"),
-        ModelPoisoning("fang-trmean", fang_trimmed_mean, "Fang et al. (USENIX Security 2020)", seeded=True,
-                       targets="trimmed mean / median"),
-        ModelPoisoning("fang-krum", fang_krum, "Fang et al. (USENIX Security 2020)", targets="krum"),
-        ModelPoisoning("signflip", sign_flipping, "Allen-Zhu et al. (ICLR 2021); ByzFL's SignFlipping"),
-        ModelPoisoning("mimic", mimic, "Karimireddy, He & Jaggi (ICLR 2022); ByzFL's Mimic"),
-        ModelPoisoning("inf", inf, "ByzFL's Inf (a test of the server's input validation)"),
-        ModelPoisoning("opt-alie", optimal_alie, "ByzFL's Optimal_ALittleIsEnough (Allouah et al., AISTATS 2023)",
-                       targets="the run's rule", needs_rule=True),
-        ModelPoisoning("opt-ipm", optimal_ipm,
-                       "ByzFL's Optimal_InnerProductManipulation (Allouah et al., AISTATS 2023)",
-                       targets="the run's rule", needs_rule=True),
-    )
-}
+def _of(component: catalogue.Component) -> ModelPoisoning:
+    craft = component.load()
+    return ModelPoisoning(component.name, craft, component.summary,
+                          seeded="generator" in inspect.signature(craft).parameters,
+                          needs_rule="rule-aware" in component.needs)
+
+
+def __getattr__(name: str) -> Any:
+    # POISONING: name → ModelPoisoning of every attack of the catalogue that the omniscient colluders craft
+    # (need ``omniscient``), read when asked
+    if name == "POISONING":
+        return {n: _of(catalogue.get("attack", n)) for n in catalogue.needing("attack", "omniscient")}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def model_poisoning(name: str) -> ModelPoisoning:
     """The registered attack ``name`` (ValueError naming the choices otherwise)."""
-    try:
-        return POISONING[name]
-    except KeyError:
-        raise ValueError(f"unknown model-poisoning attack {name!r}; choose one of {', '.join(POISONING)}") from None
+    crafted = catalogue.needing("attack", "omniscient")
+    if name not in crafted:
+        raise ValueError(f"unknown model-poisoning attack {name!r}; choose one of {', '.join(crafted)}")
+    return _of(catalogue.get("attack", name))
 
 
 def craft_malicious(name: str, honest: torch.Tensor, f: int, generator: torch.Generator | None = None,

@@ -1,65 +1,71 @@
 """The one registry of client behaviours, and the client round that dispatches through it.
 
-:data:`BEHAVIOURS` maps each ``Behaviour.kind`` to its :class:`BehaviourKind`; every
-``attack`` value the run config accepts selects exactly one of them (``none`` → benign).
+:data:`BEHAVIOURS` maps each ``Behaviour.kind`` to its :class:`BehaviourKind`, built from the attacks of
+:mod:`fedcal.catalogue`: every ``attack`` value the run config accepts selects exactly one of them
+(``none`` → benign).
 The training round (:func:`client_round`), the choice of a client's behaviour
 (:func:`behaviour_for`) and the stealth analysis (:func:`fedcal.analysis.update_cosine_curves`,
 whose default variants are :func:`stealth_variants`) all look kinds up here. To add a
-behaviour: subclass :class:`BehaviourKind` in its own module and add it below.
+behaviour: subclass :class:`BehaviourKind` in its own module and declare it as an ``attack`` component
+(fedcal/catalogue/attacks.py, or a package's entry point).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
+from fedcal import catalogue
 from fedcal.attacks.behaviour import BENIGN, AttackSpec, Behaviour, BehaviourKind, attackers_of, round_generator
-from fedcal.attacks.labelflip import LabelFlipping
-from fedcal.attacks.noise import NoiseInjection
-from fedcal.attacks.crafted import ImageBackdoor, ModelPoisoningClient
-from fedcal.attacks.poisoning import POISONING
-from fedcal.attacks.tsa import TemperatureScalingAttack
+from fedcal.attacks.crafted import ModelPoisoningClient
 from fedcal.config import ConfigSpec
 from fedcal.local_training import TrainStats, crop_flip_augmenter, epoch_schedule, local_train
 
-BEHAVIOURS: dict[str, BehaviourKind] = {
-    "benign": BehaviourKind(),
-    "tsa": TemperatureScalingAttack(),
-    "noise": NoiseInjection(),
-    "labelflip": LabelFlipping(),
-    **{name: ModelPoisoningClient(name) for name in POISONING},
-    "backdoor": ImageBackdoor(),
-}
+
+@functools.cache
+def kind_for_attack(attack: str) -> BehaviourKind:
+    """The kind selected by the run config's ``attack`` value (its catalogue component's class; a
+    model-poisoning client for the attacks the omniscient colluders craft; ``none`` → benign)."""
+    component = catalogue.get("attack", attack)
+    if "omniscient" in component.needs:
+        return ModelPoisoningClient(attack)
+    return component.load()()
+
+
+def __getattr__(name: str) -> Any:
+    # BEHAVIOURS: every attack's kind by Behaviour.kind, read from the catalogue when asked
+    if name == "BEHAVIOURS":
+        return _behaviours()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _behaviours() -> dict[str, BehaviourKind]:
+    return {k.kind: k for k in map(kind_for_attack, catalogue.names("attack"))}
 
 
 def behaviour_kind(kind: str) -> BehaviourKind:
     """The registered kind ``kind`` (ValueError naming the choices otherwise)."""
+    kinds = _behaviours()
     try:
-        return BEHAVIOURS[kind]
+        return kinds[kind]
     except KeyError:
-        raise ValueError(f"unknown kind {kind!r}; choose one of {', '.join(BEHAVIOURS)}") from None
-
-
-def kind_for_attack(attack: str) -> BehaviourKind:
-    """The kind selected by the run config's ``attack`` value (``none`` → benign)."""
-    for kind in BEHAVIOURS.values():
-        if kind.attack == attack:
-            return kind
-    raise ValueError(f"unknown attack {attack!r}")
+        raise ValueError(f"unknown kind {kind!r}; choose one of {', '.join(kinds)}") from None
 
 
 def stealth_variants() -> dict[str, Behaviour]:
     """Every kind's stealth-analysis variants, in registry order: TSA coupled/uncoupled at
     τ ∈ {0.2, 5}; noise injection σ ∈ {0.1, 0.05, 0.01}; label flipping k ∈ {1, …, 5}."""
-    return {name: b for kind in BEHAVIOURS.values() for name, b in kind.variants().items()}
+    return {name: b for kind in _behaviours().values() for name, b in kind.variants().items()}
 
 
 def behaviour_for(spec: AttackSpec, client_id: int) -> Behaviour:
     """Behaviour of client ``client_id`` in a run with attack settings ``spec``."""
-    if spec.attack == "none" or client_id not in attackers_of(spec):
+    if client_id not in attackers_of(spec):  # (every client of attack = none: it has no attackers)
         return BENIGN
     return kind_for_attack(spec.attack).from_spec(spec)
 

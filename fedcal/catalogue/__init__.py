@@ -23,10 +23,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from fedcal.config import RunConfig
+from fedcal.config.errors import ConfigError
 
 __all__ = ["Component", "ENTRY_POINT_GROUP", "KINDS", "NEEDS", "components", "get", "load", "names", "needing",
            "register"]
@@ -58,7 +57,9 @@ class Component:
     name: str  # the run-config value, e.g. "trimmed_mean", "alie", "rfd"
     target: str  # lazy reference "package.module:attribute" to the implementation
     keys: tuple[str, ...] = ()  # its own run-config keys (field names), e.g. ("trim_f",)
-    params: Callable[[RunConfig], dict[str, Any]] | None = None  # its keyword arguments from a run config
+    # its keyword arguments from a run config (a fedcal.config.RunConfig, or a spec holding its keys: the
+    # catalogue names no config type, which imports it)
+    params: Callable[[Any], dict[str, Any]] | None = None
     needs: frozenset[str] = frozenset()  # of NEEDS
     summary: str = ""  # one line for --help and docs
 
@@ -94,13 +95,13 @@ _STATE = {"loaded": False}
 
 
 def register(component: Component) -> Component:
-    """Add ``component`` to the catalogue; a second one of the same kind and name is refused (ValueError,
-    one line), the same declaration twice is a no-op (a module imported again)."""
+    """Add ``component`` to the catalogue; a second one of the same kind and name is refused (ConfigError,
+    one line: the commands print it as such), the same declaration twice is a no-op (a module imported again)."""
     if not isinstance(component, Component):
         raise TypeError(f"register takes a Component, got {type(component).__name__}")
     known = _REGISTRY[component.kind]
     if component.name in known and known[component.name] != component:
-        raise ValueError(f"{component.kind} {component.name!r} is declared twice ({known[component.name].target} "
+        raise ConfigError(f"{component.kind} {component.name!r} is declared twice ({known[component.name].target} "
                          f"and {component.target})")
     known[component.name] = component
     return component
@@ -109,10 +110,14 @@ def register(component: Component) -> Component:
 def _ensure_loaded() -> None:
     if _STATE["loaded"]:
         return
-    _STATE["loaded"] = True
-    for module in _BUILTIN:
-        importlib.import_module(module)
-    _load_entry_points()
+    _STATE["loaded"] = True  # first: a plug-in's module may read the catalogue while it loads
+    try:
+        for module in _BUILTIN:
+            importlib.import_module(module)
+        _load_entry_points()
+    except BaseException:
+        _STATE["loaded"] = False  # a broken plug-in fails every read, not only the first
+        raise
 
 
 def _load_entry_points() -> None:
@@ -122,11 +127,11 @@ def _load_entry_points() -> None:
         try:
             loaded = ep.load()
         except Exception as e:  # a broken plug-in names itself instead of failing every run config
-            raise ValueError(f"entry point {ep.name!r} of group {ENTRY_POINT_GROUP!r} ({ep.value}) failed to "
+            raise ConfigError(f"entry point {ep.name!r} of group {ENTRY_POINT_GROUP!r} ({ep.value}) failed to "
                              f"load: {type(e).__name__}: {e}") from None
         items = [loaded] if isinstance(loaded, Component) else list(loaded) if isinstance(loaded, Iterable) else None
         if items is None or not all(isinstance(c, Component) for c in items):
-            raise ValueError(f"entry point {ep.name!r} of group {ENTRY_POINT_GROUP!r} ({ep.value}) must load to a "
+            raise ConfigError(f"entry point {ep.name!r} of group {ENTRY_POINT_GROUP!r} ({ep.value}) must load to a "
                              f"Component or an iterable of them, got {type(loaded).__name__}")
         for c in items:
             register(c)
@@ -156,8 +161,6 @@ def get(kind: str, name: str) -> Component:
     try:
         return known[name]
     except (KeyError, TypeError):
-        from fedcal.config.schema import ConfigError
-
         raise ConfigError(f"unknown {kind} {name!r}; choose one of {', '.join(known)}") from None
 
 

@@ -7,6 +7,7 @@ model and root set) follows its ``needs``.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from fedcal.catalogue import Component, register
@@ -14,14 +15,12 @@ from fedcal.catalogue import Component, register
 _S = "fedcal.strategies"
 
 
-def _calguard(cfg: Any) -> dict[str, Any]:
-    from fedcal.sequential import ClientCusum
-
-    sequential = (ClientCusum(k=cfg.calguard_cusum_k, h_low=cfg.calguard_cusum_h_low, h_high=cfg.calguard_cusum_h_high)
-                  if cfg.calguard_cusum else None)
-    return {"kappa": cfg.calguard_kappa, "window": cfg.calguard_window, "strikes": cfg.calguard_strikes,
-            "mode": cfg.calguard_mode, "sequential": sequential, "sequential_signal": cfg.calguard_cusum_signal,
-            "signal": cfg.calguard_signal}
+def _lazy(target: str):
+    """params that are a function of the component's own module (imported when called)."""
+    def params(cfg: Any) -> dict[str, Any]:
+        module, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module), attr)(cfg)
+    return params
 
 
 def _bound(**keys: str):
@@ -58,7 +57,7 @@ for _c in (
               keys=("root_size", "calguard_kappa", "calguard_window", "calguard_strikes", "calguard_mode",
                     "calguard_cusum", "calguard_cusum_signal", "calguard_cusum_k", "calguard_cusum_h_low",
                     "calguard_cusum_h_high", "calguard_signal"),
-              params=_calguard, needs=frozenset({"root-set", "server-model", "history"}),
+              params=_lazy(f"{_S}.calguard:config_kwargs"), needs=frozenset({"root-set", "server-model", "history"}),
               summary="CalGuard: drops replies whose logit-scale shift is an outlier"),
     # a pre-aggregation step is a function of the round's updates, run by the strategy wherever it
     # aggregates (the batched train task included)

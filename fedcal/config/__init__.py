@@ -25,6 +25,34 @@ from fedcal.config.order import KEY_ORDER  # noqa: E402
 
 set_key_order(KEY_ORDER)
 
+
+def _names(kind: str, need: str | None = None):
+    def names() -> tuple[str, ...]:
+        from fedcal import catalogue
+
+        return catalogue.names(kind) if need is None else catalogue.needing(kind, need)
+    return names
+
+
+#: names kept importable from earlier versions: each the catalogue's answer to a question, asked when read
+#: (never a second list of names)
+_FROM_CATALOGUE = {
+    "STRATEGIES": _names("rule"),
+    "ROOT_SET_STRATEGIES": _names("rule", "root-set"),
+    "PRE_AGGREGATIONS": _names("pre-aggregation"),
+    "ATTACKS": _names("attack"),
+    "POISONING_ATTACKS": _names("attack", "omniscient"),
+    "INFERENCE_ATTACKS": _names("inference-attack"),
+    "INFERENCE_AGGREGATORS": _names("inference-aggregator"),
+    "RULE_AWARE_STRATEGIES": evaluable_rules,  # noqa: F405 (fedcal.config.train's)
+}
+
+
+def __getattr__(name: str):
+    if name in _FROM_CATALOGUE:
+        return _FROM_CATALOGUE[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = ["ConfigError", "ConfigSpec", "FieldInfo", "Group", "RunConfig", "Setting", "TaskConfig", "check",
            "config_fields", "defaults", "describe", "field_names", "fields_of", "group", "groups", "key_of", "parse_override",
            "check_spec", "register_task", "set_key_order", "setting", "setting_of", "task_config", "task_names"]

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import math
 
+from fedcal import catalogue
 from fedcal.config.schema import ConfigError, RunConfig, TaskConfig, check, group, register_task, setting
 from fedcal.config.train import AUGMENTATIONS
 
-__all__ = ["CLIENT_OUTPUTS", "INFERENCE_ATTACKS", "DEFAULT_INFERENCE_ATTACKS", "PGD_STARTS", "PGD_LOSSES", "PGD_GRADS", "ADV_ATTACKS", "INFERENCE_AGGREGATORS"]
+__all__ = ["CLIENT_OUTPUTS", "DEFAULT_INFERENCE_ATTACKS", "PGD_STARTS", "PGD_LOSSES", "PGD_GRADS", "ADV_ATTACKS"]
 
 #: what a client answers an inference query with (``inf-client-output``)
 CLIENT_OUTPUTS = ("probits", "logits")
-# Probit-space attacks: the names of fedcal.inference.probit_attacks.PROBIT_ATTACKS (a test keeps them equal).
-INFERENCE_ATTACKS = ("none", "logit_flip", "sia_blackbox", "sia_blackbox_colluding", "sia_whitebox", "lma", "cpa",
-                     "pgd_cw", "sia_whitebox_raise")
+# The probit-space attacks (``inf-attacks``) and the aggregators (``inf-aggregators``) are components of
+# fedcal.catalogue (kinds inference-attack, inference-aggregator).
 # The attacks an inference run evaluates by default: SPEC §7's. A string literal, not all of
-# INFERENCE_ATTACKS: the default is hashed, and an attack added to the list must not rename any run.
+# the catalogue's inference attacks: the default is hashed, and an attack added to the list must not rename any run.
 DEFAULT_INFERENCE_ATTACKS = "none,logit_flip,sia_blackbox,sia_blackbox_colluding,sia_whitebox,lma,cpa,pgd_cw"
 # PGD-CW's start, margin and gradient through trimming/medians (fedcal.inference.probit_attacks.PGD_STARTS,
 # PGD_LOSSES; fedcal.inference.evaluate.PGD_GRADS; a test keeps them equal): fedcal's first, the robust-inference
@@ -25,22 +25,18 @@ PGD_STARTS = ("own", "uniform")
 PGD_LOSSES = ("logit", "prob")
 PGD_GRADS = ("exact", "bpda")
 ADV_ATTACKS = ("fedcal", "literature")  # fedcal.inference.deepset.ADV_ATTACKS
-# fedcal.inference.evaluate.AGGREGATOR_NAMES (a test keeps them equal)
-INFERENCE_AGGREGATORS = ("mean", "median", "geometric_median", "trimmed_mean", "manifold_projection", "copur",
-                         "manifold_projection_logit", "copur_logit", "deepset_plain", "deepset_plain_tm", "deepset",
-                         "deepset_tm")
-
 
 def _inference_attacks(c: RunConfig) -> None:
+    attacks, aggregators = catalogue.names("inference-attack"), catalogue.names("inference-aggregator")
     for name in c.inference_attacks:
-        if name not in INFERENCE_ATTACKS:
+        if name not in attacks:
             raise ConfigError(f"run-config key 'inf-attacks': unknown value {name!r}; choose one of "
-                              f"{', '.join(INFERENCE_ATTACKS)}")
+                              f"{', '.join(attacks)}")
     check("inf-attacks", bool(c.inference_attacks), c.inf_attacks, "must name at least one attack")
     for name in c.inference_aggregators:
-        if name not in INFERENCE_AGGREGATORS:
+        if name not in aggregators:
             raise ConfigError(f"run-config key 'inf-aggregators': unknown value {name!r}; choose among "
-                              f"{', '.join(INFERENCE_AGGREGATORS)}")
+                              f"{', '.join(aggregators)}")
 
 
 def _amplification_curve(c: RunConfig) -> None:
@@ -67,7 +63,8 @@ class Inference:
                         "softmax output) or logits (the server takes the softmax itself and also keeps "
                         "the logits, for the logit-input aggregators and the attacks on logits)",
                                      choices=CLIENT_OUTPUTS, hash_when_set=True)
-    inf_attacks: str = setting(DEFAULT_INFERENCE_ATTACKS, "evaluated probit attacks: " + ", ".join(INFERENCE_ATTACKS),
+    inf_attacks: str = setting(DEFAULT_INFERENCE_ATTACKS, "evaluated probit attacks (the catalogue's inference attacks; "
+                                                          "docs/configuration.md lists them)",
                                note="comma-separated names, at least one")
     inf_amplification: float = setting(2.0, "logit flipping's amplification a", gt=0, finite=True)
     inf_pgd_steps: int = setting(50, "PGD-CW sign-gradient steps (step 0.1)", ge=0)
@@ -89,7 +86,7 @@ class Inference:
                                        "(the collection, and so the clients, stay the same)", ge=0,
                                     note="0 = all", hash_when_set=True)
     inf_aggregators: str = setting("", "the aggregators built and evaluated: comma-separated names of "
-                                       + ", ".join(INFERENCE_AGGREGATORS),
+                                       "the catalogue's inference aggregators (docs/configuration.md lists them)",
                                    note='"" = all (the *_logit ones need inf-client-output=logits)',
                                    hash_when_set=True)
     inf_f_curve: bool = setting(True, "also evaluate every f_adv = 0..(n-1)//2 (aggregators stay "

@@ -5,7 +5,7 @@ n-bins."""
 
 from __future__ import annotations
 
-from fedcal.config.defense import ROOT_SET_STRATEGIES
+from fedcal import catalogue
 from fedcal.config.schema import RunConfig, TaskConfig, check, group, register_task, setting
 from fedcal.config.train import tsa_label
 
@@ -48,9 +48,10 @@ class LM:
 
 # ---------------------------------------------------------------------- the lm task
 def _lm(c: RunConfig) -> None:
-    check("strategy", c.strategy not in ROOT_SET_STRATEGIES, c.strategy,
-          "needs a labelled root set of images; the lm task has none (use fedavg, foolsgold, multikrum, "
-          "trimmed_mean, median, geometric_median or median_of_means)")
+    root_set = catalogue.needing("rule", "root-set")
+    check("strategy", c.strategy not in root_set, c.strategy,
+          "needs a labelled root set of images; the lm task has none (use "
+          + ", ".join(n for n in catalogue.names("rule") if n not in root_set) + ")")
     check("augment", c.augment == "none", c.augment, "is an image augmentation; the lm task takes none")
     check("lm-heads", c.lm_hidden % c.lm_heads == 0, c.lm_heads, f"must divide lm-hidden ({c.lm_hidden})")
     check("attack", c.attack in ("none", "tsa"), c.attack, "must be none or tsa for the lm task")

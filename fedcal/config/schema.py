@@ -32,8 +32,8 @@ Rule = Callable[["RunConfig"], None]
 from fedcal.config.taskconfig import TaskConfig  # noqa: E402  (registered below; its own module)
 
 
-class ConfigError(ValueError):
-    """A run-config key is unknown, mistyped or out of range. The message names the key."""
+from fedcal.config.components import ComponentNames  # noqa: E402,F401  (re-exported: fedcal.config.ComponentNames)
+from fedcal.config.errors import ConfigError  # noqa: E402,F401  (re-exported: fedcal.config.ConfigError)
 
 
 def key_of(field_name: str) -> str:
@@ -42,32 +42,6 @@ def key_of(field_name: str) -> str:
 
 
 # ---------------------------------------------------------------------- field declarations
-class ComponentNames(Sequence):
-    """The names of a kind of component of :mod:`fedcal.catalogue`, read when asked (the catalogue
-    loads plug-ins' components once, after the config is imported): as a setting's ``choices``, every
-    name of ``kind``; as the values of its ``only_with``, the components that declare the setting
-    among their own keys (``key``, filled in when the setting's group registers)."""
-
-    def __init__(self, kind: str, key: str | None = None) -> None:
-        self.kind, self.key = kind, key
-
-    def __call__(self) -> tuple[str, ...]:
-        from fedcal import catalogue
-
-        if self.key is None:
-            return catalogue.names(self.kind)
-        return tuple(n for n, c in catalogue.components(self.kind).items() if self.key in c.keys)
-
-    def __getitem__(self, i: Any) -> Any:
-        return self()[i]
-
-    def __len__(self) -> int:
-        return len(self())
-
-    def __repr__(self) -> str:
-        return f"ComponentNames({self.kind!r}{'' if self.key is None else f', key={self.key!r}'})"
-
-
 @dataclass(frozen=True)
 class Setting:
     """What :func:`setting` declares about one run-config field (name, group and type are filled

@@ -5,24 +5,22 @@ from __future__ import annotations
 
 import math
 
-from fedcal.config.schema import (RunConfig, TaskConfig, check, group, identity_includes, register_task, setting,
-                                  setting_of)
+from fedcal import catalogue
+from fedcal.config.schema import (ComponentNames, RunConfig, TaskConfig, check, group, identity_includes,
+                                  register_task, setting, setting_of)
 
-__all__ = ["ATTACKS", "POISONING_ATTACKS", "RULE_AWARE_STRATEGIES", "AUGMENTATIONS", "CALIBRATION_ESTIMATORS",
-           "CROP_FLIP_DATASETS",
-           "calibration_estimators", "tsa_label"]
+__all__ = ["AUGMENTATIONS", "CALIBRATION_ESTIMATORS", "CROP_FLIP_DATASETS", "calibration_estimators",
+           "evaluable_rules", "tsa_label"]
 
-ATTACKS = ("none", "tsa", "noise", "labelflip",
-           # the model-poisoning attacks of Byzantine-robust FL (fedcal.attacks.POISONING; a test keeps them
-           # equal) and the pixel-pattern image backdoor
-           "alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic", "inf", "opt-alie",
-           "opt-ipm", "backdoor")
-#: ``attack`` values whose replies the server-side colluders craft (fedcal.attacks.POISONING)
-POISONING_ATTACKS = ("alie", "ipm", "minmax", "minsum", "fang-trmean", "fang-krum", "signflip", "mimic", "inf",
-                     "opt-alie", "opt-ipm")
-#: the strategies whose rule the line-search attacks (opt-alie, opt-ipm) evaluate: a function of the
-#: round's updates alone (FLTrust needs the server's root update, FoolsGold and CalGuard their history)
-RULE_AWARE_STRATEGIES = ("fedavg", "multikrum", "trimmed_mean", "median", "geometric_median", "median_of_means")
+# The attacks (``attack``) are components of fedcal.catalogue: the client behaviours, the model-poisoning
+# attacks the omniscient colluders craft (need ``omniscient``) and the pixel backdoor, each with its own keys.
+_ATTACKS = ComponentNames("attack")
+
+
+def evaluable_rules() -> tuple[str, ...]:
+    """The rules a ``rule-aware`` attack (opt-alie, opt-ipm) can evaluate: a function of the round's updates
+    alone (FLTrust needs the server's root update, FoolsGold and CalGuard their history)."""
+    return tuple(n for n, c in catalogue.components("rule").items() if not {"history", "root-set"} & c.needs)
 AUGMENTATIONS = ("none", "crop-flip")
 #: datasets ``augment=crop-flip`` applies to (digits are not mirror-invariant, CIFAR's objects are)
 CROP_FLIP_DATASETS = ("cifar10", "cifar100")
@@ -63,13 +61,15 @@ def _local_work(c: RunConfig) -> None:
 
 
 def _byzantine_attacks(c: RunConfig) -> None:
-    if c.attack in POISONING_ATTACKS or c.attack == "backdoor":
+    needs = catalogue.get("attack", c.attack).needs
+    backdoor = setting_of("backdoor_target").read_by(c)  # the image backdoor's own keys are read
+    if "omniscient" in needs or backdoor:
         check("attack", c.task == "train", c.attack, f"is a train-task attack (task = {c.task})")
-    if c.attack in ("opt-alie", "opt-ipm"):
-        check("attack", c.strategy in RULE_AWARE_STRATEGIES, c.attack,
+    if "rule-aware" in needs:
+        check("attack", c.strategy in evaluable_rules(), c.attack,
               f"searches against the server's rule, which it can evaluate for strategy = "
-              f"{', '.join(RULE_AWARE_STRATEGIES)}, not {c.strategy} (a rule with state or a root set)")
-    if c.attack == "backdoor":
+              f"{', '.join(evaluable_rules())}, not {c.strategy} (a rule with state or a root set)")
+    if backdoor:
         classes = {"digits": 10, "mnist": 10, "cifar10": 10, "cifar100": 100}
         check("attack", c.dataset in classes, c.attack, "is an image backdoor (digits, mnist, cifar10, cifar100)")
         check("backdoor-target", c.backdoor_target < classes.get(c.dataset, 0), c.backdoor_target,
@@ -77,7 +77,7 @@ def _byzantine_attacks(c: RunConfig) -> None:
 
 
 def _calguard_clients(c: RunConfig) -> None:
-    if c.strategy == "calguard" and c.calguard_signal == "clients":  # only the train task's clients report drift
+    if setting_of("calguard_signal").read_by(c) and c.calguard_signal == "clients":  # only the train task's clients report drift
         check("calguard-signal", c.task == "train", c.calguard_signal,
               f"clients needs the train task's clients (they report their calibration drift), not task={c.task}")
 
@@ -94,24 +94,24 @@ def _calibration(c: RunConfig) -> None:
 class Train:
     clients_per_round: int = setting(5, "M, clients sampled per round (<= num-clients)", ge=1)
     num_rounds: int = setting(100, "federated rounds", ge=1)
-    attack: str = setting("tsa", 'what the attacker subset does; "none" = all benign', choices=ATTACKS)
+    attack: str = setting("tsa", 'what the attacker subset does; "none" = all benign', choices=_ATTACKS)
     attacker_ratio: float = setting(0.25, "attackers = round-half-up(ratio * K): 13 of 50 (1 = every "
                                          "client, e.g. temperature training for all)", ge=0, le=1)
     tau: float = setting(1.0, "TSA temperature (1.0 = benign behaviour)", gt=0, finite=True)
     coupled: bool = setting(True, "TSA learning rate eta = beta * tau (false: the uncoupled ablation, "
                                   "eta = beta)")
     noise_sigma: float = setting(0.1, "sigma of the Gaussian added to the update (attack = noise)", ge=0,
-                                 finite=True, only_with=("attack", ("noise",)))
+                                 finite=True, only_with=("attack", _ATTACKS))
     flip_shift: int = setting(1, "k in y <- (y + k) mod C (attack = labelflip)", ge=1,
-                              only_with=("attack", ("labelflip",)))
+                              only_with=("attack", _ATTACKS))
     local_steps: int = setting(5, "E, local SGD steps per round", ge=1)
     eval_every: int = setting(1, "central evaluation every k rounds (always round 0 and the last)", ge=1)
     tsa_step_frac: float = setting(1.0, "adaptive TSA: share of the local steps trained at tau (the first "
                                         "round(frac * E), at least one; the rest benign)", gt=0, le=1,
-                                   hash_when_set=True, only_with=("attack", ("tsa",)))
+                                   hash_when_set=True, only_with=("attack", _ATTACKS))
     tsa_blend: float = setting(1.0, "adaptive TSA: the reply is benign + blend * (TSA - benign), both "
                                     "trained on the same batches (1 = plain TSA)", gt=0, finite=True,
-                               hash_when_set=True, only_with=("attack", ("tsa",)))
+                               hash_when_set=True, only_with=("attack", _ATTACKS))
     local_epochs: int = setting(0, "local epochs per round: passes over each client's own data, the last "
                                    "batch of a pass smaller when B does not divide it (replaces "
                                    "local-steps, which must then stay at its default)", ge=0,
@@ -121,27 +121,27 @@ class Train:
                            hash_when_set=True)
     tsa_duty: float = setting(1.0, "adaptive TSA: share of its rounds an attacker attacks (a seeded draw per "
                                    "client round; benign in the others; 1 = every round)", gt=0, le=1,
-                              hash_when_set=True, only_with=("attack", ("tsa",)))
+                              hash_when_set=True, only_with=("attack", _ATTACKS))
     alie_z: float = setting(0.0, "ALIE (attack = alie): malicious update = mean - z * std of the round's honest "
                                  "updates", finite=True, note="0 = the paper's z from the round's n and f",
-                            hash_when_set=True, only_with=("attack", ("alie",)))
+                            hash_when_set=True, only_with=("attack", _ATTACKS))
     ipm_epsilon: float = setting(0.1, "IPM (attack = ipm): malicious update = -epsilon * mean of the honest updates",
-                                 gt=0, finite=True, hash_when_set=True, only_with=("attack", ("ipm",)))
+                                 gt=0, finite=True, hash_when_set=True, only_with=("attack", _ATTACKS))
     minmax_direction: str = setting("unit", "Min-Max / Min-Sum (attack = minmax, minsum): the perturbation "
                                             "direction: unit (mean / |mean|), std, sign (of the mean)",
                                     choices=("unit", "std", "sign"), hash_when_set=True,
-                                    only_with=("attack", ("minmax", "minsum")))
+                                    only_with=("attack", _ATTACKS))
     fang_b: float = setting(2.0, "Fang's trimmed-mean attack (attack = fang-trmean): values drawn within a factor b "
                                  "beyond the honest extreme", gt=1, finite=True, hash_when_set=True,
-                            only_with=("attack", ("fang-trmean",)))
+                            only_with=("attack", _ATTACKS))
     mimic_target: int = setting(0, "Mimic (attack = mimic): the attackers copy the honest update of this index "
                                    "among the round's honest updates in partition-id order", ge=0,
-                                hash_when_set=True, only_with=("attack", ("mimic",)))
+                                hash_when_set=True, only_with=("attack", _ATTACKS))
     backdoor_target: int = setting(0, "pixel backdoor (attack = backdoor): the target class", ge=0,
-                                   hash_when_set=True, only_with=("attack", ("backdoor",)))
+                                   hash_when_set=True, only_with=("attack", _ATTACKS))
     backdoor_frac: float = setting(0.2, "pixel backdoor: share of an attacker's training images stamped and "
                                         "relabelled", gt=0, le=1, hash_when_set=True,
-                                   only_with=("attack", ("backdoor",)))
+                                   only_with=("attack", _ATTACKS))
 
     calibration_metrics: str = setting("", "calibration estimators recorded at each evaluation beside accuracy, ECE, "
                                            "sECE, Brier and NLL: comma-separated of "

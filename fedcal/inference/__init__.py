@@ -5,7 +5,7 @@ federated run (:mod:`.federated`)."""
 from .aggregators import AGGREGATORS, CoordinateMedian, GeometricMedian, Mean, TrimmedMean, check_probits, renormalise
 from .deepset import POOLINGS, DeepSet, DeepSetTM, accuracy, as_trimmed, train_deepset
 from .logit_attacks import amplified_one_hot, attack_logits
-from .probit_attacks import (PROBIT_ATTACKS, adversary_mask, apply_attack, class_covariance, cpa, cw_margin, lma,
+from .probit_attacks import (adversary_mask, apply_attack, class_covariance, cpa, cw_margin, lma,
                              logit_flip, pgd_cw, sia_blackbox, sia_whitebox, sia_whitebox_raise, validate_probits)
 
 __all__ = [
@@ -15,3 +15,11 @@ __all__ = [
     "pgd_cw", "sia_blackbox", "sia_whitebox", "sia_whitebox_raise", "validate_probits", "amplified_one_hot",
     "attack_logits",
 ]
+
+
+def __getattr__(name: str):
+    if name == "PROBIT_ATTACKS":  # read from the catalogue's inference attacks when asked
+        from . import probit_attacks
+
+        return probit_attacks.PROBIT_ATTACKS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

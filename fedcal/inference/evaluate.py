@@ -30,33 +30,41 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
+from fedcal import catalogue
 from fedcal.progress import phase
 
 from .aggregators import AGGREGATORS
 from .deepset import DeepSet, DeepSetTM, train_deepset
 from .logit_attacks import attack_logits
-from .probit_attacks import PGD_LOSSES, PGD_STARTS, PROBIT_ATTACKS, adversary_mask, apply_attack, class_covariance
+from .probit_attacks import PGD_LOSSES, PGD_STARTS, adversary_mask, apply_attack, class_covariance
 from .purify import CoPur, ManifoldProjection, ProbitFusion, train_fusion
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["ProbitData", "AGGREGATOR_NAMES", "build_aggregators", "attack_accuracy", "WHITE_BOX", "PGD_GRADS",
+__all__ = ["ProbitData", "build_aggregators", "attack_accuracy", "white_box", "PGD_GRADS",
            "PGD_KAPPA", "gradient_view", "learned_state"]
 
 log = logging.getLogger(__name__)
 
-AGGREGATOR_NAMES = ("mean", "median", "geometric_median", "trimmed_mean", "manifold_projection", "copur",
-                    "manifold_projection_logit", "copur_logit",
-                    "deepset_plain", "deepset_plain_tm", "deepset", "deepset_tm")
+
+
+def __getattr__(name: str):
+    # AGGREGATOR_NAMES: the inference aggregators of fedcal.catalogue, in declaration order, read when asked
+    if name == "AGGREGATOR_NAMES":
+        return catalogue.names("inference-aggregator")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 #: how PGD-CW differentiates trimming and medians: their exact (sort) subgradient, or BPDA (:func:`gradient_view`)
 PGD_GRADS = ("exact", "bpda")
 #: PGD-CW's cap on the margin per loss: 0 on log-probabilities (fedcal), 0.1 on probabilities (the
 #: robust-inference authors' ``cw_confidence`` default, Utils/fl_args.py)
 PGD_KAPPA = {"logit": 0.0, "prob": 0.1}
-# Attacks that query the aggregator (SPEC §7 "white-box"): evaluated once per aggregator.
-WHITE_BOX = tuple(name for name, fn in PROBIT_ATTACKS.items()
-                  if "aggregator" in inspect.signature(fn).parameters)
+
+
+def white_box(attack: str) -> bool:
+    """Whether ``attack`` queries the aggregator (SPEC §7 "white-box"): evaluated once per aggregator."""
+    return "aggregator" in inspect.signature(catalogue.load("inference-attack", attack)).parameters
 
 
 @dataclass
@@ -135,10 +143,11 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
     (:func:`learned_state` of that build), loaded instead of trained again.
     """
     state = dict(state or {})
-    unknown = [a for a in names or () if a not in AGGREGATOR_NAMES]
+    known = catalogue.names("inference-aggregator")
+    unknown = [a for a in names or () if a not in known]
     if unknown:
-        raise ValueError(f"unknown aggregators {unknown}; known: {list(AGGREGATOR_NAMES)}")
-    wanted = set(AGGREGATOR_NAMES if names is None else names)
+        raise ValueError(f"unknown aggregators {unknown}; known: {list(known)}")
+    wanted = set(known if names is None else names)
     history: list[float] = []
     aggs: dict[str, Callable] = {"mean": AGGREGATORS["mean"](), "median": AGGREGATORS["median"](),
                                  "geometric_median": AGGREGATORS["geometric_median"](),
@@ -160,7 +169,7 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
                                       adv_epochs=adv_epochs, lr=lr, attack_steps=attack_steps, restarts=restarts,
                                       seed=seed, adv_attack=adv_attack, state=state)
         aggs.update(deepsets)
-    return ({a: aggs[a] for a in AGGREGATOR_NAMES if a in aggs and a in wanted}, history,
+    return ({a: aggs[a] for a in known if a in aggs and a in wanted}, history,
             learned_state(aggs, history))
 
 
@@ -283,9 +292,10 @@ def attack_accuracy(aggregators: Mapping[str, Callable], data: ProbitData, f_adv
     """
     import pandas as pd  # lazily: the ClientApp process never loads pandas
 
-    unknown = [a for a in attacks if a not in PROBIT_ATTACKS]
+    known = catalogue.names("inference-attack")
+    unknown = [a for a in attacks if a not in known]
     if unknown:
-        raise ValueError(f"unknown attacks {unknown}; known: {sorted(PROBIT_ATTACKS)}")
+        raise ValueError(f"unknown attacks {unknown}; known: {sorted(known)}")
     if f_adv < 0:
         raise ValueError(f"f_adv must be >= 0, got {f_adv}")
     if pgd_start not in PGD_STARTS or pgd_loss not in PGD_LOSSES or pgd_grad not in PGD_GRADS:
@@ -334,7 +344,7 @@ def _attack_groups(aggregators, data, f_adv, attacks, groups, correct, amplifica
             ctx = dict(labels=y, class_cov=class_cov, amplification=amplification, steps=pgd_steps, start=pgd_start,
                        loss=pgd_loss, kappa=PGD_KAPPA[pgd_loss])
             for attack in attacks:
-                shared = None if attack in WHITE_BOX else apply_attack(attack, p, mask, logits=z, **ctx)
+                shared = None if white_box(attack) else apply_attack(attack, p, mask, logits=z, **ctx)
                 for name, agg in group_aggs.items():
                     if n < _needs(aggregators[name]):
                         continue  # counted as wrong

@@ -25,7 +25,9 @@ from typing import Callable, Optional
 
 import torch
 
-from .probit_attacks import PGD_LOSSES, PGD_STARTS, PROBIT_ATTACKS, _check, _check_labels, apply_attack, sign_ascent
+from fedcal import catalogue
+
+from .probit_attacks import PGD_LOSSES, PGD_STARTS, _check, _check_labels, apply_attack, sign_ascent
 
 __all__ = ["amplified_one_hot", "attack_logits", "ONE_HOT"]
 
@@ -59,8 +61,8 @@ def attack_logits(name: str, logits: torch.Tensor, probits: torch.Tensor, mask: 
     ``probits`` are the same answers' softmax (what the probit attacks pick their targets from);
     ``mask`` the (B, n) adversarial rows. The white-box attacks query ``aggregator`` (logits in,
     probabilities out). See the module docstring for each attack's logit form."""
-    if name not in PROBIT_ATTACKS:
-        raise ValueError(f"unknown attack {name!r}; known: {sorted(PROBIT_ATTACKS)}")
+    if name not in catalogue.names("inference-attack"):
+        raise ValueError(f"unknown attack {name!r}; known: {sorted(catalogue.names('inference-attack'))}")
     _check(probits, mask)
     if logits.shape != probits.shape:
         raise ValueError(f"logits shape {tuple(logits.shape)} != probits shape {tuple(probits.shape)}")

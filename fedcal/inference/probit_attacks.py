@@ -1,4 +1,5 @@
-"""Probit-space attacks on robust federated *inference* (SPEC §7); registry :data:`PROBIT_ATTACKS`.
+"""Probit-space attacks on robust federated *inference* (SPEC §7); each is an ``inference-attack`` component of
+:mod:`fedcal.catalogue` (:data:`PROBIT_ATTACKS`: name → function, read from it).
 
 (Training-time client behaviours — TSA, noise, label flipping — are :mod:`fedcal.attacks`.)
 
@@ -20,10 +21,12 @@ white-box attacks (:func:`sia_whitebox`, :func:`pgd_cw`) query it, and
 from __future__ import annotations
 
 import inspect
-from typing import Callable, Dict, Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
+
+from fedcal import catalogue
 
 __all__ = [
     "adversary_mask",
@@ -37,7 +40,6 @@ __all__ = [
     "cw_margin",
     "pgd_cw",
     "no_attack",
-    "PROBIT_ATTACKS",
     "OFF_SIMPLEX",
     "PGD_STARTS",
     "PGD_LOSSES",
@@ -376,17 +378,13 @@ def _sia_colluding(probits, mask):
     return sia_blackbox(probits, mask, colluding=True)
 
 
-PROBIT_ATTACKS: Dict[str, Callable[..., torch.Tensor]] = {
-    "none": no_attack,
-    "logit_flip": logit_flip,
-    "sia_blackbox": sia_blackbox,
-    "sia_blackbox_colluding": _sia_colluding,
-    "sia_whitebox": sia_whitebox,
-    "lma": lma,
-    "cpa": cpa,
-    "pgd_cw": pgd_cw,
-    "sia_whitebox_raise": sia_whitebox_raise,
-}
+def __getattr__(name: str):
+    # PROBIT_ATTACKS: name → attack function of every inference attack of fedcal.catalogue, read when asked
+    if name == "PROBIT_ATTACKS":
+        return {n: c.load() for n, c in catalogue.components("inference-attack").items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 #: attacks whose adversarial rows are not probit vectors (kept to measure the literature's protocol)
 OFF_SIMPLEX = frozenset({"sia_whitebox_raise"})
 
@@ -397,9 +395,10 @@ def apply_attack(name: str, probits: torch.Tensor, mask: torch.Tensor,
     accepts (e.g. ``aggregator``, ``labels``, ``class_cov``, ``logits``,
     ``amplification``, ``steps``, ``generator``). ``None`` values are dropped;
     missing required arguments raise ``ValueError``."""
-    if name not in PROBIT_ATTACKS:
-        raise ValueError(f"unknown attack {name!r}; known: {sorted(PROBIT_ATTACKS)}")
-    fn = PROBIT_ATTACKS[name]
+    known = catalogue.names("inference-attack")
+    if name not in known:
+        raise ValueError(f"unknown attack {name!r}; known: {sorted(known)}")
+    fn = catalogue.load("inference-attack", name)
     params = inspect.signature(fn).parameters
     kw = {k: v for k, v in context.items()
           if k in params and k not in ("probits", "mask") and v is not None}

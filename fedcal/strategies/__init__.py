@@ -33,8 +33,9 @@ The LoRA-adapter baselines of RFD-LoRA (``lora.py``: :class:`FedIT`, :class:`FFA
 :class:`FlexLoRA`, :class:`LoRAFair`, by ``dst-method`` in :data:`LORA_STRATEGIES`) federate peft adapter states instead
 of whole models; they are not update-aggregation rules and are not in :data:`STRATEGIES`.
 
-:data:`STRATEGIES` maps these names to the classes; :func:`strategy_from_config` builds the
-configured one from a :class:`fedcal.config.RunConfig`.
+:data:`STRATEGIES` maps these names to the classes, read from the rules of :mod:`fedcal.catalogue`
+(where each rule is declared, with its own keys and parameters); :func:`strategy_from_config` builds
+the configured one from a :class:`fedcal.config.RunConfig`.
 """
 
 from fedcal.strategies.base import UpdateAggregationStrategy
@@ -51,7 +52,7 @@ from fedcal.strategies.krum import Krum
 from fedcal.strategies.median import FedMedian, Median
 from fedcal.strategies.median_of_means import MedianOfMeans
 from fedcal.strategies.multikrum import MultiKrum
-from fedcal.strategies.registry import STRATEGIES, strategy_from_config
+from fedcal.strategies.registry import strategy_from_config
 from fedcal.strategies.trimmed_mean import FedTrimmedAvg, TrimmedMean
 
 __all__ = [
@@ -60,3 +61,11 @@ __all__ = [
     "Krum", "Bulyan", "FedMedian", "FedTrimmedAvg",
     "LORA_STRATEGIES", "LoraStrategy", "FedIT", "FFALoRA", "FLoRA", "FlexLoRA", "LoRAFair",
 ]
+
+
+def __getattr__(name: str):
+    if name == "STRATEGIES":  # the catalogue's rules, read when asked (fedcal.strategies.registry)
+        from fedcal.strategies import registry
+
+        return registry.STRATEGIES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

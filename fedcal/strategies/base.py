@@ -305,6 +305,14 @@ class UpdateAggregationStrategy(TaskEvaluation, NodeNaming, _FlowerFedAvg):
                 for node_id in node_ids]
 
     # ------------------------------------------------------------------ aggregate
+    @classmethod
+    def unweighted(cls, server_round: int, **params: Any) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """The rule of round ``server_round`` with its own keyword arguments ``params`` as a function of the
+        round's (n, d) updates alone, every client weighted alike: what the attacks that search against the
+        server's rule evaluate (opt-alie, opt-ipm). None for a rule that also depends on earlier rounds or
+        on the server's own data."""
+        return None
+
     def aggregate_updates(self, server_round: int, node_ids: list[int], updates: torch.Tensor,
                           weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Aggregate an (n, d) float32 update matrix; return (Δ (d,), per-node weights (n,)).
@@ -356,11 +364,8 @@ class UpdateAggregationStrategy(TaskEvaluation, NodeNaming, _FlowerFedAvg):
 
     def begin_round(self, server_round: int, received: int) -> RoundReplies:
         """Round ``server_round``'s accounting (``received`` replies); the last round's records cleared."""
-        account = RoundReplies(received=received)
-        self.replies[server_round] = account
-        self.last_rejected = {}
-        self.last_weights = {}
-        self.last_audit = {}
+        self.replies[server_round] = account = RoundReplies(received=received)
+        self.last_rejected, self.last_weights, self.last_audit = {}, {}, {}
         return account
 
     def drop_reply(self, server_round: int, account: RoundReplies, node: int, reason: str) -> None:
@@ -371,15 +376,11 @@ class UpdateAggregationStrategy(TaskEvaluation, NodeNaming, _FlowerFedAvg):
 
     def aggregate_accepted(self, server_round: int, good: list[tuple], base: dict[str, torch.Tensor], keys: list[str],
                            train_keys: list[str]) -> dict[str, torch.Tensor] | None:
-        """The new global arrays ``keys`` from the accepted replies ``good`` — (node, content, claimed
-        size, flat float32 update over ``train_keys``), in aggregation order — and the sent ``base``:
-        the claims as the rule weighs them (:meth:`round_sizes`: capped at the median unless it trusts
-        claims), the pre-aggregation steps, the rule, the buffers. None keeps the global model, the
-        reason logged (the rule refused or failed, or its result is not finite). The second half of
-        :meth:`aggregate_train`, and the batched train task's rule (content None: no Messages)."""
+        """The new arrays ``keys`` from the accepted ``good`` (node, content, claimed size, flat update) on
+        the sent ``base``: sizes as the rule weighs them (:meth:`round_sizes`), pre-aggregation, rule, buffers;
+        None keeps the model (reason logged). :meth:`aggregate_train`'s second half; the batched task's rule."""
         nodes = [g[0] for g in good]
-        weights = self.round_sizes(torch.tensor([g[2] for g in good], dtype=torch.float64))
-        self._round_weights = weights
+        self._round_weights = weights = self.round_sizes(torch.tensor([g[2] for g in good], dtype=torch.float64))
         try:
             new = self._aggregate_trained(server_round, good, nodes, weights, base, train_keys)
             if new is None:
@@ -400,9 +401,8 @@ class UpdateAggregationStrategy(TaskEvaluation, NodeNaming, _FlowerFedAvg):
                        ) -> list[tuple[int, RecordDict, float, torch.Tensor | None]]:
         """(node, content, weight, flat update) of every reply that passes validation, in node order;
         the others are rejected (logged and recorded in ``account``)."""
-        reject = functools.partial(self.drop_reply, server_round, account)
         good: list[tuple[int, RecordDict, float, torch.Tensor | None]] = []
-        for msg in counted_replies(replies, reject):
+        for msg in counted_replies(replies, functools.partial(self.drop_reply, server_round, account)):
             node = msg.metadata.src_node_id
             reason, weight = self._check_reply(msg.content, sent)
             update = None
@@ -411,7 +411,7 @@ class UpdateAggregationStrategy(TaskEvaluation, NodeNaming, _FlowerFedAvg):
                 if not bool(torch.isfinite(update).all()):
                     reason = "its update (reply − sent arrays) overflows float32"
             if reason:
-                reject(node, reason)
+                self.drop_reply(server_round, account, node, reason)
             else:
                 good.append((node, msg.content, weight, update))
         # Replies arrive in completion order, which differs between engines and runs; a fixed

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from logging import INFO, WARNING
-from typing import Unpack
+from typing import TYPE_CHECKING, Unpack
 
 import numpy as np
 import torch
@@ -18,6 +18,9 @@ from fedcal.aggregate.numerics import row_norms64
 from fedcal.strategies.base import UpdateAggregationStrategy
 from fedcal.strategies.options import StrategyOptions
 from fedcal.strategies.replies import tensor_of
+
+if TYPE_CHECKING:
+    from fedcal.config import RunConfig
 
 #: what CalGuard's sequential test may be fed (``sequential_signal``)
 SEQUENTIAL_SIGNALS = ("ratio", "scale")
@@ -264,3 +267,37 @@ class CalGuard(UpdateAggregationStrategy):
         if not bool(keep.any()):
             keep = torch.ones(len(node_ids), dtype=torch.bool)
         return agg.buffer_median(values[keep])
+
+
+def config_kwargs(cfg: RunConfig) -> dict[str, object]:
+    """CalGuard's own keyword arguments from the run config's ``calguard-*`` keys (its catalogue
+    ``params``): the sequential test is built when ``calguard-cusum`` is set, with a warning when its
+    default thresholds meet a participation rate they were not calibrated for."""
+    sequential = (sq.ClientCusum(k=cfg.calguard_cusum_k, h_low=cfg.calguard_cusum_h_low, h_high=cfg.calguard_cusum_h_high)
+                  if cfg.calguard_cusum else None)
+    if sequential is not None:
+        _warn_uncalibrated_thresholds(cfg)
+    return {"kappa": cfg.calguard_kappa, "window": cfg.calguard_window, "strikes": cfg.calguard_strikes,
+            "mode": cfg.calguard_mode, "sequential": sequential, "sequential_signal": cfg.calguard_cusum_signal,
+            "signal": cfg.calguard_signal}
+
+
+def _warn_uncalibrated_thresholds(cfg: RunConfig) -> None:
+    """Warn when the sequential test runs on its default thresholds in a federation whose clients reply
+    far more (or less) often than in the runs they were calibrated on: a benign client's CUSUM climbs
+    with its replies, so at 10 of 50 a round the defaults left out one benign reply in six (measured,
+    docs/defense.md). fedcal does not derive thresholds from the rate — the null's growth is not a
+    simple law of it — so the remedy is the calibration the docs show, on benign audit runs."""
+    from fedcal.config import CUSUM_CALIBRATED_REPLIES, setting_of
+
+    if (cfg.calguard_cusum_h_low, cfg.calguard_cusum_h_high) != (setting_of("calguard_cusum_h_low").default,
+                                                                 setting_of("calguard_cusum_h_high").default):
+        return  # thresholds of the user's own
+    replies = cfg.num_rounds * cfg.clients_per_round / cfg.num_clients
+    if not 0.75 <= replies / CUSUM_CALIBRATED_REPLIES <= 1.25:
+        log(WARNING, "calguard-cusum: the default thresholds (h-low %g, h-high %g) were calibrated on runs with "
+            "about %g replies per client (5 of 50 a round, 100 rounds); here each client replies about %.3g "
+            "times, so benign clients may be excluded far more often (about one reply in six at 20 per client): "
+            "calibrate calguard-cusum-h-low / -h-high on benign audit runs of this federation (docs/defense.md, "
+            "\"The sequential test's thresholds at 10 clients a round\")", cfg.calguard_cusum_h_low,
+            cfg.calguard_cusum_h_high, CUSUM_CALIBRATED_REPLIES, replies)

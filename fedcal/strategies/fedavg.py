@@ -30,5 +30,9 @@ class FedAvg(UpdateAggregationStrategy):
         log(INFO, "\t├──> FedAvg: data-size weighted mean of the updates")
         super().summary()
 
+    @classmethod
+    def unweighted(cls, server_round, **params):
+        return agg.fedavg
+
     def aggregate_updates(self, server_round, node_ids, updates, weights):
         return agg.fedavg(updates, weights), weights

@@ -47,6 +47,10 @@ class GeometricMedian(UpdateAggregationStrategy):
         log(INFO, "\t│\t└── tol: %g", self.tol)
         super().summary()
 
+    @classmethod
+    def unweighted(cls, server_round, **params):
+        return agg.geometric_median
+
     def aggregate_updates(self, server_round, node_ids, updates, weights):
         return agg.geometric_median(updates, weights, max_iter=self.max_iter, tol=self.tol), weights
 

@@ -27,6 +27,10 @@ class Median(UpdateAggregationStrategy):
         log(INFO, "\t├──> Median: coordinate-wise median of the updates (unweighted)")
         super().summary()
 
+    @classmethod
+    def unweighted(cls, server_round, **params):
+        return agg.coordinate_median
+
     def aggregate_updates(self, server_round, node_ids, updates, weights):
         return agg.coordinate_median(updates), torch.ones(updates.shape[0])
 

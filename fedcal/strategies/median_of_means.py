@@ -45,6 +45,13 @@ class MedianOfMeans(UpdateAggregationStrategy):
         log(INFO, "\t│\t└── seed: %d", self.seed)
         super().summary()
 
+    @classmethod
+    def unweighted(cls, server_round, *, num_groups: int = 3, seed: int = 0, **params):
+        def rule(x: torch.Tensor) -> torch.Tensor:  # the groups as the strategy seeds them this round
+            return agg.median_of_means(x, max(1, min(num_groups, x.shape[0])),
+                                       generator=torch.Generator().manual_seed(seed * 100003 + server_round))
+        return rule
+
     def aggregate_updates(self, server_round, node_ids, updates, weights):
         g = torch.Generator().manual_seed(self.seed * 100003 + server_round)
         groups = max(1, min(self.num_groups, updates.shape[0]))

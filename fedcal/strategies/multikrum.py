@@ -70,6 +70,15 @@ class MultiKrum(UpdateAggregationStrategy):
             "n - f" if self.num_nodes_to_select is None else self.num_nodes_to_select)
         super().summary()
 
+    @classmethod
+    def unweighted(cls, server_round, *, num_malicious_nodes: int = 0, num_nodes_to_select: int | None = None,
+                   **params):
+        def rule(x: torch.Tensor) -> torch.Tensor:
+            if x.shape[0] < 3:  # MultiKrum's own fallback
+                return agg.coordinate_median(x)
+            return agg.multikrum(x, *agg.multikrum_params(x.shape[0], num_malicious_nodes, num_nodes_to_select))
+        return rule
+
     def aggregate_updates(self, server_round, node_ids, updates, weights):
         n = updates.shape[0]
         self._selected = None

@@ -71,6 +71,10 @@ class TrimmedMean(UpdateAggregationStrategy):
             return int(self.beta * n)
         return agg.trim_for(n, self.f)
 
+    @classmethod
+    def unweighted(cls, server_round, *, f: int = 1, **params):
+        return lambda x: agg.trimmed_mean(x, agg.trim_for(x.shape[0], f))
+
     def aggregate_updates(self, server_round, node_ids, updates, weights):
         k = self.trim_count(updates.shape[0])
         if self.f is not None and k < self.f:

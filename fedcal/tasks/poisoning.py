@@ -34,8 +34,8 @@ from flwr.supercore import log
 from fedcal.aggregate import add_flat_update
 from fedcal.attacks import AttackSpec, attackers_of, craft_malicious, model_poisoning
 from fedcal.attacks.behaviour import round_generator
-from fedcal.attacks.crafted import poisoning_params
-from fedcal.config import POISONING_ATTACKS, RunConfig
+from fedcal import catalogue
+from fedcal.config import RunConfig
 from fedcal.strategies.replies import is_buffer_key
 from fedcal.tasks.nodes import WrappedGrid
 
@@ -48,13 +48,16 @@ class Colluders:
     reply (``poisoning.csv``)."""
 
     def __init__(self, cfg: RunConfig, record: Callable[[list[dict]], None] | None = None):
-        if cfg.attack not in POISONING_ATTACKS:
-            raise ValueError(f"attack {cfg.attack!r} is not a model-poisoning attack ({', '.join(POISONING_ATTACKS)})")
+        crafted = catalogue.needing("attack", "omniscient")
+        if cfg.attack not in crafted:
+            raise ValueError(f"attack {cfg.attack!r} is not a model-poisoning attack ({', '.join(crafted)})")
         self.cfg = cfg
         attack = AttackSpec.from_config(cfg)
         self.attackers = attackers_of(attack)
-        self.params = poisoning_params(attack)
+        self.params = catalogue.get("attack", cfg.attack).kwargs(attack)  # its own keys (alie-z, ipm-epsilon, ...)
         self.needs_rule = model_poisoning(cfg.attack).needs_rule  # opt-alie, opt-ipm: the rule in use
+        if self.needs_rule:
+            attack_rule(cfg, 0)  # a rule without an unweighted view is refused before any round, not in one
         self.record = record
 
     def craft(self, server_round: int, honest: list[tuple[int | None, torch.Tensor]],
@@ -168,46 +171,29 @@ def _update(msg: Message, base: dict[str, torch.Tensor], keys: list[str], key: s
 def attack_rule(cfg: RunConfig, server_round: int) -> Callable[[torch.Tensor], torch.Tensor]:
     """The server's rule as the line-search attacks (``opt-alie``, ``opt-ipm``) evaluate it: the
     run's pre-aggregation steps, then its rule with its parameters as the strategy shrinks them
-    to the round's n (trim-f, krum-f / krum-m; median-of-means with the strategy's seeded groups
-    of this round), every client weighted alike (FedAvg, Multi-Krum's mean and the geometric
-    median weigh by claimed sizes, which the attackers may set themselves; ByzFL's rules are
-    unweighted). ValueError for a strategy outside ``RULE_AWARE_STRATEGIES`` (the config refuses it)."""
+    to the round's n (its class's :meth:`~fedcal.strategies.base.UpdateAggregationStrategy.unweighted`),
+    every client weighted alike (FedAvg, Multi-Krum's mean and the geometric median weigh by claimed
+    sizes, which the attackers may set themselves; ByzFL's rules are unweighted). ValueError for a rule
+    that has no such view (the config refuses it: a rule with history or a root set)."""
     from fedcal import aggregate as agg
-    from fedcal.config import RULE_AWARE_STRATEGIES
     from fedcal.strategies.registry import pre_aggregation_steps
 
-    name = cfg.strategy
-    if name not in RULE_AWARE_STRATEGIES:
-        raise ValueError(f"strategy {name!r} is not one the line-search attacks can evaluate")
-
-    def rule(x: torch.Tensor) -> torch.Tensor:
-        n = x.shape[0]
-        if name == "fedavg":
-            return agg.fedavg(x)
-        if name == "median" or (name == "multikrum" and n < 3):  # MultiKrum's own fallback
-            return agg.coordinate_median(x)
-        if name == "trimmed_mean":
-            return agg.trimmed_mean(x, agg.trim_for(n, cfg.trim_f))
-        if name == "multikrum":
-            f, m = agg.multikrum_params(n, cfg.krum_f, cfg.krum_m or None)
-            return agg.multikrum(x, f, m)
-        if name == "geometric_median":
-            return agg.geometric_median(x)
-        groups = max(1, min(cfg.mom_groups, n))  # median_of_means, its generator as the strategy seeds it
-        return agg.median_of_means(x, groups, generator=torch.Generator().manual_seed(cfg.seed * 100003 + server_round))
-
+    component = catalogue.get("rule", cfg.strategy)
+    rule = component.load().unweighted(server_round, **component.kwargs(cfg))
+    if rule is None:
+        raise ValueError(f"strategy {cfg.strategy!r} is not one the line-search attacks can evaluate")
     return agg.compose(pre_aggregation_steps(cfg), rule) if cfg.pre_aggregations else rule
 
 
 def colluders_for(cfg: RunConfig, record: Callable[[list[dict]], None] | None = None) -> Colluders | None:
     """The run's :class:`Colluders` when ``cfg.attack`` is a model-poisoning attack; None otherwise."""
-    return Colluders(cfg, record) if cfg.attack in POISONING_ATTACKS else None
+    return Colluders(cfg, record) if "omniscient" in catalogue.get("attack", cfg.attack).needs else None
 
 
 def poisoning_grid(grid: Grid, cfg: RunConfig, node_to_client: dict[int, int],
                    record: Callable[[list[dict]], None] | None = None) -> Grid:
     """``grid`` wrapped in :class:`PoisoningGrid` when ``cfg.attack`` is a model-poisoning attack;
     ``grid`` itself otherwise."""
-    if cfg.attack not in POISONING_ATTACKS:
+    if "omniscient" not in catalogue.get("attack", cfg.attack).needs:
         return grid
     return PoisoningGrid(grid, cfg, node_to_client, record)

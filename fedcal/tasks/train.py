@@ -36,7 +36,7 @@ from flwr.supercore import log
 from fedcal.tasks.nodes import (CLIENT_RECORD, check_partitions, client_id, client_record, config_record,
                                 discover_clients, identified_grid, message_config, shared_model)
 from fedcal.attacks import BENIGN, AttackSpec, LocalRoundSpec, attackers_of, behaviour_for, client_round
-from fedcal.config import RunConfig
+from fedcal.config import RunConfig, setting_of
 from fedcal.attacks.backdoor import PixelBackdoor, attack_success_rate, triggered_test_set
 from fedcal.aggregate.calguard import drift_arrays
 from fedcal.calibration_state import CalibrationState
@@ -50,6 +50,7 @@ from fedcal.checkpoint import (check_history, check_rng_state, check_tensors_lik
                                set_rng_state)
 from fedcal.results import AUDIT_FILE, POISONING_FILE, REJECTIONS_FILE, Checkpoint, RunFailed, RunStore, run_dir_for
 from fedcal.strategies import strategy_from_config
+from fedcal.strategies.registry import server_arguments
 from fedcal.strategies.base import UpdateAggregationStrategy
 from fedcal.tasks.federated_eval import MESSAGE_TYPE as EVALUATE, FederatedCalibration, evaluate_heldout
 from fedcal.tasks.poisoning import poisoning_grid
@@ -106,13 +107,14 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
         node_to_client = discover_clients(grid, cfg.num_clients)
         log(INFO, "attackers (%s, %d of %d): %s", cfg.attack,
             cfg.num_attackers, cfg.num_clients, sorted(attackers_of(AttackSpec.from_config(cfg))))
-        root_fn = root_train_fn_for(cfg, ds, device) if cfg.strategy == "fltrust" else None
+        takes = server_arguments(cfg)  # what the rule works with on the server, if anything
+        root_fn = root_train_fn_for(cfg, ds, device) if "root_train_fn" in takes else None
         guard = dict(root_set=root_set(ds, cfg.root_size, cfg.seed) if cfg.calguard_signal == "root" else None,
                      model=build_model(cfg.model, ds.input_shape, ds.num_classes).to(device)
-                     ) if cfg.strategy == "calguard" else {}
+                     ) if "model" in takes else {}
 
         triggered = triggered_test_set(ds.x_test, ds.y_test, PixelBackdoor(cfg.backdoor_target, cfg.backdoor_frac),
-                                       pixel_space(cfg.dataset)) if cfg.attack == "backdoor" else None
+                                       pixel_space(cfg.dataset)) if setting_of("backdoor_target").read_by(cfg) else None
 
         # the clients' calibration states and temperatures (its round's temperature rescales the test logits)
         fed_cal = FederatedCalibration(cfg, store, node_to_client) if cfg.fed_eval_clients else None
@@ -329,7 +331,8 @@ def train(msg: Message, context: Context) -> Message:
     model = shared_model(cfg.model, tuple(data.x.shape[1:]), data.num_classes)
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     behaviour = behaviour_for(AttackSpec.from_config(cfg), cid)
-    drift = cfg.strategy == "calguard" and cfg.calguard_signal == "clients"
+    # the rule reads its clients' calibration drift (CalGuard without a root set)
+    drift = setting_of("calguard_signal").read_by(cfg) and cfg.calguard_signal == "clients"
     held = _held_out_state(cfg, cid, model, device) if drift else None
     stats = client_round(model, data.x, data.y, data.num_classes, behaviour, LocalRoundSpec.from_config(cfg),
                          server_round, cid, device)

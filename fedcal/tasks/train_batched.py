@@ -88,13 +88,14 @@ UNBATCHED_SETTINGS = {
 
 def batched_unsupported(cfg: RunConfig) -> str | None:
     """Why ``cfg`` cannot run in the batched train task, or None when it can: a component it chooses
-    that does not declare itself batchable, a setting of :data:`UNBATCHED_SETTINGS` off its default,
+    that does not declare itself batchable, a setting of :data:`UNBATCHED_SETTINGS` that the run reads
+    off its default (``tsa-*`` only with ``attack = tsa``),
     a model with buffers (BatchNorm statistics), a client holding fewer samples than a batch."""
     for kind, name in chosen_components(cfg):
         if not batchable(kind, name):
             return f"{kind} {name!r} is not batchable (batchable {kind}s: {', '.join(batchable_names(kind)) or 'none'})"
     for key, why in UNBATCHED_SETTINGS.items():
-        if getattr(cfg, key) != setting_of(key).default:
+        if setting_of(key).read_by(cfg) and getattr(cfg, key) != setting_of(key).default:  # a key the run reads
             return f"{key.replace('_', '-')} ({why})"
     ds = load_dataset(cfg.dataset, cfg.data_dir)
     template = build_model(cfg.model, ds.input_shape, ds.num_classes)
