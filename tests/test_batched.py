@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
-from fedcal.app import batched
+from fedcal.tasks import train_batched as batched
 from fedcal.app.engine import simulate
 from fedcal.app.sweep import run_sweep
 from fedcal.config import RunConfig

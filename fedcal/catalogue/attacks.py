@@ -10,7 +10,9 @@ from typing import Any
 from fedcal.catalogue import Component, register
 
 _A = "fedcal.attacks"
-_OMNISCIENT = frozenset({"omniscient"})
+#: crafted by the colluders from the round's honest updates, after benign local training: the batched
+#: train task runs the same colluders (fedcal.tasks.poisoning.Colluders) on its stacked clients' updates
+_OMNISCIENT = frozenset({"omniscient", "batchable"})
 
 
 def _alie(spec: Any) -> dict[str, Any]:
@@ -50,9 +52,9 @@ for _c in (
               summary="Karimireddy, He & Jaggi (ICLR 2022); ByzFL's Mimic"),
     Component("attack", "inf", f"{_A}.baselines:inf", needs=_OMNISCIENT,
               summary="ByzFL's Inf (a test of the server's input validation)"),
-    Component("attack", "opt-alie", f"{_A}.optimal:optimal_alie", needs=frozenset({"omniscient", "rule-aware"}),
+    Component("attack", "opt-alie", f"{_A}.optimal:optimal_alie", needs=_OMNISCIENT | {"rule-aware"},
               summary="ByzFL's Optimal_ALittleIsEnough (Allouah et al., AISTATS 2023)"),
-    Component("attack", "opt-ipm", f"{_A}.optimal:optimal_ipm", needs=frozenset({"omniscient", "rule-aware"}),
+    Component("attack", "opt-ipm", f"{_A}.optimal:optimal_ipm", needs=_OMNISCIENT | {"rule-aware"},
               summary="ByzFL's Optimal_InnerProductManipulation (Allouah et al., AISTATS 2023)"),
     Component("attack", "backdoor", f"{_A}.crafted:ImageBackdoor", keys=("backdoor_target", "backdoor_frac"),
               summary="pixel-pattern image backdoor"),

@@ -59,14 +59,16 @@ for _c in (
                     "calguard_cusum_h_high", "calguard_signal"),
               params=_lazy(f"{_S}.calguard:config_kwargs"), needs=frozenset({"root-set", "server-model", "history"}),
               summary="CalGuard: drops replies whose logit-scale shift is an outlier"),
+    # a pre-aggregation step is a function of the round's updates, run by the strategy wherever it
+    # aggregates (the batched train task included)
     Component("pre-aggregation", "nnm", "fedcal.aggregate:nnm", keys=("pre_f",), params=_bound(f="pre_f"),
-              summary="nearest-neighbour mixing"),
+              needs=_BATCHABLE, summary="nearest-neighbour mixing"),
     Component("pre-aggregation", "clip", "fedcal.aggregate:static_clip", keys=("clip_c",),
-              params=_bound(c="clip_c"), summary="static clipping of each update's norm to c"),
+              params=_bound(c="clip_c"), needs=_BATCHABLE, summary="static clipping of each update's norm to c"),
     Component("pre-aggregation", "arc", "fedcal.aggregate:arc", keys=("pre_f",), params=_bound(f="pre_f"),
-              summary="adaptive robust clipping"),
+              needs=_BATCHABLE, summary="adaptive robust clipping"),
     Component("pre-aggregation", "cclip", "fedcal.aggregate:centered_clip", keys=("cclip_tau", "cclip_iterations"),
-              params=_bound(tau="cclip_tau", iterations="cclip_iterations"),
+              params=_bound(tau="cclip_tau", iterations="cclip_iterations"), needs=_BATCHABLE,
               summary="centred clipping"),
 ):
     register(_c)

@@ -92,7 +92,7 @@ class Task(Component):
         :class:`fedcal.config.ConfigError` naming the key. Every entry point runs it
         (:func:`fedcal.tasks.preflight`) before any engine starts.
     needs : frozenset of str
-        ``{"batchable"}``: the batched engine (:mod:`fedcal.app.batched`) can run it (:attr:`batched`).
+        ``{"batchable"}``: the batched engine (:mod:`fedcal.tasks.train_batched`) can run it (:attr:`batched`).
     label : str, optional
         ``"module:function"`` of ``label(cfg) -> str``: the progress bar's label of a run (None: the
         run directory's name).

@@ -26,6 +26,7 @@ evaluation) or a task's own (:class:`fedcal.strategies.evaluation.TaskEvaluation
 
 from __future__ import annotations
 
+import functools
 import inspect
 import random
 from collections.abc import Callable, Iterable, Sequence
@@ -338,11 +339,7 @@ class UpdateAggregationStrategy(TaskEvaluation, NodeNaming, _FlowerFedAvg):
         sent = self._sent.get(server_round)
         if sent is None:
             raise RuntimeError(f"aggregate_train for round {server_round} without configure_train")
-        account = RoundReplies(received=len(replies))
-        self.replies[server_round] = account
-        self.last_rejected = {}
-        self.last_weights = {}
-        self.last_audit = {}
+        account = self.begin_round(server_round, len(replies))
         failures = sum(msg.has_error() for msg in replies)
         if replies:
             log(INFO, "aggregate_train: received %s results and %s failures", len(replies) - failures, failures)
@@ -354,23 +351,8 @@ class UpdateAggregationStrategy(TaskEvaluation, NodeNaming, _FlowerFedAvg):
             log(WARNING, "round %d: no valid reply (%d received, %d rejected); the global model is kept",
                 server_round, account.received, len(account.rejections))
             return None, None
-        nodes = [g[0] for g in good]
-        # The claimed sizes as the rule weighs them (capped at the median unless it trusts claims),
-        # as float64 within float32's range (round_sizes)
-        weights = self.round_sizes(torch.tensor([g[2] for g in good], dtype=torch.float64))
-        self._round_weights = weights
-        try:
-            new = self._aggregate_trained(server_round, good, nodes, weights, base, train_keys)
-            if new is None:
-                return None, None
-            new.update(self._aggregate_buffers(server_round, good, nodes, weights, base,
-                                               [k for k in keys if k not in train_keys]))
-        # a rule refusing its input, or failing numerically (a LAPACK solver not converging), must not end the run
-        except (ValueError, ArithmeticError, torch.linalg.LinAlgError) as exc:
-            log(WARNING, "round %d: aggregation failed (%s); the global model is kept", server_round, exc)
-            return None, None
-        if any(not bool(torch.isfinite(v).all()) for v in new.values() if v.is_floating_point()):
-            log(WARNING, "round %d: new model is not finite in its dtype; the global model is kept", server_round)
+        new = self.aggregate_accepted(server_round, good, base, keys, train_keys)
+        if new is None:
             return None, None
         metrics = None
         try:
@@ -380,18 +362,47 @@ class UpdateAggregationStrategy(TaskEvaluation, NodeNaming, _FlowerFedAvg):
         account.aggregated = True
         return ArrayRecord({k: new[k] for k in keys}), metrics
 
+    def begin_round(self, server_round: int, received: int) -> RoundReplies:
+        """Round ``server_round``'s accounting (``received`` replies); the last round's records cleared."""
+        self.replies[server_round] = account = RoundReplies(received=received)
+        self.last_rejected, self.last_weights, self.last_audit = {}, {}, {}
+        return account
+
+    def drop_reply(self, server_round: int, account: RoundReplies, node: int, reason: str) -> None:
+        """Leave ``node``'s reply out of the round: recorded, and logged naming the node and reason."""
+        account.rejections.append((node, reason))
+        self.last_rejected[node] = reason
+        log(WARNING, "round %d: dropped reply of %s: %s", server_round, self.who(node), reason)
+
+    def aggregate_accepted(self, server_round: int, good: list[tuple], base: dict[str, torch.Tensor], keys: list[str],
+                           train_keys: list[str]) -> dict[str, torch.Tensor] | None:
+        """The new arrays ``keys`` from the accepted ``good`` (node, content, claimed size, flat update) on
+        the sent ``base``: sizes as the rule weighs them (:meth:`round_sizes`), pre-aggregation, rule, buffers;
+        None keeps the model (reason logged). :meth:`aggregate_train`'s second half; the batched task's rule."""
+        nodes = [g[0] for g in good]
+        self._round_weights = weights = self.round_sizes(torch.tensor([g[2] for g in good], dtype=torch.float64))
+        try:
+            new = self._aggregate_trained(server_round, good, nodes, weights, base, train_keys)
+            if new is None:
+                return None
+            new.update(self._aggregate_buffers(server_round, good, nodes, weights, base,
+                                               [k for k in keys if k not in train_keys]))
+        # a rule refusing its input, or failing numerically (a LAPACK solver not converging), must not end the run
+        except (ValueError, ArithmeticError, torch.linalg.LinAlgError) as exc:
+            log(WARNING, "round %d: aggregation failed (%s); the global model is kept", server_round, exc)
+            return None
+        if any(not bool(torch.isfinite(v).all()) for v in new.values() if v.is_floating_point()):
+            log(WARNING, "round %d: new model is not finite in its dtype; the global model is kept", server_round)
+            return None
+        return new
+
     def _valid_replies(self, server_round: int, replies: list[Message], sent: ArrayRecord,
                        base: dict[str, torch.Tensor], train_keys: list[str], account: RoundReplies
                        ) -> list[tuple[int, RecordDict, float, torch.Tensor | None]]:
         """(node, content, weight, flat update) of every reply that passes validation, in node order;
         the others are rejected (logged and recorded in ``account``)."""
-        def reject(node: int, reason: str) -> None:
-            account.rejections.append((node, reason))
-            self.last_rejected[node] = reason
-            log(WARNING, "round %d: dropped reply of %s: %s", server_round, self.who(node), reason)
-
         good: list[tuple[int, RecordDict, float, torch.Tensor | None]] = []
-        for msg in counted_replies(replies, reject):
+        for msg in counted_replies(replies, functools.partial(self.drop_reply, server_round, account)):
             node = msg.metadata.src_node_id
             reason, weight = self._check_reply(msg.content, sent)
             update = None
@@ -400,7 +411,7 @@ class UpdateAggregationStrategy(TaskEvaluation, NodeNaming, _FlowerFedAvg):
                 if not bool(torch.isfinite(update).all()):
                     reason = "its update (reply − sent arrays) overflows float32"
             if reason:
-                reject(node, reason)
+                self.drop_reply(server_round, account, node, reason)
             else:
                 good.append((node, msg.content, weight, update))
         # Replies arrive in completion order, which differs between engines and runs; a fixed

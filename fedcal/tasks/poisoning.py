@@ -40,16 +40,18 @@ from fedcal.strategies.replies import is_buffer_key
 from fedcal.tasks.nodes import WrappedGrid
 
 
-class PoisoningGrid(WrappedGrid):
-    """``grid`` with the run's model-poisoning attack applied to its train replies (module
-    docstring). ``record(rows)`` receives one row per crafted reply."""
+class Colluders:
+    """The omniscient colluders of one run (module docstring): who they are, and what they reply in a
+    round given its honest updates. Shared by both ways of running the train task — the Grid wrapper
+    (:class:`PoisoningGrid`) and the batched train task (``fedcal.tasks.train_batched``) — so both
+    craft the same replies from the same honest view. ``record(rows)`` receives one row per attacker
+    reply (``poisoning.csv``)."""
 
-    def __init__(self, grid: Grid, cfg: RunConfig, node_to_client: dict[int, int],
-                 record: Callable[[list[dict]], None] | None = None, arrays_key: str = "arrays"):
+    def __init__(self, cfg: RunConfig, record: Callable[[list[dict]], None] | None = None):
         crafted = catalogue.needing("attack", "omniscient")
         if cfg.attack not in crafted:
             raise ValueError(f"attack {cfg.attack!r} is not a model-poisoning attack ({', '.join(crafted)})")
-        self.grid, self.cfg, self.node_to_client = grid, cfg, node_to_client
+        self.cfg = cfg
         attack = AttackSpec.from_config(cfg)
         self.attackers = attackers_of(attack)
         self.params = catalogue.get("attack", cfg.attack).kwargs(attack)  # its own keys (alie-z, ipm-epsilon, ...)
@@ -57,6 +59,58 @@ class PoisoningGrid(WrappedGrid):
         if self.needs_rule:
             attack_rule(cfg, 0)  # a rule without an unweighted view is refused before any round, not in one
         self.record = record
+
+    def craft(self, server_round: int, honest: list[tuple[int | None, torch.Tensor]],
+              bad: list[tuple[int, int]]) -> torch.Tensor | None:
+        """The (f, d) crafted updates of the attackers' replies ``bad`` — (node id, partition id) each —
+        from the round's ``honest`` (partition id, flat float64 update) pairs, viewed in partition-id
+        order (not arrival order: the view is the same on every engine and run, and Mimic's
+        mimic-target indexes it); None when the round's attack cannot be crafted (the replies stay as
+        trained, a warning names the round and reason). Every attacker reply is recorded."""
+        if not bad:
+            return None
+        if len(honest) < 2:
+            reason = f"{len(honest)} honest update(s) in the round, the attack needs 2"
+            log(WARNING, "round %d: %s not crafted: %s", server_round, self.cfg.attack, reason)
+            self._record([self._row(server_round, node, part, len(honest), False, reason) for node, part in bad])
+            return None
+        view = torch.stack([u for _, u in sorted(honest, key=lambda pu: (pu[0] is None, pu[0] or 0))])
+        try:
+            rows = craft_malicious(self.cfg.attack, view, len(bad),
+                                   generator=round_generator(self.cfg.seed, server_round, -1, stream="poison"),
+                                   aggregate=attack_rule(self.cfg, server_round) if self.needs_rule else None,
+                                   **self.params)
+        except (ValueError, ArithmeticError) as exc:
+            log(WARNING, "round %d: %s not crafted (%s); the attackers' replies stay as trained",
+                server_round, self.cfg.attack, exc)
+            self._record([self._row(server_round, node, part, len(honest), False, str(exc)) for node, part in bad])
+            return None
+        mean_norm = float(view.mean(0).norm())
+        self._record([self._row(server_round, node, part, len(honest), True, "", float(row.norm()), mean_norm)
+                      for (node, part), row in zip(bad, rows)])
+        log(INFO, "round %d: %s crafted %d repl%s from %d honest updates", server_round, self.cfg.attack,
+            len(bad), "y" if len(bad) == 1 else "ies", len(honest))
+        return rows
+
+    def _row(self, server_round: int, node: int, part: int, honest: int, crafted: bool, reason: str,
+             norm: float = float("nan"), mean_norm: float = float("nan")) -> dict:
+        """One ``poisoning.csv`` row; an uncrafted reply's norms are NaN, so that a table can say how
+        much of a run's attack was the attack (:func:`fedcal.reports.byzantine.crafted_share`)."""
+        return {"round": server_round, "node_id": node, "partition_id": part, "attack": self.cfg.attack,
+                "honest": honest, "crafted": crafted, "reason": reason, "norm": norm, "honest_mean_norm": mean_norm}
+
+    def _record(self, rows: list[dict]) -> None:
+        if self.record is not None:
+            self.record(rows)
+
+
+class PoisoningGrid(WrappedGrid):
+    """``grid`` with the run's model-poisoning attack applied to its train replies (module
+    docstring). ``record(rows)`` receives one row per attacker reply."""
+
+    def __init__(self, grid: Grid, cfg: RunConfig, node_to_client: dict[int, int],
+                 record: Callable[[list[dict]], None] | None = None, arrays_key: str = "arrays"):
+        self.grid, self.colluders, self.node_to_client = grid, Colluders(cfg, record), node_to_client
         self.key = arrays_key
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout=None):
@@ -82,59 +136,22 @@ class PoisoningGrid(WrappedGrid):
             if msg.has_error():
                 continue
             part = self.node_to_client.get(msg.metadata.src_node_id)
-            if part in self.attackers:
+            if part in self.colluders.attackers:
                 bad.append(msg)
                 continue
             update = _update(msg, base, keys, self.key)
             if update is not None:
                 honest.append((part, update))
-        if not bad:
+        rows = self.colluders.craft(server_round, honest, [(m.metadata.src_node_id,
+                                                            self.node_to_client[m.metadata.src_node_id]) for m in bad])
+        if rows is None:
             return
-        if len(honest) < 2:
-            reason = f"{len(honest)} honest update(s) in the round, the attack needs 2"
-            log(WARNING, "round %d: %s not crafted: %s", server_round, self.cfg.attack, reason)
-            self._record_uncrafted(server_round, bad, len(honest), reason)
-            return
-        # partition-id order, not arrival order: the view is the same on every engine and run, and
-        # Mimic's mimic-target indexes it
-        view = torch.stack([u for _, u in sorted(honest, key=lambda pu: (pu[0] is None, pu[0] or 0))])
-        try:
-            rows = craft_malicious(self.cfg.attack, view, len(bad),
-                                   generator=round_generator(self.cfg.seed, server_round, -1, stream="poison"),
-                                   aggregate=attack_rule(self.cfg, server_round) if self.needs_rule else None,
-                                   **self.params)
-        except (ValueError, ArithmeticError) as exc:
-            log(WARNING, "round %d: %s not crafted (%s); the attackers' replies stay as trained",
-                server_round, self.cfg.attack, exc)
-            self._record_uncrafted(server_round, bad, len(honest), str(exc))
-            return
-        mean_norm = float(view.mean(0).norm())
-        recorded = []
         for msg, row in zip(bad, rows):
             new = add_flat_update(base, keys, row)
             arrays = msg.content[self.key]
             msg.content[self.key] = ArrayRecord({
                 k: (new[k] if k in keys else torch.from_numpy(np.array(arrays[k].numpy(), copy=True)))
                 for k in sent.keys()})
-            node = msg.metadata.src_node_id
-            recorded.append(self._row(server_round, node, len(honest), True, "", float(row.norm()), mean_norm))
-        log(INFO, "round %d: %s crafted %d repl%s from %d honest updates", server_round, self.cfg.attack,
-            len(bad), "y" if len(bad) == 1 else "ies", len(honest))
-        if self.record is not None:
-            self.record(recorded)
-
-    def _row(self, server_round: int, node: int, honest: int, crafted: bool, reason: str, norm: float,
-             mean_norm: float) -> dict:
-        return {"round": server_round, "node_id": node, "partition_id": self.node_to_client[node],
-                "attack": self.cfg.attack, "honest": honest, "crafted": crafted, "reason": reason, "norm": norm,
-                "honest_mean_norm": mean_norm}
-
-    def _record_uncrafted(self, server_round: int, bad: list[Message], honest: int, reason: str) -> None:
-        """One row per attacker reply left as trained, so that a table can say how much of a run's
-        attack was the attack (:func:`fedcal.reports.byzantine.crafted_share`)."""
-        if self.record is not None:
-            self.record([self._row(server_round, m.metadata.src_node_id, honest, False, reason, float("nan"),
-                                   float("nan")) for m in bad])
 
 
 def _update(msg: Message, base: dict[str, torch.Tensor], keys: list[str], key: str) -> torch.Tensor | None:
@@ -166,6 +183,11 @@ def attack_rule(cfg: RunConfig, server_round: int) -> Callable[[torch.Tensor], t
     if rule is None:
         raise ValueError(f"strategy {cfg.strategy!r} is not one the line-search attacks can evaluate")
     return agg.compose(pre_aggregation_steps(cfg), rule) if cfg.pre_aggregations else rule
+
+
+def colluders_for(cfg: RunConfig, record: Callable[[list[dict]], None] | None = None) -> Colluders | None:
+    """The run's :class:`Colluders` when ``cfg.attack`` is a model-poisoning attack; None otherwise."""
+    return Colluders(cfg, record) if "omniscient" in catalogue.get("attack", cfg.attack).needs else None
 
 
 def poisoning_grid(grid: Grid, cfg: RunConfig, node_to_client: dict[int, int],

@@ -117,28 +117,18 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
         triggered = triggered_test_set(ds.x_test, ds.y_test, PixelBackdoor(cfg.backdoor_target, cfg.backdoor_frac),
                                        pixel_space(cfg.dataset)) if setting_of("backdoor_target").read_by(cfg) else None
 
-        estimators = calibration_estimators(cfg.calibration_metrics)
         # the clients' calibration states and temperatures (its round's temperature rescales the test logits)
         fed_cal = FederatedCalibration(cfg, store, node_to_client) if cfg.fed_eval_clients else None
 
         def evaluate(server_round: int, arrays: ArrayRecord) -> dict[str, float]:
-            import pandas as pd  # lazily: the ClientApp process never loads pandas
             if not (server_round in (0, cfg.num_rounds) or server_round % cfg.eval_every == 0):
                 return {}
             model.load_state_dict(arrays.to_torch_state_dict())
             logits = predict_logits(model, ds.x_test, cfg.eval_batch_size, device)
-            if not torch.isfinite(logits).all():  # a diverged model is a result (e.g. extreme τ), not a crash
-                log(WARNING, "round %d: global model produced non-finite logits", server_round)
-                return {k: float("nan") for k in [*METRIC_KEYS, *recorded_columns(estimators),
-                                                  *(["asr"] if triggered is not None else [])]}
-            if server_round == cfg.num_rounds:
-                bins = reliability_bins(logits, ds.y_test, cfg.n_bins)
-                store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in bins.items()}))
-                if cfg.calibration_bootstrap:
-                    store.write_table(INTERVALS_FILE, pd.DataFrame(bootstrap_intervals(
-                        logits, ds.y_test, estimators, cfg.n_bins, cfg.calibration_bootstrap, cfg.seed)))
-            metrics = calibration_metrics(logits, ds.y_test, cfg.n_bins)
-            metrics.update(estimator_metrics(logits.softmax(dim=1), ds.y_test, estimators, cfg.n_bins))
+            metrics, finite = central_metrics(cfg, store, server_round, logits, ds.y_test,
+                                              also_nan=("asr",) if triggered is not None else ())
+            if not finite:
+                return metrics
             temperature = fed_cal.temperature(server_round) if fed_cal is not None else float("nan")
             # the federated temperature, post hoc (accuracy unchanged), on the test samples no client fitted on
             held = fed_cal.unfitted(server_round, len(ds.y_test)) if math.isfinite(temperature) else None
@@ -157,6 +147,32 @@ def run_train(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None) ->
         store.save_model(final)
         store.finish()
     return pd.DataFrame(rows)
+
+
+def central_metrics(cfg: RunConfig, store: RunStore, server_round: int, logits: torch.Tensor, labels: torch.Tensor,
+                    scores: dict[str, float] | None = None,
+                    also_nan: tuple[str, ...] = ()) -> tuple[dict[str, float], bool]:
+    """(metrics, finite) of one round's central evaluation from the global model's test ``logits``,
+    shared by both ways of running the task (Flower's rounds, the batched train task): accuracy,
+    ECE, sECE, Brier, NLL (``scores`` when already computed: the batched task scores every run at
+    once) and the chosen estimators; on the final round the reliability bins and the bootstrap
+    intervals are written. A diverged model (non-finite logits, e.g. extreme τ) is a result, not a
+    crash: every metric (and ``also_nan``) NaN, with a warning."""
+    import pandas as pd  # lazily: the ClientApp process never loads pandas
+
+    estimators = calibration_estimators(cfg.calibration_metrics)
+    if not torch.isfinite(logits).all():
+        log(WARNING, "%s round %d: global model produced non-finite logits", store.run_id, server_round)
+        return {k: float("nan") for k in [*METRIC_KEYS, *recorded_columns(estimators), *also_nan]}, False
+    if server_round == cfg.num_rounds:
+        bins = reliability_bins(logits, labels, cfg.n_bins)
+        store.write_table("reliability.csv", pd.DataFrame({k: v.numpy() for k, v in bins.items()}))
+        if cfg.calibration_bootstrap:
+            store.write_table(INTERVALS_FILE, pd.DataFrame(bootstrap_intervals(
+                logits, labels, estimators, cfg.n_bins, cfg.calibration_bootstrap, cfg.seed)))
+    metrics = dict(scores) if scores is not None else calibration_metrics(logits, labels, cfg.n_bins)
+    metrics.update(estimator_metrics(logits.softmax(dim=-1), labels, estimators, cfg.n_bins))
+    return metrics, True
 
 
 def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, torch.Tensor],
@@ -206,7 +222,7 @@ def federate(grid: Grid, cfg: RunConfig, store: RunStore, initial: dict[str, tor
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         metrics = {**evaluate(server_round, arrays), **_federated_metrics(strategy, server_round)}
         if server_round >= 1:  # evaluate_fn runs after the round's aggregate_train
-            _record_replies(server_round, metrics, strategy=strategy, store=store, node_to_client=node_to_client,
+            record_replies(server_round, metrics, strategy=strategy, store=store, node_to_client=node_to_client,
                             rejections=rejections)
         store.log_round(server_round, metrics)
         now = time.perf_counter()
@@ -293,7 +309,7 @@ def _resumed(resume: Checkpoint, strategy: UpdateAggregationStrategy, node_to_cl
     return arrays, first_round, rows, rejections, aggregated_before
 
 
-def _record_replies(server_round: int, metrics: dict[str, float], *, strategy: UpdateAggregationStrategy,
+def record_replies(server_round: int, metrics: dict[str, float], *, strategy: UpdateAggregationStrategy,
                     store: RunStore, node_to_client: dict[int, int], rejections: list[dict]) -> None:
     """The round's reply accounting into its metrics, its rejections appended to ``rejections``
     and written to rejections.csv, the rule's per-reply weights to aggregation.csv."""
