@@ -338,3 +338,34 @@ def test_a_rule_declared_outside_fedcal_is_a_choice_and_is_built(scratch):
 
         attack_rule(cfg, 1)  # no unweighted() view of its own
 
+
+
+# ---------------------------------------------------------------------- a plug-in's own keys are hashed
+def test_a_plugin_rules_own_key_changes_the_run_hash_only_when_the_rule_is_chosen():
+    """A plug-in rule's key lives in the plug-in's own config group, which no task's hashed groups
+    name: two runs differing only in it must not share a run directory (one would be reused for the
+    other). In a fresh process, so the group registered here stays out of the other tests."""
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent('''
+        import torch
+        from fedcal import catalogue
+        from fedcal.catalogue import Component
+        from fedcal.config import RunConfig, group, setting
+        from fedcal.results.identity import config_hash
+
+        @group("toyscale", "a toy rule's own key")
+        class ToyScale:
+            toy_scale_c: float = setting(1.0, "the factor the toy rule scales the mean by", gt=0)
+
+        catalogue.register(Component("rule", "toy_scaled", "fedcal.strategies.fedavg:FedAvg", keys=("toy_scale_c",)))
+        def h(**kw):
+            return config_hash(RunConfig(dataset="digits", **kw))
+        assert h(strategy="toy_scaled") != h(strategy="toy_scaled", toy_scale_c=2.0)
+        # a run of a rule that does not read the key: the key does not enter its hash
+        assert h(strategy="median") == h(strategy="median", toy_scale_c=2.0)
+        print("ok")
+    ''')
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

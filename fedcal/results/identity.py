@@ -37,9 +37,31 @@ def hashed_keys(task: str) -> frozenset[str]:
     return keys if tc.hash_task_key else keys - {"task"}
 
 
+#: the run-config key naming each kind of component a config chooses (several for pre-aggregation)
+_CHOSEN = {"rule": lambda c: [c.strategy], "pre-aggregation": lambda c: list(c.pre_aggregations),
+           "attack": lambda c: [c.attack], "lora-method": lambda c: [c.dst_method]}
+
+
+def chosen_component_keys(cfg: RunConfig) -> frozenset[str]:
+    """The own keys (:attr:`fedcal.catalogue.Component.keys`) of every component ``cfg`` chooses: a
+    plug-in rule's or attack's keys live in the plug-in's own config group, which no task's groups name,
+    yet they change what the run computes."""
+    from fedcal import catalogue
+
+    keys: set[str] = set()
+    for kind, chosen in _CHOSEN.items():
+        known = catalogue.components(kind)
+        for name in chosen(cfg):
+            if name in known:
+                keys.update(known[name].keys)
+    return frozenset(keys) - _non_semantic()
+
+
 def config_hash(cfg: RunConfig) -> str:
-    """Stable 12-hex hash of the keys that change what a run computes (not where it runs)."""
-    keys = hashed_keys(cfg.task)
+    """Stable 12-hex hash of the keys that change what a run computes (not where it runs): the task's
+    hashed groups, and the own keys of the components the config chooses (for fedcal's components these
+    lie in those groups already, so no existing run is renamed; a plug-in's are hashed this way)."""
+    keys = hashed_keys(cfg.task) | chosen_component_keys(cfg)
     # a key declared hash_when_set counts only at a non-default value (so adding it renamed nothing)
     semantic = {k: v for k, v in cfg.to_dict().items()
                 if k in keys and not (setting_of(k).hash_when_set and v == setting_of(k).default)}
