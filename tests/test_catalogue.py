@@ -369,3 +369,16 @@ def test_a_plugin_rules_own_key_changes_the_run_hash_only_when_the_rule_is_chose
     ''')
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_fedcals_own_components_leave_every_run_hash_as_it_was():
+    """The chosen components' keys enter a hash only where no task hashes them: a train run's hash
+    stays the one its committed run directory is named by (here a cross-silo benign run of
+    docs/results/byzantine-mnist-cross-silo), although the default dst-method's keys are RFD-LoRA's."""
+    from fedcal.config import RunConfig
+    from fedcal.results.identity import config_hash
+
+    cfg = RunConfig.from_flower({"num-clients": 13, "clients-per-round": 13, "num-rounds": 30, "dirichlet-alpha": 0.5,
+                                 "attack": "none", "lr": 0.1, "momentum": 0.9, "engine": "inprocess"})
+    assert config_hash(cfg) == "b3fc16b1009d"
+    assert config_hash(cfg.replace(dst_rho=0.9)) == "b3fc16b1009d"

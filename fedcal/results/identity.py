@@ -48,13 +48,18 @@ def chosen_component_keys(cfg: RunConfig) -> frozenset[str]:
     yet they change what the run computes."""
     from fedcal import catalogue
 
+    from fedcal.config import all_tasks
+
     keys: set[str] = set()
     for kind, chosen in _CHOSEN.items():
         known = catalogue.components(kind)
         for name in chosen(cfg):
             if name in known:
                 keys.update(known[name].keys)
-    return frozenset(keys) - _non_semantic()
+    # only keys no task hashes: fedcal's own components' keys belong to a task's groups, which decide
+    # whether they count (a distill key never enters a train run's hash, whatever dst-method says)
+    tasks_keys = frozenset().union(*(hashed_keys(t.name) for t in all_tasks()))
+    return frozenset(keys) - tasks_keys - _non_semantic()
 
 
 def config_hash(cfg: RunConfig) -> str:
