@@ -3,7 +3,9 @@ else ``~/.cache/fedcal`` — outside the repository, so weights are never commit
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -14,3 +16,15 @@ def cache_root() -> Path:
 
 
 __all__ = ["cache_root"]
+
+
+def files_digest(files: Iterable[Path]) -> str:
+    """SHA-256 over the names and bytes of ``files``, in the order given (a backbone's or an encoder's
+    weight, config and tokenizer files: another checkpoint under the same folder name is another digest)."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0")
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()

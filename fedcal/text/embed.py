@@ -43,7 +43,7 @@ import torch
 from fedcal.config import ConfigError
 from fedcal.data.datasets import Dataset
 
-from .cache import cache_root
+from .cache import cache_root, files_digest
 from .corpora import Text, TextTask, sentiment_corpus
 from .pretrained import minilm_dir
 from .tokenizer import encode, load_tokenizer
@@ -82,13 +82,7 @@ def encoder_digest(folder: str | os.PathLike[str]) -> str:
     files = sorted(f for f in root.iterdir() if f.is_file() and f.suffix in _KEYED_SUFFIXES)
     if not any(f.suffix in (".safetensors", ".bin") for f in files):
         raise ConfigError(f"run-config key 'dataset': encoder folder {root} holds no weights (*.safetensors / *.bin)")
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.name.encode() + b"\0")
-        with open(f, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
+    return files_digest(files)
 
 
 def embedding_key(digest: str, texts: Sequence[Text], max_length: int) -> str:

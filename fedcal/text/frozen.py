@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from .cache import cache_root
+from .cache import cache_root, files_digest
 from .pretrained import encoder_of
 
 log = logging.getLogger(__name__)
@@ -141,13 +141,7 @@ def backbone_id(backbone: str | os.PathLike[str]) -> str:
     # a rewrite changes the inode's change time even when the size and modification time are kept
     state = (str(local.resolve()), *((n, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for n, st in stats))
     if state not in _DIGESTS:
-        h = hashlib.sha256()
-        for f in files:
-            h.update(f.name.encode() + b"\0")
-            with open(f, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(block)
-        _DIGESTS[state] = h.hexdigest()
+        _DIGESTS[state] = files_digest(files)
     return f"{local.name}:{_DIGESTS[state]}"
 
 
