@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedcal.attacks import BEHAVIOURS, Behaviour, behaviour_kind, stealth_variants
+from fedcal.attacks import Behaviour, behaviour_kind, stealth_variants
 from fedcal.attacks.behaviour import round_generator
 from fedcal.checks import _check_finite, _check_gammas, _check_labels, _check_logits, _check_matrix, _check_probs
 from fedcal.local_training import batch_schedule, local_train, predict_logits
@@ -105,7 +105,7 @@ def update_cosine_curves(
     Δ(k) = θ after k local SGD steps − θ_global, over trainable parameters, and
     cos(a, b) = a·b / (‖a‖‖b‖) (float64). Every run starts from a copy of ``model`` (left
     unchanged); the client's own runs use one batch schedule (``batch_schedule`` seeded with
-    ``seed``). Each variant's kind (``fedcal.attacks.BEHAVIOURS[b.kind]``) says how its run differs
+    ``seed``). Each variant's kind (``fedcal.attacks.behaviour_kind(b.kind)``) says how its run differs
     from the benign one (labels, loss temperature, then its ``stealth_update``); a variant
     that trains like the benign client reuses the benign run:
 
@@ -169,7 +169,7 @@ def _variant_updates(b: Behaviour, y: torch.Tensor, num_classes: int, benign: li
     """Δ_attack(k) of one variant: its kind's labels and loss temperature, then its
     ``stealth_update``; a variant that trains like the benign client reuses the benign run
     (``trajectory(labels, tau, coupled)`` trains the others)."""
-    kind = BEHAVIOURS[b.kind]
+    kind = behaviour_kind(b.kind)
     labels = kind.train_labels(b, y, num_classes)
     tau, coupled = kind.loss_temperature(b)
     trained = benign if labels is y and (tau, coupled) == (1.0, True) else trajectory(labels, tau, coupled)

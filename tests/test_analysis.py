@@ -20,7 +20,7 @@ from fedcal.analysis import (
     update_cosine_curves,
     update_vector,
 )
-from fedcal.attacks import Behaviour
+from fedcal.attacks import Behaviour, BehaviourKind
 from fedcal.data import synthetic_dataset
 from fedcal.models import build_model
 from fedcal.local_training import batch_schedule, local_train
@@ -393,18 +393,20 @@ def test_triage_errors():
         triage_curves(p, [0, 1, 0, 1, 2, 3], from_logits=False)
 
 
+class Doubled(BehaviourKind):  # benign training, update scaled by 2: cosine exactly 1
+    kind = attack = "doubled"
+
+    def stealth_update(self, behaviour, deltas, seed):
+        return [2.0 * d for d in deltas]
+
+
 def test_curves_dispatch_through_the_behaviour_registry(monkeypatch):
-    """update_cosine_curves has no kind list of its own: a kind added to the registry works,
-    and its hooks decide the attacked update."""
-    from fedcal.attacks import BEHAVIOURS, BehaviourKind
+    """update_cosine_curves has no kind list of its own: a kind added to the catalogue's attacks
+    works, and its hooks decide the attacked update."""
+    from fedcal import catalogue
 
-    class Doubled(BehaviourKind):  # benign training, update scaled by 2: cosine exactly 1
-        kind = attack = "doubled"
-
-        def stealth_update(self, behaviour, deltas, seed):
-            return [2.0 * d for d in deltas]
-
-    monkeypatch.setitem(BEHAVIOURS, "doubled", Doubled())
+    monkeypatch.setitem(catalogue._REGISTRY, "attack", dict(catalogue.components("attack")))
+    catalogue.register(catalogue.Component("attack", "doubled", f"{__name__}:Doubled"))
     ds = synthetic_dataset(n_train=64, n_test=4)
     m = build_model("mlp", ds.input_shape, ds.num_classes, seed=0)
     df = update_cosine_curves(m, ds.x_train, ds.y_train, ds.num_classes, {"d": Behaviour("doubled")},
