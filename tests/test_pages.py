@@ -46,3 +46,17 @@ def test_a_builder_run_by_name_gets_its_arguments_and_its_exit_code():
     done = subprocess.run([sys.executable, "-m", "fedcal.pages", "inference_alpha", "nonsense"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "each folder is given as ALPHA=FOLDER" in done.stderr
+
+
+def test_every_builder_answers_help_with_its_usage_and_runs_nothing(tmp_path, monkeypatch, capsys):
+    """``python -m fedcal.pages BUILDER --help`` prints the builder's usage and exits 0 without running it:
+    nothing is written where it is asked (a builder that read its arguments by hand used to take
+    ``--help`` for its output folder and start its simulations there)."""
+    from fedcal.pages.__main__ import BUILDERS, main
+
+    monkeypatch.chdir(tmp_path)
+    for name in BUILDERS:
+        assert main([name, "--help"]) == 0, name
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: python -m fedcal.pages {name}"), (name, out[:200])
+        assert list(tmp_path.iterdir()) == [], (name, list(tmp_path.iterdir()))

@@ -13,6 +13,7 @@ Usage (from the repository root)::
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -26,8 +27,11 @@ from fedcal.results import load_config
 
 
 def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m fedcal.pages attacker_data_share", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="finished run directories")
     rows = []
-    for d in sorted(Path(a) for a in argv):
+    for d in sorted(ap.parse_args(argv).runs):
         cfg = load_config(d)
         labels = load_dataset(cfg.dataset, cfg.data_dir).y_train.numpy()
         parts = client_partitions(cfg.dataset, cfg.data_dir, cfg.num_clients, cfg.partition, cfg.dirichlet_alpha,

@@ -7,6 +7,7 @@ inference's inference.md (guide), inference-results.md and inference-archive.md 
 The prose states directions only; every number on the page comes from a generated table.
 """
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -101,8 +102,12 @@ def pages() -> dict[Path, str]:
 def main(argv: list[str]) -> int:
     """Write the pages, or with ``--check`` exit 1 naming every page that differs from what the
     committed tables make (a page edited by hand, or a builder change never written out)."""
+    ap = argparse.ArgumentParser(prog="python -m fedcal.pages build_results", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="exit 1 naming every page that differs; write nothing")
+    check = ap.parse_args(argv).check
     built = pages()
-    if "--check" in argv:
+    if check:
         stale = [p.name for p, text in built.items() if p.read_text() != text]
         if stale:
             print(f"stale (run python -m fedcal.pages build_results): {', '.join(stale)}")

@@ -129,7 +129,8 @@ def summary(table: pd.DataFrame) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m fedcal.pages closed_loop", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", required=True, help="folder of run directories")
     ap.add_argument("--out", required=True)
     ap.add_argument("--title", default="MNIST–MLP at paper scale, 25 % attackers, seeds 3-5; CalGuard filter, "

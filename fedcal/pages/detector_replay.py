@@ -325,7 +325,7 @@ def plot_paths(runs: list[dict], name: str, k: float, clip: float, h_low: float,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m fedcal.pages detector_replay", description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", nargs="+", required=True, help="folders holding the audit runs")
     p.add_argument("--out", required=True, help="folder for runs.csv, table.md, signals.md, thresholds.csv, cusum.png")
     p.add_argument("--ks", default="0.25,0.5,1", help="CUSUM reference values k compared (robust units)")

@@ -128,7 +128,7 @@ def main(argv=None) -> int:
     from fedcal.config import RunConfig, parse_override
     from fedcal.results import run_dir_for
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m fedcal.pages distill_budget_curve", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="folder for runs.csv and table.md")
     p.add_argument("--per-client", default="150,300", help="private texts per client, comma-separated")
     p.add_argument("--local-epochs", default="1,2", help="FedIT's local epochs E, comma-separated")

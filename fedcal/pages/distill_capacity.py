@@ -109,7 +109,7 @@ def _lora_curve(base, cfg, batch, labels, test_batch, test_labels, targets, epoc
 
 
 def _arguments() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m fedcal.pages distill_capacity", description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", required=True, help="dst-corpus (sentiment, genre, synthetic, ...)")
     p.add_argument("--out", required=True, help="folder for <corpus>.md / <corpus>.csv")
     p.add_argument("--epochs", type=int, default=3, help="epochs of the central LoRA clients (best epoch reported)")

@@ -17,6 +17,7 @@ anchor attack, no prior correction) and two verdicts per corpus:
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 from pathlib import Path
@@ -57,11 +58,15 @@ def asr_verdict(rfd: pd.Series, fedit: pd.Series) -> str:
 def main(argv: list[str]) -> int:
     from fedcal.reports.markdown import markdown_table
 
-    if len(argv) < 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    lit = pd.read_csv(argv[0])
-    corpora = dict(a.split("=", 1) for a in argv[1:])
+    ap = argparse.ArgumentParser(prog="python -m fedcal.pages distill_literature", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("literature", type=Path, help="the literature's cells (csv)")
+    ap.add_argument("corpora", nargs="+", metavar="NAME=FOLDER", help="a corpus's name and its results folder (runs.csv)")
+    args = ap.parse_args(argv)
+    if bad := [c for c in args.corpora if "=" not in c]:
+        ap.error(f"not NAME=FOLDER: {', '.join(bad)}")
+    lit = pd.read_csv(args.literature)
+    corpora = dict(a.split("=", 1) for a in args.corpora)
     method_of = {"RFD-LoRA": "rfd", "FedIT": "fedit"}
     rows, verdicts = [], []
     for name, folder in corpora.items():

@@ -35,6 +35,7 @@ test checks them on a hand-made upload set) and the rest only loads a run.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -165,7 +166,10 @@ def diagnose(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 def main(argv: list[str]) -> int:
     from fedcal.reports.markdown import markdown_table
 
-    dirs = [Path(d) for d in argv if (Path(d) / "uploads.npz").exists()]
+    ap = argparse.ArgumentParser(prog="python -m fedcal.pages distill_skew_diagnosis", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="RFD-LoRA run directories")
+    dirs = [d for d in ap.parse_args(argv).runs if (d / "uploads.npz").exists()]
     if not dirs:
         print("no RFD-LoRA run directory with uploads.npz given", file=sys.stderr)
         return 1

@@ -15,6 +15,7 @@ of the federated ECE and sECE and their mean absolute gap to the central values 
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -70,10 +71,19 @@ def main(argv: list[str]) -> int:
     from fedcal.reports.markdown import markdown_table
     from fedcal.results import load_metrics
 
-    out = Path(argv[0])
+    ap = argparse.ArgumentParser(prog="python -m fedcal.pages federated_vs_central", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", type=Path, metavar="OUT_DIR", help="where the runs and the tables go")
+    ap.add_argument("overrides", nargs="*", metavar="key=value", help="run-config keys")
+    args = ap.parse_args(argv)
+    try:
+        given = dict(map(parse_override, args.overrides))
+    except ValueError as exc:
+        ap.error(str(exc))
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
     overrides = {**BASE, "output_dir": str(out / "runs"),
-                 **{k.replace("-", "_"): v for k, v in map(parse_override, argv[1:])}}
+                 **{k.replace("-", "_"): v for k, v in given.items()}}
     rounds, subsets = [], []
     for tau in TAUS:
         cfg = RunConfig.from_flower({k.replace("_", "-"): v for k, v in {**overrides, "tau": tau}.items()})

@@ -11,6 +11,7 @@ exception that ended ``strategy.start`` (and with it the ServerApp).
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from pathlib import Path
@@ -81,4 +82,7 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "docs/results/flower-vs-fedcal/bad_replies.md")
+    ap = argparse.ArgumentParser(prog="python -m fedcal.pages flower_vs_fedcal", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", nargs="?", default="docs/results/flower-vs-fedcal/bad_replies.md", help="the table's file")
+    main(ap.parse_args().out)

@@ -49,7 +49,7 @@ def refreshed(text: str) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m fedcal.pages include_tables", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("pages", nargs="+")
     ap.add_argument("--check", action="store_true")
     args = ap.parse_args()

@@ -107,7 +107,7 @@ def alpha_section(results: Path) -> list[str]:
 def main(argv: list[str]) -> int:
     from fedcal.reports.markdown import markdown_table
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m fedcal.pages inference_alpha", description=__doc__.split("\n\n")[0])
     ap.add_argument("folders", nargs="+", metavar="ALPHA=FOLDER")
     ap.add_argument("--nf", default="17:4", help="the (n, f) cell to read, n:f")
     args = ap.parse_args(argv)

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     from fedcal.reports.inference import combine_cells, write_inference_tables
     from fedcal.studies.common import parse_ints  # the --seeds syntax of fedcal's own commands
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m fedcal.pages inference_seeds", description=__doc__.split("\n\n")[0])
     ap.add_argument("folders", nargs="+", type=Path, help="fedcal inference report folders (their cells.csv)")
     ap.add_argument("--out", type=Path, required=True, help="the folder of the combined tables")
     ap.add_argument("--seeds", required=True, help="the seeds the table holds, e.g. 0-2 (every (n, f) the same)")

@@ -36,7 +36,7 @@ def run_timings(run_dir: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m fedcal.pages inference_timings", description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="+")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()

@@ -9,6 +9,7 @@ percent; Brier and NLL as they are), each cell "estimate [lo, hi]".
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -23,8 +24,11 @@ def main(argv: list[str]) -> int:
     from fedcal.reports.taus import run_label
     from fedcal.results import load_config
 
+    ap = argparse.ArgumentParser(prog="python -m fedcal.pages interval_table", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories with calibration intervals")
     columns = {}
-    for d in map(Path, argv):
+    for d in ap.parse_args(argv).runs:
         iv = pd.read_csv(d / INTERVALS_FILE).set_index("metric")
         label = run_label(load_config(d))
         columns[label] = {m: (f"{r.estimate:.4f} [{r.lo:.4f}, {r.hi:.4f}]" if m in PLAIN else

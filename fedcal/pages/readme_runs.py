@@ -13,6 +13,7 @@ afterwards. The README's sentences about these commands quote these files.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import subprocess
@@ -95,5 +96,11 @@ def run(name: str) -> Path:
 
 
 if __name__ == "__main__":
-    for name in sys.argv[1:] or COMMANDS:
+    ap = argparse.ArgumentParser(prog="python -m fedcal.pages readme_runs", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("names", nargs="*", metavar="NAME", help=f"among {', '.join(COMMANDS)} (default: all)")
+    args = ap.parse_args()
+    if unknown := [n for n in args.names if n not in COMMANDS]:
+        ap.error(f"unknown command(s) {', '.join(unknown)}; choose from {', '.join(COMMANDS)}")
+    for name in args.names or COMMANDS:
         print(run(name), flush=True)

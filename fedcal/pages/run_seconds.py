@@ -19,6 +19,7 @@ has no training rounds of its own and is skipped too.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import pandas as pd
@@ -38,13 +39,15 @@ def main(argv: list[str]) -> int:
     from fedcal.reports.markdown import markdown_table
     from fedcal.results import load_metrics, load_timings
 
-    by = project = None
-    if argv[:1] == ["--by"]:
-        by, argv = argv[1].split(","), argv[2:]
-    if argv[:1] == ["--project"]:
-        project, argv = int(argv[1]), argv[2:]
+    ap = argparse.ArgumentParser(prog="python -m fedcal.pages run_seconds", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--by", type=lambda s: s.split(","), help="group by these run-config keys (comma-separated; machine too)")
+    ap.add_argument("--project", type=int, metavar="N", help="also project each run's seconds to N rounds")
+    ap.add_argument("runs", nargs="*", metavar="RUN_DIR")
+    args = ap.parse_args(argv)
+    by, project = args.by, args.project
     rows = []
-    for d in argv:
+    for d in args.runs:
         m = load_metrics(d)
         t = load_timings(d)  # round_seconds left metrics.csv for timings.csv; older runs' come from metrics.csv
         sec = t[t["metric"] == "round_seconds"].set_index("round")["value"] if not t.empty else pd.Series(dtype=float)

@@ -22,6 +22,7 @@ tables' printed precision (:data:`TOLERANCE`).
 
 from __future__ import annotations
 
+import argparse
 import csv
 import re
 import sys
@@ -251,10 +252,15 @@ def refresh_summaries(root: Path = RESULTS) -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
-    if "--tag" in argv:
+    ap = argparse.ArgumentParser(prog="python -m fedcal.pages table_integrity", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tag", action="store_true", help="give the re-made copies named in REMADE their own ids")
+    ap.add_argument("--summaries", action="store_true", help="rebuild every summary over seeds from its runs' table")
+    args = ap.parse_args(argv)
+    if args.tag:
         for p in tag():
             print(f"tagged {p.relative_to(RESULTS)}")
-    if "--summaries" in argv:
+    if args.summaries:
         for p in refresh_summaries():
             print(f"rebuilt {p.relative_to(RESULTS)}")
     bad = two_valued(readings())
