@@ -203,6 +203,40 @@ def test_poisoning_grid_mimic_copies_the_honest_update_of_the_target_index_in_pa
         assert torch.equal(arrays["fc.bias"], torch.full((2,), 10.0 * expected))
 
 
+
+def test_each_attacker_gets_the_same_crafted_update_whatever_order_the_replies_arrive_in():
+    """Fang's attackers each get their own crafted row (sampled between the honest extreme and beyond it);
+    which row a colluder gets follows its partition id, not the order its reply arrived in, so a run on
+    Ray (replies in arrival order) is the run in process."""
+    from fedcal.tasks.poisoning import PoisoningGrid
+
+    set_task_identity()
+    cfg = RunConfig(dataset="digits", num_clients=7, clients_per_round=7, attacker_ratio=0.3, attack="fang-trmean",
+                    strategy="trimmed_mean")
+    bad = sorted(attackers_of(AttackSpec.from_config(cfg)))
+    assert len(bad) == 2
+    sent = state(torch.zeros(2, 2), torch.zeros(2))
+    node_to_client = {p + 1: p for p in range(7)}
+
+    def respond(node, content):
+        p = node - 1
+        return reply(state(torch.full((2, 2), 1.0 + p), torch.arange(2.0) * p))
+
+    class ReversedGrid(FakeGrid):  # the replies come back in the reverse order of the messages
+        def send_and_receive(self, messages, *, timeout=None):
+            return list(reversed(list(super().send_and_receive(messages, timeout=timeout))))
+
+    crafted = []
+    for grid_type in (FakeGrid, ReversedGrid):
+        grid = PoisoningGrid(grid_type(list(node_to_client), respond), cfg, node_to_client)
+        replies = grid.send_and_receive([_train_msg(n, sent) for n in node_to_client])
+        crafted.append({node_to_client[m.metadata.src_node_id]: m.content["arrays"].to_torch_state_dict()["fc.weight"]
+                        for m in replies if node_to_client[m.metadata.src_node_id] in bad})
+    assert not torch.equal(crafted[0][bad[0]], crafted[0][bad[1]])  # the two colluders' rows differ
+    for p in bad:
+        assert torch.equal(crafted[0][p], crafted[1][p]), p
+
+
 @pytest.mark.parametrize("strategy", ["fedavg", "median", "multikrum"])
 def test_inf_replies_are_dropped_by_the_strategy_naming_the_attackers(strategy):
     # ByzFL's Inf attack exercises the server's input validation: the crafted +inf replies never

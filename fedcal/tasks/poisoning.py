@@ -119,10 +119,10 @@ class PoisoningGrid(WrappedGrid):
         train = [m for m in messages if m.metadata.message_type.partition(".")[0] == "train"
                  and self.key in m.content]
         if train:
-            self._poison(train[0], replies)
+            self._poison(train[0], replies, {m.metadata.dst_node_id: i for i, m in enumerate(train)})
         return replies
 
-    def _poison(self, sent_msg: Message, replies: list[Message]) -> None:
+    def _poison(self, sent_msg: Message, replies: list[Message], sent_order: dict[int, int]) -> None:
         sent = sent_msg.content[self.key]
         config = sent_msg.content.get("config") if "config" in sent_msg.content else None
         server_round = int(config.get("server-round", 0)) if config is not None else 0
@@ -142,6 +142,10 @@ class PoisoningGrid(WrappedGrid):
             update = _update(msg, base, keys, self.key)
             if update is not None:
                 honest.append((part, update))
+        # the crafted rows go to the attackers in the order the round's messages were sent (the strategy's
+        # sample order; in process the replies come back in it), not in the order their replies arrived
+        # (Ray's): an attack whose rows differ (Fang's) gives each colluder the same row on every engine
+        bad.sort(key=lambda m: sent_order.get(m.metadata.src_node_id, len(sent_order)))
         rows = self.colluders.craft(server_round, honest, [(m.metadata.src_node_id,
                                                             self.node_to_client[m.metadata.src_node_id]) for m in bad])
         if rows is None:
