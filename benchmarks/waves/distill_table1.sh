@@ -36,7 +36,11 @@
 # FFA-LoRA 1.6x, FLoRA 1.6x, FlexLoRA 1.7x, RFD-LoRA 1.35x, LoRA-FAIR 5.1x FedIT's): one cell of
 # the six methods is about 12.4 FedIT runs, so the 108 runs are about 18 x 12.4 x 902 s = 56
 # CPU-hours at that load — about 28 hours at JOBS=2, far beyond the 6 hours on 2 cores
-# (a quiet machine is faster than the loaded one measured, by an unmeasured factor). On one H200
+# (a quiet machine is faster than the loaded one measured, by an unmeasured factor). A check of
+# this script ran its first cell (RFD-LoRA, IID, rho = 0.3, seed 0) on the same machine at load
+# average about 9 (nice 19, one thread): 722 s in all (round 0 29 s on a warm frozen-layer cache,
+# then 89-136 s a round), killed after round 2 and resumed from its checkpoint on the re-run, so
+# a run at this budget costs 12-15 minutes here. On one H200
 # (16 cores, DEVICE=auto, JOBS=14), estimated: the earlier budget's 186 client-training runs took
 # 4 minutes there (14 at a time; per-run medians of 3-4 s, 12 s for LoRA-FAIR: the wall time was
 # mostly each run's start-up); a client's training here is about 7x the earlier budget's (2x
