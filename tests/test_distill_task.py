@@ -533,6 +533,7 @@ def test_distill_keys_hash_with_the_common_group_only():
     ({"dst-ranks": "2,x"}, "dst-ranks"),
     ({"dst-ranks": "0,4"}, "dst-ranks"),
     ({"dst-target": 2}, "dst-target"),
+    ({"dst-corpus": "tweets", "dst-target": 2}, "dst-target"),  # two authors
     ({"dst-method": "fedavg"}, "dst-method"),
     ({"dst-anchor-frac": 1.0}, "dst-anchor-frac"),
     ({"dst-bb-hidden": 30, "dst-bb-heads": 4}, "dst-bb-heads"),

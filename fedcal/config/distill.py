@@ -10,9 +10,9 @@ from fedcal.config.schema import ComponentNames, ConfigError, RunConfig, Task, c
 
 __all__ = ["DISTILL_CORPORA", "DISTILL_CLASSES", "DISTILL_AGGREGATORS", "LORA_TARGETS", "DISTILL_PARTITIONS", "LOGIT_ATTACKS", "ANCHOR_ATTACKS", "PRIOR_TARGETS"]
 
-DISTILL_CORPORA = ("sentiment", "genre", "sst2", "mnli", "qnli", "qqp", "synthetic")
+DISTILL_CORPORA = ("sentiment", "tweets", "genre", "sst2", "mnli", "qnli", "qqp", "synthetic")
 # Classes per corpus, for the cross-field check of dst-target (fedcal.text builds the tasks).
-DISTILL_CLASSES = {"sentiment": 2, "genre": 3, "sst2": 2, "mnli": 3, "qnli": 2, "qqp": 2, "synthetic": 2}
+DISTILL_CLASSES = {"sentiment": 2, "tweets": 2, "genre": 3, "sst2": 2, "mnli": 3, "qnli": 2, "qqp": 2, "synthetic": 2}
 DISTILL_AGGREGATORS = ("mom", "median", "mean")
 # RoBERTa module-name suffixes a LoRA adapter may target (attention projections, the token table)
 LORA_TARGETS = ("query", "key", "value", "word_embeddings")
@@ -60,7 +60,8 @@ def _distill_backbone(c: RunConfig) -> None:
 @group("distill", "RFD-LoRA and the LoRA baselines on text (task = distill, SPEC §8)",
        rules=(_distill_ranks, _lora_targets, _distill_target, _distill_backbone))
 class Distill:
-    dst_corpus: str = setting("sentiment", "text task: sentiment (Rotten Tomatoes), genre (Shakespeare), "
+    dst_corpus: str = setting("sentiment", "text task: sentiment (Rotten Tomatoes), tweets (the 2016 candidates' "
+                                           "tweets by author), genre (Shakespeare), "
                                            "GLUE sst2/mnli/qnli/qqp (networked), synthetic (a seeded toy "
                                            "task for tests)", choices=DISTILL_CORPORA)
     dst_method: str = setting("rfd", "rfd: anchor logits + robust distillation; fedit/ffa/flora/flexlora/"

@@ -133,11 +133,14 @@ def text_task(cfg: DistillRunSpec):
         glue_corpus,
         sentiment_corpus,
         synthetic_corpus,
+        tweets_corpus,
     )
 
     name = cfg.dst_corpus
     if name == "sentiment":
         task = sentiment_corpus(data_dir=cfg.data_dir or None)
+    elif name == "tweets":
+        task = tweets_corpus(data_dir=cfg.data_dir or None)
     elif name == "genre":
         task = genre_corpus(cfg.data_dir or None)
     elif name == "synthetic":

@@ -71,7 +71,7 @@ MAIN_SHOWN = ("dst_method", "dst_aggregator", "dst_partition", "dst_backdoor_rat
 ABLATION_SHOWN = (*MAIN_SHOWN, "dst_groups")
 CHANCE = "chance_level"
 #: corpora whose test texts are on this machine without a download (GLUE's are fetched by datasets)
-_OFFLINE_CORPORA = ("sentiment", "genre", "synthetic")
+_OFFLINE_CORPORA = ("sentiment", "tweets", "genre", "synthetic")
 
 
 def text_chance(cfg) -> ChanceLevel | None:

