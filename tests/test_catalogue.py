@@ -177,12 +177,6 @@ KIND_WORDS = {"rule": {"strategy", "rule"}, "pre-aggregation": {"pre_aggregation
 ABSENT = "none"
 #: modules allowed to name a component in a branch besides its own module(s) and the catalogue, each with why
 NAMED_IN: dict[str, set[str]] = {
-    # the run-directory names spell TSA's temperature (tsa<tau>): names of committed runs, which must not change
-    "fedcal/config/train.py": {"tsa"},
-    # the lm and detect tasks' clients implement the benign and the TSA step only (their own config modules
-    # refuse the rest), and name their runs after TSA's temperature
-    "fedcal/config/lm.py": {"tsa"},
-    "fedcal/config/detect.py": {"tsa"},
     # the logit-space forms of the inference attacks: a sibling of their own module (probit_attacks.py)
     "fedcal/inference/logit_attacks.py": {"logit_flip", "pgd_cw", "sia_whitebox_raise"},
     # the CalGuard study (its command and report) compares CalGuard against FedAvg under TSA

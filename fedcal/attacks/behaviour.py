@@ -14,13 +14,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from fedcal import catalogue
 from fedcal.config import ConfigSpec
 
 
@@ -51,28 +54,37 @@ BENIGN = Behaviour()
 
 @dataclass(frozen=True)
 class AttackSpec(ConfigSpec):
-    """Who attacks in a run and with what parameters: the run-config keys the behaviours read
-    (``attack`` and each kind's parameters; ``num-attackers`` is round-half-up(ratio · K)).
-    Built by the tasks with ``AttackSpec.from_config(cfg)``."""
+    """Who attacks in a run and with what parameters: the ``attack``, the seed of the attacker choice,
+    K and ``num-attackers`` (round-half-up(ratio · K)), and ``params``, the chosen attack's own run-config
+    keys (those its catalogue component declares, :attr:`fedcal.catalogue.Component.keys`) by field name.
+    Built by the tasks with ``AttackSpec.from_config(cfg)``; an attack reads its own keys as attributes
+    (``spec.tau``, ``spec.alie_z``): another attack's key is no attribute of it."""
+
+    OWN = ("params",)
 
     attack: str
     seed: int
     num_clients: int
     num_attackers: int
-    tau: float
-    coupled: bool
-    tsa_step_frac: float
-    tsa_blend: float
-    tsa_duty: float
-    noise_sigma: float
-    flip_shift: int
-    backdoor_target: int
-    backdoor_frac: float
-    alie_z: float
-    ipm_epsilon: float
-    minmax_direction: str
-    fang_b: float
-    mimic_target: int
+    params: tuple[tuple[str, Any], ...] = ()  # (field name, value) of the chosen attack's own keys
+
+    @classmethod
+    def from_config(cls, cfg: Any, **given: Any) -> AttackSpec:
+        spec = super().from_config(cfg, **given)
+        own = dict(cfg.params) if isinstance(cfg, AttackSpec) else \
+            {k: getattr(cfg, k) for k in catalogue.get("attack", spec.attack).keys}
+        return dataclasses.replace(spec, params=tuple(own.items()))
+
+    def __getattr__(self, name: str) -> Any:
+        # the chosen attack's own keys (only called for a name that is no field)
+        params = self.__dict__.get("params")
+        if params is None or name.startswith("__"):  # being unpickled, or a dunder lookup
+            raise AttributeError(name)
+        for key, value in params:
+            if key == name:
+                return value
+        raise AttributeError(f"attack {self.attack!r} has no key {name!r} (its own: "
+                             f"{', '.join(k for k, _ in self.params) or 'none'})")
 
 
 class BehaviourKind:
