@@ -38,7 +38,6 @@ else:
     _Fields = object
 
 
-from fedcal.config import components as _components  # noqa: E402
 from fedcal.config.components import ComponentNames  # noqa: E402,F401  (re-exported: fedcal.config.ComponentNames)
 from fedcal.config.errors import ConfigError  # noqa: E402,F401  (re-exported: fedcal.config.ConfigError)
 
@@ -153,9 +152,10 @@ def setting(default: Any, help: str, *, ge: float | None = None, gt: float | Non
     kind which declare this key among their own); a command refuses it, set, where no run reads it
     (:func:`fedcal.studies.common.refuse_unread_keys`).
 
-    A component's own key (``Component(..., settings={name: setting(...)})``, :mod:`fedcal.config.components`)
-    is read only when a run chooses it (``only_with`` derived), its type is its default's, and ``group`` names
-    the group it joins (default: one of the component's own, which a run's hash covers when it is chosen).
+    A component's own key (``Component(..., settings={name: setting(...)})``,
+    :mod:`fedcal.config.component_keys`) is read only when a run chooses it (``only_with`` derived), its
+    type is its default's, and ``group`` names the group it joins (default: one of the component's own,
+    which a run's hash covers when it is chosen).
     """
     return Setting(help, default, ge, gt, le, lt, choices, finite, hashed, note, number_list, hash_when_set, aliases,
                    only_with, group=group)
@@ -174,6 +174,16 @@ class Group:
 
 
 _GROUPS: dict[str, Group] = {}
+#: what brings the fields in line with the catalogue's components' own keys (fedcal.config.component_keys
+#: installs its sync once fedcal.config has registered its groups): this module imports nothing of it
+_SYNC: list[Callable[[], None]] = []
+
+
+def _sync_components() -> None:
+    for sync in _SYNC:
+        sync()
+
+
 _SETTINGS: dict[str, Setting] = {}  # by field name, in registration order
 _KEY_ORDER: list[tuple[str, ...]] = [()]  # the built-in keys' order (set once by fedcal.config)
 _ORDER_CACHE: list[tuple[str, ...]] = []
@@ -187,7 +197,7 @@ def set_key_order(names: Sequence[str]) -> None:
 
 
 def _ordered() -> tuple[str, ...]:
-    _components.sync()  # the catalogue's components' own keys
+    _sync_components()  # the catalogue's components' own keys
     if not _ORDER_CACHE:
         legacy = [n for n in _KEY_ORDER[0] if n in _SETTINGS]
         seen = set(legacy)
@@ -234,13 +244,13 @@ def group(name: str, help: str, *, rules: Sequence[Rule] = ()) -> Callable[[type
 
 def groups() -> dict[str, str]:
     """Every registered group's name and help, in registration order."""
-    _components.sync()
+    _sync_components()
     return {g.name: g.help for g in _GROUPS.values()}
 
 
 def setting_of(name: str) -> Setting:
     """The :class:`Setting` of a field (snake_case or kebab-case name)."""
-    _components.sync()
+    _sync_components()
     return _SETTINGS[name.replace("-", "_")]
 
 
@@ -279,7 +289,7 @@ class RunConfig(_Fields):
 
     def __init__(self, **values: Any) -> None:
         all_tasks()  # the catalogue, with the plug-ins' components: their groups' keys are fields too
-        _components.sync()  # and the keys the components declare themselves
+        _sync_components()  # and the keys the components declare themselves
         unknown = sorted(set(values) - set(_SETTINGS))
         if unknown:
             raise TypeError(f"RunConfig got unknown field(s) {', '.join(unknown)}")

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedcal.config.components import builtin_groups
+from fedcal.config.component_keys import builtin_groups
 from fedcal.config.schema import RunConfig, fields_of, groups, setting_of
 
 #: where the stub lives: beside :mod:`fedcal.config.schema`, as the module it names
 STUB_PATH = Path(__file__).with_name("run_config.pyi")
 HEADER = (
-    "# Generated from fedcal/config/<group>.py by `python -m fedcal.config --write-stub`: do not edit by hand\n"
-    "# (a test checks it is current). RunConfig derives from RunConfigFields while type checking only.\n"
+    "# Generated from fedcal/config/<group>.py and the components' own keys (fedcal/catalogue/) by\n"
+    "# `python -m fedcal.config --write-stub`: do not edit by hand (a test checks it is current).\n"
+    "# RunConfig derives from RunConfigFields while type checking only.\n"
     '"""The static types of RunConfig\'s built-in fields and of its groups\' properties (fedcal/config/stub.py)."""\n'
     "\n"
     "class RunConfigFields:\n")
