@@ -401,7 +401,8 @@ def test_the_generated_pyproject_block_and_stub_leave_an_installed_plugins_keys_
     copy = tmp_path / "pyproject.toml"
     shutil.copy(ROOT / "pyproject.toml", copy)
     out = _run_with(path, "import sys; from fedcal.config.__main__ import main; "
-                          f"print(main(['--write-pyproject', {str(copy)!r}]), main(['--check-pyproject', {str(copy)!r}]), "
+                          f"print(main(['--write-pyproject', {str(copy)!r}]), "
+                          f"main(['--check-pyproject', {str(copy)!r}]), "
                           "main(['--check-stub'])); from fedcal.config import RunConfig; "
                           "print(RunConfig.from_flower({'attack': 'toy_keyed', 'toy-eps': 2.0}).toy_eps)")
     assert out.returncode == 0, out.stderr
@@ -422,7 +423,8 @@ def test_a_plugin_whose_own_key_cannot_be_one_is_left_out_with_one_warning(tmp_p
     path = _plugin(tmp_path, _KEYED.replace('{"toy_eps": setting(0.5, "the toy\'s epsilon", gt=0, hash_when_set=True)}',
                                             settings))
     out = _run_with(path, "from fedcal import catalogue as c; from fedcal.config import RunConfig, setting_of; "
-                          "print('toy_keyed' in c.names('attack'), RunConfig().tau, setting_of('minmax_direction').default)")
+                          "print('toy_keyed' in c.names('attack'), RunConfig().tau, "
+                          "setting_of('minmax_direction').default)")
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "1.0", "unit"]  # fedcal's own keys as they were
     (warning,) = out.stderr.strip().splitlines()
@@ -445,3 +447,35 @@ def test_a_component_registered_in_process_brings_its_keys_and_takes_them_when_i
                                      settings={"tau": setting(2.0, "a second tau")}))
     catalogue._REGISTRY["attack"].pop("toy_keyed")  # what the scratch fixture does after a test
     assert "toy_eps" not in field_names() and "toy_eps" not in _SETTINGS
+
+
+@pytest.mark.parametrize("overrides, name", [
+    # computed before the attacks' keys and their run labels moved into their components
+    ({"attack": "tsa", "tau": 0.2, "coupled": False, "tsa-step-frac": 0.5, "tsa-duty": 0.5},
+     "mnist-mlp-fedavg-tsa0.2u-f0.5-d0.5-s0-c5386426"),
+    ({"task": "lm", "attack": "tsa", "tau": 5.0, "tsa-blend": 0.5}, "lm-shakespeare-fedavg-tsa5-s0-f7d1d38f"),
+    ({"task": "detect", "attack": "tsa", "tau": 5.0, "coupled": False, "tsa-step-frac": 0.5},
+     "detect-grid-tsa5u-s0-89e30d78"),
+    ({"task": "detect", "attack": "none"}, "detect-grid-benign-s0-7223ba15"),
+    ({"attack": "alie", "alie-z": 1.5, "strategy": "trimmed_mean", "trim-f": 2},
+     "mnist-mlp-trimmed_mean-alie-s0-caadb844"),
+])
+def test_run_names_and_hashes_of_fedcals_attacks_are_as_they_were(overrides, name):
+    """The train, lm and detect tasks name a run after its attack's own words (TSA: tsa<tau>, u when
+    uncoupled, and on the train task its adaptive knobs): byte for byte the names of before."""
+    from fedcal.config import RunConfig
+    from fedcal.results.identity import default_run_name
+
+    assert default_run_name(RunConfig.from_flower(overrides)) == name
+
+
+def test_an_attacks_name_part_names_its_runs(scratch):
+    from fedcal.config import RunConfig
+    from fedcal.results.identity import default_run_name
+
+    catalogue.register(Component("attack", "toy_labelled", "fedcal.attacks.ipm:ipm", needs={"omniscient"},
+                                 name_part=lambda cfg: [f"lab{cfg.num_clients}", "detail"]))
+    cfg = RunConfig.from_flower({"attack": "toy_labelled", "num-clients": 7, "clients-per-round": 7})
+    assert default_run_name(cfg).startswith("mnist-mlp-fedavg-lab7-detail-s0-")
+    assert catalogue.get("attack", "toy_labelled").run_label(cfg, detail=False) == "lab7"
+    assert catalogue.get("attack", "alie").run_label(cfg) == "alie"  # default: its name

@@ -41,7 +41,8 @@ def test_the_plugins_own_key_is_a_run_config_key_read_only_with_its_attack():
     assert cfg.mirror_scale == 2.5 and cfg.to_flower()["mirror-scale"] == 2.5
     assert RunConfig.from_flower({"attack": "mirror_median"}).mirror_scale == 1.0  # its declared default
     s = setting_of("mirror-scale")
-    assert (s.type, s.range_text(), s.only_with_text()) == ("float", "a finite number > 0", "attack names mirror_median")
+    assert (s.type, s.range_text(), s.only_with_text()) == ("float", "a finite number > 0",
+                                                            "attack names mirror_median")
     assert s.read_by(cfg) and not s.read_by(RunConfig(attack="alie"))
 
 
@@ -89,7 +90,8 @@ def test_the_plugins_key_reaches_its_crafting_function():
 def test_the_plugin_attack_is_an_attack_value_and_poisons_a_digits_run(tmp_path):
     from fedcal.cli import main
 
-    overrides = {"attack": "mirror_median", "mirror-scale": 2.0, "strategy": "fedavg", "dataset": "digits", "num-rounds": 2,
+    overrides = {"attack": "mirror_median", "mirror-scale": 2.0, "strategy": "fedavg", "dataset": "digits",
+                 "num-rounds": 2,
                  "num-clients": 6, "clients-per-round": 6, "attacker-ratio": 0.34, "engine": "inprocess",
                  "output-dir": str(tmp_path)}
     assert main(["run", "--no-progress", *(f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}"

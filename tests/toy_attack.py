@@ -1,6 +1,6 @@
 """A toy model-poisoning attack defined outside ``fedcal/`` (tests/test_plugin_attack.py registers and
 runs it; tests/test_plugins.py installs it as a package). The marked region is docs/design.md's worked
-example ("Adding an attack"), pasted there by ``python docs/tools/include_tables.py docs/design.md``."""
+example ("Adding an attack"), pasted there by ``python -m fedcal.pages include_tables docs/design.md``."""
 
 from __future__ import annotations
 

@@ -1,15 +1,16 @@
 """The component catalogue: every named choice of a run config, declared once.
 
-A *component* is one value of a run-config key that selects an implementation — an aggregation
-rule (``strategy``), a pre-aggregation step, an attack, an inference attack or aggregator, a LoRA
-method, a tracker, a task. Each is declared once, as a :class:`Component`: its kind and name (the
-run-config value), a lazy reference to its implementation (``"package.module:attribute"``, imported
-only by :func:`load`), its own run-config keys — those only it reads declared here with their rules (``settings``: default,
-bounds or choices, help, hash-when-set; the config registers them, read only when the component is
-chosen) —, how its keyword arguments come from a run config (``params``), what it needs of the federation (:data:`NEEDS`: a root set, the server's model, …) and
-a one-line summary. Everything else is derived from the declarations: the config's ``choices``
-(:func:`names`), the registries that build an implementation (:func:`load` and ``params``), and the
-questions "which rules need a root set" (:func:`needing`).
+A *component* is one value of a run-config key that selects an implementation — an aggregation rule
+(``strategy``), a pre-aggregation step, an attack, an inference attack or aggregator, a LoRA method, a
+tracker, a task. Each is declared once, as a :class:`Component`: its kind and name (the run-config
+value), a lazy reference to its implementation (``"package.module:attribute"``, imported only by
+:func:`load`), its own run-config keys — those only it reads declared here with their rules
+(``settings``: default, bounds or choices, help, hash-when-set; the config registers them, read only
+when the component is chosen) —, how its keyword arguments come from a run config (``params``), what it
+needs of the federation (:data:`NEEDS`: a root set, the server's model, …), what its runs' directory
+names say of it (``name_part``) and a one-line summary. Everything else is derived from the
+declarations: the config's ``choices`` (:func:`names`), the registries that build an implementation
+(:func:`load` and ``params``), and the questions "which rules need a root set" (:func:`needing`).
 
 This module is flwr-free and torch-free at import: the config imports it to list its choices. The
 built-in components are declared in this package's other modules (``rules``, ``attacks``,
