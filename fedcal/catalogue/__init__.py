@@ -117,7 +117,7 @@ _REGISTRY: dict[str, dict[str, Component]] = {k: {} for k in KINDS}
 #: installs the one of its declared settings (a key clashing with another's, a type it cannot hold)
 _CHECKS: list[Callable[[Component], None]] = []
 _log = logging.getLogger("fedcal.catalogue")
-_STATE = {"loaded": False}
+_STATE = {"loaded": False, "registered": 0}  # registered: how many register() calls (the config's sync asks)
 
 
 def register(component: Component) -> Component:
@@ -133,6 +133,7 @@ def register(component: Component) -> Component:
                          f"and {component.target})")
     _check(component)
     known[component.name] = component
+    _STATE["registered"] += 1
     return component
 
 

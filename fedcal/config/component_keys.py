@@ -112,7 +112,8 @@ def sync() -> None:
     from fedcal import catalogue
 
     catalogue._ensure_loaded()
-    seen = tuple((id(d), len(d)) for d in catalogue._REGISTRY.values())
+    # a component registered, or a kind's registry replaced or shrunk (a test's scratch registry put back)
+    seen = (catalogue._STATE["registered"], *((id(d), len(d)) for d in catalogue._REGISTRY.values()))
     if seen == _STATE["seen"]:
         return
     _STATE["seen"] = seen
