@@ -48,7 +48,15 @@ def test_behaviours_follow_config():
     cfg = RunConfig(attack="tsa", tau=5.0)
     bad = sorted(attackers_of(AttackSpec.from_config(cfg)))
     good = sorted(set(range(50)) - set(bad))
-    assert behaviour_for(AttackSpec.from_config(cfg), bad[0]) == Behaviour("tsa", tau=5.0, coupled=True)
+    # the attacker's behaviour holds TSA's own parameters (its keys), none of another attack's
+    assert behaviour_for(AttackSpec.from_config(cfg), bad[0]) == Behaviour("tsa", tau=5.0, coupled=True, step_frac=1.0,
+                                                                           blend=1.0, duty=1.0)
+    assert AttackSpec.from_config(cfg).params == (("tau", 5.0), ("coupled", True), ("tsa_step_frac", 1.0),
+                                                  ("tsa_blend", 1.0), ("tsa_duty", 1.0))
+    with pytest.raises(AttributeError, match="attack 'tsa' has no key 'noise_sigma'"):
+        AttackSpec.from_config(cfg).noise_sigma
+    with pytest.raises(AttributeError, match="behaviour 'tsa' sets no parameter 'noise_sigma'"):
+        behaviour_for(AttackSpec.from_config(cfg), bad[0]).noise_sigma
     assert behaviour_for(AttackSpec.from_config(cfg), good[0]).kind == "benign"
     assert behaviour_for(AttackSpec.from_config(cfg.replace(attack="noise", noise_sigma=0.05)), bad[0]).noise_sigma == 0.05
     assert behaviour_for(AttackSpec.from_config(cfg.replace(attack="labelflip", flip_shift=3)), bad[0]).flip_shift == 3

@@ -177,12 +177,6 @@ KIND_WORDS = {"rule": {"strategy", "rule"}, "pre-aggregation": {"pre_aggregation
 ABSENT = "none"
 #: modules allowed to name a component in a branch besides its own module(s) and the catalogue, each with why
 NAMED_IN: dict[str, set[str]] = {
-    # the run-directory names spell TSA's temperature (tsa<tau>): names of committed runs, which must not change
-    "fedcal/config/train.py": {"tsa"},
-    # the lm and detect tasks' clients implement the benign and the TSA step only (their own config modules
-    # refuse the rest), and name their runs after TSA's temperature
-    "fedcal/config/lm.py": {"tsa"},
-    "fedcal/config/detect.py": {"tsa"},
     # the logit-space forms of the inference attacks: a sibling of their own module (probit_attacks.py)
     "fedcal/inference/logit_attacks.py": {"logit_flip", "pgd_cw", "sia_whitebox_raise"},
     # the CalGuard study (its command and report) compares CalGuard against FedAvg under TSA
@@ -382,3 +376,106 @@ def test_fedcals_own_components_leave_every_run_hash_as_it_was():
                                  "attack": "none", "lr": 0.1, "momentum": 0.9, "engine": "inprocess"})
     assert config_hash(cfg) == "b3fc16b1009d"
     assert config_hash(cfg.replace(dst_rho=0.9)) == "b3fc16b1009d"
+
+
+# ---------------------------------------------------------------------- a component's own keys
+_KEYED = """
+    from fedcal.catalogue import Component
+    from fedcal.config import setting
+    def craft(honest, f, epsilon):
+        return -epsilon * honest.mean(0).expand(f, -1)
+    COMPONENTS = [Component("attack", "toy_keyed", "toyplug:craft", needs={"omniscient"},
+                            settings={"toy_eps": setting(0.5, "the toy's epsilon", gt=0, hash_when_set=True)},
+                            params=lambda spec: {"epsilon": spec.toy_eps})]
+"""
+
+
+def test_the_generated_pyproject_block_and_stub_leave_an_installed_plugins_keys_out(tmp_path):
+    """fedcal's committed pyproject block and RunConfig stub hold fedcal's own keys: written with a keyed
+    plug-in installed, they stay as they are (a process without the plug-in would refuse its key), and
+    the checks pass; the plug-in's key is a key of that process all the same."""
+    import shutil
+
+    (tmp_path / "plug").mkdir()
+    path = _plugin(tmp_path / "plug", _KEYED)
+    copy = tmp_path / "pyproject.toml"
+    shutil.copy(ROOT / "pyproject.toml", copy)
+    out = _run_with(path, "import sys; from fedcal.config.__main__ import main; "
+                          f"print(main(['--write-pyproject', {str(copy)!r}]), "
+                          f"main(['--check-pyproject', {str(copy)!r}]), "
+                          "main(['--check-stub'])); from fedcal.config import RunConfig; "
+                          "print(RunConfig.from_flower({'attack': 'toy_keyed', 'toy-eps': 2.0}).toy_eps)")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-2:] == ["0 0 0", "2.0"], out.stdout
+    assert copy.read_text() == (ROOT / "pyproject.toml").read_text()
+    assert "toy" not in (ROOT / "fedcal/config/run_config.pyi").read_text()
+
+
+@pytest.mark.parametrize("settings, message", [
+    ('{"tau": setting(2.0, "a second tau")}', "key 'tau' is a key of group 'train' already"),
+    ('{"toy_eps": setting(0.5, "in the train group", group="train")}', "not group 'train'"),
+    ('{"toy_eps": setting(None, "no default")}', "default None is none of bool, int, float, str"),
+    ('{"toy_eps": 0.5}', "must be declared with fedcal.config.setting(...)"),
+    ('{"toy-eps": setting(0.5, "kebab")}', "must be a snake_case field name"),
+    ('{"minmax_direction": setting("sign", "another default")}', "declared otherwise by attack 'minmax'"),
+])
+def test_a_plugin_whose_own_key_cannot_be_one_is_left_out_with_one_warning(tmp_path, settings, message):
+    path = _plugin(tmp_path, _KEYED.replace('{"toy_eps": setting(0.5, "the toy\'s epsilon", gt=0, hash_when_set=True)}',
+                                            settings))
+    out = _run_with(path, "from fedcal import catalogue as c; from fedcal.config import RunConfig, setting_of; "
+                          "print('toy_keyed' in c.names('attack'), RunConfig().tau, "
+                          "setting_of('minmax_direction').default)")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "1.0", "unit"]  # fedcal's own keys as they were
+    (warning,) = out.stderr.strip().splitlines()
+    assert "toyplug" in warning and message in warning, warning
+
+
+def test_a_component_registered_in_process_brings_its_keys_and_takes_them_when_it_goes(scratch):
+    from fedcal.config import ConfigError, RunConfig, field_names, setting
+    from fedcal.config.schema import _SETTINGS
+
+    keyed = Component("attack", "toy_keyed", "fedcal.attacks.ipm:ipm", needs={"omniscient"},
+                      settings={"toy_eps": setting(0.5, "the toy's epsilon", gt=0)})
+    with pytest.raises(ConfigError, match="unknown run-config key 'toy-eps'"):
+        RunConfig.from_flower({"toy-eps": 1.0})
+    catalogue.register(keyed)
+    assert keyed.keys == ("toy_eps",) and field_names()[-1] == "toy_eps"
+    assert RunConfig.from_flower({"attack": "toy_keyed", "toy-eps": 1.0}).toy_eps == 1.0
+    with pytest.raises(ConfigError, match="key 'tau' is a key of group 'train' already"):
+        catalogue.register(Component("attack", "toy_tau", "fedcal.attacks.ipm:ipm",
+                                     settings={"tau": setting(2.0, "a second tau")}))
+    catalogue._REGISTRY["attack"].pop("toy_keyed")  # what the scratch fixture does after a test
+    assert "toy_eps" not in field_names() and "toy_eps" not in _SETTINGS
+
+
+@pytest.mark.parametrize("overrides, name", [
+    # computed before the attacks' keys and their run labels moved into their components
+    ({"attack": "tsa", "tau": 0.2, "coupled": False, "tsa-step-frac": 0.5, "tsa-duty": 0.5},
+     "mnist-mlp-fedavg-tsa0.2u-f0.5-d0.5-s0-c5386426"),
+    ({"task": "lm", "attack": "tsa", "tau": 5.0, "tsa-blend": 0.5}, "lm-shakespeare-fedavg-tsa5-s0-f7d1d38f"),
+    ({"task": "detect", "attack": "tsa", "tau": 5.0, "coupled": False, "tsa-step-frac": 0.5},
+     "detect-grid-tsa5u-s0-89e30d78"),
+    ({"task": "detect", "attack": "none"}, "detect-grid-benign-s0-7223ba15"),
+    ({"attack": "alie", "alie-z": 1.5, "strategy": "trimmed_mean", "trim-f": 2},
+     "mnist-mlp-trimmed_mean-alie-s0-caadb844"),
+])
+def test_run_names_and_hashes_of_fedcals_attacks_are_as_they_were(overrides, name):
+    """The train, lm and detect tasks name a run after its attack's own words (TSA: tsa<tau>, u when
+    uncoupled, and on the train task its adaptive knobs): byte for byte the names of before."""
+    from fedcal.config import RunConfig
+    from fedcal.results.identity import default_run_name
+
+    assert default_run_name(RunConfig.from_flower(overrides)) == name
+
+
+def test_an_attacks_name_part_names_its_runs(scratch):
+    from fedcal.config import RunConfig
+    from fedcal.results.identity import default_run_name
+
+    catalogue.register(Component("attack", "toy_labelled", "fedcal.attacks.ipm:ipm", needs={"omniscient"},
+                                 name_part=lambda cfg: [f"lab{cfg.num_clients}", "detail"]))
+    cfg = RunConfig.from_flower({"attack": "toy_labelled", "num-clients": 7, "clients-per-round": 7})
+    assert default_run_name(cfg).startswith("mnist-mlp-fedavg-lab7-detail-s0-")
+    assert catalogue.get("attack", "toy_labelled").run_label(cfg, detail=False) == "lab7"
+    assert catalogue.get("attack", "alie").run_label(cfg) == "alie"  # default: its name

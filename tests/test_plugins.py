@@ -185,7 +185,8 @@ def _fedcal_run(python, tmp_path, engine: str, **env_more):
     import os
     import subprocess
 
-    overrides = {"strategy": "closest_pair", "attack": "mirror_median", "dataset": "digits", "num-rounds": 2,
+    overrides = {"strategy": "closest_pair", "attack": "mirror_median", "mirror-scale": 2.0, "dataset": "digits",
+                 "num-rounds": 2,
                  "num-clients": 6, "clients-per-round": 6, "attacker-ratio": 0.34, "engine": engine,
                  "output-dir": str(tmp_path / f"runs-{engine}")}
     args = [f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in overrides.items()]
@@ -200,6 +201,7 @@ def _check_toy_run(proc, runs) -> None:
     import pandas as pd
 
     from fedcal.results import AUDIT_FILE, POISONING_FILE, load_metrics
+    from fedcal.results.identity import load_run_config
 
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     (run_dir,) = [p for p in runs.iterdir() if p.is_dir()]
@@ -210,6 +212,8 @@ def _check_toy_run(proc, runs) -> None:
     poisoning = pd.read_csv(run_dir / POISONING_FILE)  # the attack: both colluders crafted each round
     assert poisoning.groupby("round").size().tolist() == [2, 2]
     assert set(poisoning["attack"]) == {"mirror_median"} and poisoning["crafted"].all()
+    # the attack's own key, declared in its Component, came in through the entry point as a key of the run
+    assert load_run_config(run_dir)["config"]["mirror-scale"] == 2.0
 
 
 @pytest.fixture(scope="module")

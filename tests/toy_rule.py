@@ -29,8 +29,10 @@ class ClosestPairMean(UpdateAggregationStrategy):
 
 
 # 2. Its declaration: the run-config value (strategy=closest_pair) and where it lives (imported only
-#    when a run uses it). A rule with keys of its own names them in keys= and maps them to its keyword
-#    arguments in params=; needs= says what it needs of the server ("root-set", "server-model", ...).
+#    when a run uses it). A rule with keys of its own declares them with their rules in settings=
+#    ({"closest_k": fedcal.config.setting(2, "...", ge=2)}: read only when strategy=closest_pair) and
+#    maps them to its keyword arguments in params=; needs= says what it needs of the server
+#    ("root-set", "server-model", ...).
 CLOSEST_PAIR = Component("rule", "closest_pair", f"{__name__}:ClosestPairMean",
                          summary="the mean of the two replies closest to each other")
 # --- end of example ---

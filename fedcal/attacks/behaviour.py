@@ -1,7 +1,7 @@
 """What one client does in a round, who attacks, and each round's random stream (flwr-free).
 
-- :class:`Behaviour`: the parameters of one client's behaviour (``kind`` plus τ, coupling,
-  σ, k); :data:`BENIGN` is the honest client.
+- :class:`Behaviour`: one client's behaviour (``kind`` plus that kind's own parameters: τ and
+  coupling for TSA, σ for noise, k for label flipping); :data:`BENIGN` is the honest client.
 - :class:`BehaviourKind`: the interface every kind of behaviour implements (how it is built
   from the run config, the variants the stealth analysis compares, and where it changes a
   benign local round). The base class *is* the benign client. The kinds live in
@@ -14,32 +14,47 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from fedcal import catalogue
 from fedcal.config import ConfigSpec
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Behaviour:
-    """What one client does in a round. ``kind`` names an entry of
-    :data:`fedcal.attacks.BEHAVIOURS` (benign, tsa, noise, labelflip); the other fields
-    are the parameters of the kinds that use them."""
+    """What one client does in a round: ``Behaviour(kind, **params)``. ``kind`` names an entry of
+    :data:`fedcal.attacks.BEHAVIOURS` (benign, tsa, noise, labelflip, a plug-in's); ``params`` are that
+    kind's own parameters (TSA's ``tau``, noise's ``noise_sigma``), which its :class:`BehaviourKind` reads
+    with its own defaults (:meth:`BehaviourKind.param`); no kind's parameters are fields of every
+    behaviour."""
 
     kind: str = "benign"
-    tau: float = 1.0  # tsa: the temperature τ of the local loss
-    coupled: bool = True  # tsa: η = β·τ (False: the uncoupled ablation, η = β)
-    noise_sigma: float = 0.0  # noise: σ of the Gaussian added to Δθ
-    flip_shift: int = 0  # labelflip: y ← (y + k) mod C
-    step_frac: float = 1.0  # tsa: share of the local steps trained at τ (adaptive attacker)
-    blend: float = 1.0  # tsa: reply = benign + blend · (TSA − benign) on the same batches (adaptive attacker)
-    duty: float = 1.0  # tsa: share of its rounds the client attacks, benign in the others (adaptive attacker)
-    backdoor_target: int = 0  # backdoor: the class triggered images are relabelled to
-    backdoor_frac: float = 0.0  # backdoor: share of the client's images stamped and relabelled
+    params: tuple[tuple[str, Any], ...] = ()  # (name, value), sorted by name
+
+    def __init__(self, kind: str = "benign", **params: Any) -> None:
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "params", tuple(sorted(params.items())))
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The parameter ``name``, or ``default`` when the behaviour does not set it."""
+        return dict(self.params).get(name, default)
+
+    def __getattr__(self, name: str) -> Any:
+        # a parameter the behaviour sets, as an attribute (only called for a name that is no field)
+        params = self.__dict__.get("params")
+        if params is None or name.startswith("__"):  # being unpickled, or a dunder lookup
+            raise AttributeError(name)
+        for key, value in params:
+            if key == name:
+                return value
+        raise AttributeError(f"behaviour {self.kind!r} sets no parameter {name!r}")
 
     @property
     def malicious(self) -> bool:
@@ -51,28 +66,37 @@ BENIGN = Behaviour()
 
 @dataclass(frozen=True)
 class AttackSpec(ConfigSpec):
-    """Who attacks in a run and with what parameters: the run-config keys the behaviours read
-    (``attack`` and each kind's parameters; ``num-attackers`` is round-half-up(ratio · K)).
-    Built by the tasks with ``AttackSpec.from_config(cfg)``."""
+    """Who attacks in a run and with what parameters: the ``attack``, the seed of the attacker choice,
+    K and ``num-attackers`` (round-half-up(ratio · K)), and ``params``, the chosen attack's own run-config
+    keys (those its catalogue component declares, :attr:`fedcal.catalogue.Component.keys`) by field name.
+    Built by the tasks with ``AttackSpec.from_config(cfg)``; an attack reads its own keys as attributes
+    (``spec.tau``, ``spec.alie_z``): another attack's key is no attribute of it."""
+
+    OWN = ("params",)
 
     attack: str
     seed: int
     num_clients: int
     num_attackers: int
-    tau: float
-    coupled: bool
-    tsa_step_frac: float
-    tsa_blend: float
-    tsa_duty: float
-    noise_sigma: float
-    flip_shift: int
-    backdoor_target: int
-    backdoor_frac: float
-    alie_z: float
-    ipm_epsilon: float
-    minmax_direction: str
-    fang_b: float
-    mimic_target: int
+    params: tuple[tuple[str, Any], ...] = ()  # (field name, value) of the chosen attack's own keys
+
+    @classmethod
+    def from_config(cls, cfg: Any, **given: Any) -> AttackSpec:
+        spec = super().from_config(cfg, **given)
+        own = dict(cfg.params) if isinstance(cfg, AttackSpec) else \
+            {k: getattr(cfg, k) for k in catalogue.get("attack", spec.attack).keys}
+        return dataclasses.replace(spec, params=tuple(own.items()))
+
+    def __getattr__(self, name: str) -> Any:
+        # the chosen attack's own keys (only called for a name that is no field)
+        params = self.__dict__.get("params")
+        if params is None or name.startswith("__"):  # being unpickled, or a dunder lookup
+            raise AttributeError(name)
+        for key, value in params:
+            if key == name:
+                return value
+        raise AttributeError(f"attack {self.attack!r} has no key {name!r} (its own: "
+                             f"{', '.join(k for k, _ in self.params) or 'none'})")
 
 
 class BehaviourKind:
@@ -89,6 +113,12 @@ class BehaviourKind:
 
     kind = "benign"  # the key in BEHAVIOURS and Behaviour.kind
     attack = "none"  # the run config's ``attack`` value that selects this kind
+    #: this kind's parameters with their values where a behaviour does not set them (:meth:`param`)
+    defaults: dict[str, Any] = {}
+
+    def param(self, behaviour: Behaviour, name: str) -> Any:
+        """Parameter ``name`` of ``behaviour``: its own value, else this kind's default."""
+        return behaviour.get(name, self.defaults[name])
 
     def from_spec(self, spec: AttackSpec) -> Behaviour:
         """The behaviour of an attacking client of a run with attack settings ``spec``."""

@@ -44,16 +44,21 @@ class ImageBackdoor(BehaviourKind):
 
     kind = "backdoor"
     attack = "backdoor"
+    defaults = {"backdoor_target": 0, "backdoor_frac": 0.0}
 
     def from_spec(self, spec: AttackSpec) -> Behaviour:
         return Behaviour(kind="backdoor", backdoor_target=spec.backdoor_target, backdoor_frac=spec.backdoor_frac)
 
+    def _backdoor(self, behaviour: Behaviour) -> PixelBackdoor:
+        return PixelBackdoor(target=self.param(behaviour, "backdoor_target"),
+                             poison_frac=self.param(behaviour, "backdoor_frac"))
+
     def check(self, behaviour: Behaviour) -> None:
-        PixelBackdoor(target=behaviour.backdoor_target, poison_frac=behaviour.backdoor_frac)
+        self._backdoor(behaviour)
 
     def train_data(self, behaviour: Behaviour, x: torch.Tensor, y: torch.Tensor, dataset: str, seed: int,
                    client_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-        backdoor = PixelBackdoor(target=behaviour.backdoor_target, poison_frac=behaviour.backdoor_frac)
+        backdoor = self._backdoor(behaviour)
         # round 0: one stream per client for the whole run, so the poisoned subset never changes
         poisoned = poison_images(x, y, backdoor, pixel_space(dataset),
                                  generator=round_generator(seed, 0, client_id, stream="backdoor"))

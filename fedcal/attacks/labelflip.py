@@ -24,6 +24,7 @@ class LabelFlipping(BehaviourKind):
 
     kind = "labelflip"
     attack = "labelflip"
+    defaults = {"flip_shift": 0}
 
     def from_spec(self, spec: AttackSpec) -> Behaviour:
         return Behaviour("labelflip", flip_shift=spec.flip_shift)
@@ -33,4 +34,4 @@ class LabelFlipping(BehaviourKind):
         return {f"labelflip_k{k}": Behaviour("labelflip", flip_shift=k) for k in range(1, 6)}
 
     def train_labels(self, behaviour: Behaviour, y: torch.Tensor, num_classes: int) -> torch.Tensor:
-        return flip_labels(y, behaviour.flip_shift, num_classes)
+        return flip_labels(y, self.param(behaviour, "flip_shift"), num_classes)

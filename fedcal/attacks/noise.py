@@ -25,6 +25,7 @@ class NoiseInjection(BehaviourKind):
 
     kind = "noise"
     attack = "noise"
+    defaults = {"noise_sigma": 0.0}
 
     def from_spec(self, spec: AttackSpec) -> Behaviour:
         return Behaviour("noise", noise_sigma=spec.noise_sigma)
@@ -34,16 +35,18 @@ class NoiseInjection(BehaviourKind):
         return {f"noise_sigma{sigma:g}": Behaviour("noise", noise_sigma=sigma) for sigma in (0.1, 0.05, 0.01)}
 
     def check(self, behaviour: Behaviour) -> None:
-        if not (behaviour.noise_sigma >= 0 and math.isfinite(behaviour.noise_sigma)):
-            raise ValueError(f"noise_sigma must be a finite number >= 0, got {behaviour.noise_sigma}")
+        sigma = self.param(behaviour, "noise_sigma")
+        if not (sigma >= 0 and math.isfinite(sigma)):
+            raise ValueError(f"noise_sigma must be a finite number >= 0, got {sigma}")
 
     def after_training(self, behaviour: Behaviour, model: nn.Module, seed: int, server_round: int,
                        client_id: int) -> None:
-        if behaviour.noise_sigma > 0:
+        sigma = self.param(behaviour, "noise_sigma")
+        if sigma > 0:
             noise_gen = round_generator(seed, server_round, client_id, "noise")
             with torch.no_grad():  # Δθ ← Δθ + ε on trained parameters only (not BN buffers)
                 for p in model.parameters():
-                    eps = torch.randn(p.shape, generator=noise_gen) * behaviour.noise_sigma
+                    eps = torch.randn(p.shape, generator=noise_gen) * sigma
                     p.add_(eps.to(p.device))
 
     def stealth_update(self, behaviour: Behaviour, deltas: list[torch.Tensor], seed: int) -> list[torch.Tensor]:
@@ -53,4 +56,4 @@ class NoiseInjection(BehaviourKind):
         if not deltas:
             return deltas
         direction = torch.randn(deltas[0].numel(), generator=round_generator(seed, 0, 0, "noise"), dtype=torch.float64)
-        return [d + behaviour.noise_sigma * direction for d in deltas]
+        return [d + self.param(behaviour, "noise_sigma") * direction for d in deltas]

@@ -47,6 +47,7 @@ class TemperatureScalingAttack(BehaviourKind):
 
     kind = "tsa"
     attack = "tsa"
+    defaults = {"tau": 1.0, "coupled": True, "step_frac": 1.0, "blend": 1.0, "duty": 1.0}
 
     def from_spec(self, spec: AttackSpec) -> Behaviour:
         return Behaviour("tsa", tau=spec.tau, coupled=spec.coupled, step_frac=spec.tsa_step_frac,
@@ -61,21 +62,23 @@ class TemperatureScalingAttack(BehaviourKind):
         return out
 
     def check(self, behaviour: Behaviour) -> None:
-        if not (behaviour.tau > 0 and math.isfinite(behaviour.tau)):
-            raise ValueError(f"tau must be a finite number > 0, got {behaviour.tau}")
-        if not 0 < behaviour.step_frac <= 1:
-            raise ValueError(f"step_frac must lie in (0, 1], got {behaviour.step_frac}")
-        if not (behaviour.blend > 0 and math.isfinite(behaviour.blend)):
-            raise ValueError(f"blend must be a finite number > 0, got {behaviour.blend}")
-        if not 0 < behaviour.duty <= 1:
-            raise ValueError(f"duty must lie in (0, 1], got {behaviour.duty}")
+        tau, step_frac, blend, duty = (self.param(behaviour, n) for n in ("tau", "step_frac", "blend", "duty"))
+        if not (tau > 0 and math.isfinite(tau)):
+            raise ValueError(f"tau must be a finite number > 0, got {tau}")
+        if not 0 < step_frac <= 1:
+            raise ValueError(f"step_frac must lie in (0, 1], got {step_frac}")
+        if not (blend > 0 and math.isfinite(blend)):
+            raise ValueError(f"blend must be a finite number > 0, got {blend}")
+        if not 0 < duty <= 1:
+            raise ValueError(f"duty must lie in (0, 1], got {duty}")
 
     def loss_temperature(self, behaviour: Behaviour) -> tuple[float, bool]:
-        return behaviour.tau, behaviour.coupled
+        return self.param(behaviour, "tau"), self.param(behaviour, "coupled")
 
     def temperature_steps(self, behaviour: Behaviour, steps: int) -> int:
         """The adaptive attacker's ``tsa-step-frac``: the first round(frac · E) steps, at least one."""
-        return steps if behaviour.step_frac >= 1 else max(1, min(steps, round(behaviour.step_frac * steps)))
+        frac = self.param(behaviour, "step_frac")
+        return steps if frac >= 1 else max(1, min(steps, round(frac * steps)))
 
     def attacks_in_round(self, behaviour: Behaviour, seed: int, server_round: int, client_id: int) -> bool:
         """The adaptive attacker's ``tsa-duty`` = p: it attacks when a uniform draw of the round's own
@@ -83,11 +86,12 @@ class TemperatureScalingAttack(BehaviourKind):
         (seed, round, client) rather than a strict alternation over the client's own rounds: a
         client does not know how often it was sampled (fedcal's clients keep no state across
         rounds), and a draw makes the attacked rounds the same wherever the round runs."""
-        if behaviour.duty >= 1:
+        duty = self.param(behaviour, "duty")
+        if duty >= 1:
             return True
         u = torch.rand((), generator=round_generator(seed, server_round, client_id, stream="duty"), dtype=torch.float64)
-        return float(u) < behaviour.duty
+        return float(u) < duty
 
     def blend(self, behaviour: Behaviour) -> float:
         """The adaptive attacker's ``tsa-blend``."""
-        return behaviour.blend
+        return self.param(behaviour, "blend")

@@ -1,14 +1,16 @@
 """The component catalogue: every named choice of a run config, declared once.
 
-A *component* is one value of a run-config key that selects an implementation — an aggregation
-rule (``strategy``), a pre-aggregation step, an attack, an inference attack or aggregator, a LoRA
-method, a tracker, a task. Each is declared once, as a :class:`Component`: its kind and name (the
-run-config value), a lazy reference to its implementation (``"package.module:attribute"``, imported
-only by :func:`load`), its own run-config keys, how its keyword arguments come from a run config
-(``params``), what it needs of the federation (:data:`NEEDS`: a root set, the server's model, …) and
-a one-line summary. Everything else is derived from the declarations: the config's ``choices``
-(:func:`names`), the registries that build an implementation (:func:`load` and ``params``), and the
-questions "which rules need a root set" (:func:`needing`).
+A *component* is one value of a run-config key that selects an implementation — an aggregation rule
+(``strategy``), a pre-aggregation step, an attack, an inference attack or aggregator, a LoRA method, a
+tracker, a task. Each is declared once, as a :class:`Component`: its kind and name (the run-config
+value), a lazy reference to its implementation (``"package.module:attribute"``, imported only by
+:func:`load`), its own run-config keys — those only it reads declared here with their rules
+(``settings``: default, bounds or choices, help, hash-when-set; the config registers them, read only
+when the component is chosen) —, how its keyword arguments come from a run config (``params``), what it
+needs of the federation (:data:`NEEDS`: a root set, the server's model, …), what its runs' directory
+names say of it (``name_part``) and a one-line summary. Everything else is derived from the
+declarations: the config's ``choices`` (:func:`names`), the registries that build an implementation
+(:func:`load` and ``params``), and the questions "which rules need a root set" (:func:`needing`).
 
 This module is flwr-free and torch-free at import: the config imports it to list its choices. The
 built-in components are declared in this package's other modules (``rules``, ``attacks``,
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +41,10 @@ KINDS = ("rule", "pre-aggregation", "attack", "inference-attack", "inference-agg
 #: ``omniscient`` — an attack crafted from the round's honest updates (a server-side colluders' step);
 #: ``history`` — a rule whose result depends on earlier rounds (FoolsGold, CalGuard), not the round's updates alone;
 #: ``rule-aware`` — an attack that evaluates the server's rule on candidate updates (it needs a rule
-#: without ``history`` or ``root-set``)
-NEEDS = ("root-set", "server-model", "batchable", "omniscient", "history", "rule-aware")
+#: without ``history`` or ``root-set``);
+#: ``loss-temperature`` — an attack whose client step changes the local loss's temperature and learning rate
+#: alone (TSA): the one the lm and detect tasks' clients implement
+NEEDS = ("root-set", "server-model", "batchable", "omniscient", "history", "rule-aware", "loss-temperature")
 #: the entry-point group an installed package declares its components in
 ENTRY_POINT_GROUP = "fedcal.components"
 #: the modules declaring fedcal's own components (imported when the catalogue is first read); the tasks
@@ -56,12 +60,20 @@ class Component:
     kind: str  # one of KINDS
     name: str  # the run-config value, e.g. "trimmed_mean", "alie", "rfd"
     target: str  # lazy reference "package.module:attribute" to the implementation
-    keys: tuple[str, ...] = ()  # its own run-config keys (field names), e.g. ("trim_f",)
+    keys: tuple[str, ...] = ()  # its own run-config keys (field names), e.g. ("trim_f",); with settings' names
+    # its own keys declared here, field name → fedcal.config.setting(...) (default, bounds or choices, help,
+    # hash_when_set; the type is the default's): fedcal.config registers each, read only when a run chooses a
+    # component declaring it. A key another component declares too (Min-Max's and Min-Sum's direction) is the
+    # same declaration in both. Stored as (name, setting) pairs; `keys` lists their names after its own.
+    settings: Any = ()
     # its keyword arguments from a run config (a fedcal.config.RunConfig, or a spec holding its keys: the
     # catalogue names no config type, which imports it)
     params: Callable[[Any], dict[str, Any]] | None = None
     needs: frozenset[str] = frozenset()  # of NEEDS
     summary: str = ""  # one line for --help and docs
+    # the words its runs' directory names carry for it, from a run config: its own label first (TSA's
+    # temperature, "tsa5u"), then details named only when used (TSA's adaptive knobs); default: its name
+    name_part: Callable[[Any], Iterable[str]] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -71,7 +83,11 @@ class Component:
         module, sep, attr = self.target.partition(":")
         if not (module and sep and attr):
             raise ValueError(f"{self.kind} {self.name!r}: target {self.target!r} is not 'package.module:attribute'")
-        object.__setattr__(self, "keys", tuple(self.keys))
+        settings = tuple(self.settings.items()) if isinstance(self.settings, Mapping) else tuple(self.settings)
+        if not all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in settings):
+            raise ValueError(f"{self.kind} {self.name!r}: settings must map key names to setting(...) declarations")
+        object.__setattr__(self, "settings", settings)
+        object.__setattr__(self, "keys", tuple(dict.fromkeys((*self.keys, *(n for n, _ in settings)))))
         object.__setattr__(self, "needs", frozenset(self.needs))
         unknown = sorted(self.needs - set(NEEDS))
         if unknown:
@@ -80,6 +96,12 @@ class Component:
     def kwargs(self, cfg: Any) -> dict[str, Any]:
         """Its keyword arguments from run config ``cfg`` (or a spec holding its keys); {} without ``params``."""
         return dict(self.params(cfg)) if self.params is not None else {}
+
+    def run_label(self, cfg: Any, detail: bool = True) -> str:
+        """What a run directory's name says of it for run config ``cfg``: :attr:`name_part`'s words joined
+        by "-" (only the first without ``detail``: the tasks whose names never carried the details)."""
+        words = [self.name] if self.name_part is None else list(self.name_part(cfg))
+        return "-".join(words if detail else words[:1])
 
     def load(self) -> Any:
         """Its implementation (imports ``target``)."""
@@ -91,8 +113,11 @@ class Component:
 
 
 _REGISTRY: dict[str, dict[str, Component]] = {k: {} for k in KINDS}
+#: checks a component must pass before it is registered (each raises ValueError in one line): the config
+#: installs the one of its declared settings (a key clashing with another's, a type it cannot hold)
+_CHECKS: list[Callable[[Component], None]] = []
 _log = logging.getLogger("fedcal.catalogue")
-_STATE = {"loaded": False}
+_STATE = {"loaded": False, "registered": 0}  # registered: how many register() calls (the config's sync asks)
 
 
 def register(component: Component) -> Component:
@@ -106,7 +131,9 @@ def register(component: Component) -> Component:
 
         raise ConfigError(f"{component.kind} {component.name!r} is declared twice ({known[component.name].target} "
                          f"and {component.target})")
+    _check(component)
     known[component.name] = component
+    _STATE["registered"] += 1
     return component
 
 
@@ -142,11 +169,18 @@ def _load_entry_points() -> None:
                 known = _REGISTRY[c.kind].get(c.name)
                 if known is not None and known != c:
                     raise ValueError(f"{c.kind} {c.name!r} is declared already ({known.target})")
+                _check(c)
             for c in items:
                 register(c)
         except Exception as e:  # a broken plug-in names itself instead of failing every run config
             _log.warning("fedcal: plug-in %s of group %r left out: %s: %s", where, ENTRY_POINT_GROUP,
                          type(e).__name__, " ".join(str(e).split()))
+
+
+def _check(component: Component) -> None:
+    """Raise ValueError (a ConfigError, one line, from the installed checks) if ``component`` cannot be registered."""
+    for check in _CHECKS:
+        check(component)
 
 
 def _check_kind(kind: str) -> None:

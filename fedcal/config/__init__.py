@@ -25,6 +25,10 @@ from fedcal.config.execution import *  # noqa: E402,F401,F403
 from fedcal.config.order import KEY_ORDER  # noqa: E402
 
 set_key_order(KEY_ORDER)
+# from here on the catalogue's components' own keys are fields too (fedcal.config.component_keys)
+from fedcal.config import component_keys as _component_keys  # noqa: E402
+
+_component_keys.ready()
 
 
 def _names(kind: str, need: str | None = None):

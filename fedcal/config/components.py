@@ -28,5 +28,11 @@ class ComponentNames(Sequence):
     def __len__(self) -> int:
         return len(self())
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ComponentNames) and (self.kind, self.key) == (other.kind, other.key)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.key))
+
     def __repr__(self) -> str:
         return f"ComponentNames({self.kind!r}{'' if self.key is None else f', key={self.key!r}'})"

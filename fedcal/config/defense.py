@@ -7,7 +7,8 @@ from fedcal.config.schema import ComponentNames, RunConfig, check, group, settin
 __all__ = ["CALGUARD_MODES", "CALGUARD_SIGNALS", "CALGUARD_SOURCES", "CALGUARD_MIN_ROOT", "CUSUM_CALIBRATED_REPLIES"]
 
 # The rules (``strategy``) and pre-aggregation steps (``pre-aggregation``) are components of fedcal.catalogue:
-# their names, their own keys below (each read only with the components that declare it) and their needs.
+# their names, their needs and their own keys (fedcal/catalogue/rules.py: they join this group, each read only
+# with the components that declare it).
 RULES = ComponentNames("rule")
 STEPS = ComponentNames("pre-aggregation")
 CALGUARD_MODES = ("filter", "audit")  # fedcal.aggregate.calguard.CALGUARD_MODES (a test keeps them equal)
@@ -67,65 +68,9 @@ def _pre_aggregation(c: RunConfig) -> None:
 @group("defense", "the server's aggregation rule and its parameters (task = train)", rules=(_defense_parameters, _pre_aggregation))
 class Defense:
     strategy: str = setting("fedavg", "the server's aggregation rule", choices=RULES)
-    krum_f: int = setting(1, "MultiKrum: assumed Byzantine replies per round (needs M >= f + 3)", ge=0,
-                          only_with=("strategy", RULES))
-    krum_m: int = setting(0, "MultiKrum: updates averaged (<= M)", ge=0, note="0 = n - f",
-                          only_with=("strategy", RULES))
-    trim_f: int = setting(1, "trimmed mean: values dropped per side and coordinate (needs M > 2f)",
-                          ge=0, only_with=("strategy", RULES))
-    root_size: int = setting(100, "FLTrust and CalGuard: the server's clean root set, drawn from the "
-                                 "training data",
-                             ge=1, only_with=("strategy", RULES))
-    mom_groups: int = setting(3, "median-of-means: number of groups", ge=1,
-                              only_with=("strategy", RULES))
-    foolsgold_kappa: float = setting(1.0, "FoolsGold: logit confidence kappa", gt=0, finite=True,
-                                     only_with=("strategy", RULES))
-    calguard_kappa: float = setting(5.0, "CalGuard: drop a reply whose robust score |z| of its logit-scale "
-                                         "shift exceeds this", gt=0, finite=True, hash_when_set=True,
-                                     only_with=("strategy", RULES))
-    calguard_window: int = setting(10, "CalGuard: rounds of signature deviations pooled for the robust "
-                                       "scale", ge=1, hash_when_set=True, only_with=("strategy", RULES))
-    calguard_strikes: int = setting(3, "CalGuard: a client flagged this many times is dropped from then on",
-                                    ge=0, note="0 = never", hash_when_set=True, only_with=("strategy", RULES))
-    calguard_mode: str = setting("filter", "CalGuard: filter drops flagged replies; audit only records "
-                                           "them (FedAvg aggregation)", choices=CALGUARD_MODES,
-                                 hash_when_set=True, only_with=("strategy", RULES))
-    calguard_cusum: bool = setting(False, "CalGuard: also drop clients whose scores stay low (tau < 1) or "
-                                          "high over their rounds (two one-sided CUSUMs per client)",
-                                   hash_when_set=True, only_with=("strategy", RULES))
-    calguard_cusum_signal: str = setting("ratio", "CalGuard's sequential test is fed the robust score of the "
-                                                  "logit-scale shift per unit of update norm (ratio) or of "
-                                                  "the shift itself (scale)", choices=CALGUARD_SIGNALS,
-                                         hash_when_set=True, only_with=("strategy", RULES))
-    calguard_cusum_k: float = setting(0.5, "CalGuard's sequential test: reference value k (half the "
-                                           "persistent shift to detect, robust units)", ge=0, finite=True,
-                                      hash_when_set=True, only_with=("strategy", RULES))
-    # the thresholds' defaults are the ones docs/results/detector/thresholds.csv calibrates (ratio,
-    # k = 0.5, every seed's benign runs, 2 % of benign replies): runs of 5 of 50 clients a round for 100
-    # rounds, CUSUM_CALIBRATED_REPLIES replies per client
-    calguard_cusum_h_low: float = setting(11.07, "CalGuard's sequential test: threshold of the low side "
-                                                 "(under-confidence)", gt=0, finite=True,
-                                          hash_when_set=True, only_with=("strategy", RULES))
-    calguard_cusum_h_high: float = setting(10.89, "CalGuard's sequential test: threshold of the high side "
-                                                  "(over-confidence)", gt=0, finite=True,
-                                           hash_when_set=True, only_with=("strategy", RULES))
-    calguard_signal: str = setting("root", "CalGuard's signal: root (each reply's logit-scale shift on the server's "
-                                           "root set) or clients (no root set: each reply's mean-confidence shift "
-                                           "against the global model on its client's held-out data, from the two "
-                                           "calibration states the client reports, self-reported; docs/defense.md)", choices=CALGUARD_SOURCES,
-                                   hash_when_set=True, only_with=("strategy", RULES))
     pre_aggregation: str = setting("", "pre-aggregation steps run on the round's validated updates before the "
                                        "strategy's rule, comma-separated, in order: nnm, clip (static), arc, cclip "
                                        "(centred clipping)", note='"" = none', hash_when_set=True)
-    pre_f: int = setting(1, "nnm and arc: assumed Byzantine replies per round (< clients-per-round)", ge=0,
-                         hash_when_set=True, only_with=("pre_aggregation", STEPS))
-    clip_c: float = setting(1.0, "clip: the update norm bound c", ge=MIN_CLIP_NORM, finite=True, note=TINY_NORM,
-                            hash_when_set=True, only_with=("pre_aggregation", STEPS))
-    cclip_tau: float = setting(1.0, "cclip: centred clipping's radius tau", ge=MIN_CLIP_NORM, finite=True,
-                               note=TINY_NORM, hash_when_set=True, only_with=("pre_aggregation", STEPS))
-    cclip_iterations: int = setting(1, "cclip: centred clipping's iterations L", ge=1, le=MAX_CCLIP_ITERATIONS,
-                                    note="each is one pass over the round's updates; the authors' default is 1",
-                                    hash_when_set=True, only_with=("pre_aggregation", STEPS))
 
     @property
     def pre_aggregations(self) -> tuple[str, ...]:

@@ -5,8 +5,8 @@ drive the attackers."""
 
 from __future__ import annotations
 
-from fedcal.config.schema import ConfigError, RunConfig, Task, check, group, register_task, setting
-from fedcal.config.train import tsa_label
+from fedcal.config.schema import ConfigError, RunConfig, Task, check, group, register_task, setting, setting_of
+from fedcal import catalogue
 
 __all__ = []
 
@@ -63,18 +63,20 @@ def _detr_width(c: RunConfig) -> None:
 
 
 def _attackers(c: RunConfig) -> None:
-    if c.attack not in ("none", "tsa"):
-        raise ConfigError(f"run-config key 'attack': the detect task runs the TSA or no attack, got {c.attack!r}")
-    if c.attack == "tsa" and c.tsa_blend != 1.0:
+    temperature = catalogue.needing("attack", "loss-temperature")  # what the detect clients' step implements
+    if c.attack != "none" and c.attack not in temperature:
+        raise ConfigError(f"run-config key 'attack': the detect task runs the {' or '.join(temperature)} or no "
+                          f"attack, got {c.attack!r}")
+    if setting_of("tsa_blend").read_by(c) and c.tsa_blend != 1.0:
         raise ConfigError("run-config key 'tsa-blend': the detect task has no blended attacker (keep 1)")
-    if c.attack == "tsa" and c.tsa_duty != 1.0:
+    if setting_of("tsa_duty").read_by(c) and c.tsa_duty != 1.0:
         raise ConfigError("run-config key 'tsa-duty': the detect task has no duty-cycled attacker (keep 1)")
     check("det-clients-per-round", c.det_clients_per_round <= c.num_clients, c.det_clients_per_round,
           f"must not exceed num-clients ({c.num_clients})")
 
 
 def _run_name(cfg: RunConfig, short_hash: str) -> str:
-    what = "benign" if cfg.attack == "none" else tsa_label(cfg)
+    what = "benign" if cfg.attack == "none" else catalogue.get("attack", cfg.attack).run_label(cfg, detail=False)
     data = "-kitti" if cfg.det_data == "kitti" else ""
     return f"detect-{cfg.det_model.replace('/', '_')}{data}-{what}-s{cfg.seed}-{short_hash}"
 

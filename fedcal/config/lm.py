@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from fedcal import catalogue
 from fedcal.config.schema import RunConfig, Task, check, group, register_task, setting
-from fedcal.config.train import tsa_label
 
 __all__ = ["LM_CORPORA", "LM_PARTITIONS", "LM_TOKENIZERS"]
 
@@ -54,11 +53,13 @@ def _lm(c: RunConfig) -> None:
           + ", ".join(n for n in catalogue.names("rule") if n not in root_set) + ")")
     check("augment", c.augment == "none", c.augment, "is an image augmentation; the lm task takes none")
     check("lm-heads", c.lm_hidden % c.lm_heads == 0, c.lm_heads, f"must divide lm-hidden ({c.lm_hidden})")
-    check("attack", c.attack in ("none", "tsa"), c.attack, "must be none or tsa for the lm task")
+    temperature = catalogue.needing("attack", "loss-temperature")  # what the lm clients' step implements
+    check("attack", c.attack == "none" or c.attack in temperature, c.attack,
+          f"must be none or {' or '.join(temperature)} for the lm task")
 
 
 def _run_name(cfg: RunConfig, short_hash: str) -> str:
-    what = cfg.attack if cfg.attack != "tsa" else tsa_label(cfg)
+    what = catalogue.get("attack", cfg.attack).run_label(cfg, detail=False)  # TSA: tsa<tau>
     return f"lm-{cfg.lm_corpus}-{cfg.strategy}-{what}-s{cfg.seed}-{short_hash}"
 
 

@@ -8,8 +8,10 @@ comment that says so. ``python -m fedcal.config --write-pyproject`` rewrites it 
 else in the file changes); ``--check-pyproject`` fails in one line when the committed block is
 not the generated one (tests/test_config.py runs it).
 
-The command runs in a fresh process, so only the built-in groups are registered: a plug-in task
-registered from outside (tests/toy_task.py) never writes its keys into fedcal's pyproject.
+The block holds fedcal's own keys: those of its built-in groups, which its own components' keys join
+(:func:`fedcal.config.component_keys.builtin_groups`). An installed plug-in's keys — its task's group, its
+rule's or attack's own keys — are left out, with the plug-in installed or not: a process without the
+plug-in would refuse them (a plug-in's keys take their defaults, or ``--run-config`` values).
 
 The TOML values are written here rather than with a TOML writer: Python's standard library reads
 TOML (``tomllib``) but does not write it, the block is flat scalars only (str, int, float, bool),
@@ -25,6 +27,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from fedcal.config.component_keys import builtin_groups
 from fedcal.config.schema import config_fields
 
 HEADER = "[tool.flwr.app.config]"
@@ -36,8 +39,9 @@ HEADER = "[tool.flwr.app.config]"
 #: the run hashes of its runs, which rest on them, stay as they were.
 FLOWER_APP_DEFAULTS: dict[str, Any] = {"dataset": "digits", "num-clients": 2, "clients-per-round": 2, "num-rounds": 3}
 COMMENT = (
-    "# Generated from fedcal/config/<group>.py by `python -m fedcal.config --write-pyproject`: do not edit\n"
-    "# by hand (a test checks it is current). Keys in RunConfig.to_flower() order; `fedcal run --help` and\n"
+    "# Generated from fedcal/config/<group>.py and the components' own keys (fedcal/catalogue/) by\n"
+    "# `python -m fedcal.config --write-pyproject`: do not edit by hand (a test checks it is current).\n"
+    "# Keys in RunConfig.to_flower() order; `fedcal run --help` and\n"
     "# docs/configuration.md say what each one means. Four differ from `fedcal run`'s defaults (the paper's\n"
     "# MNIST configuration) so that a plain `flwr run .` runs on Flower's default local federation (2\n"
     "# SuperNodes) with no download: dataset, num-clients, clients-per-round, num-rounds\n"
@@ -69,12 +73,14 @@ def toml_value(value: Any, type_name: str) -> str:
 
 def pyproject_block() -> str:
     """The generated ``[tool.flwr.app.config]`` block: its header, the comment, one ``key = value``
-    line per registered field in :meth:`RunConfig.to_flower` order (its default, or the Flower App's
+    line per field of fedcal's own (module docstring) in :meth:`RunConfig.to_flower` order (its default, or the
+    Flower App's
     own of :data:`FLOWER_APP_DEFAULTS`)."""
     def default(s: Any) -> Any:
         return FLOWER_APP_DEFAULTS.get(s.name.replace("_", "-"), s.default)
 
-    lines = [f"{s.name.replace('_', '-')} = {toml_value(default(s), s.type)}" for s in config_fields()]
+    lines = [f"{s.name.replace('_', '-')} = {toml_value(default(s), s.type)}" for s in config_fields()
+             if s.group in builtin_groups()]
     return HEADER + "\n" + COMMENT + "\n".join(lines) + "\n"
 
 

@@ -1,5 +1,6 @@
-# Generated from fedcal/config/<group>.py by `python -m fedcal.config --write-stub`: do not edit by hand
-# (a test checks it is current). RunConfig derives from RunConfigFields while type checking only.
+# Generated from fedcal/config/<group>.py and the components' own keys (fedcal/catalogue/) by
+# `python -m fedcal.config --write-stub`: do not edit by hand (a test checks it is current).
+# RunConfig derives from RunConfigFields while type checking only.
 """The static types of RunConfig's built-in fields and of its groups' properties (fedcal/config/stub.py)."""
 
 class RunConfigFields:

@@ -141,7 +141,8 @@ def setting(default: Any, help: str, *, ge: float | None = None, gt: float | Non
             le: float | None = None, lt: float | None = None,
             choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None, finite: bool = False,
             hashed: bool | None = None, note: str = "", number_list: bool = False, hash_when_set: bool = False,
-            aliases: Mapping[Any, Any] | None = None, only_with: tuple[str, Sequence[str]] | None = None) -> Any:
+            aliases: Mapping[Any, Any] | None = None, only_with: tuple[str, Sequence[str]] | None = None,
+            group: str = "") -> Any:
     """One field of a config group: default, help and bounds/choices, declared together.
 
     ``hashed`` defaults to False in the ``execution`` group and True elsewhere; ``hash_when_set``
@@ -150,9 +151,14 @@ def setting(default: Any, help: str, *, ge: float | None = None, gt: float | Non
     of the values (:meth:`Setting.read_by`; ``ComponentNames(kind)``: the catalogue's components of that
     kind which declare this key among their own); a command refuses it, set, where no run reads it
     (:func:`fedcal.studies.common.refuse_unread_keys`).
+
+    A component's own key (``Component(..., settings={name: setting(...)})``,
+    :mod:`fedcal.config.component_keys`) is read only when a run chooses it (``only_with`` derived), its
+    type is its default's, and ``group`` names the group it joins (default: one of the component's own,
+    which a run's hash covers when it is chosen).
     """
     return Setting(help, default, ge, gt, le, lt, choices, finite, hashed, note, number_list, hash_when_set, aliases,
-                   only_with)
+                   only_with, group=group)
 
 
 # ---------------------------------------------------------------------- the registry
@@ -168,6 +174,16 @@ class Group:
 
 
 _GROUPS: dict[str, Group] = {}
+#: what brings the fields in line with the catalogue's components' own keys (fedcal.config.component_keys
+#: installs its sync once fedcal.config has registered its groups): this module imports nothing of it
+_SYNC: list[Callable[[], None]] = []
+
+
+def _sync_components() -> None:
+    for sync in _SYNC:
+        sync()
+
+
 _SETTINGS: dict[str, Setting] = {}  # by field name, in registration order
 _KEY_ORDER: list[tuple[str, ...]] = [()]  # the built-in keys' order (set once by fedcal.config)
 _ORDER_CACHE: list[tuple[str, ...]] = []
@@ -181,6 +197,7 @@ def set_key_order(names: Sequence[str]) -> None:
 
 
 def _ordered() -> tuple[str, ...]:
+    _sync_components()  # the catalogue's components' own keys
     if not _ORDER_CACHE:
         legacy = [n for n in _KEY_ORDER[0] if n in _SETTINGS]
         seen = set(legacy)
@@ -227,11 +244,13 @@ def group(name: str, help: str, *, rules: Sequence[Rule] = ()) -> Callable[[type
 
 def groups() -> dict[str, str]:
     """Every registered group's name and help, in registration order."""
+    _sync_components()
     return {g.name: g.help for g in _GROUPS.values()}
 
 
 def setting_of(name: str) -> Setting:
     """The :class:`Setting` of a field (snake_case or kebab-case name)."""
+    _sync_components()
     return _SETTINGS[name.replace("-", "_")]
 
 
@@ -270,6 +289,7 @@ class RunConfig(_Fields):
 
     def __init__(self, **values: Any) -> None:
         all_tasks()  # the catalogue, with the plug-ins' components: their groups' keys are fields too
+        _sync_components()  # and the keys the components declare themselves
         unknown = sorted(set(values) - set(_SETTINGS))
         if unknown:
             raise TypeError(f"RunConfig got unknown field(s) {', '.join(unknown)}")
@@ -410,7 +430,7 @@ def describe(group: str | None = None) -> list[FieldInfo]:
     """Every run-config key with its default, type, group, range and help, grouped in group
     registration order (declaration order within a group); only ``group``'s keys if given."""
     out = []
-    for g in _GROUPS:
+    for g in groups():
         if group is not None and g != group:
             continue
         for n in fields_of(g):

@@ -12,21 +12,23 @@ time nothing changes.
 
 ``python -m fedcal.config --write-stub`` writes it; ``--check-stub`` fails in one line when the
 committed stub is not the generated text (tests/test_config.py runs it), as for the pyproject block
-(:mod:`fedcal.config.pyproject`). The command runs in a fresh process, so only the built-in groups
-are in it: a plug-in task's keys are not (its code declares its own types).
+(:mod:`fedcal.config.pyproject`). It holds fedcal's own keys (its built-in groups, which its own
+components' keys join): a plug-in's keys are not, installed or not (its code declares its own types).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from fedcal.config.component_keys import builtin_groups
 from fedcal.config.schema import RunConfig, fields_of, groups, setting_of
 
 #: where the stub lives: beside :mod:`fedcal.config.schema`, as the module it names
 STUB_PATH = Path(__file__).with_name("run_config.pyi")
 HEADER = (
-    "# Generated from fedcal/config/<group>.py by `python -m fedcal.config --write-stub`: do not edit by hand\n"
-    "# (a test checks it is current). RunConfig derives from RunConfigFields while type checking only.\n"
+    "# Generated from fedcal/config/<group>.py and the components' own keys (fedcal/catalogue/) by\n"
+    "# `python -m fedcal.config --write-stub`: do not edit by hand (a test checks it is current).\n"
+    "# RunConfig derives from RunConfigFields while type checking only.\n"
     '"""The static types of RunConfig\'s built-in fields and of its groups\' properties (fedcal/config/stub.py)."""\n'
     "\n"
     "class RunConfigFields:\n")
@@ -45,6 +47,8 @@ def stub_text() -> str:
     the groups gave :class:`RunConfig`, in registration order."""
     lines = []
     for group_name, help_text in groups().items():
+        if group_name not in builtin_groups():
+            continue
         lines.append(f"    # {group_name}: {help_text}")
         lines += [f"    {name}: {setting_of(name).type}" for name in fields_of(group_name)]
     lines.append("    # the groups' properties")

@@ -10,10 +10,11 @@ from fedcal.config.schema import (ComponentNames, RunConfig, Task, check, group,
                                   setting, setting_of)
 
 __all__ = ["AUGMENTATIONS", "CALIBRATION_ESTIMATORS", "CROP_FLIP_DATASETS", "calibration_estimators",
-           "evaluable_rules", "tsa_label"]
+           "evaluable_rules"]
 
 # The attacks (``attack``) are components of fedcal.catalogue: the client behaviours, the model-poisoning
-# attacks the omniscient colluders craft (need ``omniscient``) and the pixel backdoor, each with its own keys.
+# attacks the omniscient colluders craft (need ``omniscient``) and the pixel backdoor, each declaring its own
+# keys there (fedcal/catalogue/attacks.py: they join this group, read only when their attack is chosen).
 _ATTACKS = ComponentNames("attack")
 
 
@@ -106,22 +107,12 @@ class Train:
     tau: float = setting(1.0, "TSA temperature (1.0 = benign behaviour)", gt=0, finite=True)
     coupled: bool = setting(True, "TSA learning rate eta = beta * tau (false: the uncoupled ablation, "
                                   "eta = beta)")
-    noise_sigma: float = setting(0.1, "sigma of the Gaussian added to the update (attack = noise)", ge=0,
-                                 finite=True, only_with=("attack", _ATTACKS))
-    flip_shift: int = setting(1, "k in y <- (y + k) mod C (attack = labelflip)", ge=1,
-                              only_with=("attack", _ATTACKS))
     local_steps: int = setting(5, "E, local SGD steps per round", ge=1)
     eval_every: int = setting(1, "central evaluation every k rounds (always round 0 and the last)", ge=1)
     client_momentum: float = setting(0.0, "client momentum as ByzFL's honest clients keep it: each benign client "
                                           "keeps a buffer m <- beta * m + (1 - beta) * update across its rounds and "
                                           "sends global + m (with local-steps = 1: ByzFL's D-SGD momentum)", ge=0,
                                      lt=1, note="0 = off", hash_when_set=True)
-    tsa_step_frac: float = setting(1.0, "adaptive TSA: share of the local steps trained at tau (the first "
-                                        "round(frac * E), at least one; the rest benign)", gt=0, le=1,
-                                   hash_when_set=True, only_with=("attack", _ATTACKS))
-    tsa_blend: float = setting(1.0, "adaptive TSA: the reply is benign + blend * (TSA - benign), both "
-                                    "trained on the same batches (1 = plain TSA)", gt=0, finite=True,
-                               hash_when_set=True, only_with=("attack", _ATTACKS))
     local_epochs: int = setting(0, "local epochs per round: passes over each client's own data, the last "
                                    "batch of a pass smaller when B does not divide it (replaces "
                                    "local-steps, which must then stay at its default)", ge=0,
@@ -129,29 +120,6 @@ class Train:
     augment: str = setting("none", "augmentation of every client's training batches (crop-flip: pad 4, "
                                    "random 32x32 crop, horizontal flip; CIFAR only)", choices=AUGMENTATIONS,
                            hash_when_set=True)
-    tsa_duty: float = setting(1.0, "adaptive TSA: share of its rounds an attacker attacks (a seeded draw per "
-                                   "client round; benign in the others; 1 = every round)", gt=0, le=1,
-                              hash_when_set=True, only_with=("attack", _ATTACKS))
-    alie_z: float = setting(0.0, "ALIE (attack = alie): malicious update = mean - z * std of the round's honest "
-                                 "updates", finite=True, note="0 = the paper's z from the round's n and f",
-                            hash_when_set=True, only_with=("attack", _ATTACKS))
-    ipm_epsilon: float = setting(0.1, "IPM (attack = ipm): malicious update = -epsilon * mean of the honest updates",
-                                 gt=0, finite=True, hash_when_set=True, only_with=("attack", _ATTACKS))
-    minmax_direction: str = setting("unit", "Min-Max / Min-Sum (attack = minmax, minsum): the perturbation "
-                                            "direction: unit (mean / |mean|), std, sign (of the mean)",
-                                    choices=("unit", "std", "sign"), hash_when_set=True,
-                                    only_with=("attack", _ATTACKS))
-    fang_b: float = setting(2.0, "Fang's trimmed-mean attack (attack = fang-trmean): values drawn within a factor b "
-                                 "beyond the honest extreme", gt=1, finite=True, hash_when_set=True,
-                            only_with=("attack", _ATTACKS))
-    mimic_target: int = setting(0, "Mimic (attack = mimic): the attackers copy the honest update of this index "
-                                   "among the round's honest updates in partition-id order", ge=0,
-                                hash_when_set=True, only_with=("attack", _ATTACKS))
-    backdoor_target: int = setting(0, "pixel backdoor (attack = backdoor): the target class", ge=0,
-                                   hash_when_set=True, only_with=("attack", _ATTACKS))
-    backdoor_frac: float = setting(0.2, "pixel backdoor: share of an attacker's training images stamped and "
-                                        "relabelled", gt=0, le=1, hash_when_set=True,
-                                   only_with=("attack", _ATTACKS))
 
     calibration_metrics: str = setting("", "calibration estimators recorded at each evaluation beside accuracy, ECE, "
                                            "sECE, Brier and NLL: comma-separated of "
@@ -175,17 +143,8 @@ class Train:
         return int(math.floor(self.attacker_ratio * self.num_clients + 0.5 + 1e-9))
 
 
-def tsa_label(cfg: RunConfig) -> str:
-    """``tsa<τ>`` of a run name, ``u`` appended for the uncoupled ablation."""
-    return f"tsa{cfg.tau:g}" + ("" if cfg.coupled else "u")
-
-
 def _run_name(cfg: RunConfig, short_hash: str) -> str:
-    what = cfg.attack if cfg.attack != "tsa" else tsa_label(cfg)
-    if cfg.attack == "tsa":  # the adaptive attacker's knobs, named only when used
-        what += (f"-f{cfg.tsa_step_frac:g}" if cfg.tsa_step_frac != 1 else "") + \
-                (f"-b{cfg.tsa_blend:g}" if cfg.tsa_blend != 1 else "") + \
-                (f"-d{cfg.tsa_duty:g}" if cfg.tsa_duty != 1 else "")
+    what = catalogue.get("attack", cfg.attack).run_label(cfg)  # the attack's own words (TSA: tsa<tau> and its knobs)
     return f"{cfg.dataset}-{cfg.model}-{cfg.strategy}-{what}-s{cfg.seed}-{short_hash}"
 
 
