@@ -6,7 +6,9 @@ method, a tracker, a task. Each is declared once, as a :class:`Component`: its k
 run-config value), a lazy reference to its implementation (``"package.module:attribute"``, imported
 only by :func:`load`), its own run-config keys, how its keyword arguments come from a run config
 (``params``), what it needs of the federation (:data:`NEEDS`: a root set, the server's model, …) and
-a one-line summary. Everything else is derived from the declarations: the config's ``choices``
+a one-line summary; the modules besides its implementation's that are its own (a sibling form, its study,
+its results page: ``modules``) and which of its keys takes the number of Byzantine clients (``f_key``).
+Everything else is derived from the declarations: the config's ``choices``
 (:func:`names`), the registries that build an implementation (:func:`load` and ``params``), and the
 questions "which rules need a root set" (:func:`needing`).
 
@@ -62,6 +64,12 @@ class Component:
     params: Callable[[Any], dict[str, Any]] | None = None
     needs: frozenset[str] = frozenset()  # of NEEDS
     summary: str = ""  # one line for --help and docs
+    # modules besides its target's that are its own, each about this component alone (a sibling form of its
+    # implementation, its study, its results page): the only modules besides the catalogue that may name it
+    modules: tuple[str, ...] = ()
+    # which of its own keys takes the number of Byzantine clients f (ByzFL's aggregators' ``f``): what a
+    # study that varies f sets; None when it takes none
+    f_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -73,6 +81,12 @@ class Component:
             raise ValueError(f"{self.kind} {self.name!r}: target {self.target!r} is not 'package.module:attribute'")
         object.__setattr__(self, "keys", tuple(self.keys))
         object.__setattr__(self, "needs", frozenset(self.needs))
+        object.__setattr__(self, "modules", tuple(self.modules))
+        bad = [m for m in self.modules if not m or ":" in m or "/" in m]
+        if bad:
+            raise ValueError(f"{self.kind} {self.name!r}: module {bad[0]!r} is not 'package.module'")
+        if self.f_key is not None and self.f_key not in self.keys:
+            raise ValueError(f"{self.kind} {self.name!r}: f_key {self.f_key!r} is not one of its keys")
         unknown = sorted(self.needs - set(NEEDS))
         if unknown:
             raise ValueError(f"{self.kind} {self.name!r}: unknown need {unknown[0]!r}; choose from {', '.join(NEEDS)}")
@@ -80,6 +94,10 @@ class Component:
     def kwargs(self, cfg: Any) -> dict[str, Any]:
         """Its keyword arguments from run config ``cfg`` (or a spec holding its keys); {} without ``params``."""
         return dict(self.params(cfg)) if self.params is not None else {}
+
+    def own_modules(self) -> tuple[str, ...]:
+        """The modules that are its own: its target's, then :attr:`modules`."""
+        return (self.target.partition(":")[0], *self.modules)
 
     def load(self) -> Any:
         """Its implementation (imports ``target``)."""
