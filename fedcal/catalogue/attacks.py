@@ -24,6 +24,9 @@ for _c in (
               summary="every client benign"),
     Component("attack", "tsa", f"{_A}.tsa:TemperatureScalingAttack",
               keys=("tau", "coupled", "tsa_step_frac", "tsa_blend", "tsa_duty"), needs=frozenset({"batchable"}),
+              # its studies: the τ sweeps, temperature as a robustness knob, the defenses against it
+              modules=("fedcal.reports.taus", "fedcal.reports.robustness", "fedcal.studies.defense",
+                       "fedcal.reports.defense"),
               summary="Temperature Scaling Attack: the attackers train at temperature tau"),
     Component("attack", "noise", f"{_A}.noise:NoiseInjection", keys=("noise_sigma",),
               summary="Gaussian noise added to the update"),

@@ -60,7 +60,8 @@ SETTINGS = ("dst-method", "dst-partition", "dst-backdoor-ratio", "dst-logit-atta
 OPTIONAL = {"dst-anchor-attack": ("anchor attack", "none"), "dst-prior-correct": ("prior correction", False),
             "dst-anchor-frac": ("anchor share", 0.1), "dst-ranks": ("ranks", None),
             "dst-distill-steps": ("student steps", None), "dst-prior-target": ("prior target", "median")}
-RFD_ONLY = {"dst-distill-steps", "dst-prior-correct", "dst-anchor-attack", "dst-prior-target"}  # "–" in the baselines' rows
+#: RFD-LoRA's ablation switches (:func:`variant`)
+SWITCHES = ("dst-cat", "dst-mmd", "dst-dis")
 METHOD_NAMES = {"rfd": "RFD-LoRA", "fedit": "FedIT", "ffa": "FFA-LoRA", "flora": "FLoRA", "flexlora": "FlexLoRA",
                 "lorafair": "LoRA-FAIR"}
 #: the run-config keys shown by the main table (method, RFD-LoRA's aggregator, partition, ρ, logit
@@ -87,6 +88,23 @@ def text_chance(cfg) -> ChanceLevel | None:
     except (ConfigError, OSError):
         return None
     return labels_chance(task.test_labels, task.num_classes)
+
+
+def owns(methods: pd.Series, *keys: str) -> pd.Series:
+    """Whether each run's ``dst-method`` (a column of them) declares every one of ``keys`` (run-config keys)
+    as its own (its catalogue Component's keys: RFD-LoRA's server and ablation keys)."""
+    from fedcal import catalogue
+
+    fields = {k.replace("-", "_") for k in keys}
+    own = {n: fields <= set(c.keys) for n, c in catalogue.components("lora-method").items()}
+    return methods.map(own).fillna(False).astype(bool)
+
+
+def _a_methods_own(key: str) -> bool:
+    """Whether some LoRA method declares run-config key ``key`` as its own: a column "–" in the others' rows."""
+    from fedcal import catalogue
+
+    return any(key.replace("-", "_") in c.keys for c in catalogue.components("lora-method").values())
 
 
 def variant(cat: bool, mmd: bool, dis: bool) -> str:
@@ -182,8 +200,8 @@ def _optional(runs: pd.DataFrame) -> list[str]:
             runs.groupby("dst-method")[key].nunique().max() > 1
         if varies:
             runs[name] = runs[key].astype(str) if default is None else runs[key]
-            if key in RFD_ONLY:
-                runs[name] = runs[name].where(runs["dst-method"] == "rfd", "–")
+            if _a_methods_own(key):
+                runs[name] = runs[name].where(owns(runs["dst-method"], key), "–")
             cols.append(name)
     return cols
 
@@ -192,8 +210,8 @@ def main_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Table 1: every baseline run and the full-configuration RFD-LoRA runs, by method, partition,
     ρ and logit attack (and aggregator for RFD-LoRA; anchor attack and prior correction when some
     run sets them), CA / RA / ASR / flip / control flip over seeds."""
-    full = runs[(runs["dst-method"] != "rfd") | (runs["variant"] == "full")].copy()
-    full["aggregator"] = np.where(full["dst-method"] == "rfd", full["dst-aggregator"], "–")
+    full = runs[~owns(runs["dst-method"], *SWITCHES) | (runs["variant"] == "full")].copy()
+    full["aggregator"] = np.where(owns(full["dst-method"], "dst-aggregator"), full["dst-aggregator"], "–")
     full = full.rename(columns={"dst-partition": "partition", "dst-backdoor-ratio": "rho",
                                 "dst-logit-attack": "logit attack"})
     return _summary(full, ["method", "aggregator", "partition", "rho", "logit attack", *_optional(full)])
@@ -201,7 +219,7 @@ def main_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
     """RFD-LoRA runs by variant, aggregator and M (and partition, ρ), CA / RA / ASR over seeds."""
-    rfd = runs[runs["dst-method"] == "rfd"].rename(columns={
+    rfd = runs[owns(runs["dst-method"], *SWITCHES)].rename(columns={
         "dst-aggregator": "aggregator", "dst-groups": "M", "dst-partition": "partition", "dst-backdoor-ratio": "rho",
         "dst-logit-attack": "logit attack"})
     if rfd.empty:
