@@ -365,6 +365,30 @@ def test_the_averaging_aggregators_take_f_where_their_constructor_does():
                                                                                   "GeometricMedian"}
 
 
+def test_the_keys_choosing_components_are_read_from_the_settings():
+    """Which run-config key chooses which kind is what the settings declare (``ComponentNames`` as
+    choices, or as the values other keys are read with: pre-aggregation's comma-separated list); the
+    tracker chooses nothing a run computes (its key is not hashed)."""
+    from fedcal.results.identity import choosing_keys
+
+    assert choosing_keys() == {"strategy": "rule", "pre_aggregation": "pre-aggregation", "attack": "attack",
+                               "dst_method": "lora-method"}
+
+
+def test_each_adapter_federating_method_names_its_strategy_and_rfd_has_none():
+    from fedcal.distill.methods import lora_method
+    from fedcal.strategies.lora import LoraStrategy
+
+    for name in catalogue.names("lora-method"):
+        m = lora_method(name)
+        if name == "rfd":
+            with pytest.raises(ValueError, match="no adapter strategy"):
+                m.strategy_class()
+        else:
+            assert issubclass(m.strategy_class(), LoraStrategy), name
+    assert lora_method("flexlora").strategy_class().__name__ == "FlexLoRA"
+
+
 # ---------------------------------------------------------------------- a plug-in's own keys are hashed
 def test_a_plugin_rules_own_key_changes_the_run_hash_only_when_the_rule_is_chosen():
     """A plug-in rule's key lives in the plug-in's own config group, which no task's hashed groups
