@@ -62,8 +62,6 @@ OPTIONAL = {"dst-anchor-attack": ("anchor attack", "none"), "dst-prior-correct":
             "dst-distill-steps": ("student steps", None), "dst-prior-target": ("prior target", "median")}
 #: RFD-LoRA's ablation switches (:func:`variant`)
 SWITCHES = ("dst-cat", "dst-mmd", "dst-dis")
-METHOD_NAMES = {"rfd": "RFD-LoRA", "fedit": "FedIT", "ffa": "FFA-LoRA", "flora": "FLoRA", "flexlora": "FlexLoRA",
-                "lorafair": "LoRA-FAIR"}
 #: the run-config keys shown by the main table (method, RFD-LoRA's aggregator, partition, ρ, logit
 #: attack; its RFD-LoRA rows are the full switch setting) and by the ablation (switches, aggregator, M)
 MAIN_SHOWN = ("dst_method", "dst_aggregator", "dst_partition", "dst_backdoor_ratio", "dst_logit_attack", "dst_cat",
@@ -88,6 +86,14 @@ def text_chance(cfg) -> ChanceLevel | None:
     except (ConfigError, OSError):
         return None
     return labels_chance(task.test_labels, task.num_classes)
+
+
+def method_labels() -> dict[str, str]:
+    """Each LoRA method's name in its paper (its :attr:`~fedcal.distill.methods.LoraMethod.label`), by ``dst-method``."""
+    from fedcal import catalogue
+    from fedcal.distill.methods import lora_method
+
+    return {n: lora_method(n).label or n for n in catalogue.names("lora-method")}
 
 
 def owns(methods: pd.Series, *keys: str) -> pd.Series:
@@ -162,7 +168,7 @@ def run_table(run_dirs: Sequence[str | os.PathLike[str]]) -> tuple[pd.DataFrame,
         runs["dst-prior-correct"] = [_bool(v) for v in runs["dst-prior-correct"]]
         runs["variant"] = [variant(_bool(c), _bool(m), _bool(d)) for c, m, d in
                            zip(runs["dst-cat"], runs["dst-mmd"], runs["dst-dis"])]
-        runs["method"] = runs["dst-method"].map(METHOD_NAMES).fillna(runs["dst-method"])
+        runs["method"] = runs["dst-method"].map(method_labels()).fillna(runs["dst-method"])
     runs.attrs["chance"] = list(chances.values())
     return runs, metrics
 
@@ -242,7 +248,7 @@ def communication_table(runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFra
     if per_rank.empty:
         return pd.DataFrame(columns=["method", "rank", "bytes per client per round", "runs"])
     per_rank["rank"] = per_rank["metric"].str.removeprefix("upload_bytes_r").astype(int)
-    per_rank["method"] = per_rank["dst-method"].map(METHOD_NAMES).fillna(per_rank["dst-method"])
+    per_rank["method"] = per_rank["dst-method"].map(method_labels()).fillna(per_rank["dst-method"])
     by = ["method", "rank"]
     if "ablation_config" in runs.columns and runs["ablation_config"].nunique() > 1:
         per_rank[CONFIG] = per_rank["run_id"].map(runs.set_index("run_id")["ablation_config"])
@@ -256,7 +262,7 @@ def round_curves(metrics: pd.DataFrame) -> pd.DataFrame:
     rows = metrics[metrics["metric"].isin(["ca", "asr"])].copy()
     if rows.empty:
         return pd.DataFrame()
-    rows["method"] = rows["dst-method"].map(METHOD_NAMES).fillna(rows["dst-method"])
+    rows["method"] = rows["dst-method"].map(method_labels()).fillna(rows["dst-method"])
     keys = ["method", "dst-partition", "dst-backdoor-ratio", "metric", "round"]
     # a line per configuration (RFD-LoRA's aggregator, switches, M, …): seeds are its only average
     labels = _line_configs(metrics)
