@@ -257,7 +257,7 @@ def _scanned(root: Path) -> list[Path]:
 
 
 def test_no_component_is_branched_on_outside_its_own_modules():
-    """What differs per rule, step, attack, inference attack or aggregator and tracker is a fact of its
+    """What differs per rule, step, attack, inference attack or aggregator, LoRA method and tracker is a fact of its
     Component or a method of its implementation, not a branch on its name elsewhere."""
     hits = []
     for path in _scanned(PACKAGE):
