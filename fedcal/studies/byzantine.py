@@ -241,8 +241,10 @@ def _rules_f(strategy: str, pre: str, f: int) -> dict[str, int]:
     ``f_key`` (:class:`fedcal.catalogue.Component`)."""
     from fedcal import catalogue
 
-    chosen = [catalogue.get("rule", strategy), *(catalogue.get("pre-aggregation", p) for p in pre.split(",") if p)]
-    return {c.f_key: f for c in chosen if c.f_key is not None}
+    rules, steps = catalogue.components("rule"), catalogue.components("pre-aggregation")
+    # an unknown name gives no key here: the cell's config refuses it, naming its run-config key
+    chosen = [rules.get(strategy), *(steps.get(p.strip()) for p in pre.split(","))]
+    return {c.f_key: f for c in chosen if c is not None and c.f_key is not None}
 
 
 def not_applicable(strategy: str, attack: str) -> bool:

@@ -34,9 +34,11 @@ def distill_configs(base: RunConfig, methods: Sequence[str], rhos: Sequence[floa
     from fedcal import catalogue
     from fedcal.results import config_hash
 
+    known = catalogue.components("lora-method")
     for method in methods:
-        # the server axes (aggregator, M, the ablation switches) are a method's own keys (RFD-LoRA's)
-        server_axes = set(SERVER_AXES) <= set(catalogue.get("lora-method", method).keys)
+        # the server axes (aggregator, M, the ablation switches) are a method's own keys (RFD-LoRA's); an
+        # unknown method is refused by its cell's validation, naming dst-method
+        server_axes = method in known and set(SERVER_AXES) <= set(known[method].keys)
         for rho in rhos:
             for partition in partitions:
                 for seed in seeds:
