@@ -702,7 +702,11 @@ def test_run_in_which_no_round_aggregated_fails_without_done(tmp_path, monkeypat
 from collections import OrderedDict  # noqa: E402
 
 from fedcal.strategies.lora import STACKED_A  # noqa: E402
-from fedcal.strategies.lora_baselines import LORA_STRATEGIES  # noqa: E402
+from fedcal import catalogue  # noqa: E402
+from fedcal.distill.methods import lora_method  # noqa: E402
+
+#: dst-method → its adapter strategy class, from each method's own declaration (RFD-LoRA has none)
+LORA_STRATEGIES = {n: m.strategy_class() for n in catalogue.names("lora-method") if (m := lora_method(n)).strategy}
 
 LORA_LAYERS = ("base_model.model.roberta.encoder.layer.0.attention.self.query",
                "base_model.model.roberta.encoder.layer.0.attention.self.value")

@@ -70,6 +70,8 @@ def test_register_refuses_a_second_component_of_the_same_kind_and_name(scratch):
     (dict(kind="rule", name="", target="m:a"), "non-empty"),
     (dict(kind="rule", name="x", target="m.a"), "not 'package.module:attribute'"),
     (dict(kind="rule", name="x", target="m:a", needs={"rootset"}), "unknown need 'rootset'"),
+    (dict(kind="rule", name="x", target="m:a", keys=("x_f",), f_key="f"), "f_key 'f' is not one of its keys"),
+    (dict(kind="rule", name="x", target="m:a", modules=("fedcal/pages/x.py",)), "not 'package.module'"),
 ])
 def test_a_malformed_component_is_refused_in_one_line(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -166,47 +168,21 @@ def test_a_plugin_that_redeclares_a_builtin_name_is_left_out_with_one_warning(tm
 
 # ---------------------------------------------------------------------- no branch on a component's name
 PACKAGE = ROOT / "fedcal"
-#: the last name of an expression holding a config value of each kind (``cfg.attack``, ``row["strategy"]``);
-#: a bare ``name`` or ``kind`` is compared with every kind's names
-KIND_WORDS = {"rule": {"strategy", "rule"}, "pre-aggregation": {"pre_aggregation", "step"},
-              "attack": {"attack"}, "inference-attack": {"attack", "inf_attack"},
-              "inference-aggregator": {"aggregator", "agg"}, "tracker": {"tracker"},
-              "lora-method": {"method", "dst_method"}}
+#: the last name of an expression holding one or several config values of each kind (``cfg.attack``,
+#: ``row["strategy"]``, ``runs["dst-method"]``: a column's key spelt with hyphens is read with underscores,
+#: ``aggs``); a bare ``name`` or ``kind`` is compared with every kind's names
+KIND_WORDS = {"rule": {"strategy", "rule", "strategies", "rules"},
+              "pre-aggregation": {"pre_aggregation", "step", "pre_aggregations", "steps"},
+              "attack": {"attack", "attacks"}, "inference-attack": {"attack", "inf_attack", "attacks", "inf_attacks"},
+              "inference-aggregator": {"aggregator", "agg", "aggregators", "aggs", "inf_aggregators",
+                                       "inference_aggregators"},
+              "tracker": {"tracker", "trackers"}, "lora-method": {"method", "dst_method", "methods"}}
+#: kinds whose names are words of no other vocabulary: ANY comparison with one of their names is a branch,
+#: whatever the other side is called (``m == "ffa"``)
+STRICT = {"lora-method"}
 #: ``none`` (attack, inference attack, tracker) is no component's behaviour but the absence of one: asking
 #: whether a run has an attack at all is no branch on a component
 ABSENT = "none"
-#: modules allowed to name a component in a branch besides its own module(s) and the catalogue, each with why
-NAMED_IN: dict[str, set[str]] = {
-    # the logit-space forms of the inference attacks: a sibling of their own module (probit_attacks.py)
-    "fedcal/inference/logit_attacks.py": {"logit_flip", "pgd_cw", "sia_whitebox_raise"},
-    # the CalGuard study (its command and report) compares CalGuard against FedAvg under TSA
-    "fedcal/studies/defense.py": {"calguard", "fedavg"},
-    "fedcal/reports/defense.py": {"calguard", "fedavg", "tsa"},
-    # the Byzantine study's grid sets each rule's own f (krum-f, trim-f) from the ratio of attackers
-    "fedcal/studies/byzantine.py": {"multikrum", "trimmed_mean"},
-    # the TSA reports: the temperature sweeps and the robustness of TSA-trained models
-    "fedcal/reports/taus.py": {"tsa"},
-    "fedcal/reports/robustness.py": {"tsa"},
-    # the theory page checks the trimmed mean's bound; the plots draw DeepSet-TM's curve in its own style
-    "fedcal/reports/inference_theory.py": {"trimmed_mean"},
-    "fedcal/reports/plots.py": {"deepset_tm"},
-    "fedcal/inference/theory.py": {"trimmed_mean"},
-    # the Byzantine table: FedAvg is its reference row ("the attack that costs FedAvg most"), and Multi-Krum
-    # keeping one update is labelled krum
-    "fedcal/reports/byzantine.py": {"fedavg", "multikrum"},
-    # the result pages quote particular cells of the papers' tables and of fedcal's (CalGuard's closed loop
-    # and replay, the Table-1 RFD-LoRA cell, the budget curve's FedIT arm, the inference audit's PGD-CW,
-    # white-box SIA and trimmed-mean rows)
-    "fedcal/pages/closed_loop.py": {"calguard"},
-    "fedcal/pages/detector_replay.py": {"calguard"},
-    "fedcal/pages/distill_budget_curve.py": {"fedit"},
-    "fedcal/pages/distill_literature.py": {"rfd"},
-    "fedcal/pages/inference_audit.py": {"trimmed_mean", "sia_whitebox", "pgd_cw"},
-    "fedcal/pages/inference_claims.py": {"sia_whitebox"},
-    "fedcal/pages/inference_pages.py": {"pgd_cw"},
-    # the distill grid: RFD-LoRA's cells also vary its server's keys and are the ones replayed
-    "fedcal/studies/distill.py": {"rfd"},
-}
 
 
 def _literals(node) -> list[str]:
@@ -232,30 +208,35 @@ def _last_name(node) -> str | None:
 
 
 def _own_names(kind: str, rel: str) -> set[str]:
-    """The components of ``kind`` whose implementation lives in module ``rel`` (their own module)."""
-    def module_file(c: Component) -> tuple[str, str]:
-        base = c.target.partition(":")[0].replace(".", "/")
-        return base + ".py", base + "/__init__.py"
-    return {n for n, c in catalogue.components(kind).items() if rel in module_file(c)}
+    """The components of ``kind`` whose own module ``rel`` is: their implementation's, or one their
+    declaration lists as theirs (``Component.modules``: a sibling form, their study, their results page)."""
+    def module_files(c: Component) -> set[str]:
+        bases = [m.replace(".", "/") for m in c.own_modules()]
+        return {f for b in bases for f in (b + ".py", b + "/__init__.py")}
+    return {n for n, c in catalogue.components(kind).items() if rel in module_files(c)}
 
 
 def component_branches(path: Path, root: Path = PACKAGE.parent) -> list[str]:
     """``file:line: names: code`` for each comparison in ``path`` of an expression holding a kind's
     config value (KIND_WORDS) with literal names of that kind's components (``cfg.attack == "alie"``,
-    ``strategy in ("fedavg", "median")``), outside those components' own modules."""
+    ``strategy in ("fedavg", "median")``, ``df["strategy"].isin(["fedavg"])``; any comparison with a
+    name of a STRICT kind), outside those components' own modules."""
     import ast
 
     rel = str(path.relative_to(root))
+    own = {n for kind in KIND_WORDS for n in _own_names(kind, rel)}
     hits = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if not isinstance(node, ast.Compare) or not all(
-                isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops):
+        if isinstance(node, ast.Compare) and all(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn))
+                                                 for op in node.ops):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "isin":
+            operands = [node.func.value, *node.args]  # pandas' membership test
+        else:
             continue
-        operands = [node.left, *node.comparators]
-        held = {_last_name(o) for o in operands} - {None}
+        held = {n.replace("-", "_") for n in map(_last_name, operands) if n is not None}
         literals = [lit for o in operands for lit in _literals(o)]
-        own = {n for kind in KIND_WORDS for n in _own_names(kind, rel)}
-        named = sorted({lit for kind, words in KIND_WORDS.items() if held & (words | {"name", "kind"})
+        named = sorted({lit for kind, words in KIND_WORDS.items() if kind in STRICT or held & (words | {"name", "kind"})
                         for lit in literals if lit in catalogue.names(kind) and lit not in own | {ABSENT}})
         if named:
             hits.append(f"{rel}:{node.lineno}: {', '.join(named)}: {ast.unparse(node)}")
@@ -267,21 +248,12 @@ def _scanned(root: Path) -> list[Path]:
 
 
 def test_no_component_is_branched_on_outside_its_own_modules():
-    """What differs per rule, step, attack, inference attack or aggregator and tracker is a fact of its
+    """What differs per rule, step, attack, inference attack or aggregator, LoRA method and tracker is a fact of its
     Component or a method of its implementation, not a branch on its name elsewhere."""
     hits = []
     for path in _scanned(PACKAGE):
-        rel = str(path.relative_to(ROOT))
-        allowed = NAMED_IN.get(rel, set())
-        hits += [h for h in component_branches(path) if not set(h.split(": ")[1].split(", ")) <= allowed]
+        hits += component_branches(path)
     assert not hits, f"{len(hits)} branches on a component's name outside its own modules:\n" + "\n".join(hits)
-
-
-def test_the_exceptions_are_still_needed():
-    """An exception listed above whose module no longer names the component is stale: remove it."""
-    for rel, allowed in NAMED_IN.items():
-        named = {n for h in component_branches(ROOT / rel) for n in h.split(": ")[1].split(", ")}
-        assert allowed <= named, (rel, allowed - named)
 
 
 def test_the_branch_scan_finds_its_forms(tmp_path):
@@ -289,11 +261,14 @@ def test_the_branch_scan_finds_its_forms(tmp_path):
     alone a value of another key, the absence of a component and a name's own module."""
     for code in ('if cfg.attack == "alie": pass', 'if cfg.strategy in ("fedavg", "median"): pass',
                  'x = row["strategy"] != "calguard"', 'if name == "trimmed_mean": pass',
-                 'if "tsa" == spec.attack: pass'):
+                 'if "tsa" == spec.attack: pass', 'x = runs[runs["dst-method"] == "rfd"]', 'if "deepset" in aggs: pass',
+                 'x = t[t["strategy"].isin(["foolsgold", "multikrum"])]', 'if m == "ffa": pass', 'x = "flora" != m',
+                 'y = m not in ["rfd"]'):
         (tmp_path / "m.py").write_text(code)
         assert component_branches(tmp_path / "m.py", tmp_path), code
     for code in ('if cfg.attack == "none": pass', 'if cfg.augment == "crop-flip": pass', 'if direction == "sign": pass',
-                 'attack = cfg.attack'):
+                 'attack = cfg.attack', 'NAMES = {"rfd": "RFD-LoRA"}', 'x = t[t["seed"].isin(["median"])]',
+                 'if m == "mom": pass'):
         (tmp_path / "m.py").write_text(code)
         assert not component_branches(tmp_path / "m.py", tmp_path), code
 
@@ -332,6 +307,68 @@ def test_a_rule_declared_outside_fedcal_is_a_choice_and_is_built(scratch):
 
         attack_rule(cfg, 1)  # no unweighted() view of its own
 
+
+
+def test_the_byzantine_study_gives_f_to_each_chosen_components_declared_key(scratch):
+    """The study's f goes to the key each chosen rule and step declares (``f_key``), a plug-in's too, and
+    to no key of a component that declares none."""
+    from fedcal.studies.byzantine import _rules_f
+
+    assert _rules_f("multikrum", "nnm,clip", 3) == {"krum_f": 3, "pre_f": 3}
+    assert _rules_f("trimmed_mean", "", 2) == {"trim_f": 2}
+    assert _rules_f("median", "clip,cclip", 2) == {}
+    catalogue.register(Component("rule", "toy_trim", "fedcal.strategies.trimmed_mean:TrimmedMean", keys=("trim_f",),
+                                 f_key="trim_f"))
+    assert _rules_f("toy_trim", "arc", 4) == {"trim_f": 4, "pre_f": 4}
+
+
+def test_a_preset_is_named_in_the_study_and_its_tables_from_one_declaration(monkeypatch):
+    """A preset (a rule with some keys set, under its own name) is parsed by the study and named by
+    the table from the one PRESETS entry: one added here is both."""
+    from fedcal.catalogue import rules
+    from fedcal.config import RunConfig
+    from fedcal.reports.byzantine import spec_of
+    from fedcal.studies.byzantine import parse_spec
+
+    monkeypatch.setitem(rules.PRESETS, "tm1", ("trimmed_mean", {"trim_f": 1}))
+    strategy, pre, keys = parse_spec("clip+tm1")
+    assert (strategy, pre, keys) == ("trimmed_mean", "clip", {"trim_f": 1})
+    assert spec_of(RunConfig(strategy="trimmed_mean", pre_aggregation="clip", trim_f=1)) == "clip+tm1"
+    assert spec_of(RunConfig(strategy="trimmed_mean", trim_f=2)) == "trimmed_mean"
+    assert spec_of(RunConfig(strategy="multikrum", krum_m=1)) == "krum"
+
+
+def test_the_averaging_aggregators_take_f_where_their_constructor_does():
+    from fedcal.inference.aggregators import AGGREGATORS, TrimmedMean, averaging_aggregator
+
+    built = {name: averaging_aggregator(name, 3) for name in AGGREGATORS}
+    assert isinstance(built["trimmed_mean"], TrimmedMean) and built["trimmed_mean"].f == 3
+    assert {type(a).__name__ for n, a in built.items() if n != "trimmed_mean"} == {"Mean", "CoordinateMedian",
+                                                                                  "GeometricMedian"}
+
+
+def test_the_keys_choosing_components_are_read_from_the_settings():
+    """Which run-config key chooses which kind is what the settings declare (``ComponentNames`` as
+    choices, or as the values other keys are read with: pre-aggregation's comma-separated list); the
+    tracker chooses nothing a run computes (its key is not hashed)."""
+    from fedcal.results.identity import choosing_keys
+
+    assert choosing_keys() == {"strategy": "rule", "pre_aggregation": "pre-aggregation", "attack": "attack",
+                               "dst_method": "lora-method"}
+
+
+def test_each_adapter_federating_method_names_its_strategy_and_rfd_has_none():
+    from fedcal.distill.methods import lora_method
+    from fedcal.strategies.lora import LoraStrategy
+
+    for name in catalogue.names("lora-method"):
+        m = lora_method(name)
+        if name == "rfd":
+            with pytest.raises(ValueError, match="no adapter strategy"):
+                m.strategy_class()
+        else:
+            assert issubclass(m.strategy_class(), LoraStrategy), name
+    assert lora_method("flexlora").strategy_class().__name__ == "FlexLoRA"
 
 
 # ---------------------------------------------------------------------- a plug-in's own keys are hashed

@@ -225,65 +225,6 @@ def test_exceptions_to_the_layout_rules_are_still_needed():
         assert _names_runconfig(PACKAGE.parent / rel), rel
 
 
-# ---------------------------------------------------------------------- a LoRA method owns its hooks
-# Where a dst-method name may be compared with: its own module (fedcal/distill/methods.py, one object
-# per method with its hooks) and the modules listed here, each with why.
-METHOD_NAMED_IN = {
-    # the grid command: RFD-LoRA's cells also vary its server's keys (aggregator, M, the ablation
-    # switches) and are the ones replayed
-    "fedcal/studies/distill.py": {"rfd"},
-    # the report's tables: RFD-LoRA's own columns (aggregator, variant) beside the baselines'
-    "fedcal/reports/distill.py": {"rfd"},
-    # the page quoting the paper's Table 1: RFD-LoRA's cell is its full variant, the ablation's aside
-    "fedcal/pages/distill_literature.py": {"rfd"},
-    # the budget curve: its two arms are FedIT's runs and the centralised LoRA on the same texts
-    "fedcal/pages/distill_budget_curve.py": {"fedit"},
-}
-
-
-def _method_branches(path: Path) -> list[str]:
-    """``path:line: names`` of every comparison with a dst-method name (``x == "ffa"``, ``x in
-    ("fedit", "ffa")``) in ``path``."""
-    from fedcal import catalogue
-
-    methods = catalogue.names("lora-method")
-    hits = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Compare):
-            names = {c.value for side in (node.left, *node.comparators)
-                     for c in ([side] if isinstance(side, ast.Constant) else getattr(side, "elts", []))
-                     if isinstance(c, ast.Constant) and c.value in methods}
-            if names:
-                hits.append((f"{path}:{node.lineno}", names))
-    return hits
-
-
-def test_no_lora_method_is_branched_on_outside_its_own_object():
-    """The distill task and its core call the method's hooks (fedcal.distill.methods): none of them
-    compares ``dst-method`` with a method's name."""
-    hits = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = str(path.relative_to(PACKAGE.parent))
-        if rel == "fedcal/distill/methods.py":
-            continue
-        hits += [f"{where}: {sorted(names)}" for where, names in _method_branches(path)
-                 if not names <= METHOD_NAMED_IN.get(rel, set())]
-    assert not hits, "a LoRA method named outside its own object (give it a hook):\n" + "\n".join(hits)
-
-
-def test_the_method_branch_scan_finds_its_forms(tmp_path):
-    for code in ('if m == "ffa": pass', 'x = "flora" != m', 'if m in ("fedit", "ffa"): pass', 'y = m not in ["rfd"]'):
-        (tmp_path / "m.py").write_text(code)
-        assert _method_branches(tmp_path / "m.py"), code
-    (tmp_path / "m.py").write_text('NAMES = {"rfd": "RFD-LoRA"}\nif m == "mom": pass')
-    assert not _method_branches(tmp_path / "m.py")
-
-
-def test_the_method_exceptions_are_still_needed():
-    for rel, names in METHOD_NAMED_IN.items():
-        assert any(found & names for _, found in _method_branches(PACKAGE.parent / rel)), rel
-
-
 def _names_runconfig(path: Path) -> list[int]:
     """Lines of ``path`` that import or name ``RunConfig`` (imports inside functions and type
     annotations included)."""

@@ -8,9 +8,11 @@ value), a lazy reference to its implementation (``"package.module:attribute"``, 
 (``settings``: default, bounds or choices, help, hash-when-set; the config registers them, read only
 when the component is chosen) —, how its keyword arguments come from a run config (``params``), what it
 needs of the federation (:data:`NEEDS`: a root set, the server's model, …), what its runs' directory
-names say of it (``name_part``) and a one-line summary. Everything else is derived from the
-declarations: the config's ``choices`` (:func:`names`), the registries that build an implementation
-(:func:`load` and ``params``), and the questions "which rules need a root set" (:func:`needing`).
+names say of it (``name_part``), the modules besides its implementation's that are its own (a sibling
+form, its study, its results page: ``modules``), which of its keys takes the number of Byzantine
+clients (``f_key``) and a one-line summary. Everything else is derived from the declarations: the
+config's ``choices`` (:func:`names`), the registries that build an implementation (:func:`load` and
+``params``), and the questions "which rules need a root set" (:func:`needing`).
 
 This module is flwr-free and torch-free at import: the config imports it to list its choices. The
 built-in components are declared in this package's other modules (``rules``, ``attacks``,
@@ -74,6 +76,12 @@ class Component:
     # the words its runs' directory names carry for it, from a run config: its own label first (TSA's
     # temperature, "tsa5u"), then details named only when used (TSA's adaptive knobs); default: its name
     name_part: Callable[[Any], Iterable[str]] | None = None
+    # modules besides its target's that are its own, each about this component alone (a sibling form of its
+    # implementation, its study, its results page): the only modules besides the catalogue that may name it
+    modules: tuple[str, ...] = ()
+    # which of its own keys takes the number of Byzantine clients f (ByzFL's aggregators' ``f``): what a
+    # study that varies f sets; None when it takes none
+    f_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -89,6 +97,12 @@ class Component:
         object.__setattr__(self, "settings", settings)
         object.__setattr__(self, "keys", tuple(dict.fromkeys((*self.keys, *(n for n, _ in settings)))))
         object.__setattr__(self, "needs", frozenset(self.needs))
+        object.__setattr__(self, "modules", tuple(self.modules))
+        bad = [m for m in self.modules if not m or ":" in m or "/" in m]
+        if bad:
+            raise ValueError(f"{self.kind} {self.name!r}: module {bad[0]!r} is not 'package.module'")
+        if self.f_key is not None and self.f_key not in self.keys:
+            raise ValueError(f"{self.kind} {self.name!r}: f_key {self.f_key!r} is not one of its keys")
         unknown = sorted(self.needs - set(NEEDS))
         if unknown:
             raise ValueError(f"{self.kind} {self.name!r}: unknown need {unknown[0]!r}; choose from {', '.join(NEEDS)}")
@@ -102,6 +116,10 @@ class Component:
         by "-" (only the first without ``detail``: the tasks whose names never carried the details)."""
         words = [self.name] if self.name_part is None else list(self.name_part(cfg))
         return "-".join(words if detail else words[:1])
+
+    def own_modules(self) -> tuple[str, ...]:
+        """The modules that are its own: its target's, then :attr:`modules`."""
+        return (self.target.partition(":")[0], *self.modules)
 
     def load(self) -> Any:
         """Its implementation (imports ``target``)."""

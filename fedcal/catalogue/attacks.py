@@ -53,6 +53,9 @@ for _c in (
               summary="every client benign"),
     Component("attack", "tsa", f"{_A}.tsa:TemperatureScalingAttack", keys=("tau", "coupled"), settings=_TSA,
               needs=frozenset({"batchable", "loss-temperature"}), name_part=_tsa_name,
+              # its studies: the τ sweeps, temperature as a robustness knob, the defenses against it
+              modules=("fedcal.reports.taus", "fedcal.reports.robustness", "fedcal.studies.defense",
+                       "fedcal.reports.defense"),
               summary="Temperature Scaling Attack: the attackers train at temperature tau"),
     Component("attack", "noise", f"{_A}.noise:NoiseInjection", settings={
         "noise_sigma": setting(0.1, "sigma of the Gaussian added to the update (attack = noise)", ge=0, finite=True,

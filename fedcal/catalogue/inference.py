@@ -6,19 +6,23 @@ from fedcal.catalogue import Component, register
 
 _P = "fedcal.inference.probit_attacks"
 _LEARNED = frozenset({"server-model"})  # trained on the server's split of the training data
+#: every inference attack's logit-space form (against aggregators that read logits) is its own too
+_FORMS = ("fedcal.inference.logit_attacks",)
 
 for _c in (
-    Component("inference-attack", "none", f"{_P}:no_attack", summary="no attack"),
-    Component("inference-attack", "logit_flip", f"{_P}:logit_flip", summary="the adversaries flip their logits"),
-    Component("inference-attack", "sia_blackbox", f"{_P}:sia_blackbox", summary="SIA, black box"),
+    Component("inference-attack", "none", f"{_P}:no_attack", modules=_FORMS, summary="no attack"),
+    Component("inference-attack", "logit_flip", f"{_P}:logit_flip", modules=_FORMS,
+              summary="the adversaries flip their logits"),
+    Component("inference-attack", "sia_blackbox", f"{_P}:sia_blackbox", modules=_FORMS, summary="SIA, black box"),
     Component("inference-attack", "sia_blackbox_colluding", f"{_P}:_sia_colluding",
-              summary="SIA, black box, colluding adversaries"),
-    Component("inference-attack", "sia_whitebox", f"{_P}:sia_whitebox", summary="SIA, white box"),
-    Component("inference-attack", "lma", f"{_P}:lma", summary="least-likely-class attack"),
-    Component("inference-attack", "cpa", f"{_P}:cpa", summary="class-prior attack"),
-    Component("inference-attack", "pgd_cw", f"{_P}:pgd_cw", summary="PGD on the CW margin of the aggregate"),
+              modules=_FORMS, summary="SIA, black box, colluding adversaries"),
+    Component("inference-attack", "sia_whitebox", f"{_P}:sia_whitebox", modules=_FORMS, summary="SIA, white box"),
+    Component("inference-attack", "lma", f"{_P}:lma", modules=_FORMS, summary="least-likely-class attack"),
+    Component("inference-attack", "cpa", f"{_P}:cpa", modules=_FORMS, summary="class-prior attack"),
+    Component("inference-attack", "pgd_cw", f"{_P}:pgd_cw", modules=_FORMS,
+              summary="PGD on the CW margin of the aggregate"),
     Component("inference-attack", "sia_whitebox_raise", f"{_P}:sia_whitebox_raise",
-              summary="SIA, white box, the literature's off-simplex rows"),
+              modules=_FORMS, summary="SIA, white box, the literature's off-simplex rows"),
 ):
     register(_c)
 

@@ -14,8 +14,11 @@ _RFD_KEYS = ("dst_clip", "dst_aggregator", "dst_groups", "dst_cat", "dst_mmd", "
 
 for _c in (
     Component("lora-method", "rfd", f"{_M}:RFDLoRA", keys=_RFD_KEYS,
+              modules=("fedcal.pages.distill_literature",),  # its Table-1 claims against fedcal's runs
               summary="RFD-LoRA: anchor logits, robust consensus, distillation into the server's student"),
-    Component("lora-method", "fedit", f"{_M}:FedITMethod", summary="FedIT: A and B averaged separately, one rank"),
+    Component("lora-method", "fedit", f"{_M}:FedITMethod",
+              modules=("fedcal.pages.distill_budget_curve",),  # its budget curve beside a centralised LoRA
+              summary="FedIT: A and B averaged separately, one rank"),
     Component("lora-method", "ffa", f"{_M}:FFALoRAMethod", summary="FFA-LoRA: A frozen and never sent, B averaged"),
     Component("lora-method", "flora", f"{_M}:FLoRAMethod",
               summary="FLoRA: stacked adapters merged into the base, any mix of ranks"),

@@ -88,11 +88,11 @@ for _c in (
         "krum_m": setting(0, "MultiKrum: updates averaged (<= M)", ge=0, note="0 = n - f", group=_G)},
               # krum-m = 0 means n − f
               params=lambda cfg: {"num_malicious_nodes": cfg.krum_f, "num_nodes_to_select": cfg.krum_m or None},
-              needs=_BATCHABLE, summary="MultiKrum: the mean of the m updates closest to their n − f − 2 neighbours"),
+              f_key="krum_f", needs=_BATCHABLE, summary="MultiKrum: the mean of the m updates closest to their n − f − 2 neighbours"),
     # a count, not Flower's fraction beta: trim_for shrinks it per round
     Component("rule", "trimmed_mean", f"{_S}.trimmed_mean:TrimmedMean", settings={
         "trim_f": setting(1, "trimmed mean: values dropped per side and coordinate (needs M > 2f)", ge=0, group=_G)},
-              params=lambda cfg: {"f": cfg.trim_f}, needs=_BATCHABLE,
+              params=lambda cfg: {"f": cfg.trim_f}, f_key="trim_f", needs=_BATCHABLE,
               summary="trimmed mean: drops f values per side and coordinate"),
     Component("rule", "median", f"{_S}.median:Median", needs=_BATCHABLE, summary="coordinate-wise median"),
     Component("rule", "geometric_median", f"{_S}.geometric_median:GeometricMedian", needs=_BATCHABLE,
@@ -102,18 +102,21 @@ for _c in (
               params=lambda cfg: {"num_groups": cfg.mom_groups, "seed": cfg.seed}, needs=_BATCHABLE,
               summary="median of the means of seeded groups"),
     Component("rule", "calguard", f"{_S}.calguard:CalGuard", settings=_CALGUARD,
+              # the defense study against TSA (its grid and report) and the pages of its sequential test
+              modules=("fedcal.studies.defense", "fedcal.reports.defense", "fedcal.pages.closed_loop",
+                       "fedcal.pages.detector_replay"),
               params=_lazy(f"{_S}.calguard:config_kwargs"), needs=frozenset({"root-set", "server-model", "history"}),
               summary="CalGuard: drops replies whose logit-scale shift is an outlier"),
     # a pre-aggregation step is a function of the round's updates, run by the strategy wherever it
     # aggregates (the batched train task included)
     Component("pre-aggregation", "nnm", "fedcal.aggregate:nnm", settings=_PRE_F, params=_bound(f="pre_f"),
-              needs=_BATCHABLE, summary="nearest-neighbour mixing"),
+              f_key="pre_f", needs=_BATCHABLE, summary="nearest-neighbour mixing"),
     Component("pre-aggregation", "clip", "fedcal.aggregate:static_clip", settings={
         "clip_c": setting(1.0, "clip: the update norm bound c", ge=MIN_CLIP_NORM, finite=True, note=TINY_NORM,
                           hash_when_set=True, group=_G)},
               params=_bound(c="clip_c"), needs=_BATCHABLE, summary="static clipping of each update's norm to c"),
     Component("pre-aggregation", "arc", "fedcal.aggregate:arc", settings=_PRE_F, params=_bound(f="pre_f"),
-              needs=_BATCHABLE, summary="adaptive robust clipping"),
+              f_key="pre_f", needs=_BATCHABLE, summary="adaptive robust clipping"),
     Component("pre-aggregation", "cclip", "fedcal.aggregate:centered_clip", settings={
         "cclip_tau": setting(1.0, "cclip: centred clipping's radius tau", ge=MIN_CLIP_NORM, finite=True,
                              note=TINY_NORM, hash_when_set=True, group=_G),
@@ -124,3 +127,7 @@ for _c in (
               summary="centred clipping"),
 ):
     register(_c)
+
+#: a rule chosen with some of its keys set, under a name of its own in a study's strategy specs and its
+#: tables (``krum``: Multi-Krum keeping one update, Krum itself): name -> (rule, its keys' values)
+PRESETS: dict[str, tuple[str, dict[str, Any]]] = {"krum": ("multikrum", {"krum_m": 1})}

@@ -28,6 +28,7 @@ Each is declared once, as a ``lora-method`` component of :mod:`fedcal.catalogue`
 
 from __future__ import annotations
 
+import importlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -69,6 +70,9 @@ def _global_model(base, rank: int, spec: DistillRunSpec, **kwargs: Any):
                       allowed_ranks=None, client="global", **kwargs)
 
 
+_LB = "fedcal.strategies.lora_baselines"
+
+
 class LoraMethod:
     """A ``dst-method``: its facts and its hooks. This base class is the behaviour of an
     adapter-federating baseline whose nodes load the global adapter they are sent (FedIT's);
@@ -83,6 +87,16 @@ class LoraMethod:
     one_rank: bool = False
     #: every A stays frozen at its (shared) initialisation
     freeze_a: bool = False
+    #: its Flower strategy on the server, a lazy ``"package.module:attribute"`` reference (the shell's
+    #: :mod:`fedcal.strategies.lora_baselines`, not imported here); "" for a method with a server of its own
+    strategy: str = ""
+
+    def strategy_class(self) -> type:
+        """The class :attr:`strategy` names (imported now)."""
+        if not self.strategy:
+            raise ValueError(f"LoRA method {self.name!r} federates no adapter: it has no adapter strategy")
+        module, _, attr = self.strategy.partition(":")
+        return getattr(importlib.import_module(module), attr)
 
     def __repr__(self) -> str:
         return f"<LoRA method {self.name!r}>"
@@ -143,10 +157,12 @@ class RFDLoRA(LoraMethod):
 
 class FedITMethod(LoraMethod):
     name, label, one_rank = "fedit", "FedIT", True
+    strategy = f"{_LB}:FedIT"
 
 
 class FFALoRAMethod(LoraMethod):
     name, label, one_rank, freeze_a = "ffa", "FFA-LoRA", True, True
+    strategy = f"{_LB}:FFALoRA"
 
     def upload(self, state: State) -> "OrderedDict[str, torch.Tensor]":
         """B and the head only: A stays frozen at the shared initialisation and is never sent."""
@@ -155,6 +171,7 @@ class FFALoRAMethod(LoraMethod):
 
 class FLoRAMethod(LoraMethod):
     name, label = "flora", "FLoRA"
+    strategy = f"{_LB}:FLoRA"
 
     def receive(self, model, sent: State, *, seed: int, cid: int, server_round: int) -> None:
         """Merge Σ p_k ΔW_k into the base and start a fresh adapter (none on round 1's empty state)."""
@@ -187,6 +204,7 @@ class FLoRAMethod(LoraMethod):
 
 class FlexLoRAMethod(LoraMethod):
     name, label = "flexlora", "FlexLoRA"
+    strategy = f"{_LB}:FlexLoRA"
 
     def global_start(self, base, ranks: Sequence[int], spec: DistillRunSpec):
         """Rank 1 until the first aggregation (then rebuilt at full rank); nothing to send on round 1."""
@@ -209,6 +227,7 @@ class FlexLoRAMethod(LoraMethod):
 
 class LoRAFairMethod(LoraMethod):
     name, label, one_rank = "lorafair", "LoRA-FAIR", True
+    strategy = f"{_LB}:LoRAFair"
 
 
 def lora_method(name: str) -> LoraMethod:

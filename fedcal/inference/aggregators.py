@@ -25,6 +25,7 @@ __all__ = [
     "GeometricMedian",
     "TrimmedMean",
     "AGGREGATORS",
+    "averaging_aggregator",
     "check_probits",
     "renormalise",
 ]
@@ -122,6 +123,9 @@ class TrimmedMean(nn.Module):
     n client values, average the rest, then divide by the row sum (zero sum -> uniform).
     ``bpda=True`` (:meth:`as_bpda`): the same value, with the mean's gradient."""
 
+    #: its constructor takes the number of adversaries per query (:func:`averaging_aggregator`)
+    takes_f = True
+
     def __init__(self, f: int, bpda: bool = False):
         super().__init__()
         if int(f) != f or f < 0:
@@ -145,3 +149,10 @@ AGGREGATORS = {
     "geometric_median": GeometricMedian,
     "trimmed_mean": TrimmedMean,
 }
+
+
+def averaging_aggregator(name: str, f: int) -> nn.Module:
+    """:data:`AGGREGATORS`' ``name`` built for ``f`` adversaries per query: ``f`` goes to an aggregator
+    whose constructor takes it (``takes_f``: the trimmed mean), the others take none."""
+    cls = AGGREGATORS[name]
+    return cls(f) if getattr(cls, "takes_f", False) else cls()

@@ -16,6 +16,7 @@ trimmed pooling (same weights): ``DeepSetTM.from_deepset(model, f)``, ``model.as
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Callable
 
 import torch
@@ -27,7 +28,7 @@ from fedcal.aggregate import trimmed_mean_along
 from ._fit import adam_epochs
 from .aggregators import check_probits, straight_through
 
-__all__ = ["DeepSet", "DeepSetTM", "as_trimmed", "train_deepset", "accuracy", "POOLINGS", "ADV_ATTACKS",
+__all__ = ["DeepSet", "DeepSetTM", "as_trimmed", "train_deepset", "write_trained", "accuracy", "POOLINGS", "ADV_ATTACKS",
            "literature_corruption_mask"]
 
 POOLINGS = ("mean", "trimmed")
@@ -289,6 +290,16 @@ def train_deepset(model: DeepSet, probits: torch.Tensor, labels: torch.Tensor, e
 
 
 @torch.no_grad()
+def write_trained(aggs: Mapping[str, Callable], history: Sequence[float], store) -> None:
+    """Into run store ``store``: the trained DeepSet's weights (``deepset.pt``) and its per-epoch training
+    losses ``history`` (``deepset_loss.csv``), when ``aggs`` (a built set of aggregators) has it."""
+    if "deepset" in aggs:
+        import pandas as pd
+
+        torch.save(aggs["deepset"].state_dict(), store.dir / "deepset.pt")
+        store.write_table("deepset_loss.csv", pd.DataFrame({"epoch": range(1, len(history) + 1), "loss": history}))
+
+
 def accuracy(agg: Callable[[torch.Tensor], torch.Tensor], probits: torch.Tensor, labels: torch.Tensor) -> float:
     """Top-1 accuracy of ``agg(probits)`` (B, C) against ``labels`` (B,)."""
     labels = torch.as_tensor(labels).long()

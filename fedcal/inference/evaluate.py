@@ -33,7 +33,7 @@ import torch
 from fedcal import catalogue
 from fedcal.progress import phase
 
-from .aggregators import AGGREGATORS
+from .aggregators import AGGREGATORS, averaging_aggregator
 from .deepset import DeepSet, DeepSetTM, train_deepset
 from .logit_attacks import attack_logits
 from .probit_attacks import PGD_LOSSES, PGD_STARTS, adversary_mask, apply_attack, class_covariance
@@ -149,9 +149,7 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
         raise ValueError(f"unknown aggregators {unknown}; known: {list(known)}")
     wanted = set(known if names is None else names)
     history: list[float] = []
-    aggs: dict[str, Callable] = {"mean": AGGREGATORS["mean"](), "median": AGGREGATORS["median"](),
-                                 "geometric_median": AGGREGATORS["geometric_median"](),
-                                 "trimmed_mean": AGGREGATORS["trimmed_mean"](f)}
+    aggs: dict[str, Callable] = {name: averaging_aggregator(name, f) for name in AGGREGATORS}
     fusion_args = dict(hidden=hidden, latent=latent, seed=seed, columns=server_columns, epochs=epochs, lr=lr,
                        state=state)
     if wanted & {"manifold_projection", "copur"}:

@@ -102,8 +102,8 @@ AVERAGING = ("mean", "median", "geometric_median", "trimmed_mean")
 def averaging_frame(probits_path, f_adv: int, attacks: Sequence[str], *, seed: int, queries: int = 0) -> pd.DataFrame:
     """:func:`theorem_frame` of a finished inference run's saved probits (``probits.pt``) under the
     :data:`AVERAGING` aggregators (trimmed mean trimming ``f_adv``), ``f_adv`` adversaries per query."""
-    from .aggregators import AGGREGATORS
+    from .aggregators import averaging_aggregator
 
     data = ProbitData.load(probits_path)
-    aggs = {name: AGGREGATORS[name](f_adv) if name == "trimmed_mean" else AGGREGATORS[name]() for name in AVERAGING}
+    aggs = {name: averaging_aggregator(name, f_adv) for name in AVERAGING}
     return theorem_frame(data, aggs, f_adv, attacks, seed=seed, queries=queries)

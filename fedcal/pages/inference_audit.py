@@ -35,6 +35,10 @@ PROTOCOLS = {"fedcal": "inf-pgd-start=own inf-pgd-loss=logit inf-pgd-grad=exact"
              "literature": "inf-pgd-start=uniform inf-pgd-loss=prob inf-pgd-grad=bpda"}
 ELEMENTS = {"start": "inf-pgd-start=uniform", "loss": "inf-pgd-loss=prob", "grad": "inf-pgd-grad=bpda"}
 STEPS = (10, 20, 50, 100)
+#: the attack of the PGD-CW sections (its steps, start, loss and gradient; its 50-step worst case)
+PGD_ATTACK = "pgd_cw"
+#: the rows the Theorem-1 sections quote: the attack, and the aggregator whose changed predictions they count
+THEOREM_ATTACK, THEOREM_AGGREGATOR = "sia_whitebox", "trimmed_mean"
 SET_AGGREGATORS = ("mean", "median", "geometric_median", "trimmed_mean", "deepset_plain", "deepset_plain_tm",
                    "deepset", "deepset_tm")
 ROBUST_AVERAGES = ("median", "geometric_median", "trimmed_mean")
@@ -210,7 +214,7 @@ def pgd_section() -> list[str]:
             if all(a in set(c["aggregator"]) for _, c in rows)]
     out = []
     for label, cells in rows:
-        pgd = cells[cells["attack"] == "pgd_cw"].groupby("aggregator")["accuracy"].agg(["mean", "std", "count"])
+        pgd = cells[cells["attack"] == PGD_ATTACK].groupby("aggregator")["accuracy"].agg(["mean", "std", "count"])
         out.append({"PGD-CW": label, **{a: percent_cell(*pgd.loc[a]) for a in aggs}})
     queries = rows[0][1]["queries"].iloc[0]
     loop = ("for p in 'fedcal:inf-pgd-start=own inf-pgd-loss=logit inf-pgd-grad=exact' "
@@ -234,7 +238,7 @@ def _pgd_points(rows, agg: str = "deepset_tm") -> dict[str, float]:
     """``agg``'s accuracy under PGD-CW per row label of :func:`pgd_section` (mean over the rows' seeds, %)."""
     out = {}
     for name, cells in rows:
-        c = cells[(cells["attack"] == "pgd_cw") & (cells["aggregator"] == agg)]
+        c = cells[(cells["attack"] == PGD_ATTACK) & (cells["aggregator"] == agg)]
         if len(c):
             out[name] = 100 * c["accuracy"].mean()
     return out
@@ -339,7 +343,7 @@ def theorem_section() -> list[str]:
     seeds = sorted(int(s) for s in pd.read_csv(res / "theorem_runs.csv")["seed"].unique())
     runs = " ".join(run_dir_for(_config(s, f"{LIT_PGD} {LIT_ATTACKS} {SETS_EXTRA}")).as_posix() for s in seeds)
     cmd = f"fedcal inference-theorem {runs} --out docs/results/inference-i35-theorem"
-    sia = summary[summary["attack"] == "sia_whitebox"].set_index("aggregator")
+    sia = summary[summary["attack"] == THEOREM_ATTACK].set_index("aggregator")
     lines = ["### Aggregation error against honest dissimilarity and top-2 margin (the literature's Theorem 1)", "",
              "```bash", cmd, "```", "",
              "The literature's analysis of averaging aggregators (its Theorem 1, in the (f, κ)-robust-averaging form "
@@ -400,9 +404,9 @@ def _theorem_regime() -> dict | None:
     if not path.exists():
         return None
     b = pd.read_csv(path)
-    b = b[b["aggregator"] == "trimmed_mean"]
+    b = b[b["aggregator"] == THEOREM_AGGREGATOR]
     lower = b["bin"].str.extract(r"^\[([^,]+),")[0].astype(float)
-    none, sia = b[b["attack"] == "none"], b[b["attack"] == "sia_whitebox"]
+    none, sia = b[b["attack"] == "none"], b[b["attack"] == THEOREM_ATTACK]
 
     def changed(sel: pd.Series) -> float:
         rows = sia[sel[sia.index]]

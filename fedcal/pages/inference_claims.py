@@ -176,7 +176,7 @@ def _theorem_claim() -> list[tuple]:
     if not path.exists():
         return []
     s = pd.read_csv(path)
-    sia = s[s["attack"] == "sia_whitebox"].set_index("aggregator")
+    sia = s[s["attack"] == audit.THEOREM_ATTACK].set_index("aggregator")
     kappa = (f"; κ_eff (99th percentile, SIA white-box) {sia.loc['trimmed_mean', 'kappa_p99']:.3g} for the trimmed "
              f"mean, {sia.loc['mean', 'kappa_p99']:.3g} for the plain mean") if {"trimmed_mean", "mean"} <= set(sia.index) \
         else ""

@@ -172,12 +172,12 @@ def resnet8_pgd50(cells: pd.DataFrame) -> list[str]:
     if not (res / "cells.csv").exists():
         return []
     p50 = pd.read_csv(res / "cells.csv")
-    key = ["seed", "aggregator"]
+    key, pgd = ["seed", "aggregator"], inference_audit.PGD_ATTACK
     cells = cells[cells["seed"].isin(p50["seed"])]
     # the 50-step worst case: every other attack of the 20-step table, with PGD-CW's row replaced
-    cells50 = pd.concat([cells[cells["attack"] != "pgd_cw"], p50[p50["attack"] == "pgd_cw"]], ignore_index=True)
-    per_seed = {"pgd20": cells[cells["attack"] == "pgd_cw"].set_index(key)["accuracy"],
-                "pgd50": p50[p50["attack"] == "pgd_cw"].set_index(key)["accuracy"],
+    cells50 = pd.concat([cells[cells["attack"] != pgd], p50[p50["attack"] == pgd]], ignore_index=True)
+    per_seed = {"pgd20": cells[cells["attack"] == pgd].set_index(key)["accuracy"],
+                "pgd50": p50[p50["attack"] == pgd].set_index(key)["accuracy"],
                 "worst20": worst_case(without_chance(cells), by=key).set_index(key)["accuracy"],
                 "worst50": worst_case(without_chance(cells50), by=key).set_index(key)["accuracy"]}
     agg = pd.DataFrame(per_seed).groupby("aggregator").agg(["mean", "std", "count"])

@@ -44,14 +44,18 @@ DIVERGED_NOTE = ("diverged: the run's final accuracy is NaN (its model's weights
 
 def spec_of(cfg: RunConfig) -> str:
     """The strategy spec of a run (:func:`fedcal.studies.byzantine.parse_spec`'s inverse): its
-    pre-aggregation steps, its strategy (``krum`` for Multi-Krum averaging one update), and a ``:name``
+    pre-aggregation steps, its strategy (a preset's name where its keys are the preset's:
+    :data:`fedcal.catalogue.rules.PRESETS`, ``krum`` for Multi-Krum averaging one update), and a ``:name``
     for each of the strategy's boolean keys (``<strategy>-<name>``) turned on against its default."""
     from fedcal.config import defaults
 
     prefix = f"{cfg.strategy}_"
     flags = [n[len(prefix):].replace("_", "-") for n, d in defaults().items()
              if n.startswith(prefix) and d is False and getattr(cfg, n) is True]
-    name = "krum" if cfg.strategy == "multikrum" and cfg.krum_m == 1 else cfg.strategy
+    from fedcal.catalogue.rules import PRESETS
+
+    name = next((preset for preset, (rule, keys) in PRESETS.items()
+                 if rule == cfg.strategy and all(getattr(cfg, k) == v for k, v in keys.items())), cfg.strategy)
     return "+".join([*cfg.pre_aggregations, ":".join([name, *flags])])
 
 
@@ -222,9 +226,10 @@ def worst_cases(table: pd.DataFrame, expected: dict[str, list[str]]) -> pd.DataF
     return pd.DataFrame(out)
 
 
-def which_rule(table: pd.DataFrame, worst: pd.DataFrame, tolerance: float = TOLERANCE) -> str:
+def which_rule(table: pd.DataFrame, worst: pd.DataFrame, tolerance: float = TOLERANCE, reference: str = "fedavg",
+               reference_label: str = "FedAvg") -> str:
     """"Which rule for which threat", derived from one table's numbers (:func:`byzantine_table`'s
-    rows of one group, :func:`worst_cases` of them): the largest drop FedAvg suffers (the attack
+    rows of one group, :func:`worst_cases` of them): the largest drop the ``reference`` rule (FedAvg) suffers (the attack
     that bites), the rule with the best worst case, the rules whose worst case stays within
     ``tolerance`` of their own benign run (or that none does) — of the rules whose every attack ran
     and whose benign run trained (above chance in every seed) —, and per attack the rule with the
@@ -232,10 +237,10 @@ def which_rule(table: pd.DataFrame, worst: pd.DataFrame, tolerance: float = TOLE
     means no larger than the sum of their standard deviations over seeds)."""
     lines = []
     done = worst[worst["complete"] & ~worst["benign_at_chance"]]
-    fedavg = done[done["strategy"] == "fedavg"]
-    if not fedavg.empty:
-        r = fedavg.iloc[0]
-        lines.append(f"- The attack that bites: {r['worst_attack']} costs FedAvg {100 * r['drop']:.1f} points "
+    ref = done[done["strategy"] == reference]
+    if not ref.empty:
+        r = ref.iloc[0]
+        lines.append(f"- The attack that bites: {r['worst_attack']} costs {reference_label} {100 * r['drop']:.1f} points "
                      f"({_pct(r['benign'])} → {_pct(r['worst'])} %).")
     if not done.empty:
         best = done.loc[done["worst"].idxmax()]

@@ -40,6 +40,9 @@ from fedcal.reports.runs import STALLED, STALLED_NOTE, finished_only, run_stalle
 from fedcal.reports.sweeps import LEFT_OUT, left_out_names, left_out_reasons
 from fedcal.results import AUDIT_FILE, load_config, load_model
 
+#: the rule whose benign run is the reference of the Δ columns, and whose final model the post-hoc
+#: baselines calibrate (FedAvg: no defense)
+REFERENCE = "fedavg"
 #: the post-hoc baseline's name in the tables
 POSTHOC = "fedavg + TS(root)"
 #: the federated-temperature baseline's name: FedAvg's final model divided by the clients' median temperature
@@ -101,7 +104,7 @@ def run_rows(run_dirs: Sequence[str | Path], posthoc: bool = True) -> pd.DataFra
         guard = {k: getattr(cfg, k) if cfg.strategy == "calguard" else np.nan for k in GUARD}
         rows.append({**base, **guard, "strategy": cfg.strategy, "accuracy": last["accuracy"], "ece": last["ece"],
                      "sece": last["sece"], "detection": det, "false_positive": fp, "attacker_replies": n_att})
-        if posthoc and cfg.strategy == "fedavg":
+        if posthoc and cfg.strategy == REFERENCE:
             _, model, ds = load_model(d)
             m = root_temperature_metrics(model, ds, root_size=cfg.root_size, seed=cfg.seed,
                                          batch_size=cfg.eval_batch_size, n_bins=cfg.n_bins)
@@ -140,7 +143,7 @@ def summarise(rows: pd.DataFrame) -> pd.DataFrame:
     # a run at chance, stalled or with NaN metrics is no result of its setting: left out of the means, named
     reasons = left_out_reasons(r, "accuracy", 100)
     ok_runs = r[reasons.eq("")]
-    ref = ok_runs[(ok_runs["strategy"] == "fedavg") & (ok_runs["tau"] == 1.0)].groupby(
+    ref = ok_runs[(ok_runs["strategy"] == REFERENCE) & (ok_runs["tau"] == 1.0)].groupby(
         [CONFIG, "dataset", "dirichlet_alpha"])[["accuracy", "sece"]].mean()
     g = r.groupby(keys, dropna=False, sort=False)
     counts = g.agg(runs=("seed", "size"), distinct=("seed", "nunique"), chance_level=(CHANCE, "sum"),
@@ -231,7 +234,7 @@ def defense_plot(table: pd.DataFrame, path: str | Path) -> Path:
     knobs = ["attacker_ratio", "tsa_step_frac", "tsa_blend", "tsa_duty", *[c for c in GUARD if c in table.columns]]
     for ax, (config, ds, alpha) in zip(axes[0], panels):  # a panel per configuration: lines never mix them
         sub = table[(table[CONFIG] == config) & (table["dataset"] == ds) & (table["dirichlet_alpha"] == alpha)]
-        ref = sub[(sub["strategy"] == "fedavg") & (sub["tau"] == 1.0)]["sece"]
+        ref = sub[(sub["strategy"] == REFERENCE) & (sub["tau"] == 1.0)]["sece"]
         if len(ref):
             ax.axhspan(float(ref.iloc[0]) - TARGET_SECE, float(ref.iloc[0]) + TARGET_SECE, color="grey", alpha=0.2,
                        label="benign FedAvg ± 2")

@@ -60,9 +60,8 @@ SETTINGS = ("dst-method", "dst-partition", "dst-backdoor-ratio", "dst-logit-atta
 OPTIONAL = {"dst-anchor-attack": ("anchor attack", "none"), "dst-prior-correct": ("prior correction", False),
             "dst-anchor-frac": ("anchor share", 0.1), "dst-ranks": ("ranks", None),
             "dst-distill-steps": ("student steps", None), "dst-prior-target": ("prior target", "median")}
-RFD_ONLY = {"dst-distill-steps", "dst-prior-correct", "dst-anchor-attack", "dst-prior-target"}  # "–" in the baselines' rows
-METHOD_NAMES = {"rfd": "RFD-LoRA", "fedit": "FedIT", "ffa": "FFA-LoRA", "flora": "FLoRA", "flexlora": "FlexLoRA",
-                "lorafair": "LoRA-FAIR"}
+#: RFD-LoRA's ablation switches (:func:`variant`)
+SWITCHES = ("dst-cat", "dst-mmd", "dst-dis")
 #: the run-config keys shown by the main table (method, RFD-LoRA's aggregator, partition, ρ, logit
 #: attack; its RFD-LoRA rows are the full switch setting) and by the ablation (switches, aggregator, M)
 MAIN_SHOWN = ("dst_method", "dst_aggregator", "dst_partition", "dst_backdoor_ratio", "dst_logit_attack", "dst_cat",
@@ -87,6 +86,31 @@ def text_chance(cfg) -> ChanceLevel | None:
     except (ConfigError, OSError):
         return None
     return labels_chance(task.test_labels, task.num_classes)
+
+
+def method_labels() -> dict[str, str]:
+    """Each LoRA method's name in its paper (its :attr:`~fedcal.distill.methods.LoraMethod.label`), by ``dst-method``."""
+    from fedcal import catalogue
+    from fedcal.distill.methods import lora_method
+
+    return {n: lora_method(n).label or n for n in catalogue.names("lora-method")}
+
+
+def owns(methods: pd.Series, *keys: str) -> pd.Series:
+    """Whether each run's ``dst-method`` (a column of them) declares every one of ``keys`` (run-config keys)
+    as its own (its catalogue Component's keys: RFD-LoRA's server and ablation keys)."""
+    from fedcal import catalogue
+
+    fields = {k.replace("-", "_") for k in keys}
+    own = {n: fields <= set(c.keys) for n, c in catalogue.components("lora-method").items()}
+    return methods.map(own).fillna(False).astype(bool)
+
+
+def _a_methods_own(key: str) -> bool:
+    """Whether some LoRA method declares run-config key ``key`` as its own: a column "–" in the others' rows."""
+    from fedcal import catalogue
+
+    return any(key.replace("-", "_") in c.keys for c in catalogue.components("lora-method").values())
 
 
 def variant(cat: bool, mmd: bool, dis: bool) -> str:
@@ -144,7 +168,7 @@ def run_table(run_dirs: Sequence[str | os.PathLike[str]]) -> tuple[pd.DataFrame,
         runs["dst-prior-correct"] = [_bool(v) for v in runs["dst-prior-correct"]]
         runs["variant"] = [variant(_bool(c), _bool(m), _bool(d)) for c, m, d in
                            zip(runs["dst-cat"], runs["dst-mmd"], runs["dst-dis"])]
-        runs["method"] = runs["dst-method"].map(METHOD_NAMES).fillna(runs["dst-method"])
+        runs["method"] = runs["dst-method"].map(method_labels()).fillna(runs["dst-method"])
     runs.attrs["chance"] = list(chances.values())
     return runs, metrics
 
@@ -182,8 +206,8 @@ def _optional(runs: pd.DataFrame) -> list[str]:
             runs.groupby("dst-method")[key].nunique().max() > 1
         if varies:
             runs[name] = runs[key].astype(str) if default is None else runs[key]
-            if key in RFD_ONLY:
-                runs[name] = runs[name].where(runs["dst-method"] == "rfd", "–")
+            if _a_methods_own(key):
+                runs[name] = runs[name].where(owns(runs["dst-method"], key), "–")
             cols.append(name)
     return cols
 
@@ -192,8 +216,8 @@ def main_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Table 1: every baseline run and the full-configuration RFD-LoRA runs, by method, partition,
     ρ and logit attack (and aggregator for RFD-LoRA; anchor attack and prior correction when some
     run sets them), CA / RA / ASR / flip / control flip over seeds."""
-    full = runs[(runs["dst-method"] != "rfd") | (runs["variant"] == "full")].copy()
-    full["aggregator"] = np.where(full["dst-method"] == "rfd", full["dst-aggregator"], "–")
+    full = runs[~owns(runs["dst-method"], *SWITCHES) | (runs["variant"] == "full")].copy()
+    full["aggregator"] = np.where(owns(full["dst-method"], "dst-aggregator"), full["dst-aggregator"], "–")
     full = full.rename(columns={"dst-partition": "partition", "dst-backdoor-ratio": "rho",
                                 "dst-logit-attack": "logit attack"})
     return _summary(full, ["method", "aggregator", "partition", "rho", "logit attack", *_optional(full)])
@@ -201,7 +225,7 @@ def main_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
     """RFD-LoRA runs by variant, aggregator and M (and partition, ρ), CA / RA / ASR over seeds."""
-    rfd = runs[runs["dst-method"] == "rfd"].rename(columns={
+    rfd = runs[owns(runs["dst-method"], *SWITCHES)].rename(columns={
         "dst-aggregator": "aggregator", "dst-groups": "M", "dst-partition": "partition", "dst-backdoor-ratio": "rho",
         "dst-logit-attack": "logit attack"})
     if rfd.empty:
@@ -224,7 +248,7 @@ def communication_table(runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFra
     if per_rank.empty:
         return pd.DataFrame(columns=["method", "rank", "bytes per client per round", "runs"])
     per_rank["rank"] = per_rank["metric"].str.removeprefix("upload_bytes_r").astype(int)
-    per_rank["method"] = per_rank["dst-method"].map(METHOD_NAMES).fillna(per_rank["dst-method"])
+    per_rank["method"] = per_rank["dst-method"].map(method_labels()).fillna(per_rank["dst-method"])
     by = ["method", "rank"]
     if "ablation_config" in runs.columns and runs["ablation_config"].nunique() > 1:
         per_rank[CONFIG] = per_rank["run_id"].map(runs.set_index("run_id")["ablation_config"])
@@ -238,7 +262,7 @@ def round_curves(metrics: pd.DataFrame) -> pd.DataFrame:
     rows = metrics[metrics["metric"].isin(["ca", "asr"])].copy()
     if rows.empty:
         return pd.DataFrame()
-    rows["method"] = rows["dst-method"].map(METHOD_NAMES).fillna(rows["dst-method"])
+    rows["method"] = rows["dst-method"].map(method_labels()).fillna(rows["dst-method"])
     keys = ["method", "dst-partition", "dst-backdoor-ratio", "metric", "round"]
     # a line per configuration (RFD-LoRA's aggregator, switches, M, …): seeds are its only average
     labels = _line_configs(metrics)

@@ -83,7 +83,9 @@ def theorem_report(run_dirs: Sequence[str | Path], out_dir: str | Path, *,
     return md
 
 
-def _plot(df: pd.DataFrame, bins: pd.DataFrame, path: Path) -> None:
+def _plot(df: pd.DataFrame, bins: pd.DataFrame, path: Path, scattered: str = "trimmed_mean") -> None:
+    """The share of changed predictions per bin (every aggregator), and the queries of aggregator
+    ``scattered`` against the bound e / m ≥ 1/√2 a changed prediction meets (it holds for any)."""
     from fedcal.reports.plots import plt, _save
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6))
@@ -98,7 +100,7 @@ def _plot(df: pd.DataFrame, bins: pd.DataFrame, path: Path) -> None:
     left.set(xlabel="honest dissimilarity / top-2 margin (σ_H / m)", ylabel="prediction changed (%)",
              title=f"{shown}: share of queries whose prediction\nthe adversaries changed, per bin of σ_H / m")
     left.legend(fontsize=7)
-    sub = df[(df["attack"] == shown) & (df["aggregator"] == "trimmed_mean")]
+    sub = df[(df["attack"] == shown) & (df["aggregator"] == scattered)]
     sub = sub.sample(min(len(sub), 3000), random_state=0)
     for changed, colour in ((False, "#4C72B0"), (True, "#C44E52")):
         s = sub[sub["changed"] == changed]
@@ -106,7 +108,7 @@ def _plot(df: pd.DataFrame, bins: pd.DataFrame, path: Path) -> None:
                       s=4, alpha=0.5, color=colour, label="changed" if changed else "unchanged")
     right.axhline(1 / math.sqrt(2), color="black", lw=1, ls="--", label="e / m = 1/√2")
     right.set(xscale="log", yscale="log", xlabel="σ_H / m", ylabel="aggregation error / margin (e / m)",
-              title=f"trimmed mean, {shown}:\na changed query must lie above the dashed line")
+              title=f"{scattered.replace('_', ' ')}, {shown}:\na changed query must lie above the dashed line")
     right.legend(fontsize=7)
     fig.tight_layout()
     _save(fig, path)

@@ -309,14 +309,15 @@ def sweep_curves(cells: pd.DataFrame, x: str, path: str | Path, hue: str | None 
     return _save(fig, path, note=note)
 
 
-def inference_curve(curve: pd.DataFrame, x: str, path: str | Path, title: str = "") -> Path:
+def inference_curve(curve: pd.DataFrame, x: str, path: str | Path, title: str = "",
+                    highlight: str = "deepset_tm") -> Path:
     """Worst-case accuracy over attacks (%) per aggregator against ``x`` (``f_adv`` or
-    ``amplification``): mean over seeds, ±1 std band."""
+    ``amplification``): mean over seeds, ±1 std band; aggregator ``highlight``'s line drawn bold."""
     worst = curve.groupby(["aggregator", "seed", x])["accuracy"].min().reset_index()
     fig, ax = plt.subplots(figsize=(5.6, 3.8))
     for name, g in worst.groupby("aggregator", sort=False):
         s = g.groupby(x)["accuracy"].agg(["mean", "std"]).fillna(0.0).sort_index()
-        ax.plot(s.index, 100 * s["mean"], marker="o", label=name, lw=2.2 if name == "deepset_tm" else 1.2)
+        ax.plot(s.index, 100 * s["mean"], marker="o", label=name, lw=2.2 if name == highlight else 1.2)
         ax.fill_between(s.index, 100 * (s["mean"] - s["std"]), 100 * (s["mean"] + s["std"]), alpha=0.15)
     label = {"f_adv": "adversarial clients per query", "amplification": "logit-flip amplification a"}.get(x, x)
     ax.set(xlabel=label, ylabel="worst-case accuracy (%)" if x == "f_adv" else "accuracy (%)", title=title)

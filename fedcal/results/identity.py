@@ -37,9 +37,20 @@ def hashed_keys(task: str) -> frozenset[str]:
     return keys if tc.hash_task_key else keys - {"task"}
 
 
-#: the run-config key naming each kind of component a config chooses (several for pre-aggregation)
-_CHOSEN = {"rule": lambda c: [c.strategy], "pre-aggregation": lambda c: list(c.pre_aggregations),
-           "attack": lambda c: [c.attack], "lora-method": lambda c: [c.dst_method]}
+def choosing_keys() -> dict[str, str]:
+    """{run-config field: component kind} of every key that chooses components, read from the settings: a
+    key whose ``choices`` are ``ComponentNames(kind)`` (``strategy``), or that other keys are read only with
+    (``only_with=(key, ComponentNames(kind))``: ``pre-aggregation``, a comma-separated list); a key that is
+    no part of a run's identity (``tracker``) chooses nothing the run computes, and is left out."""
+    from fedcal.config.components import ComponentNames
+
+    out: dict[str, str] = {}
+    for s in config_fields():
+        if isinstance(s.choices, ComponentNames):
+            out[s.name] = s.choices.kind
+        if s.only_with is not None and isinstance(s.only_with[1], ComponentNames):
+            out.setdefault(s.only_with[0], s.only_with[1].kind)
+    return {key: kind for key, kind in out.items() if setting_of(key).hashed}
 
 
 def chosen_component_keys(cfg: RunConfig) -> frozenset[str]:
@@ -51,9 +62,9 @@ def chosen_component_keys(cfg: RunConfig) -> frozenset[str]:
     from fedcal.config import all_tasks
 
     keys: set[str] = set()
-    for kind, chosen in _CHOSEN.items():
+    for key, kind in choosing_keys().items():
         known = catalogue.components(kind)
-        for name in chosen(cfg):
+        for name in (v.strip() for v in str(getattr(cfg, key)).split(",")):  # one name, or a list of them
             if name in known:
                 keys.update(known[name].keys)
     # only keys no task hashes: fedcal's own components' keys belong to a task's groups, which decide

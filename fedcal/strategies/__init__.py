@@ -30,7 +30,8 @@ defaults (``tests/test_flower_dropin.py`` checks both on the same replies): :cla
 over Flower's.
 
 The LoRA-adapter baselines of RFD-LoRA (``lora.py``: :class:`FedIT`, :class:`FFALoRA`, :class:`FLoRA`,
-:class:`FlexLoRA`, :class:`LoRAFair`, by ``dst-method`` in :data:`LORA_STRATEGIES`) federate peft adapter states instead
+:class:`FlexLoRA`, :class:`LoRAFair`, each named by its ``dst-method``'s
+:attr:`~fedcal.distill.methods.LoraMethod.strategy`) federate peft adapter states instead
 of whole models; they are not update-aggregation rules and are not in :data:`STRATEGIES`.
 
 :data:`STRATEGIES` maps these names to the classes, read from the rules of :mod:`fedcal.catalogue`
@@ -47,7 +48,7 @@ from fedcal.strategies.fltrust import FLTrust
 from fedcal.strategies.foolsgold import FoolsGold
 from fedcal.strategies.geometric_median import GeometricMedian
 from fedcal.strategies.lora import LoraStrategy
-from fedcal.strategies.lora_baselines import LORA_STRATEGIES, FedIT, FFALoRA, FlexLoRA, FLoRA, LoRAFair
+from fedcal.strategies.lora_baselines import FedIT, FFALoRA, FlexLoRA, FLoRA, LoRAFair
 from fedcal.strategies.krum import Krum
 from fedcal.strategies.median import FedMedian, Median
 from fedcal.strategies.median_of_means import MedianOfMeans
@@ -59,7 +60,7 @@ __all__ = [
     "STRATEGIES", "strategy_from_config", "UpdateAggregationStrategy", "is_buffer_key", "FedAvg", "FLTrust",
     "FoolsGold", "MultiKrum", "TrimmedMean", "Median", "GeometricMedian", "MedianOfMeans", "CalGuard",
     "Krum", "Bulyan", "FedMedian", "FedTrimmedAvg",
-    "LORA_STRATEGIES", "LoraStrategy", "FedIT", "FFALoRA", "FLoRA", "FlexLoRA", "LoRAFair",
+    "LoraStrategy", "FedIT", "FFALoRA", "FLoRA", "FlexLoRA", "LoRAFair",
 ]
 
 

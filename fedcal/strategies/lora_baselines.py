@@ -35,7 +35,7 @@ from fedcal.distill.clients import is_lora_a_key
 from fedcal.strategies.lora import (STACKED_A, STACKED_B, LoraStrategy, compare_shapes, head_range_problem, tensor_of,
                                     to_record, to_state, update_range_problem)
 
-__all__ = ["LORA_STRATEGIES", "FFALoRA", "FLoRA", "FedIT", "FlexLoRA", "LoRAFair"]
+__all__ = ["FFALoRA", "FLoRA", "FedIT", "FlexLoRA", "LoRAFair"]
 
 
 class FedIT(LoraStrategy):
@@ -203,8 +203,3 @@ class LoRAFair(FedIT):
     def aggregate_states(self, server_round, nodes, states, weights):
         return to_record(lora_fair_aggregate(states, weights, lam=self.fair_lambda, steps=self.fair_steps,
                                              lr=self.fair_lr))
-
-
-#: dst-method → strategy class (RFD-LoRA itself, "rfd", is no adapter strategy)
-LORA_STRATEGIES: dict[str, type[LoraStrategy]] = {"fedit": FedIT, "ffa": FFALoRA, "flora": FLoRA,
-                                                  "flexlora": FlexLoRA, "lorafair": LoRAFair}

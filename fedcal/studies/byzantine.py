@@ -63,8 +63,6 @@ ATTACK_PARAMETERS: dict[str, dict[str, str]] = {
     "mimic": {"target": "mimic_target"},
     "backdoor": {"target": "backdoor_target", "frac": "backdoor_frac"},
 }
-#: strategy specs that are a rule under another strategy's name: spec → (strategy, its keys)
-STRATEGY_ALIASES: dict[str, tuple[str, dict[str, Any]]] = {"krum": ("multikrum", {"krum_m": 1})}
 
 
 class Group(NamedTuple):
@@ -99,17 +97,18 @@ def parse_spec(spec: str) -> tuple[str, str, dict[str, Any]]:
     ``"calguard:cusum"`` → (``calguard``, no pre-aggregation, ``{"calguard_cusum": True}``): a
     ``:name`` after the strategy turns on its boolean key ``<strategy>-<name>``, so a rule's variant
     (CalGuard with its sequential test) is a row of its own; ``"nnm+krum"`` → (``multikrum``,
-    ``nnm``, ``{"krum_m": 1}``) (:data:`STRATEGY_ALIASES`)."""
+    ``nnm``, ``{"krum_m": 1}``) (:data:`fedcal.catalogue.rules.PRESETS`)."""
+    from fedcal.catalogue.rules import PRESETS
     from fedcal.config import STRATEGIES, field_names, setting_of
 
     parts = [p.strip() for p in spec.split("+")]
     if not spec.strip() or any(not p for p in parts):
         raise ConfigError(f"--strategies: {spec!r}: an empty step (write e.g. nnm+trimmed_mean)")
     strategy, *flags = [t.strip() for t in parts[-1].split(":")]
-    strategy, keys = STRATEGY_ALIASES.get(strategy, (strategy, {}))
+    strategy, keys = PRESETS.get(strategy, (strategy, {}))
     if strategy not in STRATEGIES:
         raise ConfigError(f"--strategies: {spec!r}: unknown strategy {strategy!r}; choose from "
-                          f"{', '.join([*STRATEGIES, *STRATEGY_ALIASES])}")
+                          f"{', '.join([*STRATEGIES, *PRESETS])}")
     keys = dict(keys)
     for flag in flags:
         name = f"{strategy}_{flag.replace('-', '_')}"
@@ -238,15 +237,14 @@ def study_groups(base: RunConfig, setting: str = "partial", *, ratios: Sequence[
 
 
 def _rules_f(strategy: str, pre: str, f: int) -> dict[str, int]:
-    """The keys that give a rule (and its pre-aggregation) the f of its table."""
-    own = {}
-    if strategy == "multikrum":
-        own["krum_f"] = f
-    if strategy == "trimmed_mean":
-        own["trim_f"] = f
-    if {"nnm", "arc"} & set(pre.split(",")):
-        own["pre_f"] = f
-    return own
+    """The keys that give a rule (and its pre-aggregation steps) the f of its table: each one's declared
+    ``f_key`` (:class:`fedcal.catalogue.Component`)."""
+    from fedcal import catalogue
+
+    rules, steps = catalogue.components("rule"), catalogue.components("pre-aggregation")
+    # an unknown name gives no key here: the cell's config refuses it, naming its run-config key
+    chosen = [rules.get(strategy), *(steps.get(p.strip()) for p in pre.split(","))]
+    return {c.f_key: f for c in chosen if c is not None and c.f_key is not None}
 
 
 def not_applicable(strategy: str, attack: str) -> bool:

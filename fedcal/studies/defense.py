@@ -50,7 +50,7 @@ def defense_configs(base: RunConfig, strategies: Sequence[str], taus: Sequence[f
     their defaults, so one benign run serves every attacker ratio and adaptive setting), and the
     benign FedAvg run of every setting is added as the reference of the Δ columns. Validated up
     front; duplicates dropped."""
-    from fedcal.reports.defense import GUARD
+    from fedcal.reports.defense import GUARD, REFERENCE
     from fedcal.results import config_hash
 
     axes = axes or {}
@@ -59,11 +59,11 @@ def defense_configs(base: RunConfig, strategies: Sequence[str], taus: Sequence[f
     for values in itertools.product(*axes.values()) if axes else [()]:
         cell = base.replace(**dict(zip(axes, values)))
         for seed in seeds:
-            for strategy in [*strategies, "fedavg"]:
+            for strategy in [*strategies, REFERENCE]:
                 # CalGuard's keys only matter to CalGuard: other strategies' cells keep the defaults, so a
                 # κ grid does not re-run the same FedAvg cell once per κ
                 own = cell if strategy == "calguard" else cell.replace(**{k: getattr(defaults, k) for k in GUARD})
-                for tau in [*taus, 1.0] if strategy == "fedavg" else taus:
+                for tau in [*taus, 1.0] if strategy == REFERENCE else taus:
                     if tau == 1.0:
                         c = own.replace(strategy=strategy, seed=seed, attack="none", tau=1.0,
                                         attacker_ratio=defaults.attacker_ratio, tsa_step_frac=1.0, tsa_blend=1.0,

@@ -19,6 +19,10 @@ ABLATION_SWITCHES = [(True, True, True), (False, True, True), (True, False, True
                      (True, False, False), (False, True, False), (False, False, True), (False, False, False)]
 
 
+#: the keys of the grid's server axes: ``aggregators``, ``groups`` and :data:`ABLATION_SWITCHES`
+SERVER_AXES = ("dst_aggregator", "dst_groups", "dst_cat", "dst_mmd", "dst_dis")
+
+
 def distill_configs(base: RunConfig, methods: Sequence[str], rhos: Sequence[float], partitions: Sequence[str],
                     seeds: Sequence[int], aggregators: Sequence[str] = (), groups: Sequence[int] = (),
                     ablation: bool = False) -> list[RunConfig]:
@@ -27,14 +31,19 @@ def distill_configs(base: RunConfig, methods: Sequence[str], rhos: Sequence[floa
     switch setting of :data:`ABLATION_SWITCHES`. Every cell is validated here (one line naming the
     key), before anything runs; duplicates are dropped."""
     out: dict[str, RunConfig] = {}
+    from fedcal import catalogue
     from fedcal.results import config_hash
 
+    known = catalogue.components("lora-method")
     for method in methods:
+        # the server axes (aggregator, M, the ablation switches) are a method's own keys (RFD-LoRA's); an
+        # unknown method is refused by its cell's validation, naming dst-method
+        server_axes = method in known and set(SERVER_AXES) <= set(known[method].keys)
         for rho in rhos:
             for partition in partitions:
                 for seed in seeds:
                     cell = base.replace(dst_method=method, dst_backdoor_ratio=rho, dst_partition=partition, seed=seed)
-                    if method != "rfd":
+                    if not server_axes:
                         out.setdefault(config_hash(cell), cell)
                         continue
                     for agg in aggregators or [base.dst_aggregator]:
@@ -52,12 +61,13 @@ def _replay_plan(configs: Sequence[RunConfig], base: RunConfig,
     one RFD-LoRA cell runs — the one with the base config's server setting if present — and the
     others replay its uploads; a client side of which ``sources`` (client-side hashes of finished
     runs with recorded uploads) already has a run is replayed whole: no client trains again."""
+    from fedcal.distill.methods import lora_method
     from fedcal.distill.replay import SERVER_KEYS, client_side
     from fedcal.results import config_hash
 
     live, replayed, groups = [], [], {}
     for c in configs:
-        if c.dst_method == "rfd":
+        if lora_method(c.dst_method).uploads_logits:  # its recorded uploads are what a replay's server reads
             groups.setdefault(config_hash(client_side(c)), []).append(c)
         else:
             live.append(c)

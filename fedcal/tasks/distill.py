@@ -67,7 +67,6 @@ from fedcal.checkpoint import (check_finite, check_history, check_rng_state, che
                                set_rng_state)
 from fedcal.results import REJECTIONS_FILE, Checkpoint, RunFailed, RunStore, run_dir_for
 from fedcal.strategies.lora import to_state
-from fedcal.strategies.lora_baselines import LORA_STRATEGIES
 from fedcal.tasks.client_state import collect_states, from_plain, restore_states
 from fedcal.tasks.distill_replies import upload_bytes, valid_uploads
 from fedcal.tasks.nodes import (
@@ -420,16 +419,16 @@ def _baseline_start(method: LoraMethod, base, spec: DistillRunSpec, cfg: RunConf
                     node_to_client: dict[int, int]):
     """(global adapter model, its first record, strategy) of an adapter-federating baseline: the
     method's :meth:`~fedcal.distill.methods.LoraMethod.global_start` and its strategy
-    (:data:`~fedcal.strategies.lora_baselines.LORA_STRATEGIES`)."""
+    (:meth:`~fedcal.distill.methods.LoraMethod.strategy_class`)."""
     from fedcal.distill.clients import adapter_state
 
     model, first = method.global_start(base, ranks, spec)
     # every reply's rank checked against dst-ranks and its layers against the model's (template)
-    strategy = LORA_STRATEGIES[method.name](alpha=cfg.dst_alpha, min_replies=cfg.dst_min_replies,
-                                            node_label=node_to_client.get, message_type=MESSAGE_TYPE,
-                                            node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
-                                            allowed_ranks=ranks, template=adapter_state(model),
-                                            **method.strategy_options(ranks))
+    strategy = method.strategy_class()(alpha=cfg.dst_alpha, min_replies=cfg.dst_min_replies,
+                                       node_label=node_to_client.get, message_type=MESSAGE_TYPE,
+                                       node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
+                                       allowed_ranks=ranks, template=adapter_state(model),
+                                       **method.strategy_options(ranks))
     return model, ArrayRecord(first), strategy
 
 __all__ = ["ADAPTER_KEY", "MESSAGE_TYPE", "client_rank", "distill_round", "run_distill"]

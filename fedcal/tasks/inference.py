@@ -31,6 +31,7 @@ from fedcal.tasks.nodes import (check_partitions, client_id, config_record, disc
                               send_counted, shared_model)
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
+from fedcal.inference.deepset import write_trained
 from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators
 from fedcal.inference.federated import (InferenceClientSpec, assemble, assemble_logits, server_split,
                                         train_client)
@@ -172,9 +173,7 @@ def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFr
         state=state)
     # what was loaded matches this run's hashes, so it is this run's too
     _save_state({**state, **learned}, store.dir / AGGREGATORS_FILE)
-    if "deepset" in aggs:
-        torch.save(aggs["deepset"].state_dict(), store.dir / "deepset.pt")
-        store.write_table("deepset_loss.csv", pd.DataFrame({"epoch": range(1, len(history) + 1), "loss": history}))
+    write_trained(aggs, history, store)
     cell = {"seed": cfg.seed, "n": cfg.num_clients, "f": cfg.inf_f}
     kw = dict(pgd_steps=cfg.inf_pgd_steps, seed=cfg.seed, pgd_start=cfg.inf_pgd_start, pgd_loss=cfg.inf_pgd_loss,
               pgd_grad=cfg.inf_pgd_grad)
