@@ -168,15 +168,11 @@ def test_the_client_app_answers_every_task():
 
 
 # ---------------------------------------------------------------------- a task is a plug-in
-# Where a task may be named in a branch: the task's own modules — fedcal/tasks/, and the modules
-# named after it in config/, studies/ and reports/ — and the modules listed here, each with why.
+# Where a task may be named in a branch: the task's own modules — fedcal/tasks/, its own core package
+# (fedcal/<task>/: a replay of a distill run checks that both sides are distill runs) and the modules
+# named after it in config/, studies/ and reports/. Nowhere else.
 TASK_BRANCH = (r"""\btask\b\s*(==|!=|not\s+in|in)\s*[\(\[{"']"""
                r"""|["'](\w+)["']\s*(==|!=)\s*[\w.]*\btask\b""")
-TASK_NAMED_IN = {
-    # distill's own core package: a replay re-runs a recorded RFD-LoRA run, so it checks that the
-    # source and the replayed config are distill runs (the package serves no other task)
-    "fedcal/distill/replay.py": {"distill"},
-}
 # Where the whole RunConfig may be imported: the config itself, the Flower shell (app, tasks,
 # strategies), the commands (studies), the run store and its readers (results, reports, pages), which
 # name, hash and group runs by their whole configuration. Everywhere else (the core) a module takes
@@ -203,13 +199,11 @@ def test_no_task_name_is_branched_on_outside_the_tasks_own_modules():
     name: what differs per task is a fact of its one declaration, its fedcal.config.Task."""
     from fedcal.config import task_names
 
-    root = PACKAGE.parent
     files = [p for p in sorted(PACKAGE.rglob("*.py")) if p.relative_to(PACKAGE).parts[0] != "tasks"]
     hits = []
     for path in files:
-        rel = str(path.relative_to(root))
         own = {path.stem} & set(task_names()) if path.parent.name in ("config", "studies", "reports") else set()
-        allowed = own | TASK_NAMED_IN.get(rel, set())
+        allowed = own | ({path.relative_to(PACKAGE).parts[0]} & set(task_names()))  # its core package
         for hit in _task_branches(path):
             if not any(f'"{t}"' in hit or f"'{t}'" in hit for t in allowed):
                 hits.append(hit)
@@ -218,9 +212,6 @@ def test_no_task_name_is_branched_on_outside_the_tasks_own_modules():
 
 def test_exceptions_to_the_layout_rules_are_still_needed():
     """An exception listed above whose module no longer breaks the rule is stale: remove it."""
-    for rel, names in TASK_NAMED_IN.items():
-        hits = _task_branches(PACKAGE.parent / rel)
-        assert any(f'"{t}"' in hit or f"'{t}'" in hit for t in names for hit in hits), rel
     for rel in RUNCONFIG_IN:
         assert _names_runconfig(PACKAGE.parent / rel), rel
 
