@@ -9,8 +9,10 @@ from fedcal import catalogue
 from fedcal.config.schema import ConfigError, RunConfig, Task, check, group, register_task, setting
 from fedcal.config.train import AUGMENTATIONS
 
-__all__ = ["CLIENT_OUTPUTS", "DEFAULT_INFERENCE_ATTACKS", "PGD_STARTS", "PGD_LOSSES", "PGD_GRADS", "ADV_ATTACKS"]
+__all__ = ["CLIENT_OUTPUTS", "LR_SCHEDULES", "DEFAULT_INFERENCE_ATTACKS", "PGD_STARTS", "PGD_LOSSES", "PGD_GRADS", "ADV_ATTACKS"]
 
+#: the inference clients' learning-rate schedules (``inf-lr-schedule``)
+LR_SCHEDULES = ("constant", "cosine")
 #: what a client answers an inference query with (``inf-client-output``)
 CLIENT_OUTPUTS = ("probits", "logits")
 # The probit-space attacks (``inf-attacks``) and the aggregators (``inf-aggregators``) are components of
@@ -59,6 +61,11 @@ class Inference:
     inf_augment: str = setting("none", "augmentation of the clients' training batches (crop-flip: pad 4, "
                                        "random 32x32 crop, horizontal flip; CIFAR only)",
                                choices=AUGMENTATIONS, hash_when_set=True)
+    inf_lr_schedule: str = setting("constant", "the clients' learning-rate schedule: constant, or cosine "
+                                               "(per epoch from lr down to 0.001 at the last, as "
+                                               "CosineAnnealingLR(T_max=inf-local-epochs, eta_min=0.001): "
+                                               "the robust-inference authors' clients)",
+                                   choices=LR_SCHEDULES, hash_when_set=True)
     inf_client_output: str = setting("probits", "what a client answers a query with: probits (its "
                         "softmax output) or logits (the server takes the softmax itself and also keeps "
                         "the logits, for the logit-input aggregators and the attacks on logits)",
@@ -112,6 +119,9 @@ class Inference:
                                             "mostly f positions, CW probability margin from a uniform "
                                             "start, agg-attack-steps steps)",
                                   choices=ADV_ATTACKS, hash_when_set=True)
+    agg_adv_subsets: int = setting(1, "visits of each server sample per adversarial epoch, each with its own "
+                                      "corrupted positions (the robust-inference authors train on 300 client "
+                                      "subsets per sample)", ge=1, hash_when_set=True)
     agg_latent: int = setting(32, "latent width of the autoencoder of manifold projection and CoPur",
                               ge=1, hash_when_set=True)
     copur_steps: int = setting(30, "CoPur's gradient steps fitting the latent of each query (0 = start "
