@@ -168,8 +168,8 @@ def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFr
         data.server_probits, data.server_labels, cfg.inf_f, hidden=cfg.agg_hidden, epochs=cfg.agg_epochs,
         adv_epochs=cfg.agg_adv_epochs, lr=cfg.agg_lr, attack_steps=cfg.agg_attack_steps, restarts=cfg.agg_restarts,
         seed=cfg.seed, latent=cfg.agg_latent, copur_steps=cfg.copur_steps, server_columns=data.server_columns,
-        server_logits=data.server_logits, adv_attack=cfg.agg_adv_attack, names=cfg.inference_aggregators or None,
-        state=state)
+        server_logits=data.server_logits, adv_attack=cfg.agg_adv_attack, adv_subsets=cfg.agg_adv_subsets,
+        names=cfg.inference_aggregators or None, state=state)
     # what was loaded matches this run's hashes, so it is this run's too
     _save_state({**state, **learned}, store.dir / AGGREGATORS_FILE)
     if "deepset" in aggs:
