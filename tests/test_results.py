@@ -164,7 +164,8 @@ OLD_INFERENCE_ONLY = {"task", "inf_f", "inf_server_frac", "inf_local_epochs", "i
                       "agg_adv_epochs", "agg_attack_steps", "agg_restarts", "inf_test_queries", "inf_curve_queries",
                       "agg_latent", "copur_steps", "inf_augment",
                       "inf_client_output", "inf_pgd_start", "inf_pgd_loss", "inf_pgd_grad",
-                      "agg_adv_attack", "inf_eval_queries", "inf_aggregators"}  # added later, hashed only when set
+                      "agg_adv_attack", "inf_eval_queries", "inf_aggregators", "inf_lr_schedule",
+                      "agg_adv_subsets"}  # added later, hashed only when set
 
 
 def test_hashed_keys_by_group_equal_the_old_key_sets():

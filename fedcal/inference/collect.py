@@ -1,0 +1,163 @@
+"""The inference clients' probits as a stored artefact (flwr-free): train the n clients of one
+(seed, α, n) and keep what the server needs of them — each client's probits on the server's
+aggregator-training split and on the test queries — in one float16 compressed ``.npz``, so that
+everything after the clients (the DeepSet and its adversarial training, the attacks, the tables)
+runs on a CPU from the file.
+
+The clients are exactly those of an inference run with the same config
+(:func:`~fedcal.inference.federated.train_client`: the same split, seeds, batches, augmentation and
+schedule), and their answers are what ``query.probits`` sends: ``softmax(model.eval()(x))`` in
+float32, here rounded to float16 (relative error ≤ 2⁻¹¹, absolute ≤ 4.9·10⁻⁴ on a probability).
+
+The file is rewritten (atomically) after every client with a ``done`` flag per client, so an
+interrupted collection resumes at the first client not done; the manifest (JSON, inside the file
+and beside it as ``<file>.json``) names the config, its :func:`~fedcal.results.identity.collection_hash`
+and a SHA-256 of the dataset's arrays, and a file whose manifest disagrees with the config or the
+data is refused, never appended to.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from fedcal.config import ConfigError, RunConfig
+from fedcal.data import Dataset
+
+from .evaluate import ProbitData
+from .federated import InferenceClientSpec, server_split, train_client
+
+__all__ = ["COLLECTION_FORMAT", "collect_clients", "load_collection", "data_digest", "client_probits",
+           "default_collection_path"]
+
+#: the format's version, in every manifest
+COLLECTION_FORMAT = 1
+#: the manifest's config keys: what the collected probits depend on (fedcal.results.identity's collection keys)
+_MANIFEST_KEYS = ("dataset", "model", "num_clients", "dirichlet_alpha", "lr", "momentum", "weight_decay",
+                  "batch_size", "seed", "inf_server_frac", "inf_local_epochs", "inf_test_queries", "inf_augment",
+                  "inf_lr_schedule")
+
+
+def data_digest(ds: Dataset) -> str:
+    """SHA-256 (16 hex) of a dataset's name and train/test arrays: which data the probits answer."""
+    h = hashlib.sha256(ds.name.encode())
+    for t in (ds.x_train, ds.y_train, ds.x_test, ds.y_test):
+        a = np.ascontiguousarray(t.numpy())
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(a.data)
+    return h.hexdigest()[:16]
+
+
+def default_collection_path(cfg: RunConfig, root: str | os.PathLike[str] = "fedcal-probits") -> Path:
+    """``<root>/<dataset>-<model>-n<n>-a<α>-s<seed>-<collection hash>.npz``."""
+    from fedcal.results.identity import collection_hash
+
+    return Path(root) / (f"{cfg.dataset}-{cfg.model}-n{cfg.num_clients}-a{cfg.dirichlet_alpha:g}-s{cfg.seed}-"
+                         f"{collection_hash(cfg)}.npz")
+
+
+@torch.no_grad()
+def client_probits(model: torch.nn.Module, x: torch.Tensor, batch: int = 1000,
+                   device: torch.device | str = "cpu") -> torch.Tensor:
+    """(N, C) float32 probits of ``model`` on ``x``, as a client answers ``query.probits``."""
+    model = model.to(device).eval()
+    return torch.cat([model(xb.to(device)).float().softmax(dim=1).cpu() for xb in x.split(batch)])
+
+
+def _manifest(cfg: RunConfig, ds: Dataset) -> dict:
+    from fedcal.results.identity import collection_hash
+
+    return {"format": COLLECTION_FORMAT, "config": {k: getattr(cfg, k) for k in _MANIFEST_KEYS},
+            "collection_hash": collection_hash(cfg), "data": data_digest(ds)}
+
+
+def _write(path: Path, arrays: dict[str, np.ndarray], manifest: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:  # a file object: savez would append .npz to a bare name
+        np.savez_compressed(fh, **arrays, manifest=np.array(json.dumps(manifest, sort_keys=True)))
+    tmp.replace(path)  # atomic: an interrupted write leaves the previous file
+    side = path.with_name(path.name + ".json")
+    side.write_text(json.dumps({**manifest, "done": arrays["done"].tolist(),
+                                "train_seconds": arrays["train_seconds"].tolist()}, indent=1, sort_keys=True))
+
+
+def _read(path: Path) -> tuple[dict[str, np.ndarray], dict]:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        manifest = json.loads(str(arrays.pop("manifest")))
+    except Exception as exc:  # noqa: BLE001 — a damaged or foreign file, named in one line
+        raise ConfigError(f"{path}: not a probit collection ({type(exc).__name__}: {exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != COLLECTION_FORMAT:
+        raise ConfigError(f"{path}: not a probit collection of format {COLLECTION_FORMAT}")
+    return arrays, manifest
+
+
+def collect_clients(cfg: RunConfig, ds: Dataset, path: str | os.PathLike[str], *,
+                    device: torch.device | str = "cpu",
+                    on_client: Callable[[int, float], None] | None = None) -> Path:
+    """Train the clients of ``cfg`` not yet in ``path`` and store their probits there; returns the path.
+
+    Resumes per client: a file already at ``path`` is read, checked against ``cfg`` and ``ds`` (a
+    mismatch raises :class:`~fedcal.config.ConfigError` naming the differing entries) and its
+    finished clients kept. ``on_client(cid, seconds)`` after each client is stored.
+    """
+    path = Path(path)
+    manifest = _manifest(cfg, ds)
+    n, c = cfg.num_clients, ds.num_classes
+    srv_idx = torch.from_numpy(server_split(ds.y_train.numpy(), cfg.inf_server_frac, cfg.seed)[0])
+    n_test = cfg.inf_test_queries or len(ds.y_test)
+    if path.exists():
+        arrays, old = _read(path)
+        if old != manifest:
+            diff = sorted(k for k in set(old["config"]) | set(manifest["config"])
+                          if old["config"].get(k) != manifest["config"].get(k))
+            what = ", ".join(diff) if diff else ("the data" if old.get("data") != manifest["data"] else "the manifest")
+            raise ConfigError(f"{path}: collected for another setting ({what} differ); choose another --probits file")
+    else:
+        arrays = {"server_probits": np.zeros((len(srv_idx), n, c), np.float16),
+                  "test_probits": np.zeros((n_test, n, c), np.float16),
+                  "server_labels": ds.y_train[srv_idx].numpy().astype(np.int64),
+                  "test_labels": ds.y_test[:n_test].numpy().astype(np.int64),
+                  "server_index": srv_idx.numpy().astype(np.int64),
+                  "done": np.zeros(n, bool), "train_loss": np.zeros(n), "train_seconds": np.zeros(n)}
+        path.parent.mkdir(parents=True, exist_ok=True)
+    spec = InferenceClientSpec.from_config(cfg)
+    for cid in range(n):
+        if arrays["done"][cid]:
+            continue
+        start = time.perf_counter()
+        model, loss, _ = train_client(spec, ds, cid, device=device)
+        arrays["server_probits"][:, cid] = client_probits(model, ds.x_train[srv_idx], device=device).numpy()
+        arrays["test_probits"][:, cid] = client_probits(model, ds.x_test[:n_test], device=device).numpy()
+        arrays["done"][cid], arrays["train_loss"][cid] = True, loss
+        arrays["train_seconds"][cid] = time.perf_counter() - start
+        _write(path, arrays, manifest)
+        if on_client is not None:
+            on_client(cid, float(arrays["train_seconds"][cid]))
+    if not path.exists():  # every client was done already, but the file was never written (impossible) or gone
+        _write(path, arrays, manifest)
+    return path
+
+
+def load_collection(path: str | os.PathLike[str]) -> tuple[ProbitData, dict]:
+    """The stored probits as :class:`~fedcal.inference.evaluate.ProbitData` (float32, each row
+    renormalised to sum to 1; every client valid on every query) and the manifest; refuses, in one line, a collection with clients missing."""
+    arrays, manifest = _read(Path(path))
+    missing = np.flatnonzero(~arrays["done"]).tolist()
+    if missing:
+        raise ConfigError(f"{path}: the collection is unfinished (clients {missing} missing); run it again to resume")
+    # float16 rows sum to 1 within ~5e-4, outside the probit check's 1e-4: renormalised in float32
+    sp, tp = (torch.from_numpy(arrays[k].astype(np.float32)) for k in ("server_probits", "test_probits"))
+    sp, tp = (t / t.sum(dim=-1, keepdim=True) for t in (sp, tp))
+    n = sp.shape[1]
+    data = ProbitData(server_probits=sp, server_labels=torch.from_numpy(arrays["server_labels"]),
+                      test_probits=tp, test_valid=torch.ones(tp.shape[:2], dtype=torch.bool),
+                      test_labels=torch.from_numpy(arrays["test_labels"]), clients=list(range(n)))
+    return data, manifest
