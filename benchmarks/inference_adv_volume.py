@@ -69,7 +69,8 @@ def main() -> None:
         return time.perf_counter() - t0, x
 
     # the same batches, the same draws, the same starting weights for both variants
-    batches = [torch.randint(0, N, (args.batch,), generator=torch.Generator().manual_seed(b)) for b in range(args.batches)]
+    batches = [torch.randint(0, N, (args.batch,), generator=torch.Generator().manual_seed(b))
+               for b in range(args.batches)]
     state = {k: v.clone() for k, v in model.state_dict().items()}
     seconds, first = {}, {}
     for name, attack in (("before (every pass embeds all n rows)", _literature_inputs),

@@ -244,12 +244,9 @@ def local_train(
         if augment is not None:
             xb = augments[k - 1](xb)
         t = tau if k <= hot else 1.0
-        if k == hot + 1 and tau != 1.0:
+        if (k == hot + 1 and tau != 1.0) or lr_at is not None:  # back to β after τ's steps, or the schedule's
             for group in opt.param_groups:
-                group["lr"] = lr
-        if lr_at is not None:
-            for group in opt.param_groups:
-                group["lr"] = lr_at(k)
+                group["lr"] = lr if lr_at is None else lr_at(k)
         opt.zero_grad(set_to_none=True)
         z = model(xb)
         if z.ndim > 2:  # (B, L, V) next-token logits: every position is a prediction

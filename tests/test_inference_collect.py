@@ -21,6 +21,7 @@ from fedcal.inference.federated import InferenceClientSpec, server_split, train_
 from fedcal.local_training import cosine_epochs, local_train
 from fedcal.models import build_model
 from fedcal.results.identity import aggregator_hash, collection_hash, config_hash
+from fedcal.tasks.inference import collection_spec
 
 
 
@@ -165,7 +166,7 @@ def _cfg(**kw) -> RunConfig:
 
 def test_stored_probits_are_the_live_clients_within_float16(tmp_path):
     cfg, ds = _cfg(), load_dataset("digits")
-    path = collect_clients(cfg, ds, tmp_path / "c.npz")
+    path = collect_clients(collection_spec(cfg), ds, tmp_path / "c.npz")
     data, manifest = load_collection(path)
     srv = torch.from_numpy(server_split(ds.y_train.numpy(), cfg.inf_server_frac, cfg.seed)[0])
     assert torch.equal(data.server_labels, ds.y_train[srv]) and torch.equal(data.test_labels, ds.y_test[:200])
@@ -184,7 +185,7 @@ def test_stored_probits_are_the_live_clients_within_float16(tmp_path):
 
 def test_a_resumed_collection_equals_an_uninterrupted_one(tmp_path, monkeypatch):
     cfg, ds = _cfg(), load_dataset("digits")
-    whole = collect_clients(cfg, ds, tmp_path / "whole.npz")
+    whole = collect_clients(collection_spec(cfg), ds, tmp_path / "whole.npz")
 
     def stop_after_first(cid, seconds):
         if cid == 0:
@@ -192,7 +193,7 @@ def test_a_resumed_collection_equals_an_uninterrupted_one(tmp_path, monkeypatch)
 
     part = tmp_path / "part.npz"
     with pytest.raises(KeyboardInterrupt):
-        collect_clients(cfg, ds, part, on_client=stop_after_first)
+        collect_clients(collection_spec(cfg), ds, part, on_client=stop_after_first)
     with np.load(part) as z:
         assert z["done"].tolist() == [True, False, False]
     with pytest.raises(ConfigError, match=r"unfinished \(clients \[1, 2\] missing\)"):
@@ -201,7 +202,7 @@ def test_a_resumed_collection_equals_an_uninterrupted_one(tmp_path, monkeypatch)
     real = collect_mod.train_client
     monkeypatch.setattr(collect_mod, "train_client", lambda spec, ds, cid, **kw: trained.append(cid) or real(
         spec, ds, cid, **kw))
-    collect_clients(cfg, ds, part)
+    collect_clients(collection_spec(cfg), ds, part)
     assert trained == [1, 2]  # the stored client is not trained again
     with np.load(whole) as a, np.load(part) as b:
         assert a.files == b.files
@@ -212,13 +213,13 @@ def test_a_resumed_collection_equals_an_uninterrupted_one(tmp_path, monkeypatch)
 
 def test_a_collection_for_another_setting_or_a_foreign_file_is_refused(tmp_path):
     cfg, ds = _cfg(**{"inf-local-epochs": 1}), load_dataset("digits")
-    path = collect_clients(cfg, ds, tmp_path / "c.npz")
+    path = collect_clients(collection_spec(cfg), ds, tmp_path / "c.npz")
     with pytest.raises(ConfigError, match=r"another setting \(inf_local_epochs differ\)"):
-        collect_clients(_cfg(**{"inf-local-epochs": 2}), ds, path)
+        collect_clients(collection_spec(_cfg(**{"inf-local-epochs": 2})), ds, path)
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"not an npz")
     with pytest.raises(ConfigError, match="not a probit collection"):
-        collect_clients(cfg, ds, junk)
+        collect_clients(collection_spec(cfg), ds, junk)
     with pytest.raises(ConfigError, match="not a probit collection"):
         load_collection(junk)
 
@@ -261,3 +262,41 @@ def test_subsets_visit_each_server_sample_that_many_times_an_epoch(monkeypatch):
     assert counts == [6] * 7
     with pytest.raises(ValueError, match="subsets"):
         train_deepset(DeepSet(3, hidden=8), probits, labels, epochs=1, subsets=0)
+
+
+# ------------------------------------------------------------------ an inference run from stored probits
+def test_an_inference_run_reads_stored_probits_and_trains_no_client(tmp_path, monkeypatch, capsys):
+    """`fedcal inference inf-probits=stored` evaluates the collection `fedcal inference-collect` stored for
+    the same keys — no client trains, none is queried — and is a run of its own (hash); a grid cell
+    without its collection fails in one line before anything runs."""
+    import fedcal.tasks.inference as task
+    from fedcal.cli import main
+    from fedcal.inference.evaluate import ProbitData
+
+    keys = ["dataset=digits", "num-clients=5", "inf-f=1", "dirichlet-alpha=0.5", "lr=0.1", "batch-size=32",
+            "inf-local-epochs=2", "inf-test-queries=300", f"inf-probits-dir={tmp_path / 'probits'}"]
+    assert main(["inference-collect", *keys, "clients-per-round=5"]) == 0
+    (stored,) = (tmp_path / "probits").glob("*.npz")
+
+    def no_clients(*a, **k):
+        raise AssertionError("a client was trained or queried")
+
+    monkeypatch.setattr(task, "collect_probits", no_clients)
+    monkeypatch.setattr(task, "train_client", no_clients, raising=False)
+    run = ["inference", "--nf", "5:1", "--seeds", "0", "--report", str(tmp_path / "rep"), "--no-progress",
+           "engine=inprocess", f"output-dir={tmp_path / 'runs'}", "agg-epochs=5", "agg-adv-epochs=1",
+           "agg-hidden=16", "inf-pgd-steps=2", "inf-f-curve=false", 'inf-amp-curve=""', "inf-attacks=none,lma",
+           *keys]
+    assert main([*run, "inf-probits=stored"]) == 0
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    used = ProbitData.load(run_dir / "probits.pt")
+    data, _ = load_collection(stored)
+    assert torch.equal(used.test_probits, data.test_probits) and torch.equal(used.server_probits, data.server_probits)
+    cfg = RunConfig.from_flower({"task": "inference", "inf-probits": "stored",
+                                 **{k.split("=")[0]: v for k, v in (a.split("=", 1) for a in keys)}})
+    assert config_hash(cfg) != config_hash(cfg.replace(inf_probits="live"))
+    capsys.readouterr()
+    seed1 = [a if a != "0" else "1" for a in run]  # --seeds 1: a cell no collection was made for
+    assert main([*seed1, "inf-probits=stored", f"output-dir={tmp_path / 'runs1'}"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'inf-probits'" in err[0] and "inference-collect" in err[0], err

@@ -17,31 +17,41 @@ data is refused, never appended to.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 
-from fedcal.config import ConfigError, RunConfig
+from fedcal.config import ConfigError, ConfigSpec
 from fedcal.data import Dataset
 
 from .evaluate import ProbitData
 from .federated import InferenceClientSpec, server_split, train_client
 
-__all__ = ["COLLECTION_FORMAT", "collect_clients", "load_collection", "data_digest", "client_probits",
-           "default_collection_path"]
+__all__ = ["COLLECTION_FORMAT", "CollectionSpec", "collect_clients", "load_collection", "data_digest",
+           "client_probits", "default_collection_path", "stored_collection"]
 
 #: the format's version, in every manifest
 COLLECTION_FORMAT = 1
-#: the manifest's config keys: what the collected probits depend on (fedcal.results.identity's collection keys)
-_MANIFEST_KEYS = ("dataset", "model", "num_clients", "dirichlet_alpha", "lr", "momentum", "weight_decay",
-                  "batch_size", "seed", "inf_server_frac", "inf_local_epochs", "inf_test_queries", "inf_augment",
-                  "inf_lr_schedule")
+@dataclass(frozen=True)
+class CollectionSpec(ConfigSpec):
+    """What a collection reads of an inference run config: its clients (:class:`InferenceClientSpec`),
+    the test queries, the folder of stored collections, and — given by the caller, from
+    :func:`fedcal.results.identity.collection_hash` of the live clients — the collection hash that names it."""
+
+    GIVEN = ("collection_hash",)
+
+    client: InferenceClientSpec
+    inf_test_queries: int
+    inf_probits_dir: str
+    collection_hash: str
 
 
 def data_digest(ds: Dataset) -> str:
@@ -54,12 +64,11 @@ def data_digest(ds: Dataset) -> str:
     return h.hexdigest()[:16]
 
 
-def default_collection_path(cfg: RunConfig, root: str | os.PathLike[str] = "fedcal-probits") -> Path:
-    """``<root>/<dataset>-<model>-n<n>-a<α>-s<seed>-<collection hash>.npz``."""
-    from fedcal.results.identity import collection_hash
-
-    return Path(root) / (f"{cfg.dataset}-{cfg.model}-n{cfg.num_clients}-a{cfg.dirichlet_alpha:g}-s{cfg.seed}-"
-                         f"{collection_hash(cfg)}.npz")
+def default_collection_path(spec: CollectionSpec, root: str | os.PathLike[str] | None = None) -> Path:
+    """``<root>/<dataset>-<model>-n<n>-a<α>-s<seed>-<collection hash>.npz`` (root: ``inf-probits-dir``)."""
+    c = spec.client
+    return Path(spec.inf_probits_dir if root is None else root) / (
+        f"{c.dataset}-{c.model}-n{c.num_clients}-a{c.dirichlet_alpha:g}-s{c.seed}-{spec.collection_hash}.npz")
 
 
 @torch.no_grad()
@@ -70,11 +79,25 @@ def client_probits(model: torch.nn.Module, x: torch.Tensor, batch: int = 1000,
     return torch.cat([model(xb.to(device)).float().softmax(dim=1).cpu() for xb in x.split(batch)])
 
 
-def _manifest(cfg: RunConfig, ds: Dataset) -> dict:
-    from fedcal.results.identity import collection_hash
+def _manifest(spec: CollectionSpec, ds: Dataset) -> dict:
+    config = {**dataclasses.asdict(spec.client), "inf_test_queries": spec.inf_test_queries}
+    return {"format": COLLECTION_FORMAT, "config": config, "collection_hash": spec.collection_hash,
+            "data": data_digest(ds)}
 
-    return {"format": COLLECTION_FORMAT, "config": {k: getattr(cfg, k) for k in _MANIFEST_KEYS},
-            "collection_hash": collection_hash(cfg), "data": data_digest(ds)}
+
+def stored_collection(spec: CollectionSpec, ds: Dataset) -> ProbitData:
+    """The probits an ``inf-probits=stored`` run reads: the finished collection of its live clients in
+    ``inf-probits-dir`` (:func:`default_collection_path`), its manifest checked against ``spec`` and
+    ``ds``; a missing, unfinished or mismatched file raises :class:`~fedcal.config.ConfigError` naming
+    ``inf-probits`` and what to run."""
+    path = default_collection_path(spec)
+    if not path.exists():
+        raise ConfigError(f"run-config key 'inf-probits': no stored collection {path}; run `fedcal inference-collect` "
+                          "with the same keys first")
+    data, manifest = load_collection(path)
+    if manifest != _manifest(spec, ds):
+        raise ConfigError(f"run-config key 'inf-probits': {path} was collected for other keys or data")
+    return data
 
 
 def _write(path: Path, arrays: dict[str, np.ndarray], manifest: dict) -> None:
@@ -99,20 +122,21 @@ def _read(path: Path) -> tuple[dict[str, np.ndarray], dict]:
     return arrays, manifest
 
 
-def collect_clients(cfg: RunConfig, ds: Dataset, path: str | os.PathLike[str], *,
+def collect_clients(spec: CollectionSpec, ds: Dataset, path: str | os.PathLike[str], *,
                     device: torch.device | str = "cpu",
                     on_client: Callable[[int, float], None] | None = None) -> Path:
-    """Train the clients of ``cfg`` not yet in ``path`` and store their probits there; returns the path.
+    """Train the clients of ``spec`` not yet in ``path`` and store their probits there; returns the path.
 
-    Resumes per client: a file already at ``path`` is read, checked against ``cfg`` and ``ds`` (a
+    Resumes per client: a file already at ``path`` is read, checked against ``spec`` and ``ds`` (a
     mismatch raises :class:`~fedcal.config.ConfigError` naming the differing entries) and its
     finished clients kept. ``on_client(cid, seconds)`` after each client is stored.
     """
     path = Path(path)
-    manifest = _manifest(cfg, ds)
+    manifest = _manifest(spec, ds)
+    cfg = spec.client
     n, c = cfg.num_clients, ds.num_classes
     srv_idx = torch.from_numpy(server_split(ds.y_train.numpy(), cfg.inf_server_frac, cfg.seed)[0])
-    n_test = cfg.inf_test_queries or len(ds.y_test)
+    n_test = spec.inf_test_queries or len(ds.y_test)
     if path.exists():
         arrays, old = _read(path)
         if old != manifest:
@@ -128,12 +152,11 @@ def collect_clients(cfg: RunConfig, ds: Dataset, path: str | os.PathLike[str], *
                   "server_index": srv_idx.numpy().astype(np.int64),
                   "done": np.zeros(n, bool), "train_loss": np.zeros(n), "train_seconds": np.zeros(n)}
         path.parent.mkdir(parents=True, exist_ok=True)
-    spec = InferenceClientSpec.from_config(cfg)
     for cid in range(n):
         if arrays["done"][cid]:
             continue
         start = time.perf_counter()
-        model, loss, _ = train_client(spec, ds, cid, device=device)
+        model, loss, _ = train_client(cfg, ds, cid, device=device)
         arrays["server_probits"][:, cid] = client_probits(model, ds.x_train[srv_idx], device=device).numpy()
         arrays["test_probits"][:, cid] = client_probits(model, ds.x_test[:n_test], device=device).numpy()
         arrays["done"][cid], arrays["train_loss"][cid] = True, loss
@@ -148,7 +171,8 @@ def collect_clients(cfg: RunConfig, ds: Dataset, path: str | os.PathLike[str], *
 
 def load_collection(path: str | os.PathLike[str]) -> tuple[ProbitData, dict]:
     """The stored probits as :class:`~fedcal.inference.evaluate.ProbitData` (float32, each row
-    renormalised to sum to 1; every client valid on every query) and the manifest; refuses, in one line, a collection with clients missing."""
+    renormalised to sum to 1; every client valid on every query) and the manifest; refuses, in one line,
+    a collection with clients missing."""
     arrays, manifest = _read(Path(path))
     missing = np.flatnonzero(~arrays["done"]).tolist()
     if missing:

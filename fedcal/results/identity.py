@@ -81,6 +81,8 @@ def collection_hash(cfg: RunConfig) -> str:
         keys["inf_augment"] = cfg.inf_augment
     if cfg.inf_lr_schedule != "constant":  # likewise
         keys["inf_lr_schedule"] = cfg.inf_lr_schedule
+    if cfg.inf_probits != "live":  # likewise: float16-rounded probits are not a live collection's
+        keys["inf_probits"] = cfg.inf_probits
     if cfg.inf_client_output != "probits":  # likewise: a logits collection also holds the clients' logits
         keys["inf_client_output"] = cfg.inf_client_output
     blob = json.dumps(keys, sort_keys=True).encode()

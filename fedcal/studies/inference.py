@@ -1,5 +1,6 @@
 """``fedcal inference`` (robust federated inference over (n, f) x seeds; its grid builder
-:func:`inference_configs`), ``fedcal inference-collect`` (one setting's clients' probits stored) and ``fedcal inference-theorem`` (the averaging aggregators' error analysis)."""
+:func:`inference_configs`), ``fedcal inference-collect`` (one setting's clients' probits stored) and
+``fedcal inference-theorem`` (the averaging aggregators' error analysis)."""
 
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ def cmd_inference_theorem(args: argparse.Namespace) -> int:
 
 def cmd_inference_collect(args: argparse.Namespace) -> int:
     from fedcal.data import load_dataset
-    from fedcal.inference.collect import collect_clients, default_collection_path
+    from fedcal.inference.collect import collect_clients, default_collection_path, load_collection
+    from fedcal.tasks.inference import collection_spec
     from fedcal.local_training import resolve_device
     from fedcal.models import build_model
 
@@ -77,7 +79,8 @@ def cmd_inference_collect(args: argparse.Namespace) -> int:
     if "inf-f" not in overrides and "num-clients" in overrides:  # nor an f
         overrides["inf-f"] = min(RunConfig().inf_f, (int(overrides["num-clients"]) - 1) // 2)
     cfg = RunConfig.from_flower({"task": "inference", **overrides})
-    path = args.probits or default_collection_path(cfg)
+    spec = collection_spec(cfg)
+    path = args.probits or default_collection_path(spec)
     ds = load_dataset(cfg.dataset, cfg.data_dir)
     try:  # a model the data cannot feed fails here, in one line, before any client trains
         build_model(cfg.model, ds.input_shape, ds.num_classes)
@@ -87,7 +90,12 @@ def cmd_inference_collect(args: argparse.Namespace) -> int:
     def done(cid: int, seconds: float) -> None:
         print(f"client {cid + 1}/{cfg.num_clients}: {seconds:.0f} s", flush=True)
 
-    print(f"probits: {collect_clients(cfg, ds, path, device=resolve_device(cfg.device), on_client=done)}")
+    print(f"probits: {collect_clients(spec, ds, path, device=resolve_device(cfg.device), on_client=done)}")
+    data, _ = load_collection(path)
+    own = (data.test_probits.argmax(-1) == data.test_labels[:, None]).float().mean(0) * 100
+    mean = float((data.test_probits.mean(1).argmax(-1) == data.test_labels).float().mean()) * 100
+    print(f"clean test accuracy on {len(data.test_labels)} queries: clients {own.mean():.2f} "
+          f"[{own.min():.2f}, {own.max():.2f}], the plain mean of their probits {mean:.2f}")
     return 0
 
 

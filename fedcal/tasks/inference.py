@@ -31,6 +31,7 @@ from fedcal.tasks.nodes import (check_partitions, client_id, config_record, disc
                               send_counted, shared_model)
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
+from fedcal.inference.collect import CollectionSpec, default_collection_path, stored_collection
 from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators
 from fedcal.inference.federated import (InferenceClientSpec, assemble, assemble_logits, server_split,
                                         train_client)
@@ -225,7 +226,14 @@ def run_inference(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None
         else:
             path.unlink(missing_ok=True)
             earlier = _earlier_collection(cfg, store.dir)
-            if earlier is not None:
+            if cfg.inf_probits == "stored":  # no client trains: the collection of fedcal inference-collect
+                data = stored_collection(collection_spec(cfg), load_dataset(cfg.dataset, cfg.data_dir))
+                log(INFO, "reading the clients' probits from %s", default_collection_path(collection_spec(cfg)))
+                batches = -(-len(data.test_labels) // cfg.inf_query_batch)
+                store.write_table(ANSWERS_FILE, pd.DataFrame({"message": range(batches),
+                                                              "clients": [len(data.clients)] * batches}))
+                data.save(path)
+            elif earlier is not None:
                 log(INFO, "reusing the client probits of %s (same clients, data and queries)", earlier.name)
                 for name in (ANSWERS_FILE, PROBITS_FILE):
                     shutil.copyfile(earlier / name, store.dir / name)
@@ -239,6 +247,19 @@ def run_inference(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None
         result.accuracy = evaluate_run(data, cfg, store)
         store.finish()
     return result
+
+
+def collection_spec(cfg: RunConfig) -> CollectionSpec:
+    """The stored collection of ``cfg``'s live clients (:mod:`fedcal.inference.collect`), named by their
+    collection hash (``inf-probits=live``: the file holds what the live clients answered)."""
+    return CollectionSpec.from_config(cfg, collection_hash=collection_hash(cfg.replace(inf_probits="live")))
+
+
+def preflight(cfg: RunConfig) -> None:
+    """The inference task's preflight: the dataset loads, and a run reading stored probits finds them."""
+    ds = load_dataset(cfg.dataset, cfg.data_dir)
+    if cfg.inf_probits == "stored":
+        stored_collection(collection_spec(cfg), ds)
 
 
 def _save_state(state: dict, path: Path) -> None:
