@@ -137,6 +137,23 @@ def test_local_train_takes_each_steps_rate_from_the_schedule():
                     tau=2.0, lr_at=lambda k: 0.1)
 
 
+def test_an_inference_client_trains_on_the_cosine_schedule(monkeypatch):
+    """inf-lr-schedule=cosine reaches the client's SGD: each step's rate is cosine_epochs' for its epoch."""
+    import fedcal.inference.federated as federated
+
+    seen = []
+    real = federated.local_train
+    monkeypatch.setattr(federated, "local_train", lambda *a, **k: seen.append(k["lr_at"]) or real(*a, **k))
+    cfg, ds = _cfg(**{"inf-local-epochs": 3, "lr": 0.1}), load_dataset("digits")
+    train_client(InferenceClientSpec.from_config(cfg), ds, 0)
+    train_client(InferenceClientSpec.from_config(cfg.replace(inf_lr_schedule="constant")), ds, 0)
+    per_epoch = math.ceil(len(federated.client_indices(ds.y_train.numpy(), 3, cfg.dirichlet_alpha, 0.1, 0)[0]) / 64)
+    cosine, constant = seen
+    assert constant is None
+    assert [cosine(e * per_epoch + 1) for e in range(3)] == pytest.approx([0.1, 0.001 + 0.099 * 0.75,
+                                                                         0.001 + 0.099 * 0.25])
+
+
 def test_the_recipe_keys_rename_no_earlier_run():
     """New keys at their defaults leave every hash as the code before them computed it (pinned from
     main: the committed ResNet-8 literature cells and the default inference run); set, they count."""
@@ -300,3 +317,36 @@ def test_an_inference_run_reads_stored_probits_and_trains_no_client(tmp_path, mo
     assert main([*seed1, "inf-probits=stored", f"output-dir={tmp_path / 'runs1'}"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'inf-probits'" in err[0] and "inference-collect" in err[0], err
+
+
+def _tampered(path: Path, out: Path, **changes) -> Path:
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays.update(changes)
+    with open(out, "wb") as fh:
+        np.savez_compressed(fh, **arrays)
+    return out
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda a: {"test_probits": np.where(np.arange(10) == 3, np.float16("nan"), a["test_probits"])},
+     "test_probits of a finished client are not probit vectors"),
+    (lambda a: {"server_probits": (a["server_probits"] * 2).astype(np.float16)}, "server_probits of a finished"),
+    (lambda a: {"server_probits": -a["server_probits"]}, "server_probits of a finished"),
+    (lambda a: {"test_probits": a["test_probits"].astype(np.float32)}, "not float16"),
+    (lambda a: {"done": np.ones(4, bool)}, "shapes disagree"),
+    (lambda a: {"test_labels": a["test_labels"] + 10}, "test_labels outside 0..9"),
+    (lambda a: {"train_loss": np.zeros(1)}, "shapes disagree"),
+])
+def test_a_damaged_collection_is_refused_in_one_line(change, words, tmp_path):
+    """A collection file is untrusted input: NaN, negative or unnormalised probits of a finished client,
+    wrong dtypes or shapes, labels out of range — each refused naming the file and the damage."""
+    cfg, ds = _cfg(**{"inf-local-epochs": 1}), load_dataset("digits")
+    path = collect_clients(collection_spec(cfg), ds, tmp_path / "c.npz")
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    bad = _tampered(path, tmp_path / "bad.npz", **change(arrays))
+    for act in (lambda: load_collection(bad), lambda: collect_clients(collection_spec(cfg), ds, bad)):
+        with pytest.raises(ConfigError, match="damaged probit collection") as err:
+            act()
+        assert words in str(err.value) and str(bad) in str(err.value) and "\n" not in str(err.value)

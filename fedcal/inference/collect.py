@@ -40,6 +40,9 @@ __all__ = ["COLLECTION_FORMAT", "CollectionSpec", "collect_clients", "load_colle
 
 #: the format's version, in every manifest
 COLLECTION_FORMAT = 1
+#: the arrays of a collection file besides its manifest
+_ARRAYS = ("server_probits", "test_probits", "server_labels", "test_labels", "server_index", "done", "train_loss",
+           "train_seconds")
 @dataclass(frozen=True)
 class CollectionSpec(ConfigSpec):
     """What a collection reads of an inference run config: its clients (:class:`InferenceClientSpec`),
@@ -119,7 +122,35 @@ def _read(path: Path) -> tuple[dict[str, np.ndarray], dict]:
         raise ConfigError(f"{path}: not a probit collection ({type(exc).__name__}: {exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != COLLECTION_FORMAT:
         raise ConfigError(f"{path}: not a probit collection of format {COLLECTION_FORMAT}")
+    problem = _damage(arrays)
+    if problem:
+        raise ConfigError(f"{path}: a damaged probit collection ({problem})")
     return arrays, manifest
+
+
+def _damage(a: dict[str, np.ndarray]) -> str | None:
+    """What is wrong with a collection's arrays (a file is untrusted input), or None: every array
+    present with its dtype and consistent shapes, every finished client's probits finite,
+    non-negative and summing to 1 within float16's rounding (10 entries of ≤ 2⁻¹¹ each: 5·10⁻³)."""
+    missing = [k for k in _ARRAYS if k not in a]
+    if missing:
+        return f"arrays {missing} missing"
+    sp, tp, done = a["server_probits"], a["test_probits"], a["done"]
+    if sp.dtype != np.float16 or tp.dtype != np.float16 or done.dtype != bool or sp.ndim != 3 or tp.ndim != 3:
+        return "probits not float16 (N, n, C) arrays"
+    n = len(done)
+    if sp.shape[1:] != (n, tp.shape[2]) or tp.shape[1] != n or a["server_labels"].shape != (sp.shape[0],) \
+            or a["server_index"].shape != (sp.shape[0],) or a["test_labels"].shape != (tp.shape[0],) \
+            or a["train_loss"].shape != (n,) or a["train_seconds"].shape != (n,):
+        return "array shapes disagree"
+    for name, p in (("server_probits", sp[:, done]), ("test_probits", tp[:, done])):
+        p = p.astype(np.float64)
+        if not np.isfinite(p).all() or (p < 0).any() or (np.abs(p.sum(-1) - 1) > 5e-3).any():
+            return f"{name} of a finished client are not probit vectors"
+    for name in ("server_labels", "test_labels"):
+        if a[name].size and not (0 <= a[name].min() and a[name].max() < tp.shape[2]):
+            return f"{name} outside 0..{tp.shape[2] - 1}"
+    return None
 
 
 def collect_clients(spec: CollectionSpec, ds: Dataset, path: str | os.PathLike[str], *,
