@@ -89,6 +89,7 @@ GRID_OPTIONS = [
     (["inference-collect", "num-clients=3", "model=cnn"], ["'model'", "CNN needs C×H×W inputs", "digits"]),
     (["inference-collect", "num-clients=3", "inf-lr-schedule=step"], ["'inf-lr-schedule'", "step"]),
     (["inference-collect", "num-clients=3", "--probits", "."], [".", "not a probit collection"]),
+    (["inference-collect", "num-clients=3", "inf-client-output=logits"], ["'inf-client-output'", "'logits'"]),
     (["stealth", "RUN", "--steps", "0"], ["--steps", "0"]), (["stealth", "RUN", "--others", "0"], ["--others", "0"]),
     (["stealth", "RUN", "--round", "-1"], ["--round", "-1"]),
     (["stealth", "RUN", "--reference", "bogus"], ["--reference", "bogus"]),

@@ -43,6 +43,8 @@ COLLECTION_FORMAT = 1
 #: the arrays of a collection file besides its manifest
 _ARRAYS = ("server_probits", "test_probits", "server_labels", "test_labels", "server_index", "done", "train_loss",
            "train_seconds")
+
+
 @dataclass(frozen=True)
 class CollectionSpec(ConfigSpec):
     """What a collection reads of an inference run config: its clients (:class:`InferenceClientSpec`),

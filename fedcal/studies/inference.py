@@ -79,6 +79,9 @@ def cmd_inference_collect(args: argparse.Namespace) -> int:
     if "inf-f" not in overrides and "num-clients" in overrides:  # nor an f
         overrides["inf-f"] = min(RunConfig().inf_f, (int(overrides["num-clients"]) - 1) // 2)
     cfg = RunConfig.from_flower({"task": "inference", **overrides})
+    if cfg.inf_client_output != "probits":
+        raise ConfigError("run-config key 'inf-client-output': a collection stores the clients' probits; "
+                          f"got {cfg.inf_client_output!r}")
     spec = collection_spec(cfg)
     path = args.probits or default_collection_path(spec)
     ds = load_dataset(cfg.dataset, cfg.data_dir)
