@@ -13,10 +13,11 @@
 # interruption (or in the next lent session) and each seed resumes at its first client not stored.
 # Each seed's last line is the clean accuracy of its clients and of the plain mean of their probits.
 #
-# Cost. Measured on the development CPU (benchmarks/inference_client_cost.py, one niced thread shared
-# with other work, 20 steps): a step (batch 32, forward + backward) is 148.6 GFLOP and took 6.7 s
-# (22 GFLOP/s); one seed is 28,280 steps (1,414 steps an epoch over the 17 clients x 20 epochs) plus
-# 17 x 15,000 probits: about 3,500 CPU-minutes (59 CPU-hours) per seed, 295 CPU-hours for five.
+# Cost. Measured on the development CPU (benchmarks/inference_client_cost.py --steps 100, one niced
+# thread shared with other work; docs/results/benchmarks/inference_client_cost.txt): a step (batch 32,
+# forward + backward) is 148.6 GFLOP and took 4.2 s (36 GFLOP/s); one seed is 28,280 steps (1,414 steps
+# an epoch over the 17 clients x 20 epochs) plus 17 x 15,000 probits: about 2,100 CPU-minutes
+# (35 CPU-hours) per seed, 174 CPU-hours for five.
 # On one H200, an estimate, not a measurement: one seed is 28,280 x 148.6 GFLOP = 4.2 PFLOP of training
 # (the probits add 0.4 PFLOP); at an effective 20-40 TFLOP/s for batch-32 convolutions (TF32, far below
 # the chip's peak) that is 2-4 minutes of arithmetic per seed plus about 2 minutes of per-step overhead
