@@ -7,6 +7,8 @@ The attack itself, as a client behaviour, is :mod:`fedcal.attacks.tsa`.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -70,6 +72,21 @@ def batch_schedule(n: int, steps: int, batch_size: int, generator: torch.Generat
         out.append(perm[pos:pos + bs])
         pos += bs
     return out
+
+
+def cosine_epochs(lr: float, epochs: int, steps_per_epoch: int, eta_min: float = 1e-3) -> Callable[[int], float]:
+    """The learning rate of step k (1-based) under ``CosineAnnealingLR(T_max=epochs, eta_min)`` stepped
+    once per epoch of ``steps_per_epoch`` steps: epoch e (0-based) runs at
+    eta_min + (lr − eta_min)(1 + cos(π e / epochs)) / 2 — the robust-inference authors' clients'
+    schedule (``--use_scheduler``, ``FL/train_LocalSGD.py``, eta_min 0.001)."""
+    if epochs < 1 or steps_per_epoch < 1:
+        raise ValueError(f"epochs and steps_per_epoch must be >= 1, got {epochs}, {steps_per_epoch}")
+
+    def lr_at(k: int) -> float:
+        e = (k - 1) // steps_per_epoch
+        return eta_min + (lr - eta_min) * (1 + math.cos(math.pi * e / epochs)) / 2
+
+    return lr_at
 
 
 def epoch_schedule(n: int, epochs: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
@@ -181,6 +198,7 @@ def local_train(
     tau_steps: int | None = None,
     augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
     optimizer: str = "sgd",
+    lr_at: Callable[[int], float] | None = None,
 ) -> TrainStats:
     """Run ``steps`` SGD steps on CE(softmax(model(x)/τ), y) in place.
 
@@ -196,10 +214,13 @@ def local_train(
     coupled) and the rest benignly (τ = 1, η = β) — the adaptive attacker that hides its
     temperature in part of the round. SGD's momentum buffer carries over the switch.
     ``augment`` maps each training batch (on ``device``) before the forward pass (e.g.
-    :func:`crop_flip` with a seeded generator).
+    :func:`crop_flip` with a seeded generator). ``lr_at(k)``: the learning rate of step k (1-based),
+    a schedule such as :func:`cosine_epochs` (benign training only: τ = 1).
     """
     if tau <= 0:
         raise ValueError(f"tau must be > 0, got {tau}")
+    if lr_at is not None and tau != 1.0:
+        raise ValueError("a learning-rate schedule (lr_at) is for benign training (tau = 1)")
     device = torch.device(device)
     model.to(device).train()
     if batches is None:
@@ -223,9 +244,9 @@ def local_train(
         if augment is not None:
             xb = augments[k - 1](xb)
         t = tau if k <= hot else 1.0
-        if k == hot + 1 and tau != 1.0:
+        if (k == hot + 1 and tau != 1.0) or lr_at is not None:  # back to β after τ's steps, or the schedule's
             for group in opt.param_groups:
-                group["lr"] = lr
+                group["lr"] = lr if lr_at is None else lr_at(k)
         opt.zero_grad(set_to_none=True)
         z = model(xb)
         if z.ndim > 2:  # (B, L, V) next-token logits: every position is a prediction

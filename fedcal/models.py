@@ -88,7 +88,8 @@ class ResNet8(nn.Module):
     Source: He, Zhang, Ren & Sun, "Deep Residual Learning for Image Recognition" (CVPR 2016), §4.2.
     """
 
-    def __init__(self, input_shape: tuple[int, ...], num_classes: int, widths: tuple[int, int, int] = (16, 32, 64)):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, widths: tuple[int, int, int] = (16, 32, 64),
+                 pooled: int = 1):
         super().__init__()
         from torchvision.models.resnet import BasicBlock
 
@@ -103,14 +104,27 @@ class ResNet8(nn.Module):
                 shortcut = nn.Sequential(nn.Conv2d(width, planes, 1, stride=stride, bias=False), nn.BatchNorm2d(planes))
             layers.append(BasicBlock(width, planes, stride=stride, downsample=shortcut))
             width = planes
-        self.body = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
-        self.head = nn.Linear(width, num_classes)
+        self.body = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(pooled), nn.Flatten())
+        self.head = nn.Linear(width * pooled * pooled, num_classes)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))
+
+
+class ResNet8Wide(ResNet8):
+    """The robust-inference authors' client ResNet-8 (github.com/sacs-epfl/robust-federated-inference,
+    ``FL/models/resnet8.py``, taken there from FedKD): the same one-block-per-stage ResNet as
+    :class:`ResNet8` at widths 128, 256, 512 (a 3×3 convolution to 128 channels, basic blocks with
+    batch norm, 1×1-convolution shortcuts), its last 8×8 map average-pooled to 2×2 (their
+    ``avg_pool2d(out, 4)``) and flattened to 2,048 features before the linear head; about 4.9 M
+    parameters. (Their module also holds a second linear head and a class embedding that its
+    forward pass never uses; they are left out.)"""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int):
+        super().__init__(input_shape, num_classes, widths=(128, 256, 512), pooled=2)
 
 
 class CNN1D(nn.Module):
@@ -143,7 +157,8 @@ class Linear(MLP):
         super().__init__(input_shape, num_classes, hidden=())
 
 
-MODEL_REGISTRY = {"mlp": MLP, "linear": Linear, "cnn": CNN, "resnet8": ResNet8, "resnet18": ResNet18, "cnn1d": CNN1D}
+MODEL_REGISTRY = {"mlp": MLP, "linear": Linear, "cnn": CNN, "resnet8": ResNet8, "resnet8-wide": ResNet8Wide,
+                  "resnet18": ResNet18, "cnn1d": CNN1D}
 
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, seed: int | None = None) -> nn.Module:

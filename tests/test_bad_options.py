@@ -85,6 +85,11 @@ GRID_OPTIONS = [
     (["robustness", "--device", "tpu"], ["--device", "tpu"]),
     *[(["inference", "--nf", v], ["--nf", v]) for v in ("17:-1", "x", "17")],
     (["inference-theorem", "RUN", "--queries", "-1"], ["--queries", "-1"]),
+    # the stored-probits collection: a model the data cannot feed, an unknown schedule, a file that is no collection
+    (["inference-collect", "num-clients=3", "model=cnn"], ["'model'", "CNN needs C×H×W inputs", "digits"]),
+    (["inference-collect", "num-clients=3", "inf-lr-schedule=step"], ["'inf-lr-schedule'", "step"]),
+    (["inference-collect", "num-clients=3", "--probits", "."], [".", "not a probit collection"]),
+    (["inference-collect", "num-clients=3", "inf-client-output=logits"], ["'inf-client-output'", "'logits'"]),
     (["stealth", "RUN", "--steps", "0"], ["--steps", "0"]), (["stealth", "RUN", "--others", "0"], ["--others", "0"]),
     (["stealth", "RUN", "--round", "-1"], ["--round", "-1"]),
     (["stealth", "RUN", "--reference", "bogus"], ["--reference", "bogus"]),

@@ -40,6 +40,7 @@ def test_help_is_plain_text(capsys):
 def test_every_argument_has_help_and_its_default_shown(capsys):
     subs = _subparsers(cli.build_parser())
     assert set(subs) == {"run", "taus", "sweep", "report", "posthoc", "triage", "similarity", "stealth", "inference",
+                         "inference-collect",
                          "inference-theorem", "robustness", "distill", "defense", "demo", "lm", "detect",
                          "runs", "byzantine", "data"}
     for name, parser in subs.items():

@@ -158,13 +158,14 @@ def test_hashes_and_run_names_are_pinned(overrides, chash, collection, name, tmp
 OLD_NON_SEMANTIC = {"output_dir", "run_name", "device", "data_dir", "eval_batch_size", "client_cpus", "client_gpus",
                     "engine", "inf_timeout", "inf_query_batch"}
 # execution keys added later: where and how a run executes, in no hash
-NON_SEMANTIC = OLD_NON_SEMANTIC | {"checkpoint_every", "tracker", "ray_address"}
+NON_SEMANTIC = OLD_NON_SEMANTIC | {"checkpoint_every", "tracker", "ray_address", "inf_probits_dir"}
 OLD_INFERENCE_ONLY = {"task", "inf_f", "inf_server_frac", "inf_local_epochs", "inf_attacks", "inf_amplification",
                       "inf_pgd_steps", "inf_f_curve", "inf_amp_curve", "agg_hidden", "agg_epochs", "agg_lr",
                       "agg_adv_epochs", "agg_attack_steps", "agg_restarts", "inf_test_queries", "inf_curve_queries",
                       "agg_latent", "copur_steps", "inf_augment",
                       "inf_client_output", "inf_pgd_start", "inf_pgd_loss", "inf_pgd_grad",
-                      "agg_adv_attack", "inf_eval_queries", "inf_aggregators"}  # added later, hashed only when set
+                      "agg_adv_attack", "inf_eval_queries", "inf_aggregators", "inf_lr_schedule",
+                      "agg_adv_subsets", "inf_probits"}  # added later, hashed only when set
 
 
 def test_hashed_keys_by_group_equal_the_old_key_sets():

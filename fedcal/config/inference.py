@@ -9,8 +9,13 @@ from fedcal import catalogue
 from fedcal.config.schema import ConfigError, RunConfig, Task, check, group, register_task, setting
 from fedcal.config.train import AUGMENTATIONS
 
-__all__ = ["CLIENT_OUTPUTS", "DEFAULT_INFERENCE_ATTACKS", "PGD_STARTS", "PGD_LOSSES", "PGD_GRADS", "ADV_ATTACKS"]
+__all__ = ["CLIENT_OUTPUTS", "LR_SCHEDULES", "PROBIT_SOURCES",
+           "DEFAULT_INFERENCE_ATTACKS", "PGD_STARTS", "PGD_LOSSES", "PGD_GRADS", "ADV_ATTACKS"]
 
+#: the inference clients' learning-rate schedules (``inf-lr-schedule``)
+LR_SCHEDULES = ("constant", "cosine")
+#: where an inference run's client probits come from (``inf-probits``)
+PROBIT_SOURCES = ("live", "stored")
 #: what a client answers an inference query with (``inf-client-output``)
 CLIENT_OUTPUTS = ("probits", "logits")
 # The probit-space attacks (``inf-attacks``) and the aggregators (``inf-aggregators``) are components of
@@ -59,6 +64,11 @@ class Inference:
     inf_augment: str = setting("none", "augmentation of the clients' training batches (crop-flip: pad 4, "
                                        "random 32x32 crop, horizontal flip; CIFAR only)",
                                choices=AUGMENTATIONS, hash_when_set=True)
+    inf_lr_schedule: str = setting("constant", "the clients' learning-rate schedule: constant, or cosine "
+                                               "(per epoch from lr down to 0.001 at the last, as "
+                                               "CosineAnnealingLR(T_max=inf-local-epochs, eta_min=0.001): "
+                                               "the robust-inference authors' clients)",
+                                   choices=LR_SCHEDULES, hash_when_set=True)
     inf_client_output: str = setting("probits", "what a client answers a query with: probits (its "
                         "softmax output) or logits (the server takes the softmax itself and also keeps "
                         "the logits, for the logit-input aggregators and the attacks on logits)",
@@ -96,6 +106,14 @@ class Inference:
     inf_amp_curve: str = setting("0.5,1,2,4,8,16", "logit-flip amplifications of the accuracy-vs-a "
                                                    "curve", note='comma-separated numbers > 0; "" = none',
                                  number_list=True)
+    inf_probits: str = setting("live", "where the clients' probits come from: live (the clients train and "
+                                       "answer in the run) or stored (a collection of `fedcal inference-collect` "
+                                       "with the same keys, read from inf-probits-dir: no client trains; its "
+                                       "float16 probits make it a run of its own)",
+                               choices=PROBIT_SOURCES, hash_when_set=True)
+    inf_probits_dir: str = setting("fedcal-probits", "the folder of stored collections read with "
+                                                     "inf-probits=stored (each named by its collection hash)",
+                                   hashed=False)
     inf_query_batch: int = setting(500, "queries per message", ge=1, hashed=False)
     inf_timeout: float = setting(600.0, "seconds the server waits for replies to one query message",
                                  gt=0, finite=True, hashed=False)
@@ -112,6 +130,9 @@ class Inference:
                                             "mostly f positions, CW probability margin from a uniform "
                                             "start, agg-attack-steps steps)",
                                   choices=ADV_ATTACKS, hash_when_set=True)
+    agg_adv_subsets: int = setting(1, "visits of each server sample per adversarial epoch, each with its own "
+                                      "corrupted positions (the robust-inference authors train on 300 client "
+                                      "subsets per sample)", ge=1, hash_when_set=True)
     agg_latent: int = setting(32, "latent width of the autoencoder of manifold projection and CoPur",
                               ge=1, hash_when_set=True)
     copur_steps: int = setting(30, "CoPur's gradient steps fitting the latent of each query (0 = start "
@@ -150,6 +171,12 @@ def _adversarial_training(c: RunConfig) -> None:
         check("inf-f", c.inf_f >= 1, c.inf_f, "must be >= 1 for adversarial training (agg-adv-epochs > 0)")
 
 
+def _stored_probits(c: RunConfig) -> None:
+    if c.inf_probits == "stored":  # a collection holds probits only
+        check("inf-probits", c.inf_client_output == "probits", c.inf_probits,
+              "needs inf-client-output=probits (a stored collection holds the clients' probits, not their logits)")
+
+
 def _run_name(cfg: RunConfig, short_hash: str) -> str:
     return f"{cfg.dataset}-{cfg.model}-inference-n{cfg.num_clients}-f{cfg.inf_f}-s{cfg.seed}-{short_hash}"
 
@@ -160,7 +187,7 @@ TASK = register_task(Task(
     "inference", "fedcal.tasks.inference:run_inference",
     summary="robust federated inference: aggregators of client probits under probit-space attacks",
     groups=("inference",), hash_groups=("common", "train", "defense", "inference"), run_name=_run_name,
-    rules=(_inference_f, _logit_aggregators, _adversarial_training),
+    rules=(_inference_f, _logit_aggregators, _adversarial_training, _stored_probits),
     tables=(("accuracy.csv", ("aggregator", "attack", "accuracy")),),
     handlers={"train.local": "fedcal.tasks.inference:train_local", "query.probits": "fedcal.tasks.inference:probits"},
-    report="fedcal.reports.inference:inference_report", preflight="fedcal.tasks.train:load_images"))
+    report="fedcal.reports.inference:inference_report", preflight="fedcal.tasks.inference:preflight"))

@@ -97,6 +97,10 @@ class RunConfigFields:
     agg_adv_attack: str
     agg_latent: int
     copur_steps: int
+    inf_lr_schedule: str
+    inf_probits: str
+    inf_probits_dir: str
+    agg_adv_subsets: int
     # distill: RFD-LoRA and the LoRA baselines on text (task = distill, SPEC §8)
     dst_corpus: str
     dst_method: str

@@ -107,7 +107,7 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
                       restarts: int = 2, seed: int = 0, latent: int = 32, copur_steps: int = 30,
                       server_columns: Sequence[int] | None = None,
                       server_logits: torch.Tensor | None = None, adv_attack: str = "fedcal",
-                      names: Sequence[str] | None = None,
+                      adv_subsets: int = 1, names: Sequence[str] | None = None,
                       state: Mapping[str, object] | None = None
                       ) -> tuple[dict[str, Callable], list[float], dict[str, object]]:
     """The aggregators of SPEC §7 built for ``f`` adversaries, and the baselines of the
@@ -123,7 +123,7 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
     an adversarial epoch costs ``attack_steps + 1`` forward/backward passes: on a CPU the
     worst-case phase is affordable only as a fine-tuning of an already trained set function.
     ``adv_attack="literature"`` trains against the robust-inference authors' attack instead
-    (:func:`~fedcal.inference.deepset.train_deepset`).
+    (:func:`~fedcal.inference.deepset.train_deepset`), ``adv_subsets`` times per sample and epoch.
     With ``adv_epochs`` the DeepSet as it was before that phase is kept too (``deepset_plain``
     and its trimmed view ``deepset_plain_tm``): the ablation's rows without adversarial training.
 
@@ -165,7 +165,7 @@ def build_aggregators(server_probits: torch.Tensor, server_labels: torch.Tensor,
     if wanted & {"deepset_plain", "deepset_plain_tm", "deepset", "deepset_tm"}:
         deepsets, history = _deepsets(server_probits, server_labels, f, hidden=hidden, epochs=epochs,
                                       adv_epochs=adv_epochs, lr=lr, attack_steps=attack_steps, restarts=restarts,
-                                      seed=seed, adv_attack=adv_attack, state=state)
+                                      seed=seed, adv_attack=adv_attack, adv_subsets=adv_subsets, state=state)
         aggs.update(deepsets)
     return ({a: aggs[a] for a in known if a in aggs and a in wanted}, history,
             learned_state(aggs, history))
@@ -190,7 +190,7 @@ def _fusion(server_x: torch.Tensor, server_labels: torch.Tensor, *, space: str, 
 
 def _deepsets(server_probits: torch.Tensor, server_labels: torch.Tensor, f: int, *, hidden: int, epochs: int,
               adv_epochs: int, lr: float, attack_steps: int, restarts: int, seed: int, adv_attack: str,
-              state: Mapping[str, object]) -> tuple[dict[str, Callable], list[float]]:
+              adv_subsets: int, state: Mapping[str, object]) -> tuple[dict[str, Callable], list[float]]:
     """The DeepSet and DeepSet-TM (and, with ``adv_epochs``, their copies from before the
     adversarial phase, ``deepset_plain``/``deepset_plain_tm``), loaded from ``state`` or trained:
     ``epochs`` clean epochs, then ``adv_epochs`` adversarial ones on the same generator; returns
@@ -215,7 +215,8 @@ def _deepsets(server_probits: torch.Tensor, server_labels: torch.Tensor, f: int,
             aggs.update({"deepset_plain": kept, "deepset_plain_tm": DeepSetTM.from_deepset(kept, f)})
             history += train_deepset(deepset, server_probits, server_labels, epochs=adv_epochs, lr=lr,
                                      adversarial=True, f=f, attack_steps=attack_steps, n_restarts=restarts,
-                                     generator=gen, adv_attack=adv_attack, progress="DeepSet adversarial training")
+                                     generator=gen, adv_attack=adv_attack, subsets=adv_subsets,
+                                     progress="DeepSet adversarial training")
     aggs.update({"deepset": deepset, "deepset_tm": DeepSetTM.from_deepset(deepset, f)})
     return aggs, history
 

@@ -14,7 +14,7 @@ from fedcal.config import ConfigSpec
 from fedcal.data import Dataset, dirichlet_partition
 from fedcal.inference.probit_attacks import validate_probits
 from fedcal.models import build_model
-from fedcal.local_training import crop_flip_augmenter, local_train
+from fedcal.local_training import cosine_epochs, crop_flip_augmenter, local_train
 
 
 def server_split(labels: np.ndarray, frac: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -38,15 +38,22 @@ def train_local_classifier(model: torch.nn.Module, x: torch.Tensor, y: torch.Ten
                            batch_size: int, seed: int, device: torch.device | str = "cpu", *,
                            momentum: float = 0.0, weight_decay: float = 0.0,
                            augment: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                           on_step: Callable[[int, torch.nn.Module], None] | None = None) -> float:
+                           on_step: Callable[[int, torch.nn.Module], None] | None = None,
+                           lr_schedule: str = "constant") -> float:
     """Train a client's own classifier on its own data only (SGD with ``momentum`` and
     ``weight_decay``, ``epochs`` × ⌈n / B⌉ steps, each batch mapped by ``augment`` if given;
     ``on_step(k, model)`` after step k). The first e × ⌈n / B⌉ steps are those of an ``epochs = e``
-    run: the seeded batch schedule of a longer run starts with the shorter one's."""
-    steps = max(1, epochs * math.ceil(len(y) / batch_size))
+    run: the seeded batch schedule of a longer run starts with the shorter one's (with
+    ``lr_schedule="cosine"`` only the batches: the rate anneals over ``epochs`` epochs of ⌈n / B⌉ steps,
+    :func:`~fedcal.local_training.cosine_epochs`)."""
+    per_epoch = math.ceil(len(y) / batch_size)
+    steps = max(1, epochs * per_epoch)
+    if lr_schedule not in ("constant", "cosine"):
+        raise ValueError(f"lr_schedule must be constant or cosine, got {lr_schedule!r}")
+    lr_at = cosine_epochs(lr, epochs, per_epoch) if lr_schedule == "cosine" else None
     return local_train(model, x, y, steps=steps, batch_size=batch_size, lr=lr, momentum=momentum,
                        weight_decay=weight_decay, generator=torch.Generator().manual_seed(seed), device=device,
-                       augment=augment, on_step=on_step).loss
+                       augment=augment, on_step=on_step, lr_at=lr_at).loss
 
 
 @dataclass(frozen=True)
@@ -66,13 +73,15 @@ class InferenceClientSpec(ConfigSpec):
     batch_size: int
     momentum: float
     weight_decay: float
+    inf_lr_schedule: str
 
 
 def train_client(cfg: InferenceClientSpec, ds: Dataset, cid: int, *, device: torch.device | str = "cpu",
                  on_step: Callable[[int, torch.nn.Module], None] | None = None) -> tuple[torch.nn.Module, float, int]:
     """Client ``cid``'s own classifier as an inference run trains it (``train.local``): ``model`` built
     from seed ``seed · 1000 + cid`` (each client its own initialisation and batches), trained on the
-    client's Dirichlet share for ``inf-local-epochs`` at ``lr``, ``momentum``, ``weight-decay``, with
+    client's Dirichlet share for ``inf-local-epochs`` at ``lr`` (annealed per ``inf-lr-schedule``), ``momentum``,
+    ``weight-decay``, with
     crop-flip from its own stream when ``inf-augment`` asks (so the batches are an unaugmented
     client's). Returns (model, mean training loss, number of training samples)."""
     idx = client_indices(ds.y_train.numpy(), cfg.num_clients, cfg.dirichlet_alpha, cfg.inf_server_frac,
@@ -83,7 +92,8 @@ def train_client(cfg: InferenceClientSpec, ds: Dataset, cid: int, *, device: tor
                if cfg.inf_augment == "crop-flip" else None)
     loss = train_local_classifier(model, ds.x_train[idx], ds.y_train[idx], cfg.inf_local_epochs, cfg.lr,
                                   cfg.batch_size, seed=seed, device=device, momentum=cfg.momentum,
-                                  weight_decay=cfg.weight_decay, augment=augment, on_step=on_step)
+                                  weight_decay=cfg.weight_decay, augment=augment, on_step=on_step,
+                                  lr_schedule=cfg.inf_lr_schedule)
     return model, loss, len(idx)
 
 

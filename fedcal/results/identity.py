@@ -90,6 +90,10 @@ def collection_hash(cfg: RunConfig) -> str:
     keys = {k: getattr(cfg, k) for k in _COLLECTION_KEYS}
     if cfg.inf_augment != "none":  # only when set: a collection without it keeps its hash
         keys["inf_augment"] = cfg.inf_augment
+    if cfg.inf_lr_schedule != "constant":  # likewise
+        keys["inf_lr_schedule"] = cfg.inf_lr_schedule
+    if cfg.inf_probits != "live":  # likewise: float16-rounded probits are not a live collection's
+        keys["inf_probits"] = cfg.inf_probits
     if cfg.inf_client_output != "probits":  # likewise: a logits collection also holds the clients' logits
         keys["inf_client_output"] = cfg.inf_client_output
     blob = json.dumps(keys, sort_keys=True).encode()
@@ -109,6 +113,8 @@ def aggregator_hash(cfg: RunConfig, component: str) -> str:
     classifiers) —: the collection and that component's training keys, not the attacks, nor how many
     queries or which aggregators the run evaluates."""
     keys = {k: getattr(cfg, k) for k in _AGGREGATOR_KEYS[component]}
+    if component == "deepset" and cfg.agg_adv_subsets != 1:  # only when set: earlier DeepSets keep their hash
+        keys["agg_adv_subsets"] = cfg.agg_adv_subsets
     keys["collection"] = collection_hash(cfg)
     blob = json.dumps(keys, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]

@@ -1,5 +1,6 @@
 """``fedcal inference`` (robust federated inference over (n, f) x seeds; its grid builder
-:func:`inference_configs`) and ``fedcal inference-theorem`` (the averaging aggregators' error analysis)."""
+:func:`inference_configs`), ``fedcal inference-collect`` (one setting's clients' probits stored) and
+``fedcal inference-theorem`` (the averaging aggregators' error analysis)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,42 @@ def cmd_inference_theorem(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_inference_collect(args: argparse.Namespace) -> int:
+    from fedcal.data import load_dataset
+    from fedcal.inference.collect import collect_clients, default_collection_path, load_collection
+    from fedcal.tasks.inference import collection_spec
+    from fedcal.local_training import resolve_device
+    from fedcal.models import build_model
+
+    overrides = config_overrides(args)
+    if "clients-per-round" not in overrides and "num-clients" in overrides:  # a round size no collection reads
+        overrides["clients-per-round"] = min(RunConfig().clients_per_round, int(overrides["num-clients"]))
+    if "inf-f" not in overrides and "num-clients" in overrides:  # nor an f
+        overrides["inf-f"] = min(RunConfig().inf_f, (int(overrides["num-clients"]) - 1) // 2)
+    cfg = RunConfig.from_flower({"task": "inference", **overrides})
+    if cfg.inf_client_output != "probits":
+        raise ConfigError("run-config key 'inf-client-output': a collection stores the clients' probits; "
+                          f"got {cfg.inf_client_output!r}")
+    spec = collection_spec(cfg)
+    path = args.probits or default_collection_path(spec)
+    ds = load_dataset(cfg.dataset, cfg.data_dir)
+    try:  # a model the data cannot feed fails here, in one line, before any client trains
+        build_model(cfg.model, ds.input_shape, ds.num_classes)
+    except ValueError as exc:
+        raise ConfigError(f"run-config key 'model': {exc} (dataset {cfg.dataset})") from None
+
+    def done(cid: int, seconds: float) -> None:
+        print(f"client {cid + 1}/{cfg.num_clients}: {seconds:.0f} s", flush=True)
+
+    print(f"probits: {collect_clients(spec, ds, path, device=resolve_device(cfg.device), on_client=done)}")
+    data, _ = load_collection(path)
+    own = (data.test_probits.argmax(-1) == data.test_labels[:, None]).float().mean(0) * 100
+    mean = float((data.test_probits.mean(1).argmax(-1) == data.test_labels).float().mean()) * 100
+    print(f"clean test accuracy on {len(data.test_labels)} queries: clients {own.mean():.2f} "
+          f"[{own.min():.2f}, {own.max():.2f}], the plain mean of their probits {mean:.2f}")
+    return 0
+
+
 def inference_configs(base: RunConfig, nf: Sequence[tuple[int, int]], seeds: Sequence[int]) -> list[RunConfig]:
     """One robust-federated-inference config per (n, f) and seed."""
     return [base.replace(task="inference", num_clients=n, clients_per_round=min(base.clients_per_round, n),
@@ -83,6 +120,20 @@ def add_commands(add: Any) -> None:
     p.add_argument("--report", default="fedcal-inference", help="folder for the tables and plots")
     add_cluster_options(p)
     p.set_defaults(func=cmd_inference)
+
+    p = add("inference-collect", "train one setting's inference clients and store their probits (resumable)",
+            description="Trains the num-clients clients of one inference config (seed, dirichlet-alpha, model, "
+                        "training keys) exactly as an inference run trains them and stores each client's probits "
+                        "on the server's split and on the test queries as float16 in one compressed .npz with a "
+                        "manifest (config, collection hash, data hash); re-running resumes at the first client "
+                        "not stored. fedcal.inference.collect.load_collection reads it (docs/inference.md).",
+            epilog=KEYS_EPILOG)
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="run-config overrides (task = inference)")
+    p.add_argument("-c", "--run-config", action="append", metavar="FILE.toml|STRING",
+                   help="overrides from a flat TOML file or one string; repeatable")
+    p.add_argument("--probits", metavar="FILE.npz",
+                   help="the .npz (default fedcal-probits/<dataset>-<model>-n<n>-a<alpha>-s<seed>-<hash>.npz)")
+    p.set_defaults(func=cmd_inference_collect)
 
     p = add("inference-theorem", "the averaging aggregators' error vs honest dissimilarity and top-2 margin",
             description="From finished inference runs' saved probits: per test query the mean's, medians' and "

@@ -32,6 +32,7 @@ from fedcal.tasks.nodes import (check_partitions, client_id, config_record, disc
 from fedcal.config import RunConfig
 from fedcal.data import load_dataset
 from fedcal.inference.deepset import write_trained
+from fedcal.inference.collect import CollectionSpec, default_collection_path, stored_collection
 from fedcal.inference.evaluate import ProbitData, attack_accuracy, build_aggregators
 from fedcal.inference.federated import (InferenceClientSpec, assemble, assemble_logits, server_split,
                                         train_client)
@@ -169,8 +170,8 @@ def evaluate_run(data: ProbitData, cfg: RunConfig, store: RunStore) -> pd.DataFr
         data.server_probits, data.server_labels, cfg.inf_f, hidden=cfg.agg_hidden, epochs=cfg.agg_epochs,
         adv_epochs=cfg.agg_adv_epochs, lr=cfg.agg_lr, attack_steps=cfg.agg_attack_steps, restarts=cfg.agg_restarts,
         seed=cfg.seed, latent=cfg.agg_latent, copur_steps=cfg.copur_steps, server_columns=data.server_columns,
-        server_logits=data.server_logits, adv_attack=cfg.agg_adv_attack, names=cfg.inference_aggregators or None,
-        state=state)
+        server_logits=data.server_logits, adv_attack=cfg.agg_adv_attack, adv_subsets=cfg.agg_adv_subsets,
+        names=cfg.inference_aggregators or None, state=state)
     # what was loaded matches this run's hashes, so it is this run's too
     _save_state({**state, **learned}, store.dir / AGGREGATORS_FILE)
     write_trained(aggs, history, store)
@@ -224,7 +225,14 @@ def run_inference(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None
         else:
             path.unlink(missing_ok=True)
             earlier = _earlier_collection(cfg, store.dir)
-            if earlier is not None:
+            if cfg.inf_probits == "stored":  # no client trains: the collection of fedcal inference-collect
+                data = stored_collection(collection_spec(cfg), load_dataset(cfg.dataset, cfg.data_dir))
+                log(INFO, "reading the clients' probits from %s", default_collection_path(collection_spec(cfg)))
+                batches = -(-len(data.test_labels) // cfg.inf_query_batch)
+                store.write_table(ANSWERS_FILE, pd.DataFrame({"message": range(batches),
+                                                              "clients": [len(data.clients)] * batches}))
+                data.save(path)
+            elif earlier is not None:
                 log(INFO, "reusing the client probits of %s (same clients, data and queries)", earlier.name)
                 for name in (ANSWERS_FILE, PROBITS_FILE):
                     shutil.copyfile(earlier / name, store.dir / name)
@@ -238,6 +246,19 @@ def run_inference(grid: Grid, cfg: RunConfig, progress: ProgressFn | None = None
         result.accuracy = evaluate_run(data, cfg, store)
         store.finish()
     return result
+
+
+def collection_spec(cfg: RunConfig) -> CollectionSpec:
+    """The stored collection of ``cfg``'s live clients (:mod:`fedcal.inference.collect`), named by their
+    collection hash (``inf-probits=live``: the file holds what the live clients answered)."""
+    return CollectionSpec.from_config(cfg, collection_hash=collection_hash(cfg.replace(inf_probits="live")))
+
+
+def preflight(cfg: RunConfig) -> None:
+    """The inference task's preflight: the dataset loads, and a run reading stored probits finds them."""
+    ds = load_dataset(cfg.dataset, cfg.data_dir)
+    if cfg.inf_probits == "stored":
+        stored_collection(collection_spec(cfg), ds)
 
 
 def _save_state(state: dict, path: Path) -> None:
