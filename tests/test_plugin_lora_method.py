@@ -24,14 +24,12 @@ from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from fedcal import catalogue
 from fedcal.config import RunConfig
 from fedcal.strategies.lora_baselines import FedIT
+from tests import test_bad_inputs as hostile
 from tests.strategy_harness import FakeGrid
+from tests.test_distill_task import TINY as DISTILL_TINY
 
 # the smallest distill run of tests/test_distill_task.py (synthetic corpus, a hidden-16 backbone), one rank
-TINY = {"task": "distill", "engine": "inprocess", "device": "cpu", "num-clients": 3, "dst-corpus": "synthetic",
-        "dst-rounds": 2, "dst-ranks": "4", "dst-groups": 3, "dst-backdoor-ratio": 0.3, "dst-bb-hidden": 16,
-        "dst-bb-layers": 1, "dst-bb-heads": 2, "dst-bb-intermediate": 32, "dst-bb-vocab": 120, "dst-bb-steps": 10,
-        "dst-max-length": 16, "batch-size": 16, "dst-client-lr": 5e-3, "dst-backbone": "",
-        "dst-lora-targets": "query,value,word_embeddings", "dst-method": "fedit_clipb"}
+TINY = {**DISTILL_TINY, "dst-ranks": "4", "dst-method": "fedit_clipb"}
 
 L = "base_model.model.roberta.encoder.layer.0.attention.self.query"
 A_KEY, B_KEY = f"{L}.lora_A.default.weight", f"{L}.lora_B.default.weight"
@@ -79,6 +77,34 @@ def test_the_server_clips_each_b_then_averages_as_fedit_by_hand(toy):
     close(out[H_KEY], torch.tensor([[4.0, 1.0]]))
     plain = _aggregate(FedIT(alpha=8.0), [(S1, 1), (S2, 3)])  # FedIT's own: client 1's long B unclipped
     close(plain[B_KEY], torch.tensor([[0.975], [1.3]]))
+
+
+@pytest.mark.parametrize("kind", hostile.LORA_KINDS)
+def test_a_hostile_reply_is_left_out_by_the_plugins_strategy_as_by_fedit_s(toy, kind, caplog):
+    """The hostile-reply matrix of tests/test_bad_inputs.py's LoRA strategies, for the plug-in's: its
+    replies are checked by FedIT's validation before any B is clipped, so each hostile reply is left out
+    naming FedIT's reason (or, a huge claimed size, weighed), the round aggregates, the result is finite."""
+    import logging
+
+    s = toy.ClippedBFedIT(alpha=hostile.LORA_ALPHA, node_label=hostile.partition_of, node_sort_key=hostile.partition_of,
+                          allowed_ranks=hostile.LORA_RANKS["fedit"], template=hostile.lora_state(1, 0), b_bound=0.1)
+
+    def respond(node, content):
+        p = hostile.partition_of(node)
+        return hostile.lora_hostile("fedit", kind, content) if p == 0 else hostile.lora_honest("fedit", p, content)
+
+    with caplog.at_level(logging.INFO, logger="flwr"):
+        new, _ = hostile.lora_round(s, "fedit", respond)
+    account, expected = s.replies[1], hostile.LORA_EXPECTED[kind]["fedit"]
+    assert account.received == 4 and account.aggregated and new is not None and hostile.record_finite(new)
+    if expected is None:
+        assert not account.rejections
+    else:
+        (node, reason), = account.rejections
+        assert node == hostile.node_of(0) and expected in reason, reason
+        assert hostile.assert_rejections_logged(s, caplog) == 1
+    for layer in hostile.LORA_LAYERS:  # every B aggregated was clipped to 0.1 first (an honest one: about 0.45)
+        assert float(torch.from_numpy(new[hostile.lora_keys(layer)[1]].numpy().copy()).norm()) <= 0.1 + 1e-6
 
 
 def test_dst_method_takes_the_plugin_and_its_own_key():
