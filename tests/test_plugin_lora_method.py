@@ -177,3 +177,11 @@ def test_nothing_under_fedcal_names_the_plugin():
     root = Path(__file__).resolve().parents[1] / "fedcal"
     named = [str(p) for p in root.rglob("*.py") if any(w in p.read_text() for w in ("fedit_clipb", "clipb", "ClippedB"))]
     assert named == []
+
+
+def test_design_md_shows_this_test_s_lora_method():
+    from fedcal.pages import include_tables as tool
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "design.md").read_text()
+    assert "<!-- example: tests/toy_lora_method.py -->" in page
+    assert tool.refreshed(page) == page, "run python -m fedcal.pages include_tables docs/design.md"
