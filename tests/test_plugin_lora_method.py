@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -163,8 +164,6 @@ def test_a_distill_run_with_the_plugin_finishes_and_its_key_bounds_the_global_b(
     run_dir = simulate(cfg, progress=False)
     assert run_dir == run_dir_for(cfg) and (run_dir / "DONE").exists()
     assert run_dir.name.startswith("distill-synthetic-fedit_clipb-")
-    import pandas as pd
-
     m = pd.read_csv(run_dir / "metrics.csv").pivot_table(index="round", columns="metric", values="value")
     assert (m.loc[[1, 2], "replies_accepted"] == 3).all() and m["ca"].notna().all()
     model = torch.load(Path(run_dir) / "model.pt", weights_only=True)
