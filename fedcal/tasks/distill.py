@@ -419,16 +419,20 @@ def _baseline_start(method: LoraMethod, base, spec: DistillRunSpec, cfg: RunConf
                     node_to_client: dict[int, int]):
     """(global adapter model, its first record, strategy) of an adapter-federating baseline: the
     method's :meth:`~fedcal.distill.methods.LoraMethod.global_start` and its strategy
-    (:meth:`~fedcal.distill.methods.LoraMethod.strategy_class`)."""
+    (:meth:`~fedcal.distill.methods.LoraMethod.strategy_class`), built with the method's
+    :meth:`~fedcal.distill.methods.LoraMethod.strategy_options` and its component's ``params`` (its own
+    run-config keys, declared in its :class:`~fedcal.catalogue.Component`)."""
+    from fedcal import catalogue
     from fedcal.distill.clients import adapter_state
 
     model, first = method.global_start(base, ranks, spec)
+    options = {**method.strategy_options(ranks), **catalogue.get("lora-method", cfg.dst_method).kwargs(cfg)}
     # every reply's rank checked against dst-ranks and its layers against the model's (template)
     strategy = method.strategy_class()(alpha=cfg.dst_alpha, min_replies=cfg.dst_min_replies,
                                        node_label=node_to_client.get, message_type=MESSAGE_TYPE,
                                        node_sort_key=lambda n: node_to_client.get(n, 1 << 62),
                                        allowed_ranks=ranks, template=adapter_state(model),
-                                       **method.strategy_options(ranks))
+                                       **options)
     return model, ArrayRecord(first), strategy
 
 __all__ = ["ADAPTER_KEY", "MESSAGE_TYPE", "client_rank", "distill_round", "run_distill"]
