@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -48,17 +49,23 @@ class Behaviour:
 
     def __getattr__(self, name: str) -> Any:
         # a parameter the behaviour sets, as an attribute (only called for a name that is no field)
-        params = self.__dict__.get("params")
-        if params is None or name.startswith("__"):  # being unpickled, or a dunder lookup
-            raise AttributeError(name)
-        for key, value in params:
-            if key == name:
-                return value
-        raise AttributeError(f"behaviour {self.kind!r} sets no parameter {name!r}")
+        return _own_param(self, name, lambda: f"behaviour {self.kind!r} sets no parameter {name!r}")
 
     @property
     def malicious(self) -> bool:
         return self.kind != "benign"
+
+
+def _own_param(obj: Any, name: str, missing: Callable[[], str]) -> Any:
+    """``name``'s value among ``obj.params`` ((name, value) pairs), for ``__getattr__``; AttributeError with
+    ``missing()`` when it has none (and plainly while ``obj`` is being unpickled or for a dunder)."""
+    params = obj.__dict__.get("params")
+    if params is None or name.startswith("__"):
+        raise AttributeError(name)
+    for key, value in params:
+        if key == name:
+            return value
+    raise AttributeError(missing())
 
 
 BENIGN = Behaviour()
@@ -89,14 +96,8 @@ class AttackSpec(ConfigSpec):
 
     def __getattr__(self, name: str) -> Any:
         # the chosen attack's own keys (only called for a name that is no field)
-        params = self.__dict__.get("params")
-        if params is None or name.startswith("__"):  # being unpickled, or a dunder lookup
-            raise AttributeError(name)
-        for key, value in params:
-            if key == name:
-                return value
-        raise AttributeError(f"attack {self.attack!r} has no key {name!r} (its own: "
-                             f"{', '.join(k for k, _ in self.params) or 'none'})")
+        return _own_param(self, name, lambda: f"attack {self.attack!r} has no key {name!r} (its own: "
+                                              f"{', '.join(k for k, _ in self.params) or 'none'})")
 
 
 class BehaviourKind:

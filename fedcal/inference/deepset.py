@@ -186,18 +186,24 @@ def _literature_inputs(model: DeepSet, x: torch.Tensor, y: torch.Tensor, f: int,
         onehot = F.one_hot(y, c).bool()
         for _ in range(attack_steps):
             z = torch.where(mask, torch.softmax(u, dim=-1), x)
-            prob = torch.softmax(model.logits(z), dim=-1)
-            true = prob[onehot]
-            other = prob.masked_fill(onehot, float("-inf")).amax(-1)
-            objective = -(true - other + 0.1).clamp_min(0.0).sum()
-            (g,) = torch.autograd.grad(objective, u)
-            with torch.no_grad():
-                u += attack_lr * g.sign()
+            _cw_sign_step(u, model.logits(z), onehot, attack_lr)
         with torch.no_grad():
             return torch.where(mask, torch.softmax(u, dim=-1), x).detach()
     finally:
         for p, fl in zip(params, flags):
             p.requires_grad_(fl)
+
+
+def _cw_sign_step(u: torch.Tensor, logits: torch.Tensor, onehot: torch.Tensor, attack_lr: float) -> None:
+    """One ascent step of the authors' colluding attack, in place on ``u``: a signed gradient step on the CW
+    probability margin (κ = 0.1) of ``logits``, computed from ``u``."""
+    prob = torch.softmax(logits, dim=-1)
+    true = prob[onehot]
+    other = prob.masked_fill(onehot, float("-inf")).amax(-1)
+    objective = -(true - other + 0.1).clamp_min(0.0).sum()
+    (g,) = torch.autograd.grad(objective, u)
+    with torch.no_grad():
+        u += attack_lr * g.sign()
 
 
 def _literature_inputs_batched(model: DeepSet, x: torch.Tensor, y: torch.Tensor, f: int, attack_steps: int,
@@ -227,13 +233,7 @@ def _literature_inputs_batched(model: DeepSet, x: torch.Tensor, y: torch.Tensor,
         weight = live[..., None].to(x.dtype)
         for _ in range(attack_steps):
             pooled = (honest + (model.rho(torch.softmax(u, dim=-1).to(x.dtype)) * weight).sum(dim=1)) / n
-            prob = torch.softmax(model.mu(pooled), dim=-1)
-            true = prob[onehot]
-            other = prob.masked_fill(onehot, float("-inf")).amax(-1)
-            objective = -(true - other + 0.1).clamp_min(0.0).sum()
-            (g,) = torch.autograd.grad(objective, u)
-            with torch.no_grad():
-                u += attack_lr * g.sign()
+            _cw_sign_step(u, model.mu(pooled), onehot, attack_lr)
         with torch.no_grad():
             rows = torch.softmax(u, dim=-1).to(x.dtype)
             out = x.clone()
