@@ -411,11 +411,8 @@ def test_calguard_refuses_a_sequential_test_of_another_type_and_records_update_n
 
 # --------------------------------------------------------------------------- the run-config keys
 def test_calguard_cusum_keys_build_the_sequential_test_and_enter_the_hash_only_when_set():
-    from fedcal.config import CALGUARD_SIGNALS
-    from fedcal.strategies.calguard import SEQUENTIAL_SIGNALS
     from fedcal import catalogue
 
-    assert CALGUARD_SIGNALS == SEQUENTIAL_SIGNALS
     base = RunConfig.from_flower({"strategy": "calguard", "tau": 0.2})
     assert catalogue.get("rule", "calguard").kwargs(base)["sequential"] is None
     on = RunConfig.from_flower({"strategy": "calguard", "tau": 0.2, "calguard-cusum": True, "calguard-cusum-k": 1.0,

@@ -55,19 +55,15 @@ from torch import nn
 
 from fedcal.aggregate.median import true_median
 from fedcal.calibration_state import STATE_FIELDS, CalibrationState, from_arrays, state_problem
+from fedcal.config.defense import CALGUARD_MIN_ROOT as MIN_ROOT_SIZE, CALGUARD_MODES, CALGUARD_SOURCES
 from fedcal.local_training import predict_logits
 
 #: the signature columns of the audit table, in order
 SIGNATURE_COLUMNS = ("scale_shift", "conf_shift", "nll_shift", "root_accuracy")
 #: the signature columns with the clients' own calibration drift (``signal = "clients"``)
 DRIFT_COLUMNS = ("sece_drift", "conf_shift", "accuracy_shift", "held_out")
-#: CalGuard's signals: the server's root set, or the clients' reported calibration drift
-CALGUARD_SOURCES = ("root", "clients")
 #: the prefixes of the two states in a reply's drift record
 DRIFT_PARTS = ("global", "candidate")
-#: the smallest root set CalGuard accepts (a robust scale of the signature needs some samples)
-MIN_ROOT_SIZE = 20
-CALGUARD_MODES = ("filter", "audit")
 _MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution × 1.4826 = its standard deviation
 
 

@@ -11,14 +11,18 @@ __all__ = ["CALGUARD_MODES", "CALGUARD_SIGNALS", "CALGUARD_SOURCES", "CALGUARD_M
 # with the components that declare it).
 RULES = ComponentNames("rule")
 STEPS = ComponentNames("pre-aggregation")
-CALGUARD_MODES = ("filter", "audit")  # fedcal.aggregate.calguard.CALGUARD_MODES (a test keeps them equal)
+#: CalGuard's modes, its sequential test's signals and its signal sources: declared here once, read by
+#: fedcal.aggregate.calguard and fedcal.strategies.calguard
+CALGUARD_MODES = ("filter", "audit")
 #: expected replies per client of the runs the sequential test's default thresholds were calibrated on
 #: (5 of 50 clients a round, 100 rounds): a benign client's statistic climbs further with more replies
 #: (docs/defense.md, "The sequential test's thresholds at 10 clients a round")
 CUSUM_CALIBRATED_REPLIES = 10.0
-CALGUARD_SIGNALS = ("ratio", "scale")  # fedcal.strategies.calguard.SEQUENTIAL_SIGNALS (a test keeps them equal)
-CALGUARD_MIN_ROOT = 20  # fedcal.aggregate.calguard.MIN_ROOT_SIZE
-CALGUARD_SOURCES = ("root", "clients")  # fedcal.aggregate.calguard.CALGUARD_SOURCES (a test keeps them equal)
+CALGUARD_SIGNALS = ("ratio", "scale")
+#: the smallest root set CalGuard accepts (a robust scale of the signature needs some samples)
+CALGUARD_MIN_ROOT = 20
+#: CalGuard's signals: the server's root set, or the clients' reported calibration drift
+CALGUARD_SOURCES = ("root", "clients")
 # Bucketing is no pre-aggregation step of the catalogue: it turns the clients' rows into buckets, so
 # per-client weights and the aggregation audit no longer apply (fedcal.aggregate.bucketing stays a library step).
 #: the smallest clipping norm (``clip-c``, ``cclip-tau``): float32 weights resolve changes of about 1e-7 of their

@@ -23,13 +23,14 @@ CLIENT_OUTPUTS = ("probits", "logits")
 # The attacks an inference run evaluates by default: SPEC §7's. A string literal, not all of
 # the catalogue's inference attacks: the default is hashed, and an attack added to the list must not rename any run.
 DEFAULT_INFERENCE_ATTACKS = "none,logit_flip,sia_blackbox,sia_blackbox_colluding,sia_whitebox,lma,cpa,pgd_cw"
-# PGD-CW's start, margin and gradient through trimming/medians (fedcal.inference.probit_attacks.PGD_STARTS,
-# PGD_LOSSES; fedcal.inference.evaluate.PGD_GRADS; a test keeps them equal): fedcal's first, the robust-inference
-# authors' code's second.
+# PGD-CW's start (the adversary's own row, or a random near-uniform row: logits ~ U[0, 1)^C, the authors'
+# ``torch.rand_like``), its margin (on log-probabilities, or on probabilities: the authors' ``Carlini_Wagner_loss``)
+# and its gradient through trimming and medians (their exact sort subgradient, or BPDA): fedcal's first, the
+# robust-inference authors' code's second; declared here once, read by fedcal.inference.
 PGD_STARTS = ("own", "uniform")
 PGD_LOSSES = ("logit", "prob")
 PGD_GRADS = ("exact", "bpda")
-ADV_ATTACKS = ("fedcal", "literature")  # fedcal.inference.deepset.ADV_ATTACKS
+ADV_ATTACKS = ("fedcal", "literature")  # how the DeepSet's adversarial training finds its corrupted rows
 
 def _inference_attacks(c: RunConfig) -> None:
     attacks, aggregators = catalogue.names("inference-attack"), catalogue.names("inference-aggregator")

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedcal.aggregate import trimmed_mean_along
+from fedcal.config.inference import ADV_ATTACKS
 
 from ._fit import adam_epochs
 from .aggregators import check_probits, straight_through
@@ -151,8 +152,6 @@ def _corruption_mask(b: int, n: int, f: int, m: int | None, generator) -> torch.
     return ranks < ms[:, None]
 
 
-#: how the adversarial training finds its corrupted rows: fedcal's (below) or the robust-inference authors'
-ADV_ATTACKS = ("fedcal", "literature")
 
 
 def literature_corruption_mask(b: int, n: int, f: int, generator) -> torch.Tensor:

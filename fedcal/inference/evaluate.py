@@ -31,6 +31,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from fedcal import catalogue
+from fedcal.config.inference import PGD_GRADS
 from fedcal.progress import phase
 
 from .aggregators import AGGREGATORS, averaging_aggregator
@@ -55,8 +56,6 @@ def __getattr__(name: str):
         return catalogue.names("inference-aggregator")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-#: how PGD-CW differentiates trimming and medians: their exact (sort) subgradient, or BPDA (:func:`gradient_view`)
-PGD_GRADS = ("exact", "bpda")
 #: PGD-CW's cap on the margin per loss: 0 on log-probabilities (fedcal), 0.1 on probabilities (the
 #: robust-inference authors' ``cw_confidence`` default, Utils/fl_args.py)
 PGD_KAPPA = {"logit": 0.0, "prob": 0.1}

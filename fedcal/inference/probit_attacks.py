@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from fedcal import catalogue
+from fedcal.config.inference import PGD_LOSSES, PGD_STARTS
 
 __all__ = [
     "adversary_mask",
@@ -250,12 +251,6 @@ def cpa(probits: torch.Tensor, mask: torch.Tensor,
     return _replace(probits, mask, _one_hot(target, C, probits).unsqueeze(1))
 
 
-#: where PGD-CW starts its free variables: at the adversary's own row (fedcal's default) or at a
-#: random near-uniform row, logits ~ U[0, 1)^C (the robust-inference authors' code, ``torch.rand_like``)
-PGD_STARTS = ("own", "uniform")
-#: the margin PGD-CW ascends: on log-probabilities (fedcal's default) or on probabilities (the authors'
-#: ``Carlini_Wagner_loss``, applied to the aggregate's probabilities)
-PGD_LOSSES = ("logit", "prob")
 
 
 def cw_margin(agg_probs: torch.Tensor, labels, kappa: Optional[float] = None, space: str = "logit"

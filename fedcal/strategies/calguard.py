@@ -15,6 +15,7 @@ from fedcal import aggregate as agg
 from fedcal.aggregate import calguard as cg
 from fedcal import sequential as sq
 from fedcal.aggregate.numerics import row_norms64
+from fedcal.config.defense import CALGUARD_SIGNALS
 from fedcal.strategies.base import UpdateAggregationStrategy
 from fedcal.strategies.options import StrategyOptions
 from fedcal.strategies.replies import tensor_of
@@ -22,8 +23,8 @@ from fedcal.strategies.replies import tensor_of
 if TYPE_CHECKING:
     from fedcal.config import RunConfig
 
-#: what CalGuard's sequential test may be fed (``sequential_signal``)
-SEQUENTIAL_SIGNALS = ("ratio", "scale")
+#: what CalGuard's sequential test may be fed (``sequential_signal``): the config's choices
+SEQUENTIAL_SIGNALS = CALGUARD_SIGNALS
 #: the reply's record of its client's two calibration states (``signal = "clients"``)
 DRIFT_RECORD = "calibration-drift"
 
