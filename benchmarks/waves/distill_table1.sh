@@ -28,19 +28,16 @@
 # $FEDCAL_DATA_DIR or ~/.cache/fedcal/data — the device machine has none of them unless they
 # travel with the working tree.
 #
-# Cost. Measured: the budget curve's FedIT run at exactly this budget took 902 s of wall time to
-# its sixth round (docs/results/distill-minilm-budget-curve/runs.csv, the seconds column; one torch
-# thread, evaluated every round, on the development machine's 2 cores shared with other jobs at
-# load average 13-16). The other methods' cost relative to FedIT's is read from Table 1's committed
+# Cost, measured as CPU time (user + sys of the whole command, one torch thread, device=cpu, the
+# frozen-layer cache warm), on the development machine's 2 cores while other jobs ran: FedIT (rank 8,
+# IID, rho = 0.3) 184 and 185 CPU-s for seeds 0 and 1, RFD-LoRA 322 CPU-s (seed 0), 294-518 s of wall
+# time each (the acceptance cells' commands below, one seed at a time, under /usr/bin/time). The other methods' cost relative to FedIT's is read from Table 1's committed
 # seconds at the earlier budget (docs/results/distill-minilm-sentiment/seconds.md, CPU medians:
-# FFA-LoRA 1.6x, FLoRA 1.6x, FlexLoRA 1.7x, RFD-LoRA 1.35x, LoRA-FAIR 5.1x FedIT's): one cell of
-# the six methods is about 12.4 FedIT runs, so the 108 runs are about 18 x 12.4 x 902 s = 56
-# CPU-hours at that load — about 28 hours at JOBS=2, far beyond the issue's 6 hours on 2 cores
-# (a quiet machine is faster than the loaded one measured, by an unmeasured factor). A check of
-# this script ran its first cell (RFD-LoRA, IID, rho = 0.3, seed 0) on the same machine at load
-# average about 9 (nice 19, one thread): 722 s in all (round 0 29 s on a warm frozen-layer cache,
-# then 89-136 s a round), killed after round 2 and resumed from its checkpoint on the re-run, so
-# a run at this budget costs 12-15 minutes here. On one H200
+# FFA-LoRA 1.6x, FLoRA 1.6x, FlexLoRA 1.7x, RFD-LoRA 1.35x (1.74x measured here), LoRA-FAIR 5.1x
+# FedIT's): one cell of the six methods is about 12.4 FedIT runs, so the 108 runs are about
+# 18 x 12.4 x 185 s = 11.5 CPU-hours — about 5.7 hours at JOBS=2 on 2 quiet cores, inside the
+# 6 hours the budget was to fit. (An earlier estimate here, 56 CPU-hours, took the budget curve's
+# 902 s of *wall* time at load 13-16 for CPU time.) On one H200
 # (16 cores, DEVICE=auto, JOBS=14), estimated: the earlier budget's 186 client-training runs took
 # 4 minutes there (14 at a time; per-run medians of 3-4 s, 12 s for LoRA-FAIR: the wall time was
 # mostly each run's start-up); a client's training here is about 7x the earlier budget's (2x
