@@ -8,11 +8,12 @@ this runs, for each cell (rule × attack) and seed:
   ``byzfl.benchmark.benchmark``): D-SGD, ``cnn_mnist``, lr 0.1, client momentum 0.9, weight decay
   1e-4, batch 25, 10 honest clients and f = 3 Byzantine, Dirichlet α = 1 (``dirichlet_niid``),
   the whole training set (``size_train_set = 1``), on the CPU;
-* fedcal's equivalent: ``fedcal`` train task in-process, 13 clients all in every round, 3 of them
-  attackers, ``local-steps = 1`` at lr 0.1, ``client-momentum = 0.9`` (ByzFL's buffer), weight
-  decay 1e-4, batch 25, Dirichlet α = 1, fedcal's ``cnn`` (ByzFL's ``cnn_mnist`` is the same
-  architecture — two 5×5 conv + max-pool layers, two linear layers — at 20/50/500 instead of
-  32/64/512 units);
+* fedcal's equivalent: the ``fedcal`` train task (``engine = batched``, the stacked clients' step —
+  the in-process Flower path's run up to float rounding, ``--fedcal-engine inprocess`` runs that
+  instead), 13 clients all in every round, 3 of them attackers, ``local-steps = 1`` at lr 0.1,
+  ``client-momentum = 0.9`` (ByzFL's buffer), weight decay 1e-4, batch 25, Dirichlet α = 1, and
+  ``model = lenet`` — ByzFL's ``cnn_mnist`` (two 5×5 conv + max-pool layers at 20 and 50
+  channels, 800→500→10), PyTorch's default initialisation on both sides;
 
 and writes ``runs.csv`` (one row per run: side, rule, attack, seed, steps, accuracy, CPU seconds)
 and ``table.md`` (per cell: each side's mean ± half-range over the seeds and a verdict — "within
@@ -30,8 +31,14 @@ crafts updates, ByzFL gradients, so ByzFL's μ + τσ of gradients is fedcal's �
 
 Differences by construction (named in table.md): fedcal's 13 clients share the training set
 (the 3 attackers hold 3/13 of it, unused by the model-poisoning attacks; ByzFL deals it to the 10
-honest clients only); the partitions are drawn by each side's own generator; ByzFL applies the
-weight decay at the server after aggregation, fedcal in each client's step before the momentum.
+honest clients only); the partitions, the initial weights and the batches are drawn by each side's
+own generator; ByzFL applies the weight decay at the server after aggregation, fedcal in each
+client's step before the momentum (so the attacks see it in the honest updates); fedcal crafts
+from updates (−η times a gradient), ByzFL from gradients, so a sign fixed in the attack's formula
+means the opposite direction: fedcal's ``alie`` z = 1.5 is ByzFL's τ = 1.5 (μ − zσ of updates is
+μ + τσ of gradients), but fedcal's ``opt-alie`` searches μ + τσ of updates, τ ≥ 0 — ByzFL's
+Optimal ALIE mirrored (τ ≤ 0 in ByzFL's terms, its ``delta = −10``); the ``opt-alie-mirror``
+rows run ByzFL's side so, against fedcal's ``opt-alie``, to measure what that sign costs.
 
 Cost: ``--budget-cpu-min`` (default 40) — the command first runs every cell on both sides for
 ``--probe-steps`` steps (seed 0), takes each run's CPU seconds / steps as an upper bound of its
@@ -79,6 +86,7 @@ class Attack:
     byzfl: tuple[str, dict]  # (ByzFL attack name, its parameters)
     fedcal: dict
     f: int = F  # Byzantine clients (0: the benign reference, 10 honest clients alone)
+    same_as: str = ""  # a ByzFL-only variant: compared with fedcal's runs of this attack (not rerun)
 
 
 RULES = (
@@ -96,6 +104,11 @@ ATTACKS = (
 )
 #: the comparison's cells: the benign reference (the mean without attack) and every rule × attack
 CELLS = ((RULES[0], ATTACKS[0]), *((r, a) for r in RULES for a in ATTACKS[1:]))
+#: a measurement, not a cell: ByzFL's Optimal ALIE searching τ ≤ 0 (``delta = −10``) — fedcal's
+#: ``opt-alie`` direction (μ + τσ of updates = μ − τσ of gradients) — against fedcal's opt-alie runs
+MIRROR = Attack("opt-alie-mirror", "Optimal ALIE, ByzFL with delta = −10 (fedcal's direction)",
+                ("Optimal_ALittleIsEnough", {"delta": -10.0}), {"attack": "opt-alie"}, same_as="opt-alie")
+MEASUREMENTS = tuple((r, MIRROR) for r in RULES)
 
 
 def byzfl_missing() -> str | None:
@@ -176,23 +189,26 @@ def run_byzfl(rule: Rule, attack: Attack, seed: int, steps: int, work: Path, dat
 
 
 # ---------------------------------------------------------------------------------- fedcal's side
-def fedcal_config(rule: Rule, attack: Attack, seed: int, steps: int, out: Path, data_dir: Path):
+def fedcal_config(rule: Rule, attack: Attack, seed: int, steps: int, out: Path, data_dir: Path,
+                  engine: str = "batched"):
     from fedcal.config import RunConfig
 
     n = HONEST + attack.f
-    return RunConfig(dataset="mnist", data_dir=str(data_dir), model="cnn", num_clients=n, clients_per_round=n,
+    return RunConfig(dataset="mnist", data_dir=str(data_dir), model="lenet", num_clients=n, clients_per_round=n,
                      attacker_ratio=attack.f / n, partition="dirichlet", dirichlet_alpha=ALPHA, lr=LR, batch_size=BATCH,
                      local_steps=1, client_momentum=MOMENTUM, weight_decay=WD, num_rounds=steps,
-                     eval_every=steps, seed=seed, engine="inprocess", device="cpu", output_dir=str(out),
+                     eval_every=steps, seed=seed, engine=engine, device="cpu", output_dir=str(out),
                      **rule.fedcal, **attack.fedcal)
 
 
-def run_fedcal(rule: Rule, attack: Attack, seed: int, steps: int, work: Path, data_dir: Path) -> tuple[float, float]:
-    """(final test accuracy, CPU seconds) of fedcal's run of one cell and seed."""
+def run_fedcal(rule: Rule, attack: Attack, seed: int, steps: int, work: Path, data_dir: Path,
+               engine: str = "batched") -> tuple[float, float]:
+    """(final test accuracy, CPU seconds) of fedcal's run of one cell and seed (``engine``: batched,
+    the stacked clients' step; inprocess, the Flower path — the same run up to float rounding)."""
     from fedcal.app.engine import simulate
     from fedcal.results import run_dir_for
 
-    cfg = fedcal_config(rule, attack, seed, steps, work / "fedcal", data_dir)
+    cfg = fedcal_config(rule, attack, seed, steps, work / "fedcal", data_dir, engine)
     cpu = time.process_time()
     simulate(cfg, progress=False)
     cpu = time.process_time() - cpu
@@ -234,9 +250,12 @@ def write_table(rows: list[dict], out: Path, steps: int, notes: str = "") -> str
              "by construction).", "",
              "| rule | attack | ByzFL | fedcal | verdict | CPU s (ByzFL / fedcal, per run) |",
              "|---|---|---|---|---|---|"]
-    for rule, attack in CELLS:
-        got = {s: [r for r in rows if r["side"] == s and r["rule"] == rule.key and r["attack"] == attack.key
+    for rule, attack in (*CELLS, *MEASUREMENTS):
+        key = {"byzfl": attack.key, "fedcal": attack.same_as or attack.key}
+        got = {s: [r for r in rows if r["side"] == s and r["rule"] == rule.key and r["attack"] == key[s]
                    and int(r["steps"]) == steps] for s in SIDES}
+        if attack.same_as and not got["byzfl"]:
+            continue
         if not any(got.values()):
             continue
         acc = {s: [float(r["accuracy"]) for r in got[s]] for s in SIDES}
@@ -268,6 +287,24 @@ def append_run(path: Path, row: dict) -> None:
         w.writerow(row)
 
 
+def take_claim(path: Path) -> bool:
+    """Claim one run for this process (a file holding its pid, created exclusively), so that several
+    processes of the same command share the runs; a claim whose process is gone is taken over."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        try:
+            os.kill(int(path.read_text() or 0), 0)
+            return False  # its process is alive
+        except (ProcessLookupError, ValueError, FileNotFoundError):
+            path.write_text(str(os.getpid()))
+            return True
+    with os.fdopen(fd, "w") as fh:
+        fh.write(str(os.getpid()))
+    return True
+
+
 def choose_steps(per_step: dict[tuple[str, str, str], float], seeds: int, budget_s: float) -> int:
     """The largest step count (≤ ByzFL's 800) whose runs — every cell, both sides, ``seeds`` seeds,
     at the measured CPU seconds per step — fit ``budget_s``."""
@@ -278,7 +315,7 @@ def choose_steps(per_step: dict[tuple[str, str, str], float], seeds: int, budget
 def pick_cells(text: str) -> list[tuple[Rule, Attack]]:
     if not text:
         return list(CELLS)
-    rules, attacks = {r.key: r for r in RULES}, {a.key: a for a in ATTACKS}
+    rules, attacks = {r.key: r for r in RULES}, {a.key: a for a in (*ATTACKS, MIRROR)}
     out = []
     for item in text.split(","):
         r, _, a = item.strip().partition(":")
@@ -300,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probe-steps", type=int, default=3)
     p.add_argument("--cells", default="", help="rule:attack,... (default: all 13, mean:none the benign reference)")
     p.add_argument("--sides", default="byzfl,fedcal")
+    p.add_argument("--fedcal-engine", default="batched", choices=("batched", "inprocess"),
+                   help="fedcal's engine (batched: the stacked clients' step; inprocess: the Flower path)")
     args = p.parse_args(argv)
 
     missing = byzfl_missing()
@@ -316,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"byzfl_agreement: skipped: no {data_dir / 'mnist_train.npz'} (fedcal data mnist writes it)")
         return 0
     cells, sides = pick_cells(args.cells), [s for s in args.sides.split(",") if s]
+    run_side = {"byzfl": run_byzfl,
+                "fedcal": lambda *a: run_fedcal(*a, engine=args.fedcal_engine)}
     out = args.out
     work = args.work or out / ".work"
     out.mkdir(parents=True, exist_ok=True)
@@ -327,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         per_step = {}
         for rule, attack in cells:
             for side in sides:
-                acc, cpu = SIDES[side](rule, attack, 0, args.probe_steps, work / "probe", data_dir)
+                acc, cpu = run_side[side](rule, attack, 0, args.probe_steps, work / "probe", data_dir)
                 per_step[(side, rule.key, attack.key)] = cpu / args.probe_steps
                 print(f"probe {side:6s} {rule.key:10s} {attack.key:8s}: {cpu / args.probe_steps:.2f} CPU s/step "
                       f"(setup included)", flush=True)
@@ -339,16 +380,26 @@ def main(argv: list[str] | None = None) -> int:
                 w.writerow([side, r, a, args.probe_steps, f"{v:.3f}"])
         print(f"steps = {steps} (budget {args.budget_cpu_min:g} CPU-min, {args.seeds} seeds, {len(cells)} cells)")
 
-    for rule, attack in cells:
-        for seed in range(args.seeds):
+    # seed-major: every cell's first seed before any cell's second, so a stopped comparison has
+    # whole columns of seeds (and resumes where it stopped)
+    for seed in range(args.seeds):
+        for rule, attack in cells:
             for side in sides:
+                if side == "fedcal" and attack.same_as:  # fedcal's runs of attack.same_as are its side
+                    continue
                 # read before each run: another process (the other side, other cells) may append meanwhile
                 done = {(r["side"], r["rule"], r["attack"], int(r["seed"]), int(r["steps"])) for r in read_runs(runs_csv)}
                 if (side, rule.key, attack.key, seed, steps) in done:
                     continue
-                acc, cpu = SIDES[side](rule, attack, seed, steps, work, data_dir)
-                append_run(runs_csv, {"side": side, "rule": rule.key, "attack": attack.key, "seed": seed,
-                                      "steps": steps, "accuracy": f"{acc:.4f}", "cpu_s": f"{cpu:.1f}"})
+                claim = work / "claims" / f"{side}-{rule.key}-{attack.key}-s{seed}-{steps}"
+                if not take_claim(claim):  # another process of the same command runs it now
+                    continue
+                try:
+                    acc, cpu = run_side[side](rule, attack, seed, steps, work, data_dir)
+                    append_run(runs_csv, {"side": side, "rule": rule.key, "attack": attack.key, "seed": seed,
+                                          "steps": steps, "accuracy": f"{acc:.4f}", "cpu_s": f"{cpu:.1f}"})
+                finally:
+                    claim.unlink(missing_ok=True)
                 print(f"{side:6s} {rule.key:10s} {attack.key:8s} seed {seed}: accuracy {acc:.4f}, {cpu:.0f} CPU s",
                       flush=True)
     print(write_table(read_runs(runs_csv), out, steps))
