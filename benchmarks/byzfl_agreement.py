@@ -18,7 +18,9 @@ this runs, for each cell (rule × attack) and seed:
 and writes ``runs.csv`` (one row per run: side, rule, attack, seed, steps, accuracy, CPU seconds)
 and ``table.md`` (per cell: each side's mean ± half-range over the seeds and a verdict — "within
 spread" when the two sides' seed ranges overlap, else "differs" with the gap in points) to
-``--out`` (default docs/results/byzfl-agreement). Finished runs are kept in runs.csv and skipped
+``--out`` (default docs/results/byzfl-agreement); a cell that differs carries the measured reason
+``reasons.csv`` there gives (rule, attack, reason: written by hand from a measurement), and
+``reading.md`` there (the hand-written reading) is kept below the table. Finished runs are kept in runs.csv and skipped
 when the command is run again (a stopped comparison resumes).
 
 The cells: the benign reference — ByzFL's ``Average`` with f = 0 against fedcal's mean over the 10
@@ -223,15 +225,24 @@ SIDES = {"byzfl": run_byzfl, "fedcal": run_fedcal}
 # ---------------------------------------------------------------------------------- the table
 def verdict(byzfl: list[float], fedcal: list[float]) -> str:
     """"within spread" when the two sides' seed ranges overlap, else "differs: …" with the gap
-    between them in accuracy points."""
+    between them in accuracy points; a side of one seed has no spread: no verdict, the gap."""
     if not byzfl or not fedcal:
         return "incomplete"
+    if len(byzfl) < 2 or len(fedcal) < 2:
+        gap = 100 * (mean(fedcal) - mean(byzfl))
+        return f"no verdict: one seed on a side (fedcal {gap:+.1f} points)"
     lo_b, hi_b, lo_f, hi_f = min(byzfl), max(byzfl), min(fedcal), max(fedcal)
     if lo_f <= hi_b and lo_b <= hi_f:
         return "within spread"
     gap = 100 * (lo_f - hi_b if lo_f > hi_b else lo_b - hi_f)
     higher = "fedcal" if lo_f > hi_b else "ByzFL"
     return f"differs: {higher} higher by {gap:.1f} points beyond the seed ranges"
+
+
+def _verdict_text(acc: dict[str, list[float]], reason: str | None) -> str:
+    """The verdict, and where it is not "within spread" the measured reason ``reasons.csv`` gives."""
+    v = verdict(acc["byzfl"], acc["fedcal"])
+    return f"{v}; {reason}" if reason and v != "within spread" else v
 
 
 def _cell_text(values: list[float]) -> str:
@@ -250,6 +261,7 @@ def write_table(rows: list[dict], out: Path, steps: int, notes: str = "") -> str
              "by construction).", "",
              "| rule | attack | ByzFL | fedcal | verdict | CPU s (ByzFL / fedcal, per run) |",
              "|---|---|---|---|---|---|"]
+    reasons = {(r["rule"], r["attack"]): r["reason"] for r in read_runs(out / "reasons.csv")}
     for rule, attack in (*CELLS, *MEASUREMENTS):
         key = {"byzfl": attack.key, "fedcal": attack.same_as or attack.key}
         got = {s: [r for r in rows if r["side"] == s and r["rule"] == rule.key and r["attack"] == key[s]
@@ -261,9 +273,11 @@ def write_table(rows: list[dict], out: Path, steps: int, notes: str = "") -> str
         acc = {s: [float(r["accuracy"]) for r in got[s]] for s in SIDES}
         cpu = {s: (f"{mean(float(r['cpu_s']) for r in got[s]):.0f}" if got[s] else "–") for s in SIDES}
         lines.append(f"| {rule.label} | {attack.label} | {_cell_text(acc['byzfl'])} | {_cell_text(acc['fedcal'])} | "
-                     f"{verdict(acc['byzfl'], acc['fedcal'])} | {cpu['byzfl']} / {cpu['fedcal']} |")
+                     f"{_verdict_text(acc, reasons.get((rule.key, attack.key)))} | {cpu['byzfl']} / {cpu['fedcal']} |")
     total = sum(float(r["cpu_s"]) for r in rows if int(r["steps"]) == steps)
     lines += ["", f"Total CPU of these runs: {total / 60:.1f} min (one torch thread each)."]
+    reading = out / "reading.md"  # the hand-written reading of the table, kept when it is rewritten
+    notes = notes or (reading.read_text().strip() if reading.exists() else "")
     if notes:
         lines += ["", notes]
     text = "\n".join(lines) + "\n"
