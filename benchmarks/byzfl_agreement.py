@@ -113,6 +113,14 @@ MIRROR = Attack("opt-alie-mirror", "Optimal ALIE, ByzFL with delta = −10 (fedc
 MEASUREMENTS = tuple((r, MIRROR) for r in RULES)
 
 
+def set_alpha(alpha: float, weight_decay: float = WD) -> None:
+    """Both sides' label skew and weight decay for this command (``--alpha``, ``--weight-decay``)."""
+    global ALPHA, WD
+    if not (alpha > 0):
+        raise SystemExit(f"--alpha: {alpha} is not a Dirichlet alpha (> 0, or inf for IID)")
+    ALPHA, WD = alpha, weight_decay
+
+
 def byzfl_missing() -> str | None:
     """Why ByzFL's side cannot run here (one line), or None."""
     try:
@@ -153,7 +161,9 @@ def byzfl_setting(rule: Rule, attack: Attack, seed: int, steps: int, data: Path,
                              "nb_honest_clients": HONEST, "f": attack.f, "data_distribution_seed": seed,
                              "nb_data_distribution_seeds": 1, "size_train_set": 1.0,
                              "set_honest_clients_as_clients": False,
-                             "data_distribution": {"name": "dirichlet_niid", "distribution_parameter": ALPHA}},
+                             "data_distribution": ({"name": "iid", "distribution_parameter": 1.0}
+                                                   if math.isinf(ALPHA) else
+                                                   {"name": "dirichlet_niid", "distribution_parameter": ALPHA})},
         "model": {"name": "cnn_mnist", "dataset_name": "mnist", "nb_labels": 10, "loss": "NLLLoss",
                   "learning_rate": LR, "learning_rate_decay": 1.0, "milestones": []},
         "aggregator": {"name": agg, "parameters": {}},
@@ -197,10 +207,15 @@ def fedcal_config(rule: Rule, attack: Attack, seed: int, steps: int, out: Path, 
 
     n = HONEST + attack.f
     return RunConfig(dataset="mnist", data_dir=str(data_dir), model="lenet", num_clients=n, clients_per_round=n,
-                     attacker_ratio=attack.f / n, partition="dirichlet", dirichlet_alpha=ALPHA, lr=LR, batch_size=BATCH,
+                     attacker_ratio=attack.f / n, **partition(), lr=LR, batch_size=BATCH,
                      local_steps=1, client_momentum=MOMENTUM, weight_decay=WD, num_rounds=steps,
                      eval_every=steps, seed=seed, engine=engine, device="cpu", output_dir=str(out),
                      **rule.fedcal, **attack.fedcal)
+
+
+def partition() -> dict:
+    """fedcal's partition keys for ``ALPHA`` (inf: IID, as ByzFL's ``iid``)."""
+    return {"partition": "iid"} if math.isinf(ALPHA) else {"partition": "dirichlet", "dirichlet_alpha": ALPHA}
 
 
 def run_fedcal(rule: Rule, attack: Attack, seed: int, steps: int, work: Path, data_dir: Path,
@@ -255,7 +270,7 @@ def _cell_text(values: list[float]) -> str:
 def write_table(rows: list[dict], out: Path, steps: int, notes: str = "") -> str:
     """table.md from the runs: per cell, each side's mean ± half-range (points) and the verdict."""
     lines = [f"# fedcal vs ByzFL, cell by cell ({steps} D-SGD steps, f = {F} of {HONEST} honest, "
-             f"Dirichlet alpha = {ALPHA:g}, MNIST)", "",
+             f"{'IID' if math.isinf(ALPHA) else f'Dirichlet alpha = {ALPHA:g}'}, weight decay {WD:g}, MNIST)", "",
              "Test accuracy (%) after the last step: mean ± half the range over the seeds. "
              "Written by `benchmarks/byzfl_agreement.py` (its docstring: the settings and the differences "
              "by construction).", "",
@@ -353,7 +368,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sides", default="byzfl,fedcal")
     p.add_argument("--fedcal-engine", default="batched", choices=("batched", "inprocess"),
                    help="fedcal's engine (batched: the stacked clients' step; inprocess: the Flower path)")
+    p.add_argument("--weight-decay", type=float, default=WD, choices=(0.0, WD),
+                   help="both sides' weight decay (0: removes where each applies it; use its own --out)")
+    p.add_argument("--alpha", type=float, default=ALPHA,
+                   help="Dirichlet alpha of both sides' label skew (inf: IID, ByzFL's iid); use its own --out")
     args = p.parse_args(argv)
+    set_alpha(args.alpha, args.weight_decay)
 
     missing = byzfl_missing()
     if missing:
