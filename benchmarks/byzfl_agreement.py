@@ -71,6 +71,9 @@ OUT = ROOT / "docs" / "results" / "byzfl-agreement"
 FIELDS = ["side", "rule", "attack", "seed", "steps", "accuracy", "cpu_s"]
 HONEST, F, ALPHA, LR, MOMENTUM, WD, BATCH = 10, 3, 1.0, 0.1, 0.9, 1e-4, 25
 BYZFL_MAX_STEPS = 800  # ByzFL's default benchmark length
+#: MNIST's test-set chance rate (the majority class, 1135 of 10,000) and the accuracy up to which a
+#: model is within noise of it (one-sided binomial test at level 0.01, as fedcal's reports flag it)
+CHANCE, CHANCE_FLAG = 0.1135, 0.1209
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,9 @@ def verdict(byzfl: list[float], fedcal: list[float]) -> str:
     between them in accuracy points; a side of one seed has no spread: no verdict, the gap."""
     if not byzfl or not fedcal:
         return "incomplete"
+    byzfl, fedcal = [_at_chance_if_diverged(v) for v in byzfl], [_at_chance_if_diverged(v) for v in fedcal]
+    if max(byzfl + fedcal) <= CHANCE_FLAG:
+        return "within spread (both at chance)"
     if len(byzfl) < 2 or len(fedcal) < 2:
         gap = 100 * (mean(fedcal) - mean(byzfl))
         return f"no verdict: one seed on a side (fedcal {gap:+.1f} points)"
@@ -254,6 +260,11 @@ def verdict(byzfl: list[float], fedcal: list[float]) -> str:
     return f"differs: {higher} higher by {gap:.1f} points beyond the seed ranges"
 
 
+def _at_chance_if_diverged(accuracy: float) -> float:
+    """A diverged run (fedcal's accuracy NaN: its weights are no longer finite) at the chance rate."""
+    return CHANCE if math.isnan(accuracy) else accuracy
+
+
 def _verdict_text(acc: dict[str, list[float]], reason: str | None) -> str:
     """The verdict, and where it is not "within spread" the measured reason ``reasons.csv`` gives."""
     v = verdict(acc["byzfl"], acc["fedcal"])
@@ -261,10 +272,14 @@ def _verdict_text(acc: dict[str, list[float]], reason: str | None) -> str:
 
 
 def _cell_text(values: list[float]) -> str:
+    """mean ± half-range in points, n; a diverged run counted at chance and marked †."""
     if not values:
         return "–"
+    diverged = sum(math.isnan(v) for v in values)
+    values = [_at_chance_if_diverged(v) for v in values]
     half = 50 * (max(values) - min(values))
-    return f"{100 * mean(values):.1f} ± {half:.1f} (n={len(values)})"
+    mark = f" † {diverged} diverged" if diverged else ""
+    return f"{100 * mean(values):.1f} ± {half:.1f} (n={len(values)}{mark})"
 
 
 def write_table(rows: list[dict], out: Path, steps: int, notes: str = "") -> str:

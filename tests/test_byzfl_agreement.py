@@ -29,6 +29,10 @@ def test_the_verdict_compares_the_seed_ranges():
     assert v([0.60, 0.70], [0.10, 0.45]) == "differs: ByzFL higher by 15.0 points beyond the seed ranges"
     assert v([0.6], []) == "incomplete"
     assert v([0.80], [0.85, 0.86]) == "no verdict: one seed on a side (fedcal +5.5 points)"  # no spread on a side
+    # a diverged fedcal run (NaN) counts at chance, 11.35 %: beside ByzFL's 9.8 % both are at chance
+    assert v([0.098, 0.098], [float("nan"), 0.1135]) == "within spread (both at chance)"
+    assert v([0.6135, 0.62], [float("nan"), float("nan")]) == "differs: ByzFL higher by 50.0 points beyond the seed ranges"
+    assert _module()._cell_text([float("nan"), 0.1135]) == "11.3 ± 0.0 (n=2 † 1 diverged)"
 
 
 def test_the_table_names_the_measured_reason_and_keeps_the_reading(tmp_path):
