@@ -17,7 +17,9 @@ this runs, for each cell (rule × attack) and seed:
 
 and writes ``runs.csv`` (one row per run: side, rule, attack, seed, steps, accuracy, CPU seconds)
 and ``table.md`` (per cell: each side's mean ± half-range over the seeds and a verdict — "within
-spread" when the two sides' seed ranges overlap, else "differs" with the gap in points) to
+spread" when the two sides' seed ranges overlap, else "differs" with the gap in points; and what
+the attack costs each side — its benign reference's mean minus the cell's —, so a cell whose gap
+is the two trainings' own, the benign reference's, shows it) to
 ``--out`` (default docs/results/byzfl-agreement); a cell that differs carries the measured reason
 ``reasons.csv`` there gives (rule, attack, reason: written by hand from a measurement), and
 ``reading.md`` there (the hand-written reading) is kept below the table. Finished runs are kept in runs.csv and skipped
@@ -271,6 +273,16 @@ def _verdict_text(acc: dict[str, list[float]], reason: str | None) -> str:
     return f"{v}; {reason}" if reason and v != "within spread" else v
 
 
+def _cost_text(benign: dict[str, list[float]], acc: dict[str, list[float]], attack: Attack) -> str:
+    """What the attack costs each side: its benign reference's mean accuracy minus the cell's, in
+    points (– for the reference itself, or a side without both)."""
+    if attack.f == 0:
+        return "–"
+    cost = [f"{100 * (mean(benign[s]) - mean(_at_chance_if_diverged(v) for v in acc[s])):.1f}"
+            if benign[s] and acc[s] else "–" for s in SIDES]
+    return " / ".join(cost)
+
+
 def _cell_text(values: list[float]) -> str:
     """mean ± half-range in points, n; a diverged run counted at chance and marked †."""
     if not values:
@@ -289,8 +301,12 @@ def write_table(rows: list[dict], out: Path, steps: int, notes: str = "") -> str
              "Test accuracy (%) after the last step: mean ± half the range over the seeds. "
              "Written by `benchmarks/byzfl_agreement.py` (its docstring: the settings and the differences "
              "by construction).", "",
-             "| rule | attack | ByzFL | fedcal | verdict | CPU s (ByzFL / fedcal, per run) |",
-             "|---|---|---|---|---|---|"]
+             "| rule | attack | ByzFL | fedcal | verdict | attack's cost (ByzFL / fedcal) | "
+             "CPU s (ByzFL / fedcal, per run) |",
+             "|---|---|---|---|---|---|---|"]
+    benign = {s: [_at_chance_if_diverged(float(r["accuracy"])) for r in rows if r["side"] == s
+                  and r["rule"] == CELLS[0][0].key and r["attack"] == CELLS[0][1].key and int(r["steps"]) == steps]
+              for s in SIDES}
     reasons = {(r["rule"], r["attack"]): r["reason"] for r in read_runs(out / "reasons.csv")}
     for rule, attack in (*CELLS, *MEASUREMENTS):
         key = {"byzfl": attack.key, "fedcal": attack.same_as or attack.key}
@@ -303,7 +319,8 @@ def write_table(rows: list[dict], out: Path, steps: int, notes: str = "") -> str
         acc = {s: [float(r["accuracy"]) for r in got[s]] for s in SIDES}
         cpu = {s: (f"{mean(float(r['cpu_s']) for r in got[s]):.0f}" if got[s] else "–") for s in SIDES}
         lines.append(f"| {rule.label} | {attack.label} | {_cell_text(acc['byzfl'])} | {_cell_text(acc['fedcal'])} | "
-                     f"{_verdict_text(acc, reasons.get((rule.key, attack.key)))} | {cpu['byzfl']} / {cpu['fedcal']} |")
+                     f"{_verdict_text(acc, reasons.get((rule.key, attack.key)))} | {_cost_text(benign, acc, attack)} | "
+                     f"{cpu['byzfl']} / {cpu['fedcal']} |")
     total = sum(float(r["cpu_s"]) for r in rows if int(r["steps"]) == steps)
     lines += ["", f"Total CPU of these runs: {total / 60:.1f} min (one torch thread each)."]
     reading = out / "reading.md"  # the hand-written reading of the table, kept when it is rewritten

@@ -46,9 +46,13 @@ def test_the_table_names_the_measured_reason_and_keeps_the_reading(tmp_path):
     text = mod.write_table(rows, tmp_path, 40)
     # 70-72 against 80-84: 8 points apart beyond the ranges, and the reason given for the cell
     assert "| 71.0 ± 1.0 (n=2) | 82.0 ± 2.0 (n=2) | differs: fedcal higher by 8.0 points beyond the seed ranges; " \
-           "the partition |" in text
+           "the partition | – / – |" in text  # no benign reference: no cost
     assert "| within spread |" in text and "unused" not in text  # a reason only where the cell differs
     assert text.rstrip().endswith("Reading. By hand.") and (tmp_path / "table.md").read_text() == text
+    # with the benign reference (mean 90 % on ByzFL, 86 % on fedcal) each side's cost: 90 − 71, 86 − 82
+    rows += [{"side": s, "rule": "mean", "attack": "none", "seed": 0, "steps": 40, "accuracy": a, "cpu_s": 10}
+             for s, a in (("byzfl", 0.90), ("fedcal", 0.86))]
+    assert "the partition | 19.0 / 4.0 |" in mod.write_table(rows, tmp_path, 40)
 
 
 def test_the_step_count_fits_the_cpu_budget():
