@@ -50,7 +50,8 @@ per-step cost (the setup included), and picks the largest step count (same on bo
 800, ByzFL's) whose comparison fits the budget; ``--steps`` fixes it instead. Runs use one torch
 thread, so CPU seconds are the cost on one core.
 
-    PYTHONPATH=. /path/to/venv-with-byzfl/bin/python benchmarks/byzfl_agreement.py
+    PYTHONPATH=. /path/to/venv-with-byzfl/bin/python benchmarks/byzfl_agreement.py --steps 40  # the reading
+    ... --steps 40 --alpha inf --out docs/results/byzfl-agreement/iid --cells mean:none,mean:alie  # a measurement
     python benchmarks/byzfl_agreement.py --steps 200 --seeds 3 --cells mean:signflip,trmean:alie
 """
 
