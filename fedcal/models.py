@@ -1,4 +1,4 @@
-"""Model zoo: MLP, small CNN, ResNet-8 and ResNet-18 for 32×32 inputs, 1-D CNN. ``build_model(name, ...)``.
+"""Model zoo: MLP, small CNN (and its LeNet widths), ResNet-8 and ResNet-18 for 32×32 inputs, 1-D CNN. ``build_model(name, ...)``.
 
 Every model exposes ``features(x)`` (penultimate representation, used by CKA analyses)
 and ``head`` (the final linear layer), with ``forward(x) = head(features(x))``.
@@ -33,16 +33,18 @@ class MLP(nn.Module):
 
 
 class CNN(nn.Module):
-    """Two 5×5 conv layers with max-pooling, then two linear layers (the FedAvg CNN)."""
+    """Two 5×5 conv layers with max-pooling, then two linear layers (the FedAvg CNN: 32 and 64
+    channels, 512 units)."""
 
-    def __init__(self, input_shape: tuple[int, ...], num_classes: int, width: int = 512):
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, width: int = 512,
+                 channels: tuple[int, int] = (32, 64)):
         super().__init__()
         if len(input_shape) != 3:
             raise ValueError(f"CNN needs C×H×W inputs, got shape {input_shape}")
         c = input_shape[0]
         self.conv = nn.Sequential(
-            nn.Conv2d(c, 32, 5), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+            nn.Conv2d(c, channels[0], 5), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(channels[0], channels[1], 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
         )
         with torch.no_grad():
             flat = self.conv(torch.zeros(1, *input_shape)).shape[1]
@@ -54,6 +56,17 @@ class CNN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))
+
+
+class LeNet(CNN):
+    """The same architecture at Caffe's LeNet widths — 20 and 50 channels, 500 units: ByzFL's
+    ``cnn_mnist`` (``byzfl/fed_framework/models.py``: conv 1→20, 20→50, 5×5, each followed by ReLU
+    and 2×2 max-pooling, then 800→500→10 on MNIST; about 431 k parameters), PyTorch's default
+    initialisation as there. ByzFL's forward ends in ``log_softmax`` for its NLL loss; fedcal's
+    models return logits for cross-entropy — the same loss."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int):
+        super().__init__(input_shape, num_classes, width=500, channels=(20, 50))
 
 
 class ResNet18(nn.Module):
@@ -157,8 +170,8 @@ class Linear(MLP):
         super().__init__(input_shape, num_classes, hidden=())
 
 
-MODEL_REGISTRY = {"mlp": MLP, "linear": Linear, "cnn": CNN, "resnet8": ResNet8, "resnet8-wide": ResNet8Wide,
-                  "resnet18": ResNet18, "cnn1d": CNN1D}
+MODEL_REGISTRY = {"mlp": MLP, "linear": Linear, "cnn": CNN, "lenet": LeNet, "resnet8": ResNet8,
+                  "resnet8-wide": ResNet8Wide, "resnet18": ResNet18, "cnn1d": CNN1D}
 
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, seed: int | None = None) -> nn.Module:

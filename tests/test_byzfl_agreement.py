@@ -28,6 +28,31 @@ def test_the_verdict_compares_the_seed_ranges():
     assert v([0.50, 0.52], [0.60, 0.61]) == "differs: fedcal higher by 8.0 points beyond the seed ranges"
     assert v([0.60, 0.70], [0.10, 0.45]) == "differs: ByzFL higher by 15.0 points beyond the seed ranges"
     assert v([0.6], []) == "incomplete"
+    assert v([0.80], [0.85, 0.86]) == "no verdict: one seed on a side (fedcal +5.5 points)"  # no spread on a side
+    # a diverged fedcal run (NaN) counts at chance, 11.35 %: beside ByzFL's 9.8 % both are at chance
+    assert v([0.098, 0.098], [float("nan"), 0.1135]) == "within spread (both at chance)"
+    assert v([0.6135, 0.62], [float("nan"), float("nan")]) == "differs: ByzFL higher by 50.0 points beyond the seed ranges"
+    assert _module()._cell_text([float("nan"), 0.1135]) == "11.3 ± 0.0 (n=2 † 1 diverged)"
+
+
+def test_the_table_names_the_measured_reason_and_keeps_the_reading(tmp_path):
+    mod = _module()
+    rows = [{"side": s, "rule": "mean", "attack": "signflip", "seed": i, "steps": 40, "accuracy": a, "cpu_s": 10}
+            for s, accs in (("byzfl", (0.70, 0.72)), ("fedcal", (0.80, 0.84))) for i, a in enumerate(accs)]
+    rows += [{"side": s, "rule": "trmean", "attack": "alie", "seed": 0, "steps": 40, "accuracy": a, "cpu_s": 10}
+             for s, a in (("byzfl", 0.7), ("fedcal", 0.7))] * 2
+    (tmp_path / "reasons.csv").write_text("rule,attack,reason\nmean,signflip,the partition\ntrmean,alie,unused\n")
+    (tmp_path / "reading.md").write_text("Reading. By hand.\n")
+    text = mod.write_table(rows, tmp_path, 40)
+    # 70-72 against 80-84: 8 points apart beyond the ranges, and the reason given for the cell
+    assert "| 71.0 ± 1.0 (n=2) | 82.0 ± 2.0 (n=2) | differs: fedcal higher by 8.0 points beyond the seed ranges; " \
+           "the partition | – / – |" in text  # no benign reference: no cost
+    assert "| within spread |" in text and "unused" not in text  # a reason only where the cell differs
+    assert text.rstrip().endswith("Reading. By hand.") and (tmp_path / "table.md").read_text() == text
+    # with the benign reference (mean 90 % on ByzFL, 86 % on fedcal) each side's cost: 90 − 71, 86 − 82
+    rows += [{"side": s, "rule": "mean", "attack": "none", "seed": 0, "steps": 40, "accuracy": a, "cpu_s": 10}
+             for s, a in (("byzfl", 0.90), ("fedcal", 0.86))]
+    assert "the partition | 19.0 / 4.0 |" in mod.write_table(rows, tmp_path, 40)
 
 
 def test_the_step_count_fits_the_cpu_budget():

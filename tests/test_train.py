@@ -93,6 +93,7 @@ def test_invalid_tau():
 
 
 @pytest.mark.parametrize("name,shape", [("mlp", (1, 28, 28)), ("cnn", (3, 32, 32)), ("cnn", (1, 28, 28)),
+                                        ("lenet", (1, 28, 28)),
                                         ("resnet8", (3, 32, 32)), ("resnet18", (3, 32, 32)), ("cnn1d", (187,)),
                                         ("linear", (384,))])
 def test_models_build_and_forward(name, shape):
@@ -104,6 +105,29 @@ def test_models_build_and_forward(name, shape):
     m2 = build_model(name, shape, 10, seed=0)
     for p, q in zip(m.parameters(), m2.parameters()):
         assert torch.equal(p, q)
+
+
+def test_lenet_is_byzfl_cnn_mnist():
+    """model=lenet is ByzFL's cnn_mnist: conv 1→20 and 20→50 (5×5), 800→500→10, by hand
+    20·25+20 + 50·20·25+50 + 800·500+500 + 500·10+10 = 431 080 parameters; the existing cnn keeps
+    its 32/64/512 widths. Where byzfl imports, its cnn_mnist loaded with lenet's weights gives
+    log_softmax of lenet's logits."""
+    m = build_model("lenet", (1, 28, 28), 10, seed=0)
+    assert [tuple(p.shape) for p in m.parameters()] == [(20, 1, 5, 5), (20,), (50, 20, 5, 5), (50,), (500, 800),
+                                                       (500,), (10, 500), (10,)]
+    assert sum(p.numel() for p in m.parameters()) == 431_080
+    assert [tuple(p.shape) for p in build_model("cnn", (1, 28, 28), 10).parameters()][::2] == [
+        (32, 1, 5, 5), (64, 32, 5, 5), (512, 1024), (10, 512)]
+    try:
+        from byzfl.fed_framework.models import cnn_mnist
+    except ImportError:
+        return
+    theirs = cnn_mnist()
+    with torch.no_grad():
+        for p, q in zip(theirs.parameters(), m.parameters(), strict=True):
+            p.copy_(q)
+    x = torch.randn(3, 1, 28, 28)
+    torch.testing.assert_close(theirs(x), m(x).log_softmax(1))
 
 
 def test_the_linear_model_is_logistic_regression():

@@ -7,7 +7,7 @@ from fedcal.config.schema import RunConfig, check, group, task_names, setting
 __all__ = ["DATASETS", "MODELS", "PARTITIONS", "OPTIMIZERS", "LEGACY_TASKS"]
 
 DATASETS = ("digits", "mnist", "cifar10", "cifar100", "synthetic", "mitbih", "rt-sentiment")
-MODELS = ("mlp", "cnn", "resnet8", "resnet8-wide", "resnet18", "cnn1d", "linear")
+MODELS = ("mlp", "cnn", "lenet", "resnet8", "resnet8-wide", "resnet18", "cnn1d", "linear")
 PARTITIONS = ("dirichlet", "iid", "patient")
 OPTIMIZERS = ("sgd", "adamw")
 # Old names of tasks, accepted and normalised: run directories written before the rename say "tsa".

@@ -63,7 +63,7 @@ from fedcal.strategies import strategy_from_config
 from fedcal.tasks import all_tasks
 from fedcal.tasks.poisoning import Colluders, colluders_for
 from fedcal.tasks.train import central_metrics, record_replies
-from fedcal.local_training import batch_schedule, effective_lr, resolve_device
+from fedcal.local_training import batch_schedule, effective_lr, momentum_reply, resolve_device
 
 log = logging.getLogger("fedcal.batched")
 
@@ -83,7 +83,6 @@ UNBATCHED_SETTINGS = {
     "tsa_step_frac": "the adaptive TSA attacker",
     "tsa_blend": "the adaptive TSA attacker",
     "tsa_duty": "the adaptive TSA attacker",
-    "client_momentum": "each client keeps a buffer across rounds",
 }
 
 
@@ -144,6 +143,7 @@ class _Run:
     parts: tuple
     behaviours: list  # per partition id (the run's attackers are fixed for the whole run)
     colluders: Colluders | None = None  # a model-poisoning attack's, who craft the attackers' replies
+    momentum: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)  # client-momentum buffers
     rejections: list[dict] = field(default_factory=list)
     failed: str | None = None
 
@@ -314,6 +314,7 @@ def _train_round(runs: list[_Run], server_round: int, names: list[str], x_train,
                     velocity[n] = g = v
                 p.addcmul_(lrs.view(shape), g, value=-1.0)  # p − η·g in one pass
     replies = {n: p.detach() for n, p in params.items()}
+    _client_momentum(runs, clients, replies, names)
     for ri, run in enumerate(runs):
         rows = [i for i, (r, _) in enumerate(clients) if r == ri]
         cids = [clients[i][1] for i in rows]
@@ -321,6 +322,23 @@ def _train_round(runs: list[_Run], server_round: int, names: list[str], x_train,
         if run.colluders is not None:
             _poison(run, server_round, cids, run_replies, names)
         _aggregate(run, server_round, cids, run_replies, run.params, names)
+
+
+def _client_momentum(runs: list[_Run], clients: list[tuple[int, int]], replies: dict[str, torch.Tensor],
+                     names: list[str]) -> None:
+    """``client-momentum``: each benign client's stacked reply replaced in place by the
+    momentum-smoothed one, its buffer kept on its run across rounds — the Flower path's client step
+    (:func:`fedcal.tasks.train._momentum_reply`) through the same
+    :func:`fedcal.local_training.momentum_reply`, before the colluders see the honest updates."""
+    for i, (ri, cid) in enumerate(clients):
+        run = runs[ri]
+        beta = run.cfg.client_momentum
+        if not beta or run.behaviours[cid].malicious:
+            continue
+        reply, run.momentum[cid] = momentum_reply({n: run.params[n] for n in names},
+                                                  {n: replies[n][i] for n in names}, run.momentum.get(cid), beta)
+        for n in names:
+            replies[n][i] = reply[n]
 
 
 def _round_clients(runs: list[_Run], server_round: int, device: torch.device):
