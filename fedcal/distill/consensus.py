@@ -37,6 +37,8 @@ from typing import Sequence
 
 import torch
 
+from fedcal.config.distill import DISTILL_AGGREGATORS
+
 from ._checks import as_float_tensor, check_int, check_real, check_uploads
 
 __all__ = [
@@ -53,7 +55,7 @@ __all__ = [
     "prior_correct",
 ]
 
-METHODS = ("mom", "median", "mean")
+METHODS = DISTILL_AGGREGATORS  # the consensus rules: the config's dst-aggregator choices, declared there once
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: tensors have no single truth value

@@ -52,6 +52,7 @@ from pathlib import Path
 import torch
 
 from fedcal.config import ConfigError
+from fedcal.config.lm import LM_TOKENIZERS
 from fedcal.extras import require
 from fedcal.progress import steps as progress_steps
 
@@ -73,7 +74,7 @@ from .tokenizer import (
 )
 
 SOURCES = ("shakespeare", "plots")
-TOKENIZERS = ("bpe", "gpt2")
+TOKENIZERS = LM_TOKENIZERS  # a trained BPE or GPT-2's: the config's choices, declared there once
 META_FILE = "fedcal_backbone.json"  # written last: a folder without it is an unfinished build
 
 
