@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 from fedcal import catalogue
-from fedcal.config import RunConfig, schema
+from fedcal.config import RunConfig, component_keys, schema
 
 PLUGIN = '''
 from fedcal.catalogue import Component
@@ -45,9 +45,13 @@ def fresh(monkeypatch, tmp_path):
     for kind in catalogue.KINDS:
         catalogue.components(kind)
     monkeypatch.setattr(catalogue, "_REGISTRY", {k: dict(v) for k, v in catalogue._REGISTRY.items()})
-    monkeypatch.setattr(catalogue, "_STATE", {"loaded": False})
+    monkeypatch.setattr(catalogue, "_STATE", {**catalogue._STATE, "loaded": False})
     for name in ("_GROUPS", "_SETTINGS"):
         monkeypatch.setattr(schema, name, dict(getattr(schema, name)))
+    # the config's record of the components' keys it made fields, a copy too (and synced afresh: the
+    # registries above are new dicts), so what a test's plug-in adds leaves with the test
+    monkeypatch.setattr(component_keys, "_STATE", {**component_keys._STATE, "owned": dict(component_keys._STATE["owned"]),
+                                                   "seen": None})
     monkeypatch.setattr(schema, "_ORDER_CACHE", [])
     (tmp_path / "eptoy_plugin.py").write_text(PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
