@@ -13,18 +13,17 @@ import pandas as pd
 import pytest
 import torch
 
-from fedcal import catalogue
 from fedcal.config import RunConfig
 from fedcal.results import POISONING_FILE, load_metrics, run_dir_for
+
+from tests.plugin_harness import registered
 
 
 @pytest.fixture(scope="module", autouse=True)
 def toy():
     import toy_attack
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(catalogue._REGISTRY, "attack", dict(catalogue.components("attack")))
-        catalogue.register(toy_attack.MIRROR)
+    with registered("attack", toy_attack.MIRROR):
         yield toy_attack
 
 

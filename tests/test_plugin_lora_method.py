@@ -22,7 +22,6 @@ pytest.importorskip("transformers")
 
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fedcal import catalogue
 from fedcal.config import RunConfig
 from fedcal.strategies.lora_baselines import FedIT
 from tests import test_bad_inputs as hostile
@@ -36,14 +35,14 @@ L = "base_model.model.roberta.encoder.layer.0.attention.self.query"
 A_KEY, B_KEY = f"{L}.lora_A.default.weight", f"{L}.lora_B.default.weight"
 H_KEY = "base_model.model.classifier.modules_to_save.default.out_proj.weight"
 
+from tests.plugin_harness import registered
+
 
 @pytest.fixture(scope="module", autouse=True)
 def toy():
     import toy_lora_method
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(catalogue._REGISTRY, "lora-method", dict(catalogue.components("lora-method")))
-        catalogue.register(toy_lora_method.CLIPPED_B)
+    with registered("lora-method", toy_lora_method.CLIPPED_B):
         yield toy_lora_method
 
 

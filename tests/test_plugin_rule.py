@@ -12,18 +12,17 @@ import pandas as pd
 import pytest
 import torch
 
-from fedcal import catalogue
 from fedcal.config import RunConfig
 from fedcal.results import AUDIT_FILE, load_metrics, run_dir_for
+
+from tests.plugin_harness import registered
 
 
 @pytest.fixture(scope="module", autouse=True)
 def toy():
     import toy_rule
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(catalogue._REGISTRY, "rule", dict(catalogue.components("rule")))
-        catalogue.register(toy_rule.CLOSEST_PAIR)
+    with registered("rule", toy_rule.CLOSEST_PAIR):
         yield toy_rule
 
 
