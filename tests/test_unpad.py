@@ -50,12 +50,17 @@ def _step(model, x, mask, padded: bool, seed: int = 7):
     return logits.detach(), {k: p.grad.clone() for k, p in model.named_parameters() if p.requires_grad}
 
 
-def _rows_seen(model):
-    """The row counts every first-layer query's nn.Linear computes (a hook under the module hooked)."""
+def _rows_seen(model, act: list | None = None):
+    """The row counts the first layer's query nn.Linear computes in each forward (a hook under the
+    module hooked); ``act`` collects those of its feed-forward activation (GELU)."""
     seen = []
     base = linear_modules(model)[0]
     base = base.get_base_layer() if hasattr(base, "get_base_layer") else base
     base.register_forward_hook(lambda mod, args, out: seen.append(args[0].shape[:-1].numel()))
+    if act is not None:
+        gelu = [m for name, m in model.named_modules() if name.endswith("layer.0.intermediate.intermediate_act_fn")]
+        assert len(gelu) == 1
+        gelu[0].register_forward_hook(lambda mod, args, out: act.append(args[0].shape[:-1].numel()))
     return seen
 
 
@@ -71,13 +76,15 @@ def _assert_same(a, b):
 def test_eval_logits_equal_the_padded_forward_on_attended_rows_only(family):
     model = _adapted(_tiny_classifiers()[family]).eval()
     ids, mask = _mixed_batch(family)
-    seen = _rows_seen(model)
+    act = []
+    seen = _rows_seen(model, act)
     with torch.no_grad():
         fast = forward_logits(model, ids, mask)
         with keep_padding():
             padded = forward_logits(model, ids, mask)
         whole = model(input_ids=ids, attention_mask=mask).logits  # transformers' own forward, no fedcal in it
     assert seen == [int(mask.sum()), mask.numel(), mask.numel()]  # 44 attended rows, then all 60 twice
+    assert act == seen  # the feed-forward pair stays cut through its activation
     torch.testing.assert_close(fast, padded, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fast, whole, rtol=1e-5, atol=1e-6)
 

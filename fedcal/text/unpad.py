@@ -14,7 +14,9 @@ dtype's minimum to a padded key's score (softmax weight exactly 0), mean pooling
 ``intermediate.dense``, ``output.dense``) computes only the T attended rows: a forward pre-hook
 replaces its (N, L, H) input by those rows (T, H), a forward hook scatters its (T, H') output back
 into zeros (N, L, H') — ``index_select`` / ``index_copy``, so gradients flow to the attended rows
-exactly as before. The hooks sit on whatever module is at those paths, a peft ``lora.Linear``
+exactly as before. The feed-forward pair stays cut in between: ``intermediate.dense``'s (T, 4H)
+output goes through the activation (GELU, per position, no randomness) into ``output.dense`` as it
+is, and only ``output.dense``'s output is scattered back. The hooks sit on whatever module is at those paths, a peft ``lora.Linear``
 included (its base layer and its LoRA branch both run on the T rows), so module names,
 ``state_dict`` keys and peft's adapter handling do not change. Everything between the linear
 modules — attention scores, softmax, dropout, the residual LayerNorms — still runs on the padded
@@ -46,6 +48,8 @@ log = logging.getLogger(__name__)
 #: the per-layer linear modules computed on attended rows only (paths inside a BertLayer / RobertaLayer)
 LINEARS = ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
            "intermediate.dense", "output.dense")
+# the feed-forward pair: intermediate.dense's output stays cut through the activation into output.dense
+_FFN_IN, _FFN_OUT = "intermediate.dense", "output.dense"
 #: encoder types whose layer dataflow (linear modules between per-position or masked operations) this assumes
 ENCODER_TYPES = ("bert", "roberta")
 
@@ -126,28 +130,36 @@ def skip_padding(model, attention_mask: torch.Tensor | None) -> Iterator[bool]:
     n, width = attended.shape
     rows = attended.reshape(-1).nonzero().squeeze(1)
     on: dict[torch.device, torch.Tensor] = {}
-    stack: list[bool] = []  # per hooked call, innermost last: whether its input was cut
+    stack: list[bool] = []  # per hooked call, innermost last: whether it runs on the attended rows
 
-    def pre(module, args):
-        x = args[0] if args else None
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or tuple(x.shape[:2]) != (n, width):
-            stack.append(False)
-            return None
-        stack.append(True)
-        idx = on.setdefault(x.device, rows.to(x.device))
-        return (x.reshape(n * width, x.shape[-1]).index_select(0, idx), *args[1:])
+    def pre_hook(takes_cut: bool):
+        def pre(module, args):
+            x = args[0] if args else None
+            if takes_cut and isinstance(x, torch.Tensor) and x.dim() == 2 and x.shape[0] == rows.numel():
+                stack.append(True)  # the intermediate activations, still cut to the attended rows
+                return None
+            if not isinstance(x, torch.Tensor) or x.dim() != 3 or tuple(x.shape[:2]) != (n, width):
+                stack.append(False)
+                return None
+            stack.append(True)
+            idx = on.setdefault(x.device, rows.to(x.device))
+            return (x.reshape(n * width, x.shape[-1]).index_select(0, idx), *args[1:])
+        return pre
 
-    def post(module, args, out):
-        if not stack.pop():
-            return None
-        idx = on.setdefault(out.device, rows.to(out.device))
-        return out.new_zeros(n * width, out.shape[-1]).index_copy(0, idx, out).view(n, width, out.shape[-1])
+    def post_hook(scatter: bool):
+        def post(module, args, out):
+            if not stack.pop() or not scatter:
+                return None
+            idx = on.setdefault(out.device, rows.to(out.device))
+            return out.new_zeros(n * width, out.shape[-1]).index_copy(0, idx, out).view(n, width, out.shape[-1])
+        return post
 
     handles = []
     try:
-        for m in modules:
-            handles.append(m.register_forward_pre_hook(pre))
-            handles.append(m.register_forward_hook(post))
+        for i, m in enumerate(modules):
+            path = LINEARS[i % len(LINEARS)]
+            handles.append(m.register_forward_pre_hook(pre_hook(takes_cut=path == _FFN_OUT)))
+            handles.append(m.register_forward_hook(post_hook(scatter=path != _FFN_IN)))
         yield True
     finally:
         for h in handles:
