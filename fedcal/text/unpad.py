@@ -16,10 +16,10 @@ replaces its (N, L, H) input by those rows (T, H), a forward hook scatters its (
 into zeros (N, L, H') — ``index_select`` / ``index_copy``, so gradients flow to the attended rows
 exactly as before. The feed-forward pair stays cut in between: ``intermediate.dense``'s (T, 4H)
 output goes through the activation (GELU, per position, no randomness) into ``output.dense`` as it
-is, and only ``output.dense``'s output is scattered back. The hooks sit on whatever module is at those paths, a peft ``lora.Linear``
-included (its base layer and its LoRA branch both run on the T rows), so module names,
-``state_dict`` keys and peft's adapter handling do not change. Everything between the linear
-modules — attention scores, softmax, dropout, the residual LayerNorms — still runs on the padded
+is, and only ``output.dense``'s output is scattered back. The hooks sit on whatever module is at
+those paths, a peft ``lora.Linear`` included (its base layer and its LoRA branch both run on the T
+rows), so module names, ``state_dict`` keys and peft's adapter handling do not change. Everything
+else — attention scores, softmax, dropout, the residual LayerNorms — still runs on the padded
 (N, L, …) tensors: every dropout draws a mask of the same shape in the same order, so a
 train-mode forward equals the padded one up to float rounding under the same seed
 (``tests/test_unpad.py``). A padded position's hidden states differ (its linear outputs are
