@@ -29,8 +29,11 @@ both sides measured in this run on the same texts, each as before (cache off: th
 run in every step, as a whole classifier with LoRA on its top k layers computes them) → after (cache
 on: the top k layers over the lower layers' cached hidden states): **client round** steps/s (local
 training on the first client's shard), **server distillation** steps/s (the student's
-``dst-distill-steps`` on the anchors), and their ratios; beside them the one-off cost of the cache per
-text (filling it, and reading it back in a new process).
+``dst-distill-steps`` on the anchors), and their ratios; a third row times the cache on with the
+padding skipped (:mod:`fedcal.text.unpad`: the encoder layers' linear modules compute the attended
+tokens only, as every run does; the first two rows run them padded), its ratios against the same
+cache-off row; beside them the one-off cost of the cache per text (filling it, and reading it back in
+a new process).
 
     python benchmarks/distill_throughput.py --cache --steps 4 data-dir=../shared/data dst-corpus=sentiment \
         dst-train-size=2000 dst-test-size=300 num-clients=6 dst-lora-layers=2
@@ -39,6 +42,7 @@ text (filling it, and reading it back in a new process).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import os
 import tempfile
@@ -224,6 +228,7 @@ def cache_on_off(cfg, args) -> None:
                                          frozen_prefix)
     from fedcal.distill.student import student_model
     from fedcal.text import backbone_tokenizer, frozen
+    from fedcal.text.unpad import keep_padding
 
     if not cfg.dst_lora_layers:
         raise SystemExit("distill_throughput.py: error: --cache needs dst-lora-layers=k > 0 (LoRA on the top k layers)")
@@ -235,8 +240,9 @@ def cache_on_off(cfg, args) -> None:
     rank = args.rank
     steps = max(1, min(args.steps, len(labels) // cfg.batch_size))
     rows = []
-    for label, cached in (("cache off (lower layers run every step)", False),
-                          ("cache on (top layers over cached states)", True)):
+    for label, cached, skip in (("cache off (lower layers run every step)", False, False),
+                                ("cache on (top layers over cached states)", True, False),
+                                ("cache on, padding skipped (linear layers on attended tokens only)", True, True)):
         client = lora_model(top, rank, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets, allowed_ranks=None)
         student = student_model(top, cfg.dst_student_rank, alpha=cfg.dst_alpha, target_modules=cfg.lora_targets,
                                 seed=cfg.seed)
@@ -245,8 +251,9 @@ def cache_on_off(cfg, args) -> None:
         else:
             client, student = _Uncached(prefix, client), _Uncached(prefix, student)
             x, anchors = batch["input_ids"], data.anchor_batch["input_ids"]
-        c_sps = _steps_per_second(client, x, batch["attention_mask"], labels, steps, cfg.batch_size)
-        s_sps = _distill_steps_per_second(student, anchors, data.anchor_batch["attention_mask"], cfg, args.steps)
+        with contextlib.nullcontext() if skip else keep_padding():
+            c_sps = _steps_per_second(client, x, batch["attention_mask"], labels, steps, cfg.batch_size)
+            s_sps = _distill_steps_per_second(student, anchors, data.anchor_batch["attention_mask"], cfg, args.steps)
         rows.append((label, c_sps, s_sps))
         print(f"{label}: client {c_sps:.3f} steps/s, server {s_sps:.3f} steps/s", flush=True)
     # the cache's one-off cost: filled in an empty folder, then read back as a new process would

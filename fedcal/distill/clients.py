@@ -347,12 +347,19 @@ def forward_logits(model, ids: torch.Tensor, mask: torch.Tensor, device=None) ->
     positions after it are padding in every row, masked out of every attention and pooling, so
     dropping them changes eval-mode logits only by float rounding and saves their time (texts are
     padded to the longest of a whole set, a batch's longest is usually shorter). In train mode the
-    dropout masks are drawn for the shorter tensor: other draws of the same noise."""
+    dropout masks are drawn for the shorter tensor: other draws of the same noise. Inside that width
+    the encoder layers' linear modules compute the attended positions only
+    (:func:`fedcal.text.unpad.skip_padding`: exact, the same dropout draws); this is the one forward
+    of every client step, anchor logit and student step, whole classifier or top-layers model."""
+    from fedcal.text.unpad import skip_padding
+
     device = _device(model) if device is None else device
     attended = mask.bool().any(0).nonzero()
     width = int(attended.max()) + 1 if attended.numel() else 1
     key = "inputs_embeds" if ids.is_floating_point() else "input_ids"
-    return model(**{key: ids[:, :width].to(device)}, attention_mask=mask[:, :width].to(device)).logits
+    m = mask[:, :width].to(device)
+    with skip_padding(model, m):
+        return model(**{key: ids[:, :width].to(device)}, attention_mask=m).logits
 
 
 def local_train(
