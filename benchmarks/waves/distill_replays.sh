@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# RFD-LoRA's server-side tables at the converged budget, replayed on the uploads that Table 1's
+# RFD-LoRA runs recorded (fedcal.distill.replay: no client trains again, only the server's
+# distillation and the evaluations run): the module ablation (every CAT / MMD-KD / DIS setting),
+# the aggregator (mean / median / MoM at M = 5) and M (1, 3, 5, 10 groups under MoM) on IID, rho =
+# 0.3; fedcal's label-prior correction (towards the clients' median prior, and towards the
+# uniform one) on the label-skew cell; then the module ablation where the paper's Table 3 has it
+# (its Full row is Table 1's rho = 0.1 cell: IID and severe non-IID, i.e. label skew). 3 seeds each;
+# every replay is a run directory of its own config in the same store as the runs it replays.
+#
+#   bash benchmarks/waves/distill_table1.sh     # first: the runs whose uploads are replayed here
+#   bash benchmarks/waves/distill_replays.sh    # then this (RUNS, OUT, DATA_DIR, DEVICE as there)
+#
+# A call whose source runs have not finished yet says so (one line per cell) and the wave goes on;
+# the same command later replays what is missing, finished replays are skipped.
+# Cost, measured on the development machine's CPU (one torch thread): see docs/distill-results.md
+# ("Cost of the tables").
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+
+CORPUS=${CORPUS:-sentiment}
+RUNS=${RUNS:-runs/distill-minilm-converged-$CORPUS}
+OUT=${OUT:-docs/results/distill-minilm-converged-$CORPUS}
+DEVICE=${DEVICE:-auto}
+# Table 1's budget (benchmarks/waves/distill_table1.sh): a replay's client side must be the source's
+C="data-dir=${DATA_DIR:-../shared/data} num-clients=6 dst-train-size=2000 dst-test-size=500 dst-lora-layers=2 \
+dst-rounds=6 dst-local-epochs=1 dst-eval-every=3 checkpoint-every=2 device=$DEVICE"
+FAILED=0
+
+r() {  # r REPORT [fedcal distill arguments...]
+  local report=$1; shift
+  fedcal distill --replay --no-progress --report "$report" --seeds 0-2 --methods rfd \
+      dst-corpus="$CORPUS" $C output-dir="$RUNS" "$@" \
+    || { FAILED=1; echo "distill_replays.sh: failed: $*" >&2; }
+}
+
+if [ "${REPORT_ONLY:-0}" != 1 ]; then
+  r "$OUT/ablation" --rhos 0.3 --partitions iid --ablation
+  r "$OUT/aggregators" --rhos 0.3 --partitions iid --aggregators mean,median,mom
+  r "$OUT/groups" --rhos 0.3 --partitions iid --aggregators mom --groups 1,3,5,10
+  r "$OUT/prior" --rhos 0.3 --partitions skew dst-prior-correct=true
+  r "$OUT/prior-uniform" --rhos 0.3 --partitions skew dst-prior-correct=true dst-prior-target=uniform
+  r "$OUT/ablation-rho0.1" --rhos 0.1 --partitions iid,skew --ablation
+fi
+exit $FAILED
