@@ -227,3 +227,29 @@ def test_the_claims_file_is_table_1s_own_values():
         hit = t1[(t1["method"] == r.method) & (t1["partition"] == r.partition) & (t1["metric"] == r.metric)
                  & ((t1["rho"] == r.rho) | (t1["rho"].isna() & (r.metric == "CA")))]
         assert len(hit) == 1 and hit["value"].iloc[0] == r.literature and hit["row"].iloc[0] == r.row, r
+
+
+def test_the_glance_claims_quote_each_panel_and_say_not_run_for_an_empty_cell(tmp_path, monkeypatch):
+    """The glance page's RFD-LoRA rows quote the paper's own panel for each partition (Table 1 (b) for
+    label skew, not (a)'s values) and a cell without a finished run reads "not run", never a verdict."""
+    from fedcal.pages import glance
+
+    (tmp_path / "literature").mkdir()
+    (tmp_path / "literature" / "rfd-lora.csv").write_text((LIT / "rfd-lora.csv").read_text())
+    rows = (three("rfd", "iid", 0.3, (0.72, 0.73, 0.71), (0.7, 0.7, 0.7), (0.30, 0.25, 0.35))
+            + three("fedit", "iid", 0.3, (0.73, 0.74, 0.72), (0.4, 0.4, 0.4), (0.60, 0.62, 0.58))
+            + three("rfd", "skew", 0.3, (0.70, 0.70, 0.70), (0.8, 0.8, 0.8), (0.2, 0.2, 0.2)))
+    (tmp_path / "runs-here").mkdir()
+    pd.DataFrame(rows).to_csv(tmp_path / "runs-here" / "runs.csv", index=False)
+    monkeypatch.setattr(glance, "RESULTS", tmp_path)
+    monkeypatch.setattr(glance, "RFD_CORPORA", {"sentiment": "runs-here"})
+    got = glance.rfd_rows().set_index("claim")
+    iid = got.loc["ASR below FedIT's (sentiment, iid, ρ = 0.3)"]
+    assert iid["the paper"] == "Table 1 (a): RFD-LoRA 10.7 against FedIT 25.1"
+    assert iid["verdict"] == "matches"  # 30 ± 2.9 against 60 ± 1.2 (hand: difference −30, se 3.1)
+    skew = got.loc["ASR below FedIT's (sentiment, skew, ρ = 0.3)"]
+    assert skew["the paper"] == "Table 1 (b): RFD-LoRA 12.9 against FedIT 28.2"
+    assert skew["verdict"] == "not run"  # no FedIT run under skew
+    assert got.loc["clean accuracy within 2 points of FedIT's (sentiment, skew, ρ = 0.3)", "verdict"] == "not run"
+    assert got.loc["clean accuracy within 2 points of FedIT's (sentiment, skew, ρ = 0.3)",
+                   "the paper"] == "Table 1 (b): RFD-LoRA 90.0 against FedIT 87.9"
