@@ -157,7 +157,7 @@ percent (sECE < 0: over-confident, > 0: under-confident); `d_accuracy`/`d_sece` 
 against the benign run. Whether these attacks also change robustness (PGD, CW, corruptions) is
 measured on the same grids in [robustness-results.md](robustness-results.md#the-bridge-does-tsa-change-robustness).
 RFD-LoRA's tables (backdoor clients against LoRA text classifiers) are on their own page:
-[distill-results.md](distill-results.md) (the first tables, on a small encoder: [distill-archive.md](distill-archive.md)).
+[distill-results.md](distill-results.md) (superseded tables, all-MiniLM-L6-v2 at the first budget and the small encoder: [distill-archive.md](distill-archive.md)).
 
 Configuration (SPEC §2, "table" row): K = 50 clients, M = 5 per round, 13 attackers (25%,
 seeded), Dirichlet α = 1, SGD, B = 64, 100 rounds, aggregation weighted by client data size.
