@@ -251,5 +251,6 @@ def test_the_glance_claims_quote_each_panel_and_say_not_run_for_an_empty_cell(tm
     assert skew["the paper"] == "Table 1 (b): RFD-LoRA 12.9 against FedIT 28.2"
     assert skew["verdict"] == "not run"  # no FedIT run under skew
     assert got.loc["clean accuracy within 2 points of FedIT's (sentiment, skew, ρ = 0.3)", "verdict"] == "not run"
+    assert "nan" not in got.loc["clean accuracy within 2 points of FedIT's (sentiment, skew, ρ = 0.3)", "fedcal"]
     assert got.loc["clean accuracy within 2 points of FedIT's (sentiment, skew, ρ = 0.3)",
                    "the paper"] == "Table 1 (b): RFD-LoRA 90.0 against FedIT 87.9"

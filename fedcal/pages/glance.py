@@ -9,6 +9,7 @@ the rule its claims table states.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -114,7 +115,8 @@ def rfd_rows() -> pd.DataFrame | None:
                     r["verdict"] = "not tested (every model at chance)"
             rows.append({"claim": f"clean accuracy within 2 points of FedIT's ({corpus}, {partition}, ρ = {rho:g})",
                          "the paper": paper("CA"),
-                         "fedcal": f"RFD-LoRA {dl.fmt(ca_r)} against FedIT {dl.fmt(ca_f)} ({gap:+.1f} points)",
+                         "fedcal": f"RFD-LoRA {dl.fmt(ca_r)} against FedIT {dl.fmt(ca_f)}"
+                                   + ("" if math.isnan(gap) else f" ({gap:+.1f} points)"),
                          "verdict": "not run" if ca_r.empty or ca_f.empty else
                          "not tested (every model at chance)" if len(chance) and chance.all() else
                          "matches" if gap <= 2 else "contradicts", "read from": f"`{folder}/runs.csv`"})
