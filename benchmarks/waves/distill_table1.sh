@@ -76,9 +76,23 @@ if [ "${REPORT_ONLY:-0}" != 1 ]; then
   d --methods rfd,flora,flexlora --rhos 0,0.1 --partitions iid,skew
   d --methods fedit,ffa,lorafair --rhos 0,0.1 --partitions iid,skew dst-ranks=8
 fi
-if compgen -G "$RUNS/distill-*" > /dev/null; then
-  fedcal report "$RUNS"/distill-* --out "$OUT" \
-    && python -m fedcal.pages run_seconds --by machine,dst-method "$RUNS"/distill-* > "$OUT/seconds.md" \
-    || FAILED=1
+# the pages: Table 1's own runs (the replays of benchmarks/waves/distill_replays.sh share the store,
+# marked by replay.json, and have their own folders under $OUT), its seconds, the paper's claims and
+# its Tables 1 and 3 in the paper's layout beside the capacity, the label-skew diagnosis
+T1=()
+for d in "$RUNS"/distill-*; do [ -f "$d/DONE" ] && [ ! -f "$d/replay.json" ] && T1+=("$d"); done
+if [ ${#T1[@]} -gt 0 ]; then
+  LAYOUT=("$OUT")
+  for sub in ablation aggregators groups; do [ -f "$OUT/$sub/runs.csv" ] && LAYOUT+=("$OUT/$sub"); done
+  SKEW=()
+  for d in "${T1[@]}"; do case $(basename "$d") in distill-*-rfd-skew-bd0.3-*) SKEW+=("$d");; esac; done
+  { fedcal report "${T1[@]}" --out "$OUT" \
+    && python -m fedcal.pages run_seconds --by machine,dst-method "${T1[@]}" > "$OUT/seconds.md" \
+    && python -m fedcal.pages distill_literature docs/results/literature/rfd-lora.csv \
+         "$CORPUS (converged budget)=$OUT" > "$OUT/literature.md" \
+    && python -m fedcal.pages distill_literature --paper-layout "${LAYOUT[@]}" \
+         --capacity "docs/results/distill-capacity-minilm/$CORPUS.csv" > "$OUT/paper-layout.md" \
+    && { [ ${#SKEW[@]} -eq 0 ] || python -m fedcal.pages distill_skew_diagnosis "${SKEW[@]}" > "$OUT/skew-diagnosis.md"; }
+  } || FAILED=1
 fi
 exit $FAILED
