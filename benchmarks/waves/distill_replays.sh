@@ -13,8 +13,10 @@
 #
 # A call whose source runs have not finished yet says so (one line per cell) and the wave goes on;
 # the same command later replays what is missing, finished replays are skipped.
-# Cost, measured on the development machine's CPU (one torch thread): see docs/distill-results.md
-# ("Cost of the tables").
+# Cost, measured on the development machine's 2 CPU cores (one torch thread, beside one Table 1
+# run): about 1 minute of wall time per replay with the padding skip (2 before it), so the first
+# four calls (39 replays) take about 40 minutes there; the last (42 replays and the 6 rho = 0.1
+# source runs it needs when Table 1 has not made them) about an hour.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}

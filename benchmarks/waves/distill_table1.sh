@@ -28,24 +28,23 @@
 # $FEDCAL_DATA_DIR or ~/.cache/fedcal/data — the device machine has none of them unless they
 # travel with the working tree.
 #
-# Cost, measured as CPU time (user + sys of the whole command, one torch thread, device=cpu, the
-# frozen-layer cache warm), on the development machine's 2 cores while other jobs ran: FedIT (rank 8,
-# IID, rho = 0.3) 184 and 185 CPU-s for seeds 0 and 1, RFD-LoRA 322 CPU-s (seed 0), 294-518 s of wall
-# time each (the acceptance cells' commands below, one seed at a time, under /usr/bin/time). The other methods' cost relative to FedIT's is read from Table 1's committed
-# seconds at the earlier budget (docs/results/distill-minilm-sentiment/seconds.md, CPU medians:
-# FFA-LoRA 1.6x, FLoRA 1.6x, FlexLoRA 1.7x, RFD-LoRA 1.35x (1.74x measured here), LoRA-FAIR 5.1x
-# FedIT's): one cell of the six methods is about 12.4 FedIT runs, so the 108 runs are about
-# 18 x 12.4 x 185 s = 11.5 CPU-hours — about 5.7 hours at JOBS=2 on 2 quiet cores, inside the
-# 6 hours the budget was to fit. (An earlier estimate here, 56 CPU-hours, took the budget curve's
-# 902 s of *wall* time at load 13-16 for CPU time.) On one H200
-# (16 cores, DEVICE=auto, JOBS=14), estimated: the earlier budget's 186 client-training runs took
-# 4 minutes there (14 at a time; per-run medians of 3-4 s, 12 s for LoRA-FAIR: the wall time was
-# mostly each run's start-up); a client's training here is about 7x the earlier budget's (2x
-# rounds, 2x adapted layers, 4/3 texts, 4/3 tokens; the test set 5/3), so about 25 s of compute
-# per run (LoRA-FAIR, whose server refinement grows with rounds and layers, about 80 s) plus the
-# same start-up: 90 x 40 s + 18 x 95 s over 14 at a time, expect 5-10 minutes for the 108 runs,
-# inside one lent session's 15 device-minutes with the machine's start; if not, the next session
-# resumes.
+# Cost, measured on the development machine's 2 cores (one torch thread, two runs at a time beside
+# other jobs; the seconds.md this wave writes: each run's round seconds summed, wall time): with the
+# padding skip, medians of 114-198 s per baseline run and 207 s per RFD-LoRA run; the first six
+# runs, made before it, 184-204 CPU-s (FedIT) and 316-327 CPU-s (RFD-LoRA) under /usr/bin/time.
+# The 75 runs measured (every IID cell, skew at rho = 0.3 and FedIT at skew rho = 0) took about
+# 2 h 10 min of the session's wall time at two or three runs at a time. (LoRA-FAIR costs about what
+# FedIT does at this budget: its server refinement is 1,000 float64 steps on 384 x 8 matrices, about
+# 1.6 s per adapted matrix per round; its 5.1x at the first budget came from the word-embedding
+# adapter that budget also refined.) On one H200 (16 cores, DEVICE=auto, JOBS=14), estimated from
+# the first budget's 186 runs in 4 minutes there (per-run medians of 3-4 s: mostly each run's
+# start-up) and a client's training here about 7x theirs: expect 5-10 minutes for the 108 runs.
+#
+# Label skew needs more rounds than this budget gives (docs/distill-results.md, "How many rounds
+# label skew needs": FedIT at rho = 0 is at chance in 2 of 3 seeds at 6 rounds, at none at 12):
+# remake it at 12 rounds into its own store and pages (the IID cells then measure that budget too):
+#   C_EXTRA="dst-rounds=12" RUNS=runs/distill-minilm-rounds12 OUT=docs/results/distill-minilm-rounds12 \
+#     bash benchmarks/waves/distill_table1.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
@@ -57,7 +56,7 @@ JOBS=${JOBS:-1}
 DEVICE=${DEVICE:-auto}
 # the converged budget (above); dst-eval-every=3: CA / ASR at rounds 0, 3 and 6
 C="data-dir=${DATA_DIR:-../shared/data} num-clients=6 dst-train-size=2000 dst-test-size=500 dst-lora-layers=2 \
-dst-rounds=6 dst-local-epochs=1 dst-eval-every=3 checkpoint-every=2 device=$DEVICE"
+dst-rounds=6 dst-local-epochs=1 dst-eval-every=3 checkpoint-every=2 device=$DEVICE ${C_EXTRA:-}"
 FAILED=0
 
 d() {  # d [fedcal distill arguments...]
