@@ -17,17 +17,7 @@
 # run): about 1 minute of wall time per replay with the padding skip (2 before it), so the first
 # four calls (39 replays) take about 40 minutes there; the last (42 replays and the 6 rho = 0.1
 # source runs it needs when Table 1 has not made them) about an hour.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-
-CORPUS=${CORPUS:-sentiment}
-RUNS=${RUNS:-runs/distill-minilm-converged-$CORPUS}
-OUT=${OUT:-docs/results/distill-minilm-converged-$CORPUS}
-DEVICE=${DEVICE:-auto}
-# Table 1's budget (benchmarks/waves/distill_table1.sh): a replay's client side must be the source's
-C="data-dir=${DATA_DIR:-../shared/data} num-clients=6 dst-train-size=2000 dst-test-size=500 dst-lora-layers=2 \
-dst-rounds=6 dst-local-epochs=1 dst-eval-every=3 checkpoint-every=2 device=$DEVICE"
+source "$(dirname "$0")/distill_budget.sh"  # the same budget as Table 1: a replay's client side is its source's
 FAILED=0
 
 r() {  # r REPORT [fedcal distill arguments...]

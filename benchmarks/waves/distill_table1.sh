@@ -45,18 +45,8 @@
 # remake it at 12 rounds into its own store and pages (the IID cells then measure that budget too):
 #   C_EXTRA="dst-rounds=12" RUNS=runs/distill-minilm-rounds12 OUT=docs/results/distill-minilm-rounds12 \
 #     bash benchmarks/waves/distill_table1.sh
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-
-CORPUS=${CORPUS:-sentiment}
-RUNS=${RUNS:-runs/distill-minilm-converged-$CORPUS}
-OUT=${OUT:-docs/results/distill-minilm-converged-$CORPUS}
+source "$(dirname "$0")/distill_budget.sh"
 JOBS=${JOBS:-1}
-DEVICE=${DEVICE:-auto}
-# the converged budget (above); dst-eval-every=3: CA / ASR at rounds 0, 3 and 6
-C="data-dir=${DATA_DIR:-../shared/data} num-clients=6 dst-train-size=2000 dst-test-size=500 dst-lora-layers=2 \
-dst-rounds=6 dst-local-epochs=1 dst-eval-every=3 checkpoint-every=2 device=$DEVICE ${C_EXTRA:-}"
 FAILED=0
 
 d() {  # d [fedcal distill arguments...]
