@@ -33,6 +33,7 @@ if [ "${REPORT_ONLY:-0}" != 1 ]; then
   r "$OUT/groups" --rhos 0.3 --partitions iid --aggregators mom --groups 1,3,5,10
   r "$OUT/prior" --rhos 0.3 --partitions skew dst-prior-correct=true
   r "$OUT/prior-uniform" --rhos 0.3 --partitions skew dst-prior-correct=true dst-prior-target=uniform
-  r "$OUT/ablation-rho0.1" --rhos 0.1 --partitions iid,skew --ablation
+  r "$OUT/ablation-rho0.1" --rhos 0.1 --partitions iid --ablation
+  r "$OUT/ablation-rho0.1-skew" --rhos 0.1 --partitions skew --ablation
 fi
 exit $FAILED

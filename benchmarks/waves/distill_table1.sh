@@ -72,7 +72,7 @@ T1=()
 for d in "$RUNS"/distill-*; do [ -f "$d/DONE" ] && [ ! -f "$d/replay.json" ] && T1+=("$d"); done
 if [ ${#T1[@]} -gt 0 ]; then
   LAYOUT=("$OUT")
-  for sub in ablation aggregators groups; do [ -f "$OUT/$sub/runs.csv" ] && LAYOUT+=("$OUT/$sub"); done
+  for sub in ablation aggregators groups ablation-rho0.1 ablation-rho0.1-skew; do [ -f "$OUT/$sub/runs.csv" ] && LAYOUT+=("$OUT/$sub"); done
   SKEW=()
   for d in "${T1[@]}"; do case $(basename "$d") in distill-*-rfd-skew-bd0.3-*) SKEW+=("$d");; esac; done
   { fedcal report "${T1[@]}" --out "$OUT" \
@@ -81,7 +81,10 @@ if [ ${#T1[@]} -gt 0 ]; then
          "$CORPUS (converged budget)=$OUT" > "$OUT/literature.md" \
     && python -m fedcal.pages distill_literature --paper-layout "${LAYOUT[@]}" \
          --capacity "docs/results/distill-capacity-minilm/$CORPUS.csv" > "$OUT/paper-layout.md" \
-    && { [ ${#SKEW[@]} -eq 0 ] || python -m fedcal.pages distill_skew_diagnosis "${SKEW[@]}" > "$OUT/skew-diagnosis.md"; }
+    && { [ ${#SKEW[@]} -eq 0 ] || python -m fedcal.pages distill_skew_diagnosis "${SKEW[@]}" > "$OUT/skew-diagnosis.md"; } \
+    && { [ ! -f "$OUT/ablation-rho0.1/runs.csv" ] || python -m fedcal.pages distill_literature --paper-layout \
+         "${LAYOUT[@]}" --ablation-rho 0.1 --capacity "docs/results/distill-capacity-minilm/$CORPUS.csv" \
+         > "$OUT/paper-layout-rho0.1.md"; }
   } || FAILED=1
 fi
 exit $FAILED
