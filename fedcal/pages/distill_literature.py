@@ -163,7 +163,7 @@ def fedcal_text(sel: pd.DataFrame, metric: str) -> str:
         return "not run"
     v = 100 * ok[METRIC[metric]]
     n = len(v)
-    text = f"{v.mean():.1f} ± {v.std(ddof=1):.1f}" if n > 1 else f"{v.mean():.1f}"
+    text = fmt(v)
     k = int(ok["chance_level"].astype(str).str.lower().eq("true").sum()) if "chance_level" in ok else 0
     if k:
         text += f" {MARK} {k}/{n}"
