@@ -32,8 +32,9 @@
 # other jobs; the seconds.md this wave writes: each run's round seconds summed, wall time): with the
 # padding skip, medians of 114-198 s per baseline run and 207 s per RFD-LoRA run; the first six
 # runs, made before it, 184-204 CPU-s (FedIT) and 316-327 CPU-s (RFD-LoRA) under /usr/bin/time.
-# The 75 runs measured (every IID cell, skew at rho = 0.3 and FedIT at skew rho = 0) took about
-# 2 h 10 min of the session's wall time at two or three runs at a time. (LoRA-FAIR costs about what
+# The 75 runs measured (every IID cell, skew at rho = 0.3 and FedIT at skew rho = 0): the first 6
+# one at a time, the other 69 between 15:39 and 17:47 of one session (run.log timestamps), two or
+# three at a time beside the replays. (LoRA-FAIR costs about what
 # FedIT does at this budget: its server refinement is 1,000 float64 steps on 384 x 8 matrices, about
 # 1.6 s per adapted matrix per round; its 5.1x at the first budget came from the word-embedding
 # adapter that budget also refined.) On one H200 (16 cores, DEVICE=auto, JOBS=14), estimated from
