@@ -254,3 +254,31 @@ def test_the_glance_claims_quote_each_panel_and_say_not_run_for_an_empty_cell(tm
     assert "nan" not in got.loc["clean accuracy within 2 points of FedIT's (sentiment, skew, ρ = 0.3)", "fedcal"]
     assert got.loc["clean accuracy within 2 points of FedIT's (sentiment, skew, ρ = 0.3)",
                    "the paper"] == "Table 1 (b): RFD-LoRA 90.0 against FedIT 87.9"
+
+
+def test_a_panel_without_runs_is_one_line_and_a_panels_title_says_its_rounds(dl, capacity):
+    """A store of label-skew runs only (the skew half remade at more rounds) shows panel (b) after its
+    rounds, and panel (a) and Table 3's module rows each as one line — never a grid of "not run" cells."""
+    skew = pd.DataFrame([{**r, "round": 12} for r in three("rfd", "skew", 0.3, (0.7,) * 3, (0.8,) * 3, (0.2,) * 3)
+                         + three("fedit", "skew", 0.0, (0.7,) * 3, (0.9,) * 3, (0.1,) * 3)])
+    text = dl.paper_layout(skew, pd.read_csv(LIT / "rfd-lora-table1.csv"), pd.read_csv(LIT / "rfd-lora-table3.csv"),
+                           capacity, 0.1)
+    assert "**Table 1 (a) IID**: no run of this panel in these folders." in text
+    assert "Table 1 (b) label skew (the paper's severe non-IID), after 12 rounds: fedcal mean ± std (paper), %" in text
+    assert "**Table 3 (left)**: no run of this table in these folders." in text
+    # Table 3 (right)'s MoM rows are the Table 1 cell itself: its label-skew columns show it
+    assert "**Table 3 (right)**: no run" not in text
+    assert "| MoM (ours) (fedcal: mom, M = 5) | not run (90.6) | not run (86.8) | not run (10.7) | 70.0 ± 0.0 (–) |" \
+        in text
+    assert "| RFD-LoRA | not run (90.0) | not run (88.5) | not run (6.4) | 80.0 ± 0.0 (85.0) | 20.0 ± 0.0 (12.9) |" in text
+    # the full IID runs of the module's table (no round column) still make their panel, without a rounds clause
+    assert "Table 1 (a) IID: fedcal mean ± std (paper), %" in dl.paper_layout(
+        RUNS, pd.read_csv(LIT / "rfd-lora-table1.csv"), pd.read_csv(LIT / "rfd-lora-table3.csv"), capacity, 0.3)
+
+
+def test_a_panel_mixing_two_budgets_is_refused(dl, capacity):
+    mixed = pd.DataFrame([{**r, "round": 12} for r in three("rfd", "skew", 0.3, (0.7,) * 3, (0.8,) * 3, (0.2,) * 3)]
+                         + [{**r, "round": 6} for r in three("fedit", "skew", 0.3, (0.7,) * 3, (0.6,) * 3, (0.4,) * 3)])
+    with pytest.raises(ValueError, match=r"Table 1 \(b\) mixes runs of 6 and 12 rounds"):
+        dl.paper_layout(mixed, pd.read_csv(LIT / "rfd-lora-table1.csv"), pd.read_csv(LIT / "rfd-lora-table3.csv"),
+                        capacity, 0.3)

@@ -30,7 +30,9 @@ replays included, a run found twice counted once):
   ρ = 0.10 by its Full row), the aggregator at ρ = 0.30 (mean, median, MoM at M = 5) and a row per M
   the runs have under MoM.
 
-A cell is "fedcal mean ± std (paper)" in percent; † k/n: k of its n runs at chance level (their
+A panel or table with no run at all is one line saying so, not a grid of "not run"; a Table-1 panel's title
+says after how many rounds its runs ended, and a panel whose runs ended at different rounds is refused (one
+table, one budget). A cell is "fedcal mean ± std (paper)" in percent; † k/n: k of its n runs at chance level (their
 clean accuracy within noise of chance, fedcal.reports.chance: RA and ASR of such a model are no
 result either); [n seeds]: fewer than 3; "not run": no finished run, never a number. The literature values
 are the two CSVs ``--table1`` / ``--table3`` (docs/results/literature/rfd-lora-table{1,3}.csv: the
@@ -276,19 +278,46 @@ def paper_layout(runs: pd.DataFrame, table1_lit: pd.DataFrame, table3_lit: pd.Da
     shown = capacity.resolve().relative_to(ROOT) if capacity and capacity.resolve().is_relative_to(ROOT) else capacity
     cap = f" The reference rows: {shown}." if capacity else " No capacity table: no reference rows."
     for panel, (partition, name) in zip("ab", PARTITIONS.items()):
+        shown_runs = panel_runs(runs, partition)
+        if shown_runs.empty:
+            out.append(f"**Table 1 ({panel}) {name}**: no run of this panel in these folders.\n")
+            continue
         out.append(markdown_table(table1(runs, table1_lit, partition, capacity),
-                                  f"Table 1 ({panel}) {name}: fedcal mean ± std (paper), %"))
+                                  f"Table 1 ({panel}) {name}{rounds_text(shown_runs, f'Table 1 ({panel})')}: "
+                                  "fedcal mean ± std (paper), %"))
     out.append(f"CA: fedcal at ρ = 0 (the paper's caption does not say at which ρ). {MARK} k/n: k of the cell's n "
                "runs at chance level (its RA and ASR no result either); [n seeds]: fewer than 3; not run: no "
                f"finished run of the full configuration (RFD-LoRA: every module, MoM, M = {_defaults()['dst-groups']})."
                f"{cap}\n")
     left, right = table3(runs, table3_lit, ablation_rho)
-    out.append(markdown_table(left, f"Table 3 (left): RFD-LoRA's modules at ρ = {ablation_rho:g} "
-                                    "(the paper's: at ρ = 0.10, by its Full row), fedcal mean ± std (paper), %"))
-    out.append(markdown_table(right, "Table 3 (right): the aggregator at ρ = 0.3 (every module), and M under MoM; "
-                                     "the paper's aggregator values are IID (by its MoM row), its M values not "
-                                     "printed"))
+    for frame, title in ((left, f"Table 3 (left): RFD-LoRA's modules at ρ = {ablation_rho:g} (the paper's: at "
+                                "ρ = 0.10, by its Full row), fedcal mean ± std (paper), %"),
+                         (right, "Table 3 (right): the aggregator at ρ = 0.3 (every module), and M under MoM; the "
+                                 "paper's aggregator values are IID (by its MoM row), its M values not printed")):
+        if frame.iloc[:, 1:].map(lambda text: text.startswith("not run")).to_numpy().all():
+            out.append(f"**{title.split(':')[0]}**: no run of this table in these folders.\n")
+        else:
+            out.append(markdown_table(frame, title))
     return "\n".join(out)
+
+
+def panel_runs(runs: pd.DataFrame, partition: str) -> pd.DataFrame:
+    """Every run one Table-1 panel shows: each fedcal method's full configuration at each of the panel's ρ."""
+    rhos = sorted({rho for _, rho, _ in TABLE1_COLUMNS})
+    return pd.concat([runs.iloc[:0], *(select(runs, method, partition, rho) for method in PAPER_METHODS.values()
+                                        if method for rho in rhos)])
+
+
+def rounds_text(shown: pd.DataFrame, what: str) -> str:
+    """", after R rounds" for runs that record their last round (runs.csv's ``round``), "" for runs that do
+    not; ValueError when they ended at different rounds (one table, one budget: the folders mix two)."""
+    if "round" not in shown or shown["round"].isna().all():
+        return ""
+    rounds = sorted(pd.to_numeric(shown["round"]).dropna().astype(int).unique())
+    if len(rounds) > 1:
+        raise ValueError(f"{what} mixes runs of {' and '.join(map(str, rounds))} rounds: give the folders of one "
+                         "budget")
+    return f", after {rounds[0]} rounds"
 
 
 def main(argv: list[str]) -> int:
