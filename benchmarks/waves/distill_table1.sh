@@ -2,7 +2,7 @@
 # RFD-LoRA's sentiment Table 1 at the budget curve's converged budget, as a resumable wave for a
 # lent GPU (or, slowly, these CPUs): 6 methods (RFD-LoRA, FedIT, FFA-LoRA, FLoRA, FlexLoRA,
 # LoRA-FAIR) x rho in {0, 0.1, 0.3} x IID / label skew x seeds 0-2 = 108 client-training runs on
-# all-MiniLM-L6-v2.
+# all-MiniLM-L6-v2 (the IID half at the budget below, the label-skew half at twice its rounds).
 #
 #   bash benchmarks/waves/distill_table1.sh              # from the repo root; JOBS, DEVICE, DATA_DIR below
 #   REPORT_ONLY=1 bash benchmarks/waves/distill_table1.sh   # tables of what has finished, nothing started
@@ -42,50 +42,56 @@
 # start-up) and a client's training here about 7x theirs: expect 5-10 minutes for the 108 runs.
 #
 # Label skew needs more rounds than this budget gives (docs/distill-results.md, "How many rounds
-# label skew needs": FedIT at rho = 0 is at chance in 2 of 3 seeds at 6 rounds, at none at 12):
-# remake it at 12 rounds into its own store and pages (the IID cells then measure that budget too):
-#   C_EXTRA="dst-rounds=12" RUNS=runs/distill-minilm-rounds12 OUT=docs/results/distill-minilm-rounds12 \
-#     bash benchmarks/waves/distill_table1.sh
+# label skew needs": FedIT at rho = 0 is at chance in 2 of 3 seeds at 6 rounds, at none at 12): the
+# skew half runs at dst-rounds=$SKEW_ROUNDS (12) into its own store $RUNS_SKEW and pages $OUT_SKEW
+# (distill_budget.sh), at about twice a 6-round run's cost; each half's pages are its own.
 source "$(dirname "$0")/distill_budget.sh"
 JOBS=${JOBS:-1}
 FAILED=0
 
-d() {  # d [fedcal distill arguments...]
-  fedcal distill --jobs "$JOBS" --no-progress --report "/tmp/report-$(basename "$RUNS")" --seeds 0-2 \
-      dst-corpus="$CORPUS" $C output-dir="$RUNS" "$@" \
+d() {  # d STORE "CONFIG" [fedcal distill arguments...]
+  local store=$1 config=$2; shift 2
+  fedcal distill --jobs "$JOBS" --no-progress --report "/tmp/report-$(basename "$store")" --seeds 0-2 \
+      dst-corpus="$CORPUS" $config output-dir="$store" "$@" \
     || { FAILED=1; echo "distill_table1.sh: failed: $*" >&2; }
 }
 
 if [ "${REPORT_ONLY:-0}" != 1 ]; then
-  d --methods rfd --rhos 0.3 --partitions iid
-  d --methods fedit --rhos 0.3 --partitions iid dst-ranks=8
-  d --methods flora,flexlora --rhos 0.3 --partitions iid
-  d --methods ffa,lorafair --rhos 0.3 --partitions iid dst-ranks=8
-  d --methods rfd,flora,flexlora --rhos 0.3 --partitions skew
-  d --methods fedit,ffa,lorafair --rhos 0.3 --partitions skew dst-ranks=8
-  d --methods rfd,flora,flexlora --rhos 0,0.1 --partitions iid,skew
-  d --methods fedit,ffa,lorafair --rhos 0,0.1 --partitions iid,skew dst-ranks=8
+  d "$RUNS" "$C" --methods rfd --rhos 0.3 --partitions iid
+  d "$RUNS" "$C" --methods fedit --rhos 0.3 --partitions iid dst-ranks=8
+  d "$RUNS" "$C" --methods flora,flexlora --rhos 0.3 --partitions iid
+  d "$RUNS" "$C" --methods ffa,lorafair --rhos 0.3 --partitions iid dst-ranks=8
+  d "$RUNS_SKEW" "$C_SKEW" --methods rfd,flora,flexlora --rhos 0.3 --partitions skew
+  d "$RUNS_SKEW" "$C_SKEW" --methods fedit,ffa,lorafair --rhos 0.3 --partitions skew dst-ranks=8
+  d "$RUNS" "$C" --methods rfd,flora,flexlora --rhos 0,0.1 --partitions iid
+  d "$RUNS" "$C" --methods fedit,ffa,lorafair --rhos 0,0.1 --partitions iid dst-ranks=8
+  d "$RUNS_SKEW" "$C_SKEW" --methods rfd,flora,flexlora --rhos 0,0.1 --partitions skew
+  d "$RUNS_SKEW" "$C_SKEW" --methods fedit,ffa,lorafair --rhos 0,0.1 --partitions skew dst-ranks=8
 fi
-# the pages: Table 1's own runs (the replays of benchmarks/waves/distill_replays.sh share the store,
-# marked by replay.json, and have their own folders under $OUT), its seconds, the paper's claims and
-# its Tables 1 and 3 in the paper's layout beside the capacity, the label-skew diagnosis
-T1=()
-for d in "$RUNS"/distill-*; do [ -f "$d/DONE" ] && [ ! -f "$d/replay.json" ] && T1+=("$d"); done
-if [ ${#T1[@]} -gt 0 ]; then
-  LAYOUT=("$OUT")
-  for sub in ablation aggregators groups ablation-rho0.1 ablation-rho0.1-skew; do [ -f "$OUT/$sub/runs.csv" ] && LAYOUT+=("$OUT/$sub"); done
-  SKEW=()
-  for d in "${T1[@]}"; do case $(basename "$d") in distill-*-rfd-skew-bd0.3-*) SKEW+=("$d");; esac; done
-  { fedcal report "${T1[@]}" --out "$OUT" \
-    && python -m fedcal.pages run_seconds --by machine,dst-method "${T1[@]}" > "$OUT/seconds.md" \
+
+pages() {  # pages STORE OUT NAME: Table 1's own runs of one store (the replays of distill_replays.sh share the
+  # store, marked by replay.json, and have their own folders under OUT), its seconds, the paper's claims
+  # and its Tables 1 and 3 in the paper's layout beside the capacity, the label-skew diagnosis
+  local store=$1 out=$2 name=$3 T1=() LAYOUT SKEW=() run sub
+  for run in "$store"/distill-*; do [ -f "$run/DONE" ] && [ ! -f "$run/replay.json" ] && T1+=("$run"); done
+  [ ${#T1[@]} -eq 0 ] && return 0
+  LAYOUT=("$out")
+  for sub in ablation aggregators groups ablation-rho0.1 ablation-rho0.1-skew; do
+    [ -f "$out/$sub/runs.csv" ] && LAYOUT+=("$out/$sub")
+  done
+  for run in "${T1[@]}"; do case $(basename "$run") in distill-*-rfd-skew-bd0.3-*) SKEW+=("$run");; esac; done
+  fedcal report "${T1[@]}" --out "$out" \
+    && python -m fedcal.pages run_seconds --by machine,dst-method "${T1[@]}" > "$out/seconds.md" \
     && python -m fedcal.pages distill_literature docs/results/literature/rfd-lora.csv \
-         "$CORPUS (converged budget)=$OUT" > "$OUT/literature.md" \
+         "$name=$out" > "$out/literature.md" \
     && python -m fedcal.pages distill_literature --paper-layout "${LAYOUT[@]}" \
-         --capacity "docs/results/distill-capacity-minilm/$CORPUS.csv" > "$OUT/paper-layout.md" \
-    && { [ ${#SKEW[@]} -eq 0 ] || python -m fedcal.pages distill_skew_diagnosis "${SKEW[@]}" > "$OUT/skew-diagnosis.md"; } \
-    && { [ ! -f "$OUT/ablation-rho0.1/runs.csv" ] || python -m fedcal.pages distill_literature --paper-layout \
+         --capacity "docs/results/distill-capacity-minilm/$CORPUS.csv" > "$out/paper-layout.md" \
+    && { [ ${#SKEW[@]} -eq 0 ] || python -m fedcal.pages distill_skew_diagnosis "${SKEW[@]}" > "$out/skew-diagnosis.md"; } \
+    && { [ ! -f "$out/ablation-rho0.1/runs.csv" ] || python -m fedcal.pages distill_literature --paper-layout \
          "${LAYOUT[@]}" --ablation-rho 0.1 --capacity "docs/results/distill-capacity-minilm/$CORPUS.csv" \
-         > "$OUT/paper-layout-rho0.1.md"; }
-  } || FAILED=1
-fi
+         > "$out/paper-layout-rho0.1.md"; } \
+    || FAILED=1
+}
+pages "$RUNS" "$OUT" "$CORPUS (converged budget)"
+pages "$RUNS_SKEW" "$OUT_SKEW" "$CORPUS (label skew, $SKEW_ROUNDS rounds)"
 exit $FAILED
