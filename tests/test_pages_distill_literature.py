@@ -256,6 +256,32 @@ def test_the_glance_claims_quote_each_panel_and_say_not_run_for_an_empty_cell(tm
                    "the paper"] == "Table 1 (b): RFD-LoRA 90.0 against FedIT 87.9"
 
 
+def test_the_glance_claims_read_each_partition_from_its_own_folder(tmp_path, monkeypatch):
+    """Sentiment's label-skew half has its own store (twice the rounds): its claims read that folder, the IID
+    claims the other; a skew run left in the IID folder (the 6-round budget's) never enters a skew claim."""
+    from fedcal.pages import glance
+
+    (tmp_path / "literature").mkdir()
+    (tmp_path / "literature" / "rfd-lora.csv").write_text((LIT / "rfd-lora.csv").read_text())
+    (tmp_path / "iid").mkdir(), (tmp_path / "skew").mkdir()
+    pd.DataFrame(three("rfd", "iid", 0.3, (0.72,) * 3, (0.7,) * 3, (0.30, 0.25, 0.35))
+                 + three("fedit", "iid", 0.3, (0.73,) * 3, (0.4,) * 3, (0.60, 0.62, 0.58))
+                 + three("rfd", "skew", 0.3, (0.5,) * 3, (0.0,) * 3, (1.0,) * 3)).to_csv(tmp_path / "iid" / "runs.csv")
+    pd.DataFrame(three("rfd", "skew", 0.3, (0.70,) * 3, (0.2,) * 3, (0.80, 0.78, 0.82))
+                 + three("fedit", "skew", 0.3, (0.72,) * 3, (0.1,) * 3, (0.90, 0.91, 0.89))).to_csv(
+        tmp_path / "skew" / "runs.csv")
+    monkeypatch.setattr(glance, "RESULTS", tmp_path)
+    monkeypatch.setattr(glance, "RFD_CORPORA", {"sentiment": {"iid": "iid", "skew": "skew"}})
+    got = glance.rfd_rows().set_index("claim")
+    skew = got.loc["ASR below FedIT's (sentiment, skew, ρ = 0.3)"]
+    # hand: 80.0 ± 2.0 against 90.0 ± 1.0: difference −10, se √(4/3 + 1/3) = 1.3 → beyond twice it
+    assert skew["fedcal"] == "RFD-LoRA 80.0 ± 2.0 against FedIT 90.0 ± 1.0" and skew["verdict"] == "matches"
+    assert skew["read from"] == "`skew/runs.csv`"
+    assert got.loc["ASR below FedIT's (sentiment, iid, ρ = 0.3)", "read from"] == "`iid/runs.csv`"
+    # a partition whose folder is not there yet has no row (not a row read from the other folder)
+    monkeypatch.setattr(glance, "RFD_CORPORA", {"sentiment": {"iid": "iid", "skew": "absent"}})
+    assert not glance.rfd_rows()["claim"].str.contains("skew").any()
+
 def test_a_panel_without_runs_is_one_line_and_a_panels_title_says_its_rounds(dl, capacity):
     """A store of label-skew runs only (the skew half remade at more rounds) shows panel (b) after its
     rounds, and panel (a) and Table 3's module rows each as one line — never a grid of "not run" cells."""

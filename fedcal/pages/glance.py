@@ -37,8 +37,11 @@ TSA_FILES = {
     "detection-low": ["detect-mnist/runs.csv"],
     "detection-high": ["detect-mnist/runs.csv"],
 }
-#: RFD-LoRA's corpora: the committed reports its Table-1 verdicts read
-RFD_CORPORA = {"sentiment": "distill-minilm-converged-sentiment", "genre": "distill-minilm-genre"}
+#: RFD-LoRA's corpora: the committed reports its Table-1 verdicts read — one folder, or one per partition
+#: (sentiment's label-skew half runs at twice the IID half's rounds, in a store and pages folder of its own)
+RFD_CORPORA = {"sentiment": {"iid": "distill-minilm-converged-sentiment",
+                             "skew": "distill-minilm-converged-sentiment-skew12"},
+               "genre": "distill-minilm-genre"}
 
 
 def _files(names: list[str]) -> str:
@@ -83,12 +86,13 @@ def rfd_rows() -> pd.DataFrame | None:
     from fedcal.pages import distill_literature as dl
     lit = pd.read_csv(lit_path)
     rows = []
-    for corpus, folder in RFD_CORPORA.items():
-        path = RESULTS / folder / "runs.csv"
-        if not path.exists():
-            continue
-        runs = pd.read_csv(path)
+    for corpus, folders in RFD_CORPORA.items():
         for (partition, rho), claimed in lit.groupby(["partition", "rho"]):
+            folder = folders if isinstance(folders, str) else folders[partition]
+            path = RESULTS / folder / "runs.csv"
+            if not path.exists():
+                continue
+            runs = pd.read_csv(path)
             panel = "Table 1 (a)" if partition == "iid" else "Table 1 (b)"
 
             def paper(metric: str) -> str:
