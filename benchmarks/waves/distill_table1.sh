@@ -44,7 +44,9 @@
 # Label skew needs more rounds than this budget gives (docs/distill-results.md, "How many rounds
 # label skew needs": FedIT at rho = 0 is at chance in 2 of 3 seeds at 6 rounds, at none at 12): the
 # skew half runs at dst-rounds=$SKEW_ROUNDS (12) into its own store $RUNS_SKEW and pages $OUT_SKEW
-# (distill_budget.sh), at about twice a 6-round run's cost; each half's pages are its own.
+# (distill_budget.sh); each half's pages are its own. Measured there (its seconds.md): medians of
+# 214-292 s per baseline run and 386 s per RFD-LoRA run; its 18 rho = 0.3 runs took 44 minutes of
+# wall time two at a time (18:32-19:16 of one session, run.log timestamps).
 source "$(dirname "$0")/distill_budget.sh"
 JOBS=${JOBS:-1}
 FAILED=0
