@@ -4,7 +4,7 @@
 # distillation and the evaluations run): the module ablation (every CAT / MMD-KD / DIS setting),
 # the aggregator (mean / median / MoM at M = 5) and M (1, 3, 5, 10 groups under MoM) on IID, rho =
 # 0.3; fedcal's label-prior correction (towards the clients' median prior, and towards the
-# uniform one) on the label-skew cell; then the module ablation where the paper's Table 3 has it
+# uniform one) on the label-skew cell (and the uniform one on the IID cell, where it should cost nothing); then the module ablation where the paper's Table 3 has it
 # (its Full row is Table 1's rho = 0.1 cell: IID and severe non-IID, i.e. label skew). 3 seeds each;
 # every replay is a run directory of its own config in the same store as the runs it replays (the
 # label-skew replays: the skew half's store, at its rounds; distill_budget.sh).
@@ -32,6 +32,9 @@ if [ "${REPORT_ONLY:-0}" != 1 ]; then
   r "$RUNS" "$C" "$OUT/aggregators" --rhos 0.3 --partitions iid --aggregators mean,median,mom
   r "$RUNS" "$C" "$OUT/groups" --rhos 0.3 --partitions iid --aggregators mom --groups 1,3,5,10
   r "$RUNS" "$C" "$OUT/ablation-rho0.1" --rhos 0.1 --partitions iid --ablation
+  # the uniform-prior correction where it should change nothing: IID clients (what it costs there)
+  r "$RUNS" "$C" "$OUT/prior-uniform-iid" --rhos 0.3 --partitions iid dst-prior-correct=true \
+      dst-prior-target=uniform
   # the label-skew half, at its own rounds and in its own store (distill_budget.sh)
   r "$RUNS_SKEW" "$C_SKEW" "$OUT_SKEW/prior" --rhos 0.3 --partitions skew dst-prior-correct=true
   r "$RUNS_SKEW" "$C_SKEW" "$OUT_SKEW/prior-uniform" --rhos 0.3 --partitions skew dst-prior-correct=true \
