@@ -253,6 +253,22 @@ def test_the_ablation_separates_the_logit_attacks(tmp_path):
     assert "logit attack" not in pd.read_csv(tmp_path / "one" / "ablation.csv").columns
 
 
+
+def test_the_report_separates_the_share_of_poisoned_anchors(tmp_path):
+    """Two anchor-poisoning runs of one seed that differ only in how many anchors the attack poisons are
+    two rows with that share as a column (the report refused them as two runs of one seed, or — had
+    its key been left out of the settings — averaged them into one cell)."""
+    from fedcal.app.engine import simulate
+    from fedcal.reports.distill import distill_report
+
+    runs = [simulate(tiny(tmp_path, dst_backdoor_ratio=0.5, dst_anchor_attack="target",
+                          dst_anchor_attack_frac=f), progress=False) for f in (0.1, 0.2)]
+    distill_report(runs, tmp_path / "report")
+    table = pd.read_csv(tmp_path / "report" / "table.csv")
+    assert sorted(table["attacked anchors"]) == [0.1, 0.2] and (table["seeds"] == 1).all()
+    distill_report(runs[:1], tmp_path / "one")  # the default share alone: no such column
+    assert "attacked anchors" not in pd.read_csv(tmp_path / "one" / "table.csv").columns
+
 # ----------------------------------------------------------------------- label-prior correction
 def test_prior_correction_removes_per_class_biases_between_clients():
     """Clients that differ only by a per-class bias vector (the label-shift model) become one client

@@ -2,15 +2,16 @@
 # RFD-LoRA's attack and sweep tables at the converged budget, on the client side of Table 1's
 # RFD-LoRA cell (sentiment, IID, rho = 0.3, seeds 0-2, the same store):
 #
-#   anchors  anchor-set poisoning on 10 % of the public anchors (fedcal/distill/anchor_attack.py:
+#   anchors  anchor-set poisoning on 10 %, then on 20 % (the paper's appendix: "20% of anchor samples
+#            replaced with triggered examples labeled as y_target") of the public anchors (fedcal/distill/anchor_attack.py:
 #            `trigger` - the pool carries the trigger on non-target anchors and the backdoor clients
 #            upload the target there; `target` - each backdoor client uploads the target on the
 #            anchors its model is surest are not the target): client runs (the attack changes the
 #            uploads), then their uploads replayed under the mean and the median beside MoM
 #   ranks    one LoRA rank for every client, r in {2, 4, 8, 16}, against Table 1's heterogeneous
-#            ranks (2, 4, 8, 16, 2, 4 over the six clients): the paper's Table 4
+#            ranks (2, 4, 8, 16, 2, 4 over the six clients): the paper's Fig. 1 (a)
 #   shares   the share of the training texts that become public anchors, 5 % and 20 % against
-#            Table 1's 10 % (the rest is split among the clients): the paper's Fig. 1
+#            Table 1's 10 % (the rest is split among the clients): the paper's Fig. 1 (b)
 #   logit    the logit-energy attack (the backdoor clients scale their anchor logits by 10, or by
 #            -10, before the server clips them), replayed on Table 1's uploads under every module
 #            setting (not in the default stages: the issue's tables do not ask for it)
@@ -24,8 +25,8 @@
 # $OUT/logit-attack; each a `fedcal report` of the run directories picked by their config.json.
 # Resumable through the store like Table 1 (finished runs skipped, a replay waits for its source).
 # Cost, estimated from Table 1's RFD-LoRA runs on the development machine's 2 cores (about 200 s of
-# one core each, replays about 1 minute): anchors 6 runs + 12 replays, ranks 12 runs, shares 6 runs
-# - about 1 h 40 min of one core, 50 minutes with two calls side by side; logit 48 replays, about
+# one core each, replays about 1 minute): anchors 12 runs + 24 replays, ranks 12 runs, shares 6 runs
+# - about 2 h 20 min of one core, 70 minutes with two calls side by side; logit 48 replays, about
 # 50 minutes more.
 source "$(dirname "$0")/distill_budget.sh"  # Table 1's budget, store and pages folder
 FAILED=0
@@ -63,9 +64,11 @@ for stage in "${STAGES[@]}"; do
   [ "${REPORT_ONLY:-0}" = 1 ] && continue
   case $stage in
     anchors)
-      for a in target trigger; do
-        d dst-anchor-attack=$a dst-anchor-attack-frac=0.1
-        d --replay --aggregators mean,median,mom dst-anchor-attack=$a dst-anchor-attack-frac=0.1
+      for frac in 0.1 0.2; do
+        for a in target trigger; do
+          d dst-anchor-attack=$a dst-anchor-attack-frac=$frac
+          d --replay --aggregators mean,median,mom dst-anchor-attack=$a dst-anchor-attack-frac=$frac
+        done
       done ;;
     ranks) for r in 2 4 8 16; do d dst-ranks=$r; done ;;
     shares) for f in 0.05 0.2; do d dst-anchor-frac=$f; done ;;

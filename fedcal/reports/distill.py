@@ -51,7 +51,7 @@ METRICS = ("ca", "ra", "asr", "flip", "control_flip")
 LABELS = {"ca": "CA", "ra": "RA", "asr": "ASR", "flip": "flip", "control_flip": "control flip"}
 SETTINGS = ("dst-method", "dst-partition", "dst-backdoor-ratio", "dst-logit-attack", "dst-aggregator",
             "dst-groups", "dst-cat", "dst-mmd", "dst-dis", "dst-ranks", "dst-corpus", "seed", "dst-anchor-attack",
-            "dst-prior-correct", "dst-anchor-frac", "dst-distill-steps", "dst-prior-target")
+            "dst-prior-correct", "dst-anchor-frac", "dst-distill-steps", "dst-prior-target", "dst-anchor-attack-frac")
 # Settings shown as a table column only where they vary: the anchor attack and the prior correction
 # (added after runs were made: a run's config.json may lack them, read as their defaults) when some
 # run sets them, the anchor-set share when some run has another than the default, the ranks and the
@@ -59,14 +59,16 @@ SETTINGS = ("dst-method", "dst-partition", "dst-backdoor-ratio", "dst-logit-atta
 # more distillation steps; not FedIT's one rank against RFD-LoRA's four).
 OPTIONAL = {"dst-anchor-attack": ("anchor attack", "none"), "dst-prior-correct": ("prior correction", False),
             "dst-anchor-frac": ("anchor share", 0.1), "dst-ranks": ("ranks", None),
-            "dst-distill-steps": ("student steps", None), "dst-prior-target": ("prior target", "median")}
+            "dst-distill-steps": ("student steps", None), "dst-prior-target": ("prior target", "median"),
+            "dst-anchor-attack-frac": ("attacked anchors", 0.1)}
 #: RFD-LoRA's ablation switches (:func:`variant`)
 SWITCHES = ("dst-cat", "dst-mmd", "dst-dis")
 #: the run-config keys shown by the main table (method, RFD-LoRA's aggregator, partition, ρ, logit
 #: attack; its RFD-LoRA rows are the full switch setting) and by the ablation (switches, aggregator, M)
 MAIN_SHOWN = ("dst_method", "dst_aggregator", "dst_partition", "dst_backdoor_ratio", "dst_logit_attack", "dst_cat",
               "dst_mmd", "dst_dis", "dst_anchor_attack", "dst_prior_correct", "dst_anchor_frac", "dst_ranks",
-              "dst_distill_steps", "dst_prior_target")  # the last six: OPTIONAL columns, shown where they vary
+              "dst_distill_steps", "dst_prior_target", "dst_anchor_attack_frac")  # the last seven: OPTIONAL
+# columns, shown where they vary
 ABLATION_SHOWN = (*MAIN_SHOWN, "dst_groups")
 CHANCE = "chance_level"
 #: corpora whose test texts are on this machine without a download (GLUE's are fetched by datasets)
