@@ -269,6 +269,26 @@ def test_the_report_separates_the_share_of_poisoned_anchors(tmp_path):
     distill_report(runs[:1], tmp_path / "one")  # the default share alone: no such column
     assert "attacked anchors" not in pd.read_csv(tmp_path / "one" / "table.csv").columns
 
+
+def test_the_communication_table_keeps_each_anchor_share_apart(tmp_path):
+    """RFD-LoRA uploads one logit row per anchor: runs with twice the anchors upload twice the logits and
+    are their own row (the table once averaged the anchor shares of a sweep into one number)."""
+    from fedcal.app.engine import simulate
+    from fedcal.distill.run_data import DistillRunSpec, distill_data
+    from fedcal.reports.distill import distill_report
+
+    runs = [simulate(tiny(tmp_path, dst_anchor_frac=f), progress=False) for f in (0.1, 0.2)]
+    distill_report(runs, tmp_path / "report")
+    comm = pd.read_csv(tmp_path / "report" / "communication.csv")
+    assert (comm["runs"] == 1).all()  # one run per row: no row averages the two shares
+    bytes_ = comm.pivot(index="rank", columns="anchor share", values="bytes per client per round")
+    assert list(bytes_.columns) == [0.1, 0.2] and len(bytes_) >= 2  # every client rank, at each share
+    anchors = [len(distill_data(DistillRunSpec.from_config(tiny(tmp_path, dst_anchor_frac=f))).anchors)
+               for f in (0.1, 0.2)]
+    # the logits' part grows with the anchors, 4 bytes per float32 logit per class; the rest is the same
+    classes = 2
+    assert (bytes_[0.2] - bytes_[0.1]).tolist() == pytest.approx([4 * classes * (anchors[1] - anchors[0])] * len(bytes_))
+
 # ----------------------------------------------------------------------- label-prior correction
 def test_prior_correction_removes_per_class_biases_between_clients():
     """Clients that differ only by a per-class bias vector (the label-shift model) become one client

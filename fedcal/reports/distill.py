@@ -244,14 +244,19 @@ def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def communication_table(runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
-    """Measured bytes uploaded per client per round, by method and rank (mean over rounds and
-    runs), from the ``upload_bytes_r<rank>`` metrics."""
+    """Measured bytes uploaded per client per round, by method and rank (and anchor share where the runs
+    differ in it; mean over rounds and runs), from the ``upload_bytes_r<rank>`` metrics."""
     per_rank = metrics[metrics["metric"].str.startswith("upload_bytes_r")].copy()
     if per_rank.empty:
         return pd.DataFrame(columns=["method", "rank", "bytes per client per round", "runs"])
     per_rank["rank"] = per_rank["metric"].str.removeprefix("upload_bytes_r").astype(int)
     per_rank["method"] = per_rank["dst-method"].map(method_labels()).fillna(per_rank["dst-method"])
     by = ["method", "rank"]
+    # RFD-LoRA uploads one logit row per anchor: runs of other anchor shares (a column of the main table,
+    # so not in ablation_config) upload other sizes and are other rows, never one mean
+    if "dst-anchor-frac" in runs.columns and runs["dst-anchor-frac"].nunique() > 1:
+        per_rank[OPTIONAL["dst-anchor-frac"][0]] = per_rank["run_id"].map(runs.set_index("run_id")["dst-anchor-frac"])
+        by = [*by, OPTIONAL["dst-anchor-frac"][0]]
     if "ablation_config" in runs.columns and runs["ablation_config"].nunique() > 1:
         per_rank[CONFIG] = per_rank["run_id"].map(runs.set_index("run_id")["ablation_config"])
         by = [CONFIG, *by]
