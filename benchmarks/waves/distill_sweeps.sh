@@ -22,29 +22,34 @@
 #
 # Pages: $OUT/attacks (Table 1's unattacked cell, its mean / median replays and every anchor-attack
 # run and replay), $OUT/sweeps (Table 1's cell, every single-rank and anchor-share run),
-# $OUT/logit-attack; each a `fedcal report` of the run directories picked by their config.json.
+# $OUT/logit-attack; each a `fedcal report` of the run directories picked by their config.json from
+# Table 1's store and this wave's ($RUNS_SWEEPS).
 # Resumable through the store like Table 1 (finished runs skipped, a replay waits for its source).
 # Cost, estimated from Table 1's RFD-LoRA runs on the development machine's 2 cores (about 200 s of
 # one core each, replays about 1 minute): anchors 12 runs + 24 replays, ranks 12 runs, shares 6 runs
 # - about 2 h 20 min of one core, 70 minutes with two calls side by side; logit 48 replays, about
 # 50 minutes more.
 source "$(dirname "$0")/distill_budget.sh"  # Table 1's budget, store and pages folder
+# the client runs of this wave (and their replays) in a store of their own: Table 1's pages take every
+# run of Table 1's store as a Table 1 run; the logit stage replays Table 1's uploads, so it stays there
+RUNS_SWEEPS=${RUNS_SWEEPS:-$RUNS-sweeps}
 FAILED=0
 STAGES=("$@")
 [ ${#STAGES[@]} -eq 0 ] && STAGES=(anchors ranks shares)
 
-d() {  # d [fedcal distill arguments...]: RFD-LoRA, IID, rho = 0.3, seeds 0-2
-  fedcal distill --jobs "${JOBS:-1}" --no-progress --report "/tmp/report-sweeps-$(basename "$RUNS")" --seeds 0-2 \
-      --methods rfd --rhos 0.3 --partitions iid dst-corpus="$CORPUS" $C output-dir="$RUNS" "$@" \
+d() {  # d STORE [fedcal distill arguments...]: RFD-LoRA, IID, rho = 0.3, seeds 0-2
+  local store=$1; shift
+  fedcal distill --jobs "${JOBS:-1}" --no-progress --report "/tmp/report-sweeps-$(basename "$store")" --seeds 0-2 \
+      --methods rfd --rhos 0.3 --partitions iid dst-corpus="$CORPUS" $C output-dir="$store" "$@" \
     || { FAILED=1; echo "distill_sweeps.sh: failed: $*" >&2; }
 }
 
-pick() {  # pick key=value ...: the finished run directories of $RUNS whose config has every value
-  python - "$RUNS" "$@" <<'EOF'
+pick() {  # pick key=value ...: the finished run directories of both stores whose config has every value
+  python - "$RUNS" "$RUNS_SWEEPS" "$@" <<'EOF'
 import json, sys
 from pathlib import Path
-store, want = Path(sys.argv[1]), dict(a.split("=", 1) for a in sys.argv[2:])
-for d in sorted(store.glob("distill-*")):
+stores, want = sys.argv[1:3], dict(a.split("=", 1) for a in sys.argv[3:])
+for d in sorted(p for store in stores for p in Path(store).glob("distill-*")):
     if (d / "DONE").is_file():
         cfg = json.loads((d / "config.json").read_text())["config"]
         if all(str(cfg.get(k)).lower() == v.lower() for k, v in want.items()):
@@ -66,13 +71,13 @@ for stage in "${STAGES[@]}"; do
     anchors)
       for frac in 0.1 0.2; do
         for a in target trigger; do
-          d dst-anchor-attack=$a dst-anchor-attack-frac=$frac
-          d --replay --aggregators mean,median,mom dst-anchor-attack=$a dst-anchor-attack-frac=$frac
+          d "$RUNS_SWEEPS" dst-anchor-attack=$a dst-anchor-attack-frac=$frac
+          d "$RUNS_SWEEPS" --replay --aggregators mean,median,mom dst-anchor-attack=$a dst-anchor-attack-frac=$frac
         done
       done ;;
-    ranks) for r in 2 4 8 16; do d dst-ranks=$r; done ;;
-    shares) for f in 0.05 0.2; do d dst-anchor-frac=$f; done ;;
-    logit) for a in scale flip; do d --replay --ablation dst-logit-attack=$a dst-attack-factor=10; done ;;
+    ranks) for r in 2 4 8 16; do d "$RUNS_SWEEPS" dst-ranks=$r; done ;;
+    shares) for f in 0.05 0.2; do d "$RUNS_SWEEPS" dst-anchor-frac=$f; done ;;
+    logit) for a in scale flip; do d "$RUNS" --replay --ablation dst-logit-attack=$a dst-attack-factor=10; done ;;
   esac
 done
 
