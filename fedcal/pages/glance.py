@@ -85,14 +85,16 @@ def rfd_rows() -> pd.DataFrame | None:
         return None
     from fedcal.pages import distill_literature as dl
     lit = pd.read_csv(lit_path)
-    rows = []
+    rows, loaded = [], {}
     for corpus, folders in RFD_CORPORA.items():
         for (partition, rho), claimed in lit.groupby(["partition", "rho"]):
             folder = folders if isinstance(folders, str) else folders[partition]
             path = RESULTS / folder / "runs.csv"
             if not path.exists():
                 continue
-            runs = pd.read_csv(path)
+            if folder not in loaded:  # a folder serves every (partition, ρ) claim it holds: read it once
+                loaded[folder] = pd.read_csv(path)
+            runs = loaded[folder]
             panel = "Table 1 (a)" if partition == "iid" else "Table 1 (b)"
 
             def paper(metric: str) -> str:
