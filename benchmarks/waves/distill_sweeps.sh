@@ -45,14 +45,17 @@ d() {  # d STORE [fedcal distill arguments...]: RFD-LoRA, IID, rho = 0.3, seeds 
 }
 
 pick() {  # pick key=value ...: the finished run directories of both stores whose config has every value
+  # (fedcal's own reading: finished = DONE for this config's hash; a key added since a run was made
+  # reads as its default)
   python - "$RUNS" "$RUNS_SWEEPS" "$@" <<'EOF'
-import json, sys
+import sys
 from pathlib import Path
+from fedcal.results import is_finished, load_config
 stores, want = sys.argv[1:3], dict(a.split("=", 1) for a in sys.argv[3:])
 for d in sorted(p for store in stores for p in Path(store).glob("distill-*")):
-    if (d / "DONE").is_file():
-        cfg = json.loads((d / "config.json").read_text())["config"]
-        if all(str(cfg.get(k)).lower() == v.lower() for k, v in want.items()):
+    if is_finished(d):
+        cfg = load_config(d).to_flower()
+        if all(str(cfg[k]).lower() == v.lower() for k, v in want.items()):
             print(d)
 EOF
 }
