@@ -1,6 +1,7 @@
-# Sourced by distill_table1.sh and distill_replays.sh (not a wave): the repository root, the
-# environment, the run store and pages folders, and the converged budget's run config $C — one
-# definition, because a replay's client side must be exactly its source run's.
+# Sourced by distill_table1.sh, distill_replays.sh and distill_sweeps.sh (not a wave): the repository
+# root, the environment, the run store and pages folders, the converged budget's run config $C and the
+# one `fedcal distill` call every wave makes — one definition, because a replay's client side must be
+# exactly its source run's.
 # The budget (docs/distill-results.md, "The budget curve"): 6 clients, n = 300 private texts each
 # (dst-train-size=2000: 200 anchors), 6 rounds of E = 1 local epoch, LoRA on q/v of the top 2 layers
 # over the frozen-layer cache, the same 500 test texts as the curve and the capacity table;
@@ -24,3 +25,14 @@ SKEW_ROUNDS=${SKEW_ROUNDS:-12}
 RUNS_SKEW=${RUNS_SKEW:-$RUNS-skew$SKEW_ROUNDS}
 OUT_SKEW=${OUT_SKEW:-$OUT-skew$SKEW_ROUNDS}
 C_SKEW="$C dst-rounds=$SKEW_ROUNDS"
+
+FAILED=0
+# distill_call STORE "CONFIG" REPORT [fedcal distill arguments...]: seeds 0-2 of $CORPUS at CONFIG's
+# budget into the run store STORE, JOBS runs at a time (default 1), its tables into REPORT; a failed
+# call is named on stderr and the wave goes on with the next (and exits 1 at the end: $FAILED)
+distill_call() {
+  local store=$1 config=$2 report=$3; shift 3
+  fedcal distill --jobs "${JOBS:-1}" --no-progress --report "$report" --seeds 0-2 \
+      dst-corpus="$CORPUS" $config output-dir="$store" "$@" \
+    || { FAILED=1; echo "$(basename "$0"): failed: $*" >&2; }
+}

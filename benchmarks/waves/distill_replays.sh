@@ -18,14 +18,8 @@
 # run): about 1 minute of wall time per 6-round replay with the padding skip (2 before it), so the
 # four IID calls (60 replays) take about an hour there; a 12-round skew replay about twice as long.
 source "$(dirname "$0")/distill_budget.sh"  # the same budget as Table 1: a replay's client side is its source's
-FAILED=0
 
-r() {  # r STORE "CONFIG" REPORT [fedcal distill arguments...]
-  local store=$1 config=$2 report=$3; shift 3
-  fedcal distill --replay --no-progress --report "$report" --seeds 0-2 --methods rfd \
-      dst-corpus="$CORPUS" $config output-dir="$store" "$@" \
-    || { FAILED=1; echo "distill_replays.sh: failed: $*" >&2; }
-}
+r() { distill_call "$1" "$2" "$3" --replay --methods rfd "${@:4}"; }  # r STORE "CONFIG" REPORT [arguments...]
 
 if [ "${REPORT_ONLY:-0}" != 1 ]; then
   r "$RUNS" "$C" "$OUT/ablation" --rhos 0.3 --partitions iid --ablation

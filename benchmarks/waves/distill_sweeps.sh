@@ -33,15 +33,11 @@ source "$(dirname "$0")/distill_budget.sh"  # Table 1's budget, store and pages 
 # the client runs of this wave (and their replays) in a store of their own: Table 1's pages take every
 # run of Table 1's store as a Table 1 run; the logit stage replays Table 1's uploads, so it stays there
 RUNS_SWEEPS=${RUNS_SWEEPS:-$RUNS-sweeps}
-FAILED=0
 STAGES=("$@")
 [ ${#STAGES[@]} -eq 0 ] && STAGES=(anchors ranks shares)
 
-d() {  # d STORE [fedcal distill arguments...]: RFD-LoRA, IID, rho = 0.3, seeds 0-2
-  local store=$1; shift
-  fedcal distill --jobs "${JOBS:-1}" --no-progress --report "/tmp/report-sweeps-$(basename "$store")" --seeds 0-2 \
-      --methods rfd --rhos 0.3 --partitions iid dst-corpus="$CORPUS" $C output-dir="$store" "$@" \
-    || { FAILED=1; echo "distill_sweeps.sh: failed: $*" >&2; }
+d() {  # d STORE [fedcal distill arguments...]: RFD-LoRA, IID, rho = 0.3, at Table 1's budget
+  distill_call "$1" "$C" "/tmp/report-sweeps-$(basename "$1")" --methods rfd --rhos 0.3 --partitions iid "${@:2}"
 }
 
 pick() {  # pick key=value ...: the finished run directories of both stores whose config has every value

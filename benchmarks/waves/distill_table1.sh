@@ -48,15 +48,8 @@
 # 214-292 s per baseline run and 386 s per RFD-LoRA run; its 18 rho = 0.3 runs took 44 minutes of
 # wall time two at a time (18:32-19:16 of one session, run.log timestamps).
 source "$(dirname "$0")/distill_budget.sh"
-JOBS=${JOBS:-1}
-FAILED=0
 
-d() {  # d STORE "CONFIG" [fedcal distill arguments...]
-  local store=$1 config=$2; shift 2
-  fedcal distill --jobs "$JOBS" --no-progress --report "/tmp/report-$(basename "$store")" --seeds 0-2 \
-      dst-corpus="$CORPUS" $config output-dir="$store" "$@" \
-    || { FAILED=1; echo "distill_table1.sh: failed: $*" >&2; }
-}
+d() { distill_call "$1" "$2" "/tmp/report-$(basename "$1")" "${@:3}"; }  # d STORE "CONFIG" [arguments...]
 
 if [ "${REPORT_ONLY:-0}" != 1 ]; then
   d "$RUNS" "$C" --methods rfd --rhos 0.3 --partitions iid
