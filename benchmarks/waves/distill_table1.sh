@@ -6,12 +6,12 @@
 #
 #   bash benchmarks/waves/distill_table1.sh              # from the repo root; JOBS, DEVICE, DATA_DIR below
 #   REPORT_ONLY=1 bash benchmarks/waves/distill_table1.sh   # tables of what has finished, nothing started
-#   CORPUS=tweets bash benchmarks/waves/distill_table1.sh     # the second corpus at the same budget
-#     (the budget was measured on sentiment; the tweets corpus is the easier task, by its capacity table)
+#   CORPUS=tweets bash benchmarks/waves/distill_table1.sh     # the second corpus, both halves at 12 rounds
+#     (distill_budget.sh's ROUNDS: the same rule as sentiment's budget needs 12 rounds there)
 #
 # The budget (docs/distill-results.md, "The budget curve"): the smallest at which FedIT came within
 # 3 points of the backbone's centralised capacity on sentiment — 6 clients, n = 300 private texts
-# each (dst-train-size=2000: 200 anchors), 6 rounds of E = 1 local epoch, LoRA on q/v of the top 2
+# each (dst-train-size=2000: 200 anchors), 6 rounds (tweets: 12) of E = 1 local epoch, LoRA on q/v of the top 2
 # layers over the frozen-layer cache, the same 500 test texts as the curve and the capacity table;
 # every other key at its default (64 tokens, batches of 64, 16 student steps per round).
 #

@@ -41,6 +41,8 @@ TSA_FILES = {
 #: (sentiment's label-skew half runs at twice the IID half's rounds, in a store and pages folder of its own)
 RFD_CORPORA = {"sentiment": {"iid": "distill-minilm-converged-sentiment",
                              "skew": "distill-minilm-converged-sentiment-skew12"},
+               "tweets": {"iid": "distill-minilm-converged-tweets",
+                          "skew": "distill-minilm-converged-tweets-skew12"},
                "genre": "distill-minilm-genre"}
 
 
