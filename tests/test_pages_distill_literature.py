@@ -308,3 +308,17 @@ def test_a_panel_mixing_two_budgets_is_refused(dl, capacity):
     with pytest.raises(ValueError, match=r"Table 1 \(b\) mixes runs of 6 and 12 rounds"):
         dl.paper_layout(mixed, pd.read_csv(LIT / "rfd-lora-table1.csv"), pd.read_csv(LIT / "rfd-lora-table3.csv"),
                         capacity, 0.3)
+
+
+def test_asr_verdict_by_its_rule():
+    """Twice the standard error of the difference decides (hand-computed: means 10 and 30, variances 4 and
+    4 over 3 seeds each, se = sqrt(4/3 + 4/3) = 1.63); no run of a side is "not run", one run "too few seeds"."""
+    from fedcal.pages.distill_literature import asr_verdict
+
+    low, high = pd.Series([8.0, 10.0, 12.0]), pd.Series([28.0, 30.0, 32.0])
+    assert asr_verdict(low, high) == "holds (-20.0 ± 1.6)"
+    assert asr_verdict(high, low) == "contradicted (+20.0 ± 1.6)"
+    assert asr_verdict(low, low + 1.0).startswith("within noise")
+    assert asr_verdict(pd.Series(dtype=float), high) == "not run"
+    assert asr_verdict(low, pd.Series(dtype=float)) == "not run"
+    assert asr_verdict(low.iloc[:1], high) == "too few seeds"

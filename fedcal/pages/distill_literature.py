@@ -127,6 +127,11 @@ def fmt(v: pd.Series) -> str:
 
 
 def asr_verdict(rfd: pd.Series, fedit: pd.Series) -> str:
+    """RFD-LoRA's ASR against FedIT's: below it (holds) or above it (contradicted) by more than twice the
+    standard error of the difference, else within noise; "not run" without a run of either, "too few seeds"
+    with one (no standard error)."""
+    if rfd.empty or fedit.empty:
+        return "not run"
     if len(rfd) < 2 or len(fedit) < 2:
         return "too few seeds"
     d = rfd.mean() - fedit.mean()
