@@ -47,6 +47,8 @@
 # (distill_budget.sh); each half's pages are its own. Measured there (its seconds.md): medians of
 # 214-292 s per baseline run and 386 s per RFD-LoRA run; its 18 rho = 0.3 runs took 44 minutes of
 # wall time two at a time (18:32-19:16 of one session, run.log timestamps).
+# Tweets (both halves at 12 rounds), its IID half measured the same way (its seconds.md): medians of
+# 184-276 s per baseline run and 345 s per RFD-LoRA run; 48 runs in about 100 minutes two at a time.
 source "$(dirname "$0")/distill_budget.sh"
 
 d() { distill_call "$1" "$2" "/tmp/report-$(basename "$1")" "${@:3}"; }  # d STORE "CONFIG" [arguments...]
