@@ -38,7 +38,8 @@ TSA_FILES = {
     "detection-high": ["detect-mnist/runs.csv"],
 }
 #: RFD-LoRA's corpora: the committed reports its Table-1 verdicts read — one folder, or one per partition
-#: (sentiment's label-skew half runs at twice the IID half's rounds, in a store and pages folder of its own)
+#: (each converged corpus's label-skew half runs in a store and pages folder of its own: sentiment's at twice its
+#: IID half's rounds, the tweets' at the same 12)
 RFD_CORPORA = {"sentiment": {"iid": "distill-minilm-converged-sentiment",
                              "skew": "distill-minilm-converged-sentiment-skew12"},
                "tweets": {"iid": "distill-minilm-converged-tweets",
