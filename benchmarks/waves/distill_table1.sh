@@ -49,6 +49,9 @@
 # wall time two at a time (18:32-19:16 of one session, run.log timestamps).
 # Tweets (both halves at 12 rounds), its IID half measured the same way (its seconds.md): medians of
 # 184-276 s per baseline run and 345 s per RFD-LoRA run; 48 runs in about 100 minutes two at a time.
+# Its label-skew half: medians of 191-271 s per baseline run and 331 s per RFD-LoRA run; the last 60
+# runs of both halves (6 IID, 54 skew) in 125 minutes two at a time, six replays beside them (00:39-02:44
+# of one session).
 source "$(dirname "$0")/distill_budget.sh"
 
 d() { distill_call "$1" "$2" "/tmp/report-$(basename "$1")" "${@:3}"; }  # d STORE "CONFIG" [arguments...]
