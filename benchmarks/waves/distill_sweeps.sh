@@ -29,6 +29,8 @@
 # one core each, replays about 1 minute): anchors 12 runs + 24 replays, ranks 12 runs, shares 6 runs
 # - about 2 h 20 min of one core, 70 minutes with two calls side by side; logit 48 replays, about
 # 50 minutes more.
+# Measured for the anchors stage at 20 %: the trigger attack's 3 client runs and 9 replays in 16 minutes,
+# one at a time beside the test suite (02:48-03:04 of one session, run.log timestamps).
 source "$(dirname "$0")/distill_budget.sh"  # Table 1's budget, store and pages folder
 # the client runs of this wave (and their replays) in a store of their own: Table 1's pages take every
 # run of Table 1's store as a Table 1 run; the logit stage replays Table 1's uploads, so it stays there
